@@ -1,0 +1,2 @@
+//! shoal benchmarks.
+fn main() {}

@@ -1,0 +1,121 @@
+//! The peer entity's components: identity, ICE credentials and agent state, and the
+//! shard's index from 5-tuple, ufrag and id to entity.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use bevy_ecs::prelude::{Component, Entity, Resource};
+
+use crate::net::FiveTuple;
+use crate::time::Time;
+
+/// The caller's name for a peer, unique within a shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerId(pub u64);
+
+/// Marks an entity as a peer and carries its id.
+#[derive(Component, Clone, Copy, Debug)]
+pub struct Peer {
+    /// The caller's name for this peer.
+    pub id: PeerId,
+}
+
+/// ICE credentials of both ends (RFC 8445 §5.3), from signalling.
+#[derive(Component, Clone, Debug, PartialEq, Eq)]
+pub struct IceCredentials {
+    /// Our ufrag: the part before the colon of USERNAME in checks we receive.
+    pub local_ufrag: String,
+    /// Our password: the key of MESSAGE-INTEGRITY in checks we receive and answers we send.
+    pub local_pwd: String,
+    /// The peer's ufrag.
+    pub remote_ufrag: String,
+    /// The peer's password: the key for checks we send.
+    pub remote_pwd: String,
+}
+
+/// Which side of ICE this agent plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IceRole {
+    /// The SFU side: an ICE-lite agent (RFC 8445 §2.5), always controlled; it answers
+    /// checks and never sends them.
+    Lite,
+    /// The client side of simulated and benchmark peers: a full agent in the
+    /// controlling role that sends checks and nominates.
+    Controlling,
+}
+
+/// Where the agent is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IceState {
+    /// No valid check yet.
+    Checking,
+    /// A pair is nominated and consent is fresh.
+    Connected,
+    /// Consent expired or checks ran out; the peer is being removed.
+    Failed,
+}
+
+/// At most this many remote addresses are remembered as validated per peer.
+pub const MAX_VALID_REMOTES: usize = 4;
+
+/// ICE agent state shared by both roles.
+#[derive(Component, Clone, Debug)]
+pub struct Ice {
+    /// Lite (SFU side) or controlling (client side).
+    pub role: IceRole,
+    /// Where the agent is.
+    pub state: IceState,
+    /// Our tie-breaker for role conflicts (RFC 8445 §7.1.3).
+    pub tie_breaker: u64,
+    /// The nominated path, once there is one.
+    pub selected: Option<FiveTuple>,
+    /// Paths that passed a check, oldest first (bounded by [`MAX_VALID_REMOTES`]).
+    pub valid: Vec<FiveTuple>,
+    /// When consent was last refreshed (RFC 7675 §5.1).
+    pub consent_at: Time,
+}
+
+/// A connectivity check in flight, sent by a controlling agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingCheck {
+    /// The STUN transaction id.
+    pub tid: [u8; 12],
+    /// Where it goes.
+    pub path: FiveTuple,
+    /// Whether it carries USE-CANDIDATE.
+    pub nominate: bool,
+    /// How many times it has been sent.
+    pub transmissions: u32,
+    /// When it was last sent.
+    pub sent_at: Time,
+}
+
+/// The controlling side's own state: what to check, and the check in flight.
+#[derive(Component, Clone, Debug)]
+pub struct IceControlling {
+    /// The shard socket the checks leave from.
+    pub local: SocketAddr,
+    /// The remote candidates from signalling, in priority order.
+    pub remote_candidates: Vec<SocketAddr>,
+    /// Index into `remote_candidates` of the candidate being checked.
+    pub next_candidate: usize,
+    /// The check in flight, if any.
+    pub pending: Option<PendingCheck>,
+    /// The consent check in flight on the selected path, if any.
+    pub consent_tid: Option<[u8; 12]>,
+    /// Our candidate's PRIORITY (RFC 8445 §5.1.2), sent in every check.
+    pub priority: u32,
+}
+
+/// Lookups from what a datagram carries to the peer that owns it: O(1), never a scan.
+#[derive(Resource, Debug, Default)]
+pub struct PeerIndex {
+    /// Validated paths to their peer.
+    pub by_path: HashMap<FiveTuple, Entity>,
+    /// Local ufrag (the first half of an incoming check's USERNAME) to peer.
+    pub by_ufrag: HashMap<String, Entity>,
+    /// The caller's id to peer.
+    pub by_id: HashMap<PeerId, Entity>,
+    /// Transaction ids of checks we sent, to the peer that sent them.
+    pub by_transaction: HashMap<[u8; 12], Entity>,
+}

@@ -1,0 +1,36 @@
+//! Counters a shard keeps of what it did and what it dropped.
+
+use bevy_ecs::prelude::Resource;
+
+/// Per-shard counters. Dropped input is counted here, never panicked on.
+#[derive(Resource, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardStats {
+    /// Datagrams fed to the shard.
+    pub datagrams_in: u64,
+    /// Datagrams the shard handed out for sending.
+    pub datagrams_out: u64,
+    /// Datagrams dropped because their first byte matched no protocol we speak (RFC 7983).
+    pub dropped_unknown_class: u64,
+    /// Datagrams dropped because the shard's per-tick input limit was reached.
+    pub dropped_over_batch_limit: u64,
+    /// STUN datagrams that failed to parse.
+    pub stun_malformed: u64,
+    /// STUN datagrams whose FINGERPRINT did not match.
+    pub stun_bad_fingerprint: u64,
+    /// STUN requests naming a ufrag no peer of this shard has.
+    pub stun_unknown_ufrag: u64,
+    /// STUN requests whose MESSAGE-INTEGRITY did not verify.
+    pub stun_bad_integrity: u64,
+    /// STUN requests that lacked USERNAME, MESSAGE-INTEGRITY or FINGERPRINT.
+    pub stun_missing_attributes: u64,
+    /// STUN requests answered with an error response.
+    pub stun_error_responses: u64,
+    /// STUN messages that were not for us (e.g. stray responses).
+    pub stun_ignored: u64,
+    /// Datagrams of a known class from an address no peer owns.
+    pub dropped_unknown_source: u64,
+    /// Valid ICE connectivity checks answered.
+    pub ice_checks_answered: u64,
+    /// Peers removed because consent expired (RFC 7675).
+    pub consent_expired: u64,
+}

@@ -1,0 +1,83 @@
+//! The per-tick work lists that carry a batch from one pass to the next.
+//!
+//! Each list has one producer pass and one consumer pass and is drained in the tick
+//! that filled it, so plain `Vec`s are used rather than double-buffered `Messages`:
+//! the capacity is reused tick after tick and nothing is allocated per packet once
+//! the shard is warm.
+
+use std::net::SocketAddr;
+
+use bevy_ecs::prelude::{Entity, Resource};
+use bytes::BytesMut;
+
+use crate::net::Datagram;
+use crate::peer::PeerId;
+use crate::time::Time;
+use crate::timer::TimerKind;
+
+/// The current tick's time.
+#[derive(Resource, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Now(pub Time);
+
+/// Datagrams fed to the shard since the last tick (bounded by the shard's batch limit).
+#[derive(Resource, Debug, Default)]
+pub struct Inbox(pub Vec<Datagram>);
+
+/// STUN datagrams of this tick, with the peer that owns their path if it is known.
+#[derive(Resource, Debug, Default)]
+pub struct StunInbox(pub Vec<(Option<Entity>, Datagram)>);
+
+/// Timers that fell due this tick.
+#[derive(Resource, Debug, Default)]
+pub struct DueTimers(pub Vec<(Entity, TimerKind)>);
+
+/// Packets the passes want sent this tick, before egress protection.
+#[derive(Resource, Debug, Default)]
+pub struct Outbox(pub Vec<Datagram>);
+
+/// Datagrams ready for the socket, drained by the driver.
+#[derive(Resource, Debug, Default)]
+pub struct Transmits(pub Vec<Datagram>);
+
+/// A reusable buffer that passes write outgoing packets into; each packet is split off
+/// as a frozen `Bytes`, so one allocation serves many packets.
+#[derive(Resource, Debug, Default)]
+pub struct WriteBuffer(pub BytesMut);
+
+/// The address of the shard's own socket.
+#[derive(Resource, Clone, Copy, Debug)]
+pub struct LocalAddr(pub SocketAddr);
+
+/// Why a peer was removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoveReason {
+    /// The caller asked for it.
+    Command,
+    /// No valid check refreshed consent in time (RFC 7675 §5.1).
+    ConsentExpired,
+    /// The controlling agent's checks all went unanswered.
+    IceFailed,
+}
+
+/// Something the shard tells its owner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ShardEvent {
+    /// ICE nominated a path for the peer.
+    IceConnected {
+        /// Which peer.
+        peer: PeerId,
+        /// The peer's address on the nominated path.
+        remote: SocketAddr,
+    },
+    /// The peer and every component it had are gone.
+    PeerRemoved {
+        /// Which peer.
+        peer: PeerId,
+        /// Why.
+        reason: RemoveReason,
+    },
+}
+
+/// Events waiting for the owner.
+#[derive(Resource, Debug, Default)]
+pub struct Events(pub Vec<ShardEvent>);

@@ -1,0 +1,116 @@
+//! Timers as data: a small fixed table per entity, and one shard-wide deadline heap.
+//!
+//! Arming a timer writes the table slot and pushes `(deadline, entity, kind)` onto the
+//! heap. An entry is live only while the slot still holds its deadline, so re-arming or
+//! cancelling never searches the heap: stale entries are discarded when they surface.
+//! Finding the next wake-up and the timers due is O(log n) per entry, never a scan.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use bevy_ecs::prelude::{Component, Entity, Resource};
+
+use crate::time::Time;
+
+/// The kinds of timer an entity can hold; the index of its slot in [`Timers`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum TimerKind {
+    /// Controlling agent: (re)send the connectivity check in flight (RFC 8445 §14.3).
+    IceCheck = 0,
+    /// Controlling agent: send the next consent check (RFC 7675 §5.1).
+    ConsentCheck = 1,
+    /// Consent lapses unless refreshed by then (RFC 7675 §5.1).
+    ConsentExpiry = 2,
+}
+
+impl TimerKind {
+    /// How many kinds there are.
+    pub const COUNT: usize = 3;
+}
+
+/// One entity's timer table.
+#[derive(Component, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timers {
+    deadlines: [Option<Time>; TimerKind::COUNT],
+}
+
+impl Timers {
+    /// The deadline of `kind`, if armed.
+    pub fn get(&self, kind: TimerKind) -> Option<Time> {
+        self.deadlines[kind as usize]
+    }
+
+    /// Disarms `kind`.
+    pub fn cancel(&mut self, kind: TimerKind) {
+        self.deadlines[kind as usize] = None;
+    }
+
+    /// The earliest armed deadline.
+    pub fn earliest(&self) -> Option<Time> {
+        self.deadlines.iter().flatten().min().copied()
+    }
+}
+
+/// The shard's deadline heap.
+#[derive(Resource, Debug, Default)]
+pub struct TimerHeap {
+    heap: BinaryHeap<Reverse<(Time, Entity, TimerKind)>>,
+}
+
+impl TimerHeap {
+    /// Arms `kind` of `entity` (whose table is `timers`) to fire at `at`.
+    pub fn arm(&mut self, timers: &mut Timers, entity: Entity, kind: TimerKind, at: Time) {
+        let slot = &mut timers.deadlines[kind as usize];
+        if *slot == Some(at) {
+            return;
+        }
+        *slot = Some(at);
+        self.heap.push(Reverse((at, entity, kind)));
+    }
+
+    /// Pops the next entry due at or before `now`, live or stale; the caller checks
+    /// liveness with [`TimerHeap::take_if_live`].
+    pub fn pop_due(&mut self, now: Time) -> Option<(Time, Entity, TimerKind)> {
+        match self.heap.peek() {
+            Some(Reverse((at, _, _))) if *at <= now => self.heap.pop().map(|Reverse(e)| e),
+            _ => None,
+        }
+    }
+
+    /// True, and the slot disarmed, when `timers` still holds deadline `at` for `kind`.
+    pub fn take_if_live(timers: &mut Timers, kind: TimerKind, at: Time) -> bool {
+        let slot = &mut timers.deadlines[kind as usize];
+        if *slot == Some(at) {
+            *slot = None;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The earliest entry's deadline (possibly stale: an early wake-up is harmless).
+    pub fn peek(&self) -> Option<Time> {
+        self.heap.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    /// Drops stale entries from the top, given a way to read an entity's current table.
+    pub fn prune(&mut self, mut live: impl FnMut(Entity, TimerKind, Time) -> bool) {
+        while let Some(Reverse((at, e, k))) = self.heap.peek() {
+            if live(*e, *k, *at) {
+                break;
+            }
+            self.heap.pop();
+        }
+    }
+
+    /// Entries in the heap, stale ones included.
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// True when no entry is queued.
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+}

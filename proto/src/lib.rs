@@ -1,0 +1,1 @@
+//! shoal.v1 API (placeholder).

@@ -1,0 +1,611 @@
+//! The `ice` pass: ICE over STUN for both roles.
+//!
+//! The SFU side is an ICE-lite agent (RFC 8445 §2.5): it answers valid Binding
+//! requests, learns the peer's address from them, takes the pair a USE-CANDIDATE
+//! check arrives on as nominated and selected (§7.3.2, §8.2), and drops the peer when
+//! no valid check has refreshed consent for the consent timeout (RFC 7675 §5.1).
+//!
+//! The client side (simulated and benchmark endpoints) is a controlling agent: it
+//! checks each remote candidate in turn with STUN retransmission (RFC 8489 §6.2.1,
+//! RTO no smaller than 500 ms per RFC 8445 §14.3), nominates the first pair that
+//! succeeds by repeating the check with USE-CANDIDATE (§8.1.1), then keeps consent
+//! fresh with a check every 4–6 s (RFC 7675 §5.1).
+//!
+//! Checks that fail authentication (unknown ufrag, bad MESSAGE-INTEGRITY) or carry a
+//! bad FINGERPRINT get no answer: they are counted and dropped, so an off-path sender
+//! learns nothing and cannot use the shard as a reflector.
+
+use std::time::Duration;
+
+use bevy_ecs::prelude::*;
+use bevy_ecs::system::SystemParam;
+use bytes::{Bytes, BytesMut};
+use rand_core::RngCore;
+use shoal_components::net::{Datagram, FiveTuple};
+use shoal_components::peer::{
+    Ice, IceControlling, IceCredentials, IceRole, IceState, MAX_VALID_REMOTES, Peer, PeerIndex,
+    PendingCheck,
+};
+use shoal_components::stats::ShardStats;
+use shoal_components::stun::{self, Class, StunError, StunMessage, StunWriter, TransactionId};
+use shoal_components::tick::{
+    DueTimers, Events, Now, Outbox, RemoveReason, ShardEvent, StunInbox, WriteBuffer,
+};
+use shoal_components::timer::{TimerHeap, TimerKind, Timers};
+
+use crate::shard::{ShardLimits, ShardRng};
+
+/// RFC 7675 §5.1: consent expires 30 s after the last successful check.
+pub const CONSENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// RFC 7675 §5.1: consent checks go out every 5 s on average, randomised over
+/// 0.8–1.2 of that.
+pub const CONSENT_INTERVAL_MIN: Duration = Duration::from_millis(4000);
+/// Upper end of the randomised consent interval.
+pub const CONSENT_INTERVAL_MAX: Duration = Duration::from_millis(6000);
+/// RFC 8445 §14.3: agents MUST NOT use an RTO smaller than 500 ms for checks.
+pub const CHECK_RTO_INITIAL: Duration = Duration::from_millis(500);
+/// The RTO stops doubling here (RFC 8489 §6.2.1 leaves the cap to the usage).
+pub const CHECK_RTO_MAX: Duration = Duration::from_secs(3);
+/// RFC 8489 §6.2.1: Rc, the number of transmissions of one request.
+pub const CHECK_MAX_TRANSMISSIONS: u32 = 7;
+/// The PRIORITY our host candidate announces: RFC 8445 §5.1.2.1 with type
+/// preference 126 (host), local preference 65535, component 1.
+pub const HOST_PRIORITY: u32 = (126 << 24) | (65535 << 8) | (256 - 1);
+/// The SOFTWARE attribute of our responses (RFC 8489 §14.14).
+const SOFTWARE: &str = "shoal";
+
+/// Everything the ice pass touches besides the peer tables.
+#[derive(SystemParam)]
+pub struct IceCtx<'w> {
+    now: Res<'w, Now>,
+    limits: Res<'w, ShardLimits>,
+    index: ResMut<'w, PeerIndex>,
+    heap: ResMut<'w, TimerHeap>,
+    out: ResMut<'w, Outbox>,
+    wbuf: ResMut<'w, WriteBuffer>,
+    stats: ResMut<'w, ShardStats>,
+    events: ResMut<'w, Events>,
+    rng: ResMut<'w, ShardRng>,
+}
+
+type PeerQuery<'w, 's> = Query<
+    'w,
+    's,
+    (
+        Entity,
+        &'static Peer,
+        &'static IceCredentials,
+        &'static mut Ice,
+        &'static mut Timers,
+        Option<&'static mut IceControlling>,
+    ),
+>;
+
+/// The ice pass: STUN in, timers due, STUN out.
+pub fn ice(
+    mut ctx: IceCtx,
+    mut stun_in: ResMut<StunInbox>,
+    due: Res<DueTimers>,
+    mut peers: PeerQuery,
+    mut commands: Commands,
+) {
+    for (owner, d) in stun_in.0.drain(..) {
+        handle_stun(&mut ctx, &mut peers, &mut commands, owner, d);
+    }
+    for &(entity, kind) in &due.0 {
+        handle_timer(&mut ctx, &mut peers, &mut commands, entity, kind);
+    }
+}
+
+fn handle_stun(
+    ctx: &mut IceCtx,
+    peers: &mut PeerQuery,
+    commands: &mut Commands,
+    owner: Option<Entity>,
+    d: Datagram,
+) {
+    let msg = match StunMessage::parse(d.payload.clone()) {
+        Ok(m) => m,
+        Err(StunError::BadFingerprint) => {
+            ctx.stats.stun_bad_fingerprint += 1;
+            return;
+        }
+        Err(_) => {
+            ctx.stats.stun_malformed += 1;
+            return;
+        }
+    };
+    if msg.method() != stun::BINDING {
+        ctx.stats.stun_ignored += 1;
+        return;
+    }
+    match msg.class() {
+        Class::Request => handle_request(ctx, peers, owner, &d, &msg),
+        Class::SuccessResponse | Class::ErrorResponse => {
+            handle_response(ctx, peers, commands, &d, &msg)
+        }
+        // RFC 7675 / RFC 8445 §11: Binding indications are keepalives; nothing to do.
+        Class::Indication => ctx.stats.stun_ignored += 1,
+    }
+}
+
+/// RFC 8445 §7.3 (STUN server procedures), for either role.
+fn handle_request(
+    ctx: &mut IceCtx,
+    peers: &mut PeerQuery,
+    owner: Option<Entity>,
+    d: &Datagram,
+    msg: &StunMessage,
+) {
+    // RFC 8445 §7.3: short-term credentials and FINGERPRINT are mandatory.
+    let (Some(username), true, true) = (
+        msg.username(),
+        msg.has_message_integrity(),
+        msg.has_fingerprint(),
+    ) else {
+        ctx.stats.stun_missing_attributes += 1;
+        return;
+    };
+    // §7.3: the username is valid when the part before the colon is our ufrag.
+    let Some(local_ufrag) = username
+        .iter()
+        .position(|&b| b == b':')
+        .and_then(|colon| std::str::from_utf8(&username[..colon]).ok())
+    else {
+        ctx.stats.stun_unknown_ufrag += 1;
+        return;
+    };
+    let Some(entity) = ctx.index.by_ufrag.get(local_ufrag).copied() else {
+        ctx.stats.stun_unknown_ufrag += 1;
+        return;
+    };
+    // A known path whose owner is someone else is not accepted under a stolen ufrag.
+    if owner.is_some_and(|o| o != entity) {
+        ctx.stats.stun_unknown_ufrag += 1;
+        return;
+    }
+    let Ok((_, peer, creds, mut ice, mut timers, _)) = peers.get_mut(entity) else {
+        ctx.stats.stun_unknown_ufrag += 1;
+        return;
+    };
+    if msg.verify_integrity(creds.local_pwd.as_bytes()).is_err() {
+        ctx.stats.stun_bad_integrity += 1;
+        return;
+    }
+    let key = creds.local_pwd.clone();
+    let tid = msg.transaction_id();
+
+    // RFC 8489 §6.3.1.1: unknown comprehension-required attributes → 420 with
+    // UNKNOWN-ATTRIBUTES, and the request is not otherwise processed.
+    let unknown = msg.unknown_comprehension_required();
+    if !unknown.is_empty() {
+        let payload = write(&mut ctx.wbuf, Class::ErrorResponse, tid, |w| {
+            w.error_code(420, "Unknown Attribute")
+                .unknown_attributes(unknown);
+            w.message_integrity(key.as_bytes()).fingerprint();
+        });
+        ctx.out.0.push(Datagram {
+            local: d.local,
+            remote: d.remote,
+            payload,
+        });
+        ctx.stats.stun_error_responses += 1;
+        return;
+    }
+
+    // §7.3.1.2: the mapped address is the request's source transport address.
+    let payload = write(&mut ctx.wbuf, Class::SuccessResponse, tid, |w| {
+        w.xor_mapped_address(d.remote).software(SOFTWARE);
+        w.message_integrity(key.as_bytes()).fingerprint();
+    });
+    ctx.out.0.push(Datagram {
+        local: d.local,
+        remote: d.remote,
+        payload,
+    });
+    ctx.stats.ice_checks_answered += 1;
+
+    if ice.role != IceRole::Lite {
+        // A controlling client answers its peer's checks but nominates by itself.
+        return;
+    }
+    let path = d.five_tuple();
+    ice.consent_at = ctx.now.0;
+    remember_valid(&mut ice, &mut ctx.index, entity, path);
+    // §7.3.2 / §8.2: a USE-CANDIDATE check makes its pair nominated and selected. A
+    // later nomination on another path (renomination after a network change) moves
+    // the selection there.
+    if msg.use_candidate() && ice.selected != Some(path) {
+        ice.selected = Some(path);
+        ice.state = IceState::Connected;
+        ctx.events.0.push(ShardEvent::IceConnected {
+            peer: peer.id,
+            remote: path.remote,
+        });
+    }
+    // Consent is re-armed lazily: the expiry timer, when it fires, looks at
+    // `consent_at` and re-arms itself if consent was refreshed meanwhile.
+    if timers.get(TimerKind::ConsentExpiry).is_none() {
+        let at = ctx.now.0 + ctx.limits.consent_timeout;
+        ctx.heap
+            .arm(&mut timers, entity, TimerKind::ConsentExpiry, at);
+    }
+}
+
+/// Adds `path` to the peer's validated paths (bounded; the oldest unselected one
+/// makes room) and to the shard's path index.
+fn remember_valid(ice: &mut Ice, index: &mut PeerIndex, entity: Entity, path: FiveTuple) {
+    if ice.valid.contains(&path) {
+        return;
+    }
+    if ice.valid.len() >= MAX_VALID_REMOTES {
+        let selected = ice.selected;
+        if let Some(pos) = ice.valid.iter().position(|p| Some(*p) != selected) {
+            let old = ice.valid.remove(pos);
+            index.by_path.remove(&old);
+        }
+    }
+    ice.valid.push(path);
+    index.by_path.insert(path, entity);
+}
+
+/// Responses to checks a controlling agent sent (RFC 8445 §7.2.5).
+fn handle_response(
+    ctx: &mut IceCtx,
+    peers: &mut PeerQuery,
+    commands: &mut Commands,
+    d: &Datagram,
+    msg: &StunMessage,
+) {
+    let tid = msg.transaction_id().0;
+    let Some(entity) = ctx.index.by_transaction.get(&tid).copied() else {
+        ctx.stats.stun_ignored += 1;
+        return;
+    };
+    let Ok((_, peer, creds, mut ice, mut timers, Some(mut ctl))) = peers.get_mut(entity) else {
+        ctx.stats.stun_ignored += 1;
+        return;
+    };
+    // RFC 8445 §7.2.5.1 / RFC 8489 §9.1.4: the response is authenticated with the
+    // password the request was signed with, the peer's.
+    if !msg.has_message_integrity() || msg.verify_integrity(creds.remote_pwd.as_bytes()).is_err() {
+        ctx.stats.stun_bad_integrity += 1;
+        return;
+    }
+    ctx.index.by_transaction.remove(&tid);
+    let path = d.five_tuple();
+
+    if ctl.consent_tid == Some(tid) {
+        ctl.consent_tid = None;
+        if msg.class() == Class::SuccessResponse && ice.selected == Some(path) {
+            ice.consent_at = ctx.now.0; // RFC 7675 §5.1
+        }
+        return;
+    }
+    let Some(pending) = ctl.pending.filter(|p| p.tid == tid) else {
+        ctx.stats.stun_ignored += 1;
+        return;
+    };
+    // §7.2.5.2.1: a response from another address than the request went to is a
+    // failure (non-symmetric transport addresses).
+    if pending.path != path || msg.class() == Class::ErrorResponse {
+        ctl.pending = None;
+        next_candidate(
+            ctx,
+            commands,
+            entity,
+            peer,
+            creds,
+            &mut ice,
+            &mut timers,
+            &mut ctl,
+        );
+        return;
+    }
+    remember_valid(&mut ice, &mut ctx.index, entity, path);
+    ice.consent_at = ctx.now.0;
+    if !pending.nominate {
+        // §8.1.1: nominate the valid pair by repeating its check with USE-CANDIDATE.
+        let check = new_check(ctx, entity, path, true);
+        send_check(ctx, creds, &ice, &ctl, &check);
+        ctl.pending = Some(check);
+        let at = ctx.now.0 + CHECK_RTO_INITIAL;
+        ctx.heap.arm(&mut timers, entity, TimerKind::IceCheck, at);
+        return;
+    }
+    ctl.pending = None;
+    timers.cancel(TimerKind::IceCheck);
+    if ice.selected != Some(path) {
+        ice.selected = Some(path);
+        ice.state = IceState::Connected;
+        ctx.events.0.push(ShardEvent::IceConnected {
+            peer: peer.id,
+            remote: path.remote,
+        });
+    }
+    let next = ctx.now.0 + consent_interval(&mut ctx.rng);
+    ctx.heap
+        .arm(&mut timers, entity, TimerKind::ConsentCheck, next);
+    let expiry = ctx.now.0 + ctx.limits.consent_timeout;
+    ctx.heap
+        .arm(&mut timers, entity, TimerKind::ConsentExpiry, expiry);
+}
+
+fn handle_timer(
+    ctx: &mut IceCtx,
+    peers: &mut PeerQuery,
+    commands: &mut Commands,
+    entity: Entity,
+    kind: TimerKind,
+) {
+    let Ok((_, peer, creds, mut ice, mut timers, ctl)) = peers.get_mut(entity) else {
+        return;
+    };
+    match kind {
+        TimerKind::ConsentExpiry => {
+            let expires = ice.consent_at + ctx.limits.consent_timeout;
+            if ctx.now.0 >= expires {
+                ctx.stats.consent_expired += 1;
+                remove_peer(
+                    ctx,
+                    commands,
+                    entity,
+                    peer,
+                    creds,
+                    &mut ice,
+                    ctl.as_deref(),
+                    RemoveReason::ConsentExpired,
+                );
+            } else {
+                ctx.heap
+                    .arm(&mut timers, entity, TimerKind::ConsentExpiry, expires);
+            }
+        }
+        TimerKind::IceCheck => {
+            let Some(mut ctl) = ctl else { return };
+            match ctl.pending {
+                None => {
+                    let Some(&remote) = ctl.remote_candidates.get(ctl.next_candidate) else {
+                        return;
+                    };
+                    let path = FiveTuple {
+                        local: ctl.local,
+                        remote,
+                    };
+                    let check = new_check(ctx, entity, path, false);
+                    send_check(ctx, creds, &ice, &ctl, &check);
+                    ctl.pending = Some(check);
+                    let at = ctx.now.0 + CHECK_RTO_INITIAL;
+                    ctx.heap.arm(&mut timers, entity, TimerKind::IceCheck, at);
+                }
+                Some(mut check) if check.transmissions < CHECK_MAX_TRANSMISSIONS => {
+                    // RFC 8489 §6.2.1: retransmit with the RTO doubled each time.
+                    check.transmissions += 1;
+                    check.sent_at = ctx.now.0;
+                    send_check(ctx, creds, &ice, &ctl, &check);
+                    ctl.pending = Some(check);
+                    let at = ctx.now.0 + rto(check.transmissions);
+                    ctx.heap.arm(&mut timers, entity, TimerKind::IceCheck, at);
+                }
+                Some(check) => {
+                    ctx.index.by_transaction.remove(&check.tid);
+                    ctl.pending = None;
+                    next_candidate(
+                        ctx,
+                        commands,
+                        entity,
+                        peer,
+                        creds,
+                        &mut ice,
+                        &mut timers,
+                        &mut ctl,
+                    );
+                }
+            }
+        }
+        TimerKind::ConsentCheck => {
+            let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
+                return;
+            };
+            if let Some(old) = ctl.consent_tid.take() {
+                ctx.index.by_transaction.remove(&old);
+            }
+            let check = new_check(ctx, entity, path, false);
+            send_check(ctx, creds, &ice, &ctl, &check);
+            ctl.consent_tid = Some(check.tid);
+            let next = ctx.now.0 + consent_interval(&mut ctx.rng);
+            ctx.heap
+                .arm(&mut timers, entity, TimerKind::ConsentCheck, next);
+        }
+    }
+}
+
+/// Moves a controlling agent to its next remote candidate, or fails it.
+fn next_candidate(
+    ctx: &mut IceCtx,
+    commands: &mut Commands,
+    entity: Entity,
+    peer: &Peer,
+    creds: &IceCredentials,
+    ice: &mut Ice,
+    timers: &mut Timers,
+    ctl: &mut IceControlling,
+) {
+    if ice.state == IceState::Connected {
+        return; // a late failure of a superseded check changes nothing
+    }
+    ctl.next_candidate += 1;
+    if ctl.next_candidate < ctl.remote_candidates.len() {
+        let now = ctx.now.0;
+        ctx.heap.arm(timers, entity, TimerKind::IceCheck, now);
+    } else {
+        remove_peer(
+            ctx,
+            commands,
+            entity,
+            peer,
+            creds,
+            ice,
+            Some(ctl),
+            RemoveReason::IceFailed,
+        );
+    }
+}
+
+fn new_check(ctx: &mut IceCtx, entity: Entity, path: FiveTuple, nominate: bool) -> PendingCheck {
+    let tid = ctx.rng.transaction_id();
+    ctx.index.by_transaction.insert(tid, entity);
+    PendingCheck {
+        tid,
+        path,
+        nominate,
+        transmissions: 1,
+        sent_at: ctx.now.0,
+    }
+}
+
+/// RFC 8445 §7.2.2: USERNAME is "remote-ufrag:local-ufrag", signed with the remote
+/// password; PRIORITY, ICE-CONTROLLING and, when nominating, USE-CANDIDATE.
+fn send_check(
+    ctx: &mut IceCtx,
+    creds: &IceCredentials,
+    ice: &Ice,
+    ctl: &IceControlling,
+    check: &PendingCheck,
+) {
+    let mut username = [0u8; 513];
+    let r = creds.remote_ufrag.as_bytes();
+    let l = creds.local_ufrag.as_bytes();
+    let len = r.len() + 1 + l.len();
+    if len > username.len() {
+        return; // credentials are validated at add time; unreachable in practice
+    }
+    username[..r.len()].copy_from_slice(r);
+    username[r.len()] = b':';
+    username[r.len() + 1..len].copy_from_slice(l);
+    let payload = write(
+        &mut ctx.wbuf,
+        Class::Request,
+        TransactionId(check.tid),
+        |w| {
+            w.username(&username[..len])
+                .priority(ctl.priority)
+                .ice_controlling(ice.tie_breaker);
+            if check.nominate {
+                w.use_candidate();
+            }
+            w.message_integrity(creds.remote_pwd.as_bytes())
+                .fingerprint();
+        },
+    );
+    ctx.out.0.push(Datagram {
+        local: check.path.local,
+        remote: check.path.remote,
+        payload,
+    });
+}
+
+/// Removes a peer from inside a pass: index entries now, the entity when the
+/// pass's commands apply.
+fn remove_peer(
+    ctx: &mut IceCtx,
+    commands: &mut Commands,
+    entity: Entity,
+    peer: &Peer,
+    creds: &IceCredentials,
+    ice: &mut Ice,
+    ctl: Option<&IceControlling>,
+    reason: RemoveReason,
+) {
+    if ice.state == IceState::Failed {
+        return;
+    }
+    ice.state = IceState::Failed;
+    unindex(&mut ctx.index, peer, ice, ctl);
+    ctx.index.by_ufrag.remove(&creds.local_ufrag);
+    commands.entity(entity).despawn();
+    ctx.events.0.push(ShardEvent::PeerRemoved {
+        peer: peer.id,
+        reason,
+    });
+}
+
+fn unindex(index: &mut PeerIndex, peer: &Peer, ice: &Ice, ctl: Option<&IceControlling>) {
+    index.by_id.remove(&peer.id);
+    for p in &ice.valid {
+        index.by_path.remove(p);
+    }
+    if let Some(ctl) = ctl {
+        if let Some(p) = ctl.pending {
+            index.by_transaction.remove(&p.tid);
+        }
+        if let Some(t) = ctl.consent_tid {
+            index.by_transaction.remove(&t);
+        }
+    }
+}
+
+/// Removes a peer outside the schedule (a command), at once.
+pub fn remove_peer_now(world: &mut World, entity: Entity, reason: RemoveReason) {
+    let Some(peer) = world.get::<Peer>(entity).copied() else {
+        return;
+    };
+    let ice = world.get::<Ice>(entity).cloned();
+    let ctl = world.get::<IceControlling>(entity).cloned();
+    let ufrag = world
+        .get::<IceCredentials>(entity)
+        .map(|c| c.local_ufrag.clone());
+    {
+        let mut index = world.resource_mut::<PeerIndex>();
+        if let Some(ice) = &ice {
+            unindex(&mut index, &peer, ice, ctl.as_ref());
+        } else {
+            index.by_id.remove(&peer.id);
+        }
+        if let Some(u) = ufrag {
+            index.by_ufrag.remove(&u);
+        }
+    }
+    world.despawn(entity);
+    world
+        .resource_mut::<Events>()
+        .0
+        .push(ShardEvent::PeerRemoved {
+            peer: peer.id,
+            reason,
+        });
+}
+
+fn rto(transmissions: u32) -> Duration {
+    let doublings = transmissions.saturating_sub(1).min(16);
+    CHECK_RTO_INITIAL
+        .saturating_mul(1 << doublings)
+        .min(CHECK_RTO_MAX)
+}
+
+fn consent_interval(rng: &mut ShardRng) -> Duration {
+    let span = (CONSENT_INTERVAL_MAX - CONSENT_INTERVAL_MIN).as_micros() as u64;
+    let jitter = rng.0.next_u64() % span.max(1);
+    CONSENT_INTERVAL_MIN + Duration::from_micros(jitter)
+}
+
+/// Writes one STUN message into the shared write buffer and splits it off.
+fn write(
+    wbuf: &mut WriteBuffer,
+    class: Class,
+    tid: TransactionId,
+    f: impl FnOnce(&mut StunWriter<'_>),
+) -> Bytes {
+    const CHUNK: usize = 64 * 1024;
+    if wbuf.0.capacity() < 1500 {
+        wbuf.0.reserve(CHUNK);
+    }
+    let mut w = StunWriter::new(&mut wbuf.0, class, stun::BINDING, tid);
+    f(&mut w);
+    w.finish();
+    split(&mut wbuf.0)
+}
+
+fn split(buf: &mut BytesMut) -> Bytes {
+    buf.split().freeze()
+}

@@ -1,0 +1,394 @@
+//! The `Shard`: one World and one Schedule behind a sans-I/O surface.
+//!
+//! Input: [`Shard::handle_datagrams`] (a batch and the time), [`Shard::handle_timeout`]
+//! and [`Shard::command`]. Output: [`Shard::poll_transmit`], [`Shard::poll_timeout`] and
+//! [`Shard::poll_event`]. A shard never reads a clock or a socket, so the mio driver and
+//! the simulator drive it identically, and the same inputs give the same outputs.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bevy_ecs::prelude::*;
+use bevy_ecs::schedule::{ScheduleLabel, SingleThreadedExecutor};
+use rand_chacha::ChaCha12Rng;
+use rand_core::{RngCore, SeedableRng};
+use shoal_components::net::Datagram;
+use shoal_components::peer::{
+    Ice, IceControlling, IceCredentials, IceRole, IceState, Peer, PeerId, PeerIndex,
+};
+use shoal_components::stats::ShardStats;
+use shoal_components::tick::{
+    DueTimers, Events, Inbox, LocalAddr, Now, Outbox, RemoveReason, ShardEvent, StunInbox,
+    Transmits, WriteBuffer,
+};
+use shoal_components::time::Time;
+use shoal_components::timer::{TimerHeap, TimerKind, Timers};
+
+use crate::pass::Pass;
+use crate::{egress, ice, ingest, timers};
+
+/// The schedule label of a shard tick.
+#[derive(ScheduleLabel, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Tick;
+
+/// How a shard is set up.
+#[derive(Clone, Debug)]
+pub struct ShardConfig {
+    /// The address of the shard's UDP socket: the source of everything it sends.
+    pub local_addr: SocketAddr,
+    /// Seed of the shard's random generator (transaction ids, tie-breakers). The
+    /// simulator passes a fixed seed; the server a random one.
+    pub seed: u64,
+    /// Datagrams accepted per tick; the rest are dropped and counted.
+    pub max_datagrams_per_tick: usize,
+    /// Peers this shard will hold at once.
+    pub max_peers: usize,
+    /// Consent lapses after this long without a valid check (RFC 7675 §5.1: 30 s).
+    pub consent_timeout: Duration,
+}
+
+impl ShardConfig {
+    /// Defaults for a shard whose socket is `local_addr`.
+    pub fn new(local_addr: SocketAddr, seed: u64) -> ShardConfig {
+        ShardConfig {
+            local_addr,
+            seed,
+            max_datagrams_per_tick: 1024,
+            max_peers: 10_000,
+            consent_timeout: ice::CONSENT_TIMEOUT,
+        }
+    }
+}
+
+/// A peer to add: its id, role and the ICE credentials of both ends from signalling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerSpec {
+    /// The caller's name for the peer, unique in the shard.
+    pub id: PeerId,
+    /// Lite for the SFU side, controlling for a client endpoint.
+    pub role: IceRole,
+    /// Both ends' ufrags and passwords.
+    pub credentials: IceCredentials,
+    /// Controlling role only: where to send checks, in priority order.
+    pub remote_candidates: Vec<SocketAddr>,
+}
+
+/// What the owner of a shard can ask of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Create a peer entity.
+    AddPeer(PeerSpec),
+    /// Remove a peer and everything it had.
+    RemovePeer(PeerId),
+}
+
+/// Why a command was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CommandError {
+    /// A peer with this id exists already.
+    #[error("peer {0:?} exists already")]
+    DuplicatePeer(PeerId),
+    /// Another peer already answers to this local ufrag.
+    #[error("local ufrag {0:?} is in use")]
+    DuplicateUfrag(String),
+    /// No such peer.
+    #[error("no peer {0:?}")]
+    UnknownPeer(PeerId),
+    /// The shard holds `max_peers` already.
+    #[error("shard is full ({0} peers)")]
+    Full(usize),
+    /// A ufrag or password breaks RFC 8839 §5.4's length rules.
+    #[error("invalid ICE credential: {0}")]
+    InvalidCredential(&'static str),
+    /// A controlling peer needs at least one remote candidate.
+    #[error("a controlling peer needs a remote candidate")]
+    NoCandidate,
+}
+
+/// The shard's random generator: ChaCha, so ids are unpredictable off the wire yet
+/// reproducible from a seed in simulation.
+#[derive(Resource)]
+pub struct ShardRng(pub ChaCha12Rng);
+
+impl ShardRng {
+    /// 12 random bytes for a STUN transaction id.
+    pub fn transaction_id(&mut self) -> [u8; 12] {
+        let mut id = [0u8; 12];
+        self.0.fill_bytes(&mut id);
+        id
+    }
+}
+
+/// Configuration the passes read.
+#[derive(Resource, Clone, Debug)]
+pub struct ShardLimits {
+    /// See [`ShardConfig::consent_timeout`].
+    pub consent_timeout: Duration,
+}
+
+/// One shard: a World of peers and a Schedule of passes.
+pub struct Shard {
+    world: World,
+    schedule: Schedule,
+    config: ShardConfig,
+    events: VecDeque<ShardEvent>,
+}
+
+impl Shard {
+    /// A shard with no peers.
+    pub fn new(config: ShardConfig) -> Shard {
+        let mut world = World::new();
+        world.insert_resource(Now(Time::ZERO));
+        world.insert_resource(LocalAddr(config.local_addr));
+        world.insert_resource(ShardRng(ChaCha12Rng::seed_from_u64(config.seed)));
+        world.insert_resource(ShardLimits {
+            consent_timeout: config.consent_timeout,
+        });
+        world.init_resource::<ShardStats>();
+        world.init_resource::<PeerIndex>();
+        world.init_resource::<TimerHeap>();
+        world.init_resource::<Inbox>();
+        world.init_resource::<StunInbox>();
+        world.init_resource::<DueTimers>();
+        world.init_resource::<Outbox>();
+        world.init_resource::<Transmits>();
+        world.init_resource::<WriteBuffer>();
+        world.init_resource::<Events>();
+
+        let mut schedule = Schedule::new(Tick);
+        schedule.set_executor(SingleThreadedExecutor::new());
+        schedule.configure_sets(
+            (
+                Pass::Ingest,
+                Pass::Ice,
+                Pass::Dtls,
+                Pass::SrtpIn,
+                Pass::Sctp,
+                Pass::DataChannel,
+                Pass::Media,
+                Pass::SackBatch,
+                Pass::SctpTx,
+                Pass::Egress,
+                Pass::Timers,
+            )
+                .chain(),
+        );
+        schedule.add_systems((
+            ingest::ingest.in_set(Pass::Ingest),
+            ice::ice.in_set(Pass::Ice),
+            egress::egress.in_set(Pass::Egress),
+            timers::timers.in_set(Pass::Timers),
+        ));
+        Shard {
+            world,
+            schedule,
+            config,
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The address of the shard's socket.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.config.local_addr
+    }
+
+    /// Feeds a batch of datagrams that arrived by `now` and runs one tick over them.
+    /// Past `max_datagrams_per_tick` datagrams are dropped and counted.
+    pub fn handle_datagrams(&mut self, now: Time, datagrams: impl IntoIterator<Item = Datagram>) {
+        let limit = self.config.max_datagrams_per_tick;
+        let mut over = 0u64;
+        let mut fed = 0u64;
+        {
+            let mut inbox = self.world.resource_mut::<Inbox>();
+            for d in datagrams {
+                if inbox.0.len() < limit {
+                    inbox.0.push(d);
+                    fed += 1;
+                } else {
+                    over += 1;
+                }
+            }
+        }
+        let mut stats = self.world.resource_mut::<ShardStats>();
+        stats.datagrams_in += fed;
+        stats.dropped_over_batch_limit += over;
+        self.tick(now);
+    }
+
+    /// Runs one tick with no new datagrams: timers due by `now` fire.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.tick(now);
+    }
+
+    fn tick(&mut self, now: Time) {
+        // Time never runs backwards inside a shard, whatever the caller's clock does.
+        let mut cur = self.world.resource_mut::<Now>();
+        if now > cur.0 {
+            cur.0 = now;
+        }
+        self.schedule.run(&mut self.world);
+        self.collect_events();
+    }
+
+    fn collect_events(&mut self) {
+        let mut ev = self.world.resource_mut::<Events>();
+        self.events.extend(ev.0.drain(..));
+    }
+
+    /// Applies a command at `now`. Work it starts (a client's first check) happens in
+    /// the next tick, which [`Shard::poll_timeout`] asks for.
+    pub fn command(&mut self, now: Time, command: Command) -> Result<(), CommandError> {
+        let mut cur = self.world.resource_mut::<Now>();
+        if now > cur.0 {
+            cur.0 = now;
+        }
+        let now = cur.0;
+        match command {
+            Command::AddPeer(spec) => self.add_peer(now, spec),
+            Command::RemovePeer(id) => {
+                let entity = self
+                    .world
+                    .resource::<PeerIndex>()
+                    .by_id
+                    .get(&id)
+                    .copied()
+                    .ok_or(CommandError::UnknownPeer(id))?;
+                ice::remove_peer_now(&mut self.world, entity, RemoveReason::Command);
+                self.collect_events();
+                Ok(())
+            }
+        }
+    }
+
+    fn add_peer(&mut self, now: Time, spec: PeerSpec) -> Result<(), CommandError> {
+        validate_credentials(&spec.credentials)?;
+        let index = self.world.resource::<PeerIndex>();
+        if index.by_id.contains_key(&spec.id) {
+            return Err(CommandError::DuplicatePeer(spec.id));
+        }
+        if index.by_ufrag.contains_key(&spec.credentials.local_ufrag) {
+            return Err(CommandError::DuplicateUfrag(spec.credentials.local_ufrag));
+        }
+        if index.by_id.len() >= self.config.max_peers {
+            return Err(CommandError::Full(self.config.max_peers));
+        }
+        if spec.role == IceRole::Controlling && spec.remote_candidates.is_empty() {
+            return Err(CommandError::NoCandidate);
+        }
+        let tie_breaker = self.world.resource_mut::<ShardRng>().0.next_u64();
+        let ice = Ice {
+            role: spec.role,
+            state: IceState::Checking,
+            tie_breaker,
+            selected: None,
+            valid: Vec::new(),
+            consent_at: now,
+        };
+        let ufrag = spec.credentials.local_ufrag.clone();
+        let mut timers = Timers::default();
+        let entity = match spec.role {
+            IceRole::Lite => self
+                .world
+                .spawn((Peer { id: spec.id }, spec.credentials, ice, timers))
+                .id(),
+            IceRole::Controlling => {
+                let ctl = IceControlling {
+                    local: self.config.local_addr,
+                    remote_candidates: spec.remote_candidates,
+                    next_candidate: 0,
+                    pending: None,
+                    consent_tid: None,
+                    priority: ice::HOST_PRIORITY,
+                };
+                self.world
+                    .spawn((Peer { id: spec.id }, spec.credentials, ice, timers, ctl))
+                    .id()
+            }
+        };
+        // Both roles lose the peer if nothing valid arrives within the consent timeout;
+        // the controlling side also starts checking at once.
+        let expiry = now + self.config.consent_timeout;
+        let mut heap = self.world.resource_mut::<TimerHeap>();
+        heap.arm(&mut timers, entity, TimerKind::ConsentExpiry, expiry);
+        if spec.role == IceRole::Controlling {
+            heap.arm(&mut timers, entity, TimerKind::IceCheck, now);
+        }
+        if let Some(mut t) = self.world.get_mut::<Timers>(entity) {
+            *t = timers;
+        }
+        let mut index = self.world.resource_mut::<PeerIndex>();
+        index.by_id.insert(spec.id, entity);
+        index.by_ufrag.insert(ufrag, entity);
+        Ok(())
+    }
+
+    /// Moves every datagram ready to send into `out` (appending; the caller owns and
+    /// reuses the batch).
+    pub fn poll_transmit(&mut self, out: &mut Vec<Datagram>) {
+        let mut tx = self.world.resource_mut::<Transmits>();
+        out.append(&mut tx.0);
+    }
+
+    /// When the shard next wants [`Shard::handle_timeout`]; `None` when it has nothing
+    /// scheduled. Waking early is harmless.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.world.resource::<TimerHeap>().peek()
+    }
+
+    /// The next event for the owner, oldest first.
+    pub fn poll_event(&mut self) -> Option<ShardEvent> {
+        self.events.pop_front()
+    }
+
+    /// What the shard counted.
+    pub fn stats(&self) -> &ShardStats {
+        self.world.resource::<ShardStats>()
+    }
+
+    /// The ICE state of a peer, if it exists.
+    pub fn ice_state(&self, id: PeerId) -> Option<IceState> {
+        let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
+        self.world.get::<Ice>(entity).map(|ice| ice.state)
+    }
+
+    /// The peer's address on its nominated path, if it has one.
+    pub fn selected_remote(&self, id: PeerId) -> Option<SocketAddr> {
+        let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
+        self.world.get::<Ice>(entity)?.selected.map(|p| p.remote)
+    }
+
+    /// How many peers the shard holds.
+    pub fn peer_count(&self) -> usize {
+        self.world.resource::<PeerIndex>().by_id.len()
+    }
+
+    /// The shard's current time (the latest it was given).
+    pub fn now(&self) -> Time {
+        self.world.resource::<Now>().0
+    }
+}
+
+/// RFC 8839 §5.4: ice-ufrag is 4 to 256 ice-chars, ice-pwd 22 to 256.
+fn validate_credentials(c: &IceCredentials) -> Result<(), CommandError> {
+    fn ice_chars(s: &str) -> bool {
+        // ice-char = ALPHA / DIGIT / "+" / "/"
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+    }
+    for ufrag in [&c.local_ufrag, &c.remote_ufrag] {
+        if !(4..=256).contains(&ufrag.len()) || !ice_chars(ufrag) {
+            return Err(CommandError::InvalidCredential(
+                "ufrag must be 4-256 ice-chars",
+            ));
+        }
+    }
+    for pwd in [&c.local_pwd, &c.remote_pwd] {
+        if !(22..=256).contains(&pwd.len()) || !ice_chars(pwd) {
+            return Err(CommandError::InvalidCredential(
+                "password must be 22-256 ice-chars",
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! Two shards wired back to back with no loss: a controlling client connects to an
+//! ICE-lite server, and the server answers nothing that fails authentication.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use shoal_components::net::Datagram;
+use shoal_components::peer::{IceCredentials, IceRole, IceState, PeerId};
+use shoal_components::tick::ShardEvent;
+use shoal_components::time::Time;
+use shoal_systems::{Command, PeerSpec, Shard, ShardConfig};
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn creds(flip: bool) -> IceCredentials {
+    let (a, b) = (
+        ("srvA", "serverpassword0123456789"),
+        ("cliB", "clientpassword0123456789"),
+    );
+    let (l, r) = if flip { (b, a) } else { (a, b) };
+    IceCredentials {
+        local_ufrag: l.0.into(),
+        local_pwd: l.1.into(),
+        remote_ufrag: r.0.into(),
+        remote_pwd: r.1.into(),
+    }
+}
+
+/// Moves every datagram between the two shards until both are idle or `until`.
+fn pump(server: &mut Shard, client: &mut Shard, mut now: Time, until: Time) -> Time {
+    let mut buf = Vec::new();
+    let step = Duration::from_millis(10);
+    while now < until {
+        now = now + step;
+        client.handle_timeout(now);
+        server.handle_timeout(now);
+        for _ in 0..4 {
+            buf.clear();
+            client.poll_transmit(&mut buf);
+            let to_server: Vec<_> = buf
+                .drain(..)
+                .map(|d| Datagram {
+                    local: d.remote,
+                    remote: d.local,
+                    payload: d.payload,
+                })
+                .collect();
+            server.handle_datagrams(now, to_server);
+            server.poll_transmit(&mut buf);
+            let to_client: Vec<_> = buf
+                .drain(..)
+                .map(|d| Datagram {
+                    local: d.remote,
+                    remote: d.local,
+                    payload: d.payload,
+                })
+                .collect();
+            client.handle_datagrams(now, to_client);
+        }
+    }
+    now
+}
+
+#[test]
+fn controlling_client_connects_to_lite_server() {
+    let s_addr = addr("10.0.0.1:7100");
+    let c_addr = addr("10.0.0.2:50000");
+    let mut server = Shard::new(ShardConfig::new(s_addr, 1));
+    let mut client = Shard::new(ShardConfig::new(c_addr, 2));
+    let id = PeerId(7);
+    server
+        .command(
+            Time::ZERO,
+            Command::AddPeer(PeerSpec {
+                id,
+                role: IceRole::Lite,
+                credentials: creds(false),
+                remote_candidates: vec![],
+            }),
+        )
+        .unwrap();
+    client
+        .command(
+            Time::ZERO,
+            Command::AddPeer(PeerSpec {
+                id,
+                role: IceRole::Controlling,
+                credentials: creds(true),
+                remote_candidates: vec![s_addr],
+            }),
+        )
+        .unwrap();
+    let now = pump(&mut server, &mut client, Time::ZERO, Time::from_millis(200));
+    assert_eq!(server.ice_state(id), Some(IceState::Connected));
+    assert_eq!(client.ice_state(id), Some(IceState::Connected));
+    assert_eq!(server.selected_remote(id), Some(c_addr));
+    assert_eq!(client.selected_remote(id), Some(s_addr));
+    assert_eq!(
+        server.poll_event(),
+        Some(ShardEvent::IceConnected {
+            peer: id,
+            remote: c_addr
+        })
+    );
+    // Consent checks keep both sides alive well past the 30 s timeout.
+    let now = pump(&mut server, &mut client, now, now + Duration::from_secs(65));
+    assert_eq!(server.ice_state(id), Some(IceState::Connected));
+    assert!(server.stats().ice_checks_answered >= 2 + 10);
+    // Silence: the server drops the peer once 30 s pass without a check.
+    let mut t = now;
+    let mut removed_at = None;
+    while t < now + Duration::from_secs(40) {
+        t = t + Duration::from_millis(100);
+        server.handle_timeout(t);
+        if let Some(ShardEvent::PeerRemoved { .. }) = server.poll_event() {
+            removed_at = Some(t);
+            break;
+        }
+    }
+    let removed_at = removed_at.expect("consent expiry removes the peer");
+    assert!(removed_at.saturating_since(now) >= Duration::from_secs(24));
+    assert_eq!(server.ice_state(id), None);
+    assert_eq!(server.peer_count(), 0);
+    assert_eq!(server.stats().consent_expired, 1);
+}

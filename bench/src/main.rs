@@ -1,2 +1,37 @@
-//! shoal benchmarks.
-fn main() {}
+//! shoal's benchmarks, one subcommand each.
+//!
+//! `shoal-bench ice`: connectivity checks answered per second by one shard holding
+//! many ICE-lite peers, fed in driver-sized batches. It measures the whole tick
+//! (ingest demux, ufrag lookup, MESSAGE-INTEGRITY verification, response with
+//! integrity and fingerprint, egress), and shows whether the per-check cost stays flat
+//! as the number of peers grows (lookups are by hash, never by scan).
+
+mod ice;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("ice") => ice::run(&args[1..]),
+        _ => {
+            eprintln!(
+                "usage: shoal-bench <benchmark> [options]\n\n\
+                 benchmarks:\n  \
+                 ice [--peers N] [--checks N] [--batch N]   STUN checks answered per second by one shard"
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Reads `--name value` from `args`, or `default`.
+pub(crate) fn opt(args: &[String], name: &str, default: u64) -> Result<u64, String> {
+    match args.iter().position(|a| a == name) {
+        None => Ok(default),
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("{name} needs a number")),
+    }
+}

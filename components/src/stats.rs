@@ -29,6 +29,8 @@ pub struct ShardStats {
     pub stun_ignored: u64,
     /// Datagrams of a known class from an address no peer owns.
     pub dropped_unknown_source: u64,
+    /// Datagrams on a validated path for a protocol this shard does not run.
+    pub dropped_unhandled_protocol: u64,
     /// Valid ICE connectivity checks answered.
     pub ice_checks_answered: u64,
     /// Peers removed because consent expired (RFC 7675).

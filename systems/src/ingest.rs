@@ -31,9 +31,12 @@ pub fn ingest(
                 stun.0.push((owner, d));
             }
             PacketClass::Dtls | PacketClass::Rtp => {
-                // Nothing above ICE is registered yet: a known path is counted, an
-                // unknown one is not ours. Later passes take these.
-                if !index.by_path.contains_key(&d.five_tuple()) {
+                // Only validated paths may carry DTLS or media (RFC 8445 §11: data
+                // flows on the selected pair). The passes for these protocols take
+                // them from their own work lists once they exist.
+                if index.by_path.contains_key(&d.five_tuple()) {
+                    stats.dropped_unhandled_protocol += 1;
+                } else {
                     stats.dropped_unknown_source += 1;
                 }
             }

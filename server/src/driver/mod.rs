@@ -1,0 +1,466 @@
+//! The mio driver: the only place where shards meet sockets and clocks.
+//!
+//! Thread-per-core: each shard runs on its own thread (`shoal-shard-{i}`) and owns
+//! everything it touches there: a mio `Poll`, one non-blocking UDP socket on its own
+//! port (so signalling pins a connection to a shard by the candidate it hands out), a
+//! `Waker`, the receiving end of its command channel and the sans-I/O [`Shard`]
+//! itself. Nothing is shared between shards, so there are no locks on the packet path
+//! and a shard's tables stay in its core's cache. Everything else talks to a shard by
+//! message: a [`ShardCommand`] over a crossbeam channel, followed by a wake-up.
+//!
+//! The loop of a shard thread (see `shard_loop`): wait for the socket, a command or
+//! the shard's next deadline; read up to `max_datagrams_per_tick` datagrams into one
+//! batch and run one tick over it; fire due timers; apply commands; send what the
+//! shard produced and log its events.
+//!
+//! [`Shard`]: shoal_systems::Shard
+
+mod shard_loop;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+use mio::net::UdpSocket;
+use mio::{Interest, Poll, Waker};
+use ring::rand::SystemRandom;
+use shoal_components::peer::PeerId;
+use shoal_components::stats::ShardStats;
+use shoal_systems::{CommandError, PeerSpec, Shard, ShardConfig};
+
+use crate::config::Config;
+
+/// Commands queued for one shard before senders block (the control plane's back-pressure).
+pub const COMMAND_QUEUE_LEN: usize = 1024;
+
+/// A message to a shard thread. Replies travel back on the sender each command carries.
+#[derive(Debug)]
+pub enum ShardCommand {
+    /// Adds a peer; the shard's verdict is sent back.
+    AddPeer(PeerSpec, Sender<Result<(), CommandError>>),
+    /// Removes a peer; the shard's verdict is sent back.
+    RemovePeer(PeerId, Sender<Result<(), CommandError>>),
+    /// Asks for the shard's counters.
+    Stats(Sender<ShardReport>),
+    /// Stops the shard thread after the current tick.
+    Shutdown,
+}
+
+/// What the driver itself counted for one shard (the shard counts the rest).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    /// Datagrams read from the socket.
+    pub datagrams_received: u64,
+    /// Datagrams the socket accepted for sending.
+    pub datagrams_sent: u64,
+    /// Datagrams dropped because the socket's send buffer was full.
+    pub send_would_block: u64,
+    /// Datagrams dropped because sending failed otherwise.
+    pub send_errors: u64,
+    /// Receive calls that failed with something other than "would block".
+    pub recv_errors: u64,
+    /// Ticks run over a batch of datagrams.
+    pub batches: u64,
+}
+
+/// A snapshot of one shard's counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardReport {
+    /// The shard's index.
+    pub index: usize,
+    /// The shard's socket address.
+    pub local_addr: SocketAddr,
+    /// Peers the shard holds.
+    pub peers: usize,
+    /// What the shard counted.
+    pub shard: ShardStats,
+    /// What the driver counted.
+    pub driver: DriverStats,
+}
+
+/// Why the driver could not start, or a shard could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// `udp_port_base + i` passes 65535 for some shard.
+    #[error("{shards} shards from UDP port {base} pass port 65535")]
+    PortRange {
+        /// The configured first port.
+        base: u16,
+        /// The configured shard count.
+        shards: usize,
+    },
+    /// The system random generator failed to give a shard seed.
+    #[error("the system random generator failed")]
+    Seed,
+    /// A shard's UDP socket could not be bound.
+    #[error("shard {shard}: cannot bind UDP {addr}: {source}")]
+    Bind {
+        /// The shard's index.
+        shard: usize,
+        /// The address it tried.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// Another I/O call failed (poll, registration, wake-up, thread spawn).
+    #[error("shard {shard}: {what}: {source}")]
+    Io {
+        /// The shard's index.
+        shard: usize,
+        /// The call that failed.
+        what: &'static str,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// The shard refused a command.
+    #[error("shard {shard}: {source}")]
+    Command {
+        /// The shard's index.
+        shard: usize,
+        /// The shard's reason.
+        source: CommandError,
+    },
+    /// The shard thread is gone (it stopped or failed) and cannot take commands.
+    #[error("shard {shard} is not running")]
+    Disconnected {
+        /// The shard's index.
+        shard: usize,
+    },
+    /// The shard thread panicked.
+    #[error("shard {shard} panicked")]
+    Panicked {
+        /// The shard's index.
+        shard: usize,
+    },
+}
+
+/// A cloneable handle that sends commands to one shard and wakes it.
+#[derive(Clone, Debug)]
+pub struct ShardSender {
+    index: usize,
+    commands: Sender<ShardCommand>,
+    waker: Arc<Waker>,
+}
+
+impl ShardSender {
+    /// The shard's index.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Queues a command and wakes the shard; blocks while the queue is full.
+    pub fn send(&self, command: ShardCommand) -> Result<(), DriverError> {
+        let shard = self.index;
+        self.commands
+            .send(command)
+            .map_err(|_| DriverError::Disconnected { shard })?;
+        self.waker.wake().map_err(|source| DriverError::Io {
+            shard,
+            what: "wake",
+            source,
+        })
+    }
+
+    /// Adds a peer and waits for the shard's verdict.
+    pub fn add_peer(&self, spec: PeerSpec) -> Result<(), DriverError> {
+        let (reply, verdict) = crossbeam_channel::bounded(1);
+        self.send(ShardCommand::AddPeer(spec, reply))?;
+        self.verdict(&verdict)
+    }
+
+    /// Removes a peer and waits for the shard's verdict.
+    pub fn remove_peer(&self, id: PeerId) -> Result<(), DriverError> {
+        let (reply, verdict) = crossbeam_channel::bounded(1);
+        self.send(ShardCommand::RemovePeer(id, reply))?;
+        self.verdict(&verdict)
+    }
+
+    /// The shard's counters, fetched from its thread.
+    pub fn stats(&self) -> Result<ShardReport, DriverError> {
+        let (reply, report) = crossbeam_channel::bounded(1);
+        self.send(ShardCommand::Stats(reply))?;
+        report
+            .recv()
+            .map_err(|_| DriverError::Disconnected { shard: self.index })
+    }
+
+    fn verdict(&self, verdict: &Receiver<Result<(), CommandError>>) -> Result<(), DriverError> {
+        let shard = self.index;
+        match verdict.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(source)) => Err(DriverError::Command { shard, source }),
+            Err(_) => Err(DriverError::Disconnected { shard }),
+        }
+    }
+}
+
+/// One running shard as the owner sees it.
+struct ShardHandle {
+    local_addr: SocketAddr,
+    sender: ShardSender,
+    thread: Option<JoinHandle<Result<ShardReport, DriverError>>>,
+}
+
+/// The running shards of one node. Dropping it shuts them down.
+pub struct Server {
+    shards: Vec<ShardHandle>,
+}
+
+impl Server {
+    /// Binds every shard's socket, starts its thread and registers the config's static
+    /// peers on every shard. On error, the shards started so far are shut down.
+    pub fn start(config: &Config) -> Result<Server, DriverError> {
+        let count = config.shards.get();
+        let epoch = Instant::now();
+        let rng = SystemRandom::new();
+        let base = config.udp_port_base;
+        if shard_port(base, count - 1).is_none() {
+            return Err(DriverError::PortRange {
+                base,
+                shards: count,
+            });
+        }
+        let mut server = Server {
+            shards: Vec::with_capacity(count),
+        };
+        for index in 0..count {
+            let port = shard_port(base, index).ok_or(DriverError::PortRange {
+                base,
+                shards: count,
+            })?;
+            let seed = ring::rand::generate::<[u8; 8]>(&rng)
+                .map_err(|_| DriverError::Seed)?
+                .expose();
+            let addr = SocketAddr::new(config.bind, port);
+            server.shards.push(spawn_shard(
+                config,
+                index,
+                addr,
+                u64::from_le_bytes(seed),
+                epoch,
+            )?);
+        }
+        for handle in &server.shards {
+            for spec in config.static_peer_specs() {
+                handle.sender.add_peer(spec)?;
+            }
+        }
+        Ok(server)
+    }
+
+    /// How many shards run.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Shard `index`'s bound socket address.
+    pub fn local_addr(&self, index: usize) -> Option<SocketAddr> {
+        self.shards.get(index).map(|s| s.local_addr)
+    }
+
+    /// Every shard's bound socket address, by index.
+    pub fn local_addrs(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.shards.iter().map(|s| s.local_addr)
+    }
+
+    /// A handle that sends commands to shard `index`.
+    pub fn command_sender(&self, index: usize) -> Option<ShardSender> {
+        self.shards.get(index).map(|s| s.sender.clone())
+    }
+
+    /// The index of a shard whose thread ended without being asked to (a fatal I/O
+    /// error or a panic); [`Server::shutdown`] reports why.
+    pub fn stopped_shard(&self) -> Option<usize> {
+        self.shards
+            .iter()
+            .position(|s| s.thread.as_ref().is_none_or(|t| t.is_finished()))
+    }
+
+    /// Stops every shard, joins its thread and returns its final counters; the first
+    /// shard failure, if any, is the error.
+    pub fn shutdown(mut self) -> Result<Vec<ShardReport>, DriverError> {
+        self.stop_all().into_iter().collect()
+    }
+
+    fn stop_all(&mut self) -> Vec<Result<ShardReport, DriverError>> {
+        // Ask all first, then join, so shards stop in parallel.
+        for s in &self.shards {
+            // A shard that is gone already reports why when joined.
+            let _ = s.sender.send(ShardCommand::Shutdown);
+        }
+        let mut reports = Vec::with_capacity(self.shards.len());
+        for (shard, s) in self.shards.iter_mut().enumerate() {
+            if let Some(thread) = s.thread.take() {
+                reports.push(
+                    thread
+                        .join()
+                        .unwrap_or(Err(DriverError::Panicked { shard })),
+                );
+            }
+        }
+        reports
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+/// Shard `index`'s port: `base + index`, or 0 (ephemeral) for every shard when `base` is 0.
+fn shard_port(base: u16, index: usize) -> Option<u16> {
+    if base == 0 {
+        return Some(0);
+    }
+    base.checked_add(u16::try_from(index).ok()?)
+}
+
+/// Sets up shard `index`'s socket, poll and channel on this thread, so set-up errors
+/// surface here, then moves them onto the shard's own thread.
+fn spawn_shard(
+    config: &Config,
+    index: usize,
+    addr: SocketAddr,
+    seed: u64,
+    epoch: Instant,
+) -> Result<ShardHandle, DriverError> {
+    let io_err = |what| {
+        move |source| DriverError::Io {
+            shard: index,
+            what,
+            source,
+        }
+    };
+    let mut socket = UdpSocket::bind(addr).map_err(|source| DriverError::Bind {
+        shard: index,
+        addr,
+        source,
+    })?;
+    let local_addr = socket.local_addr().map_err(io_err("local_addr"))?;
+    let poll = Poll::new().map_err(io_err("poll"))?;
+    poll.registry()
+        .register(&mut socket, shard_loop::SOCKET, Interest::READABLE)
+        .map_err(io_err("register socket"))?;
+    let waker = Waker::new(poll.registry(), shard_loop::WAKER).map_err(io_err("waker"))?;
+    let (commands, inbox) = crossbeam_channel::bounded(COMMAND_QUEUE_LEN);
+
+    let mut shard_config = ShardConfig::new(local_addr, seed);
+    shard_config.max_datagrams_per_tick = config.max_datagrams_per_tick;
+    shard_config.max_peers = config.max_peers_per_shard;
+    let shard_loop = shard_loop::ShardLoop::new(
+        index,
+        Shard::new(shard_config),
+        poll,
+        socket,
+        inbox,
+        epoch,
+        config.max_datagrams_per_tick,
+    );
+    let thread = std::thread::Builder::new()
+        .name(format!("shoal-shard-{index}"))
+        .spawn(move || shard_loop.run())
+        .map_err(io_err("spawn"))?;
+    Ok(ShardHandle {
+        local_addr,
+        sender: ShardSender {
+            index,
+            commands,
+            waker: Arc::new(waker),
+        },
+        thread: Some(thread),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroUsize;
+
+    use super::*;
+
+    #[test]
+    fn ports_follow_the_base() {
+        assert_eq!(shard_port(7100, 0), Some(7100));
+        assert_eq!(shard_port(7100, 3), Some(7103));
+        assert_eq!(shard_port(0, 3), Some(0));
+        assert_eq!(shard_port(65535, 0), Some(65535));
+        assert_eq!(shard_port(65535, 1), None);
+        assert_eq!(shard_port(1, 1 << 20), None);
+    }
+
+    fn lite_peer(id: u64, ufrag: &str) -> PeerSpec {
+        use shoal_components::peer::{IceCredentials, IceRole};
+        PeerSpec {
+            id: PeerId(id),
+            role: IceRole::Lite,
+            credentials: IceCredentials {
+                local_ufrag: ufrag.into(),
+                local_pwd: "abcdefghijklmnopqrstuvwxyz".into(),
+                remote_ufrag: "them".into(),
+                remote_pwd: "ABCDEFGHIJKLMNOPQRSTUVWXYZ".into(),
+            },
+            remote_candidates: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn commands_reach_each_shard_and_shutdown_joins() {
+        let config = Config {
+            shards: NonZeroUsize::new(2).unwrap(),
+            udp_port_base: 0,
+            ..Config::default()
+        };
+        let server = Server::start(&config).unwrap();
+        assert_eq!(server.shard_count(), 2);
+        let addrs: Vec<_> = server.local_addrs().collect();
+        assert!(addrs.iter().all(|a| a.ip().is_loopback() && a.port() != 0));
+        assert_ne!(addrs[0], addrs[1]);
+        assert!(server.command_sender(2).is_none());
+
+        let s0 = server.command_sender(0).unwrap();
+        s0.add_peer(lite_peer(7, "userA")).unwrap();
+        let dup = s0.add_peer(lite_peer(7, "userB"));
+        assert!(matches!(
+            dup,
+            Err(DriverError::Command {
+                shard: 0,
+                source: CommandError::DuplicatePeer(PeerId(7))
+            })
+        ));
+        // Shards share nothing: the same id and ufrag are free on shard 1.
+        let s1 = server.command_sender(1).unwrap();
+        s1.add_peer(lite_peer(7, "userA")).unwrap();
+        s1.remove_peer(PeerId(7)).unwrap();
+        assert!(s1.remove_peer(PeerId(7)).is_err());
+        assert_eq!(s0.stats().unwrap().peers, 1);
+        assert_eq!(server.stopped_shard(), None);
+
+        let reports = server.shutdown().unwrap();
+        assert_eq!(reports.len(), 2);
+        assert_eq!((reports[0].index, reports[0].peers), (0, 1));
+        assert_eq!((reports[1].local_addr, reports[1].peers), (addrs[1], 0));
+        assert!(matches!(
+            s0.stats(),
+            Err(DriverError::Disconnected { shard: 0 })
+        ));
+    }
+
+    #[test]
+    fn a_refused_static_peer_fails_start() {
+        let mut config = Config {
+            udp_port_base: 0,
+            ..Config::default()
+        };
+        config
+            .static_peers
+            .push("ab:short:cd:short".parse().unwrap());
+        let err = Server::start(&config).err().unwrap();
+        assert!(
+            matches!(err, DriverError::Command { shard: 0, .. }),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,269 @@
+//! The body of a shard thread: mio readiness in, one tick per batch, datagrams out.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use crossbeam_channel::{Receiver, TryRecvError};
+use mio::net::UdpSocket;
+use mio::{Events, Poll, Token};
+use shoal_components::net::Datagram;
+use shoal_components::time::Time;
+use shoal_systems::{Command, Shard};
+
+use super::{DriverError, DriverStats, ShardCommand, ShardReport};
+
+/// The token of the shard's UDP socket.
+pub(super) const SOCKET: Token = Token(0);
+/// The token of the shard's waker (commands are waiting).
+pub(super) const WAKER: Token = Token(1);
+
+/// Batches read per wake-up before timers and commands get a turn; the socket is
+/// revisited at once (zero poll timeout) if it still had data.
+const MAX_BATCHES_PER_WAKE: usize = 16;
+/// Commands applied per wake-up before the socket gets a turn.
+const MAX_COMMANDS_PER_WAKE: usize = 256;
+/// The longest a shard sleeps even with nothing scheduled; a guard against a missed
+/// wake-up, not a timer.
+const MAX_POLL_WAIT: Duration = Duration::from_secs(1);
+/// The largest UDP payload; a smaller receive window would silently truncate.
+const MAX_DATAGRAM_LEN: usize = 65_535;
+/// Datagrams are received in place into chunks of this size and split off as `Bytes`.
+const RECV_CHUNK_LEN: usize = 1 << 20;
+
+/// Everything one shard thread owns.
+pub(super) struct ShardLoop {
+    index: usize,
+    shard: Shard,
+    poll: Poll,
+    socket: UdpSocket,
+    commands: Receiver<ShardCommand>,
+    epoch: Instant,
+    batch_limit: usize,
+    local_addr: SocketAddr,
+    rx: RecvBuffer,
+    batch: Vec<Datagram>,
+    tx: Vec<Datagram>,
+    stats: DriverStats,
+}
+
+/// Whether the command queue asked the loop to stop.
+#[derive(PartialEq, Eq)]
+enum Flow {
+    Continue,
+    /// The per-wake command limit was reached; more may be queued.
+    MoreQueued,
+    Stop,
+}
+
+impl ShardLoop {
+    /// A loop over `shard`, whose socket is registered with `poll` under [`SOCKET`].
+    pub(super) fn new(
+        index: usize,
+        shard: Shard,
+        poll: Poll,
+        socket: UdpSocket,
+        commands: Receiver<ShardCommand>,
+        epoch: Instant,
+        batch_limit: usize,
+    ) -> ShardLoop {
+        let local_addr = shard.local_addr();
+        ShardLoop {
+            index,
+            shard,
+            poll,
+            socket,
+            commands,
+            epoch,
+            batch_limit,
+            local_addr,
+            rx: RecvBuffer::default(),
+            batch: Vec::with_capacity(batch_limit),
+            tx: Vec::new(),
+            stats: DriverStats::default(),
+        }
+    }
+
+    /// Runs until a [`ShardCommand::Shutdown`] (or until every sender is gone) and
+    /// returns the final counters; a failing `poll` ends the thread with its error.
+    pub(super) fn run(mut self) -> Result<ShardReport, DriverError> {
+        let mut events = Events::with_capacity(8);
+        // Readiness is edge-triggered: once the socket is readable it must be read
+        // until WouldBlock, or no new event comes. These flags carry unfinished work
+        // into the next round, which then polls without waiting.
+        let mut socket_pending = false;
+        let mut commands_pending = false;
+        loop {
+            let wait = if socket_pending || commands_pending {
+                Some(Duration::ZERO)
+            } else {
+                self.poll_wait()
+            };
+            if let Err(source) = self.poll.poll(&mut events, wait) {
+                if source.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                let shard = self.index;
+                return Err(DriverError::Io {
+                    shard,
+                    what: "poll",
+                    source,
+                });
+            }
+            socket_pending |= events.iter().any(|e| e.token() == SOCKET);
+            if socket_pending {
+                socket_pending = self.read_socket();
+            }
+            self.fire_timers();
+            let flow = self.apply_commands();
+            self.flush();
+            commands_pending = flow == Flow::MoreQueued;
+            if flow == Flow::Stop {
+                return Ok(self.report());
+            }
+        }
+    }
+
+    /// How long to sleep: until the shard's next deadline, at most [`MAX_POLL_WAIT`].
+    fn poll_wait(&self) -> Option<Duration> {
+        let deadline = self.shard.poll_timeout()?;
+        Some(deadline.saturating_since(self.now()).min(MAX_POLL_WAIT))
+    }
+
+    /// The driver's clock in the shard's units: time since the server started.
+    fn now(&self) -> Time {
+        let us = u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX);
+        Time::from_micros(us)
+    }
+
+    /// Reads batches and runs a tick over each; true if the socket may still hold data.
+    fn read_socket(&mut self) -> bool {
+        for _ in 0..MAX_BATCHES_PER_WAKE {
+            let drained = self.read_batch();
+            if !self.batch.is_empty() {
+                let now = self.now();
+                self.stats.batches += 1;
+                self.shard.handle_datagrams(now, self.batch.drain(..));
+                self.flush();
+            }
+            if drained {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Fills the batch with up to `batch_limit` datagrams; true once the socket
+    /// reported WouldBlock.
+    fn read_batch(&mut self) -> bool {
+        for _ in 0..self.batch_limit {
+            match self.rx.recv_from(&self.socket) {
+                Ok((payload, remote)) => {
+                    self.stats.datagrams_received += 1;
+                    let local = self.local_addr;
+                    self.batch.push(Datagram {
+                        local,
+                        remote,
+                        payload,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // E.g. an ICMP error queued on the socket: it is consumed by this call.
+                Err(_) => self.stats.recv_errors += 1,
+            }
+        }
+        false
+    }
+
+    /// Runs a tick if a shard deadline has passed.
+    fn fire_timers(&mut self) {
+        let now = self.now();
+        if self
+            .shard
+            .poll_timeout()
+            .is_some_and(|deadline| deadline <= now)
+        {
+            self.shard.handle_timeout(now);
+        }
+    }
+
+    /// Applies queued commands, at most [`MAX_COMMANDS_PER_WAKE`].
+    fn apply_commands(&mut self) -> Flow {
+        for _ in 0..MAX_COMMANDS_PER_WAKE {
+            let command = match self.commands.try_recv() {
+                Ok(command) => command,
+                Err(TryRecvError::Empty) => return Flow::Continue,
+                // Every handle is gone: nobody can ever stop this shard otherwise.
+                Err(TryRecvError::Disconnected) => return Flow::Stop,
+            };
+            let now = self.now();
+            // A requester that stopped waiting has dropped its receiver; nothing to do.
+            match command {
+                ShardCommand::AddPeer(spec, reply) => {
+                    let _ = reply.send(self.shard.command(now, Command::AddPeer(spec)));
+                }
+                ShardCommand::RemovePeer(id, reply) => {
+                    let _ = reply.send(self.shard.command(now, Command::RemovePeer(id)));
+                }
+                ShardCommand::Stats(reply) => {
+                    let _ = reply.send(self.report());
+                }
+                ShardCommand::Shutdown => return Flow::Stop,
+            }
+        }
+        Flow::MoreQueued
+    }
+
+    /// Sends what the shard produced and logs its events.
+    fn flush(&mut self) {
+        self.shard.poll_transmit(&mut self.tx);
+        for d in self.tx.drain(..) {
+            match self.socket.send_to(&d.payload, d.remote) {
+                Ok(_) => self.stats.datagrams_sent += 1,
+                // UDP may drop; a full send buffer is congestion, not a failure.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.stats.send_would_block += 1;
+                }
+                Err(_) => self.stats.send_errors += 1,
+            }
+        }
+        while let Some(event) = self.shard.poll_event() {
+            eprintln!("shoal: shard {} {event:?}", self.index);
+        }
+    }
+
+    fn report(&self) -> ShardReport {
+        ShardReport {
+            index: self.index,
+            local_addr: self.local_addr,
+            peers: self.shard.peer_count(),
+            shard: self.shard.stats().clone(),
+            driver: self.stats.clone(),
+        }
+    }
+}
+
+/// Receives datagrams in place into a large zeroed chunk and splits each off as its
+/// own `Bytes`: no allocation or copy per datagram. A chunk is reused once every
+/// datagram split from it is dropped; a consumer that keeps a payload for long (a
+/// packet cache) pins its chunk and should copy what it keeps.
+#[derive(Default)]
+struct RecvBuffer {
+    chunk: BytesMut,
+}
+
+impl RecvBuffer {
+    fn recv_from(&mut self, socket: &UdpSocket) -> io::Result<(Bytes, SocketAddr)> {
+        if self.chunk.len() < MAX_DATAGRAM_LEN {
+            // `reserve` takes the whole old allocation back when nothing else holds a
+            // part of it, else allocates; `resize` initialises it, as `recv_from` needs.
+            self.chunk.clear();
+            self.chunk.reserve(RECV_CHUNK_LEN);
+            self.chunk.resize(RECV_CHUNK_LEN, 0);
+        }
+        let (len, from) = socket.recv_from(&mut self.chunk)?;
+        Ok((self.chunk.split_to(len).freeze(), from))
+    }
+}

@@ -1,0 +1,7 @@
+//! shoal's server: configuration, the mio driver that runs one shard per core on its
+//! own UDP socket, and [`sim`], the deterministic simulated network that tests,
+//! benchmarks and embedding users drive the very same shards through.
+
+pub mod config;
+pub mod driver;
+pub mod sim;

@@ -1,0 +1,77 @@
+//! Setting up an ICE pair across the simulated network: fresh credentials from the
+//! simulation's generator, an ICE-lite peer on the server shard and a controlling
+//! peer on the client shard.
+
+use std::net::SocketAddr;
+
+use shoal_components::peer::{IceCredentials, IceRole, PeerId};
+use shoal_systems::{Command, CommandError, PeerSpec};
+
+use super::Sim;
+
+/// Ufrag length: 8 ice-chars carry 48 random bits (RFC 8445 §5.3 asks for 24 or more).
+const UFRAG_LEN: usize = 8;
+/// Password length: 24 ice-chars carry 144 random bits (RFC 8445 §5.3 asks for 128).
+const PWD_LEN: usize = 24;
+
+/// The two peers [`Sim::connect_ice`] registered, as signalling would have set them up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IcePair {
+    /// The ICE-lite peer on the server shard.
+    pub server: PeerSpec,
+    /// The controlling peer on the client shard, whose only candidate is the server.
+    pub client: PeerSpec,
+}
+
+impl Sim {
+    /// Registers peer `id` on both shards with fresh random credentials: an ICE-lite
+    /// peer on `server` and a controlling peer on `client` whose remote candidate is
+    /// `server`. The client starts checking at the next step.
+    ///
+    /// If the client shard refuses its peer, the server's is removed again (the server
+    /// then reports a `PeerRemoved` event) and the client's error is returned.
+    ///
+    /// # Panics
+    /// If no node has `server` or `client`.
+    pub fn connect_ice(
+        &mut self,
+        server: SocketAddr,
+        client: SocketAddr,
+        id: PeerId,
+    ) -> Result<IcePair, CommandError> {
+        let rng = self.rng();
+        let (server_ufrag, server_pwd) = (rng.ice_chars(UFRAG_LEN), rng.ice_chars(PWD_LEN));
+        let (client_ufrag, client_pwd) = (rng.ice_chars(UFRAG_LEN), rng.ice_chars(PWD_LEN));
+        let pair = IcePair {
+            server: PeerSpec {
+                id,
+                role: IceRole::Lite,
+                credentials: IceCredentials {
+                    local_ufrag: server_ufrag.clone(),
+                    local_pwd: server_pwd.clone(),
+                    remote_ufrag: client_ufrag.clone(),
+                    remote_pwd: client_pwd.clone(),
+                },
+                remote_candidates: Vec::new(),
+            },
+            client: PeerSpec {
+                id,
+                role: IceRole::Controlling,
+                credentials: IceCredentials {
+                    local_ufrag: client_ufrag,
+                    local_pwd: client_pwd,
+                    remote_ufrag: server_ufrag,
+                    remote_pwd: server_pwd,
+                },
+                remote_candidates: vec![server],
+            },
+        };
+        self.command(server, Command::AddPeer(pair.server.clone()))?;
+        if let Err(e) = self.command(client, Command::AddPeer(pair.client.clone())) {
+            // Best effort: the server peer was just added, so removing it succeeds.
+            let _ = self.command(server, Command::RemovePeer(id));
+            return Err(e);
+        }
+        Ok(pair)
+    }
+}

@@ -75,6 +75,9 @@ pub struct Ice {
     pub consent_at: Time,
 }
 
+/// Consent checks that stay matchable at once (4 of them span 16–24 s of round trip).
+pub const CONSENT_IN_FLIGHT: usize = 4;
+
 /// A connectivity check in flight, sent by a controlling agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PendingCheck {
@@ -101,8 +104,10 @@ pub struct IceControlling {
     pub next_candidate: usize,
     /// The check in flight, if any.
     pub pending: Option<PendingCheck>,
-    /// The consent check in flight on the selected path, if any.
-    pub consent_tid: Option<[u8; 12]>,
+    /// The newest consent checks sent on the selected path, newest last. A response
+    /// may answer an earlier request than the latest (RFC 7675 §5.1), so a few stay
+    /// matchable.
+    pub consent_tids: [Option<[u8; 12]>; CONSENT_IN_FLIGHT],
     /// Our candidate's PRIORITY (RFC 8445 §5.1.2), sent in every check.
     pub priority: u32,
 }

@@ -275,8 +275,8 @@ fn handle_response(
     ctx.index.by_transaction.remove(&tid);
     let path = d.five_tuple();
 
-    if ctl.consent_tid == Some(tid) {
-        ctl.consent_tid = None;
+    if let Some(slot) = ctl.consent_tids.iter_mut().find(|t| **t == Some(tid)) {
+        *slot = None;
         if msg.class() == Class::SuccessResponse && ice.selected == Some(path) {
             ice.consent_at = ctx.now.0; // RFC 7675 §5.1
         }
@@ -407,12 +407,16 @@ fn handle_timer(
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
                 return;
             };
-            if let Some(old) = ctl.consent_tid.take() {
+            // The oldest unanswered consent check stops being matchable.
+            if let Some(old) = ctl.consent_tids[0] {
                 ctx.index.by_transaction.remove(&old);
             }
+            ctl.consent_tids.rotate_left(1);
             let check = new_check(ctx, entity, path, false);
             send_check(ctx, creds, &ice, &ctl, &check);
-            ctl.consent_tid = Some(check.tid);
+            if let Some(last) = ctl.consent_tids.last_mut() {
+                *last = Some(check.tid);
+            }
             let next = ctx.now.0 + consent_interval(&mut ctx.rng);
             ctx.heap
                 .arm(&mut timers, entity, TimerKind::ConsentCheck, next);
@@ -539,8 +543,8 @@ fn unindex(index: &mut PeerIndex, peer: &Peer, ice: &Ice, ctl: Option<&IceContro
         if let Some(p) = ctl.pending {
             index.by_transaction.remove(&p.tid);
         }
-        if let Some(t) = ctl.consent_tid {
-            index.by_transaction.remove(&t);
+        for t in ctl.consent_tids.iter().flatten() {
+            index.by_transaction.remove(t);
         }
     }
 }

@@ -298,7 +298,7 @@ impl Shard {
                     remote_candidates: spec.remote_candidates,
                     next_candidate: 0,
                     pending: None,
-                    consent_tid: None,
+                    consent_tids: [None; shoal_components::peer::CONSENT_IN_FLIGHT],
                     priority: ice::HOST_PRIORITY,
                 };
                 self.world

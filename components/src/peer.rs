@@ -55,6 +55,10 @@ pub enum IceState {
     Failed,
 }
 
+/// Transaction ids of recent accepted checks remembered per peer, to tell a
+/// retransmission or a replay from a fresh check.
+pub const RECENT_TRANSACTIONS: usize = 8;
+
 /// At most this many remote addresses are remembered as validated per peer.
 pub const MAX_VALID_REMOTES: usize = 4;
 
@@ -73,6 +77,24 @@ pub struct Ice {
     pub valid: Vec<FiveTuple>,
     /// When consent was last refreshed (RFC 7675 §5.1).
     pub consent_at: Time,
+    /// Transaction ids of the latest accepted checks (a ring; see
+    /// [`RECENT_TRANSACTIONS`]).
+    pub recent_transactions: [Option<[u8; 12]>; RECENT_TRANSACTIONS],
+    /// Where the next id goes in `recent_transactions`.
+    pub recent_next: u8,
+}
+
+impl Ice {
+    /// Records `tid` as seen; false when it was seen already.
+    pub fn note_transaction(&mut self, tid: [u8; 12]) -> bool {
+        if self.recent_transactions.contains(&Some(tid)) {
+            return false;
+        }
+        let slot = usize::from(self.recent_next) % RECENT_TRANSACTIONS;
+        self.recent_transactions[slot] = Some(tid);
+        self.recent_next = ((slot + 1) % RECENT_TRANSACTIONS) as u8;
+        true
+    }
 }
 
 /// Consent checks that stay matchable at once (4 of them span 16–24 s of round trip).

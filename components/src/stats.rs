@@ -23,6 +23,17 @@ pub struct ShardStats {
     pub stun_bad_integrity: u64,
     /// STUN requests that lacked USERNAME, MESSAGE-INTEGRITY or FINGERPRINT.
     pub stun_missing_attributes: u64,
+    /// Valid checks from a path another peer of this shard has validated.
+    pub stun_path_conflict: u64,
+    /// Valid checks that repeat a recent transaction id: answered, but they neither
+    /// refresh consent nor move the selected path (RFC 7675 §5.1 wants a new id per
+    /// consent check; a replay from a spoofed source must not redirect media).
+    pub stun_repeated_transaction: u64,
+    /// Valid checks that arrived after consent had already lapsed (RFC 7675 §5.1).
+    pub stun_after_consent_expiry: u64,
+    /// Responses carrying unknown comprehension-required attributes, taken as failures
+    /// (RFC 8489 §6.3.3, §6.3.4).
+    pub stun_response_unknown_attributes: u64,
     /// STUN requests answered with an error response.
     pub stun_error_responses: u64,
     /// STUN messages that were not for us (e.g. stray responses).

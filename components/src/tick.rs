@@ -23,9 +23,10 @@ pub struct Now(pub Time);
 #[derive(Resource, Debug, Default)]
 pub struct Inbox(pub Vec<Datagram>);
 
-/// STUN datagrams of this tick, with the peer that owns their path if it is known.
+/// STUN datagrams of this tick. The ice pass resolves their owner itself, at the
+/// moment it handles each one, since earlier checks of the same batch may change it.
 #[derive(Resource, Debug, Default)]
-pub struct StunInbox(pub Vec<(Option<Entity>, Datagram)>);
+pub struct StunInbox(pub Vec<Datagram>);
 
 /// Timers that fell due this tick.
 #[derive(Resource, Debug, Default)]

@@ -44,13 +44,15 @@ pub const CONSENT_INTERVAL_MIN: Duration = Duration::from_millis(4000);
 pub const CONSENT_INTERVAL_MAX: Duration = Duration::from_millis(6000);
 /// RFC 8445 §14.3: agents MUST NOT use an RTO smaller than 500 ms for checks.
 pub const CHECK_RTO_INITIAL: Duration = Duration::from_millis(500);
-/// The RTO stops doubling here (RFC 8489 §6.2.1 leaves the cap to the usage).
-pub const CHECK_RTO_MAX: Duration = Duration::from_secs(3);
-/// RFC 8489 §6.2.1: Rc, the number of transmissions of one request.
+/// RFC 8489 §6.2.1: Rc, the number of transmissions of one request (default 7).
 pub const CHECK_MAX_TRANSMISSIONS: u32 = 7;
-/// The PRIORITY our host candidate announces: RFC 8445 §5.1.2.1 with type
-/// preference 126 (host), local preference 65535, component 1.
-pub const HOST_PRIORITY: u32 = (126 << 24) | (65535 << 8) | (256 - 1);
+/// RFC 8489 §6.2.1: after the last transmission the client waits Rm times the RTO
+/// (default 16) before the transaction fails.
+pub const CHECK_FINAL_WAIT_RTOS: u32 = 16;
+/// The PRIORITY sent in checks: RFC 8445 §7.1.1 wants the formula of §5.1.2 with
+/// the type preference of peer-reflexive candidates (110); local preference 65535,
+/// component 1.
+pub const PRFLX_PRIORITY: u32 = (110 << 24) | (65535 << 8) | (256 - 1);
 /// The SOFTWARE attribute of our responses (RFC 8489 §14.14).
 const SOFTWARE: &str = "shoal";
 
@@ -89,21 +91,15 @@ pub fn ice(
     mut peers: PeerQuery,
     mut commands: Commands,
 ) {
-    for (owner, d) in stun_in.0.drain(..) {
-        handle_stun(&mut ctx, &mut peers, &mut commands, owner, d);
+    for d in stun_in.0.drain(..) {
+        handle_stun(&mut ctx, &mut peers, &mut commands, d);
     }
     for &(entity, kind) in &due.0 {
         handle_timer(&mut ctx, &mut peers, &mut commands, entity, kind);
     }
 }
 
-fn handle_stun(
-    ctx: &mut IceCtx,
-    peers: &mut PeerQuery,
-    commands: &mut Commands,
-    owner: Option<Entity>,
-    d: Datagram,
-) {
+fn handle_stun(ctx: &mut IceCtx, peers: &mut PeerQuery, commands: &mut Commands, d: Datagram) {
     let msg = match StunMessage::parse(d.payload.clone()) {
         Ok(m) => m,
         Err(StunError::BadFingerprint) => {
@@ -120,7 +116,7 @@ fn handle_stun(
         return;
     }
     match msg.class() {
-        Class::Request => handle_request(ctx, peers, owner, &d, &msg),
+        Class::Request => handle_request(ctx, peers, &d, &msg),
         Class::SuccessResponse | Class::ErrorResponse => {
             handle_response(ctx, peers, commands, &d, &msg)
         }
@@ -130,13 +126,7 @@ fn handle_stun(
 }
 
 /// RFC 8445 §7.3 (STUN server procedures), for either role.
-fn handle_request(
-    ctx: &mut IceCtx,
-    peers: &mut PeerQuery,
-    owner: Option<Entity>,
-    d: &Datagram,
-    msg: &StunMessage,
-) {
+fn handle_request(ctx: &mut IceCtx, peers: &mut PeerQuery, d: &Datagram, msg: &StunMessage) {
     // RFC 8445 §7.3: short-term credentials and FINGERPRINT are mandatory.
     let (Some(username), true, true) = (
         msg.username(),
@@ -159,17 +149,30 @@ fn handle_request(
         ctx.stats.stun_unknown_ufrag += 1;
         return;
     };
-    // A known path whose owner is someone else is not accepted under a stolen ufrag.
-    if owner.is_some_and(|o| o != entity) {
-        ctx.stats.stun_unknown_ufrag += 1;
-        return;
-    }
     let Ok((_, peer, creds, mut ice, mut timers, _)) = peers.get_mut(entity) else {
         ctx.stats.stun_unknown_ufrag += 1;
         return;
     };
+    if ice.state == IceState::Failed {
+        return; // removed earlier in this tick
+    }
     if msg.verify_integrity(creds.local_pwd.as_bytes()).is_err() {
         ctx.stats.stun_bad_integrity += 1;
+        return;
+    }
+    // A path validated by another peer stays theirs: a peer cannot take over (or
+    // squat on) the path media of someone else flows on. Looked up now, not at
+    // ingest, since an earlier check of this very batch may have claimed it.
+    let path = d.five_tuple();
+    if ctx.index.by_path.get(&path).is_some_and(|&o| o != entity) {
+        ctx.stats.stun_path_conflict += 1;
+        return;
+    }
+    let now = ctx.now.0;
+    // RFC 7675 §5.1: once consent has lapsed it is not re-established; the expiry
+    // timer, due in this tick at the latest, removes the peer.
+    if now >= ice.consent_at + ctx.limits.consent_timeout {
+        ctx.stats.stun_after_consent_expiry += 1;
         return;
     }
     let key = creds.local_pwd.clone();
@@ -209,8 +212,15 @@ fn handle_request(
         // A controlling client answers its peer's checks but nominates by itself.
         return;
     }
-    let path = d.five_tuple();
-    ice.consent_at = ctx.now.0;
+    // A repeated transaction id is a retransmission (answered above, as RFC 8489
+    // §6.3.1 asks) or a replay, possibly from a spoofed source: it changes nothing.
+    // MESSAGE-INTEGRITY cannot cover the source address (RFC 8445 §19.2), and RFC
+    // 7675 §5.1 gives every consent check a new transaction id.
+    if !ice.note_transaction(tid.0) {
+        ctx.stats.stun_repeated_transaction += 1;
+        return;
+    }
+    ice.consent_at = now;
     remember_valid(&mut ice, &mut ctx.index, entity, path);
     // §7.3.2 / §8.2: a USE-CANDIDATE check makes its pair nominated and selected. A
     // later nomination on another path (renomination after a network change) moves
@@ -235,18 +245,24 @@ fn handle_request(
 /// Adds `path` to the peer's validated paths (bounded; the oldest unselected one
 /// makes room) and to the shard's path index.
 fn remember_valid(ice: &mut Ice, index: &mut PeerIndex, entity: Entity, path: FiveTuple) {
-    if ice.valid.contains(&path) {
-        return;
-    }
-    if ice.valid.len() >= MAX_VALID_REMOTES {
-        let selected = ice.selected;
-        if let Some(pos) = ice.valid.iter().position(|p| Some(*p) != selected) {
-            let old = ice.valid.remove(pos);
-            index.by_path.remove(&old);
+    if !ice.valid.contains(&path) {
+        if ice.valid.len() >= MAX_VALID_REMOTES {
+            let selected = ice.selected;
+            if let Some(pos) = ice.valid.iter().position(|p| Some(*p) != selected) {
+                let old = ice.valid.remove(pos);
+                unindex_path(index, old, entity);
+            }
         }
+        ice.valid.push(path);
     }
-    ice.valid.push(path);
-    index.by_path.insert(path, entity);
+    index.by_path.entry(path).or_insert(entity);
+}
+
+/// Removes `path` from the index if, and only if, it maps to `entity`.
+fn unindex_path(index: &mut PeerIndex, path: FiveTuple, entity: Entity) {
+    if index.by_path.get(&path) == Some(&entity) {
+        index.by_path.remove(&path);
+    }
 }
 
 /// Responses to checks a controlling agent sent (RFC 8445 §7.2.5).
@@ -272,13 +288,25 @@ fn handle_response(
         ctx.stats.stun_bad_integrity += 1;
         return;
     }
+    if ice.state == IceState::Failed {
+        return; // removed earlier in this tick
+    }
     ctx.index.by_transaction.remove(&tid);
     let path = d.five_tuple();
+    // RFC 8489 §6.3.3 / §6.3.4: a response with unknown comprehension-required
+    // attributes is discarded and its transaction has failed.
+    let failed =
+        msg.class() == Class::ErrorResponse || !msg.unknown_comprehension_required().is_empty();
+    if !msg.unknown_comprehension_required().is_empty() {
+        ctx.stats.stun_response_unknown_attributes += 1;
+    }
 
     if let Some(slot) = ctl.consent_tids.iter_mut().find(|t| **t == Some(tid)) {
         *slot = None;
-        if msg.class() == Class::SuccessResponse && ice.selected == Some(path) {
-            ice.consent_at = ctx.now.0; // RFC 7675 §5.1
+        // RFC 7675 §5.1: consent responses after expiry do not re-establish consent.
+        let lapsed = ctx.now.0 >= ice.consent_at + ctx.limits.consent_timeout;
+        if !failed && !lapsed && ice.selected == Some(path) {
+            ice.consent_at = ctx.now.0;
         }
         return;
     }
@@ -288,7 +316,7 @@ fn handle_response(
     };
     // §7.2.5.2.1: a response from another address than the request went to is a
     // failure (non-symmetric transport addresses).
-    if pending.path != path || msg.class() == Class::ErrorResponse {
+    if pending.path != path || failed {
         ctl.pending = None;
         next_candidate(
             ctx,
@@ -341,6 +369,9 @@ fn handle_timer(
     let Ok((_, peer, creds, mut ice, mut timers, ctl)) = peers.get_mut(entity) else {
         return;
     };
+    if ice.state == IceState::Failed {
+        return; // removed earlier in this tick: no more checks, no index entries
+    }
     match kind {
         TimerKind::ConsentExpiry => {
             let expires = ice.consent_at + ctx.limits.consent_timeout;
@@ -384,7 +415,7 @@ fn handle_timer(
                     check.sent_at = ctx.now.0;
                     send_check(ctx, creds, &ice, &ctl, &check);
                     ctl.pending = Some(check);
-                    let at = ctx.now.0 + rto(check.transmissions);
+                    let at = ctx.now.0 + retransmit_wait(check.transmissions);
                     ctx.heap.arm(&mut timers, entity, TimerKind::IceCheck, at);
                 }
                 Some(check) => {
@@ -525,7 +556,7 @@ fn remove_peer(
         return;
     }
     ice.state = IceState::Failed;
-    unindex(&mut ctx.index, peer, ice, ctl);
+    unindex(&mut ctx.index, entity, peer, ice, ctl);
     ctx.index.by_ufrag.remove(&creds.local_ufrag);
     commands.entity(entity).despawn();
     ctx.events.0.push(ShardEvent::PeerRemoved {
@@ -534,10 +565,16 @@ fn remove_peer(
     });
 }
 
-fn unindex(index: &mut PeerIndex, peer: &Peer, ice: &Ice, ctl: Option<&IceControlling>) {
+fn unindex(
+    index: &mut PeerIndex,
+    entity: Entity,
+    peer: &Peer,
+    ice: &Ice,
+    ctl: Option<&IceControlling>,
+) {
     index.by_id.remove(&peer.id);
     for p in &ice.valid {
-        index.by_path.remove(p);
+        unindex_path(index, *p, entity);
     }
     if let Some(ctl) = ctl {
         if let Some(p) = ctl.pending {
@@ -562,7 +599,7 @@ pub fn remove_peer_now(world: &mut World, entity: Entity, reason: RemoveReason) 
     {
         let mut index = world.resource_mut::<PeerIndex>();
         if let Some(ice) = &ice {
-            unindex(&mut index, &peer, ice, ctl.as_ref());
+            unindex(&mut index, entity, &peer, ice, ctl.as_ref());
         } else {
             index.by_id.remove(&peer.id);
         }
@@ -580,11 +617,15 @@ pub fn remove_peer_now(world: &mut World, entity: Entity, reason: RemoveReason) 
         });
 }
 
-fn rto(transmissions: u32) -> Duration {
+/// How long to wait after the `transmissions`-th send of a check (RFC 8489 §6.2.1):
+/// the RTO doubles after each retransmission, and after the last one the client
+/// waits Rm × RTO before the transaction fails.
+fn retransmit_wait(transmissions: u32) -> Duration {
+    if transmissions >= CHECK_MAX_TRANSMISSIONS {
+        return CHECK_RTO_INITIAL.saturating_mul(CHECK_FINAL_WAIT_RTOS);
+    }
     let doublings = transmissions.saturating_sub(1).min(16);
-    CHECK_RTO_INITIAL
-        .saturating_mul(1 << doublings)
-        .min(CHECK_RTO_MAX)
+    CHECK_RTO_INITIAL.saturating_mul(1 << doublings)
 }
 
 fn consent_interval(rng: &mut ShardRng) -> Duration {

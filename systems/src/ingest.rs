@@ -27,8 +27,7 @@ pub fn ingest(
     for d in inbox.0.drain(..) {
         match PacketClass::of(&d.payload) {
             PacketClass::Stun => {
-                let owner = index.by_path.get(&d.five_tuple()).copied();
-                stun.0.push((owner, d));
+                stun.0.push(d);
             }
             PacketClass::Dtls | PacketClass::Rtp => {
                 // Only validated paths may carry DTLS or media (RFC 8445 §11: data

@@ -13,7 +13,7 @@ use bevy_ecs::prelude::*;
 use bevy_ecs::schedule::{ScheduleLabel, SingleThreadedExecutor};
 use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
-use shoal_components::net::Datagram;
+use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::{
     Ice, IceControlling, IceCredentials, IceRole, IceState, Peer, PeerId, PeerIndex,
 };
@@ -284,6 +284,8 @@ impl Shard {
             selected: None,
             valid: Vec::new(),
             consent_at: now,
+            recent_transactions: [None; shoal_components::peer::RECENT_TRANSACTIONS],
+            recent_next: 0,
         };
         let ufrag = spec.credentials.local_ufrag.clone();
         let mut timers = Timers::default();
@@ -299,20 +301,23 @@ impl Shard {
                     next_candidate: 0,
                     pending: None,
                     consent_tids: [None; shoal_components::peer::CONSENT_IN_FLIGHT],
-                    priority: ice::HOST_PRIORITY,
+                    priority: ice::PRFLX_PRIORITY,
                 };
                 self.world
                     .spawn((Peer { id: spec.id }, spec.credentials, ice, timers, ctl))
                     .id()
             }
         };
-        // Both roles lose the peer if nothing valid arrives within the consent timeout;
-        // the controlling side also starts checking at once.
-        let expiry = now + self.config.consent_timeout;
+        // A lite peer is lost if no valid check arrives within the consent timeout; a
+        // controlling one starts checking at once and fails when its checks run out
+        // (its consent starts when a pair is nominated).
         let mut heap = self.world.resource_mut::<TimerHeap>();
-        heap.arm(&mut timers, entity, TimerKind::ConsentExpiry, expiry);
-        if spec.role == IceRole::Controlling {
-            heap.arm(&mut timers, entity, TimerKind::IceCheck, now);
+        match spec.role {
+            IceRole::Lite => {
+                let expiry = now + self.config.consent_timeout;
+                heap.arm(&mut timers, entity, TimerKind::ConsentExpiry, expiry);
+            }
+            IceRole::Controlling => heap.arm(&mut timers, entity, TimerKind::IceCheck, now),
         }
         if let Some(mut t) = self.world.get_mut::<Timers>(entity) {
             *t = timers;
@@ -358,6 +363,12 @@ impl Shard {
         self.world.get::<Ice>(entity)?.selected.map(|p| p.remote)
     }
 
+    /// The peer that has validated `path`, if any.
+    pub fn path_owner(&self, path: FiveTuple) -> Option<PeerId> {
+        let entity = *self.world.resource::<PeerIndex>().by_path.get(&path)?;
+        self.world.get::<Peer>(entity).map(|p| p.id)
+    }
+
     /// How many peers the shard holds.
     pub fn peer_count(&self) -> usize {
         self.world.resource::<PeerIndex>().by_id.len()
@@ -382,6 +393,12 @@ fn validate_credentials(c: &IceCredentials) -> Result<(), CommandError> {
                 "ufrag must be 4-256 ice-chars",
             ));
         }
+    }
+    // RFC 8489 §14.3: USERNAME ("ufrag:ufrag", RFC 8445 §7.2.2) is under 509 bytes.
+    if c.local_ufrag.len() + 1 + c.remote_ufrag.len() > 508 {
+        return Err(CommandError::InvalidCredential(
+            "the two ufrags make a USERNAME over 508 bytes",
+        ));
     }
     for pwd in [&c.local_pwd, &c.remote_pwd] {
         if !(22..=256).contains(&pwd.len()) || !ice_chars(pwd) {

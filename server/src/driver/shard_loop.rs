@@ -159,8 +159,11 @@ impl ShardLoop {
     fn read_batch(&mut self) -> bool {
         for _ in 0..self.batch_limit {
             match self.rx.recv_from(&self.socket) {
-                Ok((payload, remote)) => {
+                Ok((payload, mut remote)) => {
                     self.stats.datagrams_received += 1;
+                    // A dual-stack socket reports IPv4 peers as ::ffff:a.b.c.d; the
+                    // shard sees (and XOR-MAPPED-ADDRESS reports) their IPv4 form.
+                    remote.set_ip(remote.ip().to_canonical());
                     let local = self.local_addr;
                     self.batch.push(Datagram {
                         local,

@@ -6,6 +6,7 @@
 //! integrity and fingerprint, egress), and shows whether the per-check cost stays flat
 //! as the number of peers grows (lookups are by hash, never by scan).
 
+mod dtls;
 mod ice;
 
 use std::process::ExitCode;
@@ -13,11 +14,13 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
+        Some("dtls") => dtls::run(&args[1..]),
         Some("ice") => ice::run(&args[1..]),
         _ => {
             eprintln!(
                 "usage: shoal-bench <benchmark> [options]\n\n\
                  benchmarks:\n  \
+                 dtls [--records N]                          DTLS record seal/open throughput, both suites\n  \
                  ice [--peers N] [--checks N] [--batch N]   STUN checks answered per second by one shard"
             );
             ExitCode::from(2)

@@ -5,6 +5,7 @@
 //! Every parser takes untrusted input and returns a typed error: nothing here panics
 //! on what came from the network.
 
+pub mod dtls;
 pub mod net;
 pub mod peer;
 pub mod sdp;

@@ -1,0 +1,272 @@
+//! The sending side of the record layer: records written and sealed in place into one
+//! reusable buffer, packed into datagrams of at most the MTU (RFC 6347 §4.1.1), and
+//! handshake flights fragmented to fit (§4.2.3).
+
+use std::collections::VecDeque;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use shoal_components::dtls::{
+    Alert, AlertDescription, AlertLevel, ContentType, DTLS_1_2, HANDSHAKE_HEADER_LEN,
+    HandshakeHeader, HandshakeType, MAX_PLAINTEXT_LEN, RECORD_HEADER_LEN, RecordHeader,
+};
+
+use super::DtlsError;
+use super::crypto::{EXPLICIT_NONCE_LEN, RECORD_OVERHEAD, RecordCipher};
+
+/// The most bytes waiting in the send buffer; past it application data is refused
+/// with [`DtlsError::SendBufferFull`] until the caller drains `poll_transmit`.
+pub const MAX_QUEUED_BYTES: usize = 256 * 1024;
+/// The send buffer grows by at least this much at a time: sealed datagrams are split off
+/// it as `Bytes`, and the allocation is reclaimed once they are all dropped.
+const TX_CHUNK: usize = 16 * 1024;
+/// A handshake fragment smaller than this is not worth starting in the remaining room
+/// of a datagram: the next datagram takes it.
+const MIN_FRAGMENT: usize = 64;
+/// RFC 6347 §4.1: "implementations MUST either abandon an association or rehandshake
+/// prior to allowing the sequence number to wrap".
+const MAX_SEQUENCE: u64 = (1 << 48) - 1;
+
+/// One message of a flight, kept whole so that retransmissions can fragment it anew.
+#[derive(Clone, Debug)]
+pub enum FlightItem {
+    /// A handshake message, sent in `epoch`.
+    Handshake {
+        /// Its type.
+        msg_type: HandshakeType,
+        /// Its message_seq.
+        seq: u16,
+        /// The epoch it goes out in (1 only for Finished).
+        epoch: u16,
+        /// The body.
+        body: Bytes,
+    },
+    /// ChangeCipherSpec, always in epoch 0; part of the flight for retransmission
+    /// (RFC 6347 §4.2.5).
+    ChangeCipherSpec,
+}
+
+/// Write keys, sequence numbers and the outgoing datagram buffer.
+pub struct Sender {
+    buf: BytesMut,
+    /// Lengths of the finished datagrams at the front of `buf`, in order.
+    ready: VecDeque<usize>,
+    /// Bytes of the datagram still being filled at the end of `buf`.
+    open_len: usize,
+    mtu: usize,
+    /// Next sequence number per epoch (0 and 1).
+    next_seq: [u64; 2],
+    /// The epoch-1 write cipher, once keys are derived.
+    cipher: Option<RecordCipher>,
+    /// The epoch that alerts and application data use: 1 after our ChangeCipherSpec.
+    pub epoch: u16,
+    /// Datagrams handed out.
+    pub datagrams_sent: u64,
+}
+
+impl Sender {
+    /// An empty sender for datagrams of at most `mtu` bytes.
+    pub fn new(mtu: usize) -> Self {
+        Sender {
+            buf: BytesMut::new(),
+            ready: VecDeque::new(),
+            open_len: 0,
+            mtu,
+            next_seq: [0; 2],
+            cipher: None,
+            epoch: 0,
+            datagrams_sent: 0,
+        }
+    }
+
+    /// Installs the epoch-1 write cipher (records in epoch 1 can be written from now on).
+    pub fn set_cipher(&mut self, cipher: RecordCipher) {
+        self.cipher = Some(cipher);
+    }
+
+    /// Sets the next epoch-0 sequence number: RFC 6347 §4.2.1 has the server reuse the
+    /// ClientHello's record sequence number for HelloVerifyRequest and ServerHello.
+    pub fn set_epoch0_seq(&mut self, seq: u64) {
+        self.next_seq[0] = seq.min(MAX_SEQUENCE);
+    }
+
+    /// The next finished datagram, if any; the datagram being filled is finished first.
+    pub fn pop(&mut self) -> Option<Bytes> {
+        self.close_datagram();
+        let len = self.ready.pop_front()?;
+        self.datagrams_sent += 1;
+        Some(self.buf.split_to(len).freeze())
+    }
+
+    /// Ends the datagram being filled.
+    pub fn close_datagram(&mut self) {
+        if self.open_len > 0 {
+            self.ready.push_back(self.open_len);
+            self.open_len = 0;
+        }
+    }
+
+    /// Room left in the datagram being filled.
+    fn room(&self) -> usize {
+        self.mtu.saturating_sub(self.open_len)
+    }
+
+    /// Appends one record of `plain_len` plaintext bytes written by `fill`, sealing it
+    /// in place when `epoch` is 1. Starts a new datagram when this one is too full.
+    fn write_record(
+        &mut self,
+        epoch: u16,
+        content_type: ContentType,
+        plain_len: usize,
+        fill: impl FnOnce(&mut BytesMut),
+    ) -> Result<(), DtlsError> {
+        let protected = epoch > 0;
+        let overhead = RECORD_HEADER_LEN + if protected { RECORD_OVERHEAD } else { 0 };
+        if self.open_len > 0 && overhead + plain_len > self.room() {
+            self.close_datagram();
+        }
+        let slot = usize::from(epoch.min(1));
+        let seq = self.next_seq[slot];
+        if seq >= MAX_SEQUENCE {
+            return Err(DtlsError::Internal("record sequence number exhausted"));
+        }
+        let length =
+            u16::try_from(plain_len).map_err(|_| DtlsError::Internal("record too long"))?;
+        let start = self.buf.len();
+        let need = overhead + plain_len;
+        if self.buf.capacity() - self.buf.len() < need {
+            self.buf.reserve(need.max(TX_CHUNK));
+        }
+        RecordHeader {
+            content_type,
+            version: DTLS_1_2,
+            epoch,
+            sequence_number: seq,
+            length,
+        }
+        .write(&mut self.buf);
+        if protected {
+            self.buf.put_bytes(0, EXPLICIT_NONCE_LEN);
+        }
+        fill(&mut self.buf);
+        if protected {
+            let sealed = match &self.cipher {
+                Some(c) => c.seal_record(&mut self.buf, start),
+                None => {
+                    self.buf.truncate(start);
+                    return Err(DtlsError::Internal("no write key for epoch 1"));
+                }
+            };
+            if let Err(e) = sealed {
+                self.buf.truncate(start);
+                return Err(e.into());
+            }
+        }
+        self.next_seq[slot] = seq + 1;
+        self.open_len += self.buf.len() - start;
+        Ok(())
+    }
+
+    /// Writes a whole flight, fragmenting handshake messages to fit the MTU, and ends
+    /// the last datagram so the flight stands alone.
+    pub fn write_flight(&mut self, items: &[FlightItem]) -> Result<(), DtlsError> {
+        for item in items {
+            match item {
+                FlightItem::ChangeCipherSpec => {
+                    // RFC 5246 §7.1: the message "consists of a single byte of value 1".
+                    self.write_record(0, ContentType::ChangeCipherSpec, 1, |b| b.put_u8(1))?;
+                }
+                FlightItem::Handshake {
+                    msg_type,
+                    seq,
+                    epoch,
+                    body,
+                } => self.write_message(*msg_type, *seq, *epoch, body)?,
+            }
+        }
+        self.close_datagram();
+        Ok(())
+    }
+
+    /// One handshake message in as many fragments as the MTU needs (RFC 6347 §4.2.3:
+    /// contiguous, non-overlapping ranges, each labelled with its offset and length).
+    fn write_message(
+        &mut self,
+        msg_type: HandshakeType,
+        seq: u16,
+        epoch: u16,
+        body: &[u8],
+    ) -> Result<(), DtlsError> {
+        let overhead =
+            RECORD_HEADER_LEN + HANDSHAKE_HEADER_LEN + if epoch > 0 { RECORD_OVERHEAD } else { 0 };
+        let total = body.len();
+        let length = u32::try_from(total).map_err(|_| DtlsError::Internal("message too long"))?;
+        let mut offset = 0usize;
+        loop {
+            let left = total - offset;
+            if self.room() < overhead + left.min(MIN_FRAGMENT) {
+                self.close_datagram();
+            }
+            let max_fragment = self.room().saturating_sub(overhead).max(1);
+            let n = left
+                .min(max_fragment)
+                .min(MAX_PLAINTEXT_LEN - HANDSHAKE_HEADER_LEN);
+            let header = HandshakeHeader {
+                msg_type,
+                length,
+                message_seq: seq,
+                fragment_offset: offset as u32,
+                fragment_length: n as u32,
+            };
+            let part = body.get(offset..offset + n).unwrap_or(&[]);
+            self.write_record(
+                epoch,
+                ContentType::Handshake,
+                HANDSHAKE_HEADER_LEN + n,
+                |b| {
+                    header.write(b);
+                    b.put_slice(part);
+                },
+            )?;
+            offset += n;
+            if offset >= total {
+                return Ok(());
+            }
+        }
+    }
+
+    /// An alert in the current write epoch. Alerts are never retransmitted (RFC 6347
+    /// §4.2.7).
+    pub fn write_alert(
+        &mut self,
+        level: AlertLevel,
+        description: AlertDescription,
+    ) -> Result<(), DtlsError> {
+        let epoch = if self.cipher.is_some() { self.epoch } else { 0 };
+        self.write_record(epoch, ContentType::Alert, 2, |b| {
+            Alert { level, description }.write(b)
+        })?;
+        self.close_datagram();
+        Ok(())
+    }
+
+    /// Application data in epoch 1, in records of at most what one datagram holds;
+    /// several small records share a datagram.
+    pub fn write_application_data(&mut self, data: &[u8]) -> Result<(), DtlsError> {
+        if self.buf.len() + data.len() > MAX_QUEUED_BYTES {
+            return Err(DtlsError::SendBufferFull);
+        }
+        let max_plain = self
+            .mtu
+            .saturating_sub(RECORD_HEADER_LEN + RECORD_OVERHEAD)
+            .clamp(1, MAX_PLAINTEXT_LEN);
+        let mut chunks = data.chunks(max_plain);
+        // An empty write still sends one (empty) record.
+        let first = chunks.next().unwrap_or(&[]);
+        for chunk in std::iter::once(first).chain(chunks) {
+            self.write_record(1, ContentType::ApplicationData, chunk.len(), |b| {
+                b.put_slice(chunk)
+            })?;
+        }
+        Ok(())
+    }
+}

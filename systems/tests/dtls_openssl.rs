@@ -1,0 +1,519 @@
+//! Interop with the real `openssl` command line over UDP on 127.0.0.1: shoal's
+//! `DtlsConn` as client against `openssl s_server -dtls1_2`, and as server against
+//! `openssl s_client -dtls1_2`. Both sides authenticate with ECDSA P-256 certificates,
+//! negotiate use_srtp, exchange application data both ways, and must agree on the
+//! EXTRACTOR-dtls_srtp keying material that openssl prints.
+//!
+//! Every wait is bounded; the openssl child is killed by a drop guard.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use shoal_components::time::Time;
+use shoal_systems::dtls::crypto::fingerprint_sha256;
+use shoal_systems::dtls::{
+    DtlsCertificate, DtlsConfig, DtlsConn, DtlsEvent, DtlsRole, SrtpKeys, SrtpProfile,
+};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Kills and reaps the child when the test ends, however it ends.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A scratch directory removed at the end.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir =
+            std::env::temp_dir().join(format!("shoal-dtls-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn openssl_available() -> bool {
+    Command::new("openssl")
+        .arg("version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// An ECDSA P-256 certificate and key made by the openssl CLI; returns the SHA-256 of
+/// the certificate's DER.
+fn make_openssl_cert(dir: &Path) -> [u8; 32] {
+    let status = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-subj", "/CN=test", "-days", "1"])
+        .arg("-keyout")
+        .arg(dir.join("k.pem"))
+        .arg("-out")
+        .arg(dir.join("c.pem"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "openssl req failed");
+    let status = Command::new("openssl")
+        .args(["x509", "-outform", "DER"])
+        .arg("-in")
+        .arg(dir.join("c.pem"))
+        .arg("-out")
+        .arg(dir.join("c.der"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "openssl x509 failed");
+    fingerprint_sha256(&std::fs::read(dir.join("c.der")).unwrap())
+}
+
+/// Spawns openssl with piped stdio; stdout and stderr lines arrive on one channel.
+fn spawn_openssl(args: &[String]) -> (ChildGuard, ChildStdin, Receiver<String>) {
+    let mut child = Command::new("openssl")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let (tx, rx) = channel();
+    let out = child.stdout.take().unwrap();
+    let tx2 = tx.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx2.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(format!("[stderr] {line}")).is_err() {
+                break;
+            }
+        }
+    });
+    (ChildGuard(child), stdin, rx)
+}
+
+/// Collects openssl's output lines and waits for one that matches.
+struct Output {
+    rx: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Output {
+    /// Lines so far that match, without waiting.
+    fn find(&mut self, pred: &dyn Fn(&str) -> bool) -> Option<String> {
+        while let Ok(line) = self.rx.try_recv() {
+            self.seen.push(line);
+        }
+        self.seen.iter().find(|l| pred(l)).cloned()
+    }
+
+    /// Waits up to `timeout` for a matching line.
+    fn wait(&mut self, timeout: Duration, pred: &dyn Fn(&str) -> bool) -> Option<String> {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.find(pred) {
+                return Some(l);
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            match self.rx.recv_timeout(left.min(Duration::from_millis(50))) {
+                Ok(line) => self.seen.push(line),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return self.find(pred),
+            }
+        }
+    }
+
+    fn dump(&mut self) -> String {
+        self.find(&|_| false);
+        self.seen.join("\n")
+    }
+}
+
+/// Drives one DtlsConn over a real socket.
+struct Driver {
+    conn: DtlsConn,
+    socket: UdpSocket,
+    start: Instant,
+    events: Vec<DtlsEvent>,
+}
+
+impl Driver {
+    fn now(&self) -> Time {
+        Time::from_micros(self.start.elapsed().as_micros() as u64)
+    }
+
+    /// Sends what the connection has, receives for at most `slice`, runs timers.
+    fn pump(&mut self, slice: Duration) {
+        while let Some(d) = self.conn.poll_transmit() {
+            self.socket.send(&d).unwrap();
+        }
+        self.socket.set_read_timeout(Some(slice)).unwrap();
+        let mut buf = [0u8; 65536];
+        if let Ok(n) = self.socket.recv(&mut buf) {
+            let now = self.now();
+            let _ = self.conn.handle_datagram(now, &buf[..n]);
+        }
+        let now = self.now();
+        self.conn.handle_timeout(now);
+        while let Some(d) = self.conn.poll_transmit() {
+            self.socket.send(&d).unwrap();
+        }
+        while let Some(e) = self.conn.poll_event() {
+            self.events.push(e);
+        }
+    }
+
+    fn pump_until(&mut self, timeout: Duration, done: impl Fn(&Driver) -> bool) -> bool {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            if done(self) {
+                return true;
+            }
+            self.pump(Duration::from_millis(20));
+        }
+        done(self)
+    }
+
+    fn received(&self) -> Vec<u8> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                DtlsEvent::ApplicationData(b) => Some(b.to_vec()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    fn srtp(&self) -> Option<SrtpKeys> {
+        self.events.iter().find_map(|e| match e {
+            DtlsEvent::Connected { srtp, .. } => srtp.clone(),
+            _ => None,
+        })
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02X}")).collect()
+}
+
+fn config() -> Arc<DtlsConfig> {
+    Arc::new(DtlsConfig {
+        srtp_profiles: vec![SrtpProfile::Aes128CmHmacSha1_80],
+        ..DtlsConfig::default()
+    })
+}
+
+fn random32() -> [u8; 32] {
+    let mut r = [0u8; 32];
+    shoal_systems::dtls::crypto::fill_random(&mut r).unwrap();
+    r
+}
+
+/// The common second half: keys, data both ways, close.
+fn exchange(driver: &mut Driver, stdin: &mut ChildStdin, out: &mut Output) {
+    // Keying material: openssl prints it after the handshake.
+    let mut ours = [0u8; 60];
+    driver
+        .conn
+        .export_keying_material(b"EXTRACTOR-dtls_srtp", &mut ours)
+        .unwrap();
+    let line = out
+        .wait(DEADLINE, &|l| l.contains("Keying material:"))
+        .unwrap_or_else(|| panic!("no keying material from openssl:\n{}", out.dump()));
+    let theirs = line
+        .split("Keying material:")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .to_uppercase();
+    assert_eq!(theirs, hex(&ours), "EXTRACTOR-dtls_srtp differs");
+    let keys = driver.srtp().expect("use_srtp negotiated");
+    assert_eq!(keys.profile, SrtpProfile::Aes128CmHmacSha1_80);
+    assert_eq!(
+        keys,
+        SrtpKeys::from_exported(SrtpProfile::Aes128CmHmacSha1_80, &ours).unwrap()
+    );
+
+    // shoal → openssl: it prints what it receives.
+    driver
+        .conn
+        .send_application_data(b"hello from shoal\n")
+        .unwrap();
+    driver.pump(Duration::from_millis(1));
+    assert!(
+        out.wait(DEADLINE, &|l| l.contains("hello from shoal"))
+            .is_some(),
+        "openssl did not print our data:\n{}",
+        out.dump()
+    );
+
+    // openssl → shoal: a line on its stdin goes out as application data.
+    stdin.write_all(b"hello from openssl\n").unwrap();
+    stdin.flush().unwrap();
+    let got = driver.pump_until(DEADLINE, |d| {
+        String::from_utf8_lossy(&d.received()).contains("hello from openssl")
+    });
+    assert!(got, "no data from openssl:\n{}", out.dump());
+    assert_eq!(driver.conn.stats().records_bad_tag, 0);
+    if std::env::var_os("SHOAL_DTLS_DEBUG").is_some() {
+        eprintln!("{:?}\n{}", driver.conn.stats(), out.dump());
+    }
+}
+
+#[test]
+fn interop_openssl_dtls_server() {
+    against_s_server(&[], config());
+}
+
+/// s_server with `-listen` insists on a cookie exchange (HelloVerifyRequest), P-256,
+/// AES-256-GCM, and a 400-byte MTU on both sides, so both fragment their flights.
+#[test]
+fn interop_openssl_dtls_server_cookie_p256_aes256_fragmented() {
+    let cfg = DtlsConfig {
+        mtu: 400,
+        ..(*config()).clone()
+    };
+    against_s_server(
+        &[
+            "-listen",
+            "-curves",
+            "prime256v1",
+            "-cipher",
+            "ECDHE-ECDSA-AES256-GCM-SHA384",
+            "-mtu",
+            "400",
+        ],
+        Arc::new(cfg),
+    );
+}
+
+fn against_s_server(extra: &[&str], cfg: Arc<DtlsConfig>) {
+    let cookie = extra.contains(&"-listen");
+    let fragmented = extra.contains(&"-mtu");
+    if !openssl_available() {
+        panic!("the openssl command line is required (apt-get install openssl)");
+    }
+    let dir = TempDir::new("server");
+    let openssl_fp = make_openssl_cert(&dir.0);
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let p = |x: &Path| x.to_string_lossy().into_owned();
+    let args: Vec<String> = [
+        "s_server",
+        "-dtls1_2",
+        "-accept",
+        &format!("127.0.0.1:{port}"),
+        "-cert",
+        &p(&dir.0.join("c.pem")),
+        "-key",
+        &p(&dir.0.join("k.pem")),
+        "-use_srtp",
+        "SRTP_AES128_CM_SHA1_80",
+        "-keymatexport",
+        "EXTRACTOR-dtls_srtp",
+        "-keymatexportlen",
+        "60",
+        "-verify",
+        "1",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect();
+    let (_child, mut stdin, rx) = spawn_openssl(&args);
+    let mut out = Output {
+        rx,
+        seen: Vec::new(),
+    };
+    assert!(
+        out.wait(DEADLINE, &|l| l.contains("ACCEPT")).is_some(),
+        "s_server did not start:\n{}",
+        out.dump()
+    );
+
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.connect(("127.0.0.1", port)).unwrap();
+    let cert = Arc::new(DtlsCertificate::generate().unwrap());
+    let start = Instant::now();
+    let conn = DtlsConn::new(
+        DtlsRole::Client,
+        cfg,
+        cert,
+        openssl_fp,
+        random32(),
+        Time::ZERO,
+    );
+    let mut driver = Driver {
+        conn,
+        socket,
+        start,
+        events: Vec::new(),
+    };
+    let ok = driver.pump_until(DEADLINE, |d| d.conn.is_connected());
+    assert!(
+        ok,
+        "handshake with s_server failed: {:?} {:?}\n{}",
+        driver.events,
+        driver.conn.stats(),
+        out.dump()
+    );
+    let stats = driver.conn.stats();
+    // (s_server does a cookie exchange and fragments its flight even by default.)
+    assert!(!cookie || stats.hello_verify_requests > 0, "{stats:?}");
+    assert!(
+        !fragmented || stats.handshake_partial_fragments > 0,
+        "{stats:?}"
+    );
+    exchange(&mut driver, &mut stdin, &mut out);
+}
+
+#[test]
+fn interop_openssl_dtls_client() {
+    against_s_client(&[], config());
+}
+
+/// s_client offering only P-256 and AES-256-GCM, with a 400-byte MTU on both sides.
+#[test]
+fn interop_openssl_dtls_client_p256_aes256_fragmented() {
+    let cfg = DtlsConfig {
+        mtu: 400,
+        ..(*config()).clone()
+    };
+    against_s_client(
+        &[
+            "-curves",
+            "prime256v1",
+            "-cipher",
+            "ECDHE-ECDSA-AES256-GCM-SHA384",
+            "-mtu",
+            "400",
+        ],
+        Arc::new(cfg),
+    );
+}
+
+fn against_s_client(extra: &[&str], cfg: Arc<DtlsConfig>) {
+    let fragmented = extra.contains(&"-mtu");
+    if !openssl_available() {
+        panic!("the openssl command line is required (apt-get install openssl)");
+    }
+    let dir = TempDir::new("client");
+    let openssl_fp = make_openssl_cert(&dir.0);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let p = |x: &Path| x.to_string_lossy().into_owned();
+    let args: Vec<String> = [
+        "s_client",
+        "-dtls1_2",
+        "-connect",
+        &format!("127.0.0.1:{port}"),
+        "-cert",
+        &p(&dir.0.join("c.pem")),
+        "-key",
+        &p(&dir.0.join("k.pem")),
+        "-use_srtp",
+        "SRTP_AES128_CM_SHA1_80",
+        "-keymatexport",
+        "EXTRACTOR-dtls_srtp",
+        "-keymatexportlen",
+        "60",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect();
+    let (_child, mut stdin, rx) = spawn_openssl(&args);
+    let mut out = Output {
+        rx,
+        seen: Vec::new(),
+    };
+
+    // The first datagram tells us where the client is.
+    socket
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut buf = [0u8; 65536];
+    let end = Instant::now() + DEADLINE;
+    let (n, from) = loop {
+        match socket.recv_from(&mut buf) {
+            Ok(r) => break r,
+            Err(_) if Instant::now() < end => continue,
+            Err(e) => panic!("no ClientHello from s_client: {e}\n{}", out.dump()),
+        }
+    };
+    socket.connect(from).unwrap();
+    let cert = Arc::new(DtlsCertificate::generate().unwrap());
+    let start = Instant::now();
+    let conn = DtlsConn::new(
+        DtlsRole::Server,
+        cfg,
+        cert,
+        openssl_fp,
+        random32(),
+        Time::ZERO,
+    );
+    let mut driver = Driver {
+        conn,
+        socket,
+        start,
+        events: Vec::new(),
+    };
+    let now = driver.now();
+    let _ = driver.conn.handle_datagram(now, &buf[..n]);
+    let ok = driver.pump_until(DEADLINE, |d| d.conn.is_connected());
+    assert!(
+        ok,
+        "handshake with s_client failed: {:?} {:?}\n{}",
+        driver.events,
+        driver.conn.stats(),
+        out.dump()
+    );
+    let stats = driver.conn.stats();
+    assert!(
+        !fragmented || stats.handshake_partial_fragments > 0,
+        "{stats:?}"
+    );
+    exchange(&mut driver, &mut stdin, &mut out);
+}

@@ -72,6 +72,7 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
             role: IceRole::Lite,
             credentials: creds,
             remote_candidates: Vec::new(),
+            dtls: None,
         };
         if let Err(e) = shard.command(Time::ZERO, Command::AddPeer(spec)) {
             eprintln!("shoal-bench ice: adding peer {i}: {e}");

@@ -77,23 +77,60 @@ pub struct Ice {
     pub valid: Vec<FiveTuple>,
     /// When consent was last refreshed (RFC 7675 §5.1).
     pub consent_at: Time,
-    /// Transaction ids of the latest accepted checks (a ring; see
-    /// [`RECENT_TRANSACTIONS`]).
-    pub recent_transactions: [Option<[u8; 12]>; RECENT_TRANSACTIONS],
-    /// Where the next id goes in `recent_transactions`.
+    /// The latest accepted checks (a ring; see [`RECENT_TRANSACTIONS`]).
+    pub recent_transactions: [Option<SeenTransaction>; RECENT_TRANSACTIONS],
+    /// Where the next one goes in `recent_transactions`.
     pub recent_next: u8,
 }
 
+/// A check the agent accepted: its transaction id, the path it came on, and when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeenTransaction {
+    /// The STUN transaction id.
+    pub tid: [u8; 12],
+    /// The path of its first copy.
+    pub path: FiveTuple,
+    /// When its first copy arrived.
+    pub at: Time,
+}
+
+/// What a check's transaction id says about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Freshness {
+    /// Not seen before.
+    New,
+    /// A retransmission: same path, within a transaction's lifetime of the first copy.
+    Retransmission,
+    /// Seen before on another path, or longer ago than a transaction lives: a replay.
+    Replay,
+}
+
 impl Ice {
-    /// Records `tid` as seen; false when it was seen already.
-    pub fn note_transaction(&mut self, tid: [u8; 12]) -> bool {
-        if self.recent_transactions.contains(&Some(tid)) {
-            return false;
+    /// Classifies a check with `tid` arriving on `path` at `now`, remembering it when
+    /// new. `lifetime` is how long a STUN transaction can keep retransmitting.
+    pub fn note_transaction(
+        &mut self,
+        tid: [u8; 12],
+        path: FiveTuple,
+        now: Time,
+        lifetime: std::time::Duration,
+    ) -> Freshness {
+        if let Some(seen) = self
+            .recent_transactions
+            .iter()
+            .flatten()
+            .find(|s| s.tid == tid)
+        {
+            return if seen.path == path && now < seen.at + lifetime {
+                Freshness::Retransmission
+            } else {
+                Freshness::Replay
+            };
         }
         let slot = usize::from(self.recent_next) % RECENT_TRANSACTIONS;
-        self.recent_transactions[slot] = Some(tid);
+        self.recent_transactions[slot] = Some(SeenTransaction { tid, path, at: now });
         self.recent_next = ((slot + 1) % RECENT_TRANSACTIONS) as u8;
-        true
+        Freshness::New
     }
 }
 
@@ -124,6 +161,8 @@ pub struct IceControlling {
     pub remote_candidates: Vec<SocketAddr>,
     /// Index into `remote_candidates` of the candidate being checked.
     pub next_candidate: usize,
+    /// When checking started, for the connect budget.
+    pub started_at: Time,
     /// The check in flight, if any.
     pub pending: Option<PendingCheck>,
     /// The newest consent checks sent on the selected path, newest last. A response

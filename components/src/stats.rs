@@ -25,10 +25,14 @@ pub struct ShardStats {
     pub stun_missing_attributes: u64,
     /// Valid checks from a path another peer of this shard has validated.
     pub stun_path_conflict: u64,
-    /// Valid checks that repeat a recent transaction id: answered, but they neither
-    /// refresh consent nor move the selected path (RFC 7675 §5.1 wants a new id per
-    /// consent check; a replay from a spoofed source must not redirect media).
+    /// Valid checks that repeat a recent transaction id from another path, or after
+    /// a transaction's lifetime: replays. Answered, but they neither refresh consent
+    /// nor move the selected path (RFC 7675 §5.1 wants a new id per consent check; a
+    /// replay from a spoofed source must not redirect media).
     pub stun_repeated_transaction: u64,
+    /// Retransmitted checks (same id, same path, within a transaction's lifetime):
+    /// answered again and refreshing consent, nothing more.
+    pub stun_retransmitted_checks: u64,
     /// Valid checks that arrived after consent had already lapsed (RFC 7675 §5.1).
     pub stun_after_consent_expiry: u64,
     /// Responses carrying unknown comprehension-required attributes, taken as failures
@@ -42,6 +46,19 @@ pub struct ShardStats {
     pub dropped_unknown_source: u64,
     /// Datagrams on a validated path for a protocol this shard does not run.
     pub dropped_unhandled_protocol: u64,
+    /// DTLS datagrams from a path no peer has validated.
+    pub dtls_unknown_source: u64,
+    /// DTLS datagrams for a peer that runs no DTLS, or whose DTLS has not started
+    /// and cannot start from this datagram (shoal is its client).
+    pub dtls_not_started: u64,
+    /// Records the peers' DTLS connections dropped (bad tag, replayed, malformed…).
+    pub dtls_records_dropped: u64,
+    /// DTLS handshakes completed.
+    pub dtls_connected: u64,
+    /// DTLS handshakes that failed.
+    pub dtls_failed: u64,
+    /// Decrypted application data no pass consumed yet (SCTP is not running).
+    pub dtls_app_data_unhandled: u64,
     /// Valid ICE connectivity checks answered.
     pub ice_checks_answered: u64,
     /// Peers removed because consent expired (RFC 7675).

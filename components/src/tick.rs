@@ -28,6 +28,15 @@ pub struct Inbox(pub Vec<Datagram>);
 #[derive(Resource, Debug, Default)]
 pub struct StunInbox(pub Vec<Datagram>);
 
+/// DTLS datagrams of this tick; the dtls pass resolves their owner when it handles
+/// them, after ICE may have validated their path in this very tick.
+#[derive(Resource, Debug, Default)]
+pub struct DtlsInbox(pub Vec<Datagram>);
+
+/// Peers whose ICE nominated a path this tick: their DTLS may start.
+#[derive(Resource, Debug, Default)]
+pub struct DtlsStart(pub Vec<Entity>);
+
 /// Timers that fell due this tick.
 #[derive(Resource, Debug, Default)]
 pub struct DueTimers(pub Vec<(Entity, TimerKind)>);
@@ -58,6 +67,11 @@ pub enum RemoveReason {
     ConsentExpired,
     /// The controlling agent's checks all went unanswered.
     IceFailed,
+    /// The DTLS handshake failed (bad certificate fingerprint, signature or Finished,
+    /// a fatal alert from the peer, or the handshake timed out).
+    DtlsFailed,
+    /// The peer closed DTLS (close_notify).
+    DtlsClosed,
 }
 
 /// Something the shard tells its owner.
@@ -69,6 +83,13 @@ pub enum ShardEvent {
         peer: PeerId,
         /// The peer's address on the nominated path.
         remote: SocketAddr,
+    },
+    /// The DTLS handshake completed and the peer is authenticated.
+    DtlsConnected {
+        /// Which peer.
+        peer: PeerId,
+        /// The negotiated SRTP protection profile (RFC 5764 §4.1.2 number), if any.
+        srtp_profile: Option<u16>,
     },
     /// The peer and every component it had are gone.
     PeerRemoved {

@@ -22,11 +22,13 @@ pub enum TimerKind {
     ConsentCheck = 1,
     /// Consent lapses unless refreshed by then (RFC 7675 §5.1).
     ConsentExpiry = 2,
+    /// The DTLS connection's next retransmission or handshake deadline.
+    Dtls = 3,
 }
 
 impl TimerKind {
     /// How many kinds there are.
-    pub const COUNT: usize = 3;
+    pub const COUNT: usize = 4;
 }
 
 /// One entity's timer table.

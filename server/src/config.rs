@@ -84,6 +84,7 @@ impl Config {
                 role: IceRole::Lite,
                 credentials: p.credentials.clone(),
                 remote_candidates: Vec::new(),
+                dtls: None,
             })
     }
 }

@@ -50,6 +50,16 @@ fn run(config: &Config) -> Result<(), MainError> {
     for (index, addr) in server.local_addrs().enumerate() {
         writeln!(stdout, "shoal: shard {index} udp {addr}")?;
     }
+    let fingerprint: Vec<String> = server
+        .fingerprint()
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect();
+    writeln!(
+        stdout,
+        "shoal: dtls fingerprint sha-256 {}",
+        fingerprint.join(":")
+    )?;
     stdout.flush()?;
     drop(stdout);
 

@@ -23,14 +23,15 @@ use bytes::{Bytes, BytesMut};
 use rand_core::RngCore;
 use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::{
-    Ice, IceControlling, IceCredentials, IceRole, IceState, MAX_VALID_REMOTES, Peer, PeerIndex,
-    PendingCheck,
+    Freshness, Ice, IceControlling, IceCredentials, IceRole, IceState, MAX_VALID_REMOTES, Peer,
+    PeerIndex, PendingCheck,
 };
 use shoal_components::stats::ShardStats;
 use shoal_components::stun::{self, Class, StunError, StunMessage, StunWriter, TransactionId};
 use shoal_components::tick::{
-    DueTimers, Events, Now, Outbox, RemoveReason, ShardEvent, StunInbox, WriteBuffer,
+    DtlsStart, DueTimers, Events, Now, Outbox, RemoveReason, ShardEvent, StunInbox, WriteBuffer,
 };
+use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
 use crate::shard::{ShardLimits, ShardRng};
@@ -49,6 +50,13 @@ pub const CHECK_MAX_TRANSMISSIONS: u32 = 7;
 /// RFC 8489 §6.2.1: after the last transmission the client waits Rm times the RTO
 /// (default 16) before the transaction fails.
 pub const CHECK_FINAL_WAIT_RTOS: u32 = 16;
+/// How long one STUN request can be retransmitted (RFC 8489 §6.2.1 with the
+/// defaults: 7 sends over 31.5 s, then 16 RTOs), i.e. how long a repeated
+/// transaction id may still be a retransmission rather than a replay.
+pub const STUN_TRANSACTION_LIFETIME: Duration = Duration::from_millis(39_500);
+/// A controlling agent keeps cycling through its candidates until this long after
+/// it started; the first transaction to fail after that fails the agent.
+pub const ICE_CONNECT_BUDGET: Duration = Duration::from_secs(60);
 /// The PRIORITY sent in checks: RFC 8445 §7.1.1 wants the formula of §5.1.2 with
 /// the type preference of peer-reflexive candidates (110); local preference 65535,
 /// component 1.
@@ -68,6 +76,7 @@ pub struct IceCtx<'w> {
     stats: ResMut<'w, ShardStats>,
     events: ResMut<'w, Events>,
     rng: ResMut<'w, ShardRng>,
+    dtls_start: ResMut<'w, DtlsStart>,
 }
 
 type PeerQuery<'w, 's> = Query<
@@ -95,7 +104,9 @@ pub fn ice(
         handle_stun(&mut ctx, &mut peers, &mut commands, d);
     }
     for &(entity, kind) in &due.0 {
-        handle_timer(&mut ctx, &mut peers, &mut commands, entity, kind);
+        if kind != TimerKind::Dtls {
+            handle_timer(&mut ctx, &mut peers, &mut commands, entity, kind);
+        }
     }
 }
 
@@ -171,7 +182,7 @@ fn handle_request(ctx: &mut IceCtx, peers: &mut PeerQuery, d: &Datagram, msg: &S
     let now = ctx.now.0;
     // RFC 7675 §5.1: once consent has lapsed it is not re-established; the expiry
     // timer, due in this tick at the latest, removes the peer.
-    if now >= ice.consent_at + ctx.limits.consent_timeout {
+    if now >= consent_deadline(&ice, &ctx.limits) {
         ctx.stats.stun_after_consent_expiry += 1;
         return;
     }
@@ -216,9 +227,19 @@ fn handle_request(ctx: &mut IceCtx, peers: &mut PeerQuery, d: &Datagram, msg: &S
     // §6.3.1 asks) or a replay, possibly from a spoofed source: it changes nothing.
     // MESSAGE-INTEGRITY cannot cover the source address (RFC 8445 §19.2), and RFC
     // 7675 §5.1 gives every consent check a new transaction id.
-    if !ice.note_transaction(tid.0) {
-        ctx.stats.stun_repeated_transaction += 1;
-        return;
+    match ice.note_transaction(tid.0, path, now, STUN_TRANSACTION_LIFETIME) {
+        Freshness::New => {}
+        Freshness::Retransmission => {
+            // The peer is alive on this path: its retransmission refreshes consent
+            // (a nomination whose answers were lost keeps the peer), nothing more.
+            ctx.stats.stun_retransmitted_checks += 1;
+            ice.consent_at = now;
+            return;
+        }
+        Freshness::Replay => {
+            ctx.stats.stun_repeated_transaction += 1;
+            return;
+        }
     }
     ice.consent_at = now;
     remember_valid(&mut ice, &mut ctx.index, entity, path);
@@ -227,16 +248,23 @@ fn handle_request(ctx: &mut IceCtx, peers: &mut PeerQuery, d: &Datagram, msg: &S
     // the selection there.
     if msg.use_candidate() && ice.selected != Some(path) {
         ice.selected = Some(path);
+        if ice.state == IceState::Checking {
+            // From here consent runs on the shorter consent timeout.
+            let at = now + ctx.limits.consent_timeout;
+            ctx.heap
+                .arm(&mut timers, entity, TimerKind::ConsentExpiry, at);
+        }
         ice.state = IceState::Connected;
         ctx.events.0.push(ShardEvent::IceConnected {
             peer: peer.id,
             remote: path.remote,
         });
+        ctx.dtls_start.0.push(entity);
     }
     // Consent is re-armed lazily: the expiry timer, when it fires, looks at
     // `consent_at` and re-arms itself if consent was refreshed meanwhile.
     if timers.get(TimerKind::ConsentExpiry).is_none() {
-        let at = ctx.now.0 + ctx.limits.consent_timeout;
+        let at = consent_deadline(&ice, &ctx.limits);
         ctx.heap
             .arm(&mut timers, entity, TimerKind::ConsentExpiry, at);
     }
@@ -304,7 +332,7 @@ fn handle_response(
     if let Some(slot) = ctl.consent_tids.iter_mut().find(|t| **t == Some(tid)) {
         *slot = None;
         // RFC 7675 §5.1: consent responses after expiry do not re-establish consent.
-        let lapsed = ctx.now.0 >= ice.consent_at + ctx.limits.consent_timeout;
+        let lapsed = ctx.now.0 >= consent_deadline(&ice, &ctx.limits);
         if !failed && !lapsed && ice.selected == Some(path) {
             ice.consent_at = ctx.now.0;
         }
@@ -350,6 +378,7 @@ fn handle_response(
             peer: peer.id,
             remote: path.remote,
         });
+        ctx.dtls_start.0.push(entity);
     }
     let next = ctx.now.0 + consent_interval(&mut ctx.rng);
     ctx.heap
@@ -374,7 +403,7 @@ fn handle_timer(
     }
     match kind {
         TimerKind::ConsentExpiry => {
-            let expires = ice.consent_at + ctx.limits.consent_timeout;
+            let expires = consent_deadline(&ice, &ctx.limits);
             if ctx.now.0 >= expires {
                 ctx.stats.consent_expired += 1;
                 remove_peer(
@@ -434,6 +463,7 @@ fn handle_timer(
                 }
             }
         }
+        TimerKind::Dtls => {}
         TimerKind::ConsentCheck => {
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
                 return;
@@ -470,8 +500,16 @@ fn next_candidate(
         return; // a late failure of a superseded check changes nothing
     }
     ctl.next_candidate += 1;
+    let now = ctx.now.0;
+    // Past the last candidate, start over while the connect budget lasts: one failed
+    // transaction (7 sends) is not rare on a lossy path, and a client that gave up
+    // after it would fail where a browser, which keeps checking, connects.
+    if ctl.next_candidate >= ctl.remote_candidates.len()
+        && now.saturating_since(ctl.started_at) < ICE_CONNECT_BUDGET
+    {
+        ctl.next_candidate = 0;
+    }
     if ctl.next_candidate < ctl.remote_candidates.len() {
-        let now = ctx.now.0;
         ctx.heap.arm(timers, entity, TimerKind::IceCheck, now);
     } else {
         remove_peer(
@@ -552,14 +590,34 @@ fn remove_peer(
     ctl: Option<&IceControlling>,
     reason: RemoveReason,
 ) {
+    let (index, events) = (&mut *ctx.index, &mut *ctx.events);
+    remove_peer_in_pass(
+        index, events, commands, entity, peer, creds, ice, ctl, reason,
+    );
+}
+
+/// Removes a peer from inside any pass: its index entries now, the entity (and
+/// every component it had) when the pass's commands apply. Marks the peer Failed
+/// first, so later work in the same tick leaves it alone.
+pub(crate) fn remove_peer_in_pass(
+    index: &mut PeerIndex,
+    events: &mut Events,
+    commands: &mut Commands,
+    entity: Entity,
+    peer: &Peer,
+    creds: &IceCredentials,
+    ice: &mut Ice,
+    ctl: Option<&IceControlling>,
+    reason: RemoveReason,
+) {
     if ice.state == IceState::Failed {
         return;
     }
     ice.state = IceState::Failed;
-    unindex(&mut ctx.index, entity, peer, ice, ctl);
-    ctx.index.by_ufrag.remove(&creds.local_ufrag);
+    unindex(index, entity, peer, ice, ctl);
+    index.by_ufrag.remove(&creds.local_ufrag);
     commands.entity(entity).despawn();
-    ctx.events.0.push(ShardEvent::PeerRemoved {
+    events.0.push(ShardEvent::PeerRemoved {
         peer: peer.id,
         reason,
     });
@@ -615,6 +673,16 @@ pub fn remove_peer_now(world: &mut World, entity: Entity, reason: RemoveReason) 
             peer: peer.id,
             reason,
         });
+}
+
+/// When the peer's consent lapses: the consent timeout after the last valid check
+/// once a pair is nominated (RFC 7675 §5.1); before that, the longer connect timeout,
+/// so a client on a lossy path has as long to get through as its checks keep trying.
+pub(crate) fn consent_deadline(ice: &Ice, limits: &ShardLimits) -> Time {
+    match ice.state {
+        IceState::Checking => ice.consent_at + limits.connect_timeout,
+        IceState::Connected | IceState::Failed => ice.consent_at + limits.consent_timeout,
+    }
 }
 
 /// How long to wait after the `transmissions`-th send of a check (RFC 8489 §6.2.1):

@@ -6,7 +6,7 @@ use bevy_ecs::prelude::*;
 use shoal_components::net::PacketClass;
 use shoal_components::peer::PeerIndex;
 use shoal_components::stats::ShardStats;
-use shoal_components::tick::{DueTimers, Inbox, Now, StunInbox};
+use shoal_components::tick::{DtlsInbox, DueTimers, Inbox, Now, StunInbox};
 use shoal_components::timer::{TimerHeap, Timers};
 
 /// Timers fired per tick at most; the rest wait for the next tick (which the heap's
@@ -18,6 +18,7 @@ pub fn ingest(
     now: Res<Now>,
     mut inbox: ResMut<Inbox>,
     mut stun: ResMut<StunInbox>,
+    mut dtls: ResMut<DtlsInbox>,
     mut due: ResMut<DueTimers>,
     mut heap: ResMut<TimerHeap>,
     mut timers: Query<&mut Timers>,
@@ -29,7 +30,10 @@ pub fn ingest(
             PacketClass::Stun => {
                 stun.0.push(d);
             }
-            PacketClass::Dtls | PacketClass::Rtp => {
+            // Ownership is resolved in the dtls pass: ICE may validate the path of
+            // a ClientHello that arrives in the same batch as the check before it.
+            PacketClass::Dtls => dtls.0.push(d),
+            PacketClass::Rtp => {
                 // Only validated paths may carry DTLS or media (RFC 8445 §11: data
                 // flows on the selected pair). The passes for these protocols take
                 // them from their own work lists once they exist.

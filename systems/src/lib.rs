@@ -15,5 +15,5 @@ pub mod shard;
 pub mod timers;
 
 pub use pass::Pass;
-pub use shard::{Command, CommandError, PeerSpec, Shard, ShardConfig};
+pub use shard::{Command, CommandError, PeerDtls, PeerSpec, Shard, ShardConfig};
 pub use shoal_components::tick::{RemoveReason, ShardEvent};

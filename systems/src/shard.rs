@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bevy_ecs::prelude::*;
@@ -19,12 +20,14 @@ use shoal_components::peer::{
 };
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{
-    DueTimers, Events, Inbox, LocalAddr, Now, Outbox, RemoveReason, ShardEvent, StunInbox,
-    Transmits, WriteBuffer,
+    DtlsInbox, DtlsStart, DueTimers, Events, Inbox, LocalAddr, Now, Outbox, RemoveReason,
+    ShardEvent, StunInbox, Transmits, WriteBuffer,
 };
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
+use crate::dtls::pass::{self as dtls_pass, DtlsSession, ShardDtls};
+use crate::dtls::{CipherSuite, DtlsCertificate, DtlsConfig, DtlsRole, SrtpKeys};
 use crate::pass::Pass;
 use crate::{egress, ice, ingest, timers};
 
@@ -46,17 +49,46 @@ pub struct ShardConfig {
     pub max_peers: usize,
     /// Consent lapses after this long without a valid check (RFC 7675 §5.1: 30 s).
     pub consent_timeout: Duration,
+    /// A peer that nominates no path within this long of being added, or of its last
+    /// valid check, is removed (60 s: as long as a controlling client keeps trying).
+    pub connect_timeout: Duration,
+    /// DTLS handshake parameters shared by every peer of the shard.
+    pub dtls: Arc<DtlsConfig>,
+    /// The certificate the shard presents in DTLS; its SHA-256 fingerprint goes into
+    /// the SDP it hands out. Share one between shards so a node has one fingerprint.
+    pub certificate: Arc<DtlsCertificate>,
 }
 
 impl ShardConfig {
-    /// Defaults for a shard whose socket is `local_addr`.
+    /// Defaults for a shard whose socket is `local_addr`, with a new certificate.
+    ///
+    /// # Panics
+    /// If the system random generator cannot produce a key pair for the
+    /// certificate: nothing can be secured on such a machine. Use
+    /// [`ShardConfig::with_certificate`] to handle that case or to share one.
     pub fn new(local_addr: SocketAddr, seed: u64) -> ShardConfig {
+        let certificate = match DtlsCertificate::generate() {
+            Ok(c) => Arc::new(c),
+            Err(e) => panic!("cannot generate the DTLS certificate: {e}"),
+        };
+        ShardConfig::with_certificate(local_addr, seed, certificate)
+    }
+
+    /// Defaults for a shard whose socket is `local_addr`, presenting `certificate`.
+    pub fn with_certificate(
+        local_addr: SocketAddr,
+        seed: u64,
+        certificate: Arc<DtlsCertificate>,
+    ) -> ShardConfig {
         ShardConfig {
             local_addr,
             seed,
             max_datagrams_per_tick: 1024,
             max_peers: 10_000,
             consent_timeout: ice::CONSENT_TIMEOUT,
+            connect_timeout: ice::ICE_CONNECT_BUDGET,
+            dtls: Arc::new(DtlsConfig::default()),
+            certificate,
         }
     }
 }
@@ -72,6 +104,18 @@ pub struct PeerSpec {
     pub credentials: IceCredentials,
     /// Controlling role only: where to send checks, in priority order.
     pub remote_candidates: Vec<SocketAddr>,
+    /// DTLS for this peer, if it runs any: shoal's role (from `a=setup`) and the
+    /// peer's certificate fingerprint (from `a=fingerprint`).
+    pub dtls: Option<PeerDtls>,
+}
+
+/// The DTLS half of a peer's signalling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerDtls {
+    /// Client or server: shoal answers a browser's `actpass` as `passive` (server).
+    pub role: DtlsRole,
+    /// SHA-256 of the certificate the peer must present.
+    pub remote_fingerprint: [u8; 32],
 }
 
 /// What the owner of a shard can ask of it.
@@ -125,6 +169,8 @@ impl ShardRng {
 pub struct ShardLimits {
     /// See [`ShardConfig::consent_timeout`].
     pub consent_timeout: Duration,
+    /// See [`ShardConfig::connect_timeout`].
+    pub connect_timeout: Duration,
 }
 
 /// One shard: a World of peers and a Schedule of passes.
@@ -144,12 +190,19 @@ impl Shard {
         world.insert_resource(ShardRng(ChaCha12Rng::seed_from_u64(config.seed)));
         world.insert_resource(ShardLimits {
             consent_timeout: config.consent_timeout,
+            connect_timeout: config.connect_timeout,
         });
         world.init_resource::<ShardStats>();
         world.init_resource::<PeerIndex>();
         world.init_resource::<TimerHeap>();
         world.init_resource::<Inbox>();
         world.init_resource::<StunInbox>();
+        world.init_resource::<DtlsInbox>();
+        world.init_resource::<DtlsStart>();
+        world.insert_resource(ShardDtls {
+            config: config.dtls.clone(),
+            certificate: config.certificate.clone(),
+        });
         world.init_resource::<DueTimers>();
         world.init_resource::<Outbox>();
         world.init_resource::<Transmits>();
@@ -177,6 +230,7 @@ impl Shard {
         schedule.add_systems((
             ingest::ingest.in_set(Pass::Ingest),
             ice::ice.in_set(Pass::Ice),
+            dtls_pass::dtls.in_set(Pass::Dtls),
             egress::egress.in_set(Pass::Egress),
             timers::timers.in_set(Pass::Timers),
         ));
@@ -288,6 +342,7 @@ impl Shard {
             recent_next: 0,
         };
         let ufrag = spec.credentials.local_ufrag.clone();
+        let dtls = spec.dtls;
         let mut timers = Timers::default();
         let entity = match spec.role {
             IceRole::Lite => self
@@ -299,6 +354,7 @@ impl Shard {
                     local: self.config.local_addr,
                     remote_candidates: spec.remote_candidates,
                     next_candidate: 0,
+                    started_at: now,
                     pending: None,
                     consent_tids: [None; shoal_components::peer::CONSENT_IN_FLIGHT],
                     priority: ice::PRFLX_PRIORITY,
@@ -308,13 +364,18 @@ impl Shard {
                     .id()
             }
         };
+        if let Some(d) = dtls {
+            self.world
+                .entity_mut(entity)
+                .insert(DtlsSession::new(d.role, d.remote_fingerprint));
+        }
         // A lite peer is lost if no valid check arrives within the consent timeout; a
         // controlling one starts checking at once and fails when its checks run out
         // (its consent starts when a pair is nominated).
         let mut heap = self.world.resource_mut::<TimerHeap>();
         match spec.role {
             IceRole::Lite => {
-                let expiry = now + self.config.consent_timeout;
+                let expiry = now + self.config.connect_timeout;
                 heap.arm(&mut timers, entity, TimerKind::ConsentExpiry, expiry);
             }
             IceRole::Controlling => heap.arm(&mut timers, entity, TimerKind::IceCheck, now),
@@ -367,6 +428,34 @@ impl Shard {
     pub fn path_owner(&self, path: FiveTuple) -> Option<PeerId> {
         let entity = *self.world.resource::<PeerIndex>().by_path.get(&path)?;
         self.world.get::<Peer>(entity).map(|p| p.id)
+    }
+
+    /// SHA-256 of the shard's DTLS certificate, for `a=fingerprint`.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        self.config.certificate.fingerprint_sha256()
+    }
+
+    /// Whether the peer's DTLS handshake has completed and authenticated it.
+    pub fn dtls_connected(&self, id: PeerId) -> bool {
+        let Some(&entity) = self.world.resource::<PeerIndex>().by_id.get(&id) else {
+            return false;
+        };
+        self.world
+            .get::<DtlsSession>(entity)
+            .and_then(|s| s.conn.as_deref())
+            .is_some_and(|c| c.is_connected())
+    }
+
+    /// The SRTP keys the peer's DTLS exported, once connected.
+    pub fn srtp_keys(&self, id: PeerId) -> Option<SrtpKeys> {
+        let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
+        self.world.get::<DtlsSession>(entity)?.srtp.clone()
+    }
+
+    /// The cipher suite the peer's DTLS negotiated, once connected.
+    pub fn dtls_cipher_suite(&self, id: PeerId) -> Option<CipherSuite> {
+        let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
+        self.world.get::<DtlsSession>(entity)?.suite
     }
 
     /// How many peers the shard holds.

@@ -37,6 +37,7 @@ fn lite(id: u64, ufrag: &str, pwd: &str) -> Command {
             remote_pwd: CLIENT_PWD.into(),
         },
         remote_candidates: vec![],
+        dtls: None,
     })
 }
 
@@ -186,11 +187,13 @@ fn a_replayed_check_moves_nothing_and_keeps_nothing_alive() {
     assert_eq!(sent(&mut s).len(), 2);
     assert_eq!(s.selected_remote(PeerId(1)), Some(addr("192.0.2.10:5000")));
     assert_eq!(s.stats().stun_repeated_transaction, 1);
-    // Nor do replays every 10 s keep consent: the peer goes 30 s after its last
-    // fresh check.
+    // Replays from the original path look like retransmissions only while a STUN
+    // transaction could still be retransmitting (39.5 s): they cannot keep the peer
+    // alive past that. The last refresh is the copy at 30.02 s, so consent lapses
+    // at 60.02 s.
     let mut t = Time::from_millis(20);
     let mut removed = None;
-    for _ in 0..6 {
+    for _ in 0..12 {
         s.handle_datagrams(t, [from("192.0.2.10:5000", captured.clone())]);
         if let Some(r) = run_until_removed(&mut s, t, t + Duration::from_secs(10)) {
             removed = Some(r);
@@ -201,9 +204,30 @@ fn a_replayed_check_moves_nothing_and_keeps_nothing_alive() {
     let (at, reason) = removed.expect("replays must not keep consent alive");
     assert_eq!(reason, RemoveReason::ConsentExpired);
     assert!(
-        at >= Time::from_millis(30_010) && at <= Time::from_millis(30_200),
+        at >= Time::from_millis(60_020) && at <= Time::from_millis(60_200),
         "{at:?}"
     );
+    assert_eq!(s.stats().stun_retransmitted_checks, 4);
+}
+
+#[test]
+fn a_retransmitted_nomination_keeps_consent_when_answers_are_lost() {
+    let mut s = server();
+    s.command(Time::ZERO, lite(1, "ufA1", PA)).unwrap();
+    let nominate = check(1, "ufA1", PA, true);
+    // The client's answers are all lost, so it retransmits (RFC 8489 §6.2.1).
+    for ms in [0u64, 500, 1500, 3500, 7500, 15500, 31500] {
+        s.handle_datagrams(
+            Time::from_millis(ms),
+            [from("192.0.2.10:5000", nominate.clone())],
+        );
+        assert_eq!(sent(&mut s).len(), 1, "every retransmission is answered");
+    }
+    assert_eq!(s.selected_remote(PeerId(1)), Some(addr("192.0.2.10:5000")));
+    // Consent runs from the last retransmission, not the first copy.
+    let removed = run_until_removed(&mut s, Time::from_millis(31_500), Time::from_millis(70_000));
+    let (at, _) = removed.expect("consent lapses in the end");
+    assert!(at >= Time::from_millis(61_500), "{at:?}");
 }
 
 #[test]
@@ -359,6 +383,7 @@ fn credentials_that_cannot_fit_a_username_are_refused() {
                     remote_pwd: PB.into(),
                 },
                 remote_candidates: vec![],
+                dtls: None,
             }),
         )
         .unwrap_err();
@@ -379,6 +404,7 @@ fn client(candidates: Vec<SocketAddr>) -> Shard {
                 remote_pwd: PA.into(),
             },
             remote_candidates: candidates,
+            dtls: None,
         }),
     )
     .unwrap();
@@ -392,7 +418,7 @@ fn client_retransmits_as_rfc8489_says_then_fails() {
     let mut t = Time::ZERO;
     let mut failed_at = None;
     c.handle_timeout(t);
-    while t < Time::from_millis(60_000) && failed_at.is_none() {
+    while t < Time::from_millis(120_000) && failed_at.is_none() {
         for d in sent(&mut c) {
             let m = StunMessage::parse(d.payload).unwrap();
             // RFC 8445 §7.1.1: PRIORITY with the peer-reflexive type preference.
@@ -405,12 +431,16 @@ fn client_retransmits_as_rfc8489_says_then_fails() {
                 failed_at = Some(t.as_micros() / 1000);
             }
         }
-        t = t + Duration::from_millis(50);
+        t = c.poll_timeout().unwrap_or(t + Duration::from_millis(50));
         c.handle_timeout(t);
     }
-    // 500 ms doubling, 7 transmissions, then 16 × 500 ms.
-    assert_eq!(sends, vec![0, 500, 1500, 3500, 7500, 15500, 31500]);
-    assert_eq!(failed_at, Some(39_500));
+    // 500 ms doubling, 7 transmissions, then 16 × 500 ms; the transaction fails at
+    // 39.5 s, inside the 60 s connect budget, so a second one starts, and its failure
+    // (after the budget) fails the agent.
+    let one = [0, 500, 1500, 3500, 7500, 15500, 31500];
+    let again: Vec<u64> = one.iter().map(|t| t + 39_500).collect();
+    assert_eq!(sends, [one.to_vec(), again].concat());
+    assert_eq!(failed_at, Some(79_000));
 }
 
 #[test]
@@ -438,8 +468,18 @@ fn a_response_with_unknown_required_attributes_fails_the_check() {
             payload: buf.freeze(),
         }],
     );
-    assert_eq!(c.ice_state(PeerId(9)), None, "the only candidate failed");
     assert_eq!(c.stats().stun_response_unknown_attributes, 1);
+    assert_eq!(
+        c.ice_state(PeerId(9)),
+        Some(IceState::Checking),
+        "not connected"
+    );
+    // The failed transaction is over: the next tick starts a new one at once.
+    c.handle_timeout(Time::from_millis(10));
+    let retry = sent(&mut c);
+    assert_eq!(retry.len(), 1);
+    let again = StunMessage::parse(retry[0].payload.clone()).unwrap();
+    assert_ne!(again.transaction_id(), m.transaction_id());
 }
 
 #[test]

@@ -78,6 +78,7 @@ fn controlling_client_connects_to_lite_server() {
                 role: IceRole::Lite,
                 credentials: creds(false),
                 remote_candidates: vec![],
+                dtls: None,
             }),
         )
         .unwrap();
@@ -89,6 +90,7 @@ fn controlling_client_connects_to_lite_server() {
                 role: IceRole::Controlling,
                 credentials: creds(true),
                 remote_candidates: vec![s_addr],
+                dtls: None,
             }),
         )
         .unwrap();

@@ -29,6 +29,7 @@ use mio::{Interest, Poll, Waker};
 use ring::rand::SystemRandom;
 use shoal_components::peer::PeerId;
 use shoal_components::stats::ShardStats;
+use shoal_systems::dtls::DtlsCertificate;
 use shoal_systems::{CommandError, PeerSpec, Shard, ShardConfig};
 
 use crate::config::Config;
@@ -95,6 +96,9 @@ pub enum DriverError {
     /// The system random generator failed to give a shard seed.
     #[error("the system random generator failed")]
     Seed,
+    /// The node's DTLS certificate could not be generated.
+    #[error("cannot generate the DTLS certificate")]
+    Certificate,
     /// A shard's UDP socket could not be bound.
     #[error("shard {shard}: cannot bind UDP {addr}: {source}")]
     Bind {
@@ -207,6 +211,7 @@ struct ShardHandle {
 /// The running shards of one node. Dropping it shuts them down.
 pub struct Server {
     shards: Vec<ShardHandle>,
+    certificate: Arc<DtlsCertificate>,
 }
 
 impl Server {
@@ -223,8 +228,13 @@ impl Server {
                 shards: count,
             });
         }
+        // One certificate for the node: signalling hands out one fingerprint
+        // whichever shard a participant lands on.
+        let certificate =
+            Arc::new(DtlsCertificate::generate().map_err(|_| DriverError::Certificate)?);
         let mut server = Server {
             shards: Vec::with_capacity(count),
+            certificate: certificate.clone(),
         };
         for index in 0..count {
             let port = shard_port(base, index).ok_or(DriverError::PortRange {
@@ -240,6 +250,7 @@ impl Server {
                 index,
                 addr,
                 u64::from_le_bytes(seed),
+                certificate.clone(),
                 epoch,
             )?);
         }
@@ -249,6 +260,11 @@ impl Server {
             }
         }
         Ok(server)
+    }
+
+    /// SHA-256 of the node's DTLS certificate, which every shard presents.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        self.certificate.fingerprint_sha256()
     }
 
     /// How many shards run.
@@ -326,6 +342,7 @@ fn spawn_shard(
     index: usize,
     addr: SocketAddr,
     seed: u64,
+    certificate: Arc<DtlsCertificate>,
     epoch: Instant,
 ) -> Result<ShardHandle, DriverError> {
     let io_err = |what| {
@@ -348,7 +365,7 @@ fn spawn_shard(
     let waker = Waker::new(poll.registry(), shard_loop::WAKER).map_err(io_err("waker"))?;
     let (commands, inbox) = crossbeam_channel::bounded(COMMAND_QUEUE_LEN);
 
-    let mut shard_config = ShardConfig::new(local_addr, seed);
+    let mut shard_config = ShardConfig::with_certificate(local_addr, seed, certificate);
     shard_config.max_datagrams_per_tick = config.max_datagrams_per_tick;
     shard_config.max_peers = config.max_peers_per_shard;
     let shard_loop = shard_loop::ShardLoop::new(
@@ -403,6 +420,7 @@ mod tests {
                 remote_pwd: "ABCDEFGHIJKLMNOPQRSTUVWXYZ".into(),
             },
             remote_candidates: Vec::new(),
+            dtls: None,
         }
     }
 

@@ -5,7 +5,8 @@
 use std::net::SocketAddr;
 
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
-use shoal_systems::{Command, CommandError, PeerSpec};
+use shoal_systems::dtls::DtlsRole;
+use shoal_systems::{Command, CommandError, PeerDtls, PeerSpec};
 
 use super::Sim;
 
@@ -39,6 +40,51 @@ impl Sim {
         client: SocketAddr,
         id: PeerId,
     ) -> Result<IcePair, CommandError> {
+        self.connect(server, client, id, None)
+    }
+
+    /// Like [`Sim::connect_ice`], and DTLS on top: the server shard's peer plays
+    /// `server_role` in the handshake and the client's the other role, each expecting
+    /// the other shard's certificate fingerprint, as an SDP exchange would set up.
+    /// The handshake starts once ICE nominates a path.
+    ///
+    /// # Panics
+    /// If no node has `server` or `client`.
+    pub fn connect_dtls(
+        &mut self,
+        server: SocketAddr,
+        client: SocketAddr,
+        id: PeerId,
+        server_role: DtlsRole,
+    ) -> Result<IcePair, CommandError> {
+        self.connect(server, client, id, Some(server_role))
+    }
+
+    fn connect(
+        &mut self,
+        server: SocketAddr,
+        client: SocketAddr,
+        id: PeerId,
+        server_role: Option<DtlsRole>,
+    ) -> Result<IcePair, CommandError> {
+        let dtls = server_role.map(|role| {
+            let client_role = match role {
+                DtlsRole::Server => DtlsRole::Client,
+                DtlsRole::Client => DtlsRole::Server,
+            };
+            let server_fp = self.shard(server).fingerprint();
+            let client_fp = self.shard(client).fingerprint();
+            (
+                PeerDtls {
+                    role,
+                    remote_fingerprint: client_fp,
+                },
+                PeerDtls {
+                    role: client_role,
+                    remote_fingerprint: server_fp,
+                },
+            )
+        });
         let rng = self.rng();
         let (server_ufrag, server_pwd) = (rng.ice_chars(UFRAG_LEN), rng.ice_chars(PWD_LEN));
         let (client_ufrag, client_pwd) = (rng.ice_chars(UFRAG_LEN), rng.ice_chars(PWD_LEN));
@@ -53,6 +99,7 @@ impl Sim {
                     remote_pwd: client_pwd.clone(),
                 },
                 remote_candidates: Vec::new(),
+                dtls: dtls.map(|d| d.0),
             },
             client: PeerSpec {
                 id,
@@ -64,6 +111,7 @@ impl Sim {
                     remote_pwd: server_pwd,
                 },
                 remote_candidates: vec![server],
+                dtls: dtls.map(|d| d.1),
             },
         };
         self.command(server, Command::AddPeer(pair.server.clone()))?;

@@ -42,6 +42,7 @@ mod conn;
 pub mod crypto;
 mod error;
 mod handshake;
+pub mod pass;
 mod reassembly;
 mod replay;
 mod send;
@@ -87,7 +88,11 @@ pub struct DtlsConfig {
     pub hello_verify: bool,
     /// The first retransmission timeout (RFC 6347 §4.2.4.1: 1 s).
     pub retransmit_initial: Duration,
-    /// The retransmission timeout stops doubling here (RFC 6347 §4.2.4.1: 60 s).
+    /// The retransmission timeout stops doubling here. RFC 6347 §4.2.4.1 says it
+    /// SHOULD grow to no less than 60 s; shoal's default stops at 8 s, because its
+    /// paths are ICE-validated and consent-checked (a dead path is detected there),
+    /// and a 60 s back-off leaves a handshake over a lossy link only five or six
+    /// tries within any bound a user waits for. Doubling from 1 s is kept.
     pub retransmit_max: Duration,
     /// Retransmissions of one flight before the handshake fails.
     pub max_retransmits: u32,
@@ -111,9 +116,9 @@ impl Default for DtlsConfig {
             ],
             hello_verify: false,
             retransmit_initial: Duration::from_secs(1),
-            retransmit_max: Duration::from_secs(60),
-            max_retransmits: 6,
-            handshake_timeout: Duration::from_secs(30),
+            retransmit_max: Duration::from_secs(8),
+            max_retransmits: 12,
+            handshake_timeout: Duration::from_secs(60),
         }
     }
 }

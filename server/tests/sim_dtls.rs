@@ -1,0 +1,212 @@
+//! DTLS through whole shards in the simulated network: ICE first, then the
+//! handshake on the nominated path, under loss and reordering, in every role
+//! assignment, suite and curve.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal_components::peer::{IceCredentials, IceRole, PeerId};
+use shoal_components::tick::{RemoveReason, ShardEvent};
+use shoal_server::sim::{LinkConfig, Sim};
+use shoal_systems::dtls::{CipherSuite, DtlsConfig, DtlsRole, NamedGroup, SrtpProfile};
+use shoal_systems::{Command, PeerDtls, PeerSpec, ShardConfig};
+
+const SRV: &str = "10.0.0.1:7100";
+const CLI: &str = "10.0.0.2:50000";
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn seeds() -> u64 {
+    std::env::var("SHOAL_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100)
+}
+
+fn lossy() -> LinkConfig {
+    LinkConfig {
+        latency: Duration::from_millis(30),
+        jitter: Duration::from_millis(10),
+        loss: 0.20,
+        reorder: 0.10,
+        ..LinkConfig::default()
+    }
+}
+
+#[test]
+fn sim_dtls_handshake_both_roles_under_loss() {
+    let mut failures = Vec::new();
+    let mut handshakes = 0;
+    for seed in 0..seeds() {
+        for server_role in [DtlsRole::Server, DtlsRole::Client] {
+            for suite in [
+                CipherSuite::EcdheEcdsaAes128GcmSha256,
+                CipherSuite::EcdheEcdsaAes256GcmSha384,
+            ] {
+                for group in [NamedGroup::X25519, NamedGroup::Secp256r1] {
+                    let mut sim = Sim::new(seed);
+                    sim.add_shard(addr(SRV));
+                    // The client endpoint offers (as client) or accepts (as server)
+                    // only this suite and curve, so the handshake must use them.
+                    let mut cfg = ShardConfig::new(addr(CLI), 0);
+                    cfg.dtls = Arc::new(DtlsConfig {
+                        cipher_suites: vec![suite],
+                        groups: vec![group],
+                        ..DtlsConfig::default()
+                    });
+                    sim.add_shard_with(cfg);
+                    sim.set_link_both(addr(SRV), addr(CLI), lossy());
+                    let id = PeerId(1);
+                    sim.connect_dtls(addr(SRV), addr(CLI), id, server_role)
+                        .unwrap();
+                    let done = sim.run_until(
+                        |s| {
+                            s.shard(addr(SRV)).dtls_connected(id)
+                                && s.shard(addr(CLI)).dtls_connected(id)
+                        },
+                        Duration::from_secs(90),
+                    );
+                    handshakes += 1;
+                    let label = format!("seed {seed} {server_role:?} {suite:?} {group:?}");
+                    if done.is_err() {
+                        failures.push(format!("{label}: no handshake by {:?}", sim.now()));
+                        continue;
+                    }
+                    let (srv, cli) = (sim.shard(addr(SRV)), sim.shard(addr(CLI)));
+                    let (k1, k2) = (srv.srtp_keys(id), cli.srtp_keys(id));
+                    if k1.is_none() || k1 != k2 {
+                        failures.push(format!("{label}: SRTP keys differ or are missing"));
+                    }
+                    // shoal prefers an AEAD profile whichever side it plays.
+                    if k1.as_ref().map(|k| k.profile) != Some(SrtpProfile::AeadAes128Gcm) {
+                        failures.push(format!("{label}: profile {:?}", k1.map(|k| k.profile)));
+                    }
+                    if srv.dtls_cipher_suite(id) != Some(suite)
+                        || cli.dtls_cipher_suite(id) != Some(suite)
+                    {
+                        failures.push(format!("{label}: suite {:?}", srv.dtls_cipher_suite(id)));
+                    }
+                    let connected = sim
+                        .drain_events()
+                        .filter(|(_, e)| matches!(e, ShardEvent::DtlsConnected { peer, srtp_profile: Some(7) } if *peer == id))
+                        .count();
+                    if connected != 2 {
+                        failures.push(format!("{label}: {connected} DtlsConnected events"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {handshakes} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert_eq!(handshakes, seeds() * 8);
+}
+
+fn spec(
+    id: u64,
+    role: IceRole,
+    l: (&str, &str),
+    r: (&str, &str),
+    cand: Vec<SocketAddr>,
+    dtls: PeerDtls,
+) -> PeerSpec {
+    PeerSpec {
+        id: PeerId(id),
+        role,
+        credentials: IceCredentials {
+            local_ufrag: l.0.into(),
+            local_pwd: l.1.into(),
+            remote_ufrag: r.0.into(),
+            remote_pwd: r.1.into(),
+        },
+        remote_candidates: cand,
+        dtls: Some(dtls),
+    }
+}
+
+#[test]
+fn a_peer_with_the_wrong_certificate_is_removed_and_others_are_served() {
+    let mut sim = Sim::new(3);
+    let cli2: SocketAddr = addr("10.0.0.3:50000");
+    sim.add_shard(addr(SRV));
+    sim.add_shard(addr(CLI));
+    sim.add_shard(cli2);
+    sim.set_default_link(LinkConfig::lossy(Duration::from_millis(20), 0.05));
+    // Peer 1: an honest pair.
+    sim.connect_dtls(addr(SRV), addr(CLI), PeerId(1), DtlsRole::Server)
+        .unwrap();
+    // Peer 2: signalling said the client's certificate has another fingerprint.
+    let srv_fp = sim.shard(addr(SRV)).fingerprint();
+    let mut wrong = sim.shard(cli2).fingerprint();
+    wrong[0] ^= 0xff;
+    let (s, c) = (
+        ("srv2", "serverpassword2serverpw"),
+        ("cli2", "clientpassword2clientpw"),
+    );
+    sim.command(
+        addr(SRV),
+        Command::AddPeer(spec(
+            2,
+            IceRole::Lite,
+            s,
+            c,
+            vec![],
+            PeerDtls {
+                role: DtlsRole::Server,
+                remote_fingerprint: wrong,
+            },
+        )),
+    )
+    .unwrap();
+    sim.command(
+        cli2,
+        Command::AddPeer(spec(
+            2,
+            IceRole::Controlling,
+            c,
+            s,
+            vec![addr(SRV)],
+            PeerDtls {
+                role: DtlsRole::Client,
+                remote_fingerprint: srv_fp,
+            },
+        )),
+    )
+    .unwrap();
+    let mut removed = None;
+    sim.run_until(
+        |s| {
+            for (node, e) in s.drain_events() {
+                if let (
+                    true,
+                    ShardEvent::PeerRemoved {
+                        peer: PeerId(2),
+                        reason,
+                    },
+                ) = (node == addr(SRV), e)
+                {
+                    removed = Some(reason);
+                }
+            }
+            removed.is_some() && s.shard(addr(SRV)).dtls_connected(PeerId(1))
+        },
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    assert_eq!(removed, Some(RemoveReason::DtlsFailed));
+    let srv = sim.shard(addr(SRV));
+    assert!(srv.dtls_connected(PeerId(1)));
+    assert_eq!(srv.ice_state(PeerId(2)), None);
+    assert_eq!(srv.stats().dtls_failed, 1);
+    assert!(srv.srtp_keys(PeerId(2)).is_none());
+    // The failing side told the other with a fatal alert: it gives up too.
+    sim.run_until(|s| s.shard(cli2).peer_count() == 0, Duration::from_secs(60))
+        .unwrap();
+}

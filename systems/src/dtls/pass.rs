@@ -1,0 +1,242 @@
+//! The `dtls` pass: runs each peer's [`DtlsConn`] over the DTLS datagrams of the tick
+//! and its due timer, and turns what the connection reports into shard state.
+//!
+//! A connection starts when ICE nominates a path (`DtlsStart`), or, for a peer
+//! whose DTLS server shoal is, at the first DTLS datagram from one of the peer's
+//! validated paths: a browser may send its ClientHello as soon as one check has
+//! succeeded, before it nominates. Datagrams from paths the peer has not validated
+//! never reach a connection. Records go back on the selected path, or before there is
+//! one, on the path the peer's DTLS last came from.
+//!
+//! Nothing from a peer reaches later passes before its handshake is authenticated
+//! (the certificate's SHA-256 equals the fingerprint from its SDP); a failed or
+//! closed handshake removes the peer and every component it had.
+
+use std::sync::Arc;
+
+use bevy_ecs::prelude::*;
+use bevy_ecs::system::SystemParam;
+use shoal_components::net::{Datagram, FiveTuple};
+use shoal_components::peer::{Ice, IceControlling, IceCredentials, IceState, Peer, PeerIndex};
+use shoal_components::stats::ShardStats;
+use shoal_components::tick::{
+    DtlsInbox, DtlsStart, DueTimers, Events, Now, Outbox, RemoveReason, ShardEvent,
+};
+use shoal_components::timer::{TimerHeap, TimerKind, Timers};
+
+use super::{CipherSuite, DtlsCertificate, DtlsConfig, DtlsConn, DtlsEvent, DtlsRole, SrtpKeys};
+use crate::ice::remove_peer_in_pass;
+use crate::shard::ShardRng;
+
+/// A peer's DTLS: its role and expected fingerprint from signalling, the connection
+/// once started, and the SRTP keys once it is authenticated.
+#[derive(Component)]
+pub struct DtlsSession {
+    /// Which side of the handshake shoal plays for this peer.
+    pub role: DtlsRole,
+    /// SHA-256 of the certificate the peer must present (its SDP `a=fingerprint`).
+    pub remote_fingerprint: [u8; 32],
+    /// The connection, boxed: it is large and most of a peer's rows are touched
+    /// without it.
+    pub conn: Option<Box<DtlsConn>>,
+    /// Where records go while no path is selected.
+    pub reply_path: Option<FiveTuple>,
+    /// Keys exported for SRTP (RFC 5764 §4.2), once connected.
+    pub srtp: Option<SrtpKeys>,
+    /// The negotiated cipher suite, once connected.
+    pub suite: Option<CipherSuite>,
+}
+
+impl DtlsSession {
+    /// A session that has not started.
+    pub fn new(role: DtlsRole, remote_fingerprint: [u8; 32]) -> DtlsSession {
+        DtlsSession {
+            role,
+            remote_fingerprint,
+            conn: None,
+            reply_path: None,
+            srtp: None,
+            suite: None,
+        }
+    }
+}
+
+/// The DTLS setup every connection of a shard shares.
+#[derive(Resource, Clone)]
+pub struct ShardDtls {
+    /// Handshake parameters.
+    pub config: Arc<DtlsConfig>,
+    /// The shard's certificate, whose fingerprint signalling hands to peers.
+    pub certificate: Arc<DtlsCertificate>,
+}
+
+/// Everything the dtls pass touches besides the peer tables.
+#[derive(SystemParam)]
+pub struct DtlsCtx<'w> {
+    now: Res<'w, Now>,
+    setup: Res<'w, ShardDtls>,
+    index: ResMut<'w, PeerIndex>,
+    heap: ResMut<'w, TimerHeap>,
+    out: ResMut<'w, Outbox>,
+    stats: ResMut<'w, ShardStats>,
+    events: ResMut<'w, Events>,
+    rng: ResMut<'w, ShardRng>,
+}
+
+type DtlsQuery<'w, 's> = Query<
+    'w,
+    's,
+    (
+        &'static Peer,
+        &'static IceCredentials,
+        &'static mut Ice,
+        &'static mut Timers,
+        Option<&'static IceControlling>,
+        &'static mut DtlsSession,
+    ),
+>;
+
+/// The dtls pass.
+pub fn dtls(
+    mut ctx: DtlsCtx,
+    mut inbox: ResMut<DtlsInbox>,
+    mut start: ResMut<DtlsStart>,
+    due: Res<DueTimers>,
+    mut peers: DtlsQuery,
+    mut commands: Commands,
+) {
+    for entity in start.0.drain(..) {
+        if let Ok(mut row) = peers.get_mut(entity) {
+            let (_, _, ice, _, _, session) = &mut row;
+            if ice.state != IceState::Failed && session.conn.is_none() {
+                start_conn(&mut ctx, session);
+            }
+            drive(&mut ctx, &mut commands, entity, row);
+        }
+    }
+    for d in inbox.0.drain(..) {
+        let path = d.five_tuple();
+        let Some(&entity) = ctx.index.by_path.get(&path) else {
+            ctx.stats.dtls_unknown_source += 1;
+            continue;
+        };
+        let Ok(mut row) = peers.get_mut(entity) else {
+            ctx.stats.dtls_not_started += 1;
+            continue;
+        };
+        let (_, _, ice, _, _, session) = &mut row;
+        if ice.state == IceState::Failed {
+            continue;
+        }
+        if session.conn.is_none() {
+            if session.role != DtlsRole::Server {
+                ctx.stats.dtls_not_started += 1;
+                continue;
+            }
+            start_conn(&mut ctx, session);
+        }
+        session.reply_path = Some(path);
+        if let Some(conn) = session.conn.as_deref_mut() {
+            let before = conn.stats();
+            // An error here is also queued as a Failed event, handled in `drive`.
+            let _ = conn.handle_datagram(ctx.now.0, &d.payload);
+            let after = conn.stats();
+            ctx.stats.dtls_records_dropped += (after.records_bad_tag - before.records_bad_tag)
+                + (after.records_replayed - before.records_replayed)
+                + (after.records_malformed - before.records_malformed);
+        }
+        drive(&mut ctx, &mut commands, entity, row);
+    }
+    for &(entity, kind) in &due.0 {
+        if kind != TimerKind::Dtls {
+            continue;
+        }
+        if let Ok(mut row) = peers.get_mut(entity) {
+            let (_, _, _, _, _, session) = &mut row;
+            if let Some(conn) = session.conn.as_deref_mut() {
+                conn.handle_timeout(ctx.now.0);
+            }
+            drive(&mut ctx, &mut commands, entity, row);
+        }
+    }
+}
+
+fn start_conn(ctx: &mut DtlsCtx, session: &mut DtlsSession) {
+    let mut random = [0u8; 32];
+    rand_core::RngCore::fill_bytes(&mut ctx.rng.0, &mut random);
+    let conn = DtlsConn::new(
+        session.role,
+        ctx.setup.config.clone(),
+        ctx.setup.certificate.clone(),
+        session.remote_fingerprint,
+        random,
+        ctx.now.0,
+    );
+    session.conn = Some(Box::new(conn));
+}
+
+/// Moves a connection's output to the outbox, its events into shard state, and its
+/// deadline into the timer heap.
+fn drive(
+    ctx: &mut DtlsCtx,
+    commands: &mut Commands,
+    entity: Entity,
+    row: (
+        &Peer,
+        &IceCredentials,
+        Mut<Ice>,
+        Mut<Timers>,
+        Option<&IceControlling>,
+        Mut<DtlsSession>,
+    ),
+) {
+    let (peer, creds, mut ice, mut timers, ctl, mut session) = row;
+    let session = &mut *session;
+    let Some(conn) = session.conn.as_deref_mut() else {
+        return;
+    };
+    let path = ice.selected.or(session.reply_path);
+    while let Some(payload) = conn.poll_transmit() {
+        if let Some(p) = path {
+            ctx.out.0.push(Datagram {
+                local: p.local,
+                remote: p.remote,
+                payload,
+            });
+        }
+    }
+    let mut end = None;
+    while let Some(event) = conn.poll_event() {
+        match event {
+            DtlsEvent::Connected { srtp, suite, .. } => {
+                ctx.stats.dtls_connected += 1;
+                session.suite = Some(suite);
+                let srtp_profile = srtp.as_ref().map(|k| k.profile as u16);
+                session.srtp = srtp;
+                ctx.events.0.push(ShardEvent::DtlsConnected {
+                    peer: peer.id,
+                    srtp_profile,
+                });
+            }
+            // The sctp pass will consume these; until it exists they are counted.
+            DtlsEvent::ApplicationData(_) => ctx.stats.dtls_app_data_unhandled += 1,
+            DtlsEvent::Closed { .. } => end = Some(RemoveReason::DtlsClosed),
+            DtlsEvent::Failed(_) => {
+                ctx.stats.dtls_failed += 1;
+                end = Some(RemoveReason::DtlsFailed);
+            }
+        }
+    }
+    if let Some(reason) = end {
+        timers.cancel(TimerKind::Dtls);
+        let (index, events) = (&mut *ctx.index, &mut *ctx.events);
+        remove_peer_in_pass(
+            index, events, commands, entity, peer, creds, &mut ice, ctl, reason,
+        );
+        return;
+    }
+    match conn.poll_timeout() {
+        Some(at) => ctx.heap.arm(&mut timers, entity, TimerKind::Dtls, at),
+        None => timers.cancel(TimerKind::Dtls),
+    }
+}

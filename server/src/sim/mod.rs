@@ -9,6 +9,13 @@
 //! the same run bit for bit, and [`Sim::trace_hash`] proves it: a failing seed is a
 //! test case.
 //!
+//! One exception: DTLS draws its ECDHE keys and ECDSA signature nonces from the
+//! operating system, because `ring` accepts no seeded generator, and certificates
+//! are generated fresh. Runs with DTLS ([`Sim::connect_dtls`]) therefore repeat
+//! every link decision and the order of events, but not the bytes of handshake
+//! records (nor, by a byte or two, their sizes), so their trace hashes differ from
+//! run to run.
+//!
 //! # Model
 //!
 //! - **Nodes** are shards, each addressed by its socket address

@@ -8,6 +8,7 @@
 pub mod dtls;
 pub mod net;
 pub mod peer;
+pub mod sctp;
 pub mod sdp;
 pub mod stats;
 pub mod stun;

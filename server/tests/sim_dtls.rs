@@ -139,6 +139,11 @@ fn a_peer_with_the_wrong_certificate_is_removed_and_others_are_served() {
     sim.add_shard(addr(CLI));
     sim.add_shard(cli2);
     sim.set_default_link(LinkConfig::lossy(Duration::from_millis(20), 0.05));
+    sim.set_link_both(
+        addr(SRV),
+        cli2,
+        LinkConfig::lossy(Duration::from_millis(20), 0.0),
+    );
     // Peer 1: an honest pair.
     sim.connect_dtls(addr(SRV), addr(CLI), PeerId(1), DtlsRole::Server)
         .unwrap();
@@ -181,32 +186,43 @@ fn a_peer_with_the_wrong_certificate_is_removed_and_others_are_served() {
     )
     .unwrap();
     let mut removed = None;
+    let mut client_removed = None;
     sim.run_until(
         |s| {
+            let now = s.now();
             for (node, e) in s.drain_events() {
-                if let (
-                    true,
-                    ShardEvent::PeerRemoved {
-                        peer: PeerId(2),
-                        reason,
-                    },
-                ) = (node == addr(SRV), e)
+                if let ShardEvent::PeerRemoved {
+                    peer: PeerId(2),
+                    reason,
+                } = e
                 {
-                    removed = Some(reason);
+                    if node == addr(SRV) {
+                        removed = Some((reason, now));
+                    } else if node == cli2 {
+                        client_removed = Some((reason, now));
+                    }
                 }
             }
-            removed.is_some() && s.shard(addr(SRV)).dtls_connected(PeerId(1))
+            removed.is_some()
+                && client_removed.is_some()
+                && s.shard(addr(SRV)).dtls_connected(PeerId(1))
         },
         Duration::from_secs(60),
     )
     .unwrap();
-    assert_eq!(removed, Some(RemoveReason::DtlsFailed));
+    let (reason, at) = removed.unwrap();
+    assert_eq!(reason, RemoveReason::DtlsFailed);
     let srv = sim.shard(addr(SRV));
     assert!(srv.dtls_connected(PeerId(1)));
     assert_eq!(srv.ice_state(PeerId(2)), None);
     assert_eq!(srv.stats().dtls_failed, 1);
     assert!(srv.srtp_keys(PeerId(2)).is_none());
-    // The failing side told the other with a fatal alert: it gives up too.
-    sim.run_until(|s| s.shard(cli2).peer_count() == 0, Duration::from_secs(60))
-        .unwrap();
+    // The failing side told the other with a fatal alert (the second client's link
+    // is lossless): it closes at once, rather than when consent runs out.
+    let (client_reason, client_at) = client_removed.unwrap();
+    assert_eq!(client_reason, RemoveReason::DtlsClosed);
+    assert!(
+        client_at.saturating_since(at) < Duration::from_millis(100),
+        "{client_at:?} vs {at:?}"
+    );
 }

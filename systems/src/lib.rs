@@ -11,6 +11,7 @@ pub mod egress;
 pub mod ice;
 pub mod ingest;
 pub mod pass;
+pub mod sctp;
 pub mod shard;
 pub mod timers;
 

@@ -44,7 +44,9 @@ impl Tsn {
         Tsn(self.0.wrapping_sub(1))
     }
 
-    /// `self + n`, wrapping.
+    /// `self + n`, wrapping. (Not `ops::Add`: TSN arithmetic wraps, and a method
+    /// name says so at the call site less surprisingly than `+` would.)
+    #[allow(clippy::should_implement_trait)]
     pub fn add(self, n: u32) -> Tsn {
         Tsn(self.0.wrapping_add(n))
     }

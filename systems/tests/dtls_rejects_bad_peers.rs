@@ -1,33 +1,31 @@
 //! The honest side refuses a peer whose certificate does not match the SDP fingerprint,
 //! a CertificateVerify or ServerKeyExchange altered by a man in the middle, a Finished
-//! whose verify_data is wrong, a peer without the extended master secret, and records
-//! with bad tags or replayed — with the fatal alert and `Failed` where the handshake
-//! breaks, silently (counted) for records, and never surfacing application data before
-//! the peer is authenticated.
+//! whose verify_data is wrong or that comes unprotected, a peer without the extended
+//! master secret, a client that leaves out its Certificate (or sends an empty one) or
+//! its CertificateVerify, a server that leaves out its Certificate or
+//! ServerKeyExchange, and records with bad tags or replayed — with the fatal alert and
+//! `Failed` where the handshake breaks, silently (counted) for records, and never
+//! surfacing application data before the peer is authenticated.
 
 mod dtls_util;
 
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use dtls_util::raw::{ClientSpoil, RawClient, RawServer, ServerSpoil, alert_in};
 use dtls_util::{Link, Side, app_data, certs, closed, failed, pair, pair_with};
-use shoal_components::dtls::extension::{
-    EXT_SIGNATURE_ALGORITHMS, EXT_SUPPORTED_GROUPS, write_ec_point_formats,
-    write_extended_master_secret, write_u16_list_extension,
-};
 use shoal_components::dtls::{
-    Certificate, ClientHello, ClientKeyExchange, ContentType, DTLS_1_2, DigitallySigned,
-    Extensions, HandshakeFragments, HandshakeType, RecordHeader, Records, ServerKeyExchange,
-    U16List, write_handshake,
+    ClientHello, ContentType, DTLS_1_2, Extensions, HandshakeFragments, HandshakeType, Records,
+    U16List,
 };
 use shoal_components::time::Time;
-use shoal_systems::dtls::crypto::{
-    EphemeralKey, NamedGroup, PrfHash, RecordCipher, extended_master_secret, key_block, verify_data,
-};
-use shoal_systems::dtls::{CipherSuite, DtlsConfig, DtlsConn, DtlsError, DtlsEvent, DtlsRole};
+use shoal_systems::dtls::{DtlsConfig, DtlsConn, DtlsError, DtlsEvent, DtlsRole};
 
-const DECRYPT_ERROR: u8 = 51;
+const UNEXPECTED_MESSAGE: u8 = 10;
+const HANDSHAKE_FAILURE: u8 = 40;
 const BAD_CERTIFICATE: u8 = 42;
+const DECRYPT_ERROR: u8 = 51;
+const NO_RENEGOTIATION: u8 = 100;
 
 /// Flips the last byte of the first handshake message of type `t` in a datagram.
 fn tamper_message(d: &Bytes, t: HandshakeType) -> Option<Bytes> {
@@ -161,243 +159,168 @@ fn tampered_finished_record() {
     assert!(app_data(&p.server_events).is_empty());
 }
 
-/// A dishonest client, written against the wire formats and the crypto directly: it
-/// runs a real handshake with a shoal server but lets the test spoil one thing.
-struct RawClient {
-    random: [u8; 32],
-    log: Vec<u8>,
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Spoil {
-    /// Nothing: an honest client.
-    Nothing,
-    /// No extended_master_secret in ClientHello.
-    NoEms,
-    /// A wrong verify_data in Finished.
-    Finished,
-}
-
-fn record(out: &mut BytesMut, ct: ContentType, epoch: u16, seq: u64, body: &[u8]) {
-    RecordHeader {
-        content_type: ct,
-        version: DTLS_1_2,
-        epoch,
-        sequence_number: seq,
-        length: body.len() as u16,
-    }
-    .write(out);
-    out.extend_from_slice(body);
-}
-
-impl RawClient {
-    fn handshake_record(
-        &mut self,
-        out: &mut BytesMut,
-        seq: u16,
-        rec_seq: u64,
-        t: HandshakeType,
-        body: &[u8],
-    ) {
-        let mut m = BytesMut::new();
-        write_handshake(&mut m, t, seq, body);
-        self.log.extend_from_slice(&m);
-        record(out, ContentType::Handshake, 0, rec_seq, &m);
-    }
-
-    fn client_hello(&mut self, spoil: Spoil) -> BytesMut {
-        let mut ext = BytesMut::new();
-        write_u16_list_extension(&mut ext, EXT_SUPPORTED_GROUPS, &[29]);
-        write_ec_point_formats(&mut ext);
-        write_u16_list_extension(&mut ext, EXT_SIGNATURE_ALGORITHMS, &[0x0403]);
-        if spoil != Spoil::NoEms {
-            write_extended_master_secret(&mut ext);
-        }
-        let suites = [0xc0, 0x2b];
-        let mut body = BytesMut::new();
-        ClientHello {
-            client_version: DTLS_1_2,
-            random: self.random,
-            session_id: &[],
-            cookie: &[],
-            cipher_suites: U16List::parse(&suites, 1, "suites").unwrap(),
-            compression_methods: &[0],
-            extensions: Extensions::parse(&ext).unwrap(),
-        }
-        .write(&mut body);
-        let mut out = BytesMut::new();
-        self.handshake_record(&mut out, 0, 0, HandshakeType::ClientHello, &body);
-        out
-    }
-
-    /// Flight 5 after the server's flight 4 (whole messages, as shoal sends them), and
-    /// the client's and server's write ciphers.
-    fn flight5(
-        &mut self,
-        server_flight: &[Bytes],
-        spoil: Spoil,
-    ) -> (BytesMut, RecordCipher, RecordCipher) {
-        let (ccert, _) = certs();
-        let mut server_random = [0u8; 32];
-        let mut ske_public = Vec::new();
-        for d in server_flight {
-            for r in Records::new(d) {
-                let r = r.unwrap();
-                for f in HandshakeFragments::new(r.fragment) {
-                    let f = f.unwrap();
-                    assert!(f.header.is_whole());
-                    let mut m = BytesMut::new();
-                    write_handshake(&mut m, f.header.msg_type, f.header.message_seq, f.body);
-                    self.log.extend_from_slice(&m);
-                    match f.header.msg_type {
-                        HandshakeType::ServerHello => server_random.copy_from_slice(&f.body[2..34]),
-                        HandshakeType::ServerKeyExchange => {
-                            ske_public = ServerKeyExchange::parse(f.body).unwrap().public.to_vec()
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        }
-        let key = EphemeralKey::generate(NamedGroup::X25519).unwrap();
-        let public = key.public_key().to_vec();
-        let pre_master = key.agree(&ske_public).unwrap();
-        let mut out = BytesMut::new();
-        let mut b = BytesMut::new();
-        Certificate::write(&[ccert.der()], &mut b);
-        self.handshake_record(&mut out, 1, 1, HandshakeType::Certificate, &b);
-        let mut b = BytesMut::new();
-        ClientKeyExchange { public: &public }.write(&mut b);
-        self.handshake_record(&mut out, 2, 2, HandshakeType::ClientKeyExchange, &b);
-        let session_hash = ring::digest::digest(&ring::digest::SHA256, &self.log);
-        let master = extended_master_secret(PrfHash::Sha256, &pre_master, session_hash.as_ref());
-        let keys = key_block(
-            CipherSuite::EcdheEcdsaAes128GcmSha256,
-            &master,
-            &self.random,
-            &server_random,
-        );
-        let signature = ccert.sign(&self.log).unwrap();
-        let mut b = BytesMut::new();
-        DigitallySigned {
-            scheme: 0x0403,
-            signature: &signature,
-        }
-        .write(&mut b);
-        self.handshake_record(&mut out, 3, 3, HandshakeType::CertificateVerify, &b);
-        record(&mut out, ContentType::ChangeCipherSpec, 0, 4, &[1]);
-        let hash = ring::digest::digest(&ring::digest::SHA256, &self.log);
-        let mut vd = verify_data(PrfHash::Sha256, &master, b"client finished", hash.as_ref());
-        if spoil == Spoil::Finished {
-            vd[0] ^= 0xff;
-        }
-        let mut fin = BytesMut::new();
-        write_handshake(&mut fin, HandshakeType::Finished, 4, &vd);
-        let cipher = RecordCipher::new(
-            CipherSuite::EcdheEcdsaAes128GcmSha256,
-            &keys.client_write_key,
-            keys.client_write_iv,
-        )
-        .unwrap();
-        let start = out.len();
-        RecordHeader {
-            content_type: ContentType::Handshake,
-            version: DTLS_1_2,
-            epoch: 1,
-            sequence_number: 0,
-            length: 0,
-        }
-        .write(&mut out);
-        out.extend_from_slice(&[0; 8]);
-        out.extend_from_slice(&fin);
-        cipher.seal_record(&mut out, start).unwrap();
-        // Application data right behind it: must never surface.
-        let start = out.len();
-        RecordHeader {
-            content_type: ContentType::ApplicationData,
-            version: DTLS_1_2,
-            epoch: 1,
-            sequence_number: 1,
-            length: 0,
-        }
-        .write(&mut out);
-        out.extend_from_slice(&[0; 8]);
-        out.extend_from_slice(b"smuggled");
-        cipher.seal_record(&mut out, start).unwrap();
-        let server_cipher = RecordCipher::new(
-            CipherSuite::EcdheEcdsaAes128GcmSha256,
-            &keys.server_write_key,
-            keys.server_write_iv,
-        )
-        .unwrap();
-        (out, cipher, server_cipher)
-    }
+/// A shoal endpoint in `role` that pins the other test certificate.
+fn shoal(role: DtlsRole, seed: u8) -> DtlsConn {
+    let (ccert, scert) = certs();
+    let (ours, theirs) = match role {
+        DtlsRole::Client => (ccert, scert),
+        DtlsRole::Server => (scert, ccert),
+    };
+    let fingerprint = theirs.fingerprint_sha256();
+    let config = Arc::new(DtlsConfig::default());
+    DtlsConn::new(role, config, ours, fingerprint, [seed; 32], Time::ZERO)
 }
 
 fn shoal_server(seed: u8) -> DtlsConn {
-    let (ccert, scert) = certs();
-    DtlsConn::new(
-        DtlsRole::Server,
-        Arc::new(DtlsConfig::default()),
-        scert,
-        ccert.fingerprint_sha256(),
-        [seed; 32],
-        Time::ZERO,
-    )
+    shoal(DtlsRole::Server, seed)
+}
+
+fn shoal_client(seed: u8) -> DtlsConn {
+    shoal(DtlsRole::Client, seed)
 }
 
 fn events(c: &mut DtlsConn) -> Vec<DtlsEvent> {
     std::iter::from_fn(|| c.poll_event()).collect()
 }
 
-/// The plaintext alert (level, description) in a datagram, if it is one.
-fn plaintext_alert(d: &[u8]) -> Option<(u8, u8)> {
-    let r = Records::new(d).next()?.ok()?;
-    (r.header.content_type == ContentType::Alert && r.header.epoch == 0)
-        .then(|| (r.fragment[0], r.fragment[1]))
+fn drain(c: &mut DtlsConn) -> Vec<Bytes> {
+    std::iter::from_fn(|| c.poll_transmit()).collect()
 }
 
+/// A shoal server against a client that spoils its flight 5: each is refused with its
+/// fatal alert, no Connected, and the application data sealed right before and after
+/// the Finished never surfaces.
 fn dishonest_client() {
-    // A wrong Finished under the right keys: decrypt_error and Failed(BadFinished).
-    let mut server = shoal_server(1);
-    let mut raw = RawClient {
-        random: [9; 32],
-        log: Vec::new(),
-    };
-    let ch = raw.client_hello(Spoil::Finished);
-    server.handle_datagram(Time::ZERO, &ch).unwrap();
-    let flight4: Vec<_> = std::iter::from_fn(|| server.poll_transmit()).collect();
-    let (f5, _, _) = raw.flight5(&flight4, Spoil::Finished);
-    assert_eq!(
-        server.handle_datagram(Time::ZERO, &f5),
-        Err(DtlsError::BadFinished)
-    );
-    let alert = server.poll_transmit().expect("an alert");
-    assert_eq!(plaintext_alert(&alert), Some((2, DECRYPT_ERROR)));
-    let ev = events(&mut server);
-    assert_eq!(failed(&ev), Some(&DtlsError::BadFinished));
-    assert!(
-        app_data(&ev).is_empty(),
-        "data surfaced before authentication"
-    );
-    assert!(!server.is_connected());
-    // Nothing more is accepted.
-    server.handle_datagram(Time::ZERO, &f5).unwrap();
-    assert!(events(&mut server).is_empty());
+    let cases = [
+        // RFC 5246 §7.4.6: a client asked for a certificate "MUST send a certificate
+        // message"; without one, ClientKeyExchange comes where Certificate should.
+        (
+            ClientSpoil::NoCertificate,
+            DtlsError::UnexpectedMessage(HandshakeType::ClientKeyExchange),
+            UNEXPECTED_MESSAGE,
+        ),
+        // An empty certificate_list: handshake_failure (RFC 5246 §7.4.6).
+        (
+            ClientSpoil::EmptyCertificate,
+            DtlsError::NoCertificate,
+            HANDSHAKE_FAILURE,
+        ),
+        (
+            ClientSpoil::NoCertificateVerify,
+            DtlsError::UnexpectedMessage(HandshakeType::Finished),
+            UNEXPECTED_MESSAGE,
+        ),
+        // The right verify_data unprotected: a Finished counts only in epoch 1.
+        (
+            ClientSpoil::PlaintextFinished,
+            DtlsError::UnexpectedMessage(HandshakeType::Finished),
+            UNEXPECTED_MESSAGE,
+        ),
+        (
+            ClientSpoil::BadFinished,
+            DtlsError::BadFinished,
+            DECRYPT_ERROR,
+        ),
+    ];
+    for (i, (spoil, error, alert)) in cases.into_iter().enumerate() {
+        let mut server = shoal_server(i as u8);
+        let mut raw = RawClient::new([9; 32]);
+        server
+            .handle_datagram(Time::ZERO, &raw.client_hello(0))
+            .unwrap();
+        let flight4 = drain(&mut server);
+        let f5 = raw.flight5(&flight4, spoil);
+        let d = raw.write_with(&f5, Some(b"before Finished"), Some(b"after Finished"));
+        assert_eq!(
+            server.handle_datagram(Time::ZERO, &d),
+            Err(error.clone()),
+            "{spoil:?}"
+        );
+        let out = drain(&mut server);
+        assert_eq!(out.len(), 1, "{spoil:?}: only the alert");
+        assert_eq!(alert_in(&out[0], None), Some((2, alert)), "{spoil:?}");
+        let ev = events(&mut server);
+        assert_eq!(ev, [DtlsEvent::Failed(error)], "{spoil:?}");
+        assert!(!server.is_connected());
+        // Nothing more is accepted.
+        server.handle_datagram(Time::ZERO, &d).unwrap();
+        assert!(events(&mut server).is_empty());
+        assert!(drain(&mut server).is_empty());
+    }
 
     // No extended master secret: handshake_failure (RFC 7627 §5.2).
-    let mut server = shoal_server(2);
-    let mut raw = RawClient {
-        random: [8; 32],
-        log: Vec::new(),
-    };
-    let ch = raw.client_hello(Spoil::NoEms);
+    let mut server = shoal_server(9);
+    let mut raw = RawClient::new([8; 32]);
+    raw.ems = false;
     assert_eq!(
-        server.handle_datagram(Time::ZERO, &ch),
+        server.handle_datagram(Time::ZERO, &raw.client_hello(0)),
         Err(DtlsError::ExtendedMasterSecretRequired)
     );
     let alert = server.poll_transmit().expect("an alert");
-    assert_eq!(plaintext_alert(&alert), Some((2, 40)));
+    assert_eq!(alert_in(&alert, None), Some((2, HANDSHAKE_FAILURE)));
+}
+
+/// A shoal client against a server that spoils its flights: each is refused with its
+/// fatal alert, no Connected, and the application data sealed behind a bad Finished
+/// never surfaces. The honest case first, to show the raw server is right.
+fn dishonest_server() {
+    let cases = [
+        (ServerSpoil::Nothing, None, 0),
+        // RFC 7627 §5.2: a client "MUST abort the handshake" when the server does not
+        // use the extension (shoal requires it).
+        (
+            ServerSpoil::NoEms,
+            Some(DtlsError::ExtendedMasterSecretRequired),
+            HANDSHAKE_FAILURE,
+        ),
+        (
+            ServerSpoil::NoCertificate,
+            Some(DtlsError::UnexpectedMessage(
+                HandshakeType::ServerKeyExchange,
+            )),
+            UNEXPECTED_MESSAGE,
+        ),
+        (
+            ServerSpoil::NoServerKeyExchange,
+            Some(DtlsError::UnexpectedMessage(
+                HandshakeType::CertificateRequest,
+            )),
+            UNEXPECTED_MESSAGE,
+        ),
+        (
+            ServerSpoil::BadFinished,
+            Some(DtlsError::BadFinished),
+            DECRYPT_ERROR,
+        ),
+    ];
+    for (i, (spoil, error, alert)) in cases.into_iter().enumerate() {
+        let mut client = shoal_client(i as u8);
+        let hello = drain(&mut client);
+        let mut raw = RawServer::new([i as u8 + 1; 32]);
+        let f4 = raw.flight4(&hello[0], spoil);
+        let got = client.handle_datagram(Time::ZERO, &f4);
+        let mut out = drain(&mut client);
+        if got.is_ok() {
+            let f6 = raw.flight6(&out, spoil, Some(b"server data"));
+            let got = client.handle_datagram(Time::ZERO, &f6);
+            assert_eq!(got.err(), error, "{spoil:?}");
+            out = drain(&mut client);
+        } else {
+            assert_eq!(got.err(), error, "{spoil:?}");
+        }
+        let ev = events(&mut client);
+        let Some(error) = error else {
+            assert!(client.is_connected());
+            assert_eq!(&app_data(&ev)[0][..], b"server data");
+            continue;
+        };
+        // After flight 5 the client writes in epoch 1, so its alert is sealed.
+        let cipher = raw.keys.as_ref().map(|k| &k.client);
+        assert_eq!(out.len(), 1, "{spoil:?}: only the alert");
+        assert_eq!(alert_in(&out[0], cipher), Some((2, alert)), "{spoil:?}");
+        assert_eq!(ev, [DtlsEvent::Failed(error)], "{spoil:?}");
+        assert!(!client.is_connected());
+    }
 }
 
 /// An honest client built from the primitives completes the handshake with a shoal
@@ -406,25 +329,24 @@ fn dishonest_client() {
 /// warning (RFC 5746 §4.2 via RFC 5246 §7.2.2) and the connection stays up.
 fn renegotiation_refused() {
     let mut server = shoal_server(3);
-    let mut raw = RawClient {
-        random: [7; 32],
-        log: Vec::new(),
-    };
-    let ch = raw.client_hello(Spoil::Nothing);
-    server.handle_datagram(Time::ZERO, &ch).unwrap();
-    let flight4: Vec<_> = std::iter::from_fn(|| server.poll_transmit()).collect();
-    let (f5, client_cipher, server_cipher) = raw.flight5(&flight4, Spoil::Nothing);
-    server.handle_datagram(Time::ZERO, &f5).unwrap();
+    let mut raw = RawClient::new([7; 32]);
+    server
+        .handle_datagram(Time::ZERO, &raw.client_hello(0))
+        .unwrap();
+    let flight4 = drain(&mut server);
+    let f5 = raw.flight5(&flight4, ClientSpoil::Nothing);
+    let d = raw.write_with(&f5, None, Some(b"smuggled"));
+    server.handle_datagram(Time::ZERO, &d).unwrap();
     assert!(server.is_connected());
     let ev = events(&mut server);
     assert!(matches!(ev[0], DtlsEvent::Connected { .. }), "{ev:?}");
     assert_eq!(&app_data(&ev)[0][..], b"smuggled");
     // Flight 6: ChangeCipherSpec, then Finished in epoch 1, which opens with the
     // server's key.
-    let flight6: Vec<_> = std::iter::from_fn(|| server.poll_transmit()).collect();
+    let server_cipher = &raw.keys.as_ref().unwrap().server;
     let mut saw_finished = false;
-    for d in &flight6 {
-        for r in Records::new(d) {
+    for d in drain(&mut server) {
+        for r in Records::new(&d) {
             let r = r.unwrap();
             if r.header.epoch == 1 {
                 let mut rec = r.raw.to_vec();
@@ -448,27 +370,14 @@ fn renegotiation_refused() {
         extensions: Extensions::default(),
     }
     .write(&mut body);
-    let mut msg = BytesMut::new();
-    write_handshake(&mut msg, HandshakeType::ClientHello, 5, &body);
-    let mut out = BytesMut::new();
-    RecordHeader {
-        content_type: ContentType::Handshake,
-        version: DTLS_1_2,
-        epoch: 1,
-        sequence_number: 2,
-        length: 0,
-    }
-    .write(&mut out);
-    out.extend_from_slice(&[0; 8]);
-    out.extend_from_slice(&msg);
-    client_cipher.seal_record(&mut out, 0).unwrap();
-    server.handle_datagram(Time::ZERO, &out).unwrap();
+    let d = raw.sealed_handshake(HandshakeType::ClientHello, 5, &body);
+    server.handle_datagram(Time::ZERO, &d).unwrap();
     let reply = server.poll_transmit().expect("an alert");
-    let r = Records::new(&reply).next().unwrap().unwrap();
-    assert_eq!(r.header.content_type, ContentType::Alert);
-    let mut rec = r.raw.to_vec();
-    let plain = server_cipher.open_record(&mut rec).unwrap();
-    assert_eq!(plain, &[1, 100]);
+    let server_cipher = &raw.keys.as_ref().unwrap().server;
+    assert_eq!(
+        alert_in(&reply, Some(server_cipher)),
+        Some((1, NO_RENEGOTIATION))
+    );
     assert!(server.is_connected());
 }
 
@@ -522,6 +431,7 @@ fn dtls_rejects_bad_peers() {
     tampered_signatures();
     tampered_finished_record();
     dishonest_client();
+    dishonest_server();
     renegotiation_refused();
     bad_tag_and_replay();
 }

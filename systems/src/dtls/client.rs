@@ -264,14 +264,14 @@ impl DtlsConn {
         self.connected()
     }
 
-    /// The peer's Certificate: its first certificate must hash to the SDP fingerprint
-    /// (RFC 5763 §5) and carry an EC key shoal can verify.
+    /// The peer's Certificate: not empty, its first certificate hashing to the SDP
+    /// fingerprint (RFC 5763 §5) and carrying an EC key shoal can verify.
     pub(super) fn check_peer_certificate(
         &self,
         body: &[u8],
     ) -> Result<(super::crypto::EcCurve, Vec<u8>), DtlsError> {
         let cert = Certificate::parse(body)?;
-        let end_entity = cert.end_entity().ok_or(DtlsError::BadCertificate)?;
+        let end_entity = cert.end_entity().ok_or(DtlsError::NoCertificate)?;
         if !ring_eq(&fingerprint_sha256(end_entity), &self.remote_fingerprint) {
             return Err(DtlsError::FingerprintMismatch);
         }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use shoal_components::dtls::{
-    Alert, AlertDescription, AlertLevel, ContentType, HandshakeFragments, HandshakeType,
-    RecordHeader, Records,
+    Alert, AlertDescription, AlertLevel, ContentType, HandshakeFragments, HandshakeHeader,
+    HandshakeType, RecordHeader, Records,
 };
 use shoal_components::time::Time;
 
@@ -33,6 +33,13 @@ const PLAINTEXT_AT: usize = RECORD_HEADER_LEN + EXPLICIT_NONCE_LEN;
 /// The receive buffer grows by at least this much at a time, so that decrypted
 /// application data slices share few allocations.
 const RX_CHUNK: usize = 16 * 1024;
+/// A ClientHello in an epoch-0 record numbered above this is dropped. The server
+/// numbers its HelloVerifyRequest and first ServerHello from the ClientHello's record
+/// sequence number (RFC 6347 §4.2.1) and counts on from there for the rest of its
+/// epoch-0 records, which must not reach 2^48 (§4.1). An honest client starts each
+/// epoch at 0 (§4.1) and sends a handful of ClientHellos, so this bound only meets
+/// forged ones and leaves the server far more numbers than a handshake uses.
+const MAX_CLIENT_HELLO_RECORD_SEQ: u64 = 1 << 32;
 
 /// Where the association stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,7 +74,11 @@ pub struct DtlsConn {
     flight_sent_at: Time,
     retransmit_at: Option<Time>,
     rto: Duration,
+    /// Timer-driven retransmissions of the current flight.
     retransmits: u32,
+    /// Retransmissions of the current flight prompted by the peer's (§4.2.4), which
+    /// have their own budget of `max_retransmits`.
+    peer_retransmits: u32,
     deadline: Time,
     last_now: Time,
     rx: BytesMut,
@@ -116,6 +127,7 @@ impl DtlsConn {
             flight_sent_at: now,
             retransmit_at: None,
             retransmits: 0,
+            peer_retransmits: 0,
             last_now: now,
             rx: BytesMut::new(),
             events: VecDeque::new(),
@@ -405,6 +417,7 @@ impl DtlsConn {
         match header.content_type {
             ContentType::ApplicationData => {
                 self.events.push_back(DtlsEvent::ApplicationData(plaintext));
+                self.peer_has_our_finished();
                 Ok(())
             }
             ContentType::Handshake => {
@@ -477,6 +490,10 @@ impl DtlsConn {
             if !h.is_whole() {
                 self.stats.handshake_partial_fragments += 1;
             }
+            if self.ignored_during_handshake(epoch, record_seq, &h) {
+                self.stats.handshake_fragments_dropped += 1;
+                continue;
+            }
             // A server waiting for ClientHello keeps no state before it (the cookie
             // exchange is stateless, RFC 6347 §4.2.1): any ClientHello starts afresh.
             let fresh_hello = self.role == DtlsRole::Server
@@ -491,8 +508,8 @@ impl DtlsConn {
                 self.reasm.reset_to(h.message_seq);
             }
             match self.reasm.insert(epoch, record_seq, &fragment) {
-                Accepted::Buffered => {}
-                Accepted::Old => *peer_retransmitted = true,
+                Accepted::Buffered | Accepted::Old => {}
+                Accepted::Retransmitted => *peer_retransmitted = true,
                 Accepted::Dropped => self.stats.handshake_fragments_dropped += 1,
             }
         }
@@ -505,6 +522,21 @@ impl DtlsConn {
         Ok(())
     }
 
+    /// Fragments dropped before reassembly, so that they use up no message_seq:
+    /// - a HelloRequest at a client: RFC 5246 §7.4.1.1, "This message will be ignored
+    ///   by the client if the client is currently negotiating a session";
+    /// - a ClientHello in a record numbered above [`MAX_CLIENT_HELLO_RECORD_SEQ`], whose
+    ///   number the server could not reuse for its answer.
+    fn ignored_during_handshake(&self, epoch: u16, record_seq: u64, h: &HandshakeHeader) -> bool {
+        match (self.role, h.msg_type) {
+            (DtlsRole::Client, HandshakeType::HelloRequest) => true,
+            (DtlsRole::Server, HandshakeType::ClientHello) => {
+                epoch == 0 && record_seq > MAX_CLIENT_HELLO_RECORD_SEQ
+            }
+            _ => false,
+        }
+    }
+
     fn handle_message(&mut self, now: Time, message: Message) -> Result<(), DtlsError> {
         match self.role {
             DtlsRole::Client => self.client_message(now, message),
@@ -513,8 +545,9 @@ impl DtlsConn {
     }
 
     /// Handshake records after the handshake: the peer retransmitting its last flight
-    /// (answered with ours, §4.2.4), or a renegotiation attempt, which shoal refuses
-    /// with a no_renegotiation warning (RFC 5246 §7.2.2, RFC 5746 §4.2).
+    /// (answered with ours, §4.2.4; its Finished is in epoch 1, so only the peer can
+    /// complete that flight), or a renegotiation attempt, which shoal refuses with a
+    /// no_renegotiation warning (RFC 5246 §7.2.2, RFC 5746 §4.2).
     fn handshake_after_connect(
         &mut self,
         epoch: u16,
@@ -531,8 +564,11 @@ impl DtlsConn {
             match (self.role, h.msg_type) {
                 (DtlsRole::Server, HandshakeType::ClientHello) if epoch == 1 => refuse = true,
                 (DtlsRole::Client, HandshakeType::HelloRequest) if epoch == 1 => refuse = true,
-                _ if h.message_seq < self.reasm.next_seq() => *peer_retransmitted = true,
-                _ => self.stats.handshake_fragments_dropped += 1,
+                _ => match self.reasm.repeat(epoch, &fragment) {
+                    Accepted::Retransmitted => *peer_retransmitted = true,
+                    Accepted::Old | Accepted::Buffered => {}
+                    Accepted::Dropped => self.stats.handshake_fragments_dropped += 1,
+                },
             }
         }
         if refuse {
@@ -560,25 +596,42 @@ impl DtlsConn {
         });
     }
 
-    /// The peer retransmitted a flight we already have: retransmit ours (§4.2.4: "the
+    /// The peer retransmitted its whole last flight: retransmit ours (§4.2.4: "the
     /// receipt of a duplicate message is the likely result of timer expiry on the
-    /// peer"). At most once per quarter of the initial timeout, so duplicated datagrams
-    /// do not multiply our flight.
+    /// peer"). Bounded three ways, since what prompts it need not come from the peer:
+    /// at most once per quarter of the initial timeout (duplicated datagrams do not
+    /// multiply our flight), at most `max_retransmits` times per flight (after the
+    /// handshake too, where §4.2.4 has the server answer a retransmitted flight 5),
+    /// and the retransmission timer keeps its schedule. §4.2.4 resets the timer here;
+    /// shoal does not, so that such prompts cannot postpone its own retransmissions.
     fn on_peer_retransmit(&mut self, now: Time) {
         if self.flight.is_empty() || !self.is_open() {
             return;
         }
         let guard = self.config.retransmit_initial / 4;
-        if now < self.flight_sent_at + guard {
+        if now < self.flight_sent_at + guard || self.peer_retransmits >= self.config.max_retransmits
+        {
             return;
         }
+        self.peer_retransmits += 1;
         self.stats.retransmits_peer += 1;
         if let Err(e) = self.resend_flight(now) {
             self.fail(e);
-            return;
         }
-        if self.retransmit_at.is_some() {
-            self.retransmit_at = Some(now + self.rto);
+    }
+
+    /// Epoch-1 application data proves the peer has our Finished: it may send data only
+    /// once it has "received and validated the Finished message from its peer" (RFC
+    /// 5246 §7.4.9). The server then stops keeping flight 6 for retransmission. RFC
+    /// 6347 §4.2.4 has it answer retransmissions of flight 5 "for at least twice the
+    /// default MSL" because "This avoids deadlock conditions if the last flight gets
+    /// lost"; once the client has our Finished, no deadlock is left to avoid. (A
+    /// client that sent data before receiving our Finished, which TLS False Start, RFC
+    /// 7918, allows and RFC 5246 does not, would lose this safety net.)
+    fn peer_has_our_finished(&mut self) {
+        if self.state == State::Connected && !self.flight.is_empty() {
+            self.flight = Vec::new();
+            self.reasm = Reassembler::default();
         }
     }
 
@@ -601,6 +654,8 @@ impl DtlsConn {
             self.rto = self.config.retransmit_initial;
         }
         self.retransmits = 0;
+        self.peer_retransmits = 0;
+        self.reasm.flight_sent();
         self.flight = items;
         self.resend_flight(now)?;
         self.retransmit_at = expects_reply.then(|| now + self.rto);
@@ -638,10 +693,12 @@ impl DtlsConn {
         self.session = Some(session);
         self.state = State::Connected;
         self.retransmit_at = None;
+        self.reasm.finish();
         if self.role == DtlsRole::Client {
             // Only the side that sent the last flight answers retransmissions of the
             // peer's last flight (§4.2.4); in a full handshake that is the server.
-            self.flight.clear();
+            self.flight = Vec::new();
+            self.reasm = Reassembler::default();
         }
         Ok(())
     }

@@ -13,9 +13,13 @@ pub enum DtlsError {
     /// (RFC 8122 §5, RFC 5763 §5).
     #[error("peer certificate does not match the SDP fingerprint")]
     FingerprintMismatch,
-    /// The peer sent no certificate, or one whose key shoal cannot use.
-    #[error("peer certificate missing or unusable")]
+    /// The peer's certificate is unusable: its key is not one shoal can verify with.
+    #[error("peer certificate unusable")]
     BadCertificate,
+    /// The peer's Certificate message is empty (RFC 5246 §7.4.6: the server "MAY ...
+    /// respond with a fatal handshake_failure alert"; WebRTC authenticates both ends).
+    #[error("peer sent no certificate")]
+    NoCertificate,
     /// The peer's Finished verify_data is wrong (RFC 5246 §7.4.9).
     #[error("bad Finished verify_data")]
     BadFinished,
@@ -91,6 +95,7 @@ impl DtlsError {
             FingerprintMismatch | BadCertificate => AlertDescription::BAD_CERTIFICATE,
             BadFinished | BadSignature(_) => AlertDescription::DECRYPT_ERROR,
             ExtendedMasterSecretRequired
+            | NoCertificate
             | NoSharedCipherSuite
             | NoSharedGroup
             | NoSharedSignatureAlgorithm

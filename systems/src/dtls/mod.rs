@@ -8,9 +8,11 @@
 //! secret (required: a peer without it is refused with handshake_failure), use_srtp,
 //! and the EXTRACTOR-dtls_srtp exporter. Handshake messages are fragmented to the MTU
 //! and reassembled with bounded buffers; flights are retransmitted with exponential
-//! back-off (§4.2.4) and when the peer retransmits; protected records pass a 64-record
-//! anti-replay window (§4.1.2.6); records that fail authentication are dropped silently
-//! and counted (§4.1.2.7). No renegotiation, no resumption.
+//! back-off (§4.2.4) and when the peer retransmits its whole last flight (within a
+//! budget of `max_retransmits` per flight, which also bounds the server's answers after
+//! the handshake; those stop at the peer's first application data); protected records
+//! pass a 64-record anti-replay window (§4.1.2.6); records that fail authentication are
+//! dropped silently and counted (§4.1.2.7). No renegotiation, no resumption.
 //!
 //! `crypto` holds the arithmetic (PRF, AEAD records, ECDHE, ECDSA); the wire formats are
 //! `shoal_components::dtls`.
@@ -36,6 +38,29 @@
 //!   up). The handshake allocates freely; its state is dropped when it completes.
 //! - The handshake timeout runs from [`DtlsConn::new`], for the server too: create the
 //!   server side when ICE has selected a path.
+//!
+//! # Memory per peer
+//!
+//! What a peer can make one connection hold, at most, while handshaking:
+//!
+//! - partial handshake messages: [`MAX_BUFFERED_BYTES`], 64 KiB of bodies, with at
+//!   most 8 × 32 received ranges (4 KiB);
+//! - the peer's last flight, to recognise its retransmission: at most 8 messages ×
+//!   32 ranges (4 KiB);
+//! - the handshake log that signatures and Finished cover: 64 KiB (`MAX_LOG_BYTES`).
+//!   As client, the server's flight can fill it; as server, the client's messages
+//!   (each at most [`MAX_MESSAGE_LEN`]) come to about 35 KiB;
+//! - epoch-1 records that came early: 8 records, 16 KiB;
+//! - the receive buffer: one 16 KiB chunk (more only while the caller keeps
+//!   `ApplicationData` slices);
+//! - our flight, kept for retransmission (about 2 KiB), and its datagrams in one
+//!   16 KiB send chunk.
+//!
+//! That is about 64 + 8 + 64 + 16 + 16 + 16 ≈ 184 KiB, and the handshake's share (all
+//! but the two buffer chunks, about 150 KiB) is freed when it completes. After the
+//! handshake the two chunks remain, plus what the caller lets queue: up to
+//! [`MAX_QUEUED_BYTES`] (256 KiB) of unsent application data if it does not drain
+//! [`DtlsConn::poll_transmit`], and its undrained events.
 
 mod client;
 mod conn;
@@ -166,11 +191,14 @@ pub struct DtlsStats {
     pub records_early_buffered: u64,
     /// Epoch-1 records dropped because the early buffer was full.
     pub records_early_dropped: u64,
-    /// Handshake fragments that did not parse or that a reassembly bound refused.
+    /// Handshake fragments that did not parse, that a reassembly bound refused, that
+    /// are old but not of the peer's last flight, or that are ignored (a HelloRequest
+    /// at a client while handshaking, a ClientHello numbered near the end of the
+    /// record sequence space).
     pub handshake_fragments_dropped: u64,
     /// Flights retransmitted because the timer fired.
     pub retransmits_timer: u64,
-    /// Flights retransmitted because the peer retransmitted its previous flight.
+    /// Flights retransmitted because the peer retransmitted its whole last flight.
     pub retransmits_peer: u64,
     /// HelloVerifyRequests sent (server) or answered (client).
     pub hello_verify_requests: u64,

@@ -3,6 +3,11 @@
 //! in message_seq order. Everything is bounded: how far ahead of next_receive_seq a
 //! message may be, how long one message may be, how many bytes are buffered in all and
 //! how many disjoint ranges one message may have.
+//!
+//! It also recognises the peer retransmitting its last flight (§4.2.4), which prompts
+//! ours: only when every message of that flight has arrived whole again, in the epoch,
+//! type and length it first had. A stray old fragment prompts nothing, so a peer cannot
+//! make us resend a flight with a few bytes.
 
 use shoal_components::dtls::{HandshakeFragment, HandshakeType};
 
@@ -16,6 +21,8 @@ pub const MAX_MESSAGE_LEN: usize = 16 * 1024;
 pub const MAX_BUFFERED_BYTES: usize = 64 * 1024;
 /// The most disjoint received ranges kept for one message.
 const MAX_RANGES: usize = 32;
+/// The most messages remembered of the peer's last flight (a flight has at most five).
+const MAX_FLIGHT_MESSAGES: usize = 8;
 
 /// A whole handshake message, reassembled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,10 +44,14 @@ pub struct Message {
 pub enum Accepted {
     /// Buffered (or already had).
     Buffered,
-    /// Its message_seq is below next_receive_seq: part of a message already processed,
-    /// i.e. the peer retransmitted (§4.2.4).
+    /// Part of a message of the peer's last flight, which it is retransmitting; the
+    /// flight is not whole again yet.
     Old,
-    /// Refused by a bound or inconsistent with earlier fragments of its message.
+    /// With this fragment the peer's whole last flight has arrived again: the peer
+    /// retransmitted it (§4.2.4).
+    Retransmitted,
+    /// Refused by a bound, inconsistent with earlier fragments of its message, or old
+    /// but not of the peer's last flight.
     Dropped,
 }
 
@@ -57,8 +68,21 @@ struct Partial {
 
 impl Partial {
     fn complete(&self) -> bool {
-        matches!(self.ranges.as_slice(), [(0, end)] if *end == self.body.len())
+        covers(&self.ranges, self.body.len())
     }
+}
+
+/// A message the peer sent and we processed, and what of it has arrived again since.
+#[derive(Debug)]
+struct Seen {
+    seq: u16,
+    msg_type: HandshakeType,
+    epoch: u16,
+    length: usize,
+    /// Byte ranges received again, sorted and merged.
+    again: Vec<(usize, usize)>,
+    /// All of it has arrived again.
+    whole_again: bool,
 }
 
 /// The incoming side of the handshake layer.
@@ -67,6 +91,10 @@ pub struct Reassembler {
     next_seq: u16,
     partial: Vec<Partial>,
     buffered_bytes: usize,
+    /// Messages popped since we last sent a flight: the peer's flight in progress.
+    popped: Vec<Seen>,
+    /// The peer's last flight: the messages popped before we sent our current flight.
+    last_flight: Vec<Seen>,
 }
 
 impl Reassembler {
@@ -78,25 +106,57 @@ impl Reassembler {
     /// Forgets everything and expects `seq` next (a server answering a fresh ClientHello
     /// statelessly).
     pub fn reset_to(&mut self, seq: u16) {
-        self.next_seq = seq;
-        self.partial.clear();
+        *self = Reassembler {
+            next_seq: seq,
+            ..Reassembler::default()
+        };
+    }
+
+    /// We send a new flight: the messages popped since the last one were the peer's
+    /// flight, and are what its retransmission will repeat.
+    pub fn flight_sent(&mut self) {
+        self.last_flight = std::mem::take(&mut self.popped);
+    }
+
+    /// The handshake is over: drops partial messages (nothing more is reassembled) and
+    /// keeps only what recognises the peer retransmitting its last flight.
+    pub fn finish(&mut self) {
+        self.partial = Vec::new();
         self.buffered_bytes = 0;
+        self.popped = Vec::new();
+    }
+
+    /// Forgets the messages popped since the last flight (a server answering a
+    /// ClientHello statelessly keeps nothing of it, RFC 6347 §4.2.1).
+    pub fn forget_popped(&mut self) {
+        self.popped.clear();
     }
 
     /// Takes one fragment that arrived in `epoch` in the record numbered `record_seq`.
     pub fn insert(&mut self, epoch: u16, record_seq: u64, frag: &HandshakeFragment) -> Accepted {
         let h = frag.header;
-        if h.message_seq < self.next_seq {
-            return Accepted::Old;
-        }
-        if u32::from(h.message_seq) >= u32::from(self.next_seq) + u32::from(MAX_FUTURE_MESSAGES) {
-            return Accepted::Dropped;
+        // Serial-number distance, so a ClientHello numbered 65535 is followed by 0.
+        if h.message_seq.wrapping_sub(self.next_seq) >= MAX_FUTURE_MESSAGES {
+            return self.repeat(epoch, frag);
         }
         let length = h.length as usize;
         if length > MAX_MESSAGE_LEN {
             return Accepted::Dropped;
         }
-        let at = match self.partial.iter().position(|p| p.seq == h.message_seq) {
+        let existing = self.partial.iter().position(|p| p.seq == h.message_seq);
+        // A fragment of a later epoch replaces a partial message of an earlier one: an
+        // unprotected fragment that claims the Finished's message_seq must not shut
+        // out the real, protected Finished (which comes in epoch 1, RFC 5246 §7.1).
+        // An earlier epoch's fragment never displaces a later one's.
+        let at = match existing {
+            Some(i) if self.partial[i].epoch < epoch => {
+                let old = self.partial.swap_remove(i);
+                self.buffered_bytes = self.buffered_bytes.saturating_sub(old.body.len());
+                None
+            }
+            other => other,
+        };
+        let at = match at {
             Some(i) => i,
             None => {
                 if self.buffered_bytes + length > MAX_BUFFERED_BYTES {
@@ -143,6 +203,16 @@ impl Reassembler {
         let p = self.partial.swap_remove(i);
         self.buffered_bytes = self.buffered_bytes.saturating_sub(p.body.len());
         self.next_seq = self.next_seq.wrapping_add(1);
+        if self.popped.len() < MAX_FLIGHT_MESSAGES {
+            self.popped.push(Seen {
+                seq: p.seq,
+                msg_type: p.msg_type,
+                epoch: p.epoch,
+                length: p.body.len(),
+                again: Vec::new(),
+                whole_again: false,
+            });
+        }
         Some(Message {
             msg_type: p.msg_type,
             seq: p.seq,
@@ -153,9 +223,47 @@ impl Reassembler {
     }
 }
 
+impl Reassembler {
+    /// A fragment of a message already processed (RFC 6347 §4.2.2: it "MUST be
+    /// discarded"), noted towards recognising the retransmission of the peer's last
+    /// flight (§4.2.4). Also the way in for such fragments after the handshake.
+    pub fn repeat(&mut self, epoch: u16, frag: &HandshakeFragment) -> Accepted {
+        let h = frag.header;
+        let Some(seen) = self.last_flight.iter_mut().find(|m| m.seq == h.message_seq) else {
+            return Accepted::Dropped;
+        };
+        if seen.msg_type != h.msg_type || seen.length != h.length as usize || seen.epoch != epoch {
+            return Accepted::Dropped;
+        }
+        let start = h.fragment_offset as usize;
+        let end = start + frag.body.len();
+        if end > seen.length || !add_range(&mut seen.again, start, end) {
+            return Accepted::Dropped;
+        }
+        seen.whole_again = covers(&seen.again, seen.length);
+        if !self.last_flight.iter().all(|m| m.whole_again) {
+            return Accepted::Old;
+        }
+        for m in &mut self.last_flight {
+            m.again.clear();
+            m.whole_again = false;
+        }
+        Accepted::Retransmitted
+    }
+}
+
+/// True when a sorted, merged range list covers `[0, len)`; the caller has received at
+/// least one fragment, so an empty message is covered.
+fn covers(ranges: &[(usize, usize)], len: usize) -> bool {
+    len == 0 || matches!(ranges, [(0, end)] if *end == len)
+}
+
 /// Adds `[start, end)` to a sorted, merged range list; false (and nothing changed) when
-/// the list would grow past [`MAX_RANGES`].
+/// the list would grow past [`MAX_RANGES`]. An empty range adds nothing.
 fn add_range(ranges: &mut Vec<(usize, usize)>, start: usize, end: usize) -> bool {
+    if start >= end {
+        return true;
+    }
     let mut merged = (start, end);
     let mut out: Vec<(usize, usize)> = Vec::with_capacity(ranges.len() + 1);
     let mut placed = false;
@@ -188,9 +296,19 @@ mod tests {
     use shoal_components::dtls::HandshakeHeader;
 
     fn frag<'a>(seq: u16, len: u32, off: u32, body: &'a [u8]) -> HandshakeFragment<'a> {
+        typed(HandshakeType::Certificate, seq, len, off, body)
+    }
+
+    fn typed<'a>(
+        msg_type: HandshakeType,
+        seq: u16,
+        len: u32,
+        off: u32,
+        body: &'a [u8],
+    ) -> HandshakeFragment<'a> {
         HandshakeFragment {
             header: HandshakeHeader {
-                msg_type: HandshakeType::Certificate,
+                msg_type,
                 length: len,
                 message_seq: seq,
                 fragment_offset: off,
@@ -218,7 +336,8 @@ mod tests {
             Accepted::Buffered
         );
         r.pop().unwrap();
-        assert_eq!(r.insert(0, 3, &frag(0, 6, 0, b"abcdef")), Accepted::Old);
+        // Old, and not of the peer's last flight (no flight of ours since): dropped.
+        assert_eq!(r.insert(0, 3, &frag(0, 6, 0, b"abcdef")), Accepted::Dropped);
         // Out of order: seq 2 before seq 1.
         assert_eq!(r.insert(0, 4, &frag(2, 1, 0, b"z")), Accepted::Buffered);
         assert!(r.pop().is_none());
@@ -257,5 +376,77 @@ mod tests {
             );
         }
         assert_eq!(r.insert(0, 0, &frag(0, 1000, 900, b"x")), Accepted::Dropped);
+    }
+
+    /// An unprotected fragment that claims the Finished's message_seq does not block
+    /// the protected Finished; an unprotected one cannot displace a protected one.
+    #[test]
+    fn later_epoch_replaces_partial_message() {
+        let fin = HandshakeType::Finished;
+        let mut r = Reassembler::default();
+        assert_eq!(
+            r.insert(0, 50, &typed(fin, 0, 12, 0, b"x")),
+            Accepted::Buffered
+        );
+        assert!(r.pop().is_none());
+        assert_eq!(
+            r.insert(1, 0, &typed(fin, 0, 12, 0, &[7; 6])),
+            Accepted::Buffered
+        );
+        assert_eq!(
+            r.insert(0, 51, &typed(fin, 0, 12, 6, &[0; 6])),
+            Accepted::Dropped
+        );
+        assert_eq!(
+            r.insert(1, 1, &typed(fin, 0, 12, 6, &[7; 6])),
+            Accepted::Buffered
+        );
+        let m = r.pop().unwrap();
+        assert_eq!((m.epoch, m.record_seq, m.body), (1, 1, vec![7; 12]));
+        assert_eq!(r.buffered_bytes, 0);
+    }
+
+    /// Only the peer's whole last flight, again, counts as its retransmission; the
+    /// messages of earlier flights and stray bits of the last one do not.
+    #[test]
+    fn retransmission_is_the_whole_last_flight() {
+        let mut r = Reassembler::default();
+        // The peer's first flight: seq 0; we answer; its second: seq 1 (5 bytes) and
+        // seq 2 (empty); we answer again.
+        r.insert(0, 0, &frag(0, 3, 0, b"abc"));
+        r.pop().unwrap();
+        r.flight_sent();
+        r.insert(0, 1, &frag(1, 5, 0, b"hello"));
+        r.insert(0, 2, &typed(HandshakeType::ServerHelloDone, 2, 0, 0, b""));
+        r.pop().unwrap();
+        r.pop().unwrap();
+        r.flight_sent();
+        // The earlier flight's message: not a retransmission of the last flight.
+        assert_eq!(r.insert(0, 3, &frag(0, 3, 0, b"abc")), Accepted::Dropped);
+        // An empty fragment, a wrong type, length or epoch: nothing.
+        assert_eq!(r.insert(0, 4, &frag(1, 5, 0, b"")), Accepted::Old);
+        assert_eq!(
+            r.insert(0, 5, &typed(HandshakeType::ClientHello, 1, 5, 0, b"hello")),
+            Accepted::Dropped
+        );
+        assert_eq!(r.insert(0, 6, &frag(1, 6, 0, b"hello!")), Accepted::Dropped);
+        assert_eq!(r.insert(1, 0, &frag(1, 5, 0, b"hello")), Accepted::Dropped);
+        // The flight again, seq 1 in two overlapping fragments, then the empty seq 2.
+        assert_eq!(r.insert(0, 7, &frag(1, 5, 0, b"hel")), Accepted::Old);
+        assert_eq!(r.insert(0, 8, &frag(1, 5, 2, b"llo")), Accepted::Old);
+        let done = typed(HandshakeType::ServerHelloDone, 2, 0, 0, b"");
+        assert_eq!(r.insert(0, 9, &done), Accepted::Retransmitted);
+        // Counting starts over for the next retransmission.
+        assert_eq!(r.insert(0, 10, &done), Accepted::Old);
+        assert_eq!(
+            r.insert(0, 11, &frag(1, 5, 0, b"hello")),
+            Accepted::Retransmitted
+        );
+        // A stateless answer forgets what it answered.
+        r.insert(0, 12, &frag(3, 1, 0, b"z"));
+        r.pop().unwrap();
+        r.forget_popped();
+        r.flight_sent();
+        assert_eq!(r.insert(0, 13, &frag(3, 1, 0, b"z")), Accepted::Dropped);
     }
 }

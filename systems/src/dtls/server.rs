@@ -139,6 +139,7 @@ impl DtlsConn {
         }
         .write(&mut b);
         self.send.set_epoch0_seq(m.record_seq);
+        self.reasm.forget_popped();
         self.stats.hello_verify_requests += 1;
         self.send_stateless(&[FlightItem::Handshake {
             msg_type: HandshakeType::HelloVerifyRequest,
@@ -152,12 +153,15 @@ impl DtlsConn {
     /// client shoal cannot or will not serve.
     fn choose(&self, ch: &ClientHello) -> Result<Choice, DtlsError> {
         let config = &self.config;
-        // DTLS versions count down: 0xfeff is 1.0, 0xfefd 1.2, 0xfefc 1.3. A client
-        // offering 1.2 or higher gets 1.2 (RFC 5246 §7.4.1.2, RFC 5746 §3.6: servers
-        // "MUST accept version numbers higher than their highest version number").
-        // supported_versions, with which Chromium offers 1.3, is ignored: a 1.2 server
-        // does not know it (RFC 5246 §7.4.1.4).
-        if ch.client_version > DTLS_1_2 {
+        // DTLS versions are the 1's complement of the TLS ones, so they count down
+        // under the high byte 254 (RFC 6347 §4.1): 0xfeff is 1.0, 0xfefd 1.2, 0xfefc
+        // 1.3. A client offering 1.2 or higher gets 1.2 (RFC 5246 §7.4.1.2, RFC 5746
+        // §3.6: servers "MUST accept version numbers higher than their highest version
+        // number"); anything without the DTLS high byte (a TLS 0x0303, a zero) is no
+        // DTLS version at all. supported_versions, with which Chromium offers 1.3, is
+        // ignored: a 1.2 server does not know it (RFC 5246 §7.4.1.4).
+        let [major, _] = ch.client_version.to_be_bytes();
+        if major != 0xfe || ch.client_version > DTLS_1_2 {
             return Err(DtlsError::ProtocolVersion(ch.client_version));
         }
         // RFC 5246 §7.4.1.2: the list "MUST contain, and all implementations MUST

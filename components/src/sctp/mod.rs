@@ -3,6 +3,12 @@
 //! send side (`tx`: send queues, retransmission queue, congestion control), all as
 //! plain data the passes in `shoal-systems` drive.
 
+pub mod chunk;
+pub mod dcep;
+pub mod error;
 pub mod num;
+pub mod packet;
+pub mod rx;
+pub mod tx;
 
 pub use num::{Ppid, Ssn, StreamId, Tsn};

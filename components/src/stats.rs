@@ -59,6 +59,13 @@ pub struct ShardStats {
     pub dtls_failed: u64,
     /// Decrypted application data no pass consumed yet (SCTP is not running).
     pub dtls_app_data_unhandled: u64,
+    /// SCTP packets dropped: malformed, bad checksum, wrong verification tag, or not
+    /// valid in the association's state.
+    pub sctp_packets_dropped: u64,
+    /// SCTP packets handed to DTLS.
+    pub sctp_packets_sent: u64,
+    /// SCTP packets DTLS refused (not connected, or its queue full).
+    pub sctp_packets_unsent: u64,
     /// Valid ICE connectivity checks answered.
     pub ice_checks_answered: u64,
     /// Peers removed because consent expired (RFC 7675).

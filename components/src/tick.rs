@@ -37,6 +37,19 @@ pub struct DtlsInbox(pub Vec<Datagram>);
 #[derive(Resource, Debug, Default)]
 pub struct DtlsStart(pub Vec<Entity>);
 
+/// Decrypted DTLS application data (SCTP packets) of this tick, by peer.
+#[derive(Resource, Debug, Default)]
+pub struct SctpInbox(pub Vec<(Entity, bytes::Bytes)>);
+
+/// Peers whose DTLS handshake completed this tick: their SCTP may start.
+#[derive(Resource, Debug, Default)]
+pub struct SctpStart(pub Vec<Entity>);
+
+/// Associations that may have something to send this tick (duplicates allowed; the
+/// passes that read it skip what has nothing to do).
+#[derive(Resource, Debug, Default)]
+pub struct SctpWork(pub Vec<Entity>);
+
 /// Timers that fell due this tick.
 #[derive(Resource, Debug, Default)]
 pub struct DueTimers(pub Vec<(Entity, TimerKind)>);
@@ -90,6 +103,27 @@ pub enum ShardEvent {
         peer: PeerId,
         /// The negotiated SRTP protection profile (RFC 5764 §4.1.2 number), if any.
         srtp_profile: Option<u16>,
+    },
+    /// The peer's SCTP association is established.
+    SctpEstablished {
+        /// Which peer.
+        peer: PeerId,
+    },
+    /// A user message arrived on one of the peer's SCTP streams.
+    SctpMessage {
+        /// Which peer.
+        peer: PeerId,
+        /// The stream (a data channel's id).
+        stream: u16,
+        /// Its Payload Protocol Identifier (RFC 8831 §8).
+        ppid: u32,
+        /// The message.
+        payload: bytes::Bytes,
+    },
+    /// The peer's SCTP association ended.
+    SctpClosed {
+        /// Which peer.
+        peer: PeerId,
     },
     /// The peer and every component it had are gone.
     PeerRemoved {

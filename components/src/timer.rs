@@ -24,11 +24,20 @@ pub enum TimerKind {
     ConsentExpiry = 2,
     /// The DTLS connection's next retransmission or handshake deadline.
     Dtls = 3,
+    /// SCTP T1-init / T1-cookie (RFC 9260 §5.1 C, E).
+    SctpT1 = 4,
+    /// SCTP T3-rtx (RFC 9260 §6.3.2).
+    SctpT3 = 5,
+    /// SCTP delayed SACK (RFC 9260 §6.2).
+    SctpDelayedAck = 6,
+    /// The shard has SCTP data to send for this entity (set by an API call between
+    /// ticks, so the next tick comes at once).
+    SctpSend = 7,
 }
 
 impl TimerKind {
     /// How many kinds there are.
-    pub const COUNT: usize = 4;
+    pub const COUNT: usize = 8;
 }
 
 /// One entity's timer table.

@@ -43,6 +43,8 @@ pub const CONSENT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const CONSENT_INTERVAL_MIN: Duration = Duration::from_millis(4000);
 /// Upper end of the randomised consent interval.
 pub const CONSENT_INTERVAL_MAX: Duration = Duration::from_millis(6000);
+/// How often a controlling agent checks while consent responses are overdue.
+pub const CONSENT_RECHECK: Duration = Duration::from_secs(1);
 /// RFC 8445 §14.3: agents MUST NOT use an RTO smaller than 500 ms for checks.
 pub const CHECK_RTO_INITIAL: Duration = Duration::from_millis(500);
 /// RFC 8489 §6.2.1: Rc, the number of transmissions of one request (default 7).
@@ -104,7 +106,10 @@ pub fn ice(
         handle_stun(&mut ctx, &mut peers, &mut commands, d);
     }
     for &(entity, kind) in &due.0 {
-        if kind != TimerKind::Dtls {
+        if matches!(
+            kind,
+            TimerKind::IceCheck | TimerKind::ConsentCheck | TimerKind::ConsentExpiry
+        ) {
             handle_timer(&mut ctx, &mut peers, &mut commands, entity, kind);
         }
     }
@@ -463,7 +468,11 @@ fn handle_timer(
                 }
             }
         }
-        TimerKind::Dtls => {}
+        TimerKind::Dtls
+        | TimerKind::SctpT1
+        | TimerKind::SctpT3
+        | TimerKind::SctpDelayedAck
+        | TimerKind::SctpSend => {}
         TimerKind::ConsentCheck => {
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
                 return;
@@ -478,7 +487,18 @@ fn handle_timer(
             if let Some(last) = ctl.consent_tids.last_mut() {
                 *last = Some(check.tid);
             }
-            let next = ctx.now.0 + consent_interval(&mut ctx.rng);
+            // While answers are overdue, check every second. RFC 7675 §5.1 keeps
+            // consent checks 4-6 s apart, but the same section permits connectivity checks
+            // paced as ICE paces them, and any valid response refreshes consent: on
+            // a lossy path this keeps six lost round trips in a row from ending a
+            // healthy session (browsers ping a weak pair far more often too).
+            let overdue = ctx.now.0.saturating_since(ice.consent_at) > CONSENT_INTERVAL_MAX;
+            let interval = if overdue {
+                CONSENT_RECHECK
+            } else {
+                consent_interval(&mut ctx.rng)
+            };
+            let next = ctx.now.0 + interval;
             ctx.heap
                 .arm(&mut timers, entity, TimerKind::ConsentCheck, next);
         }

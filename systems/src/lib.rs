@@ -16,5 +16,5 @@ pub mod shard;
 pub mod timers;
 
 pub use pass::Pass;
-pub use shard::{Command, CommandError, PeerDtls, PeerSpec, Shard, ShardConfig};
+pub use shard::{Command, CommandError, PeerDtls, PeerSpec, SctpSendError, Shard, ShardConfig};
 pub use shoal_components::tick::{RemoveReason, ShardEvent};

@@ -21,7 +21,7 @@ use shoal_components::peer::{
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{
     DtlsInbox, DtlsStart, DueTimers, Events, Inbox, LocalAddr, Now, Outbox, RemoveReason,
-    ShardEvent, StunInbox, Transmits, WriteBuffer,
+    SctpInbox, SctpStart, SctpWork, ShardEvent, StunInbox, Transmits, WriteBuffer,
 };
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
@@ -29,7 +29,13 @@ use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 use crate::dtls::pass::{self as dtls_pass, DtlsSession, ShardDtls};
 use crate::dtls::{CipherSuite, DtlsCertificate, DtlsConfig, DtlsRole, SrtpKeys};
 use crate::pass::Pass;
+use crate::sctp::assoc::{AssocState, DEFAULT_SCTP_PORT, Sctp, SctpLimits};
+use crate::sctp::cookie::CookieKey;
+use crate::sctp::pass::{self as sctp_pass, SctpScratch, SctpShared};
 use crate::{egress, ice, ingest, timers};
+use bytes::Bytes;
+use shoal_components::sctp::tx::{OutgoingMessage, Reliability, SendError};
+use shoal_components::sctp::{Ppid, StreamId};
 
 /// The schedule label of a shard tick.
 #[derive(ScheduleLabel, Clone, Debug, PartialEq, Eq, Hash)]
@@ -52,6 +58,8 @@ pub struct ShardConfig {
     /// A peer that nominates no path within this long of being added, or of its last
     /// valid check, is removed (60 s: as long as a controlling client keeps trying).
     pub connect_timeout: Duration,
+    /// SCTP buffer, window and packet sizes of every association of the shard.
+    pub sctp: SctpLimits,
     /// DTLS handshake parameters shared by every peer of the shard.
     pub dtls: Arc<DtlsConfig>,
     /// The certificate the shard presents in DTLS; its SHA-256 fingerprint goes into
@@ -87,6 +95,7 @@ impl ShardConfig {
             max_peers: 10_000,
             consent_timeout: ice::CONSENT_TIMEOUT,
             connect_timeout: ice::ICE_CONNECT_BUDGET,
+            sctp: SctpLimits::default(),
             dtls: Arc::new(DtlsConfig::default()),
             certificate,
         }
@@ -125,6 +134,17 @@ pub enum Command {
     AddPeer(PeerSpec),
     /// Remove a peer and everything it had.
     RemovePeer(PeerId),
+}
+
+/// Why [`Shard::sctp_send`] refused a message.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SctpSendError {
+    /// No such peer, or its association is not established.
+    #[error("no established SCTP association")]
+    NotEstablished,
+    /// The send queue refused it (over the send buffer: back-pressure; too large).
+    #[error("send queue: {0:?}")]
+    Queue(SendError),
 }
 
 /// Why a command was refused.
@@ -199,6 +219,16 @@ impl Shard {
         world.init_resource::<StunInbox>();
         world.init_resource::<DtlsInbox>();
         world.init_resource::<DtlsStart>();
+        world.init_resource::<SctpInbox>();
+        world.init_resource::<SctpStart>();
+        world.init_resource::<SctpWork>();
+        world.init_resource::<SctpScratch>();
+        let mut secret = [0u8; 32];
+        world.resource_mut::<ShardRng>().0.fill_bytes(&mut secret);
+        world.insert_resource(SctpShared {
+            cookie_key: CookieKey::new(&secret),
+            limits: config.sctp,
+        });
         world.insert_resource(ShardDtls {
             config: config.dtls.clone(),
             certificate: config.certificate.clone(),
@@ -231,6 +261,9 @@ impl Shard {
             ingest::ingest.in_set(Pass::Ingest),
             ice::ice.in_set(Pass::Ice),
             dtls_pass::dtls.in_set(Pass::Dtls),
+            sctp_pass::sctp.in_set(Pass::Sctp),
+            sctp_pass::sack_batch.in_set(Pass::SackBatch),
+            sctp_pass::sctp_tx.in_set(Pass::SctpTx),
             egress::egress.in_set(Pass::Egress),
             timers::timers.in_set(Pass::Timers),
         ));
@@ -365,9 +398,13 @@ impl Shard {
             }
         };
         if let Some(d) = dtls {
-            self.world
-                .entity_mut(entity)
-                .insert(DtlsSession::new(d.role, d.remote_fingerprint));
+            // WebRTC data channels run SCTP over every DTLS connection (RFC 8831 §5);
+            // the DTLS client sends the INIT.
+            let initiator = d.role == DtlsRole::Client;
+            self.world.entity_mut(entity).insert((
+                DtlsSession::new(d.role, d.remote_fingerprint),
+                Sctp::new(initiator, DEFAULT_SCTP_PORT, DEFAULT_SCTP_PORT),
+            ));
         }
         // A lite peer is lost if no valid check arrives within the consent timeout; a
         // controlling one starts checking at once and fails when its checks run out
@@ -456,6 +493,67 @@ impl Shard {
     pub fn dtls_cipher_suite(&self, id: PeerId) -> Option<CipherSuite> {
         let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
         self.world.get::<DtlsSession>(entity)?.suite
+    }
+
+    /// Queues a user message on one of the peer's SCTP streams. It goes out in the
+    /// next tick, which [`Shard::poll_timeout`] asks for at once.
+    pub fn sctp_send(
+        &mut self,
+        id: PeerId,
+        stream: u16,
+        ppid: u32,
+        payload: Bytes,
+        unordered: bool,
+        policy: Reliability,
+    ) -> Result<(), SctpSendError> {
+        let entity = *self
+            .world
+            .resource::<PeerIndex>()
+            .by_id
+            .get(&id)
+            .ok_or(SctpSendError::NotEstablished)?;
+        let now = self.world.resource::<Now>().0;
+        let mut e = self.world.entity_mut(entity);
+        let mut a = e.get_mut::<Sctp>().ok_or(SctpSendError::NotEstablished)?;
+        if a.state != AssocState::Established {
+            return Err(SctpSendError::NotEstablished);
+        }
+        let tx = a.tx.as_mut().ok_or(SctpSendError::NotEstablished)?;
+        let msg = OutgoingMessage {
+            ppid: Ppid(ppid),
+            payload,
+            unordered,
+            policy,
+        };
+        tx.queue
+            .send(now, StreamId(stream), msg)
+            .map_err(SctpSendError::Queue)?;
+        let mut timers = e.get_mut::<Timers>().map(|t| *t).unwrap_or_default();
+        self.world
+            .resource_mut::<TimerHeap>()
+            .arm(&mut timers, entity, TimerKind::SctpSend, now);
+        if let Some(mut t) = self.world.get_mut::<Timers>(entity) {
+            *t = timers;
+        }
+        Ok(())
+    }
+
+    /// Whether the peer's SCTP association is established.
+    pub fn sctp_established(&self, id: PeerId) -> bool {
+        self.peer_sctp(id)
+            .is_some_and(|a| a.state == AssocState::Established)
+    }
+
+    /// Bytes queued on the peer's association and not yet sent.
+    pub fn sctp_buffered_amount(&self, id: PeerId) -> usize {
+        self.peer_sctp(id)
+            .and_then(|a| a.tx.as_ref())
+            .map_or(0, |tx| tx.queue.total_buffered_amount())
+    }
+
+    fn peer_sctp(&self, id: PeerId) -> Option<&Sctp> {
+        let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
+        self.world.get::<Sctp>(entity)
     }
 
     /// How many peers the shard holds.

@@ -20,7 +20,8 @@ use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::{Ice, IceControlling, IceCredentials, IceState, Peer, PeerIndex};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{
-    DtlsInbox, DtlsStart, DueTimers, Events, Now, Outbox, RemoveReason, ShardEvent,
+    DtlsInbox, DtlsStart, DueTimers, Events, Now, Outbox, RemoveReason, SctpInbox, SctpStart,
+    ShardEvent,
 };
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
@@ -81,6 +82,8 @@ pub struct DtlsCtx<'w> {
     stats: ResMut<'w, ShardStats>,
     events: ResMut<'w, Events>,
     rng: ResMut<'w, ShardRng>,
+    sctp_in: ResMut<'w, SctpInbox>,
+    sctp_start: ResMut<'w, SctpStart>,
 }
 
 type DtlsQuery<'w, 's> = Query<
@@ -217,9 +220,9 @@ fn drive(
                     peer: peer.id,
                     srtp_profile,
                 });
+                ctx.sctp_start.0.push(entity);
             }
-            // The sctp pass will consume these; until it exists they are counted.
-            DtlsEvent::ApplicationData(_) => ctx.stats.dtls_app_data_unhandled += 1,
+            DtlsEvent::ApplicationData(data) => ctx.sctp_in.0.push((entity, data)),
             DtlsEvent::Closed { .. } => end = Some(RemoveReason::DtlsClosed),
             DtlsEvent::Failed(_) => {
                 ctx.stats.dtls_failed += 1;

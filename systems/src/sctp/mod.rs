@@ -2,4 +2,6 @@
 //! state the association passes keep in each peer's components and the pieces they
 //! are built from.
 
+pub mod assoc;
 pub mod cookie;
+pub mod pass;

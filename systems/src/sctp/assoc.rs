@@ -1,0 +1,617 @@
+//! One SCTP association's state, a component of its peer, and the rules the `sctp`
+//! pass applies to what arrives (RFC 9260 §5 setup, §6 data, §8.5 verification tags,
+//! §9 shutdown). Nothing here sends: arriving chunks leave work behind (control
+//! chunks queued, a SACK owed, delivered messages) for `sack_batch` and `sctp_tx`.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use shoal_components::sctp::chunk::{
+    Abort, Chunk, CookieAck, CookieEcho, Data, HeartbeatAck, Init, InitAck, InitParam, ShutdownAck,
+    ShutdownComplete, UnknownAction, WriteChunk, chunk_type, unknown_chunk_action,
+};
+use shoal_components::sctp::packet::{Packet, PacketWriter};
+use shoal_components::sctp::rx::{AckUrgency, DataIn, DataOutcome, Message, Receiver, RxLimits};
+use shoal_components::sctp::tx::{
+    CongestionConfig, CongestionControl, DEFAULT_SCTP_MTU, MessageId, RetransmissionQueue,
+    RetransmissionQueueConfig, RtoConfig, RtoEstimator, SendQueue, SendQueueConfig,
+};
+use shoal_components::sctp::{Ssn, StreamId, Tsn};
+use shoal_components::time::Time;
+
+use super::cookie::{CookieContents, CookieError, CookieKey, VALID_COOKIE_LIFE};
+
+/// The SCTP port WebRTC uses unless SDP says otherwise (RFC 8841 §5).
+pub const DEFAULT_SCTP_PORT: u16 = 5000;
+/// Streams offered each way: the most RFC 8831 §6.2 lets a channel id take.
+pub const STREAMS: u16 = 1024;
+/// RFC 9260 §16: Max.Init.Retransmits.
+pub const MAX_INIT_RETRANSMITS: u32 = 8;
+/// RFC 9260 §16: Association.Max.Retrans.
+pub const MAX_ASSOCIATION_RETRANSMITS: u32 = 10;
+
+/// Where the association is (RFC 9260 §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AssocState {
+    /// Not started, or over.
+    Closed,
+    /// INIT sent, waiting for INIT ACK.
+    CookieWait,
+    /// COOKIE ECHO sent, waiting for COOKIE ACK.
+    CookieEchoed,
+    /// Data flows.
+    Established,
+    /// SHUTDOWN sent (our side closing).
+    ShutdownSent,
+    /// SHUTDOWN ACK sent (the peer closed).
+    ShutdownAckSent,
+}
+
+/// Why an association ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AssocEnd {
+    /// The peer sent ABORT.
+    AbortedByPeer,
+    /// INIT or COOKIE ECHO went unanswered (RFC 9260 §5.1.6).
+    SetupFailed,
+    /// Retransmissions ran out (RFC 9260 §8.2).
+    PeerUnreachable,
+    /// The peer broke the protocol; we sent ABORT.
+    ProtocolViolation,
+    /// SHUTDOWN completed.
+    Shutdown,
+}
+
+/// The send side, once the association has its peer's parameters.
+#[derive(Debug)]
+pub struct TxSide {
+    /// User messages not yet in flight.
+    pub queue: SendQueue,
+    /// DATA chunks in flight.
+    pub outstanding: RetransmissionQueue,
+    /// cwnd and friends (RFC 9260 §7).
+    pub cc: CongestionControl,
+    /// RTO (RFC 9260 §6.3.1).
+    pub rto: RtoEstimator,
+    /// A FORWARD TSN is owed (RFC 3758 §3.5).
+    pub forward_tsn_due: bool,
+    /// Send one packet of retransmissions now, ignoring cwnd (RFC 9260 §7.2.4 rule 3).
+    pub fast_retransmit_now: bool,
+    /// Scratch for discarded messages.
+    pub discards: Vec<(StreamId, MessageId)>,
+}
+
+impl TxSide {
+    fn new(
+        initial_tsn: Tsn,
+        peer_a_rwnd: u32,
+        outbound_streams: u16,
+        limits: &SctpLimits,
+    ) -> TxSide {
+        TxSide {
+            queue: SendQueue::new(SendQueueConfig {
+                outbound_streams,
+                max_message_size: limits.max_message_size,
+                max_buffered_total: limits.send_buffer,
+                max_buffered_per_stream: limits.send_buffer,
+                ..SendQueueConfig::default()
+            }),
+            outstanding: RetransmissionQueue::new(
+                RetransmissionQueueConfig::default(),
+                initial_tsn,
+                peer_a_rwnd,
+            ),
+            cc: CongestionControl::new(&CongestionConfig::default()),
+            rto: RtoEstimator::new(&RtoConfig {
+                max: limits.max_timer_backoff,
+                ..RtoConfig::default()
+            }),
+            forward_tsn_due: false,
+            fast_retransmit_now: false,
+            discards: Vec::new(),
+        }
+    }
+
+    /// Drops from the queue every message the outstanding queue abandoned (RFC 3758
+    /// §3.5 A3: all fragments of a message go together).
+    pub fn apply_discards(&mut self) {
+        self.outstanding.take_discards(&mut self.discards);
+        for (stream, id) in self.discards.drain(..) {
+            self.queue.discard_message(stream, id);
+        }
+    }
+}
+
+/// Configuration every association of a shard shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SctpLimits {
+    /// Largest user message, either way (RFC 8841 `max-message-size`).
+    pub max_message_size: usize,
+    /// Bytes of user messages queued to send, per association.
+    pub send_buffer: usize,
+    /// Receive window, per association.
+    pub receive_window: usize,
+    /// SCTP packet size (the DTLS record adds its own overhead).
+    pub mtu: usize,
+    /// T1 and T3-rtx back-off stops here. RFC 9260 §16 lets RTO.Max be 60 s; on a
+    /// path ICE has validated and consent keeps checking, a minute between tries
+    /// only stalls a data channel (a dead path is found by consent), so shoal caps
+    /// it at 3 s.
+    pub max_timer_backoff: Duration,
+}
+
+impl Default for SctpLimits {
+    fn default() -> Self {
+        SctpLimits {
+            max_message_size: 256 * 1024,
+            send_buffer: 4 * 1024 * 1024,
+            receive_window: 4 * 1024 * 1024,
+            mtu: DEFAULT_SCTP_MTU,
+            max_timer_backoff: Duration::from_secs(3),
+        }
+    }
+}
+
+/// One association: a component of its peer.
+#[derive(bevy_ecs::prelude::Component)]
+pub struct Sctp {
+    /// Where it is.
+    pub state: AssocState,
+    /// This side sends INIT (the DTLS client does, RFC 8841 §... leaves either side
+    /// free; shoal lets the DTLS client start and answers INITs in any state).
+    pub initiator: bool,
+    /// Our SCTP port.
+    pub local_port: u16,
+    /// The peer's SCTP port.
+    pub remote_port: u16,
+    /// Our verification tag: what the peer puts in every packet to us.
+    pub my_vtag: u32,
+    /// The peer's tag: what we put in every packet to it.
+    pub peer_vtag: u32,
+    /// The Initial TSN we announced.
+    pub my_initial_tsn: Tsn,
+    /// INIT or COOKIE ECHO transmissions so far.
+    pub init_transmissions: u32,
+    /// The cookie to echo while in COOKIE-ECHOED.
+    pub cookie: Option<Bytes>,
+    /// Receive side, once established.
+    pub rx: Option<Receiver>,
+    /// Send side, once the peer's parameters are known.
+    pub tx: Option<TxSide>,
+    /// Whole packets to send as they are (INIT, INIT ACK, ABORT, SHUTDOWN COMPLETE:
+    /// chunks that travel alone, RFC 9260 §6.10).
+    pub solo: Vec<Bytes>,
+    /// Control chunks, encoded, for the front of the next packet.
+    pub control: BytesMut,
+    /// A SACK must go out in this tick's `sack_batch`.
+    pub sack_now: bool,
+    /// The SACK `sack_batch` wrote, for the next packet.
+    pub pending_sack: BytesMut,
+    /// The end was reported to the owner.
+    pub closed_reported: bool,
+    /// Messages reassembled this tick, for the datachannel pass.
+    pub delivered: Vec<Message>,
+    /// How it ended, once it has.
+    pub ended: Option<AssocEnd>,
+    /// Consecutive T3-rtx expiries without progress.
+    pub error_count: u32,
+}
+
+impl Sctp {
+    /// A closed association; `initiator` sends the INIT when DTLS is up.
+    pub fn new(initiator: bool, local_port: u16, remote_port: u16) -> Sctp {
+        Sctp {
+            state: AssocState::Closed,
+            initiator,
+            local_port,
+            remote_port,
+            my_vtag: 0,
+            peer_vtag: 0,
+            my_initial_tsn: Tsn(0),
+            init_transmissions: 0,
+            cookie: None,
+            rx: None,
+            tx: None,
+            solo: Vec::new(),
+            control: BytesMut::new(),
+            sack_now: false,
+            pending_sack: BytesMut::new(),
+            closed_reported: false,
+            delivered: Vec::new(),
+            ended: None,
+            error_count: 0,
+        }
+    }
+
+    /// Starts the association from this side: RFC 9260 §5.1 A, INIT with our tag.
+    pub fn start(&mut self, vtag: u32, initial_tsn: Tsn, limits: &SctpLimits) {
+        self.my_vtag = vtag;
+        self.my_initial_tsn = initial_tsn;
+        self.state = AssocState::CookieWait;
+        self.init_transmissions = 1;
+        self.queue_init(limits);
+    }
+
+    /// Queues our INIT again (first send or a T1-init retransmission).
+    pub fn queue_init(&mut self, limits: &SctpLimits) {
+        let params = our_init_params(None);
+        let init = Init {
+            initiate_tag: self.my_vtag,
+            a_rwnd: limits.receive_window as u32,
+            outbound_streams: STREAMS,
+            inbound_streams: STREAMS,
+            initial_tsn: self.my_initial_tsn,
+            params: params.as_slice(),
+        };
+        // RFC 9260 §8.5.1 A: an INIT carries verification tag 0.
+        self.solo
+            .push(solo_packet(self.local_port, self.remote_port, 0, &init));
+    }
+
+    /// Queues the COOKIE ECHO again (T1-cookie retransmission).
+    pub fn queue_cookie_echo(&mut self) {
+        if let Some(cookie) = &self.cookie {
+            CookieEcho {
+                cookie: cookie.as_ref(),
+            }
+            .write_to(&mut self.control);
+        }
+    }
+
+    fn establish(&mut self, c: &CookieContents, limits: &SctpLimits) {
+        self.peer_vtag = c.peer_vtag;
+        self.my_vtag = c.my_vtag;
+        self.my_initial_tsn = c.my_initial_tsn;
+        self.rx = Some(Receiver::new(c.peer_initial_tsn, rx_limits(limits)));
+        self.tx = Some(TxSide::new(
+            c.my_initial_tsn,
+            c.peer_a_rwnd,
+            c.outbound_streams,
+            limits,
+        ));
+        self.state = AssocState::Established;
+        self.cookie = None;
+    }
+
+    fn abort(&mut self, end: AssocEnd) {
+        let causes: &[shoal_components::sctp::chunk::ErrorCause] = &[];
+        let abort = Abort {
+            t_bit: false,
+            causes,
+        };
+        self.solo.push(solo_packet(
+            self.local_port,
+            self.remote_port,
+            self.peer_vtag,
+            &abort,
+        ));
+        self.end(end);
+    }
+
+    /// Marks the association over.
+    pub fn end(&mut self, end: AssocEnd) {
+        self.state = AssocState::Closed;
+        self.ended.get_or_insert(end);
+    }
+}
+
+fn rx_limits(limits: &SctpLimits) -> RxLimits {
+    let mut rx = RxLimits::default();
+    rx.reassembly.receive_window_bytes = u32::try_from(limits.receive_window).unwrap_or(u32::MAX);
+    rx.reassembly.max_message_bytes = u32::try_from(limits.max_message_size).unwrap_or(u32::MAX);
+    rx
+}
+
+/// INIT and INIT ACK parameters: FORWARD TSN (RFC 3758 §3.1) and RE-CONFIG (RFC 6525
+/// §5) announced as supported extensions (RFC 5061 §4.2.7), plus the cookie.
+fn our_init_params(cookie: Option<Bytes>) -> Vec<InitParam> {
+    let mut params = vec![
+        InitParam::SupportedExtensions(Bytes::from_static(&[
+            chunk_type::FORWARD_TSN,
+            chunk_type::RE_CONFIG,
+        ])),
+        InitParam::ForwardTsnSupported,
+    ];
+    if let Some(c) = cookie {
+        params.push(InitParam::StateCookie(c));
+    }
+    params
+}
+
+fn solo_packet(src: u16, dst: u16, vtag: u32, chunk: &impl WriteChunk) -> Bytes {
+    let mut buf = BytesMut::with_capacity(chunk.padded_len() + 12);
+    let mut w = PacketWriter::new(&mut buf, src, dst, vtag);
+    w.push(chunk);
+    w.finish()
+}
+
+/// What the pass needs besides the association to handle a packet.
+pub struct Inputs<'a> {
+    /// The current time.
+    pub now: Time,
+    /// The shard's cookie secret.
+    pub cookie_key: &'a CookieKey,
+    /// Limits for new associations.
+    pub limits: &'a SctpLimits,
+    /// A fresh random tag and initial TSN, should this packet need them.
+    pub fresh: (u32, Tsn),
+}
+
+/// What handling a packet asks of the pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// The association became established.
+    pub established: bool,
+    /// A SACK arrived (the T3-rtx timer needs attention).
+    pub sack_processed: bool,
+    /// Something arrived the packet was not valid for; counted by the caller.
+    pub dropped: bool,
+}
+
+/// Handles one SCTP packet that arrived on the association (decrypted from DTLS).
+pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
+    let mut fx = Effects::default();
+    let Ok(packet) = Packet::parse(bytes) else {
+        fx.dropped = true;
+        return fx;
+    };
+    let vtag = packet.verification_tag;
+    let mut has_data = false;
+    for chunk in packet.chunks() {
+        let Ok(chunk) = chunk else {
+            fx.dropped = true;
+            break;
+        };
+        // RFC 9260 §8.5: every packet but one carrying INIT must carry our tag;
+        // §8.5.1 B: ABORT with the T bit carries the peer's.
+        let tag_ok = match &chunk {
+            Chunk::Init(_) => vtag == 0,
+            Chunk::Abort(ab) if ab.t_bit => vtag == a.peer_vtag,
+            Chunk::CookieEcho(_) => true, // checked against the cookie below (§5.1.5)
+            Chunk::ShutdownComplete(sc) if sc.t_bit => vtag == a.peer_vtag,
+            _ => vtag == a.my_vtag && a.my_vtag != 0,
+        };
+        if !tag_ok {
+            fx.dropped = true;
+            return fx;
+        }
+        match chunk {
+            Chunk::Init(init) => on_init(a, &init, inp),
+            Chunk::InitAck(ack) => on_init_ack(a, &ack, inp),
+            Chunk::CookieEcho(echo) => {
+                if !on_cookie_echo(a, vtag, &echo.cookie, inp, &mut fx) {
+                    return fx; // §5.1.5: the whole packet is discarded
+                }
+            }
+            Chunk::CookieAck(_) => {
+                if a.state == AssocState::CookieEchoed {
+                    a.state = AssocState::Established;
+                    a.cookie = None;
+                    fx.established = true;
+                }
+            }
+            Chunk::Data(d) => {
+                has_data = true;
+                on_data(a, d, &mut fx);
+            }
+            Chunk::Sack(sack) => {
+                if let Some(tx) = a.tx.as_mut().filter(|_| a.state != AssocState::Closed) {
+                    let in_fr = tx.cc.in_fast_recovery();
+                    let blocks = sack.gap_ack_blocks.iter().map(|b| (b.start, b.end));
+                    if let Ok(out) = tx.outstanding.handle_sack(
+                        inp.now,
+                        sack.cumulative_tsn_ack,
+                        blocks,
+                        sack.a_rwnd,
+                        in_fr,
+                    ) {
+                        if tx.cc.on_sack(&out) {
+                            tx.fast_retransmit_now = true;
+                        }
+                        if let Some(rtt) = out.rtt_sample {
+                            tx.rto.on_rtt_sample(rtt);
+                        }
+                        if out.newly_acked_cumulative {
+                            a.error_count = 0;
+                        }
+                        tx.apply_discards();
+                        fx.sack_processed = true;
+                    }
+                }
+            }
+            Chunk::ForwardTsn(f) => {
+                if let Some(rx) = a.rx.as_mut() {
+                    let skipped: Vec<(StreamId, Ssn)> =
+                        f.skipped.iter().map(|s| (s.stream_id, s.ssn)).collect();
+                    rx.handle_forward_tsn(f.new_cumulative_tsn, &skipped);
+                    has_data = true;
+                    drain_messages(a);
+                }
+            }
+            Chunk::Heartbeat(hb) => {
+                // RFC 9260 §8.3: echo the Heartbeat Information back.
+                HeartbeatAck {
+                    info: hb.info.as_ref(),
+                }
+                .write_to(&mut a.control);
+            }
+            Chunk::HeartbeatAck(_) => {}
+            Chunk::Abort(_) => {
+                a.end(AssocEnd::AbortedByPeer);
+                return fx;
+            }
+            Chunk::Shutdown(_) => {
+                // RFC 9260 §9.2, simplified: acknowledge at once (our queued data is
+                // not waited for) and wait for SHUTDOWN COMPLETE.
+                if a.state == AssocState::Established || a.state == AssocState::ShutdownSent {
+                    ShutdownAck.write_to(&mut a.control);
+                    a.state = AssocState::ShutdownAckSent;
+                }
+            }
+            Chunk::ShutdownAck(_) => {
+                let sc = ShutdownComplete { t_bit: false };
+                a.solo
+                    .push(solo_packet(a.local_port, a.remote_port, a.peer_vtag, &sc));
+                a.end(AssocEnd::Shutdown);
+            }
+            Chunk::ShutdownComplete(_) => {
+                if a.state == AssocState::ShutdownAckSent {
+                    a.end(AssocEnd::Shutdown);
+                }
+            }
+            Chunk::Error(_) | Chunk::ReConfig(_) => {}
+            Chunk::Unknown { typ, .. } => match unknown_chunk_action(typ) {
+                UnknownAction::Stop | UnknownAction::StopAndReport => break,
+                UnknownAction::Skip | UnknownAction::SkipAndReport => {}
+            },
+        }
+    }
+    if has_data && let Some(rx) = a.rx.as_mut() {
+        rx.end_of_packet();
+        if rx.ack_urgency() == Some(AckUrgency::Immediate) {
+            a.sack_now = true;
+        }
+    }
+    fx
+}
+
+fn on_init(a: &mut Sctp, init: &Init, inp: &Inputs) {
+    if init.validate().is_err() {
+        return;
+    }
+    // RFC 9260 §5.2.1: in COOKIE-WAIT or COOKIE-ECHOED answer with our own tag and
+    // TSN unchanged; when closed, choose new ones (§5.1 B). An established
+    // association does not restart (§5.2.2 is not supported): the INIT is dropped.
+    let (my_vtag, my_tsn) = match a.state {
+        AssocState::Closed => inp.fresh,
+        AssocState::CookieWait | AssocState::CookieEchoed => (a.my_vtag, a.my_initial_tsn),
+        _ => return,
+    };
+    if a.state == AssocState::Closed {
+        a.my_vtag = my_vtag;
+        a.my_initial_tsn = my_tsn;
+    }
+    let contents = CookieContents {
+        created: inp.now,
+        lifespan: VALID_COOKIE_LIFE,
+        src_port: a.local_port,
+        dst_port: a.remote_port,
+        my_vtag,
+        peer_vtag: init.initiate_tag,
+        my_initial_tsn: my_tsn,
+        peer_initial_tsn: init.initial_tsn,
+        peer_a_rwnd: init.a_rwnd,
+        outbound_streams: STREAMS.min(init.inbound_streams),
+        inbound_streams: STREAMS.min(init.outbound_streams),
+        peer_forward_tsn: init.forward_tsn_supported(),
+        peer_reconfig: init.supports_chunk(chunk_type::RE_CONFIG),
+    };
+    let mut cookie = BytesMut::new();
+    inp.cookie_key.write(&contents, &mut cookie);
+    let params = our_init_params(Some(cookie.freeze()));
+    let ack = InitAck {
+        initiate_tag: my_vtag,
+        a_rwnd: inp.limits.receive_window as u32,
+        outbound_streams: STREAMS,
+        inbound_streams: STREAMS,
+        initial_tsn: my_tsn,
+        params: params.as_slice(),
+    };
+    // §8.5.1: the INIT ACK carries the INIT's Initiate Tag.
+    a.solo.push(solo_packet(
+        a.local_port,
+        a.remote_port,
+        init.initiate_tag,
+        &ack,
+    ));
+}
+
+fn on_init_ack(a: &mut Sctp, ack: &InitAck, inp: &Inputs) {
+    if a.state != AssocState::CookieWait || ack.validate().is_err() {
+        return; // §5.2.3: an INIT ACK anywhere else is discarded
+    }
+    let Some(cookie) = ack.state_cookie() else {
+        a.abort(AssocEnd::ProtocolViolation);
+        return;
+    };
+    a.peer_vtag = ack.initiate_tag;
+    a.rx = Some(Receiver::new(ack.initial_tsn, rx_limits(inp.limits)));
+    a.tx = Some(TxSide::new(
+        a.my_initial_tsn,
+        ack.a_rwnd,
+        STREAMS.min(ack.inbound_streams),
+        inp.limits,
+    ));
+    a.cookie = Some(cookie);
+    a.queue_cookie_echo();
+    a.state = AssocState::CookieEchoed;
+    a.init_transmissions = 1;
+}
+
+/// RFC 9260 §5.1.5 and the §5.2.4 cases shoal supports. False: drop the packet.
+fn on_cookie_echo(a: &mut Sctp, vtag: u32, cookie: &Bytes, inp: &Inputs, fx: &mut Effects) -> bool {
+    let c = match inp.cookie_key.read(cookie, inp.now) {
+        Ok(c) => c,
+        Err(CookieError::Stale(_)) | Err(CookieError::BadMac) | Err(CookieError::Malformed) => {
+            fx.dropped = true;
+            return false;
+        }
+    };
+    // §5.1.5 step 3: ports and the packet's tag must match the cookie.
+    if c.my_vtag != vtag || c.src_port != a.local_port || c.dst_port != a.remote_port {
+        fx.dropped = true;
+        return false;
+    }
+    match a.state {
+        AssocState::Closed | AssocState::CookieWait | AssocState::CookieEchoed => {
+            a.establish(&c, inp.limits);
+            fx.established = true;
+        }
+        // §5.2.4 case D: tags match the existing association: just acknowledge.
+        AssocState::Established if c.my_vtag == a.my_vtag && c.peer_vtag == a.peer_vtag => {}
+        _ => return false,
+    }
+    CookieAck.write_to(&mut a.control);
+    true
+}
+
+fn on_data(a: &mut Sctp, d: Data, fx: &mut Effects) {
+    let Some(rx) = a.rx.as_mut() else {
+        fx.dropped = true;
+        return;
+    };
+    let h = d.header;
+    let chunk = DataIn {
+        tsn: h.tsn,
+        stream: h.stream_id,
+        ssn: h.ssn,
+        ppid: h.ppid,
+        unordered: h.unordered,
+        begin: h.beginning,
+        end: h.end,
+        immediate_ack: h.immediate,
+        payload: d.payload,
+    };
+    match rx.handle_data(chunk) {
+        Ok(DataOutcome::Accepted) => drain_messages(a),
+        Ok(DataOutcome::Duplicate | DataOutcome::Dropped(_) | DataOutcome::InvalidStream) => {
+            a.sack_now = true;
+        }
+        // RFC 9260 §6.9 / §6.2: an inconsistent or oversized message ends the
+        // association; there is no way to skip it reliably.
+        Err(_) => a.abort(AssocEnd::ProtocolViolation),
+    }
+}
+
+fn drain_messages(a: &mut Sctp) {
+    if let Some(rx) = a.rx.as_mut() {
+        while let Some(m) = rx.pop_message() {
+            a.delivered.push(m);
+        }
+    }
+}
+
+/// The delay of the delayed-ack timer.
+pub fn sack_delay() -> Duration {
+    Duration::from_millis(200)
+}

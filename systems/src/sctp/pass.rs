@@ -1,0 +1,485 @@
+//! The SCTP passes: `sctp` takes in what DTLS decrypted and what timers fired,
+//! `sack_batch` writes at most one SACK per association per tick, and `sctp_tx`
+//! fills packets up to the MTU (control chunks, the SACK, a FORWARD TSN,
+//! retransmissions, then new data under cwnd and the peer's window) and hands them
+//! to the peer's DTLS connection.
+//!
+//! Each pass visits only the associations that have work this tick: those that got a
+//! packet or a timer, or that the owner gave data to send (`SctpWork`).
+
+use bevy_ecs::prelude::*;
+use bevy_ecs::system::SystemParam;
+use bytes::{Bytes, BytesMut};
+use rand_core::RngCore;
+use shoal_components::net::Datagram;
+use shoal_components::peer::{Ice, Peer};
+use shoal_components::sctp::chunk::{
+    DATA_HEADER_LEN, DataHeader, ForwardTsn, GapAckBlock, Sack, SkippedStream, WriteChunk,
+};
+use shoal_components::sctp::packet::PacketWriter;
+use shoal_components::sctp::rx::{AckUrgency, GapAckBlock as RxGap};
+use shoal_components::sctp::tx::COMMON_HEADER_LEN;
+use shoal_components::sctp::{Ssn, StreamId, Tsn};
+use shoal_components::stats::ShardStats;
+use shoal_components::tick::{
+    DueTimers, Events, Now, Outbox, SctpInbox, SctpStart, SctpWork, ShardEvent,
+};
+use shoal_components::timer::{TimerHeap, TimerKind, Timers};
+
+use super::assoc::{
+    AssocState, Inputs, MAX_ASSOCIATION_RETRANSMITS, MAX_INIT_RETRANSMITS, Sctp, SctpLimits,
+    handle_packet, sack_delay,
+};
+use super::cookie::CookieKey;
+use crate::dtls::pass::DtlsSession;
+use crate::shard::ShardRng;
+
+/// Packets one association may send per tick at most.
+pub const MAX_PACKETS_PER_TICK: usize = 64;
+
+/// What every association of the shard shares.
+#[derive(Resource)]
+pub struct SctpShared {
+    /// The State Cookie secret.
+    pub cookie_key: CookieKey,
+    /// Buffer and window sizes.
+    pub limits: SctpLimits,
+}
+
+/// Scratch buffers reused tick after tick.
+#[derive(Resource, Default)]
+pub struct SctpScratch {
+    rx_gaps: Vec<RxGap>,
+    gaps: Vec<GapAckBlock>,
+    dups: Vec<Tsn>,
+    fwd: Vec<(StreamId, Ssn)>,
+    skipped: Vec<SkippedStream>,
+    buf: BytesMut,
+    packets: Vec<Bytes>,
+}
+
+/// What the sctp pass touches besides the associations.
+#[derive(SystemParam)]
+pub struct SctpCtx<'w> {
+    now: Res<'w, Now>,
+    shared: Res<'w, SctpShared>,
+    heap: ResMut<'w, TimerHeap>,
+    events: ResMut<'w, Events>,
+    stats: ResMut<'w, ShardStats>,
+    rng: ResMut<'w, ShardRng>,
+    work: ResMut<'w, SctpWork>,
+}
+
+/// The sctp pass.
+pub fn sctp(
+    mut ctx: SctpCtx,
+    mut start: ResMut<SctpStart>,
+    mut inbox: ResMut<SctpInbox>,
+    due: Res<DueTimers>,
+    mut q: Query<(&Peer, &mut Sctp, &mut Timers)>,
+) {
+    let now = ctx.now.0;
+    for entity in start.0.drain(..) {
+        let Ok((_, mut a, mut timers)) = q.get_mut(entity) else {
+            continue;
+        };
+        if a.initiator && a.state == AssocState::Closed {
+            let (vtag, tsn) = fresh(&mut ctx.rng);
+            let limits = ctx.shared.limits;
+            a.start(vtag, tsn, &limits);
+            // RFC 9260 §5.1 A: T1-init, from RTO.Initial (1 s).
+            ctx.heap
+                .arm(&mut timers, entity, TimerKind::SctpT1, now + rto_initial());
+            ctx.work.0.push(entity);
+        }
+    }
+    for (entity, bytes) in inbox.0.drain(..) {
+        let Ok((peer, mut a, mut timers)) = q.get_mut(entity) else {
+            continue;
+        };
+        let fresh = fresh(&mut ctx.rng);
+        let shared = &*ctx.shared;
+        let inp = Inputs {
+            now,
+            cookie_key: &shared.cookie_key,
+            limits: &shared.limits,
+            fresh,
+        };
+        let was = a.state;
+        let fx = handle_packet(&mut a, &bytes, &inp);
+        if fx.dropped {
+            ctx.stats.sctp_packets_dropped += 1;
+        }
+        if fx.established || (was != AssocState::Established && a.state == AssocState::Established)
+        {
+            timers.cancel(TimerKind::SctpT1);
+            ctx.events
+                .0
+                .push(ShardEvent::SctpEstablished { peer: peer.id });
+        }
+        if fx.sack_processed {
+            rearm_t3(&mut ctx.heap, entity, &mut a, &mut timers, now);
+        }
+        after_input(&mut ctx, entity, peer, &mut a, &mut timers);
+    }
+    for &(entity, kind) in &due.0 {
+        let Ok((peer, mut a, mut timers)) = q.get_mut(entity) else {
+            continue;
+        };
+        match kind {
+            TimerKind::SctpT1 => on_t1(&mut ctx, entity, &mut a, &mut timers),
+            TimerKind::SctpT3 => on_t3(&mut ctx, entity, &mut a, &mut timers),
+            TimerKind::SctpDelayedAck => {
+                if let Some(rx) = a.rx.as_mut() {
+                    rx.delayed_ack_expired();
+                    a.sack_now = true;
+                }
+            }
+            TimerKind::SctpSend => {}
+            _ => continue,
+        }
+        after_input(&mut ctx, entity, peer, &mut a, &mut timers);
+    }
+}
+
+fn after_input(ctx: &mut SctpCtx, entity: Entity, peer: &Peer, a: &mut Sctp, timers: &mut Timers) {
+    for m in a.delivered.drain(..) {
+        ctx.events.0.push(ShardEvent::SctpMessage {
+            peer: peer.id,
+            stream: m.stream.0,
+            ppid: m.ppid.0,
+            payload: m.payload,
+        });
+    }
+    if a.ended.is_some() && !a.closed_reported {
+        a.closed_reported = true;
+        for k in [
+            TimerKind::SctpT1,
+            TimerKind::SctpT3,
+            TimerKind::SctpDelayedAck,
+        ] {
+            timers.cancel(k);
+        }
+        ctx.events.0.push(ShardEvent::SctpClosed { peer: peer.id });
+    }
+    // A delayed SACK gets its timer (RFC 9260 §6.2); an immediate one goes this tick.
+    if let Some(rx) = a.rx.as_ref()
+        && rx.ack_urgency() == Some(AckUrgency::Delayed)
+        && timers.get(TimerKind::SctpDelayedAck).is_none()
+    {
+        let at = ctx.now.0 + sack_delay();
+        ctx.heap.arm(timers, entity, TimerKind::SctpDelayedAck, at);
+    }
+    ctx.work.0.push(entity);
+}
+
+fn on_t1(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
+    if !matches!(a.state, AssocState::CookieWait | AssocState::CookieEchoed) {
+        return;
+    }
+    if a.init_transmissions > MAX_INIT_RETRANSMITS {
+        a.end(super::assoc::AssocEnd::SetupFailed);
+        return;
+    }
+    a.init_transmissions += 1;
+    let limits = ctx.shared.limits;
+    match a.state {
+        AssocState::CookieWait => a.queue_init(&limits),
+        _ => a.queue_cookie_echo(),
+    }
+    // RFC 9260 §6.3.3 applies to T1 too (§5.1 C): the timeout doubles.
+    let backoff = rto_initial().saturating_mul(1 << a.init_transmissions.min(6));
+    let cap = limits.max_timer_backoff;
+    ctx.heap.arm(
+        timers,
+        entity,
+        TimerKind::SctpT1,
+        ctx.now.0 + backoff.min(cap),
+    );
+}
+
+fn on_t3(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
+    let now = ctx.now.0;
+    let Some(tx) = a.tx.as_mut() else { return };
+    if !tx.outstanding.has_outstanding_data() {
+        return;
+    }
+    // RFC 9260 §6.3.3 E1-E3 and §7.2.3.
+    tx.rto.on_t3_expiry();
+    tx.cc.on_t3_expiry();
+    tx.outstanding.handle_t3_expiry(now);
+    tx.apply_discards();
+    let mut scratch = Vec::new();
+    tx.forward_tsn_due = tx.outstanding.forward_tsn(&mut scratch).is_some();
+    let rto = tx.rto.rto();
+    a.error_count += 1;
+    // RFC 9260 §8.1: too many consecutive retransmissions: the peer is unreachable.
+    if a.error_count > MAX_ASSOCIATION_RETRANSMITS {
+        a.end(super::assoc::AssocEnd::PeerUnreachable);
+        return;
+    }
+    ctx.heap.arm(timers, entity, TimerKind::SctpT3, now + rto);
+}
+
+/// RFC 9260 §6.3.2 R2-R4: stop T3 when nothing is outstanding, restart it when the
+/// cumulative ack advanced (here: whenever a SACK leaves data outstanding).
+fn rearm_t3(
+    heap: &mut TimerHeap,
+    entity: Entity,
+    a: &mut Sctp,
+    timers: &mut Timers,
+    now: shoal_components::time::Time,
+) {
+    let Some(tx) = a.tx.as_mut() else { return };
+    let mut scratch = Vec::new();
+    let forward_owed = tx.outstanding.forward_tsn(&mut scratch).is_some();
+    tx.forward_tsn_due = forward_owed;
+    if tx.outstanding.has_outstanding_data() || forward_owed {
+        heap.arm(timers, entity, TimerKind::SctpT3, now + tx.rto.rto());
+    } else {
+        timers.cancel(TimerKind::SctpT3);
+    }
+}
+
+fn rto_initial() -> std::time::Duration {
+    std::time::Duration::from_secs(1)
+}
+
+fn fresh(rng: &mut ShardRng) -> (u32, Tsn) {
+    // RFC 9260 §5.3.1: the tag is random and never 0.
+    let vtag = loop {
+        let v = rng.0.next_u32();
+        if v != 0 {
+            break v;
+        }
+    };
+    (vtag, Tsn(rng.0.next_u32()))
+}
+
+/// The sack_batch pass: one SACK per association that owes one, written where
+/// `sctp_tx` will put it at the front of the next packet, after control chunks.
+pub fn sack_batch(
+    work: Res<SctpWork>,
+    mut scratch: ResMut<SctpScratch>,
+    mut q: Query<(&mut Sctp, &mut Timers)>,
+) {
+    let scratch = &mut *scratch;
+    // Duplicates are possible; `sack_now` makes the second visit a no-op.
+    for &entity in &work.0 {
+        let Ok((mut a, mut timers)) = q.get_mut(entity) else {
+            continue;
+        };
+        let a = &mut *a;
+        let Some(rx) = a.rx.as_mut() else { continue };
+        let data_going_out =
+            a.tx.as_ref()
+                .is_some_and(|tx| tx.queue.has_data() || tx.outstanding.has_retransmissions());
+        // A delayed SACK rides along when DATA goes out anyway (RFC 9260 §6.2).
+        let due = a.sack_now || (data_going_out && rx.ack_urgency().is_some());
+        if !due {
+            continue;
+        }
+        a.sack_now = false;
+        let fields = rx.build_sack(&mut scratch.rx_gaps, &mut scratch.dups);
+        scratch.gaps.clear();
+        scratch
+            .gaps
+            .extend(scratch.rx_gaps.iter().map(|g| GapAckBlock {
+                start: g.start,
+                end: g.end,
+            }));
+        let sack = Sack {
+            cumulative_tsn_ack: fields.cumulative_tsn_ack,
+            a_rwnd: fields.a_rwnd,
+            gap_ack_blocks: scratch.gaps.as_slice(),
+            duplicate_tsns: scratch.dups.as_slice(),
+        };
+        a.pending_sack.clear();
+        sack.write_to(&mut a.pending_sack);
+        timers.cancel(TimerKind::SctpDelayedAck);
+    }
+}
+
+/// What sctp_tx touches besides the associations.
+#[derive(SystemParam)]
+pub struct TxCtx<'w> {
+    now: Res<'w, Now>,
+    shared: Res<'w, SctpShared>,
+    heap: ResMut<'w, TimerHeap>,
+    out: ResMut<'w, Outbox>,
+    stats: ResMut<'w, ShardStats>,
+    scratch: ResMut<'w, SctpScratch>,
+}
+
+/// The sctp_tx pass.
+pub fn sctp_tx(
+    mut ctx: TxCtx,
+    mut work: ResMut<SctpWork>,
+    mut q: Query<(&mut Sctp, &mut Timers, &mut DtlsSession, &Ice)>,
+) {
+    let now = ctx.now.0;
+    let mtu = ctx.shared.limits.mtu;
+    for entity in work.0.drain(..) {
+        let Ok((mut a, mut timers, mut session, ice)) = q.get_mut(entity) else {
+            continue;
+        };
+        let a = &mut *a;
+        let scratch = &mut *ctx.scratch;
+        scratch.packets.clear();
+        scratch.packets.append(&mut a.solo);
+        build_packets(a, now, mtu, scratch);
+        if a.tx
+            .as_ref()
+            .is_some_and(|tx| tx.outstanding.has_outstanding_data())
+            && timers.get(TimerKind::SctpT3).is_none()
+            && let Some(tx) = a.tx.as_ref()
+        {
+            // RFC 9260 §6.3.2 R1.
+            ctx.heap
+                .arm(&mut timers, entity, TimerKind::SctpT3, now + tx.rto.rto());
+        }
+        timers.cancel(TimerKind::SctpSend);
+        let path = ice.selected.or(session.reply_path);
+        let Some(conn) = session.conn.as_deref_mut() else {
+            continue;
+        };
+        for p in scratch.packets.drain(..) {
+            if conn.send_application_data(&p).is_err() {
+                ctx.stats.sctp_packets_unsent += 1;
+                continue;
+            }
+            ctx.stats.sctp_packets_sent += 1;
+        }
+        while let Some(payload) = conn.poll_transmit() {
+            if let Some(p) = path {
+                ctx.out.0.push(Datagram {
+                    local: p.local,
+                    remote: p.remote,
+                    payload,
+                });
+            }
+        }
+    }
+}
+
+/// Bundles control chunks, the SACK, a FORWARD TSN, retransmissions and new DATA
+/// into packets of at most `mtu` bytes (RFC 9260 §6.10: control chunks first).
+fn build_packets(a: &mut Sctp, now: shoal_components::time::Time, mtu: usize, s: &mut SctpScratch) {
+    if a.peer_vtag == 0 {
+        return; // nothing but solo packets until the peer's tag is known
+    }
+    let established = a.state == AssocState::Established;
+    for _ in 0..MAX_PACKETS_PER_TICK {
+        let mut w = PacketWriter::new(&mut s.buf, a.local_port, a.remote_port, a.peer_vtag);
+        if !a.control.is_empty() && a.control.len() + COMMON_HEADER_LEN <= mtu {
+            w.push(&Raw(&a.control));
+            a.control.clear();
+        }
+        if !a.pending_sack.is_empty() && w.remaining(mtu) >= a.pending_sack.len() {
+            w.push(&Raw(&a.pending_sack));
+            a.pending_sack.clear();
+        }
+        let mut sent_data = false;
+        if established && let Some(tx) = a.tx.as_mut() {
+            tx.cc.on_idle(now, tx.rto.rto());
+            if tx.forward_tsn_due {
+                if let Some(new_cum) = tx.outstanding.forward_tsn(&mut s.fwd) {
+                    s.skipped.clear();
+                    s.skipped.extend(
+                        s.fwd
+                            .iter()
+                            .map(|&(stream_id, ssn)| SkippedStream { stream_id, ssn }),
+                    );
+                    let f = ForwardTsn {
+                        new_cumulative_tsn: new_cum,
+                        skipped: s.skipped.as_slice(),
+                    };
+                    if f.padded_len() <= w.remaining(mtu) {
+                        w.push(&f);
+                        tx.forward_tsn_due = false;
+                    }
+                } else {
+                    tx.forward_tsn_due = false;
+                }
+            }
+            let bypass = std::mem::take(&mut tx.fast_retransmit_now);
+            // §6.1 C: retransmissions first, within cwnd (bar the first fast one).
+            while w.remaining(mtu) > DATA_HEADER_LEN
+                && (bypass
+                    || tx
+                        .cc
+                        .can_send(tx.outstanding.bytes_in_flight(), usize::MAX, 0))
+            {
+                let room = (w.remaining(mtu) - DATA_HEADER_LEN) & !3;
+                let Some((tsn, d)) = tx.outstanding.next_retransmission(now, room) else {
+                    break;
+                };
+                push_data(&mut w, tsn, d);
+                sent_data = true;
+            }
+            tx.apply_discards();
+            // §6.1 E: new data under cwnd and the peer's window.
+            while !tx.outstanding.has_retransmissions()
+                && w.remaining(mtu) > DATA_HEADER_LEN
+                && tx.outstanding.can_add()
+                && tx.queue.has_data()
+            {
+                let max = (w.remaining(mtu) - DATA_HEADER_LEN) & !3;
+                let rwnd = tx.outstanding.peer_rwnd();
+                let in_flight = tx.outstanding.bytes_in_flight();
+                let limit = if rwnd >= max || in_flight == 0 {
+                    max
+                } else {
+                    rwnd & !3
+                };
+                if limit == 0 || !tx.cc.can_send(in_flight, rwnd, limit) {
+                    break;
+                }
+                let Some(chunk) = tx.queue.produce(now, limit) else {
+                    break;
+                };
+                if let Some((tsn, d)) = tx.outstanding.add(now, chunk) {
+                    push_data(&mut w, tsn, d);
+                    sent_data = true;
+                }
+                tx.apply_discards();
+            }
+            if sent_data {
+                tx.cc.on_transmit(now);
+            }
+        }
+        if w.is_empty() {
+            break;
+        }
+        s.packets.push(w.finish());
+        if !sent_data && a.control.is_empty() && a.pending_sack.is_empty() {
+            break;
+        }
+    }
+}
+
+fn push_data(w: &mut PacketWriter<'_>, tsn: Tsn, d: &shoal_components::sctp::tx::DataToSend) {
+    let header = DataHeader {
+        tsn,
+        stream_id: d.stream,
+        ssn: d.ssn,
+        ppid: d.ppid,
+        immediate: false,
+        unordered: d.unordered,
+        beginning: d.begin,
+        end: d.end,
+    };
+    w.push_data(&header, &d.payload);
+}
+
+/// Chunks already encoded (and padded), written as they are.
+struct Raw<'a>(&'a [u8]);
+
+impl WriteChunk for Raw<'_> {
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+    fn write_to(&self, out: &mut BytesMut) {
+        out.extend_from_slice(self.0);
+    }
+}

@@ -66,6 +66,14 @@ pub struct ShardStats {
     pub sctp_packets_sent: u64,
     /// SCTP packets DTLS refused (not connected, or its queue full).
     pub sctp_packets_unsent: u64,
+    /// SACK chunks put into packets: at most one per association per tick.
+    pub sctp_sacks_sent: u64,
+    /// Of those, the SACKs that shared their packet with DATA (RFC 9260 §6.2).
+    pub sctp_sacks_bundled_with_data: u64,
+    /// FORWARD TSN chunks put into packets (RFC 3758 §3.5).
+    pub sctp_forward_tsn_sent: u64,
+    /// DCEP messages that failed to parse.
+    pub dcep_malformed: u64,
     /// Valid ICE connectivity checks answered.
     pub ice_checks_answered: u64,
     /// Peers removed because consent expired (RFC 7675).

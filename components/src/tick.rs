@@ -120,6 +120,29 @@ pub enum ShardEvent {
         /// The message.
         payload: bytes::Bytes,
     },
+    /// A data channel is open: the peer opened it (DATA_CHANNEL_OPEN arrived) or
+    /// acknowledged ours.
+    ChannelOpen {
+        /// Which peer.
+        peer: PeerId,
+        /// Its stream id.
+        channel: u16,
+        /// Its label.
+        label: String,
+        /// Its sub-protocol.
+        protocol: String,
+    },
+    /// A user message arrived on a data channel.
+    ChannelMessage {
+        /// Which peer.
+        peer: PeerId,
+        /// Which channel.
+        channel: u16,
+        /// Binary (else a UTF-8 string).
+        binary: bool,
+        /// The message; empty for the "empty" PPIDs.
+        payload: bytes::Bytes,
+    },
     /// The peer's SCTP association ended.
     SctpClosed {
         /// Which peer.

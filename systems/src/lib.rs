@@ -6,6 +6,7 @@
 //! wants to be woken. The mio driver in `shoal-server` and the deterministic simulator
 //! drive the very same type.
 
+pub mod datachannel;
 pub mod dtls;
 pub mod egress;
 pub mod ice;

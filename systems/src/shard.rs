@@ -26,6 +26,7 @@ use shoal_components::tick::{
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
+use crate::datachannel::{self, ChannelError, DataChannels};
 use crate::dtls::pass::{self as dtls_pass, DtlsSession, ShardDtls};
 use crate::dtls::{CipherSuite, DtlsCertificate, DtlsConfig, DtlsRole, SrtpKeys};
 use crate::pass::Pass;
@@ -34,6 +35,7 @@ use crate::sctp::cookie::CookieKey;
 use crate::sctp::pass::{self as sctp_pass, SctpScratch, SctpShared};
 use crate::{egress, ice, ingest, timers};
 use bytes::Bytes;
+use shoal_components::sctp::dcep::ChannelType;
 use shoal_components::sctp::tx::{OutgoingMessage, Reliability, SendError};
 use shoal_components::sctp::{Ppid, StreamId};
 
@@ -262,6 +264,7 @@ impl Shard {
             ice::ice.in_set(Pass::Ice),
             dtls_pass::dtls.in_set(Pass::Dtls),
             sctp_pass::sctp.in_set(Pass::Sctp),
+            datachannel::datachannel.in_set(Pass::DataChannel),
             sctp_pass::sack_batch.in_set(Pass::SackBatch),
             sctp_pass::sctp_tx.in_set(Pass::SctpTx),
             egress::egress.in_set(Pass::Egress),
@@ -404,6 +407,7 @@ impl Shard {
             self.world.entity_mut(entity).insert((
                 DtlsSession::new(d.role, d.remote_fingerprint),
                 Sctp::new(initiator, DEFAULT_SCTP_PORT, DEFAULT_SCTP_PORT),
+                DataChannels::new(initiator),
             ));
         }
         // A lite peer is lost if no valid check arrives within the consent timeout; a
@@ -536,6 +540,83 @@ impl Shard {
             *t = timers;
         }
         Ok(())
+    }
+
+    /// Opens a data channel to the peer (DCEP, RFC 8832): returns its stream id at
+    /// once; [`ShardEvent::ChannelOpen`] follows when the peer acknowledges. Data
+    /// may be sent on it right away.
+    pub fn open_channel(
+        &mut self,
+        id: PeerId,
+        label: &str,
+        protocol: &str,
+        kind: ChannelType,
+    ) -> Result<u16, ChannelError> {
+        let now = self.world.resource::<Now>().0;
+        let entity = self
+            .established_entity(id)
+            .ok_or(ChannelError::NotEstablished)?;
+        let mut e = self.world.entity_mut(entity);
+        let Ok((mut a, mut dc)) = e.get_components_mut::<(&mut Sctp, &mut DataChannels)>() else {
+            return Err(ChannelError::NotEstablished);
+        };
+        let r = datachannel::open(&mut a, &mut dc, now, label, protocol, kind);
+        self.wake_sctp(entity, now);
+        r
+    }
+
+    /// Sends a message on a data channel with the channel's ordering and reliability.
+    /// `ChannelError::WouldBlock` is back-pressure: wait for the buffered amount
+    /// to fall.
+    pub fn channel_send(
+        &mut self,
+        id: PeerId,
+        channel: u16,
+        binary: bool,
+        payload: Bytes,
+    ) -> Result<(), ChannelError> {
+        let now = self.world.resource::<Now>().0;
+        let max = self.config.sctp.max_message_size;
+        let entity = self
+            .established_entity(id)
+            .ok_or(ChannelError::NotEstablished)?;
+        let mut e = self.world.entity_mut(entity);
+        let Ok((mut a, dc)) = e.get_components_mut::<(&mut Sctp, &DataChannels)>() else {
+            return Err(ChannelError::NotEstablished);
+        };
+        let r = datachannel::send(&mut a, dc, now, channel, binary, payload, max);
+        if r.is_ok() {
+            self.wake_sctp(entity, now);
+        }
+        r
+    }
+
+    /// Bytes queued on a data channel and not yet sent (its `bufferedAmount`).
+    pub fn channel_buffered_amount(&self, id: PeerId, channel: u16) -> usize {
+        self.peer_sctp(id)
+            .and_then(|a| a.tx.as_ref())
+            .map_or(0, |tx| tx.queue.buffered_amount(StreamId(channel)))
+    }
+
+    fn established_entity(&self, id: PeerId) -> Option<Entity> {
+        let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
+        let a = self.world.get::<Sctp>(entity)?;
+        (a.state == AssocState::Established).then_some(entity)
+    }
+
+    /// Asks for a tick at `now` so what was queued for the entity goes out.
+    fn wake_sctp(&mut self, entity: Entity, now: Time) {
+        let mut timers = self
+            .world
+            .get::<Timers>(entity)
+            .copied()
+            .unwrap_or_default();
+        self.world
+            .resource_mut::<TimerHeap>()
+            .arm(&mut timers, entity, TimerKind::SctpSend, now);
+        if let Some(mut t) = self.world.get_mut::<Timers>(entity) {
+            *t = timers;
+        }
     }
 
     /// Whether the peer's SCTP association is established.

@@ -143,14 +143,6 @@ pub fn sctp(
 }
 
 fn after_input(ctx: &mut SctpCtx, entity: Entity, peer: &Peer, a: &mut Sctp, timers: &mut Timers) {
-    for m in a.delivered.drain(..) {
-        ctx.events.0.push(ShardEvent::SctpMessage {
-            peer: peer.id,
-            stream: m.stream.0,
-            ppid: m.ppid.0,
-            payload: m.payload,
-        });
-    }
     if a.ended.is_some() && !a.closed_reported {
         a.closed_reported = true;
         for k in [
@@ -327,7 +319,7 @@ pub fn sctp_tx(
         let scratch = &mut *ctx.scratch;
         scratch.packets.clear();
         scratch.packets.append(&mut a.solo);
-        build_packets(a, now, mtu, scratch);
+        build_packets(a, now, mtu, scratch, &mut ctx.stats);
         if a.tx
             .as_ref()
             .is_some_and(|tx| tx.outstanding.has_outstanding_data())
@@ -363,8 +355,15 @@ pub fn sctp_tx(
 }
 
 /// Bundles control chunks, the SACK, a FORWARD TSN, retransmissions and new DATA
-/// into packets of at most `mtu` bytes (RFC 9260 §6.10: control chunks first).
-fn build_packets(a: &mut Sctp, now: shoal_components::time::Time, mtu: usize, s: &mut SctpScratch) {
+/// into packets of at most `mtu` bytes (RFC 9260 §6.10: control chunks first), and
+/// counts the SACKs and FORWARD TSNs it bundles.
+fn build_packets(
+    a: &mut Sctp,
+    now: shoal_components::time::Time,
+    mtu: usize,
+    s: &mut SctpScratch,
+    stats: &mut ShardStats,
+) {
     if a.peer_vtag == 0 {
         return; // nothing but solo packets until the peer's tag is known
     }
@@ -375,9 +374,12 @@ fn build_packets(a: &mut Sctp, now: shoal_components::time::Time, mtu: usize, s:
             w.push(&Raw(&a.control));
             a.control.clear();
         }
+        let mut sack_in_packet = false;
         if !a.pending_sack.is_empty() && w.remaining(mtu) >= a.pending_sack.len() {
             w.push(&Raw(&a.pending_sack));
             a.pending_sack.clear();
+            sack_in_packet = true;
+            stats.sctp_sacks_sent += 1;
         }
         let mut sent_data = false;
         if established && let Some(tx) = a.tx.as_mut() {
@@ -397,6 +399,7 @@ fn build_packets(a: &mut Sctp, now: shoal_components::time::Time, mtu: usize, s:
                     if f.padded_len() <= w.remaining(mtu) {
                         w.push(&f);
                         tx.forward_tsn_due = false;
+                        stats.sctp_forward_tsn_sent += 1;
                     }
                 } else {
                     tx.forward_tsn_due = false;
@@ -447,6 +450,9 @@ fn build_packets(a: &mut Sctp, now: shoal_components::time::Time, mtu: usize, s:
             if sent_data {
                 tx.cc.on_transmit(now);
             }
+        }
+        if sack_in_packet && sent_data {
+            stats.sctp_sacks_bundled_with_data += 1;
         }
         if w.is_empty() {
             break;

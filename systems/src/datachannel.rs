@@ -1,0 +1,305 @@
+//! Data channels over an association (RFC 8831) with in-band setup by DCEP (RFC
+//! 8832), and the `datachannel` pass that turns reassembled SCTP messages into
+//! channel events.
+//!
+//! A channel is one SCTP stream. Whoever opens it picks the stream by DTLS role
+//! (RFC 8831 §6.5: the DTLS client even ids, the server odd ones), sends
+//! DATA_CHANNEL_OPEN on it with PPID 50, and may send data at once; the other side
+//! answers DATA_CHANNEL_ACK. User messages carry the WebRTC PPIDs (RFC 8831 §6.6):
+//! an empty message travels as one zero byte with an "empty" PPID.
+
+use std::collections::HashMap;
+
+use bevy_ecs::prelude::*;
+use bytes::{Bytes, BytesMut};
+use shoal_components::peer::Peer;
+use shoal_components::sctp::Ppid;
+use shoal_components::sctp::StreamId;
+use shoal_components::sctp::dcep::{ChannelType, DataChannelOpen, DcepMessage, Reliability};
+use shoal_components::sctp::tx::{OutgoingMessage, Reliability as TxReliability};
+use shoal_components::stats::ShardStats;
+use shoal_components::tick::{Events, Now, SctpWork, ShardEvent};
+
+use crate::sctp::assoc::Sctp;
+
+/// Where a channel is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChannelState {
+    /// We sent DATA_CHANNEL_OPEN and wait for the ACK (data may flow already).
+    Opening,
+    /// Open both ways.
+    Open,
+}
+
+/// One data channel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Channel {
+    /// Its label (RFC 8832 §5.1).
+    pub label: String,
+    /// Its sub-protocol.
+    pub protocol: String,
+    /// Ordering and reliability, as DATA_CHANNEL_OPEN announced them.
+    pub kind: ChannelType,
+    /// Where it is.
+    pub state: ChannelState,
+}
+
+/// A peer's data channels, by stream id.
+#[derive(Component, Debug, Default)]
+pub struct DataChannels {
+    /// Open and opening channels.
+    pub channels: HashMap<u16, Channel>,
+    /// The next stream id this side tries (even for the DTLS client, odd for the
+    /// server).
+    pub next_id: u16,
+}
+
+impl DataChannels {
+    /// Channels for a peer whose DTLS role is client (`true`) or server.
+    pub fn new(dtls_client: bool) -> DataChannels {
+        DataChannels {
+            channels: HashMap::new(),
+            next_id: if dtls_client { 0 } else { 1 },
+        }
+    }
+
+    fn allocate(&mut self) -> Option<u16> {
+        // RFC 8831 §6.5 keeps our parity; 1024 streams are negotiated.
+        let mut id = self.next_id;
+        for _ in 0..512 {
+            if id >= crate::sctp::assoc::STREAMS {
+                id %= 2;
+            }
+            if !self.channels.contains_key(&id) {
+                self.next_id = id + 2;
+                return Some(id);
+            }
+            id += 2;
+        }
+        None
+    }
+}
+
+/// Why a channel operation was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ChannelError {
+    /// No such peer, or its association is not established.
+    #[error("no established SCTP association")]
+    NotEstablished,
+    /// Every stream id of our parity is taken.
+    #[error("no free stream id")]
+    NoStream,
+    /// No such channel.
+    #[error("no channel {0}")]
+    UnknownChannel(u16),
+    /// Label or protocol over 65535 bytes.
+    #[error("label or protocol too long")]
+    TooLong,
+    /// Over the peer's max-message-size (RFC 8841).
+    #[error("message of {size} bytes is over the {max}-byte limit")]
+    TooLarge {
+        /// The message's size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The send buffer is full: wait for the buffered amount to fall.
+    #[error("send buffer full")]
+    WouldBlock,
+    /// The association refused it for another reason.
+    #[error("send refused: {0}")]
+    Refused(String),
+}
+
+/// The PPID and wire payload of a user message (RFC 8831 §6.6).
+fn encode(binary: bool, payload: Bytes) -> (Ppid, Bytes) {
+    match (binary, payload.is_empty()) {
+        (true, false) => (Ppid::BINARY, payload),
+        (false, false) => (Ppid::STRING, payload),
+        (true, true) => (Ppid::BINARY_EMPTY, Bytes::from_static(&[0])),
+        (false, true) => (Ppid::STRING_EMPTY, Bytes::from_static(&[0])),
+    }
+}
+
+fn tx_policy(kind: &ChannelType) -> TxReliability {
+    match kind.reliability {
+        Reliability::Reliable => TxReliability::Reliable,
+        Reliability::MaxRetransmits(n) => {
+            TxReliability::MaxRetransmits(u16::try_from(n).unwrap_or(u16::MAX))
+        }
+        Reliability::MaxLifetimeMs(ms) => {
+            TxReliability::MaxLifetime(std::time::Duration::from_millis(u64::from(ms)))
+        }
+    }
+}
+
+/// Queues a DCEP message on `stream`: ordered and reliable (RFC 8832 §6).
+fn send_dcep(
+    a: &mut Sctp,
+    now: shoal_components::time::Time,
+    stream: u16,
+    msg: &DcepMessage,
+) -> bool {
+    let Some(tx) = a.tx.as_mut() else {
+        return false;
+    };
+    let mut buf = BytesMut::with_capacity(msg.encoded_len());
+    msg.write_to(&mut buf);
+    let m = OutgoingMessage {
+        ppid: Ppid::DCEP,
+        payload: buf.freeze(),
+        unordered: false,
+        policy: TxReliability::Reliable,
+    };
+    tx.queue.send(now, StreamId(stream), m).is_ok()
+}
+
+/// Opens a channel from this side: picks a stream, queues DATA_CHANNEL_OPEN.
+pub fn open(
+    a: &mut Sctp,
+    dc: &mut DataChannels,
+    now: shoal_components::time::Time,
+    label: &str,
+    protocol: &str,
+    kind: ChannelType,
+) -> Result<u16, ChannelError> {
+    let open = DataChannelOpen::new(kind, 0, label, protocol).map_err(|_| ChannelError::TooLong)?;
+    let id = dc.allocate().ok_or(ChannelError::NoStream)?;
+    if !send_dcep(a, now, id, &DcepMessage::Open(open)) {
+        return Err(ChannelError::WouldBlock);
+    }
+    dc.channels.insert(
+        id,
+        Channel {
+            label: label.to_owned(),
+            protocol: protocol.to_owned(),
+            kind,
+            state: ChannelState::Opening,
+        },
+    );
+    Ok(id)
+}
+
+/// Queues a user message on a channel with the channel's ordering and reliability.
+pub fn send(
+    a: &mut Sctp,
+    dc: &DataChannels,
+    now: shoal_components::time::Time,
+    channel: u16,
+    binary: bool,
+    payload: Bytes,
+    max_message_size: usize,
+) -> Result<(), ChannelError> {
+    let ch = dc
+        .channels
+        .get(&channel)
+        .ok_or(ChannelError::UnknownChannel(channel))?;
+    if payload.len() > max_message_size {
+        return Err(ChannelError::TooLarge {
+            size: payload.len(),
+            max: max_message_size,
+        });
+    }
+    let tx = a.tx.as_mut().ok_or(ChannelError::NotEstablished)?;
+    let (ppid, payload) = encode(binary, payload);
+    let m = OutgoingMessage {
+        ppid,
+        payload,
+        unordered: !ch.kind.ordered,
+        policy: tx_policy(&ch.kind),
+    };
+    tx.queue
+        .send(now, StreamId(channel), m)
+        .map_err(|e| match e {
+            shoal_components::sctp::tx::SendError::WouldBlock => ChannelError::WouldBlock,
+            other => ChannelError::Refused(format!("{other:?}")),
+        })?;
+    Ok(())
+}
+
+/// The datachannel pass: DCEP and user messages from what SCTP delivered this tick.
+pub fn datachannel(
+    now: Res<Now>,
+    work: Res<SctpWork>,
+    mut events: ResMut<Events>,
+    mut stats: ResMut<ShardStats>,
+    mut q: Query<(&Peer, &mut Sctp, &mut DataChannels)>,
+) {
+    for &entity in &work.0 {
+        let Ok((peer, mut a, mut dc)) = q.get_mut(entity) else {
+            continue;
+        };
+        if a.delivered.is_empty() {
+            continue;
+        }
+        let delivered = std::mem::take(&mut a.delivered);
+        for m in delivered {
+            let stream = m.stream.0;
+            match m.ppid {
+                Ppid::DCEP => match DcepMessage::parse(&m.payload) {
+                    Ok(DcepMessage::Open(open)) => {
+                        // RFC 8832 §6: create the channel and acknowledge it. A stream
+                        // already in use keeps its channel (the OPEN is a duplicate
+                        // or a collision), answered all the same.
+                        if !dc.channels.contains_key(&stream) {
+                            dc.channels.insert(
+                                stream,
+                                Channel {
+                                    label: open.label().to_owned(),
+                                    protocol: open.protocol().to_owned(),
+                                    kind: open.channel_type,
+                                    state: ChannelState::Open,
+                                },
+                            );
+                            events.0.push(ShardEvent::ChannelOpen {
+                                peer: peer.id,
+                                channel: stream,
+                                label: open.label().to_owned(),
+                                protocol: open.protocol().to_owned(),
+                            });
+                        }
+                        send_dcep(&mut a, now.0, stream, &DcepMessage::Ack);
+                    }
+                    Ok(DcepMessage::Ack) => {
+                        if let Some(ch) = dc.channels.get_mut(&stream)
+                            && ch.state == ChannelState::Opening
+                        {
+                            ch.state = ChannelState::Open;
+                            events.0.push(ShardEvent::ChannelOpen {
+                                peer: peer.id,
+                                channel: stream,
+                                label: ch.label.clone(),
+                                protocol: ch.protocol.clone(),
+                            });
+                        }
+                    }
+                    Err(_) => stats.dcep_malformed += 1,
+                },
+                Ppid::STRING | Ppid::BINARY | Ppid::STRING_EMPTY | Ppid::BINARY_EMPTY
+                    if dc.channels.contains_key(&stream) =>
+                {
+                    let binary = m.ppid == Ppid::BINARY || m.ppid == Ppid::BINARY_EMPTY;
+                    // RFC 8831 §6.6: an "empty" PPID's one byte is ignored.
+                    let payload = if m.ppid == Ppid::STRING_EMPTY || m.ppid == Ppid::BINARY_EMPTY {
+                        Bytes::new()
+                    } else {
+                        m.payload
+                    };
+                    events.0.push(ShardEvent::ChannelMessage {
+                        peer: peer.id,
+                        channel: stream,
+                        binary,
+                        payload,
+                    });
+                }
+                // Not a data channel's: the raw SCTP user gets it.
+                ppid => events.0.push(ShardEvent::SctpMessage {
+                    peer: peer.id,
+                    stream,
+                    ppid: ppid.0,
+                    payload: m.payload,
+                }),
+            }
+        }
+    }
+}

@@ -9,6 +9,7 @@
 //! an empty message travels as one zero byte with an "empty" PPID.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use bevy_ecs::prelude::*;
 use bytes::{Bytes, BytesMut};
@@ -241,16 +242,13 @@ pub fn datachannel(
                         // RFC 8832 §6: create the channel and acknowledge it. A stream
                         // already in use keeps its channel (the OPEN is a duplicate
                         // or a collision), answered all the same.
-                        if !dc.channels.contains_key(&stream) {
-                            dc.channels.insert(
-                                stream,
-                                Channel {
-                                    label: open.label().to_owned(),
-                                    protocol: open.protocol().to_owned(),
-                                    kind: open.channel_type,
-                                    state: ChannelState::Open,
-                                },
-                            );
+                        if let Entry::Vacant(slot) = dc.channels.entry(stream) {
+                            slot.insert(Channel {
+                                label: open.label().to_owned(),
+                                protocol: open.protocol().to_owned(),
+                                kind: open.channel_type,
+                                state: ChannelState::Open,
+                            });
                             events.0.push(ShardEvent::ChannelOpen {
                                 peer: peer.id,
                                 channel: stream,

@@ -143,6 +143,14 @@ pub enum ShardEvent {
         /// The message; empty for the "empty" PPIDs.
         payload: bytes::Bytes,
     },
+    /// A data channel closed: both of its streams were reset (RFC 8831 §6.7). Its
+    /// id may be used again.
+    ChannelClosed {
+        /// Which peer.
+        peer: PeerId,
+        /// Which channel.
+        channel: u16,
+    },
     /// The peer's SCTP association ended.
     SctpClosed {
         /// Which peer.

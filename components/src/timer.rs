@@ -33,11 +33,13 @@ pub enum TimerKind {
     /// The shard has SCTP data to send for this entity (set by an API call between
     /// ticks, so the next tick comes at once).
     SctpSend = 7,
+    /// SCTP stream reset request retransmission (RFC 6525 §5.1.1).
+    SctpReconfig = 8,
 }
 
 impl TimerKind {
     /// How many kinds there are.
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
 }
 
 /// One entity's timer table.

@@ -177,3 +177,112 @@ fn a_message_over_max_message_size_is_refused_clearly() {
     .unwrap();
     assert_eq!(got.unwrap().len(), max);
 }
+
+#[test]
+fn sim_channel_open_close() {
+    for seed in 0..30 {
+        let mut sim = established(100 + seed, 0.05);
+        let id = PeerId(1);
+        let kind = ChannelType {
+            ordered: true,
+            reliability: Reliability::Reliable,
+        };
+        let c = sim
+            .shard_mut(addr(CLI))
+            .open_channel(id, "one", "p1", kind)
+            .unwrap();
+        let s = sim
+            .shard_mut(addr(SRV))
+            .open_channel(id, "two", "p2", kind)
+            .unwrap();
+        assert_eq!((c, s), (0, 1));
+        for i in 0..5u8 {
+            sim.shard_mut(addr(CLI))
+                .channel_send(id, c, true, Bytes::from(vec![i; 300]))
+                .unwrap();
+        }
+        // Close at once: what was queued still arrives first (RFC 6525 via RFC 8831
+        // §6.7), then both sides see the channel closed. The server closes its own
+        // channel as well, from the other side.
+        sim.shard_mut(addr(CLI)).close_channel(id, c).unwrap();
+        let mut delivered = Vec::new();
+        let mut closed = Vec::new();
+        let mut opened = 0;
+        sim.run_until(
+            |s_| {
+                for (node, e) in s_.drain_events() {
+                    match e {
+                        ShardEvent::ChannelOpen { .. } => opened += 1,
+                        ShardEvent::ChannelMessage {
+                            channel, payload, ..
+                        } if node == addr(SRV) => delivered.push((channel, payload[0])),
+                        ShardEvent::ChannelClosed { channel, .. } => closed.push((node, channel)),
+                        _ => {}
+                    }
+                }
+                // Channel 0 may close before its ACK arrives: then its opener never
+                // reports it open.
+                closed.len() == 2 && opened >= 3
+            },
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: {e:?} closed {closed:?} delivered {delivered:?}"));
+        assert_eq!(
+            delivered,
+            (0..5u8).map(|i| (0, i)).collect::<Vec<_>>(),
+            "seed {seed}"
+        );
+        closed.sort();
+        assert_eq!(closed, vec![(addr(SRV), 0), (addr(CLI), 0)], "seed {seed}");
+        sim.shard_mut(addr(SRV)).close_channel(id, s).unwrap();
+        let mut closed = Vec::new();
+        sim.run_until(
+            |s_| {
+                for (node, e) in s_.drain_events() {
+                    if let ShardEvent::ChannelClosed { channel, .. } = e {
+                        closed.push((node, channel));
+                    }
+                }
+                closed.len() == 2
+            },
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: {e:?} {closed:?}"));
+        // Stream 0 is free again: a new channel takes it, and its messages arrive
+        // in order from SSN 0 (a stream whose SSN was not reset would stall here).
+        let again = sim
+            .shard_mut(addr(CLI))
+            .open_channel(id, "again", "", kind)
+            .unwrap();
+        assert_eq!(again, 0, "seed {seed}");
+        for i in 0..3u8 {
+            sim.shard_mut(addr(CLI))
+                .channel_send(id, again, false, Bytes::from(vec![b'a' + i]))
+                .unwrap();
+        }
+        let mut got = Vec::new();
+        let mut label = None;
+        sim.run_until(
+            |s_| {
+                for (node, e) in s_.drain_events() {
+                    match e {
+                        ShardEvent::ChannelOpen { label: l, .. } if node == addr(SRV) => {
+                            label = Some(l)
+                        }
+                        ShardEvent::ChannelMessage {
+                            channel: 0,
+                            payload,
+                            ..
+                        } if node == addr(SRV) => got.push(payload[0]),
+                        _ => {}
+                    }
+                }
+                got.len() == 3
+            },
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: reuse {e:?} {got:?}"));
+        assert_eq!(got, b"abc".to_vec(), "seed {seed}");
+        assert_eq!(label.as_deref(), Some("again"), "seed {seed}");
+    }
+}

@@ -30,6 +30,8 @@ pub enum ChannelState {
     Opening,
     /// Open both ways.
     Open,
+    /// Being closed: stream resets under way (RFC 8831 §6.7).
+    Closing,
 }
 
 /// One data channel.
@@ -43,6 +45,10 @@ pub struct Channel {
     pub kind: ChannelType,
     /// Where it is.
     pub state: ChannelState,
+    /// The peer reset its outgoing stream (our incoming one).
+    pub incoming_reset: bool,
+    /// The peer confirmed the reset of our outgoing stream.
+    pub outgoing_reset: bool,
 }
 
 /// A peer's data channels, by stream id.
@@ -50,8 +56,7 @@ pub struct Channel {
 pub struct DataChannels {
     /// Open and opening channels.
     pub channels: HashMap<u16, Channel>,
-    /// The next stream id this side tries (even for the DTLS client, odd for the
-    /// server).
+    /// Our parity: 0 for the DTLS client's even ids, 1 for the server's odd ones.
     pub next_id: u16,
 }
 
@@ -64,20 +69,12 @@ impl DataChannels {
         }
     }
 
-    fn allocate(&mut self) -> Option<u16> {
-        // RFC 8831 §6.5 keeps our parity; 1024 streams are negotiated.
-        let mut id = self.next_id;
-        for _ in 0..512 {
-            if id >= crate::sctp::assoc::STREAMS {
-                id %= 2;
-            }
-            if !self.channels.contains_key(&id) {
-                self.next_id = id + 2;
-                return Some(id);
-            }
-            id += 2;
-        }
-        None
+    fn allocate(&self) -> Option<u16> {
+        // RFC 8831 §6.5 keeps our parity; the lowest free id is taken, so a stream
+        // freed by a reset (RFC 8831 §6.7) is used again.
+        (self.next_id % 2..crate::sctp::assoc::STREAMS)
+            .step_by(2)
+            .find(|id| !self.channels.contains_key(id))
     }
 }
 
@@ -176,6 +173,8 @@ pub fn open(
             protocol: protocol.to_owned(),
             kind,
             state: ChannelState::Opening,
+            incoming_reset: false,
+            outgoing_reset: false,
         },
     );
     Ok(id)
@@ -218,6 +217,61 @@ pub fn send(
     Ok(())
 }
 
+/// Starts closing a channel: its outgoing stream is reset once its queued data has
+/// gone (RFC 8831 §6.7); the peer then resets its own, and the channel is closed.
+pub fn close(a: &mut Sctp, dc: &mut DataChannels, channel: u16) -> Result<(), ChannelError> {
+    let ch = dc
+        .channels
+        .get_mut(&channel)
+        .ok_or(ChannelError::UnknownChannel(channel))?;
+    if ch.state == ChannelState::Closing {
+        return Ok(());
+    }
+    ch.state = ChannelState::Closing;
+    start_outgoing_reset(a, channel);
+    Ok(())
+}
+
+fn start_outgoing_reset(a: &mut Sctp, channel: u16) {
+    if let Some(tx) = a.tx.as_mut() {
+        tx.queue.prepare_reset(&[StreamId(channel)]);
+        a.reset.wanted.push(StreamId(channel));
+    }
+}
+
+/// Applies finished stream resets to the channels: a channel closes when both of
+/// its directions are reset; an incoming reset of an open channel makes us reset
+/// ours (RFC 8831 §6.7).
+fn on_resets(a: &mut Sctp, dc: &mut DataChannels, peer: &Peer, events: &mut Events) {
+    let incoming = std::mem::take(&mut a.reset.incoming_done);
+    let outgoing = std::mem::take(&mut a.reset.outgoing_done);
+    for s in incoming {
+        let Some(ch) = dc.channels.get_mut(&s.0) else {
+            continue;
+        };
+        ch.incoming_reset = true;
+        if ch.state != ChannelState::Closing {
+            ch.state = ChannelState::Closing;
+            start_outgoing_reset(a, s.0);
+        }
+    }
+    for s in outgoing {
+        if let Some(ch) = dc.channels.get_mut(&s.0) {
+            ch.outgoing_reset = true;
+        }
+    }
+    dc.channels.retain(|&id, ch| {
+        let done = ch.incoming_reset && ch.outgoing_reset;
+        if done {
+            events.0.push(ShardEvent::ChannelClosed {
+                peer: peer.id,
+                channel: id,
+            });
+        }
+        !done
+    });
+}
+
 /// The datachannel pass: DCEP and user messages from what SCTP delivered this tick.
 pub fn datachannel(
     now: Res<Now>,
@@ -230,9 +284,7 @@ pub fn datachannel(
         let Ok((peer, mut a, mut dc)) = q.get_mut(entity) else {
             continue;
         };
-        if a.delivered.is_empty() {
-            continue;
-        }
+        // Messages first: what was sent before a stream's reset arrived before it.
         let delivered = std::mem::take(&mut a.delivered);
         for m in delivered {
             let stream = m.stream.0;
@@ -248,6 +300,8 @@ pub fn datachannel(
                                 protocol: open.protocol().to_owned(),
                                 kind: open.channel_type,
                                 state: ChannelState::Open,
+                                incoming_reset: false,
+                                outgoing_reset: false,
                             });
                             events.0.push(ShardEvent::ChannelOpen {
                                 peer: peer.id,
@@ -298,6 +352,9 @@ pub fn datachannel(
                     payload: m.payload,
                 }),
             }
+        }
+        if !a.reset.incoming_done.is_empty() || !a.reset.outgoing_done.is_empty() {
+            on_resets(&mut a, &mut dc, peer, &mut events);
         }
     }
 }

@@ -472,7 +472,8 @@ fn handle_timer(
         | TimerKind::SctpT1
         | TimerKind::SctpT3
         | TimerKind::SctpDelayedAck
-        | TimerKind::SctpSend => {}
+        | TimerKind::SctpSend
+        | TimerKind::SctpReconfig => {}
         TimerKind::ConsentCheck => {
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
                 return;

@@ -591,6 +591,23 @@ impl Shard {
         r
     }
 
+    /// Closes a data channel: what is queued on it is still delivered, then both of
+    /// its streams are reset (RFC 8831 §6.7) and [`ShardEvent::ChannelClosed`]
+    /// follows on both sides.
+    pub fn close_channel(&mut self, id: PeerId, channel: u16) -> Result<(), ChannelError> {
+        let now = self.world.resource::<Now>().0;
+        let entity = self
+            .established_entity(id)
+            .ok_or(ChannelError::NotEstablished)?;
+        let mut e = self.world.entity_mut(entity);
+        let Ok((mut a, mut dc)) = e.get_components_mut::<(&mut Sctp, &mut DataChannels)>() else {
+            return Err(ChannelError::NotEstablished);
+        };
+        datachannel::close(&mut a, &mut dc, channel)?;
+        self.wake_sctp(entity, now);
+        Ok(())
+    }
+
     /// Bytes queued on a data channel and not yet sent (its `bufferedAmount`).
     pub fn channel_buffered_amount(&self, id: PeerId, channel: u16) -> usize {
         self.peer_sctp(id)

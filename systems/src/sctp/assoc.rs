@@ -7,11 +7,14 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use shoal_components::sctp::chunk::{
-    Abort, Chunk, CookieAck, CookieEcho, Data, HeartbeatAck, Init, InitAck, InitParam, ShutdownAck,
-    ShutdownComplete, UnknownAction, WriteChunk, chunk_type, unknown_chunk_action,
+    Abort, Chunk, CookieAck, CookieEcho, Data, HeartbeatAck, Init, InitAck, InitParam, ReConfig,
+    ReconfigParam, ReconfigResult, ShutdownAck, ShutdownComplete, UnknownAction, WriteChunk,
+    chunk_type, unknown_chunk_action,
 };
 use shoal_components::sctp::packet::{Packet, PacketWriter};
-use shoal_components::sctp::rx::{AckUrgency, DataIn, DataOutcome, Message, Receiver, RxLimits};
+use shoal_components::sctp::rx::{
+    AckUrgency, DataIn, DataOutcome, Message, Receiver, ResetProgress, RxLimits,
+};
 use shoal_components::sctp::tx::{
     CongestionConfig, CongestionControl, DEFAULT_SCTP_MTU, MessageId, RetransmissionQueue,
     RetransmissionQueueConfig, RtoConfig, RtoEstimator, SendQueue, SendQueueConfig,
@@ -195,6 +198,30 @@ pub struct Sctp {
     pub ended: Option<AssocEnd>,
     /// Consecutive T3-rtx expiries without progress.
     pub error_count: u32,
+    /// Stream reset (RFC 6525) state.
+    pub reset: StreamReset,
+}
+
+/// Stream reconfiguration state (RFC 6525), used to close data channels (RFC 8831
+/// §6.7): outgoing streams we want reset, our request in flight, and what the peer
+/// reset.
+#[derive(Debug, Default)]
+pub struct StreamReset {
+    /// Our next Re-configuration Request Sequence Number (§4.1: starts at our
+    /// Initial TSN).
+    pub next_request_seq: u32,
+    /// The peer's next expected request sequence number.
+    pub peer_next_seq: u32,
+    /// Outgoing streams to reset once their queued data has gone.
+    pub wanted: Vec<StreamId>,
+    /// Our request in flight: its sequence number, streams and encoded chunk.
+    pub in_flight: Option<(u32, Vec<StreamId>, Bytes)>,
+    /// Incoming streams the peer reset, for the datachannel pass.
+    pub incoming_done: Vec<StreamId>,
+    /// Outgoing streams whose reset the peer confirmed, for the datachannel pass.
+    pub outgoing_done: Vec<StreamId>,
+    /// The last response we sent, re-sent if the peer repeats its request.
+    pub last_response: Option<(u32, Bytes)>,
 }
 
 impl Sctp {
@@ -220,6 +247,7 @@ impl Sctp {
             delivered: Vec::new(),
             ended: None,
             error_count: 0,
+            reset: StreamReset::default(),
         }
     }
 
@@ -271,6 +299,8 @@ impl Sctp {
         ));
         self.state = AssocState::Established;
         self.cookie = None;
+        self.reset.next_request_seq = c.my_initial_tsn.0;
+        self.reset.peer_next_seq = c.peer_initial_tsn.0;
     }
 
     fn abort(&mut self, end: AssocEnd) {
@@ -459,7 +489,8 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
                     a.end(AssocEnd::Shutdown);
                 }
             }
-            Chunk::Error(_) | Chunk::ReConfig(_) => {}
+            Chunk::ReConfig(rc) => on_reconfig(a, &rc),
+            Chunk::Error(_) => {}
             Chunk::Unknown { typ, .. } => match unknown_chunk_action(typ) {
                 UnknownAction::Stop | UnknownAction::StopAndReport => break,
                 UnknownAction::Skip | UnknownAction::SkipAndReport => {}
@@ -543,6 +574,8 @@ fn on_init_ack(a: &mut Sctp, ack: &InitAck, inp: &Inputs) {
         inp.limits,
     ));
     a.cookie = Some(cookie);
+    a.reset.next_request_seq = a.my_initial_tsn.0;
+    a.reset.peer_next_seq = ack.initial_tsn.0;
     a.queue_cookie_echo();
     a.state = AssocState::CookieEchoed;
     a.init_transmissions = 1;
@@ -600,6 +633,171 @@ fn on_data(a: &mut Sctp, d: Data, fx: &mut Effects) {
         // RFC 9260 §6.9 / §6.2: an inconsistent or oversized message ends the
         // association; there is no way to skip it reliably.
         Err(_) => a.abort(AssocEnd::ProtocolViolation),
+    }
+}
+
+/// RFC 6525 §5.2: a request to reset the peer's outgoing (our incoming) streams, or
+/// the response to ours.
+fn on_reconfig(a: &mut Sctp, rc: &ReConfig) {
+    if a.state != AssocState::Established {
+        return;
+    }
+    for param in rc.params.iter() {
+        match param {
+            ReconfigParam::OutgoingSsnReset {
+                request_seq,
+                last_tsn,
+                streams,
+                ..
+            } => {
+                let streams: Vec<StreamId> = streams.iter().collect();
+                on_reset_request(a, request_seq, last_tsn, &streams);
+            }
+            ReconfigParam::Response {
+                response_seq,
+                result,
+                ..
+            } => {
+                on_reset_response(a, response_seq, result);
+            }
+            // Incoming-stream, SSN/TSN and add-stream requests are not supported.
+            ReconfigParam::IncomingSsnReset { request_seq, .. }
+            | ReconfigParam::SsnTsnReset { request_seq }
+            | ReconfigParam::AddOutgoingStreams { request_seq, .. }
+            | ReconfigParam::AddIncomingStreams { request_seq, .. } => {
+                respond(a, request_seq, ReconfigResult::DENIED);
+            }
+            ReconfigParam::Unknown { .. } => {}
+        }
+    }
+}
+
+fn on_reset_request(a: &mut Sctp, seq: u32, last_tsn: Tsn, streams: &[StreamId]) {
+    // RFC 6525 §5.2.1: a repeated request gets the same answer again.
+    if let Some((last_seq, bytes)) = &a.reset.last_response
+        && *last_seq == seq
+        && seq != a.reset.peer_next_seq
+    {
+        a.control.extend_from_slice(bytes);
+        return;
+    }
+    if seq != a.reset.peer_next_seq {
+        respond(a, seq, ReconfigResult::ERROR_BAD_SEQUENCE_NUMBER);
+        return;
+    }
+    let Some(rx) = a.rx.as_mut() else { return };
+    // §5.2.2: performed once everything up to the sender's last TSN has arrived;
+    // until then "in progress", and the sender asks again.
+    let result = match rx.reset_streams(streams, last_tsn) {
+        Ok(ResetProgress::Performed) => {
+            a.reset.peer_next_seq = seq.wrapping_add(1);
+            a.reset.incoming_done.extend_from_slice(streams);
+            ReconfigResult::SUCCESS_PERFORMED
+        }
+        // A repeat of a deferred request: done if the receive side has caught up.
+        Err(_) if rx.take_reset_performed() => {
+            a.reset.peer_next_seq = seq.wrapping_add(1);
+            a.reset.incoming_done.extend_from_slice(streams);
+            ReconfigResult::SUCCESS_PERFORMED
+        }
+        Ok(ResetProgress::Deferred) | Err(_) => ReconfigResult::IN_PROGRESS,
+    };
+    respond(a, seq, result);
+}
+
+fn respond(a: &mut Sctp, seq: u32, result: ReconfigResult) {
+    let param: ReconfigParam<&[StreamId]> = ReconfigParam::Response {
+        response_seq: seq,
+        result,
+        next_tsns: None,
+    };
+    let params = [param];
+    let chunk = ReConfig {
+        params: params.as_slice(),
+    };
+    let mut buf = BytesMut::with_capacity(chunk.padded_len());
+    chunk.write_to(&mut buf);
+    let bytes = buf.freeze();
+    a.control.extend_from_slice(&bytes);
+    a.reset.last_response = Some((seq, bytes));
+}
+
+fn on_reset_response(a: &mut Sctp, seq: u32, result: ReconfigResult) {
+    let Some((ours, streams, _)) = &a.reset.in_flight else {
+        return;
+    };
+    if *ours != seq {
+        return;
+    }
+    match result {
+        ReconfigResult::IN_PROGRESS => {} // the reconfig timer asks again
+        r => {
+            let streams = streams.clone();
+            if let Some(tx) = a.tx.as_mut() {
+                if r == ReconfigResult::SUCCESS_PERFORMED
+                    || r == ReconfigResult::SUCCESS_NOTHING_TO_DO
+                {
+                    tx.queue.commit_reset(&streams);
+                } else {
+                    tx.queue.rollback_reset(&streams);
+                }
+            }
+            // Whatever the answer, the channel is gone from our side.
+            a.reset.outgoing_done.extend_from_slice(&streams);
+            a.reset.in_flight = None;
+        }
+    }
+}
+
+/// Sends our reset request for the wanted streams whose queued data has gone
+/// (RFC 6525 §5.1.2), if none is in flight. True when a request went out.
+pub fn maybe_request_reset(a: &mut Sctp) -> bool {
+    if a.reset.in_flight.is_some()
+        || a.reset.wanted.is_empty()
+        || a.state != AssocState::Established
+    {
+        return false;
+    }
+    let Some(tx) = a.tx.as_mut() else {
+        return false;
+    };
+    let mut ready = Vec::new();
+    tx.queue.take_streams_ready_to_reset(&mut ready);
+    if ready.is_empty() {
+        return false;
+    }
+    a.reset.wanted.retain(|s| !ready.contains(s));
+    let last_tsn = tx.outstanding.next_tsn().prev();
+    tx.outstanding.begin_stream_reset();
+    let seq = a.reset.next_request_seq;
+    a.reset.next_request_seq = seq.wrapping_add(1);
+    let param = ReconfigParam::OutgoingSsnReset {
+        request_seq: seq,
+        response_seq: a.reset.peer_next_seq.wrapping_sub(1),
+        last_tsn,
+        streams: ready.as_slice(),
+    };
+    let params = [param];
+    let chunk = ReConfig {
+        params: params.as_slice(),
+    };
+    let mut buf = BytesMut::with_capacity(chunk.padded_len());
+    chunk.write_to(&mut buf);
+    let bytes = buf.freeze();
+    a.control.extend_from_slice(&bytes);
+    a.reset.in_flight = Some((seq, ready, bytes));
+    true
+}
+
+/// Re-sends our reset request (the reconfig timer fired, or the answer was "in
+/// progress").
+pub fn resend_reset(a: &mut Sctp) -> bool {
+    match &a.reset.in_flight {
+        Some((_, _, bytes)) => {
+            a.control.extend_from_slice(bytes);
+            true
+        }
+        None => false,
     }
 }
 

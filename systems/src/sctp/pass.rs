@@ -28,7 +28,7 @@ use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
 use super::assoc::{
     AssocState, Inputs, MAX_ASSOCIATION_RETRANSMITS, MAX_INIT_RETRANSMITS, Sctp, SctpLimits,
-    handle_packet, sack_delay,
+    handle_packet, maybe_request_reset, resend_reset, sack_delay,
 };
 use super::cookie::CookieKey;
 use crate::dtls::pass::DtlsSession;
@@ -136,6 +136,14 @@ pub fn sctp(
                 }
             }
             TimerKind::SctpSend => {}
+            TimerKind::SctpReconfig => {
+                // RFC 6525 §5.1.1: the request is retransmitted until answered.
+                if resend_reset(&mut a) {
+                    let rto = a.tx.as_ref().map_or(rto_initial(), |tx| tx.rto.rto());
+                    ctx.heap
+                        .arm(&mut timers, entity, TimerKind::SctpReconfig, now + rto);
+                }
+            }
             _ => continue,
         }
         after_input(&mut ctx, entity, peer, &mut a, &mut timers);
@@ -143,6 +151,9 @@ pub fn sctp(
 }
 
 fn after_input(ctx: &mut SctpCtx, entity: Entity, peer: &Peer, a: &mut Sctp, timers: &mut Timers) {
+    if a.reset.in_flight.is_none() {
+        timers.cancel(TimerKind::SctpReconfig);
+    }
     if a.ended.is_some() && !a.closed_reported {
         a.closed_reported = true;
         for k in [
@@ -320,6 +331,13 @@ pub fn sctp_tx(
         scratch.packets.clear();
         scratch.packets.append(&mut a.solo);
         build_packets(a, now, mtu, scratch, &mut ctx.stats);
+        // Streams to reset whose queued data has just gone: ask now (RFC 6525 §5.1.2).
+        if maybe_request_reset(a) {
+            let rto = a.tx.as_ref().map_or(rto_initial(), |tx| tx.rto.rto());
+            ctx.heap
+                .arm(&mut timers, entity, TimerKind::SctpReconfig, now + rto);
+            build_packets(a, now, mtu, scratch, &mut ctx.stats);
+        }
         if a.tx
             .as_ref()
             .is_some_and(|tx| tx.outstanding.has_outstanding_data())

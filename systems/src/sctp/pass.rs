@@ -204,15 +204,21 @@ fn on_t1(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
 fn on_t3(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
     let now = ctx.now.0;
     let Some(tx) = a.tx.as_mut() else { return };
-    if !tx.outstanding.has_outstanding_data() {
+    let mut scratch = Vec::new();
+    let data = tx.outstanding.has_outstanding_data();
+    // RFC 3758 §3.5 A5, C5: an unacknowledged FORWARD TSN goes again, even when no
+    // DATA is outstanding any more (else a lost one stalls the peer's ordered streams).
+    if !data && tx.outstanding.forward_tsn(&mut scratch).is_none() {
         return;
     }
     // RFC 9260 §6.3.3 E1-E3 and §7.2.3.
     tx.rto.on_t3_expiry();
-    tx.cc.on_t3_expiry();
-    tx.outstanding.handle_t3_expiry(now);
-    tx.apply_discards();
-    let mut scratch = Vec::new();
+    if data {
+        tx.cc.on_t3_expiry();
+        tx.outstanding.handle_t3_expiry(now);
+        tx.apply_discards();
+    }
+    scratch.clear();
     tx.forward_tsn_due = tx.outstanding.forward_tsn(&mut scratch).is_some();
     let rto = tx.rto.rto();
     a.error_count += 1;
@@ -403,6 +409,8 @@ fn build_packets(
         if established && let Some(tx) = a.tx.as_mut() {
             tx.cc.on_idle(now, tx.rto.rto());
             if tx.forward_tsn_due {
+                // `forward_tsn` appends, and the scratch is the whole shard's.
+                s.fwd.clear();
                 if let Some(new_cum) = tx.outstanding.forward_tsn(&mut s.fwd) {
                     s.skipped.clear();
                     s.skipped.extend(

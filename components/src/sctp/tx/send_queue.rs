@@ -269,7 +269,8 @@ impl SendQueue {
                 self.queued_messages -= 1;
                 self.stats.expired_unsent += 1;
                 self.consume(slot, len);
-                self.end_turn(slot);
+                // The stream keeps its turn: a message that never went out must not
+                // cost it one, or a backlog of expired messages starves it.
                 continue;
             }
             let n = msg.remaining().min(max_payload);

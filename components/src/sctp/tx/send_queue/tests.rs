@@ -210,6 +210,27 @@ fn lifetime_expired_before_first_byte_is_discarded_and_counted() {
 }
 
 #[test]
+fn expired_messages_do_not_cost_their_stream_its_turn() {
+    // Round-robin gives each stream one message per turn; a message dropped unsent
+    // (RFC 3758 §4.1 TR3) is not a message sent, so the stream goes on to its next.
+    let mut q = queue();
+    for _ in 0..3 {
+        let mut m = msg(10);
+        m.policy = Reliability::MaxLifetime(Duration::from_millis(100));
+        q.send(T0, StreamId(1), m).unwrap();
+    }
+    let later = Time::from_millis(100);
+    q.send(later, StreamId(1), msg(20)).unwrap();
+    q.send(later, StreamId(2), msg(30)).unwrap();
+    let first = q.produce(later, 100).unwrap();
+    assert_eq!((first.stream, first.payload.len()), (StreamId(1), 20));
+    let second = q.produce(later, 100).unwrap();
+    assert_eq!((second.stream, second.payload.len()), (StreamId(2), 30));
+    assert_eq!(q.stats().expired_unsent, 3);
+    assert!(!q.has_data());
+}
+
+#[test]
 fn discard_message_drops_the_rest_of_a_started_message() {
     // RFC 3758 §3.5 A3: when a message is abandoned in flight, its unsent fragments go too.
     let mut q = queue();

@@ -5,8 +5,12 @@
 //! (ingest demux, ufrag lookup, MESSAGE-INTEGRITY verification, response with
 //! integrity and fingerprint, egress), and shows whether the per-check cost stays flat
 //! as the number of peers grows (lookups are by hash, never by scan).
+//!
+//! `shoal-bench flow`: data-channel throughput between pairs of shoal endpoints over
+//! loopback UDP, with send-side flow control (see `flow.rs` and bench/README.md).
 
 mod dtls;
+mod flow;
 mod ice;
 
 use std::process::ExitCode;
@@ -15,18 +19,24 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("dtls") => dtls::run(&args[1..]),
+        Some("flow") => flow::run(&args[1..]),
         Some("ice") => ice::run(&args[1..]),
+        Some("--help" | "-h" | "help") => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
         _ => {
-            eprintln!(
-                "usage: shoal-bench <benchmark> [options]\n\n\
-                 benchmarks:\n  \
-                 dtls [--records N]                          DTLS record seal/open throughput, both suites\n  \
-                 ice [--peers N] [--checks N] [--batch N]   STUN checks answered per second by one shard"
-            );
+            eprintln!("{USAGE}");
             ExitCode::from(2)
         }
     }
 }
+
+const USAGE: &str = "usage: shoal-bench <benchmark> [options]\n\n\
+     benchmarks:\n  \
+     dtls [--records N]                          DTLS record seal/open throughput, both suites\n  \
+     flow                                        data-channel throughput over loopback UDP (FLOW_* env)\n  \
+     ice [--peers N] [--checks N] [--batch N]   STUN checks answered per second by one shard";
 
 /// Reads `--name value` from `args`, or `default`.
 pub(crate) fn opt(args: &[String], name: &str, default: u64) -> Result<u64, String> {

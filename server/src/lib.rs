@@ -4,4 +4,5 @@
 
 pub mod config;
 pub mod driver;
+pub mod endpoint;
 pub mod sim;

@@ -1,19 +1,15 @@
 //! Setting up an ICE pair across the simulated network: fresh credentials from the
 //! simulation's generator, an ICE-lite peer on the server shard and a controlling
-//! peer on the client shard.
+//! peer on the client shard. The specs are built as for real endpoints
+//! ([`crate::endpoint::pair_specs`]), drawing from the simulation's generator.
 
 use std::net::SocketAddr;
 
-use shoal_components::peer::{IceCredentials, IceRole, PeerId};
+use shoal_components::peer::PeerId;
 use shoal_systems::dtls::DtlsRole;
 use shoal_systems::{Command, CommandError, PeerDtls, PeerSpec};
 
 use super::Sim;
-
-/// Ufrag length: 8 ice-chars carry 48 random bits (RFC 8445 §5.3 asks for 24 or more).
-const UFRAG_LEN: usize = 8;
-/// Password length: 24 ice-chars carry 144 random bits (RFC 8445 §5.3 asks for 128).
-const PWD_LEN: usize = 24;
 
 /// The two peers [`Sim::connect_ice`] registered, as signalling would have set them up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,33 +82,11 @@ impl Sim {
             )
         });
         let rng = self.rng();
-        let (server_ufrag, server_pwd) = (rng.ice_chars(UFRAG_LEN), rng.ice_chars(PWD_LEN));
-        let (client_ufrag, client_pwd) = (rng.ice_chars(UFRAG_LEN), rng.ice_chars(PWD_LEN));
+        let (server_spec, client_spec) =
+            crate::endpoint::specs_from(id, server, dtls, &mut || rng.next_u64());
         let pair = IcePair {
-            server: PeerSpec {
-                id,
-                role: IceRole::Lite,
-                credentials: IceCredentials {
-                    local_ufrag: server_ufrag.clone(),
-                    local_pwd: server_pwd.clone(),
-                    remote_ufrag: client_ufrag.clone(),
-                    remote_pwd: client_pwd.clone(),
-                },
-                remote_candidates: Vec::new(),
-                dtls: dtls.map(|d| d.0),
-            },
-            client: PeerSpec {
-                id,
-                role: IceRole::Controlling,
-                credentials: IceCredentials {
-                    local_ufrag: client_ufrag,
-                    local_pwd: client_pwd,
-                    remote_ufrag: server_ufrag,
-                    remote_pwd: server_pwd,
-                },
-                remote_candidates: vec![server],
-                dtls: dtls.map(|d| d.1),
-            },
+            server: server_spec,
+            client: client_spec,
         };
         self.command(server, Command::AddPeer(pair.server.clone()))?;
         if let Err(e) = self.command(client, Command::AddPeer(pair.client.clone())) {

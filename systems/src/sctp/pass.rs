@@ -393,6 +393,8 @@ fn build_packets(
     }
     let established = a.state == AssocState::Established;
     for _ in 0..MAX_PACKETS_PER_TICK {
+        // A packet that stays empty must leave no header behind in the shared buffer.
+        let start = s.buf.len();
         let mut w = PacketWriter::new(&mut s.buf, a.local_port, a.remote_port, a.peer_vtag);
         if !a.control.is_empty() && a.control.len() + COMMON_HEADER_LEN <= mtu {
             w.push(&Raw(&a.control));
@@ -481,6 +483,7 @@ fn build_packets(
             stats.sctp_sacks_bundled_with_data += 1;
         }
         if w.is_empty() {
+            s.buf.truncate(start);
             break;
         }
         s.packets.push(w.finish());

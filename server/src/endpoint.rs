@@ -163,6 +163,7 @@ where
         while let Some(event) = shard.poll_event() {
             app_events.push(event);
         }
+        shard.advance_clock(now);
         let control = app(&mut shard, now, &mut app_events);
         app_events.clear();
         flush(&mut shard, &socket, &mut tx);

@@ -215,13 +215,9 @@ impl Received {
 /// The server shard sends message `index` of `class`.
 fn send(sim: &mut Sim, class: u8, index: u32, len: usize) -> Result<(), SctpSendError> {
     let c = &CLASSES[usize::from(class)];
-    // `Shard::sctp_send` takes no time: a message's lifetime starts at the shard's
-    // last tick, which on an idle shard lies seconds back, so a MaxLifetime(200 ms)
-    // message would be dropped unsent as already expired. Tick the sender at the
-    // current time first (waking early is harmless), as a driver would have to.
-    let now = sim.now();
+    // `Sim::shard_mut` moves the shard's clock to the virtual time, so a message's
+    // lifetime starts now rather than at the shard's last tick.
     let shard = sim.shard_mut(addr(SRV));
-    shard.handle_timeout(now);
     shard.sctp_send(
         c.peer,
         c.stream,

@@ -659,6 +659,16 @@ impl Shard {
         self.world.resource::<PeerIndex>().by_id.len()
     }
 
+    /// Moves the shard's clock to `now` without running a tick, so that calls made
+    /// between ticks ([`Shard::sctp_send`], [`Shard::channel_send`], …) happen at
+    /// `now`: a message's lifetime, for one, starts there. Time never runs backwards.
+    pub fn advance_clock(&mut self, now: Time) {
+        let mut cur = self.world.resource_mut::<Now>();
+        if now > cur.0 {
+            cur.0 = now;
+        }
+    }
+
     /// The shard's current time (the latest it was given).
     pub fn now(&self) -> Time {
         self.world.resource::<Now>().0

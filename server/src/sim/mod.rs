@@ -278,6 +278,9 @@ impl Sim {
                 if !self.dirty.contains(&addr) {
                     self.dirty.push(addr);
                 }
+                // What the caller does now happens at the virtual time, not at the
+                // shard's last tick (a message's lifetime starts when it is sent).
+                node.shard.advance_clock(self.now);
                 &mut node.shard
             }
             None => panic!("no node has address {addr}"),

@@ -143,6 +143,14 @@ pub enum ShardEvent {
         /// The message; empty for the "empty" PPIDs.
         payload: bytes::Bytes,
     },
+    /// The bytes queued on a stream (a data channel) fell to its low watermark
+    /// (set with `Shard::set_buffered_amount_low_threshold`).
+    BufferedAmountLow {
+        /// Which peer.
+        peer: PeerId,
+        /// Which stream or channel.
+        stream: u16,
+    },
     /// A data channel closed: both of its streams were reset (RFC 8831 §6.7). Its
     /// id may be used again.
     ChannelClosed {

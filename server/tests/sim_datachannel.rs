@@ -286,3 +286,43 @@ fn sim_channel_open_close() {
         assert_eq!(label.as_deref(), Some("again"), "seed {seed}");
     }
 }
+
+#[test]
+fn buffered_amount_low_fires_when_the_queue_drains() {
+    let mut sim = established(7, 0.02);
+    let id = PeerId(1);
+    let kind = ChannelType {
+        ordered: true,
+        reliability: Reliability::Reliable,
+    };
+    let c = sim
+        .shard_mut(addr(CLI))
+        .open_channel(id, "bulk", "", kind)
+        .unwrap();
+    let low = 16 * 1024;
+    sim.shard_mut(addr(CLI))
+        .set_buffered_amount_low_threshold(id, c, low);
+    for _ in 0..64 {
+        sim.shard_mut(addr(CLI))
+            .channel_send(id, c, true, Bytes::from(vec![1u8; 4096]))
+            .unwrap();
+    }
+    assert!(sim.shard(addr(CLI)).channel_buffered_amount(id, c) > low);
+    let mut fired_at = None;
+    sim.run_until(
+        |s| {
+            let fired = s.drain_events().any(|(node, e)| {
+                node == addr(CLI)
+                    && matches!(e, ShardEvent::BufferedAmountLow { stream, .. } if stream == c)
+            });
+            if fired {
+                fired_at = Some(s.shard(addr(CLI)).channel_buffered_amount(id, c));
+            }
+            fired_at.is_some()
+        },
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    // It fires once the queue is at or below the threshold, not before.
+    assert!(fired_at.unwrap() <= low, "{fired_at:?}");
+}

@@ -608,6 +608,20 @@ impl Shard {
         Ok(())
     }
 
+    /// Sets the low watermark of a stream's buffered amount: when the bytes queued
+    /// fall to it, [`ShardEvent::BufferedAmountLow`] follows (a data channel's
+    /// `bufferedAmountLowThreshold`).
+    pub fn set_buffered_amount_low_threshold(&mut self, id: PeerId, stream: u16, bytes: usize) {
+        let Some(&entity) = self.world.resource::<PeerIndex>().by_id.get(&id) else {
+            return;
+        };
+        if let Some(mut a) = self.world.get_mut::<Sctp>(entity)
+            && let Some(tx) = a.tx.as_mut()
+        {
+            tx.queue.set_low_watermark(StreamId(stream), bytes);
+        }
+    }
+
     /// Bytes queued on a data channel and not yet sent (its `bufferedAmount`).
     pub fn channel_buffered_amount(&self, id: PeerId, channel: u16) -> usize {
         self.peer_sctp(id)

@@ -56,6 +56,7 @@ pub struct SctpScratch {
     skipped: Vec<SkippedStream>,
     buf: BytesMut,
     packets: Vec<Bytes>,
+    low: Vec<StreamId>,
 }
 
 /// What the sctp pass touches besides the associations.
@@ -318,18 +319,19 @@ pub struct TxCtx<'w> {
     out: ResMut<'w, Outbox>,
     stats: ResMut<'w, ShardStats>,
     scratch: ResMut<'w, SctpScratch>,
+    events: ResMut<'w, Events>,
 }
 
 /// The sctp_tx pass.
 pub fn sctp_tx(
     mut ctx: TxCtx,
     mut work: ResMut<SctpWork>,
-    mut q: Query<(&mut Sctp, &mut Timers, &mut DtlsSession, &Ice)>,
+    mut q: Query<(&Peer, &mut Sctp, &mut Timers, &mut DtlsSession, &Ice)>,
 ) {
     let now = ctx.now.0;
     let mtu = ctx.shared.limits.mtu;
     for entity in work.0.drain(..) {
-        let Ok((mut a, mut timers, mut session, ice)) = q.get_mut(entity) else {
+        let Ok((peer, mut a, mut timers, mut session, ice)) = q.get_mut(entity) else {
             continue;
         };
         let a = &mut *a;
@@ -355,6 +357,17 @@ pub fn sctp_tx(
                 .arm(&mut timers, entity, TimerKind::SctpT3, now + tx.rto.rto());
         }
         timers.cancel(TimerKind::SctpSend);
+        // Streams whose buffered amount fell to their low watermark: the owner may
+        // send again (a data channel's bufferedamountlow).
+        if let Some(tx) = a.tx.as_mut() {
+            tx.queue.take_low_watermark_events(&mut scratch.low);
+            for s in scratch.low.drain(..) {
+                ctx.events.0.push(ShardEvent::BufferedAmountLow {
+                    peer: peer.id,
+                    stream: s.0,
+                });
+            }
+        }
         let path = ice.selected.or(session.reply_path);
         let Some(conn) = session.conn.as_deref_mut() else {
             continue;

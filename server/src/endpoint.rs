@@ -63,8 +63,9 @@ use std::io;
 use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
 use mio::net::UdpSocket;
+
+use crate::recv::RecvBuffer;
 use mio::{Events, Interest, Poll, Token};
 use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -81,10 +82,6 @@ pub const MAX_POLL_WAIT: Duration = Duration::from_millis(100);
 
 /// The token of the endpoint's socket.
 const SOCKET: Token = Token(0);
-/// The largest UDP payload; a smaller receive window would silently truncate.
-const MAX_DATAGRAM_LEN: usize = 65_535;
-/// Datagrams are received in place into chunks of this size and split off as `Bytes`.
-const RECV_CHUNK_LEN: usize = 1 << 20;
 
 /// Ufrag length: 8 ice-chars carry 48 random bits (RFC 8445 §5.3 asks for 24 or more).
 const UFRAG_LEN: usize = 8;
@@ -219,28 +216,6 @@ fn flush(shard: &mut Shard, socket: &UdpSocket, tx: &mut Vec<Datagram>) {
     shard.poll_transmit(tx);
     for d in tx.drain(..) {
         let _ = socket.send_to(&d.payload, d.remote);
-    }
-}
-
-/// Receives datagrams in place into a large zeroed chunk and splits each off as its
-/// own `Bytes`, as the driver does: no allocation or copy per datagram. A chunk is
-/// reused once every datagram split from it is dropped.
-#[derive(Default)]
-struct RecvBuffer {
-    chunk: BytesMut,
-}
-
-impl RecvBuffer {
-    fn recv_from(&mut self, socket: &UdpSocket) -> io::Result<(Bytes, SocketAddr)> {
-        if self.chunk.len() < MAX_DATAGRAM_LEN {
-            // `reserve` takes the whole old allocation back when nothing else holds a
-            // part of it, else allocates; `resize` initialises it, as `recv_from` needs.
-            self.chunk.clear();
-            self.chunk.reserve(RECV_CHUNK_LEN);
-            self.chunk.resize(RECV_CHUNK_LEN, 0);
-        }
-        let (len, from) = socket.recv_from(&mut self.chunk)?;
-        Ok((self.chunk.split_to(len).freeze(), from))
     }
 }
 

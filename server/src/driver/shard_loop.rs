@@ -4,9 +4,10 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
 use crossbeam_channel::{Receiver, TryRecvError};
 use mio::net::UdpSocket;
+
+use crate::recv::RecvBuffer;
 use mio::{Events, Poll, Token};
 use shoal_components::net::Datagram;
 use shoal_components::time::Time;
@@ -27,10 +28,6 @@ const MAX_COMMANDS_PER_WAKE: usize = 256;
 /// The longest a shard sleeps even with nothing scheduled; a guard against a missed
 /// wake-up, not a timer.
 const MAX_POLL_WAIT: Duration = Duration::from_secs(1);
-/// The largest UDP payload; a smaller receive window would silently truncate.
-const MAX_DATAGRAM_LEN: usize = 65_535;
-/// Datagrams are received in place into chunks of this size and split off as `Bytes`.
-const RECV_CHUNK_LEN: usize = 1 << 20;
 
 /// Everything one shard thread owns.
 pub(super) struct ShardLoop {
@@ -245,28 +242,5 @@ impl ShardLoop {
             shard: self.shard.stats().clone(),
             driver: self.stats.clone(),
         }
-    }
-}
-
-/// Receives datagrams in place into a large zeroed chunk and splits each off as its
-/// own `Bytes`: no allocation or copy per datagram. A chunk is reused once every
-/// datagram split from it is dropped; a consumer that keeps a payload for long (a
-/// packet cache) pins its chunk and should copy what it keeps.
-#[derive(Default)]
-struct RecvBuffer {
-    chunk: BytesMut,
-}
-
-impl RecvBuffer {
-    fn recv_from(&mut self, socket: &UdpSocket) -> io::Result<(Bytes, SocketAddr)> {
-        if self.chunk.len() < MAX_DATAGRAM_LEN {
-            // `reserve` takes the whole old allocation back when nothing else holds a
-            // part of it, else allocates; `resize` initialises it, as `recv_from` needs.
-            self.chunk.clear();
-            self.chunk.reserve(RECV_CHUNK_LEN);
-            self.chunk.resize(RECV_CHUNK_LEN, 0);
-        }
-        let (len, from) = socket.recv_from(&mut self.chunk)?;
-        Ok((self.chunk.split_to(len).freeze(), from))
     }
 }

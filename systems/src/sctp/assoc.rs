@@ -711,13 +711,7 @@ fn respond(a: &mut Sctp, seq: u32, result: ReconfigResult) {
         result,
         next_tsns: None,
     };
-    let params = [param];
-    let chunk = ReConfig {
-        params: params.as_slice(),
-    };
-    let mut buf = BytesMut::with_capacity(chunk.padded_len());
-    chunk.write_to(&mut buf);
-    let bytes = buf.freeze();
+    let bytes = encode_reconfig(param);
     a.control.extend_from_slice(&bytes);
     a.reset.last_response = Some((seq, bytes));
 }
@@ -777,13 +771,7 @@ pub fn maybe_request_reset(a: &mut Sctp) -> bool {
         last_tsn,
         streams: ready.as_slice(),
     };
-    let params = [param];
-    let chunk = ReConfig {
-        params: params.as_slice(),
-    };
-    let mut buf = BytesMut::with_capacity(chunk.padded_len());
-    chunk.write_to(&mut buf);
-    let bytes = buf.freeze();
+    let bytes = encode_reconfig(param);
     a.control.extend_from_slice(&bytes);
     a.reset.in_flight = Some((seq, ready, bytes));
     true
@@ -799,6 +787,17 @@ pub fn resend_reset(a: &mut Sctp) -> bool {
         }
         None => false,
     }
+}
+
+/// One RE-CONFIG chunk carrying `param` (RFC 6525 §3.1), encoded.
+fn encode_reconfig(param: ReconfigParam<&[StreamId]>) -> Bytes {
+    let params = [param];
+    let chunk = ReConfig {
+        params: params.as_slice(),
+    };
+    let mut buf = BytesMut::with_capacity(chunk.padded_len());
+    chunk.write_to(&mut buf);
+    buf.freeze()
 }
 
 fn drain_messages(a: &mut Sctp) {

@@ -74,6 +74,8 @@ pub struct ShardStats {
     pub sctp_forward_tsn_sent: u64,
     /// DCEP messages that failed to parse.
     pub dcep_malformed: u64,
+    /// DATA_CHANNEL_OPENs refused: a stream of our parity, or one in use.
+    pub dcep_refused: u64,
     /// Valid ICE connectivity checks answered.
     pub ice_checks_answered: u64,
     /// Peers removed because consent expired (RFC 7675).

@@ -205,7 +205,9 @@ pub fn send(
     let m = OutgoingMessage {
         ppid,
         payload,
-        unordered: !ch.kind.ordered,
+        // Until the ACK arrives, messages go ordered, so the peer has the OPEN
+        // before any message of the channel.
+        unordered: !ch.kind.ordered && ch.state == ChannelState::Open,
         policy: tx_policy(&ch.kind),
     };
     tx.queue
@@ -291,26 +293,30 @@ pub fn datachannel(
             match m.ppid {
                 Ppid::DCEP => match DcepMessage::parse(&m.payload) {
                     Ok(DcepMessage::Open(open)) => {
-                        // RFC 8832 §6: create the channel and acknowledge it. A stream
-                        // already in use keeps its channel (the OPEN is a duplicate
-                        // or a collision), answered all the same.
-                        if let Entry::Vacant(slot) = dc.channels.entry(stream) {
-                            slot.insert(Channel {
-                                label: open.label().to_owned(),
-                                protocol: open.protocol().to_owned(),
-                                kind: open.channel_type,
-                                state: ChannelState::Open,
-                                incoming_reset: false,
-                                outgoing_reset: false,
-                            });
-                            events.0.push(ShardEvent::ChannelOpen {
-                                peer: peer.id,
-                                channel: stream,
-                                label: open.label().to_owned(),
-                                protocol: open.protocol().to_owned(),
-                            });
+                        // RFC 8832 §6: create the channel and acknowledge it. An OPEN
+                        // on a stream of our own parity (RFC 8831 §6.5) or on one in
+                        // use is refused: no channel and no ACK.
+                        let ours = stream % 2 == dc.next_id % 2;
+                        match dc.channels.entry(stream) {
+                            Entry::Vacant(slot) if !ours => {
+                                slot.insert(Channel {
+                                    label: open.label().to_owned(),
+                                    protocol: open.protocol().to_owned(),
+                                    kind: open.channel_type,
+                                    state: ChannelState::Open,
+                                    incoming_reset: false,
+                                    outgoing_reset: false,
+                                });
+                                events.0.push(ShardEvent::ChannelOpen {
+                                    peer: peer.id,
+                                    channel: stream,
+                                    label: open.label().to_owned(),
+                                    protocol: open.protocol().to_owned(),
+                                });
+                                send_dcep(&mut a, now.0, stream, &DcepMessage::Ack);
+                            }
+                            _ => stats.dcep_refused += 1,
                         }
-                        send_dcep(&mut a, now.0, stream, &DcepMessage::Ack);
                     }
                     Ok(DcepMessage::Ack) => {
                         if let Some(ch) = dc.channels.get_mut(&stream)

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use shoal_components::sctp::chunk::{
-    Abort, Chunk, CookieAck, CookieEcho, Data, HeartbeatAck, Init, InitAck, InitParam, ReConfig,
-    ReconfigParam, ReconfigResult, ShutdownAck, ShutdownComplete, UnknownAction, WriteChunk,
-    chunk_type, unknown_chunk_action,
+    Abort, Chunk, CookieAck, CookieEcho, Data, ErrorCause, HeartbeatAck, Init, InitAck, InitParam,
+    OperationError, ReConfig, ReconfigParam, ReconfigResult, ShutdownAck, ShutdownComplete,
+    UnknownAction, WriteChunk, chunk_type, unknown_chunk_action,
 };
 use shoal_components::sctp::packet::{Packet, PacketWriter};
 use shoal_components::sctp::rx::{
@@ -125,6 +125,60 @@ impl TxSide {
     }
 }
 
+/// Control chunks waiting for a packet, each whole, bounded in total: a peer that
+/// provokes answers faster than they can leave (a HEARTBEAT flood) loses answers,
+/// never memory.
+#[derive(Debug, Default)]
+pub struct ControlQueue {
+    chunks: std::collections::VecDeque<Bytes>,
+    bytes: usize,
+    /// Where a chunk is written before [`ControlQueue::commit`].
+    pub scratch: BytesMut,
+}
+
+impl ControlQueue {
+    /// Bytes of control chunks held at most.
+    pub const MAX_BYTES: usize = 16 * 1024;
+
+    /// Queues what was written into `scratch` as one chunk.
+    pub fn commit(&mut self) {
+        let chunk = self.scratch.split().freeze();
+        self.push(chunk);
+    }
+
+    /// Queues an encoded chunk, unless the queue is full.
+    pub fn push(&mut self, chunk: Bytes) {
+        if chunk.is_empty() || self.bytes + chunk.len() > Self::MAX_BYTES {
+            return;
+        }
+        self.bytes += chunk.len();
+        self.chunks.push_back(chunk);
+    }
+
+    /// The next chunk if it fits in `room` bytes. A chunk that could not fit even an
+    /// empty packet (`packet_empty`) is dropped: RFC 9260 §8.3 lets a HEARTBEAT go
+    /// unanswered, and nothing else we queue is that large.
+    pub fn pop_fitting(&mut self, room: usize, packet_empty: bool) -> Option<Bytes> {
+        loop {
+            let len = self.chunks.front()?.len();
+            if len <= room {
+                self.bytes -= len;
+                return self.chunks.pop_front();
+            }
+            if !packet_empty {
+                return None;
+            }
+            self.bytes -= len;
+            self.chunks.pop_front();
+        }
+    }
+
+    /// Nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+}
+
 /// Configuration every association of a shard shares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SctpLimits {
@@ -184,8 +238,8 @@ pub struct Sctp {
     /// Whole packets to send as they are (INIT, INIT ACK, ABORT, SHUTDOWN COMPLETE:
     /// chunks that travel alone, RFC 9260 §6.10).
     pub solo: Vec<Bytes>,
-    /// Control chunks, encoded, for the front of the next packet.
-    pub control: BytesMut,
+    /// Control chunks, encoded, for the front of the next packets.
+    pub control: ControlQueue,
     /// A SACK must go out in this tick's `sack_batch`.
     pub sack_now: bool,
     /// The SACK `sack_batch` wrote, for the next packet.
@@ -240,7 +294,7 @@ impl Sctp {
             rx: None,
             tx: None,
             solo: Vec::new(),
-            control: BytesMut::new(),
+            control: ControlQueue::default(),
             sack_now: false,
             pending_sack: BytesMut::new(),
             closed_reported: false,
@@ -282,7 +336,8 @@ impl Sctp {
             CookieEcho {
                 cookie: cookie.as_ref(),
             }
-            .write_to(&mut self.control);
+            .write_to(&mut self.control.scratch);
+            self.control.commit();
         }
     }
 
@@ -290,7 +345,10 @@ impl Sctp {
         self.peer_vtag = c.peer_vtag;
         self.my_vtag = c.my_vtag;
         self.my_initial_tsn = c.my_initial_tsn;
-        self.rx = Some(Receiver::new(c.peer_initial_tsn, rx_limits(limits)));
+        self.rx = Some(Receiver::new(
+            c.peer_initial_tsn,
+            rx_limits(limits, c.inbound_streams),
+        ));
         self.tx = Some(TxSide::new(
             c.my_initial_tsn,
             c.peer_a_rwnd,
@@ -325,8 +383,11 @@ impl Sctp {
     }
 }
 
-fn rx_limits(limits: &SctpLimits) -> RxLimits {
+/// Receive limits; `inbound_streams` is what the handshake negotiated (RFC 9260
+/// §6.5: DATA on a higher stream is acknowledged and discarded).
+fn rx_limits(limits: &SctpLimits, inbound_streams: u16) -> RxLimits {
     let mut rx = RxLimits::default();
+    rx.reassembly.inbound_streams = u32::from(inbound_streams);
     rx.reassembly.receive_window_bytes = u32::try_from(limits.receive_window).unwrap_or(u32::MAX);
     rx.reassembly.max_message_bytes = u32::try_from(limits.max_message_size).unwrap_or(u32::MAX);
     rx
@@ -381,6 +442,12 @@ pub struct Effects {
 /// Handles one SCTP packet that arrived on the association (decrypted from DTLS).
 pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
     let mut fx = Effects::default();
+    // An association that ended stays ended: nothing revives it on this DTLS
+    // session, and no DATA is delivered after an ABORT.
+    if a.ended.is_some() {
+        fx.dropped = true;
+        return fx;
+    }
     let Ok(packet) = Packet::parse(bytes) else {
         fx.dropped = true;
         return fx;
@@ -463,7 +530,8 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
                 HeartbeatAck {
                     info: hb.info.as_ref(),
                 }
-                .write_to(&mut a.control);
+                .write_to(&mut a.control.scratch);
+                a.control.commit();
             }
             Chunk::HeartbeatAck(_) => {}
             Chunk::Abort(_) => {
@@ -474,7 +542,8 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
                 // RFC 9260 §9.2, simplified: acknowledge at once (our queued data is
                 // not waited for) and wait for SHUTDOWN COMPLETE.
                 if a.state == AssocState::Established || a.state == AssocState::ShutdownSent {
-                    ShutdownAck.write_to(&mut a.control);
+                    ShutdownAck.write_to(&mut a.control.scratch);
+                    a.control.commit();
                     a.state = AssocState::ShutdownAckSent;
                 }
             }
@@ -566,7 +635,10 @@ fn on_init_ack(a: &mut Sctp, ack: &InitAck, inp: &Inputs) {
         return;
     };
     a.peer_vtag = ack.initiate_tag;
-    a.rx = Some(Receiver::new(ack.initial_tsn, rx_limits(inp.limits)));
+    a.rx = Some(Receiver::new(
+        ack.initial_tsn,
+        rx_limits(inp.limits, STREAMS.min(ack.outbound_streams)),
+    ));
     a.tx = Some(TxSide::new(
         a.my_initial_tsn,
         ack.a_rwnd,
@@ -604,7 +676,8 @@ fn on_cookie_echo(a: &mut Sctp, vtag: u32, cookie: &Bytes, inp: &Inputs, fx: &mu
         AssocState::Established if c.my_vtag == a.my_vtag && c.peer_vtag == a.peer_vtag => {}
         _ => return false,
     }
-    CookieAck.write_to(&mut a.control);
+    CookieAck.write_to(&mut a.control.scratch);
+    a.control.commit();
     true
 }
 
@@ -627,8 +700,17 @@ fn on_data(a: &mut Sctp, d: Data, fx: &mut Effects) {
     };
     match rx.handle_data(chunk) {
         Ok(DataOutcome::Accepted) => drain_messages(a),
-        Ok(DataOutcome::Duplicate | DataOutcome::Dropped(_) | DataOutcome::InvalidStream) => {
+        Ok(DataOutcome::Duplicate | DataOutcome::Dropped(_)) => a.sack_now = true,
+        Ok(DataOutcome::InvalidStream) => {
+            // RFC 9260 §6.5: acknowledge it, report the stream with an ERROR chunk,
+            // discard it.
             a.sack_now = true;
+            let causes = [ErrorCause::invalid_stream_identifier(h.stream_id)];
+            OperationError {
+                causes: causes.as_slice(),
+            }
+            .write_to(&mut a.control.scratch);
+            a.control.commit();
         }
         // RFC 9260 §6.9 / §6.2: an inconsistent or oversized message ends the
         // association; there is no way to skip it reliably.
@@ -665,7 +747,11 @@ fn on_reconfig(a: &mut Sctp, rc: &ReConfig) {
             | ReconfigParam::SsnTsnReset { request_seq }
             | ReconfigParam::AddOutgoingStreams { request_seq, .. }
             | ReconfigParam::AddIncomingStreams { request_seq, .. } => {
-                respond(a, request_seq, ReconfigResult::DENIED);
+                if !repeat_or_bad_seq(a, request_seq) {
+                    // A final answer: the next request is expected after it.
+                    a.reset.peer_next_seq = request_seq.wrapping_add(1);
+                    respond(a, request_seq, ReconfigResult::DENIED);
+                }
             }
             ReconfigParam::Unknown { .. } => {}
         }
@@ -673,16 +759,7 @@ fn on_reconfig(a: &mut Sctp, rc: &ReConfig) {
 }
 
 fn on_reset_request(a: &mut Sctp, seq: u32, last_tsn: Tsn, streams: &[StreamId]) {
-    // RFC 6525 §5.2.1: a repeated request gets the same answer again.
-    if let Some((last_seq, bytes)) = &a.reset.last_response
-        && *last_seq == seq
-        && seq != a.reset.peer_next_seq
-    {
-        a.control.extend_from_slice(bytes);
-        return;
-    }
-    if seq != a.reset.peer_next_seq {
-        respond(a, seq, ReconfigResult::ERROR_BAD_SEQUENCE_NUMBER);
+    if repeat_or_bad_seq(a, seq) {
         return;
     }
     let Some(rx) = a.rx.as_mut() else { return };
@@ -690,6 +767,8 @@ fn on_reset_request(a: &mut Sctp, seq: u32, last_tsn: Tsn, streams: &[StreamId])
     // until then "in progress", and the sender asks again.
     let result = match rx.reset_streams(streams, last_tsn) {
         Ok(ResetProgress::Performed) => {
+            // A reset done here leaves no "performed" flag for a later request.
+            rx.take_reset_performed();
             a.reset.peer_next_seq = seq.wrapping_add(1);
             a.reset.incoming_done.extend_from_slice(streams);
             ReconfigResult::SUCCESS_PERFORMED
@@ -705,6 +784,27 @@ fn on_reset_request(a: &mut Sctp, seq: u32, last_tsn: Tsn, streams: &[StreamId])
     respond(a, seq, result);
 }
 
+/// RFC 6525 §5.2.1: a repeat of the last request gets the same answer again, and a
+/// request that is neither the expected one nor that repeat gets "bad sequence
+/// number" (not remembered as the last answer). True when the request was handled.
+fn repeat_or_bad_seq(a: &mut Sctp, seq: u32) -> bool {
+    if seq == a.reset.peer_next_seq {
+        return false;
+    }
+    match &a.reset.last_response {
+        Some((last_seq, bytes)) if *last_seq == seq => {
+            let bytes = bytes.clone();
+            a.control.push(bytes);
+        }
+        _ => {
+            let last = a.reset.last_response.take();
+            respond(a, seq, ReconfigResult::ERROR_BAD_SEQUENCE_NUMBER);
+            a.reset.last_response = last;
+        }
+    }
+    true
+}
+
 fn respond(a: &mut Sctp, seq: u32, result: ReconfigResult) {
     let param: ReconfigParam<&[StreamId]> = ReconfigParam::Response {
         response_seq: seq,
@@ -712,7 +812,7 @@ fn respond(a: &mut Sctp, seq: u32, result: ReconfigResult) {
         next_tsns: None,
     };
     let bytes = encode_reconfig(param);
-    a.control.extend_from_slice(&bytes);
+    a.control.push(bytes.clone());
     a.reset.last_response = Some((seq, bytes));
 }
 
@@ -772,7 +872,7 @@ pub fn maybe_request_reset(a: &mut Sctp) -> bool {
         streams: ready.as_slice(),
     };
     let bytes = encode_reconfig(param);
-    a.control.extend_from_slice(&bytes);
+    a.control.push(bytes.clone());
     a.reset.in_flight = Some((seq, ready, bytes));
     true
 }
@@ -782,7 +882,7 @@ pub fn maybe_request_reset(a: &mut Sctp) -> bool {
 pub fn resend_reset(a: &mut Sctp) -> bool {
     match &a.reset.in_flight {
         Some((_, _, bytes)) => {
-            a.control.extend_from_slice(bytes);
+            a.control.push(bytes.clone());
             true
         }
         None => false,
@@ -811,4 +911,33 @@ fn drain_messages(a: &mut Sctp) {
 /// The delay of the delayed-ack timer.
 pub fn sack_delay() -> Duration {
     Duration::from_millis(200)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_queue_is_bounded_and_drops_what_cannot_fit_a_packet() {
+        let mut q = ControlQueue::default();
+        // A HEARTBEAT ACK too large for any packet is dropped, not left to block the
+        // chunks behind it.
+        q.push(Bytes::from(vec![0u8; 1208]));
+        q.push(Bytes::from(vec![1u8; 16]));
+        assert_eq!(q.pop_fitting(1123, true).map(|c| c.len()), Some(16));
+        assert!(q.is_empty());
+        // Chunks leave whole: one that does not fit a partly filled packet waits.
+        q.push(Bytes::from(vec![2u8; 100]));
+        assert_eq!(q.pop_fitting(50, false), None);
+        assert_eq!(q.pop_fitting(100, false).map(|c| c.len()), Some(100));
+        // A flood is bounded.
+        for _ in 0..10_000 {
+            q.push(Bytes::from(vec![3u8; 16]));
+        }
+        let mut held = 0;
+        while let Some(c) = q.pop_fitting(usize::MAX, true) {
+            held += c.len();
+        }
+        assert!(held <= ControlQueue::MAX_BYTES, "{held}");
+    }
 }

@@ -18,7 +18,6 @@ use shoal_components::sctp::chunk::{
 };
 use shoal_components::sctp::packet::PacketWriter;
 use shoal_components::sctp::rx::{AckUrgency, GapAckBlock as RxGap};
-use shoal_components::sctp::tx::COMMON_HEADER_LEN;
 use shoal_components::sctp::{Ssn, StreamId, Tsn};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{
@@ -409,9 +408,8 @@ fn build_packets(
         // A packet that stays empty must leave no header behind in the shared buffer.
         let start = s.buf.len();
         let mut w = PacketWriter::new(&mut s.buf, a.local_port, a.remote_port, a.peer_vtag);
-        if !a.control.is_empty() && a.control.len() + COMMON_HEADER_LEN <= mtu {
-            w.push(&Raw(&a.control));
-            a.control.clear();
+        while let Some(chunk) = a.control.pop_fitting(w.remaining(mtu), w.is_empty()) {
+            w.push(&Raw(&chunk));
         }
         let mut sack_in_packet = false;
         if !a.pending_sack.is_empty() && w.remaining(mtu) >= a.pending_sack.len() {

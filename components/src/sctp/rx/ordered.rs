@@ -7,7 +7,9 @@
 //! sorting the messages it frees; since `k` is also how far the stream advances, that
 //! is O(1) amortised per SSN.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::sctp::FastMap as HashMap;
 
 use crate::sctp::num::{Ssn, StreamId};
 

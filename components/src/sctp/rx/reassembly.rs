@@ -10,7 +10,9 @@
 //! whole when its run holds both a B and an E. That is O(1) per fragment, plus one
 //! pass over the fragments when the message is joined into a single buffer.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::sctp::FastMap as HashMap;
 
 use bytes::{Bytes, BytesMut};
 
@@ -203,9 +205,9 @@ impl Reassembly {
     pub fn new(limits: ReassemblyLimits) -> Reassembly {
         Reassembly {
             limits: limits.clamped(),
-            fragments: HashMap::new(),
-            runs: HashMap::new(),
-            run_by_last: HashMap::new(),
+            fragments: HashMap::default(),
+            runs: HashMap::default(),
+            run_by_last: HashMap::default(),
             ordered: OrderedStreams::default(),
             ready: VecDeque::new(),
             buffered_bytes: 0,

@@ -11,7 +11,9 @@
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::sctp::FastMap as HashMap;
 
 use bytes::Bytes;
 
@@ -172,7 +174,7 @@ impl SendQueue {
         SendQueue {
             config,
             streams: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
             ring: VecDeque::new(),
             total_buffered: 0,
             queued_messages: 0,

@@ -8,9 +8,10 @@
 //! For each of `FLOW_PAIRS` pairs, two peer connections in this process talk over real
 //! UDP on 127.0.0.1 (host candidates only, no STUN/TURN, no mDNS); signalling is an
 //! in-process offer/answer exchange after ICE gathering completes. The offerer opens one
-//! data channel and sends 1 KiB messages as fast as it may: it pauses once the channel's
-//! bufferedAmount reaches 1 MiB (`OnBufferedAmountHigh`) and resumes when it drains to
-//! the 512 KiB low-water mark (`OnBufferedAmountLow`). The answerer counts bytes; once it
+//! data channel and, once every pair's channel is open, sends 1 KiB messages as fast as
+//! it may: it pauses while more than 1 MiB is buffered (see `FLOW_PAUSE`) and resumes
+//! when the buffer drains to the 512 KiB low-water mark (`OnBufferedAmountLow`, set by
+//! `set_buffered_amount_low_threshold`). The answerer counts bytes; once it
 //! has received `FLOW_WARMUP_MB` MiB it starts the clock and measures until a further
 //! `FLOW_STOP_MB` MiB have arrived, printing one line per ~1 s interval, then stops its
 //! pair's sender.
@@ -22,6 +23,10 @@
 //! - `FLOW_ORDERED` (0): `1` = ordered and reliable; anything else = unordered with
 //!   max-retransmits 0.
 //! - `FLOW_MSG_BYTES` (1024): message size.
+//! - `FLOW_PAUSE` (`sync`): `sync` checks the channel's outstanding bytes before every
+//!   send, as Pion's harness checks `BufferedAmount()`; `event` pauses only on the
+//!   asynchronous `OnBufferedAmountHigh`, as webrtc-rs's own example does (and
+//!   overshoots the 1 MiB mark by several MiB).
 //! - `FLOW_DEDICATED_REACTOR` (0): `1` runs each connection's driver on webrtc-rs's
 //!   dedicated reactor pool (one thread) instead of the tokio workers.
 //! - `FLOW_TIMEOUT_S` (600): give up (exit 1) if the pairs have not all finished.
@@ -41,7 +46,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use rtc::ice::mdns::MulticastDnsMode;
 use rtc::ice::network_type::NetworkType;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Barrier, Notify, mpsc};
 use webrtc::data_channel::{DataChannel, DataChannelEvent, RTCDataChannelInit};
 use webrtc::peer_connection::{
     MediaEngine, PeerConnection, PeerConnectionBuilder, PeerConnectionEventHandler,
@@ -58,6 +63,9 @@ const BUFFERED_HIGH: u32 = 1024 * 1024;
 const BUFFERED_LOW: u32 = 512 * 1024;
 /// MiB, the unit of the `FLOW_*_MB` variables.
 const MIB: u64 = 1024 * 1024;
+/// While paused (Sync mode), re-check the outstanding bytes this often in case the
+/// low-water event does not come.
+const RECHECK: Duration = Duration::from_millis(10);
 /// Receiver progress lines are printed about this often during the measured window.
 const INTERVAL: Duration = Duration::from_secs(1);
 
@@ -69,6 +77,7 @@ struct Config {
     ordered: bool,
     msg_bytes: usize,
     dedicated_reactor: bool,
+    pause: PauseMode,
     timeout: Duration,
 }
 
@@ -107,6 +116,11 @@ impl Config {
             ordered: env_flag("FLOW_ORDERED"),
             msg_bytes,
             dedicated_reactor: env_flag("FLOW_DEDICATED_REACTOR"),
+            pause: match std::env::var("FLOW_PAUSE").as_deref().map(str::trim) {
+                Err(_) | Ok("") | Ok("sync") => PauseMode::Sync,
+                Ok("event") => PauseMode::Event,
+                Ok(other) => return Err(format!("FLOW_PAUSE={other:?}: sync or event").into()),
+            },
             timeout: Duration::from_secs(env_u64("FLOW_TIMEOUT_S", 600)?),
         })
     }
@@ -262,43 +276,103 @@ async fn receive_loop(
     }
 }
 
-/// Flow-controlled sender: one 1 KiB message per iteration while the channel is open and
-/// below its high-water mark; events (open, high, low, close) are checked first on every
-/// iteration through one long-lived `poll` future.
-async fn send_loop(pair: usize, dc: Arc<dyn DataChannel>, msg_bytes: usize, stop: Arc<Stop>) {
+/// How the sender decides to pause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PauseMode {
+    /// Pion's harness: before every send, pause if the channel's buffered bytes exceed
+    /// the high-water mark. webrtc-rs 0.21 has no synchronous `buffered_amount()`; its
+    /// `outstanding_bytes()` counts every byte handed to `send` and not yet acknowledged
+    /// or abandoned (bufferedAmount plus what still waits to be packetised), so the cap
+    /// holds even when the driver lags.
+    Sync,
+    /// webrtc-rs's own example: pause only on the asynchronous `OnBufferedAmountHigh`
+    /// event, which the driver raises when it packetises, so the sender can overshoot
+    /// the 1 MiB mark by several MiB before it sees the event.
+    Event,
+}
+
+/// Counters a sender reports when it ends.
+#[derive(Debug, Default)]
+struct SendStats {
+    messages: u64,
+    pauses: u64,
+    /// Resumptions by the paused-state re-check rather than by `OnBufferedAmountLow`.
+    recheck_resumes: u64,
+}
+
+/// Flow-controlled sender: one message per iteration while the channel is open and
+/// not paused; resumes on `OnBufferedAmountLow`. Events (open, high, low, close) are
+/// checked first on every iteration, through one long-lived `poll` future.
+async fn send_loop(
+    pair: usize,
+    dc: Arc<dyn DataChannel>,
+    msg_bytes: usize,
+    mode: PauseMode,
+    start: Arc<Barrier>,
+    stop: Arc<Stop>,
+) -> SendStats {
     let msg = BytesMut::from(vec![0u8; msg_bytes].as_slice());
+    let mut stats = SendStats::default();
     let mut open = false;
     let mut paused = false;
     let mut next_event = dc.poll();
     loop {
         if stop.is_set() {
-            return;
+            return stats;
         }
         let event = if open && !paused {
+            if mode == PauseMode::Sync
+                && dc.outstanding_bytes().await.unwrap_or(0) > BUFFERED_HIGH as usize
+            {
+                paused = true;
+                stats.pauses += 1;
+                continue;
+            }
             tokio::select! {
                 biased;
                 event = &mut next_event => event,
                 sent = dc.send(msg.clone()) => {
                     if let Err(e) = sent {
                         eprintln!("pair {pair}: send failed: {e}");
-                        return;
+                        return stats;
                     }
+                    stats.messages += 1;
                     continue;
                 }
             }
         } else {
             tokio::select! {
                 biased;
-                _ = stop.notify.notified() => return,
+                _ = stop.notify.notified() => return stats,
                 event = &mut next_event => event,
+                // Safety net for Sync mode: OnBufferedAmountLow is edge-triggered on the
+                // SCTP stream's buffered amount, which can sit below the low mark while
+                // bytes not yet packetised keep outstanding_bytes above the high one.
+                _ = tokio::time::sleep(RECHECK), if paused && mode == PauseMode::Sync => {
+                    if dc.outstanding_bytes().await.unwrap_or(0) <= BUFFERED_LOW as usize {
+                        paused = false;
+                        stats.recheck_resumes += 1;
+                    }
+                    continue;
+                }
             }
         };
         next_event = dc.poll();
         match event {
-            Some(DataChannelEvent::OnOpen) => open = true,
-            Some(DataChannelEvent::OnBufferedAmountHigh) => paused = true,
+            Some(DataChannelEvent::OnOpen) => {
+                // Every pair's channel is open before any pair sends, so the pairs'
+                // transfers (and measured windows) run concurrently.
+                start.wait().await;
+                open = true;
+            }
+            Some(DataChannelEvent::OnBufferedAmountHigh) => {
+                if !paused {
+                    paused = true;
+                    stats.pauses += 1;
+                }
+            }
             Some(DataChannelEvent::OnBufferedAmountLow) => paused = false,
-            Some(DataChannelEvent::OnClose) | None => return,
+            Some(DataChannelEvent::OnClose) | None => return stats,
             Some(_) => {}
         }
     }
@@ -354,6 +428,7 @@ async fn start_pair(
     pair: usize,
     runtime: &Arc<dyn Runtime>,
     config: &Config,
+    start: Arc<Barrier>,
     results: mpsc::UnboundedSender<PairResult>,
 ) -> Result<[Arc<dyn PeerConnection>; 2], BoxError> {
     let stop = Arc::new(Stop::default());
@@ -383,7 +458,14 @@ async fn start_pair(
     let dc = offerer.create_data_channel("flow", Some(init)).await?;
     dc.set_buffered_amount_low_threshold(BUFFERED_LOW).await?;
     dc.set_buffered_amount_high_threshold(BUFFERED_HIGH).await?;
-    tokio::spawn(send_loop(pair, dc, config.msg_bytes, stop.clone()));
+    let (msg_bytes, mode, sender_stop) = (config.msg_bytes, config.pause, stop.clone());
+    tokio::spawn(async move {
+        let stats = send_loop(pair, dc, msg_bytes, mode, start, sender_stop).await;
+        println!(
+            "pair {pair}: sender sent {} messages, paused {} times, {} resumed by re-check",
+            stats.messages, stats.pauses, stats.recheck_resumes
+        );
+    });
 
     let offer = offerer.create_offer(None).await?;
     offerer.set_local_description(offer).await?;
@@ -414,21 +496,23 @@ async fn start_pair(
 
 async fn run(config: Config) -> Result<(), BoxError> {
     println!(
-        "webrtc-rs-flow: {} pair(s), ordered={}, {} B messages, warm-up {} MiB, measure {} MiB per pair, dedicated reactor={}",
+        "webrtc-rs-flow: {} pair(s), ordered={}, {} B messages, warm-up {} MiB, measure {} MiB per pair, pause={:?}, dedicated reactor={}",
         config.pairs,
         config.ordered,
         config.msg_bytes,
         config.warmup_bytes / MIB,
         config.stop_bytes / MIB,
+        config.pause,
         config.dedicated_reactor
     );
     let runtime = webrtc::runtime::default_runtime().ok_or("no webrtc runtime compiled in")?;
     let (results_tx, mut results_rx) = mpsc::unbounded_channel();
 
-    // Pairs are connected one after another; each starts sending as soon as it is open.
+    // Pairs are connected one after another; all start sending once every channel is open.
+    let start = Arc::new(Barrier::new(config.pairs));
     let mut peers = Vec::with_capacity(config.pairs * 2);
     for pair in 0..config.pairs {
-        peers.extend(start_pair(pair, &runtime, &config, results_tx.clone()).await?);
+        peers.extend(start_pair(pair, &runtime, &config, start.clone(), results_tx.clone()).await?);
     }
     drop(results_tx);
 

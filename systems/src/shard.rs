@@ -532,13 +532,7 @@ impl Shard {
         tx.queue
             .send(now, StreamId(stream), msg)
             .map_err(SctpSendError::Queue)?;
-        let mut timers = e.get_mut::<Timers>().map(|t| *t).unwrap_or_default();
-        self.world
-            .resource_mut::<TimerHeap>()
-            .arm(&mut timers, entity, TimerKind::SctpSend, now);
-        if let Some(mut t) = self.world.get_mut::<Timers>(entity) {
-            *t = timers;
-        }
+        self.wake_sctp(entity, now);
         Ok(())
     }
 

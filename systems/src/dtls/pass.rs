@@ -198,16 +198,7 @@ fn drive(
     let Some(conn) = session.conn.as_deref_mut() else {
         return;
     };
-    let path = ice.selected.or(session.reply_path);
-    while let Some(payload) = conn.poll_transmit() {
-        if let Some(p) = path {
-            ctx.out.0.push(Datagram {
-                local: p.local,
-                remote: p.remote,
-                payload,
-            });
-        }
-    }
+    flush(conn, ice.selected.or(session.reply_path), &mut ctx.out);
     let mut end = None;
     while let Some(event) = conn.poll_event() {
         match event {
@@ -241,5 +232,20 @@ fn drive(
     match conn.poll_timeout() {
         Some(at) => ctx.heap.arm(&mut timers, entity, TimerKind::Dtls, at),
         None => timers.cancel(TimerKind::Dtls),
+    }
+}
+
+/// Moves what a connection sealed into the outbox, on `path` (the selected path, or
+/// before there is one, where the peer's DTLS last came from); without a path there
+/// is nowhere to send it.
+pub(crate) fn flush(conn: &mut DtlsConn, path: Option<FiveTuple>, out: &mut Outbox) {
+    while let Some(payload) = conn.poll_transmit() {
+        if let Some(p) = path {
+            out.0.push(Datagram {
+                local: p.local,
+                remote: p.remote,
+                payload,
+            });
+        }
     }
 }

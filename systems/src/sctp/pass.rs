@@ -11,7 +11,6 @@ use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
 use bytes::{Bytes, BytesMut};
 use rand_core::RngCore;
-use shoal_components::net::Datagram;
 use shoal_components::peer::{Ice, Peer};
 use shoal_components::sctp::chunk::{
     DATA_HEADER_LEN, DataHeader, ForwardTsn, GapAckBlock, Sack, SkippedStream, WriteChunk,
@@ -30,7 +29,7 @@ use super::assoc::{
     handle_packet, maybe_request_reset, resend_reset, sack_delay,
 };
 use super::cookie::CookieKey;
-use crate::dtls::pass::DtlsSession;
+use crate::dtls::pass::{DtlsSession, flush};
 use crate::shard::ShardRng;
 
 /// Packets one association may send per tick at most.
@@ -378,15 +377,7 @@ pub fn sctp_tx(
             }
             ctx.stats.sctp_packets_sent += 1;
         }
-        while let Some(payload) = conn.poll_transmit() {
-            if let Some(p) = path {
-                ctx.out.0.push(Datagram {
-                    local: p.local,
-                    remote: p.remote,
-                    payload,
-                });
-            }
-        }
+        flush(conn, path, &mut ctx.out);
     }
 }
 

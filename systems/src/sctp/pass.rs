@@ -203,11 +203,10 @@ fn on_t1(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
 fn on_t3(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
     let now = ctx.now.0;
     let Some(tx) = a.tx.as_mut() else { return };
-    let mut scratch = Vec::new();
     let data = tx.outstanding.has_outstanding_data();
     // RFC 3758 §3.5 A5, C5: an unacknowledged FORWARD TSN goes again, even when no
     // DATA is outstanding any more (else a lost one stalls the peer's ordered streams).
-    if !data && tx.outstanding.forward_tsn(&mut scratch).is_none() {
+    if !data && !tx.outstanding.forward_tsn_owed() {
         return;
     }
     // RFC 9260 §6.3.3 E1-E3 and §7.2.3.
@@ -217,8 +216,7 @@ fn on_t3(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
         tx.outstanding.handle_t3_expiry(now);
         tx.apply_discards();
     }
-    scratch.clear();
-    tx.forward_tsn_due = tx.outstanding.forward_tsn(&mut scratch).is_some();
+    tx.forward_tsn_due = tx.outstanding.forward_tsn_owed();
     let rto = tx.rto.rto();
     a.error_count += 1;
     // RFC 9260 §8.1: too many consecutive retransmissions: the peer is unreachable.
@@ -239,8 +237,7 @@ fn rearm_t3(
     now: shoal_components::time::Time,
 ) {
     let Some(tx) = a.tx.as_mut() else { return };
-    let mut scratch = Vec::new();
-    let forward_owed = tx.outstanding.forward_tsn(&mut scratch).is_some();
+    let forward_owed = tx.outstanding.forward_tsn_owed();
     tx.forward_tsn_due = forward_owed;
     if tx.outstanding.has_outstanding_data() || forward_owed {
         heap.arm(timers, entity, TimerKind::SctpT3, now + tx.rto.rto());

@@ -293,6 +293,13 @@ impl RetransmissionQueue {
         self.marked > 0
     }
 
+    /// Whether a FORWARD TSN is owed (the Advanced.Peer.Ack.Point is past the
+    /// cumulative ack, RFC 3758 §3.5 C1): [`RetransmissionQueue::forward_tsn`]
+    /// without building its stream list.
+    pub fn forward_tsn_owed(&self) -> bool {
+        self.adv_peer_ack > self.cum_ack
+    }
+
     /// The FORWARD-TSN to send, if the Advanced.Peer.Ack.Point is past the Cumulative TSN
     /// Ack Point (RFC 3758 §3.5 C3): returns the New Cumulative TSN and appends to `out`
     /// each ordered stream skipped with its largest skipped SSN (C4; unordered streams are

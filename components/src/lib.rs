@@ -6,6 +6,7 @@
 //! on what came from the network.
 
 pub mod dtls;
+pub mod hash;
 pub mod net;
 pub mod peer;
 pub mod sctp;

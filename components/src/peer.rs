@@ -1,11 +1,11 @@
 //! The peer entity's components: identity, ICE credentials and agent state, and the
 //! shard's index from 5-tuple, ufrag and id to entity.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use bevy_ecs::prelude::{Component, Entity, Resource};
 
+use crate::hash::FastMap;
 use crate::net::FiveTuple;
 use crate::time::Time;
 
@@ -177,11 +177,11 @@ pub struct IceControlling {
 #[derive(Resource, Debug, Default)]
 pub struct PeerIndex {
     /// Validated paths to their peer.
-    pub by_path: HashMap<FiveTuple, Entity>,
+    pub by_path: FastMap<FiveTuple, Entity>,
     /// Local ufrag (the first half of an incoming check's USERNAME) to peer.
-    pub by_ufrag: HashMap<String, Entity>,
+    pub by_ufrag: FastMap<String, Entity>,
     /// The caller's id to peer.
-    pub by_id: HashMap<PeerId, Entity>,
+    pub by_id: FastMap<PeerId, Entity>,
     /// Transaction ids of checks we sent, to the peer that sent them.
-    pub by_transaction: HashMap<[u8; 12], Entity>,
+    pub by_transaction: FastMap<[u8; 12], Entity>,
 }

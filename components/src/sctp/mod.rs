@@ -13,7 +13,4 @@ pub mod tx;
 
 pub use num::{Ppid, Ssn, StreamId, Tsn};
 
-/// The hash map of the per-packet paths: foldhash rather than SipHash (a DATA chunk
-/// costs about ten lookups in reassembly), seeded at random per process so a peer
-/// cannot aim collisions at it.
-pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub use crate::hash::FastMap;

@@ -9,11 +9,12 @@
 //! 1. wait on a mio `Poll` for the socket, at most until the shard's
 //!    [`Shard::poll_timeout`] (and at most [`MAX_POLL_WAIT`]); the wait is skipped
 //!    while the socket may still hold datagrams (readiness is edge-triggered);
-//! 2. read up to [`BATCH`] datagrams into one reused batch, received in place into a
-//!    large buffer and split off as `Bytes` (no allocation or copy per datagram), and
-//!    run one tick over them with [`Shard::handle_datagrams`] (which also fires due
+//! 2. read about [`BATCH`] datagrams into one reused batch with batched system calls
+//!    ([`crate::udp`]: `recvmmsg` and GRO, received in place into a large buffer and
+//!    split off as `Bytes`), and run one tick over them with [`Shard::handle_datagrams`] (which also fires due
 //!    timers), or, with nothing read, [`Shard::handle_timeout`] if a deadline passed;
-//! 3. send what the tick produced ([`Shard::poll_transmit`], one `send_to` each);
+//! 3. send what the tick produced ([`Shard::poll_transmit`]; runs of equal-sized
+//!    datagrams to one destination as one GSO `sendmsg`);
 //! 4. hand the events the tick raised ([`Shard::poll_event`]) to the application, with
 //!    the shard itself and the iteration's time; the application reads the events,
 //!    queues messages ([`Shard::sctp_send`]), looks at buffered amounts, and says
@@ -65,7 +66,7 @@ use std::time::{Duration, Instant};
 
 use mio::net::UdpSocket;
 
-use crate::recv::RecvBuffer;
+use crate::udp::UdpIo;
 use mio::{Events, Interest, Poll, Token};
 use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -75,7 +76,8 @@ use shoal_components::time::Time;
 use shoal_systems::dtls::DtlsRole;
 use shoal_systems::{PeerDtls, PeerSpec, Shard, ShardEvent};
 
-/// Datagrams read into one batch, and so into one tick (the driver's default).
+/// Datagrams read into one batch, and so into one tick (the driver's default); a
+/// GRO burst that arrives last is taken whole, so a batch may hold a little more.
 pub const BATCH: usize = 64;
 /// The longest the loop sleeps between two application turns.
 pub const MAX_POLL_WAIT: Duration = Duration::from_millis(100);
@@ -113,7 +115,7 @@ pub enum Control {
 /// every [`MAX_POLL_WAIT`].
 ///
 /// # Errors
-/// Only from setting up or waiting on the socket's `Poll`; datagrams that cannot be
+/// Only from setting up the socket (its `Poll`, its batched I/O) or waiting on it; datagrams that cannot be
 /// received or sent are dropped, as UDP may.
 pub fn run<F>(socket: StdUdpSocket, mut shard: Shard, mut app: F) -> io::Result<Shard>
 where
@@ -130,7 +132,7 @@ where
     };
     let local = shard.local_addr();
     let mut events = Events::with_capacity(8);
-    let mut rx = RecvBuffer::default();
+    let mut udp = UdpIo::new(&socket)?;
     let mut batch: Vec<Datagram> = Vec::with_capacity(BATCH);
     let mut tx: Vec<Datagram> = Vec::new();
     let mut app_events: Vec<ShardEvent> = Vec::new();
@@ -148,22 +150,28 @@ where
             }
         }
         if socket_pending {
-            socket_pending = read_batch(&socket, &mut rx, local, &mut batch);
+            socket_pending = read_batch(&socket, &mut udp, local, &mut batch);
         }
         let now = clock.now();
         if !batch.is_empty() {
+            // A GRO burst can take the batch past what one tick accepts.
+            while batch.len() > shard.max_datagrams_per_tick() {
+                let n = shard.max_datagrams_per_tick();
+                shard.handle_datagrams(now, batch.drain(..n));
+                flush(&mut shard, &socket, &mut udp, &mut tx);
+            }
             shard.handle_datagrams(now, batch.drain(..));
         } else if shard.poll_timeout().is_some_and(|deadline| deadline <= now) {
             shard.handle_timeout(now);
         }
-        flush(&mut shard, &socket, &mut tx);
+        flush(&mut shard, &socket, &mut udp, &mut tx);
         while let Some(event) = shard.poll_event() {
             app_events.push(event);
         }
         shard.advance_clock(now);
         let control = app(&mut shard, now, &mut app_events);
         app_events.clear();
-        flush(&mut shard, &socket, &mut tx);
+        flush(&mut shard, &socket, &mut udp, &mut tx);
         if control == Control::Stop {
             return Ok(shard);
         }
@@ -182,29 +190,24 @@ impl Clock {
     }
 }
 
-/// Fills `batch` with up to [`BATCH`] datagrams; true if the socket may hold more
+/// Fills `batch` with about [`BATCH`] datagrams; true if the socket may hold more
 /// (the batch filled up before it reported WouldBlock).
 fn read_batch(
     socket: &UdpSocket,
-    rx: &mut RecvBuffer,
+    udp: &mut UdpIo,
     local: SocketAddr,
     batch: &mut Vec<Datagram>,
 ) -> bool {
+    // Bounded, so that a socket failing every call cannot hold the loop.
     for _ in 0..BATCH {
-        match rx.recv_from(socket) {
-            Ok((payload, mut remote)) => {
-                // A dual-stack socket reports IPv4 peers as ::ffff:a.b.c.d; the shard
-                // sees their IPv4 form, as the driver does.
-                remote.set_ip(remote.ip().to_canonical());
-                batch.push(Datagram {
-                    local,
-                    remote,
-                    payload,
-                });
-            }
+        if batch.len() >= BATCH {
+            return true;
+        }
+        match udp.recv(socket, local, batch) {
+            Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             // Interrupted, or an error queued on the socket (consumed by this call):
-            // try the next datagram.
+            // try again.
             Err(_) => {}
         }
     }
@@ -212,11 +215,9 @@ fn read_batch(
 }
 
 /// Sends every datagram the shard has ready; UDP may drop, so failures are dropped.
-fn flush(shard: &mut Shard, socket: &UdpSocket, tx: &mut Vec<Datagram>) {
+fn flush(shard: &mut Shard, socket: &UdpSocket, udp: &mut UdpIo, tx: &mut Vec<Datagram>) {
     shard.poll_transmit(tx);
-    for d in tx.drain(..) {
-        let _ = socket.send_to(&d.payload, d.remote);
-    }
+    udp.send(socket, tx);
 }
 
 /// The signalling of one connection between two endpoints, as an offer and answer

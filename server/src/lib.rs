@@ -5,5 +5,5 @@
 pub mod config;
 pub mod driver;
 pub mod endpoint;
-mod recv;
 pub mod sim;
+pub mod udp;

@@ -283,6 +283,11 @@ impl Shard {
         self.config.local_addr
     }
 
+    /// The most datagrams one tick takes ([`ShardConfig::max_datagrams_per_tick`]).
+    pub fn max_datagrams_per_tick(&self) -> usize {
+        self.config.max_datagrams_per_tick
+    }
+
     /// Feeds a batch of datagrams that arrived by `now` and runs one tick over them.
     /// Past `max_datagrams_per_tick` datagrams are dropped and counted.
     pub fn handle_datagrams(&mut self, now: Time, datagrams: impl IntoIterator<Item = Datagram>) {
@@ -518,7 +523,9 @@ impl Shard {
             .ok_or(SctpSendError::NotEstablished)?;
         let now = self.world.resource::<Now>().0;
         let mut e = self.world.entity_mut(entity);
-        let mut a = e.get_mut::<Sctp>().ok_or(SctpSendError::NotEstablished)?;
+        let Ok((mut a, timers)) = e.get_components_mut::<(&mut Sctp, &Timers)>() else {
+            return Err(SctpSendError::NotEstablished);
+        };
         if a.state != AssocState::Established {
             return Err(SctpSendError::NotEstablished);
         }
@@ -532,7 +539,11 @@ impl Shard {
         tx.queue
             .send(now, StreamId(stream), msg)
             .map_err(SctpSendError::Queue)?;
-        self.wake_sctp(entity, now);
+        // A burst of sends between two ticks arms the send timer once.
+        let due = timers.get(TimerKind::SctpSend).is_some_and(|at| at <= now);
+        if !due {
+            self.wake_sctp(entity, now);
+        }
         Ok(())
     }
 

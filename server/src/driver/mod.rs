@@ -9,9 +9,10 @@
 //! message: a [`ShardCommand`] over a crossbeam channel, followed by a wake-up.
 //!
 //! The loop of a shard thread (see `shard_loop`): wait for the socket, a command or
-//! the shard's next deadline; read up to `max_datagrams_per_tick` datagrams into one
-//! batch and run one tick over it; fire due timers; apply commands; send what the
-//! shard produced and log its events.
+//! the shard's next deadline; read about `max_datagrams_per_tick` datagrams into one
+//! batch with batched system calls ([`crate::udp`]: `recvmmsg` and GRO) and run one
+//! tick over it; fire due timers; apply commands; send what the shard produced (GSO
+//! runs) and log its events.
 //!
 //! [`Shard`]: shoal_systems::Shard
 
@@ -63,6 +64,11 @@ pub struct DriverStats {
     pub send_errors: u64,
     /// Receive calls that failed with something other than "would block".
     pub recv_errors: u64,
+    /// Receive system calls that returned datagrams (each `recvmmsg` can return
+    /// several buffers, each GRO buffer several datagrams).
+    pub recv_calls: u64,
+    /// Send system calls made (a GSO send carries several datagrams).
+    pub send_calls: u64,
     /// Ticks run over a batch of datagrams.
     pub batches: u64,
 }
@@ -376,7 +382,8 @@ fn spawn_shard(
         inbox,
         epoch,
         config.max_datagrams_per_tick,
-    );
+    )
+    .map_err(io_err("batched socket I/O"))?;
     let thread = std::thread::Builder::new()
         .name(format!("shoal-shard-{index}"))
         .spawn(move || shard_loop.run())

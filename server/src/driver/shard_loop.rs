@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, TryRecvError};
 use mio::net::UdpSocket;
 
-use crate::recv::RecvBuffer;
+use crate::udp::UdpIo;
 use mio::{Events, Poll, Token};
 use shoal_components::net::Datagram;
 use shoal_components::time::Time;
@@ -39,7 +39,7 @@ pub(super) struct ShardLoop {
     epoch: Instant,
     batch_limit: usize,
     local_addr: SocketAddr,
-    rx: RecvBuffer,
+    udp: UdpIo,
     batch: Vec<Datagram>,
     tx: Vec<Datagram>,
     stats: DriverStats,
@@ -56,6 +56,9 @@ enum Flow {
 
 impl ShardLoop {
     /// A loop over `shard`, whose socket is registered with `poll` under [`SOCKET`].
+    ///
+    /// # Errors
+    /// If the socket cannot be set up for batched I/O.
     pub(super) fn new(
         index: usize,
         shard: Shard,
@@ -64,9 +67,10 @@ impl ShardLoop {
         commands: Receiver<ShardCommand>,
         epoch: Instant,
         batch_limit: usize,
-    ) -> ShardLoop {
+    ) -> io::Result<ShardLoop> {
         let local_addr = shard.local_addr();
-        ShardLoop {
+        let udp = UdpIo::new(&socket)?;
+        Ok(ShardLoop {
             index,
             shard,
             poll,
@@ -75,11 +79,11 @@ impl ShardLoop {
             epoch,
             batch_limit,
             local_addr,
-            rx: RecvBuffer::default(),
+            udp,
             batch: Vec::with_capacity(batch_limit),
             tx: Vec::new(),
             stats: DriverStats::default(),
-        }
+        })
     }
 
     /// Runs until a [`ShardCommand::Shutdown`] (or until every sender is gone) and
@@ -138,10 +142,12 @@ impl ShardLoop {
     fn read_socket(&mut self) -> bool {
         for _ in 0..MAX_BATCHES_PER_WAKE {
             let drained = self.read_batch();
-            if !self.batch.is_empty() {
+            // A GRO burst can take the batch past what one tick accepts.
+            while !self.batch.is_empty() {
                 let now = self.now();
+                let n = self.batch.len().min(self.batch_limit);
                 self.stats.batches += 1;
-                self.shard.handle_datagrams(now, self.batch.drain(..));
+                self.shard.handle_datagrams(now, self.batch.drain(..n));
                 self.flush();
             }
             if drained {
@@ -151,22 +157,21 @@ impl ShardLoop {
         true
     }
 
-    /// Fills the batch with up to `batch_limit` datagrams; true once the socket
-    /// reported WouldBlock.
+    /// Fills the batch with about `batch_limit` datagrams (a GRO burst is taken
+    /// whole); true once the socket reported WouldBlock.
     fn read_batch(&mut self) -> bool {
+        // Bounded in calls too, so that a socket failing every call cannot hold the loop.
         for _ in 0..self.batch_limit {
-            match self.rx.recv_from(&self.socket) {
-                Ok((payload, mut remote)) => {
-                    self.stats.datagrams_received += 1;
-                    // A dual-stack socket reports IPv4 peers as ::ffff:a.b.c.d; the
-                    // shard sees (and XOR-MAPPED-ADDRESS reports) their IPv4 form.
-                    remote.set_ip(remote.ip().to_canonical());
-                    let local = self.local_addr;
-                    self.batch.push(Datagram {
-                        local,
-                        remote,
-                        payload,
-                    });
+            if self.batch.len() >= self.batch_limit {
+                return false;
+            }
+            match self
+                .udp
+                .recv(&self.socket, self.local_addr, &mut self.batch)
+            {
+                Ok(n) => {
+                    self.stats.datagrams_received += n as u64;
+                    self.stats.recv_calls += 1;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -219,15 +224,13 @@ impl ShardLoop {
     /// Sends what the shard produced and logs its events.
     fn flush(&mut self) {
         self.shard.poll_transmit(&mut self.tx);
-        for d in self.tx.drain(..) {
-            match self.socket.send_to(&d.payload, d.remote) {
-                Ok(_) => self.stats.datagrams_sent += 1,
-                // UDP may drop; a full send buffer is congestion, not a failure.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.stats.send_would_block += 1;
-                }
-                Err(_) => self.stats.send_errors += 1,
-            }
+        if !self.tx.is_empty() {
+            let sent = self.udp.send(&self.socket, &mut self.tx);
+            self.stats.datagrams_sent += sent.sent;
+            self.stats.send_calls += sent.calls;
+            // UDP may drop; a full send buffer is congestion, not a failure.
+            self.stats.send_would_block += sent.would_block;
+            self.stats.send_errors += sent.errors;
         }
         while let Some(event) = self.shard.poll_event() {
             eprintln!("shoal: shard {} {event:?}", self.index);

@@ -1,0 +1,395 @@
+//! Batched UDP I/O for the driver and the endpoint runner: many datagrams per system
+//! call in both directions.
+//!
+//! One datagram per `recvfrom`/`sendto` made the kernel most of shoal's CPU on a busy
+//! path (bench/README.md: about 60 % at 1 KiB messages). This module uses, through
+//! `quinn-udp` (the system calls and control messages are its `unsafe`, not ours):
+//!
+//! - **receive**: `recvmmsg` into up to [`RECV_SLOTS`] buffers per call, with UDP GRO
+//!   on where the kernel has it (Linux ≥ 5.0), so that a burst from one sender can
+//!   arrive as one buffer of equal-sized datagrams, split here at the reported stride;
+//! - **send**: UDP GSO (Linux ≥ 4.18): a run of datagrams to one destination, all the
+//!   same size but the last, goes out as one `sendmsg` that the kernel (or the NIC)
+//!   segments. Elsewhere each datagram is sent alone.
+//!
+//! Received payloads stay zero-copy where that is cheap: the first buffer of every
+//! call lies inside the current receive chunk, a large buffer that many datagrams are
+//! split off as `Bytes` before it is replaced, so a GRO burst or a lone datagram is split off as `Bytes` without a copy. The other
+//! buffers are a fixed scratch area (each must hold a whole GRO burst, 64 KiB, or the
+//! kernel truncates it), copied into the chunk after the call: a copy of what arrived,
+//! never of the empty room around it. A chunk is reused once every datagram split from
+//! it is dropped; a consumer that keeps a payload for long (a packet cache) pins its
+//! chunk and should copy what it keeps.
+
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+
+use bytes::{Bytes, BytesMut};
+use mio::net::UdpSocket;
+use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use shoal_components::net::Datagram;
+
+/// Buffers offered to one `recvmmsg`.
+pub const RECV_SLOTS: usize = 8;
+/// One receive buffer: the largest UDP payload, or a whole GRO burst (the kernel
+/// coalesces at most 64 KiB).
+const SLOT_LEN: usize = 1 << 16;
+/// One receive chunk, of which many datagrams are split before it is replaced.
+const RECV_CHUNK_LEN: usize = 1 << 20;
+/// The largest UDP payload over IPv4 (65 535 − 20 − 8), and so the most one GSO
+/// `sendmsg` may carry.
+const MAX_GSO_BYTES: usize = 65_507;
+/// Socket buffer sizes asked for, best effort (the kernel caps them at
+/// `net.core.rmem_max` / `wmem_max`): a GSO sender delivers 64 KiB at a time, and the
+/// default ~208 KiB queue holds only three such bursts.
+const SOCKET_BUFFER_BYTES: usize = 4 << 20;
+
+/// What [`UdpIo::send`] did with a flush's datagrams.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendOutcome {
+    /// Datagrams handed to the kernel.
+    pub sent: u64,
+    /// Datagrams dropped because the socket's send buffer was full (congestion).
+    pub would_block: u64,
+    /// Datagrams dropped on any other error.
+    pub errors: u64,
+    /// System calls made.
+    pub calls: u64,
+}
+
+/// The batched I/O state of one socket: its offload capabilities, the receive chunk
+/// and scratch buffers, and the send-side concatenation buffer. One per socket, owned
+/// by the thread that drives it.
+pub struct UdpIo {
+    state: UdpSocketState,
+    chunk: BytesMut,
+    scratch: Vec<u8>,
+    meta: [RecvMeta; RECV_SLOTS],
+    gso: Vec<u8>,
+}
+
+impl UdpIo {
+    /// Sets `socket` up for batched I/O (GRO on where supported, larger socket
+    /// buffers where allowed) and returns its state.
+    ///
+    /// # Errors
+    /// If the socket's options cannot be read or set as `quinn-udp` requires.
+    pub fn new(socket: &UdpSocket) -> io::Result<UdpIo> {
+        let state = UdpSocketState::new(socket.into())?;
+        // Best effort: a smaller buffer only means drops under bursts, which the
+        // protocols above recover from.
+        let _ = state.set_recv_buffer_size(socket.into(), SOCKET_BUFFER_BYTES);
+        let _ = state.set_send_buffer_size(socket.into(), SOCKET_BUFFER_BYTES);
+        Ok(UdpIo {
+            state,
+            chunk: BytesMut::new(),
+            // Zeroed pages are mapped lazily: only what the kernel writes is resident.
+            scratch: vec![0; (RECV_SLOTS - 1) * SLOT_LEN],
+            meta: [RecvMeta::default(); RECV_SLOTS],
+            gso: Vec::new(),
+        })
+    }
+
+    /// Datagrams the kernel may take in one `sendmsg` (1 without GSO).
+    pub fn max_gso_segments(&self) -> usize {
+        self.state.max_gso_segments()
+    }
+
+    /// Whether the kernel may coalesce received datagrams (GRO is on).
+    pub fn gro(&self) -> bool {
+        self.state.gro_segments() > 1
+    }
+
+    /// One `recvmmsg`: appends what arrived to `out` as datagrams to `local`, one per
+    /// UDP datagram (GRO bursts split at their stride), and returns how many.
+    ///
+    /// # Errors
+    /// `WouldBlock` when nothing was waiting; any other receive error (the socket's
+    /// queued ICMP error, say, which the call consumes).
+    pub fn recv(
+        &mut self,
+        socket: &UdpSocket,
+        local: SocketAddr,
+        out: &mut Vec<Datagram>,
+    ) -> io::Result<usize> {
+        if self.chunk.len() < SLOT_LEN {
+            refill(&mut self.chunk);
+        }
+        let count = {
+            let mut slots = self.scratch.chunks_exact_mut(SLOT_LEN);
+            let mut bufs: [IoSliceMut<'_>; RECV_SLOTS] =
+                std::array::from_fn(|_| IoSliceMut::new(&mut []));
+            bufs[0] = IoSliceMut::new(&mut self.chunk[..SLOT_LEN]);
+            for buf in bufs.iter_mut().skip(1) {
+                if let Some(slot) = slots.next() {
+                    *buf = IoSliceMut::new(slot);
+                }
+            }
+            self.state.recv(socket.into(), &mut bufs, &mut self.meta)?
+        };
+        let before = out.len();
+        for (i, meta) in self.meta.iter().take(count).enumerate() {
+            let len = meta.len.min(SLOT_LEN);
+            let payload = if i == 0 {
+                self.chunk.split_to(len).freeze()
+            } else {
+                if self.chunk.len() < len {
+                    refill(&mut self.chunk);
+                }
+                let start = (i - 1) * SLOT_LEN;
+                self.chunk[..len].copy_from_slice(&self.scratch[start..start + len]);
+                self.chunk.split_to(len).freeze()
+            };
+            let mut remote = meta.addr;
+            // A dual-stack socket reports IPv4 peers as ::ffff:a.b.c.d; the shard sees
+            // (and XOR-MAPPED-ADDRESS reports) their IPv4 form.
+            remote.set_ip(remote.ip().to_canonical());
+            split_stride(payload, meta.stride, |payload| {
+                out.push(Datagram {
+                    local,
+                    remote,
+                    payload,
+                });
+            });
+        }
+        Ok(out.len() - before)
+    }
+
+    /// Sends and drains `tx`: each run of datagrams to one destination whose sizes
+    /// are equal but for a shorter last one goes out as one GSO `sendmsg`; the rest
+    /// one call each. UDP may drop, so nothing is retried.
+    pub fn send(&mut self, socket: &UdpSocket, tx: &mut Vec<Datagram>) -> SendOutcome {
+        let mut outcome = SendOutcome::default();
+        let max_segments = self.state.max_gso_segments().max(1);
+        let mut i = 0;
+        while i < tx.len() {
+            let run = gso_run(&tx[i..], max_segments);
+            let first = &tx[i];
+            let size = first.payload.len();
+            let result = if run == 1 {
+                self.transmit(socket, first.remote, &first.payload, None)
+            } else {
+                self.gso.clear();
+                for d in &tx[i..i + run] {
+                    self.gso.extend_from_slice(&d.payload);
+                }
+                let contents = std::mem::take(&mut self.gso);
+                let result = self.transmit(socket, first.remote, &contents, Some(size));
+                self.gso = contents;
+                result
+            };
+            outcome.calls += 1;
+            let n = run as u64;
+            match result {
+                Ok(()) => outcome.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => outcome.would_block += n,
+                Err(_) => outcome.errors += n,
+            }
+            i += run;
+        }
+        tx.clear();
+        outcome
+    }
+
+    fn transmit(
+        &self,
+        socket: &UdpSocket,
+        destination: SocketAddr,
+        contents: &[u8],
+        segment_size: Option<usize>,
+    ) -> io::Result<()> {
+        let transmit = Transmit {
+            destination,
+            ecn: None,
+            contents,
+            segment_size,
+            src_ip: None,
+        };
+        self.state.try_send(socket.into(), &transmit)
+    }
+}
+
+/// Replaces the receive chunk: `reserve` takes the old allocation back when every
+/// datagram split from it is gone, else allocates; `resize` initialises it, as a
+/// receive buffer must be.
+fn refill(chunk: &mut BytesMut) {
+    chunk.clear();
+    chunk.reserve(RECV_CHUNK_LEN);
+    chunk.resize(RECV_CHUNK_LEN, 0);
+}
+
+/// Calls `each` with every datagram of a received buffer: the whole of it, or, for a
+/// GRO burst (`stride` shorter than the buffer), consecutive `stride`-byte pieces, the
+/// last possibly shorter.
+fn split_stride(mut payload: Bytes, stride: usize, mut each: impl FnMut(Bytes)) {
+    if stride == 0 || stride >= payload.len() {
+        each(payload);
+        return;
+    }
+    while payload.len() > stride {
+        each(payload.split_to(stride));
+    }
+    each(payload);
+}
+
+/// How many datagrams from the start of `tx` one GSO send may carry: same
+/// destination, the same size as the first (a shorter one ends the run), at most
+/// `max_segments` and [`MAX_GSO_BYTES`] in all. Empty datagrams go alone.
+fn gso_run(tx: &[Datagram], max_segments: usize) -> usize {
+    let Some(first) = tx.first() else {
+        return 0;
+    };
+    let size = first.payload.len();
+    if size == 0 || max_segments <= 1 {
+        return 1;
+    }
+    let mut run = 1;
+    let mut total = size;
+    for d in &tx[1..] {
+        let len = d.payload.len();
+        if run == max_segments
+            || d.remote != first.remote
+            || len == 0
+            || len > size
+            || total + len > MAX_GSO_BYTES
+        {
+            break;
+        }
+        run += 1;
+        total += len;
+        if len < size {
+            break;
+        }
+    }
+    run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket as StdUdpSocket;
+    use std::time::{Duration, Instant};
+
+    fn datagram(remote: SocketAddr, len: usize, fill: u8) -> Datagram {
+        Datagram {
+            local: "127.0.0.1:1".parse().unwrap(),
+            remote,
+            payload: Bytes::from(vec![fill; len]),
+        }
+    }
+
+    #[test]
+    fn gso_runs_follow_the_kernel_rules() {
+        let a: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:5001".parse().unwrap();
+        let tx = vec![
+            datagram(a, 1000, 0),
+            datagram(a, 1000, 1),
+            datagram(a, 900, 2), // shorter: ends the run, included
+            datagram(a, 1000, 3),
+            datagram(b, 1000, 4), // other destination
+            datagram(b, 1200, 5), // longer than the first of its run
+            datagram(b, 0, 6),
+        ];
+        assert_eq!(gso_run(&tx, 64), 3);
+        assert_eq!(gso_run(&tx[3..], 64), 1);
+        assert_eq!(gso_run(&tx[4..], 64), 1);
+        assert_eq!(gso_run(&tx[5..], 64), 1);
+        assert_eq!(gso_run(&tx[6..], 64), 1);
+        assert_eq!(gso_run(&tx, 1), 1);
+        assert_eq!(gso_run(&tx, 2), 2);
+        let big: Vec<Datagram> = (0..100).map(|i| datagram(a, 1200, i)).collect();
+        // 54 × 1200 = 64 800 fits in 65 507; 55 would not.
+        assert_eq!(gso_run(&big, 64), 54);
+        assert_eq!(gso_run(&[], 64), 0);
+    }
+
+    #[test]
+    fn stride_splits_bursts() {
+        let mut seen = Vec::new();
+        split_stride(Bytes::from(vec![7u8; 2500]), 1000, |b| seen.push(b.len()));
+        assert_eq!(seen, vec![1000, 1000, 500]);
+        seen.clear();
+        split_stride(Bytes::from(vec![7u8; 2000]), 1000, |b| seen.push(b.len()));
+        assert_eq!(seen, vec![1000, 1000]);
+        seen.clear();
+        split_stride(Bytes::from(vec![7u8; 300]), 0, |b| seen.push(b.len()));
+        assert_eq!(seen, vec![300]);
+        seen.clear();
+        split_stride(Bytes::new(), 1000, |b| seen.push(b.len()));
+        assert_eq!(seen, vec![0]);
+    }
+
+    /// Every datagram sent in mixed runs (GSO bursts, odd sizes, empty ones) arrives
+    /// once, intact and in order, over a real loopback socket pair.
+    #[test]
+    fn batched_io_delivers_every_datagram_intact() {
+        let a = StdUdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = StdUdpSocket::bind("127.0.0.1:0").unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.set_nonblocking(true).unwrap();
+        let (a_addr, b_addr) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+        let a = UdpSocket::from_std(a);
+        let b = UdpSocket::from_std(b);
+        let mut a_io = UdpIo::new(&a).unwrap();
+        let mut b_io = UdpIo::new(&b).unwrap();
+        // Sizes: runs of equal sizes with a short tail, singles, empties.
+        let mut sizes = Vec::new();
+        for round in 0..20usize {
+            sizes.extend(std::iter::repeat_n(1100, 30 + round));
+            sizes.push(333);
+            sizes.push(0);
+            sizes.push(1 + round * 50);
+        }
+        let mut tx: Vec<Datagram> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                let mut payload = vec![0u8; len];
+                for (k, byte) in payload.iter_mut().enumerate() {
+                    *byte = (i * 31 + k) as u8;
+                }
+                Datagram {
+                    local: a_addr,
+                    remote: b_addr,
+                    payload: Bytes::from(payload),
+                }
+            })
+            .collect();
+        let expected: Vec<Bytes> = tx.iter().map(|d| d.payload.clone()).collect();
+        // Send in slices small enough for the default socket buffers.
+        let mut outcome = SendOutcome::default();
+        let mut received = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !tx.is_empty() || received.len() < expected.len() {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {} arrived",
+                received.len(),
+                expected.len()
+            );
+            let mut part: Vec<Datagram> = tx.drain(..tx.len().min(100)).collect();
+            let o = a_io.send(&a, &mut part);
+            outcome.sent += o.sent;
+            outcome.calls += o.calls;
+            assert_eq!(o.would_block + o.errors, 0);
+            loop {
+                match b_io.recv(&b, b_addr, &mut received) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        assert_eq!(outcome.sent, expected.len() as u64);
+        if a_io.max_gso_segments() > 1 {
+            assert!(outcome.calls < outcome.sent / 4, "{outcome:?}");
+        }
+        assert_eq!(received.len(), expected.len());
+        for (got, want) in received.iter().zip(&expected) {
+            assert_eq!(got.remote, a_addr);
+            assert_eq!(got.local, b_addr);
+            assert_eq!(got.payload, *want);
+        }
+    }
+}

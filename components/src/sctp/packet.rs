@@ -188,6 +188,16 @@ impl<'a> PacketWriter<'a> {
     }
 
     /// Fills in the CRC32c checksum (RFC 9260 §6.8, least significant byte first per
+    /// Appendix A) and leaves the packet where it was written, at the end of `buf`
+    /// (for a buffer that is sealed and sent as it stands, like a DTLS record's).
+    pub fn finish_in_place(self) {
+        debug_assert!(self.chunks > 0, "an SCTP packet carries at least one chunk");
+        let crc = checksum(&self.buf[self.start..]);
+        let at = self.start + CHECKSUM_AT;
+        self.buf[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Fills in the CRC32c checksum (RFC 9260 §6.8, least significant byte first per
     /// Appendix A) and splits the packet off `buf`. When the packet started at the
     /// beginning of `buf`, `buf` keeps its spare capacity for the next packet.
     pub fn finish(self) -> Bytes {

@@ -245,6 +245,35 @@ impl DtlsConn {
         }
     }
 
+    /// One application_data record whose plaintext `fill` writes straight into the
+    /// outgoing buffer, sealed in place (see [`Sender::write_application_with`]):
+    /// at most `max_plain` bytes, capped at [`DtlsConn::max_application_plaintext`].
+    /// Returns whether `fill` wrote a record.
+    pub fn send_application_with(
+        &mut self,
+        max_plain: usize,
+        fill: impl FnOnce(&mut BytesMut) -> bool,
+    ) -> Result<bool, DtlsError> {
+        match self.state {
+            State::Connected => self.send.write_application_with(max_plain, fill),
+            State::Handshaking => Err(DtlsError::NotConnected),
+            State::Closed | State::Failed => Err(DtlsError::Closed),
+        }
+    }
+
+    /// The most plaintext one application_data record carries in one datagram.
+    pub fn max_application_plaintext(&self) -> usize {
+        self.send.max_application_plaintext()
+    }
+
+    /// The next finished datagram, leaving the one still being filled open (records
+    /// written next may join it); [`DtlsConn::poll_transmit`] finishes that one too.
+    pub fn poll_transmit_finished(&mut self) -> Option<Bytes> {
+        let d = self.send.pop_finished();
+        self.stats.datagrams_sent = self.send.datagrams_sent;
+        d
+    }
+
     /// Sends close_notify (RFC 5246 §7.2.1) and closes; queues `Closed { alert: None }`.
     pub fn close(&mut self) {
         if !self.is_open() {

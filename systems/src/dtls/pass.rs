@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
+use bytes::Bytes;
 use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::{Ice, IceControlling, IceCredentials, IceState, Peer, PeerIndex};
 use shoal_components::stats::ShardStats;
@@ -240,12 +241,18 @@ fn drive(
 /// is nowhere to send it.
 pub(crate) fn flush(conn: &mut DtlsConn, path: Option<FiveTuple>, out: &mut Outbox) {
     while let Some(payload) = conn.poll_transmit() {
-        if let Some(p) = path {
-            out.0.push(Datagram {
-                local: p.local,
-                remote: p.remote,
-                payload,
-            });
-        }
+        push_datagram(out, path, payload);
+    }
+}
+
+/// Queues one datagram a connection sealed on `path`; without a path there is
+/// nowhere to send it.
+pub(crate) fn push_datagram(out: &mut Outbox, path: Option<FiveTuple>, payload: Bytes) {
+    if let Some(p) = path {
+        out.0.push(Datagram {
+            local: p.local,
+            remote: p.remote,
+            payload,
+        });
     }
 }

@@ -17,8 +17,11 @@ use super::crypto::{EXPLICIT_NONCE_LEN, RECORD_OVERHEAD, RecordCipher};
 /// with [`DtlsError::SendBufferFull`] until the caller drains `poll_transmit`.
 pub const MAX_QUEUED_BYTES: usize = 256 * 1024;
 /// The send buffer grows by at least this much at a time: sealed datagrams are split off
-/// it as `Bytes`, and the allocation is reclaimed once they are all dropped.
-const TX_CHUNK: usize = 16 * 1024;
+/// it as `Bytes`, and the allocation is reclaimed once they are all dropped. About one
+/// GSO send's worth, so that a busy tick allocates once per ~50 datagrams and, as the
+/// finished datagrams leave the front as they are written
+/// ([`Sender::pop_finished`]), a new chunk never copies more than the open datagram.
+const TX_CHUNK: usize = 64 * 1024;
 /// A handshake fragment smaller than this is not worth starting in the remaining room
 /// of a datagram: the next datagram takes it.
 const MIN_FRAGMENT: usize = 64;
@@ -95,6 +98,22 @@ impl Sender {
         let len = self.ready.pop_front()?;
         self.datagrams_sent += 1;
         Some(self.buf.split_to(len).freeze())
+    }
+
+    /// The next datagram that is already finished; the one being filled stays open,
+    /// so that records written next can still join it.
+    pub fn pop_finished(&mut self) -> Option<Bytes> {
+        let len = self.ready.pop_front()?;
+        self.datagrams_sent += 1;
+        Some(self.buf.split_to(len).freeze())
+    }
+
+    /// The most plaintext one application_data record may carry and still fit in a
+    /// datagram alone.
+    pub fn max_application_plaintext(&self) -> usize {
+        self.mtu
+            .saturating_sub(RECORD_HEADER_LEN + RECORD_OVERHEAD)
+            .clamp(1, MAX_PLAINTEXT_LEN)
     }
 
     /// Ends the datagram being filled.
@@ -249,16 +268,75 @@ impl Sender {
         Ok(())
     }
 
+    /// One application_data record in epoch 1 whose plaintext `fill` appends to the
+    /// outgoing buffer itself, then sealed in place: a caller that builds its packet
+    /// there (SCTP does) needs no buffer of its own and no copy. `fill` may write at
+    /// most `max_plain` bytes (at most [`Sender::max_application_plaintext`]); returning
+    /// false, it writes nothing and no record is made. The record joins the open
+    /// datagram if it fits there, else starts the next one. Returns whether a record
+    /// was written.
+    pub fn write_application_with(
+        &mut self,
+        max_plain: usize,
+        fill: impl FnOnce(&mut BytesMut) -> bool,
+    ) -> Result<bool, DtlsError> {
+        let max_plain = max_plain.min(self.max_application_plaintext());
+        if self.buf.len() + max_plain > MAX_QUEUED_BYTES {
+            return Err(DtlsError::SendBufferFull);
+        }
+        let Some(cipher) = self.cipher.as_ref() else {
+            return Err(DtlsError::Internal("no write key for epoch 1"));
+        };
+        let seq = self.next_seq[1];
+        if seq >= MAX_SEQUENCE {
+            return Err(DtlsError::Internal("record sequence number exhausted"));
+        }
+        let start = self.buf.len();
+        let need = RECORD_HEADER_LEN + RECORD_OVERHEAD + max_plain;
+        if self.buf.capacity() - start < need {
+            self.buf.reserve(need.max(TX_CHUNK));
+        }
+        RecordHeader {
+            content_type: ContentType::ApplicationData,
+            version: DTLS_1_2,
+            epoch: 1,
+            sequence_number: seq,
+            // Set by `seal_record` from what `fill` wrote.
+            length: 0,
+        }
+        .write(&mut self.buf);
+        self.buf.put_bytes(0, EXPLICIT_NONCE_LEN);
+        let body = self.buf.len();
+        if !fill(&mut self.buf) {
+            self.buf.truncate(start);
+            return Ok(false);
+        }
+        if self.buf.len() - body > max_plain {
+            self.buf.truncate(start);
+            return Err(DtlsError::Internal("record longer than announced"));
+        }
+        if let Err(e) = cipher.seal_record(&mut self.buf, start) {
+            self.buf.truncate(start);
+            return Err(e.into());
+        }
+        self.next_seq[1] = seq + 1;
+        let len = self.buf.len() - start;
+        if self.open_len > 0 && self.open_len + len > self.mtu {
+            // The record is already in place right after the open datagram: ending
+            // that datagram before it is only bookkeeping.
+            self.close_datagram();
+        }
+        self.open_len += len;
+        Ok(true)
+    }
+
     /// Application data in epoch 1, in records of at most what one datagram holds;
     /// several small records share a datagram.
     pub fn write_application_data(&mut self, data: &[u8]) -> Result<(), DtlsError> {
         if self.buf.len() + data.len() > MAX_QUEUED_BYTES {
             return Err(DtlsError::SendBufferFull);
         }
-        let max_plain = self
-            .mtu
-            .saturating_sub(RECORD_HEADER_LEN + RECORD_OVERHEAD)
-            .clamp(1, MAX_PLAINTEXT_LEN);
+        let max_plain = self.max_application_plaintext();
         let mut chunks = data.chunks(max_plain);
         // An empty write still sends one (empty) record.
         let first = chunks.next().unwrap_or(&[]);

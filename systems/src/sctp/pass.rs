@@ -9,13 +9,14 @@
 
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use rand_core::RngCore;
+use shoal_components::net::FiveTuple;
 use shoal_components::peer::{Ice, Peer};
 use shoal_components::sctp::chunk::{
     DATA_HEADER_LEN, DataHeader, ForwardTsn, GapAckBlock, Sack, SkippedStream, WriteChunk,
 };
-use shoal_components::sctp::packet::PacketWriter;
+use shoal_components::sctp::packet::{COMMON_HEADER_LEN, PacketWriter};
 use shoal_components::sctp::rx::{AckUrgency, GapAckBlock as RxGap};
 use shoal_components::sctp::{Ssn, StreamId, Tsn};
 use shoal_components::stats::ShardStats;
@@ -29,7 +30,8 @@ use super::assoc::{
     handle_packet, maybe_request_reset, resend_reset, sack_delay,
 };
 use super::cookie::CookieKey;
-use crate::dtls::pass::{DtlsSession, flush};
+use crate::dtls::DtlsConn;
+use crate::dtls::pass::{DtlsSession, flush, push_datagram};
 use crate::shard::ShardRng;
 
 /// Packets one association may send per tick at most.
@@ -50,11 +52,16 @@ pub struct SctpScratch {
     rx_gaps: Vec<RxGap>,
     gaps: Vec<GapAckBlock>,
     dups: Vec<Tsn>,
+    fill: FillScratch,
+    buf: BytesMut,
+    low: Vec<StreamId>,
+}
+
+/// Scratch for filling one packet.
+#[derive(Default)]
+pub struct FillScratch {
     fwd: Vec<(StreamId, Ssn)>,
     skipped: Vec<SkippedStream>,
-    buf: BytesMut,
-    packets: Vec<Bytes>,
-    low: Vec<StreamId>,
 }
 
 /// What the sctp pass touches besides the associations.
@@ -331,16 +338,30 @@ pub fn sctp_tx(
         };
         let a = &mut *a;
         let scratch = &mut *ctx.scratch;
-        scratch.packets.clear();
-        scratch.packets.append(&mut a.solo);
-        build_packets(a, now, mtu, scratch, &mut ctx.stats);
+        let path = ice.selected.or(session.reply_path);
+        // Packets are written straight into the DTLS connection's outgoing buffer and
+        // sealed there; with no connection (it closed) they are built and dropped, as
+        // a lost packet would be, so that the association's state moves on alike.
+        let mut sink = match session.conn.as_deref_mut() {
+            Some(conn) => Sink::Dtls {
+                conn,
+                path,
+                out: &mut ctx.out,
+            },
+            None => Sink::Discard(&mut scratch.buf),
+        };
+        for p in a.solo.drain(..) {
+            sink.solo(&p, &mut ctx.stats);
+        }
+        build_packets(a, now, mtu, &mut scratch.fill, &mut sink, &mut ctx.stats);
         // Streams to reset whose queued data has just gone: ask now (RFC 6525 §5.1.2).
         if maybe_request_reset(a) {
             let rto = a.tx.as_ref().map_or(rto_initial(), |tx| tx.rto.rto());
             ctx.heap
                 .arm(&mut timers, entity, TimerKind::SctpReconfig, now + rto);
-            build_packets(a, now, mtu, scratch, &mut ctx.stats);
+            build_packets(a, now, mtu, &mut scratch.fill, &mut sink, &mut ctx.stats);
         }
+        sink.flush();
         if a.tx
             .as_ref()
             .is_some_and(|tx| tx.outstanding.has_outstanding_data())
@@ -363,18 +384,65 @@ pub fn sctp_tx(
                 });
             }
         }
-        let path = ice.selected.or(session.reply_path);
-        let Some(conn) = session.conn.as_deref_mut() else {
-            continue;
-        };
-        for p in scratch.packets.drain(..) {
-            if conn.send_application_data(&p).is_err() {
-                ctx.stats.sctp_packets_unsent += 1;
-                continue;
+    }
+}
+
+/// Where sctp_tx writes packets.
+enum Sink<'a> {
+    /// Into the peer's DTLS connection, each packet one record sealed in place;
+    /// finished datagrams move to the outbox as they fill, so the connection's buffer
+    /// holds at most the open one.
+    Dtls {
+        conn: &'a mut DtlsConn,
+        path: Option<FiveTuple>,
+        out: &'a mut Outbox,
+    },
+    /// Nowhere: a scratch buffer, cleared after each packet.
+    Discard(&'a mut BytesMut),
+}
+
+impl Sink<'_> {
+    /// Writes one packet, which `write` appends to the buffer it is given (at most
+    /// `mtu` bytes) or, returning false, leaves unwritten. `Err` when the connection
+    /// refused the record: its buffer is full or it is not open, and then `write`
+    /// never ran (or sealing failed, which a connection with keys does not do).
+    fn packet(
+        &mut self,
+        mtu: usize,
+        write: impl FnOnce(&mut BytesMut) -> bool,
+    ) -> Result<bool, ()> {
+        match self {
+            Sink::Dtls { conn, path, out } => {
+                let written = conn.send_application_with(mtu, write).map_err(|_| ())?;
+                while let Some(payload) = conn.poll_transmit_finished() {
+                    push_datagram(out, *path, payload);
+                }
+                Ok(written)
             }
-            ctx.stats.sctp_packets_sent += 1;
+            Sink::Discard(buf) => {
+                buf.clear();
+                Ok(write(buf))
+            }
         }
-        flush(conn, path, &mut ctx.out);
+    }
+
+    /// A packet built earlier (INIT, COOKIE ECHO and the like), copied in whole.
+    fn solo(&mut self, packet: &[u8], stats: &mut ShardStats) {
+        if let Sink::Dtls { conn, .. } = self {
+            if conn.send_application_data(packet).is_err() {
+                stats.sctp_packets_unsent += 1;
+            } else {
+                stats.sctp_packets_sent += 1;
+            }
+        }
+    }
+
+    /// Moves every datagram still in the connection, the open one included, to the
+    /// outbox.
+    fn flush(&mut self) {
+        if let Sink::Dtls { conn, path, out } = self {
+            flush(conn, *path, out);
+        }
     }
 }
 
@@ -385,111 +453,178 @@ fn build_packets(
     a: &mut Sctp,
     now: shoal_components::time::Time,
     mtu: usize,
-    s: &mut SctpScratch,
+    s: &mut FillScratch,
+    sink: &mut Sink<'_>,
     stats: &mut ShardStats,
 ) {
     if a.peer_vtag == 0 {
         return; // nothing but solo packets until the peer's tag is known
     }
-    let established = a.state == AssocState::Established;
     for _ in 0..MAX_PACKETS_PER_TICK {
-        // A packet that stays empty must leave no header behind in the shared buffer.
-        let start = s.buf.len();
-        let mut w = PacketWriter::new(&mut s.buf, a.local_port, a.remote_port, a.peer_vtag);
-        while let Some(chunk) = a.control.pop_fitting(w.remaining(mtu), w.is_empty()) {
-            w.push(&Raw(&chunk));
-        }
-        let mut sack_in_packet = false;
-        if !a.pending_sack.is_empty() && w.remaining(mtu) >= a.pending_sack.len() {
-            w.push(&Raw(&a.pending_sack));
-            a.pending_sack.clear();
-            sack_in_packet = true;
-            stats.sctp_sacks_sent += 1;
-        }
-        let mut sent_data = false;
-        if established && let Some(tx) = a.tx.as_mut() {
-            tx.cc.on_idle(now, tx.rto.rto());
-            if tx.forward_tsn_due {
-                // `forward_tsn` appends, and the scratch is the whole shard's.
-                s.fwd.clear();
-                if let Some(new_cum) = tx.outstanding.forward_tsn(&mut s.fwd) {
-                    s.skipped.clear();
-                    s.skipped.extend(
-                        s.fwd
-                            .iter()
-                            .map(|&(stream_id, ssn)| SkippedStream { stream_id, ssn }),
-                    );
-                    let f = ForwardTsn {
-                        new_cumulative_tsn: new_cum,
-                        skipped: s.skipped.as_slice(),
-                    };
-                    if f.padded_len() <= w.remaining(mtu) {
-                        w.push(&f);
-                        tx.forward_tsn_due = false;
-                        stats.sctp_forward_tsn_sent += 1;
-                    }
-                } else {
-                    tx.forward_tsn_due = false;
-                }
+        let mut filled = Filled {
+            sent_data: false,
+            deferred: false,
+        };
+        let written = sink.packet(mtu, |buf| {
+            // A packet that stays empty must leave nothing behind in the buffer.
+            let start = buf.len();
+            let mut w = PacketWriter::new(buf, a.local_port, a.remote_port, a.peer_vtag);
+            filled = fill_packet(&mut w, a, now, mtu, s, stats);
+            if w.is_empty() {
+                buf.truncate(start);
+                false
+            } else {
+                w.finish_in_place();
+                true
             }
-            let bypass = std::mem::take(&mut tx.fast_retransmit_now);
-            // §6.1 C: retransmissions first, within cwnd (bar the first fast one).
-            while w.remaining(mtu) > DATA_HEADER_LEN
-                && (bypass
-                    || tx
-                        .cc
-                        .can_send(tx.outstanding.bytes_in_flight(), usize::MAX, 0))
-            {
-                let room = (w.remaining(mtu) - DATA_HEADER_LEN) & !3;
-                let Some((tsn, d)) = tx.outstanding.next_retransmission(now, room) else {
-                    break;
-                };
-                push_data(&mut w, tsn, d);
-                sent_data = true;
-            }
-            tx.apply_discards();
-            // §6.1 E: new data under cwnd and the peer's window.
-            while !tx.outstanding.has_retransmissions()
-                && w.remaining(mtu) > DATA_HEADER_LEN
-                && tx.outstanding.can_add()
-                && tx.queue.has_data()
-            {
-                let max = (w.remaining(mtu) - DATA_HEADER_LEN) & !3;
-                let rwnd = tx.outstanding.peer_rwnd();
-                let in_flight = tx.outstanding.bytes_in_flight();
-                let limit = if rwnd >= max || in_flight == 0 {
-                    max
-                } else {
-                    rwnd & !3
-                };
-                if limit == 0 || !tx.cc.can_send(in_flight, rwnd, limit) {
-                    break;
-                }
-                let Some(chunk) = tx.queue.produce(now, limit) else {
-                    break;
-                };
-                if let Some((tsn, d)) = tx.outstanding.add(now, chunk) {
-                    push_data(&mut w, tsn, d);
-                    sent_data = true;
-                }
-                tx.apply_discards();
-            }
-            if sent_data {
-                tx.cc.on_transmit(now);
+        });
+        match written {
+            Ok(true) => stats.sctp_packets_sent += 1,
+            Ok(false) => break,
+            // Nothing was taken from the queues: what is waiting stays for later.
+            Err(()) => {
+                stats.sctp_packets_unsent += 1;
+                break;
             }
         }
-        if sack_in_packet && sent_data {
-            stats.sctp_sacks_bundled_with_data += 1;
-        }
-        if w.is_empty() {
-            s.buf.truncate(start);
-            break;
-        }
-        s.packets.push(w.finish());
-        if !sent_data && a.control.is_empty() && a.pending_sack.is_empty() {
+        if !filled.sent_data
+            && !filled.deferred
+            && a.control.is_empty()
+            && a.pending_sack.is_empty()
+        {
             break;
         }
     }
+}
+
+/// Fills one packet: control chunks, the SACK, a FORWARD TSN, retransmissions, then
+/// new data.
+fn fill_packet(
+    w: &mut PacketWriter<'_>,
+    a: &mut Sctp,
+    now: shoal_components::time::Time,
+    mtu: usize,
+    s: &mut FillScratch,
+    stats: &mut ShardStats,
+) -> Filled {
+    while let Some(chunk) = a.control.pop_fitting(w.remaining(mtu), w.is_empty()) {
+        w.push(&Raw(&chunk));
+    }
+    let mut sack_in_packet = false;
+    if !a.pending_sack.is_empty() && w.remaining(mtu) >= a.pending_sack.len() {
+        w.push(&Raw(&a.pending_sack));
+        a.pending_sack.clear();
+        sack_in_packet = true;
+        stats.sctp_sacks_sent += 1;
+    }
+    let mut sent_data = false;
+    let mut deferred = false;
+    let established = a.state == AssocState::Established;
+    if established && let Some(tx) = a.tx.as_mut() {
+        tx.cc.on_idle(now, tx.rto.rto());
+        if tx.forward_tsn_due {
+            // `forward_tsn` appends, and the scratch is the whole shard's.
+            s.fwd.clear();
+            if let Some(new_cum) = tx.outstanding.forward_tsn(&mut s.fwd) {
+                s.skipped.clear();
+                s.skipped.extend(
+                    s.fwd
+                        .iter()
+                        .map(|&(stream_id, ssn)| SkippedStream { stream_id, ssn }),
+                );
+                let f = ForwardTsn {
+                    new_cumulative_tsn: new_cum,
+                    skipped: s.skipped.as_slice(),
+                };
+                if f.padded_len() <= w.remaining(mtu) {
+                    w.push(&f);
+                    tx.forward_tsn_due = false;
+                    stats.sctp_forward_tsn_sent += 1;
+                }
+            } else {
+                tx.forward_tsn_due = false;
+            }
+        }
+        let bypass = std::mem::take(&mut tx.fast_retransmit_now);
+        // §6.1 C: retransmissions first, within cwnd (bar the first fast one).
+        while w.remaining(mtu) > DATA_HEADER_LEN
+            && (bypass
+                || tx
+                    .cc
+                    .can_send(tx.outstanding.bytes_in_flight(), usize::MAX, 0))
+        {
+            let room = (w.remaining(mtu) - DATA_HEADER_LEN) & !3;
+            let Some((tsn, d)) = tx.outstanding.next_retransmission(now, room) else {
+                break;
+            };
+            push_data(w, tsn, d);
+            sent_data = true;
+        }
+        tx.apply_discards();
+        // §6.1 E: new data under cwnd and the peer's window.
+        while !tx.outstanding.has_retransmissions()
+            && w.remaining(mtu) > DATA_HEADER_LEN
+            && tx.outstanding.can_add()
+            && tx.queue.has_data()
+        {
+            let max = (w.remaining(mtu) - DATA_HEADER_LEN) & !3;
+            let rwnd = tx.outstanding.peer_rwnd();
+            let in_flight = tx.outstanding.bytes_in_flight();
+            let limit = if rwnd >= max || in_flight == 0 {
+                max
+            } else {
+                rwnd & !3
+            };
+            if limit == 0 || !tx.cc.can_send(in_flight, rwnd, limit) {
+                break;
+            }
+            // A message that an empty packet would carry whole is not split to top
+            // this one up: it goes whole in the next packet. Splitting it would cost
+            // the receiver a reassembly and both sides a second chunk, for a few
+            // bytes of this packet's room (RFC 9260 §6.9 fragments only messages
+            // that do not fit, without saying how full a packet must be).
+            if !w.is_empty()
+                && tx
+                    .queue
+                    .peek_remaining()
+                    .is_some_and(|n| n > limit && n <= whole_packet_payload(mtu))
+            {
+                deferred = true;
+                break;
+            }
+            let Some(chunk) = tx.queue.produce(now, limit) else {
+                break;
+            };
+            if let Some((tsn, d)) = tx.outstanding.add(now, chunk) {
+                push_data(w, tsn, d);
+                sent_data = true;
+            }
+            tx.apply_discards();
+        }
+        if sent_data {
+            tx.cc.on_transmit(now);
+        }
+    }
+    if sack_in_packet && sent_data {
+        stats.sctp_sacks_bundled_with_data += 1;
+    }
+    Filled {
+        sent_data,
+        deferred,
+    }
+}
+
+/// What [`fill_packet`] put in a packet.
+struct Filled {
+    /// The packet carries DATA.
+    sent_data: bool,
+    /// A message was left for the next packet, which would carry it whole.
+    deferred: bool,
+}
+
+/// The user data an otherwise empty packet of `mtu` bytes carries in one DATA chunk.
+fn whole_packet_payload(mtu: usize) -> usize {
+    mtu.saturating_sub(COMMON_HEADER_LEN + DATA_HEADER_LEN) & !3
 }
 
 fn push_data(w: &mut PacketWriter<'_>, tsn: Tsn, d: &shoal_components::sctp::tx::DataToSend) {

@@ -339,6 +339,17 @@ impl SendQueue {
         self.queued_messages > 0
     }
 
+    /// The unsent bytes of the message [`SendQueue::produce`] would take from next
+    /// (it may still drop that message as expired instead).
+    pub fn peek_remaining(&self) -> Option<usize> {
+        self.ring.iter().find_map(|&slot| {
+            self.streams[slot as usize]
+                .messages
+                .front()
+                .map(QueuedMessage::remaining)
+        })
+    }
+
     /// Messages queued across all streams.
     pub fn queued_messages(&self) -> usize {
         self.queued_messages

@@ -17,7 +17,7 @@ use shoal_components::sctp::rx::{
 };
 use shoal_components::sctp::tx::{
     CongestionConfig, CongestionControl, DEFAULT_SCTP_MTU, MessageId, RetransmissionQueue,
-    RetransmissionQueueConfig, RtoConfig, RtoEstimator, SendQueue, SendQueueConfig,
+    RetransmissionQueueConfig, RtoConfig, RtoEstimator, SackError, SendQueue, SendQueueConfig,
 };
 use shoal_components::sctp::{Ssn, StreamId, Tsn};
 use shoal_components::time::Time;
@@ -82,6 +82,13 @@ pub struct TxSide {
     pub fast_retransmit_now: bool,
     /// Scratch for discarded messages.
     pub discards: Vec<(StreamId, MessageId)>,
+    /// A SACK arrived since the last T3-rtx expiry: the peer is alive, which makes
+    /// expiries while its window is closed zero window probing, not errors (RFC 9260
+    /// §6.1 A).
+    pub sacks_since_t3: bool,
+    /// While the peer's window is closed and nothing is in flight: when the zero
+    /// window probe may go (RFC 9260 §6.1 A: "after 1 RTO").
+    pub probe_not_before: Option<Time>,
 }
 
 impl TxSide {
@@ -112,7 +119,21 @@ impl TxSide {
             forward_tsn_due: false,
             fast_retransmit_now: false,
             discards: Vec::new(),
+            sacks_since_t3: false,
+            probe_not_before: None,
         }
+    }
+
+    /// Whether a T3-rtx expiry counts against the association's error counter, and
+    /// starts the next period. RFC 9260 §6.1 A: "If the sender continues to receive
+    /// SACK chunks from the peer while doing zero window probing, the unacknowledged
+    /// window probes SHOULD NOT increment the error counter". A peer that keeps its
+    /// window shut but answers is alive; one that stops answering still runs the
+    /// counter out.
+    pub fn t3_expiry_is_error(&mut self) -> bool {
+        let probing = self.outstanding.peer_advertised_rwnd() == 0 && self.sacks_since_t3;
+        self.sacks_since_t3 = false;
+        !probing
     }
 
     /// Drops from the queue every message the outstanding queue abandoned (RFC 3758
@@ -495,13 +516,24 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
                 if let Some(tx) = a.tx.as_mut().filter(|_| a.state != AssocState::Closed) {
                     let in_fr = tx.cc.in_fast_recovery();
                     let blocks = sack.gap_ack_blocks.iter().map(|b| (b.start, b.end));
-                    if let Ok(out) = tx.outstanding.handle_sack(
+                    let handled = tx.outstanding.handle_sack(
                         inp.now,
                         sack.cumulative_tsn_ack,
                         blocks,
                         sack.a_rwnd,
                         in_fr,
-                    ) {
+                    );
+                    if let Err(SackError::AcksUnsentTsn { .. }) = handled {
+                        // RFC 9260 §11.4: "An SCTP implementation MUST abort the
+                        // association if it receives a SACK chunk acknowledging a TSN
+                        // that has not been sent."
+                        a.abort(AssocEnd::ProtocolViolation);
+                        return fx;
+                    }
+                    if handled.is_ok() {
+                        tx.sacks_since_t3 = true;
+                    }
+                    if let Ok(out) = handled {
                         if tx.cc.on_sack(&out) {
                             tx.fast_retransmit_now = true;
                         }
@@ -655,9 +687,13 @@ fn on_init_ack(a: &mut Sctp, ack: &InitAck, inp: &Inputs) {
 
 /// RFC 9260 §5.1.5 and the §5.2.4 cases shoal supports. False: drop the packet.
 fn on_cookie_echo(a: &mut Sctp, vtag: u32, cookie: &Bytes, inp: &Inputs, fx: &mut Effects) -> bool {
-    let c = match inp.cookie_key.read(cookie, inp.now) {
-        Ok(c) => c,
-        Err(CookieError::Stale(_)) | Err(CookieError::BadMac) | Err(CookieError::Malformed) => {
+    let (c, stale) = match inp.cookie_key.read(cookie, inp.now) {
+        Ok(c) => (c, None),
+        Err(CookieError::Stale {
+            staleness_us,
+            contents,
+        }) => (contents, Some(staleness_us)),
+        Err(CookieError::BadMac) | Err(CookieError::Malformed) => {
             fx.dropped = true;
             return false;
         }
@@ -666,6 +702,31 @@ fn on_cookie_echo(a: &mut Sctp, vtag: u32, cookie: &Bytes, inp: &Inputs, fx: &mu
     if c.my_vtag != vtag || c.src_port != a.local_port || c.dst_port != a.remote_port {
         fx.dropped = true;
         return false;
+    }
+    if let Some(staleness_us) = stale {
+        // §5.2.4 step 3: a stale cookie whose tags both match the association is
+        // case E, valid all the same.
+        let case_e = a.state == AssocState::Established
+            && c.my_vtag == a.my_vtag
+            && c.peer_vtag == a.peer_vtag;
+        if !case_e {
+            // §5.1.5 step 4 (and §5.2.4 step 3 for cases C and D): discard the
+            // packet, DATA included, and "MUST transmit an ERROR chunk with a Stale
+            // Cookie error cause", in a packet carrying the peer's tag from the
+            // cookie (§8.5).
+            let causes = [ErrorCause::stale_cookie(staleness_us)];
+            let error = OperationError {
+                causes: causes.as_slice(),
+            };
+            a.solo.push(solo_packet(
+                a.local_port,
+                a.remote_port,
+                c.peer_vtag,
+                &error,
+            ));
+            fx.dropped = true;
+            return false;
+        }
     }
     match a.state {
         AssocState::Closed | AssocState::CookieWait | AssocState::CookieEchoed => {
@@ -916,6 +977,145 @@ pub fn sack_delay() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shoal_components::sctp::chunk::{GapAckBlock, Sack, cause_code};
+    use shoal_components::sctp::packet::PacketWriter;
+
+    const PORT: u16 = 5000;
+
+    fn packet(vtag: u32, chunks: &[&[u8]]) -> Bytes {
+        let mut buf = BytesMut::new();
+        let mut w = PacketWriter::new(&mut buf, PORT, PORT, vtag);
+        for c in chunks {
+            w.push(&RawChunk(c));
+        }
+        w.finish()
+    }
+
+    struct RawChunk<'a>(&'a [u8]);
+
+    impl WriteChunk for RawChunk<'_> {
+        fn encoded_len(&self) -> usize {
+            self.0.len()
+        }
+        fn write_to(&self, out: &mut BytesMut) {
+            out.extend_from_slice(self.0);
+        }
+    }
+
+    /// The chunks of one packet, by type.
+    fn chunk_types(p: &Bytes) -> Vec<u8> {
+        Packet::parse(p)
+            .unwrap()
+            .chunks()
+            .map(|c| c.unwrap().chunk_type())
+            .collect()
+    }
+
+    fn inputs<'a>(now: Time, key: &'a CookieKey, limits: &'a SctpLimits, tag: u32) -> Inputs<'a> {
+        Inputs {
+            now,
+            cookie_key: key,
+            limits,
+            fresh: (tag, Tsn(tag ^ 0x5555)),
+        }
+    }
+
+    /// Runs INIT and INIT ACK between a fresh client and server; returns both and the
+    /// COOKIE ECHO packet the client would send next.
+    fn up_to_cookie_echo(key: &CookieKey, limits: &SctpLimits) -> (Sctp, Sctp, Bytes) {
+        let mut client = Sctp::new(true, PORT, PORT);
+        let mut server = Sctp::new(false, PORT, PORT);
+        client.start(0x1111_1111, Tsn(100), limits);
+        let init = client.solo.pop().unwrap();
+        handle_packet(
+            &mut server,
+            &init,
+            &inputs(Time::ZERO, key, limits, 0x2222_2222),
+        );
+        let init_ack = server.solo.pop().unwrap();
+        handle_packet(
+            &mut client,
+            &init_ack,
+            &inputs(Time::ZERO, key, limits, 0x3333_3333),
+        );
+        assert_eq!(client.state, AssocState::CookieEchoed);
+        let echo = client.control.pop_fitting(usize::MAX, true).unwrap();
+        let echo = packet(client.peer_vtag, &[&echo]);
+        (client, server, echo)
+    }
+
+    #[test]
+    fn a_stale_cookie_gets_a_stale_cookie_error_and_no_association() {
+        let key = CookieKey::new(&[9; 32]);
+        let limits = SctpLimits::default();
+        let (client, mut server, echo) = up_to_cookie_echo(&key, &limits);
+        // §5.1.5 step 4: past its lifespan the packet is discarded and an ERROR with
+        // a Stale Cookie cause goes back, under the client's tag.
+        let late = Time::ZERO + VALID_COOKIE_LIFE + Duration::from_millis(3);
+        let fx = handle_packet(&mut server, &echo, &inputs(late, &key, &limits, 1));
+        assert!(fx.dropped && !fx.established);
+        assert_eq!(server.state, AssocState::Closed);
+        let error = server.solo.pop().expect("an ERROR packet");
+        let p = Packet::parse(&error).unwrap();
+        assert_eq!(p.verification_tag, client.my_vtag);
+        let chunk = p.chunks().next().unwrap().unwrap();
+        assert_eq!(chunk.chunk_type(), chunk_type::ERROR);
+        let Chunk::Error(e) = chunk else {
+            panic!("{chunk:?}")
+        };
+        let cause = e.causes.iter().next().unwrap();
+        assert_eq!(cause.code, cause_code::STALE_COOKIE);
+        // Staleness in microseconds: 3 ms past the lifespan.
+        assert_eq!(cause.info.as_ref(), 3_000u32.to_be_bytes());
+        assert!(server.control.is_empty(), "no COOKIE ACK");
+        // The same cookie in time establishes.
+        let fx = handle_packet(&mut server, &echo, &inputs(Time::ZERO, &key, &limits, 1));
+        assert!(fx.established);
+        assert_eq!(server.state, AssocState::Established);
+    }
+
+    #[test]
+    fn a_sack_for_a_tsn_never_sent_aborts() {
+        let key = CookieKey::new(&[9; 32]);
+        let limits = SctpLimits::default();
+        let (mut client, mut server, echo) = up_to_cookie_echo(&key, &limits);
+        handle_packet(&mut server, &echo, &inputs(Time::ZERO, &key, &limits, 1));
+        let ack = server.control.pop_fitting(usize::MAX, true).unwrap();
+        let ack = packet(client.my_vtag, &[&ack]);
+        handle_packet(&mut client, &ack, &inputs(Time::ZERO, &key, &limits, 1));
+        assert_eq!(client.state, AssocState::Established);
+        // Nothing was sent, yet the SACK acks 10 TSNs past the initial one.
+        let mut sack = BytesMut::new();
+        Sack {
+            cumulative_tsn_ack: Tsn(client.my_initial_tsn.0.wrapping_add(9)),
+            a_rwnd: 65_536,
+            gap_ack_blocks: &[] as &[GapAckBlock],
+            duplicate_tsns: &[] as &[Tsn],
+        }
+        .write_to(&mut sack);
+        let sack = packet(client.my_vtag, &[&sack]);
+        handle_packet(&mut client, &sack, &inputs(Time::ZERO, &key, &limits, 1));
+        // RFC 9260 §11.4: abort.
+        assert_eq!(client.ended, Some(AssocEnd::ProtocolViolation));
+        let abort = client.solo.pop().expect("an ABORT packet");
+        assert_eq!(chunk_types(&abort), vec![chunk_type::ABORT]);
+    }
+
+    #[test]
+    fn zero_window_probes_are_not_errors_while_sacks_arrive() {
+        let limits = SctpLimits::default();
+        let mut tx = TxSide::new(Tsn(1), 0, 16, &limits);
+        // Window closed from the start (a_rwnd 0), SACKs arriving between expiries:
+        // probing, not failure.
+        tx.sacks_since_t3 = true;
+        assert!(!tx.t3_expiry_is_error());
+        // No SACK since the last expiry: the peer may be gone; it counts.
+        assert!(tx.t3_expiry_is_error());
+        // An open window: every expiry counts, SACKs or not.
+        let mut open = TxSide::new(Tsn(1), 65_536, 16, &limits);
+        open.sacks_since_t3 = true;
+        assert!(open.t3_expiry_is_error());
+    }
 
     #[test]
     fn control_queue_is_bounded_and_drops_what_cannot_fit_a_packet() {

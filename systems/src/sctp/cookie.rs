@@ -66,10 +66,18 @@ pub enum CookieError {
     /// The MAC does not verify. Discard silently, with any DATA (§5.1.5 step 2).
     #[error("state cookie MAC does not verify")]
     BadMac,
-    /// Older than its lifespan: answer with a Stale Cookie error (§5.1.5 step 4),
-    /// giving the measure of staleness in microseconds.
-    #[error("state cookie is stale by {0} µs")]
-    Stale(u64),
+    /// Authentic but older than its lifespan: answer with a Stale Cookie error
+    /// (§5.1.5 step 4) giving the measure of staleness in microseconds, unless the
+    /// tags match the existing association (§5.2.4 case E). The contents are
+    /// authentic, so the caller can check ports and tags (step 3) and address the
+    /// error.
+    #[error("state cookie is stale by {staleness_us} µs")]
+    Stale {
+        /// How long past its lifespan, in microseconds.
+        staleness_us: u64,
+        /// What the cookie carries.
+        contents: CookieContents,
+    },
 }
 
 /// The shard's secret for cookie MACs.
@@ -146,9 +154,11 @@ impl CookieKey {
         };
         let expires = created + lifespan;
         if now > expires {
-            return Err(CookieError::Stale(
-                now.saturating_since(expires).as_micros() as u64,
-            ));
+            return Err(CookieError::Stale {
+                staleness_us: u64::try_from(now.saturating_since(expires).as_micros())
+                    .unwrap_or(u64::MAX),
+                contents: c,
+            });
         }
         Ok(c)
     }
@@ -211,7 +221,13 @@ mod tests {
         assert_eq!(key.read(&buf, Time::from_millis(2_000)), Ok(contents()));
         // §5.1.5 step 4: past its lifespan it is stale, by how much is reported.
         let late = Time::from_millis(1_000 + 60_000 + 5);
-        assert_eq!(key.read(&buf, late), Err(CookieError::Stale(5_000)));
+        assert_eq!(
+            key.read(&buf, late),
+            Err(CookieError::Stale {
+                staleness_us: 5_000,
+                contents: contents()
+            })
+        );
     }
 
     #[test]

@@ -225,7 +225,10 @@ fn on_t3(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
     }
     tx.forward_tsn_due = tx.outstanding.forward_tsn_owed();
     let rto = tx.rto.rto();
-    a.error_count += 1;
+    // RFC 9260 §6.1 A: unanswered zero window probes are not errors while SACKs come.
+    if tx.t3_expiry_is_error() {
+        a.error_count += 1;
+    }
     // RFC 9260 §8.1: too many consecutive retransmissions: the peer is unreachable.
     if a.error_count > MAX_ASSOCIATION_RETRANSMITS {
         a.end(super::assoc::AssocEnd::PeerUnreachable);
@@ -353,13 +356,13 @@ pub fn sctp_tx(
         for p in a.solo.drain(..) {
             sink.solo(&p, &mut ctx.stats);
         }
-        build_packets(a, now, mtu, &mut scratch.fill, &mut sink, &mut ctx.stats);
+        let mut probe_at = build_packets(a, now, mtu, &mut scratch.fill, &mut sink, &mut ctx.stats);
         // Streams to reset whose queued data has just gone: ask now (RFC 6525 §5.1.2).
         if maybe_request_reset(a) {
             let rto = a.tx.as_ref().map_or(rto_initial(), |tx| tx.rto.rto());
             ctx.heap
                 .arm(&mut timers, entity, TimerKind::SctpReconfig, now + rto);
-            build_packets(a, now, mtu, &mut scratch.fill, &mut sink, &mut ctx.stats);
+            probe_at = build_packets(a, now, mtu, &mut scratch.fill, &mut sink, &mut ctx.stats);
         }
         sink.flush();
         if a.tx
@@ -373,6 +376,9 @@ pub fn sctp_tx(
                 .arm(&mut timers, entity, TimerKind::SctpT3, now + tx.rto.rto());
         }
         timers.cancel(TimerKind::SctpSend);
+        if let Some(at) = probe_at {
+            ctx.heap.arm(&mut timers, entity, TimerKind::SctpSend, at);
+        }
         // Streams whose buffered amount fell to their low watermark: the owner may
         // send again (a data channel's bufferedamountlow).
         if let Some(tx) = a.tx.as_mut() {
@@ -448,7 +454,8 @@ impl Sink<'_> {
 
 /// Bundles control chunks, the SACK, a FORWARD TSN, retransmissions and new DATA
 /// into packets of at most `mtu` bytes (RFC 9260 §6.10: control chunks first), and
-/// counts the SACKs and FORWARD TSNs it bundles.
+/// counts the SACKs and FORWARD TSNs it bundles. Returns when to try again if new
+/// data waits for a zero window probe's time.
 fn build_packets(
     a: &mut Sctp,
     now: shoal_components::time::Time,
@@ -456,14 +463,15 @@ fn build_packets(
     s: &mut FillScratch,
     sink: &mut Sink<'_>,
     stats: &mut ShardStats,
-) {
+) -> Option<shoal_components::time::Time> {
     if a.peer_vtag == 0 {
-        return; // nothing but solo packets until the peer's tag is known
+        return None; // nothing but solo packets until the peer's tag is known
     }
     for _ in 0..MAX_PACKETS_PER_TICK {
         let mut filled = Filled {
             sent_data: false,
             deferred: false,
+            wake_at: None,
         };
         let written = sink.packet(mtu, |buf| {
             // A packet that stays empty must leave nothing behind in the buffer.
@@ -487,6 +495,9 @@ fn build_packets(
                 break;
             }
         }
+        if filled.wake_at.is_some() {
+            return filled.wake_at;
+        }
         if !filled.sent_data
             && !filled.deferred
             && a.control.is_empty()
@@ -495,6 +506,7 @@ fn build_packets(
             break;
         }
     }
+    None
 }
 
 /// Fills one packet: control chunks, the SACK, a FORWARD TSN, retransmissions, then
@@ -519,6 +531,7 @@ fn fill_packet(
     }
     let mut sent_data = false;
     let mut deferred = false;
+    let mut wake_at = None;
     let established = a.state == AssocState::Established;
     if established && let Some(tx) = a.tx.as_mut() {
         tx.cc.on_idle(now, tx.rto.rto());
@@ -570,6 +583,19 @@ fn fill_packet(
             let max = (w.remaining(mtu) - DATA_HEADER_LEN) & !3;
             let rwnd = tx.outstanding.peer_rwnd();
             let in_flight = tx.outstanding.bytes_in_flight();
+            // RFC 9260 §6.1 A: with the window closed and nothing in flight, the next
+            // chunk is a zero window probe, which "SHOULD" go "after 1 RTO"; once out,
+            // T3-rtx retransmits it with the exponential back-off §6.1 A asks for.
+            let next = tx.queue.peek_remaining().unwrap_or(0).min(max);
+            if in_flight == 0 && rwnd < next {
+                let not_before = *tx.probe_not_before.get_or_insert(now + tx.rto.rto());
+                if now < not_before {
+                    wake_at = Some(not_before);
+                    break;
+                }
+            } else {
+                tx.probe_not_before = None;
+            }
             let limit = if rwnd >= max || in_flight == 0 {
                 max
             } else {
@@ -611,6 +637,7 @@ fn fill_packet(
     Filled {
         sent_data,
         deferred,
+        wake_at,
     }
 }
 
@@ -620,6 +647,8 @@ struct Filled {
     sent_data: bool,
     /// A message was left for the next packet, which would carry it whole.
     deferred: bool,
+    /// New data waits for a zero window probe's time.
+    wake_at: Option<shoal_components::time::Time>,
 }
 
 /// The user data an otherwise empty packet of `mtu` bytes carries in one DATA chunk.

@@ -61,6 +61,16 @@ impl ErrorCause {
         ErrorCause::new(cause_code::INVALID_STREAM_IDENTIFIER, info)
     }
 
+    /// Stale Cookie (§3.3.10.3): how long past its lifespan the cookie was, in
+    /// microseconds (saturating at the field's 32 bits).
+    pub fn stale_cookie(staleness_us: u64) -> ErrorCause {
+        let us = u32::try_from(staleness_us).unwrap_or(u32::MAX);
+        ErrorCause::new(
+            cause_code::STALE_COOKIE,
+            Bytes::copy_from_slice(&us.to_be_bytes()),
+        )
+    }
+
     /// No User Data (§3.3.10.9) for the empty DATA chunk's TSN.
     pub fn no_user_data(tsn: Tsn) -> ErrorCause {
         let info = Bytes::copy_from_slice(&tsn.0.to_be_bytes());

@@ -345,6 +345,12 @@ impl RetransmissionQueue {
         self.payload_in_flight
     }
 
+    /// The a_rwnd of the peer's last SACK (or of its INIT / INIT ACK): zero while it
+    /// keeps its window closed, whatever is in flight.
+    pub fn peer_advertised_rwnd(&self) -> u32 {
+        self.peer_a_rwnd
+    }
+
     /// The peer's receive window: the last a_rwnd less the user data still outstanding
     /// (RFC 9260 §6.2.1 B, C, D ii).
     pub fn peer_rwnd(&self) -> usize {

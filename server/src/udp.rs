@@ -10,7 +10,15 @@
 //!   arrive as one buffer of equal-sized datagrams, split here at the reported stride;
 //! - **send**: UDP GSO (Linux ≥ 4.18): a run of datagrams to one destination, all the
 //!   same size but the last, goes out as one `sendmsg` that the kernel (or the NIC)
-//!   segments. Elsewhere each datagram is sent alone.
+//!   segments. Elsewhere each datagram is sent alone, and a run the kernel refuses
+//!   to segment (EIO/EINVAL from a device without the offload) goes again datagram by
+//!   datagram.
+//!
+//! `quinn-udp` also sets the socket up its way: don't-fragment on (IPv4
+//! `IP_PMTUDISC_PROBE`, IPv6 `IPV6_DONTFRAG`), so a datagram larger than the path MTU
+//! is lost rather than fragmented (shoal's 1 200-byte datagrams fit any real path),
+//! and `IP_PKTINFO` / `IPV6_RECVPKTINFO`, TOS and receive timestamps on; a socket that
+//! refuses packet info fails [`UdpIo::new`], and the shard with it.
 //!
 //! Received payloads stay zero-copy where that is cheap: the first buffer of every
 //! call lies inside the current receive chunk, a large buffer that many datagrams are
@@ -160,9 +168,10 @@ impl UdpIo {
     /// one call each. UDP may drop, so nothing is retried.
     pub fn send(&mut self, socket: &UdpSocket, tx: &mut Vec<Datagram>) -> SendOutcome {
         let mut outcome = SendOutcome::default();
-        let max_segments = self.state.max_gso_segments().max(1);
         let mut i = 0;
         while i < tx.len() {
+            // Read each time: a failed GSO send turns segmentation off for the socket.
+            let max_segments = self.state.max_gso_segments().max(1);
             let run = gso_run(&tx[i..], max_segments);
             let first = &tx[i];
             let size = first.payload.len();
@@ -183,6 +192,20 @@ impl UdpIo {
             match result {
                 Ok(()) => outcome.sent += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => outcome.would_block += n,
+                // A path or device that refuses segmentation offload (EIO, EINVAL):
+                // the run goes again one datagram at a time.
+                Err(_) if run > 1 => {
+                    for d in &tx[i..i + run] {
+                        outcome.calls += 1;
+                        match self.transmit(socket, d.remote, &d.payload, None) {
+                            Ok(()) => outcome.sent += 1,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                                outcome.would_block += 1;
+                            }
+                            Err(_) => outcome.errors += 1,
+                        }
+                    }
+                }
                 Err(_) => outcome.errors += n,
             }
             i += run;
@@ -318,6 +341,45 @@ mod tests {
         seen.clear();
         split_stride(Bytes::new(), 1000, |b| seen.push(b.len()));
         assert_eq!(seen, vec![0]);
+    }
+
+    /// Datagrams to two destinations, interleaved: runs break at each change of
+    /// destination, and each receiver gets its own datagrams in order.
+    #[test]
+    fn interleaved_destinations_keep_their_order() {
+        let a = UdpSocket::from_std(StdUdpSocket::bind("127.0.0.1:0").unwrap());
+        let b = StdUdpSocket::bind("127.0.0.1:0").unwrap();
+        let c = StdUdpSocket::bind("127.0.0.1:0").unwrap();
+        b.set_nonblocking(true).unwrap();
+        c.set_nonblocking(true).unwrap();
+        let (b_addr, c_addr) = (b.local_addr().unwrap(), c.local_addr().unwrap());
+        let (b, c) = (UdpSocket::from_std(b), UdpSocket::from_std(c));
+        let mut a_io = UdpIo::new(&a).unwrap();
+        let plan = [
+            b_addr, b_addr, c_addr, b_addr, b_addr, b_addr, c_addr, c_addr,
+        ];
+        let mut tx: Vec<Datagram> = plan
+            .iter()
+            .enumerate()
+            .map(|(i, &to)| datagram(to, 900, i as u8))
+            .collect();
+        let o = a_io.send(&a, &mut tx);
+        assert_eq!(o.sent, plan.len() as u64);
+        assert!(tx.is_empty());
+        for (sock, addr) in [(&b, b_addr), (&c, c_addr)] {
+            let mut io = UdpIo::new(sock).unwrap();
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let want: Vec<u8> = (0..plan.len() as u8)
+                .filter(|&i| plan[usize::from(i)] == addr)
+                .collect();
+            while got.len() < want.len() {
+                assert!(Instant::now() < deadline);
+                let _ = io.recv(sock, addr, &mut got);
+            }
+            let fills: Vec<u8> = got.iter().map(|d| d.payload[0]).collect();
+            assert_eq!(fills, want);
+        }
     }
 
     /// Every datagram sent in mixed runs (GSO bursts, odd sizes, empty ones) arrives

@@ -859,3 +859,36 @@ fn sim_backpressure_bounds_memory() {
         assert_eq!(p.cli.stats().sctp_packets_unsent, 0, "{label}");
     }
 }
+
+/// How `sctp_tx` fills packets: a message an empty packet would carry whole is not
+/// split for the last few bytes of a packet (each 1 000-byte message travels as one
+/// chunk, one per packet), while mid-sized messages still share packets.
+#[test]
+fn sctp_packing_keeps_messages_whole_and_packs_mid_sized_ones() {
+    // (message size, most client packets for 200 messages)
+    // Bounds: 200 messages of 600 bytes need at least 109 full packets; one per
+    // packet would be 200.
+    for (size, most) in [(1000usize, 200u64), (600, 130), (300, 70)] {
+        let mut p = Pair::connect(3, SctpLimits::default(), Duration::from_millis(10), 0.0);
+        let before = p.cli.stats().sctp_packets_sent;
+        for i in 0..200u32 {
+            let msg = Bytes::from(vec![i as u8; size]);
+            p.cli
+                .sctp_send(PEER, 1, 53, msg, false, Reliability::Reliable)
+                .unwrap();
+        }
+        p.run_for(Duration::from_secs(3));
+        let got = p.server_messages(1);
+        assert_eq!(got.len(), 200, "size {size}");
+        for (i, m) in got.iter().enumerate() {
+            assert_eq!(m.len(), size);
+            assert!(m.iter().all(|&b| b == i as u8));
+        }
+        let packets = p.cli.stats().sctp_packets_sent - before;
+        assert!(packets <= most, "size {size}: {packets} packets");
+        if size == 1000 {
+            // Whole: one message per packet, never a fragment pair.
+            assert_eq!(packets, 200, "size {size}");
+        }
+    }
+}

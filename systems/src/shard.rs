@@ -51,7 +51,8 @@ pub struct ShardConfig {
     /// Seed of the shard's random generator (transaction ids, tie-breakers). The
     /// simulator passes a fixed seed; the server a random one.
     pub seed: u64,
-    /// Datagrams accepted per tick; the rest are dropped and counted.
+    /// Datagrams accepted per tick; the rest are dropped and counted. At least 1
+    /// (0 is taken as 1).
     pub max_datagrams_per_tick: usize,
     /// Peers this shard will hold at once.
     pub max_peers: usize,
@@ -285,13 +286,13 @@ impl Shard {
 
     /// The most datagrams one tick takes ([`ShardConfig::max_datagrams_per_tick`]).
     pub fn max_datagrams_per_tick(&self) -> usize {
-        self.config.max_datagrams_per_tick
+        self.config.max_datagrams_per_tick.max(1)
     }
 
     /// Feeds a batch of datagrams that arrived by `now` and runs one tick over them.
     /// Past `max_datagrams_per_tick` datagrams are dropped and counted.
     pub fn handle_datagrams(&mut self, now: Time, datagrams: impl IntoIterator<Item = Datagram>) {
-        let limit = self.config.max_datagrams_per_tick;
+        let limit = self.max_datagrams_per_tick();
         let mut over = 0u64;
         let mut fed = 0u64;
         {

@@ -95,9 +95,7 @@ impl Sender {
     /// The next finished datagram, if any; the datagram being filled is finished first.
     pub fn pop(&mut self) -> Option<Bytes> {
         self.close_datagram();
-        let len = self.ready.pop_front()?;
-        self.datagrams_sent += 1;
-        Some(self.buf.split_to(len).freeze())
+        self.pop_finished()
     }
 
     /// The next datagram that is already finished; the one being filled stays open,
@@ -105,7 +103,14 @@ impl Sender {
     pub fn pop_finished(&mut self) -> Option<Bytes> {
         let len = self.ready.pop_front()?;
         self.datagrams_sent += 1;
-        Some(self.buf.split_to(len).freeze())
+        let d = self.buf.split_to(len).freeze();
+        if self.buf.is_empty() {
+            // Let go of the chunk: the datagrams in flight own it now and free it once
+            // sent, so an idle connection holds no send buffer (10 000 of them would
+            // otherwise pin TX_CHUNK each).
+            self.buf = BytesMut::new();
+        }
+        Some(d)
     }
 
     /// The most plaintext one application_data record may carry and still fit in a
@@ -346,5 +351,96 @@ impl Sender {
             })?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtls::CipherSuite;
+
+    fn sender(mtu: usize) -> (Sender, RecordCipher) {
+        let mut s = Sender::new(mtu);
+        let key = [7u8; 16];
+        s.set_cipher(
+            RecordCipher::new(CipherSuite::EcdheEcdsaAes128GcmSha256, &key, [1; 4]).unwrap(),
+        );
+        let open = RecordCipher::new(CipherSuite::EcdheEcdsaAes128GcmSha256, &key, [1; 4]).unwrap();
+        (s, open)
+    }
+
+    /// The records of one datagram, opened: (sequence number, plaintext).
+    fn open_all(open: &RecordCipher, datagram: &[u8]) -> Vec<(u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut rest = datagram.to_vec();
+        while !rest.is_empty() {
+            let len = RECORD_HEADER_LEN + usize::from(u16::from_be_bytes([rest[11], rest[12]]));
+            let mut record: Vec<u8> = rest.drain(..len).collect();
+            let seq = u64::from_be_bytes([
+                0, 0, record[5], record[6], record[7], record[8], record[9], record[10],
+            ]);
+            out.push((seq, open.open_record(&mut record).unwrap().to_vec()));
+        }
+        out
+    }
+
+    #[test]
+    fn records_written_in_place_pack_into_datagrams_of_at_most_the_mtu() {
+        let (mut s, open) = sender(1200);
+        let max = s.max_application_plaintext();
+        // A fill that writes nothing uses no sequence number and leaves no bytes.
+        assert!(!s.write_application_with(max, |_| false).unwrap());
+        assert!(s.pop().is_none());
+        // Small records share a datagram; one that would overflow it starts the next.
+        for fill in [1u8, 2, 3] {
+            assert!(
+                s.write_application_with(max, |b| {
+                    b.put_bytes(fill, 300);
+                    true
+                })
+                .unwrap()
+            );
+        }
+        // Exactly the largest record: alone in its datagram, at exactly the MTU.
+        assert!(
+            s.write_application_with(max, |b| {
+                b.put_bytes(4, max);
+                true
+            })
+            .unwrap()
+        );
+        // Mixed with the copying form.
+        s.write_application_data(&[5u8; 10]).unwrap();
+        // Longer than announced: refused, nothing left behind, no sequence number.
+        assert!(
+            s.write_application_with(10, |b| {
+                b.put_bytes(6, 11);
+                true
+            })
+            .is_err()
+        );
+        let mut datagrams = Vec::new();
+        while let Some(d) = s.pop() {
+            assert!(d.len() <= 1200, "{}", d.len());
+            datagrams.push(d);
+        }
+        assert_eq!(
+            datagrams.len(),
+            3,
+            "{:?}",
+            datagrams.iter().map(|d| d.len()).collect::<Vec<_>>()
+        );
+        assert_eq!(datagrams[1].len(), 1200);
+        let records: Vec<(u64, Vec<u8>)> =
+            datagrams.iter().flat_map(|d| open_all(&open, d)).collect();
+        let seqs: Vec<u64> = records.iter().map(|r| r.0).collect();
+        assert_eq!(seqs, vec![0, 1, 2, 3, 4]);
+        let lens: Vec<usize> = records.iter().map(|r| r.1.len()).collect();
+        assert_eq!(lens, vec![300, 300, 300, max, 10]);
+        for (i, (_, plain)) in records.iter().enumerate() {
+            assert!(plain.iter().all(|&b| b == i as u8 + 1));
+        }
+        // Emptied, the sender holds no buffer.
+        assert_eq!(s.buf.capacity(), 0);
     }
 }

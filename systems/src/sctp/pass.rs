@@ -30,8 +30,8 @@ use super::assoc::{
     handle_packet, maybe_request_reset, resend_reset, sack_delay,
 };
 use super::cookie::CookieKey;
-use crate::dtls::DtlsConn;
 use crate::dtls::pass::{DtlsSession, flush, push_datagram};
+use crate::dtls::{DtlsConn, DtlsError};
 use crate::shard::ShardRng;
 
 /// Packets one association may send per tick at most.
@@ -345,12 +345,17 @@ pub fn sctp_tx(
         // Packets are written straight into the DTLS connection's outgoing buffer and
         // sealed there; with no connection (it closed) they are built and dropped, as
         // a lost packet would be, so that the association's state moves on alike.
+        let mut mtu = mtu;
         let mut sink = match session.conn.as_deref_mut() {
-            Some(conn) => Sink::Dtls {
-                conn,
-                path,
-                out: &mut ctx.out,
-            },
+            Some(conn) => {
+                // A packet is one record: never more than a record carries.
+                mtu = mtu.min(conn.max_application_plaintext());
+                Sink::Dtls {
+                    conn,
+                    path,
+                    out: &mut ctx.out,
+                }
+            }
             None => Sink::Discard(&mut scratch.buf),
         };
         for p in a.solo.drain(..) {
@@ -393,6 +398,15 @@ pub fn sctp_tx(
     }
 }
 
+/// Why a connection refused a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refused {
+    /// Its send buffer is full: try again once it drains.
+    Full,
+    /// It is not open.
+    Closed,
+}
+
 /// Where sctp_tx writes packets.
 enum Sink<'a> {
     /// Into the peer's DTLS connection, each packet one record sealed in place;
@@ -409,17 +423,22 @@ enum Sink<'a> {
 
 impl Sink<'_> {
     /// Writes one packet, which `write` appends to the buffer it is given (at most
-    /// `mtu` bytes) or, returning false, leaves unwritten. `Err` when the connection
-    /// refused the record: its buffer is full or it is not open, and then `write`
-    /// never ran (or sealing failed, which a connection with keys does not do).
+    /// `mtu` bytes, which the caller keeps within one record) or, returning false,
+    /// leaves unwritten. `Err` when the connection refused the record: its buffer is
+    /// full or it is not open, and then `write` never ran.
     fn packet(
         &mut self,
         mtu: usize,
         write: impl FnOnce(&mut BytesMut) -> bool,
-    ) -> Result<bool, ()> {
+    ) -> Result<bool, Refused> {
         match self {
             Sink::Dtls { conn, path, out } => {
-                let written = conn.send_application_with(mtu, write).map_err(|_| ())?;
+                let written = conn
+                    .send_application_with(mtu, write)
+                    .map_err(|e| match e {
+                        DtlsError::SendBufferFull => Refused::Full,
+                        _ => Refused::Closed,
+                    })?;
                 while let Some(payload) = conn.poll_transmit_finished() {
                     push_datagram(out, *path, payload);
                 }
@@ -430,6 +449,11 @@ impl Sink<'_> {
                 Ok(write(buf))
             }
         }
+    }
+
+    /// Whether packets go anywhere (for the counters).
+    fn sends(&self) -> bool {
+        matches!(self, Sink::Dtls { .. })
     }
 
     /// A packet built earlier (INIT, COOKIE ECHO and the like), copied in whole.
@@ -455,7 +479,7 @@ impl Sink<'_> {
 /// Bundles control chunks, the SACK, a FORWARD TSN, retransmissions and new DATA
 /// into packets of at most `mtu` bytes (RFC 9260 §6.10: control chunks first), and
 /// counts the SACKs and FORWARD TSNs it bundles. Returns when to try again if new
-/// data waits for a zero window probe's time.
+/// data waits: for a zero window probe's time, or for the connection's buffer.
 fn build_packets(
     a: &mut Sctp,
     now: shoal_components::time::Time,
@@ -487,12 +511,18 @@ fn build_packets(
             }
         });
         match written {
-            Ok(true) => stats.sctp_packets_sent += 1,
+            Ok(true) => {
+                if sink.sends() {
+                    stats.sctp_packets_sent += 1;
+                }
+            }
             Ok(false) => break,
-            // Nothing was taken from the queues: what is waiting stays for later.
-            Err(()) => {
+            // `write` did not run: nothing was taken from the queues. A full buffer
+            // drains once the driver sends this tick's datagrams: look again at the
+            // next tick.
+            Err(refused) => {
                 stats.sctp_packets_unsent += 1;
-                break;
+                return (refused == Refused::Full).then_some(now);
             }
         }
         if filled.wake_at.is_some() {
@@ -605,15 +635,17 @@ fn fill_packet(
                 break;
             }
             // A message that an empty packet would carry whole is not split to top
-            // this one up: it goes whole in the next packet. Splitting it would cost
-            // the receiver a reassembly and both sides a second chunk, for a few
-            // bytes of this packet's room (RFC 9260 §6.9 fragments only messages
-            // that do not fit, without saying how full a packet must be).
+            // up this one when the room left is under a quarter of a packet: it goes
+            // whole in the next packet. Splitting it would cost the receiver a
+            // reassembly and both sides a second chunk for a few bytes of room; with
+            // more room left, packing wins (fewer packets for mid-sized messages).
+            // RFC 9260 §6.9 fragments messages that do not fit, without saying how
+            // full a packet must be.
             if !w.is_empty()
                 && tx
                     .queue
                     .peek_remaining()
-                    .is_some_and(|n| n > limit && n <= whole_packet_payload(mtu))
+                    .is_some_and(|n| n > limit && n <= whole_packet_payload(mtu) && limit < mtu / 4)
             {
                 deferred = true;
                 break;

@@ -8,10 +8,14 @@
 //!
 //! `shoal-bench flow`: data-channel throughput between pairs of shoal endpoints over
 //! loopback UDP, with send-side flow control (see `flow.rs` and bench/README.md).
+//!
+//! `shoal-bench udp`: the loopback UDP ceiling under `flow`: the same batched socket
+//! I/O carrying the same datagrams with nothing above it.
 
 mod dtls;
 mod flow;
 mod ice;
+mod udp;
 
 use std::process::ExitCode;
 
@@ -21,6 +25,7 @@ fn main() -> ExitCode {
         Some("dtls") => dtls::run(&args[1..]),
         Some("flow") => flow::run(&args[1..]),
         Some("ice") => ice::run(&args[1..]),
+        Some("udp") => udp::run(&args[1..]),
         Some("--help" | "-h" | "help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -36,7 +41,8 @@ const USAGE: &str = "usage: shoal-bench <benchmark> [options]\n\n\
      benchmarks:\n  \
      dtls [--records N]                          DTLS record seal/open throughput, both suites\n  \
      flow                                        data-channel throughput over loopback UDP (FLOW_* env)\n  \
-     ice [--peers N] [--checks N] [--batch N]   STUN checks answered per second by one shard";
+     ice [--peers N] [--checks N] [--batch N]   STUN checks answered per second by one shard\n  \
+     udp [--size B] [--mib N] [--window-kib K]   loopback UDP ceiling with shoal's batched I/O";
 
 /// Reads `--name value` from `args`, or `default`.
 pub(crate) fn opt(args: &[String], name: &str, default: u64) -> Result<u64, String> {

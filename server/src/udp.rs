@@ -33,12 +33,13 @@ use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 
 use bytes::{Bytes, BytesMut};
-use mio::net::UdpSocket;
+use std::os::fd::AsFd;
+
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 use shoal_components::net::Datagram;
 
 /// Buffers offered to one `recvmmsg`.
-pub const RECV_SLOTS: usize = 8;
+pub const RECV_SLOTS: usize = 4;
 /// One receive buffer: the largest UDP payload, or a whole GRO burst (the kernel
 /// coalesces at most 64 KiB).
 const SLOT_LEN: usize = 1 << 16;
@@ -78,11 +79,13 @@ pub struct UdpIo {
 
 impl UdpIo {
     /// Sets `socket` up for batched I/O (GRO on where supported, larger socket
-    /// buffers where allowed) and returns its state.
+    /// buffers where allowed, non-blocking) and returns its state. Any UDP socket
+    /// will do: mio's, or std's (set it blocking again afterwards to block in
+    /// [`UdpIo::recv`]).
     ///
     /// # Errors
     /// If the socket's options cannot be read or set as `quinn-udp` requires.
-    pub fn new(socket: &UdpSocket) -> io::Result<UdpIo> {
+    pub fn new(socket: &impl AsFd) -> io::Result<UdpIo> {
         let state = UdpSocketState::new(socket.into())?;
         // Best effort: a smaller buffer only means drops under bursts, which the
         // protocols above recover from.
@@ -116,7 +119,7 @@ impl UdpIo {
     /// queued ICMP error, say, which the call consumes).
     pub fn recv(
         &mut self,
-        socket: &UdpSocket,
+        socket: &impl AsFd,
         local: SocketAddr,
         out: &mut Vec<Datagram>,
     ) -> io::Result<usize> {
@@ -166,7 +169,7 @@ impl UdpIo {
     /// Sends and drains `tx`: each run of datagrams to one destination whose sizes
     /// are equal but for a shorter last one goes out as one GSO `sendmsg`; the rest
     /// one call each. UDP may drop, so nothing is retried.
-    pub fn send(&mut self, socket: &UdpSocket, tx: &mut Vec<Datagram>) -> SendOutcome {
+    pub fn send(&mut self, socket: &impl AsFd, tx: &mut Vec<Datagram>) -> SendOutcome {
         let mut outcome = SendOutcome::default();
         let mut i = 0;
         while i < tx.len() {
@@ -216,7 +219,7 @@ impl UdpIo {
 
     fn transmit(
         &self,
-        socket: &UdpSocket,
+        socket: &impl AsFd,
         destination: SocketAddr,
         contents: &[u8],
         segment_size: Option<usize>,
@@ -290,6 +293,7 @@ fn gso_run(tx: &[Datagram], max_segments: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mio::net::UdpSocket;
     use std::net::UdpSocket as StdUdpSocket;
     use std::time::{Duration, Instant};
 

@@ -3,6 +3,7 @@
 //! benchmarks and embedding users drive the very same shards through.
 
 pub mod config;
+pub mod control;
 pub mod driver;
 pub mod endpoint;
 pub mod sim;

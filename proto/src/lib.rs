@@ -1,17 +1,27 @@
-//! shoal's public API, package `shoal.v1`: types generated at build time from the
-//! `.proto` files under `proto/`.
+//! shoal's public API, package `shoal.v1`: messages, tonic clients and tonic server
+//! traits generated at build time from the `.proto` files under `proto/`, and the
+//! encoded descriptor set for gRPC server reflection.
+//!
+//! Services: `RoomService` (rooms and participants), `NodeService` (the node's shards
+//! and load) and `SignalService` (a full participant's signalling stream; defined, not
+//! yet served by shoal).
 
 /// Package `shoal.v1`.
 #[allow(missing_docs, clippy::all)]
 pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/shoal.v1.rs"));
+
+    /// The encoded `FileDescriptorSet` of every `shoal.v1` file (with comments), for
+    /// `tonic_reflection::server::Builder::register_encoded_file_descriptor_set`.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/shoal_v1_descriptor.bin"));
 }
 
 #[cfg(test)]
 mod tests {
     use prost::Message;
 
-    use super::v1::{NodeInfo, ShardInfo};
+    use super::v1::{NodeInfo, ShardInfo, SignalRequest, signal_request};
 
     #[test]
     fn node_info_round_trips() {
@@ -21,9 +31,43 @@ mod tests {
                 index: 0,
                 udp_addr: "127.0.0.1:7100".into(),
                 peers: 3,
+                max_peers: 10,
+                load: 0.3,
+                ..ShardInfo::default()
             }],
+            rooms: 2,
+            ..NodeInfo::default()
         };
         let bytes = info.encode_to_vec();
         assert_eq!(NodeInfo::decode(bytes.as_slice()).ok(), Some(info));
+    }
+
+    #[test]
+    fn signal_messages_round_trip() {
+        let join = SignalRequest {
+            message: Some(signal_request::Message::Join(super::v1::JoinRequest {
+                room: "lobby".into(),
+                identity: "alice".into(),
+                auto_subscribe: true,
+                ..Default::default()
+            })),
+        };
+        let bytes = join.encode_to_vec();
+        assert_eq!(SignalRequest::decode(bytes.as_slice()).ok(), Some(join));
+    }
+
+    #[test]
+    fn descriptor_set_names_every_service() {
+        let set = prost_types::FileDescriptorSet::decode(super::v1::FILE_DESCRIPTOR_SET)
+            .expect("a valid descriptor set");
+        let services: Vec<String> = set
+            .file
+            .iter()
+            .filter(|f| f.package() == "shoal.v1")
+            .flat_map(|f| f.service.iter().map(|s| s.name().to_owned()))
+            .collect();
+        for name in ["NodeService", "RoomService", "SignalService"] {
+            assert!(services.iter().any(|s| s == name), "{name} in {services:?}");
+        }
     }
 }

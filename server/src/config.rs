@@ -1,9 +1,11 @@
 //! The `shoal` command line: every setting of a node, from flags or `SHOAL_*`
 //! environment variables (a flag wins over its variable).
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::num::NonZeroUsize;
 use std::str::FromStr;
+use std::time::Duration;
 
 use clap::Parser;
 use clap::builder::TypedValueParser;
@@ -16,6 +18,15 @@ pub const DEFAULT_UDP_PORT_BASE: u16 = 7100;
 pub const DEFAULT_MAX_DATAGRAMS_PER_TICK: usize = 64;
 /// The default number of peers one shard holds at once.
 pub const DEFAULT_MAX_PEERS_PER_SHARD: usize = 10_000;
+/// The default address of the gRPC control plane.
+pub const DEFAULT_GRPC_ADDR: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7071));
+/// The default number of rooms a node holds at once.
+pub const DEFAULT_MAX_ROOMS: u32 = 10_000;
+/// The default number of participants one room admits.
+pub const DEFAULT_MAX_PARTICIPANTS_PER_ROOM: u32 = 1_000;
+/// The default number of seconds an empty room stays open.
+pub const DEFAULT_ROOM_EMPTY_TIMEOUT_SECS: u32 = 300;
 
 /// shoal: a WebRTC selective forwarding unit. One process is one cluster node; it runs
 /// one shard per core, each with its own UDP port.
@@ -51,7 +62,45 @@ pub struct Config {
     #[arg(long, env = "SHOAL_MAX_PEERS_PER_SHARD", value_name = "N", default_value_t = DEFAULT_MAX_PEERS_PER_SHARD)]
     pub max_peers_per_shard: usize,
 
-    /// TEST ONLY, until the control plane exists: registers an ICE-lite peer with these
+    /// TCP address the gRPC control plane (RoomService, NodeService, health,
+    /// reflection) listens on, or "off". Port 0 takes an ephemeral port (the bound
+    /// address is printed at start-up).
+    #[arg(long, env = "SHOAL_GRPC_ADDR", value_name = "ADDR|off", default_value_t = Listen::Addr(DEFAULT_GRPC_ADDR))]
+    pub grpc_addr: Listen,
+
+    /// Rooms this node holds at once; CreateRoom beyond it fails with RESOURCE_EXHAUSTED.
+    #[arg(
+        long,
+        env = "SHOAL_MAX_ROOMS",
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_ROOMS,
+        value_parser = clap::value_parser!(u32).range(1..),
+    )]
+    pub max_rooms: u32,
+
+    /// Participants one room admits at most; also the limit of a room created with
+    /// max_participants 0.
+    #[arg(
+        long,
+        env = "SHOAL_MAX_PARTICIPANTS_PER_ROOM",
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_PARTICIPANTS_PER_ROOM,
+        value_parser = clap::value_parser!(u32).range(1..),
+    )]
+    pub max_participants_per_room: u32,
+
+    /// Seconds an empty room stays open when it was created without an empty timeout
+    /// of its own (1 to 86400).
+    #[arg(
+        long,
+        env = "SHOAL_ROOM_EMPTY_TIMEOUT",
+        value_name = "SECONDS",
+        default_value_t = DEFAULT_ROOM_EMPTY_TIMEOUT_SECS,
+        value_parser = clap::value_parser!(u32).range(1..=86_400),
+    )]
+    pub room_empty_timeout: u32,
+
+    /// TEST ONLY, until signalling exists: registers an ICE-lite peer with these
     /// credentials on every shard at start-up. Repeatable; the n-th flag (from 0) is
     /// peer id n. Format LOCAL_UFRAG:LOCAL_PWD:REMOTE_UFRAG:REMOTE_PWD (RFC 8839 §5.4:
     /// ufrags 4-256 and passwords 22-256 ice-chars).
@@ -68,6 +117,10 @@ impl Default for Config {
             bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
             max_datagrams_per_tick: DEFAULT_MAX_DATAGRAMS_PER_TICK,
             max_peers_per_shard: DEFAULT_MAX_PEERS_PER_SHARD,
+            grpc_addr: Listen::Addr(DEFAULT_GRPC_ADDR),
+            max_rooms: DEFAULT_MAX_ROOMS,
+            max_participants_per_room: DEFAULT_MAX_PARTICIPANTS_PER_ROOM,
+            room_empty_timeout: DEFAULT_ROOM_EMPTY_TIMEOUT_SECS,
             static_peers: Vec::new(),
         }
     }
@@ -86,6 +139,55 @@ impl Config {
                 remote_candidates: Vec::new(),
                 dtls: None,
             })
+    }
+
+    /// How long a room created without an empty timeout stays open while empty.
+    pub fn room_empty_timeout(&self) -> Duration {
+        Duration::from_secs(u64::from(self.room_empty_timeout))
+    }
+}
+
+/// Where a server listens: a socket address, or nowhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listen {
+    /// The server is not started.
+    Off,
+    /// The server listens on this address (port 0: an ephemeral port).
+    Addr(SocketAddr),
+}
+
+impl Listen {
+    /// The address, unless the server is off.
+    pub fn addr(self) -> Option<SocketAddr> {
+        match self {
+            Listen::Off => None,
+            Listen::Addr(a) => Some(a),
+        }
+    }
+}
+
+impl fmt::Display for Listen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Listen::Off => f.write_str("off"),
+            Listen::Addr(a) => a.fmt(f),
+        }
+    }
+}
+
+/// Why a listen address did not parse.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("expected IP:PORT (e.g. 127.0.0.1:7071, [::1]:7071) or \"off\"")]
+pub struct ListenError;
+
+impl FromStr for Listen {
+    type Err = ListenError;
+
+    fn from_str(s: &str) -> Result<Listen, ListenError> {
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(Listen::Off);
+        }
+        s.parse().map(Listen::Addr).map_err(|_| ListenError)
     }
 }
 
@@ -149,6 +251,14 @@ mod tests {
             "0",
             "--bind",
             "0.0.0.0",
+            "--grpc-addr",
+            "[::1]:0",
+            "--max-rooms",
+            "7",
+            "--max-participants-per-room",
+            "12",
+            "--room-empty-timeout",
+            "45",
             "--static-peer",
             "abcd:0123456789012345678901:wxyz:abcdefghijklmnopqrstuv",
             "--static-peer",
@@ -158,6 +268,9 @@ mod tests {
         assert_eq!(c.shards.get(), 3);
         assert_eq!(c.udp_port_base, 0);
         assert_eq!(c.bind, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        assert_eq!(c.grpc_addr, Listen::Addr("[::1]:0".parse().unwrap()));
+        assert_eq!((c.max_rooms, c.max_participants_per_room), (7, 12));
+        assert_eq!(c.room_empty_timeout(), Duration::from_secs(45));
         let specs: Vec<_> = c.static_peer_specs().collect();
         assert_eq!(specs.len(), 2);
         assert_eq!(specs[1].id, PeerId(1));
@@ -174,9 +287,30 @@ mod tests {
             &["shoal", "--static-peer", "a:b:c"],
             &["shoal", "--static-peer", "a:b:c:d:e"],
             &["shoal", "--static-peer", "a::c:d"],
+            &["shoal", "--grpc-addr", "7071"],
+            &["shoal", "--grpc-addr", "localhost:7071"],
+            &["shoal", "--max-rooms", "0"],
+            &["shoal", "--max-participants-per-room", "0"],
+            &["shoal", "--room-empty-timeout", "0"],
+            &["shoal", "--room-empty-timeout", "86401"],
         ] {
             assert!(Config::try_parse_from(args).is_err(), "{args:?}");
         }
+    }
+
+    #[test]
+    fn grpc_defaults_to_loopback_and_can_be_off() {
+        let c = Config::try_parse_from(["shoal"]).unwrap();
+        assert_eq!(c.grpc_addr.addr(), Some(DEFAULT_GRPC_ADDR));
+        assert_eq!(DEFAULT_GRPC_ADDR.to_string(), "127.0.0.1:7071");
+        for off in ["off", "OFF"] {
+            let c = Config::try_parse_from(["shoal", "--grpc-addr", off]).unwrap();
+            assert_eq!(c.grpc_addr, Listen::Off);
+            assert_eq!(c.grpc_addr.addr(), None);
+        }
+        assert_eq!(Listen::Off.to_string().parse(), Ok(Listen::Off));
+        let a = Listen::Addr("127.0.0.1:0".parse().unwrap());
+        assert_eq!(a.to_string().parse(), Ok(a));
     }
 
     #[test]

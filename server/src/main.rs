@@ -1,5 +1,6 @@
 //! The `shoal` binary: parses the command line, starts one shard thread per core and
-//! runs until SIGINT (Ctrl-C), then shuts every shard down cleanly.
+//! the control plane (gRPC), and runs until SIGINT or SIGTERM, then shuts the control
+//! plane and every shard down cleanly.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -8,9 +9,10 @@ use std::time::Duration;
 use clap::Parser;
 use crossbeam_channel::RecvTimeoutError;
 use shoal_server::config::Config;
+use shoal_server::control::{ControlError, ControlPlane, ControlSettings};
 use shoal_server::driver::{DriverError, Server};
 
-/// How often the main thread checks that no shard thread died on its own.
+/// How often the main thread checks that no shard or control thread died on its own.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Why the process exits with a failure.
@@ -20,10 +22,14 @@ enum MainError {
     Signal(#[from] ctrlc::Error),
     #[error(transparent)]
     Driver(#[from] DriverError),
+    #[error(transparent)]
+    Control(#[from] ControlError),
     #[error("cannot write to stdout: {0}")]
     Stdout(#[from] std::io::Error),
     #[error("shard {0} stopped unexpectedly")]
     ShardStopped(usize),
+    #[error("the control plane stopped unexpectedly")]
+    ControlStopped,
 }
 
 fn main() -> ExitCode {
@@ -45,6 +51,12 @@ fn run(config: &Config) -> Result<(), MainError> {
     })?;
 
     let server = Server::start(config)?;
+    // The control plane talks to the shards only through their command channels.
+    // Dropping `server` on an error below shuts the shards down.
+    let control = match ControlSettings::from_config(config) {
+        Some(settings) => Some(ControlPlane::start(settings, server.command_senders())?),
+        None => None,
+    };
     // Tests and scripts read the bound addresses from here (port base 0 is ephemeral).
     let mut stdout = std::io::stdout().lock();
     for (index, addr) in server.local_addrs().enumerate() {
@@ -60,6 +72,10 @@ fn run(config: &Config) -> Result<(), MainError> {
         "shoal: dtls fingerprint sha-256 {}",
         fingerprint.join(":")
     )?;
+    match &control {
+        Some(c) => writeln!(stdout, "shoal: grpc http://{}", c.grpc_addr())?,
+        None => writeln!(stdout, "shoal: grpc off")?,
+    }
     stdout.flush()?;
     drop(stdout);
 
@@ -69,11 +85,26 @@ fn run(config: &Config) -> Result<(), MainError> {
             Err(RecvTimeoutError::Timeout) => {
                 if let Some(index) = server.stopped_shard() {
                     // Shutting down reports the shard's own error, if it had one.
+                    if let Some(c) = control {
+                        c.shutdown()?;
+                    }
                     server.shutdown()?;
                     return Err(MainError::ShardStopped(index));
                 }
+                if control.as_ref().is_some_and(ControlPlane::is_finished) {
+                    if let Some(c) = control {
+                        c.shutdown()?;
+                    }
+                    server.shutdown()?;
+                    return Err(MainError::ControlStopped);
+                }
             }
         }
+    }
+
+    // The control plane first: it may be waiting on a shard.
+    if let Some(c) = control {
+        c.shutdown()?;
     }
 
     for r in server.shutdown()? {

@@ -42,6 +42,10 @@ fn shoal() -> Command {
         "SHOAL_BIND",
         "SHOAL_MAX_DATAGRAMS_PER_TICK",
         "SHOAL_MAX_PEERS_PER_SHARD",
+        "SHOAL_GRPC_ADDR",
+        "SHOAL_MAX_ROOMS",
+        "SHOAL_MAX_PARTICIPANTS_PER_ROOM",
+        "SHOAL_ROOM_EMPTY_TIMEOUT",
     ] {
         cmd.env_remove(var);
     }
@@ -174,12 +178,26 @@ fn udp_stun_binding_real_socket() {
         "1",
         "--udp-port-base",
         "0",
+        "--grpc-addr",
+        "127.0.0.1:0",
         "--static-peer",
         &peer,
     ];
     let (mut child, lines, addrs) = start(&args, 1);
     let shard = addrs[0];
     assert!(shard.ip().is_loopback() && shard.port() != 0, "{shard}");
+
+    // The control plane's URL follows the shards'; it accepts connections.
+    let grpc = loop {
+        let line = lines
+            .recv_timeout(START_TIMEOUT)
+            .expect("shoal printed its gRPC address");
+        if let Some(url) = line.strip_prefix("shoal: grpc http://") {
+            break url.parse::<SocketAddr>().expect("a socket address");
+        }
+    };
+    assert!(grpc.ip().is_loopback() && grpc.port() != 0, "{grpc}");
+    std::net::TcpStream::connect(grpc).expect("gRPC accepts connections");
 
     let socket = UdpSocket::bind("127.0.0.1:0").expect("bind client socket");
     socket.set_read_timeout(Some(NO_ANSWER_WAIT)).unwrap();
@@ -241,9 +259,15 @@ fn help_documents_every_flag() {
         "--max-datagrams-per-tick",
         "--max-peers-per-shard",
         "--static-peer",
+        "--grpc-addr",
+        "--max-rooms",
+        "--max-participants-per-room",
+        "--room-empty-timeout",
         "SHOAL_SHARDS",
         "SHOAL_UDP_PORT_BASE",
         "SHOAL_BIND",
+        "SHOAL_GRPC_ADDR",
+        "SHOAL_MAX_ROOMS",
     ] {
         assert!(
             help.contains(flag),

@@ -293,6 +293,11 @@ impl Server {
         self.shards.get(index).map(|s| s.sender.clone())
     }
 
+    /// A command handle for every shard, by index (what the control plane takes).
+    pub fn command_senders(&self) -> Vec<ShardSender> {
+        self.shards.iter().map(|s| s.sender.clone()).collect()
+    }
+
     /// The index of a shard whose thread ended without being asked to (a fatal I/O
     /// error or a panic); [`Server::shutdown`] reports why.
     pub fn stopped_shard(&self) -> Option<usize> {

@@ -1,0 +1,370 @@
+//! The `shoal.v1` gRPC services: `RoomService` over the room directory and
+//! `NodeService` over the shards' reports. Handlers hold the directory's lock only
+//! for a few map operations and never across an `.await`; whatever waits on a shard
+//! runs on tokio's blocking pool behind a semaphore.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use shoal_components::peer::PeerId;
+use shoal_components::time::Time;
+use shoal_proto::v1;
+use shoal_proto::v1::node_service_server::NodeService;
+use shoal_proto::v1::room_service_server::RoomService;
+use tokio::sync::Semaphore;
+use tonic::{Request, Response, Status};
+
+use super::rooms::{
+    self, NameKind, ParticipantState, RoomDirectory, RoomError, RoomSpec, validate_name,
+};
+use super::shards::{self, SHARD_REPLY_TIMEOUT};
+use crate::driver::{ShardReport, ShardSender};
+
+/// Bytes a SendData payload holds at most: a message every WebRTC stack accepts
+/// (RFC 8831 §6.6 leaves the limit to SDP's max-message-size; browsers take 64 KiB+).
+pub const MAX_SEND_DATA_BYTES: usize = 65_536;
+/// Blocking shard round trips in flight at once; more requests wait their turn.
+const MAX_SHARD_QUERIES: usize = 4;
+
+/// Wall-clock and monotonic time of the control plane. The directory runs on the
+/// monotonic [`Time`] (since the control plane started); replies show Unix times
+/// derived from one wall-clock reading at start, so a clock step never reorders them.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    epoch: Instant,
+    epoch_unix_ms: u64,
+}
+
+impl Clock {
+    /// A clock whose epoch is now.
+    pub fn start() -> Clock {
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Clock {
+            epoch: Instant::now(),
+            epoch_unix_ms: u64::try_from(unix.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// The time since the epoch.
+    pub fn now(&self) -> Time {
+        Time::from_micros(u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX))
+    }
+
+    /// `t` as milliseconds since the Unix epoch.
+    pub fn unix_ms(&self, t: Time) -> u64 {
+        self.epoch_unix_ms.saturating_add(t.as_micros() / 1000)
+    }
+}
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct ControlState {
+    rooms: Mutex<RoomDirectory>,
+    shards: Vec<ShardSender>,
+    clock: Clock,
+    max_peers_per_shard: usize,
+    shard_queries: Semaphore,
+}
+
+impl ControlState {
+    /// The state over `directory` and the shards' command handles, by shard index.
+    pub fn new(
+        directory: RoomDirectory,
+        shards: Vec<ShardSender>,
+        max_peers_per_shard: usize,
+    ) -> ControlState {
+        ControlState {
+            rooms: Mutex::new(directory),
+            shards,
+            clock: Clock::start(),
+            max_peers_per_shard,
+            shard_queries: Semaphore::new(MAX_SHARD_QUERIES),
+        }
+    }
+
+    /// The room directory. A panic while it was held (a bug) does not take the whole
+    /// control plane down with it.
+    pub fn rooms(&self) -> MutexGuard<'_, RoomDirectory> {
+        self.rooms.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The control plane's clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Closes the rooms whose empty-timeout has run out by now.
+    pub fn expire_rooms(&self) -> Vec<String> {
+        let now = self.clock.now();
+        self.rooms().expire(now)
+    }
+
+    /// Removes peers from their shards, off the runtime's workers, and logs failures.
+    async fn disconnect(self: &Arc<Self>, peers: Vec<(usize, PeerId)>) -> Result<(), Status> {
+        if peers.is_empty() {
+            return Ok(());
+        }
+        let _turn = self.shard_turn().await?;
+        let state = self.clone();
+        let errors = tokio::task::spawn_blocking(move || {
+            shards::disconnect(&state.shards, &peers, SHARD_REPLY_TIMEOUT)
+        })
+        .await
+        .map_err(|_| Status::internal("disconnecting participants failed"))?;
+        // The directory has let them go already; a shard that cannot be reached is
+        // failing as a whole, which the process notices on its own.
+        for e in errors {
+            eprintln!("shoal: control: disconnect: {e}");
+        }
+        Ok(())
+    }
+
+    /// Every shard's report, fetched off the runtime's workers.
+    async fn shard_reports(self: &Arc<Self>) -> Result<Vec<ShardReport>, Status> {
+        let _turn = self.shard_turn().await?;
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || shards::reports(&state.shards, SHARD_REPLY_TIMEOUT))
+            .await
+            .map_err(|_| Status::internal("asking the shards failed"))?
+            .map_err(|e| Status::unavailable(e.to_string()))
+    }
+
+    async fn shard_turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Status> {
+        self.shard_queries
+            .acquire()
+            .await
+            .map_err(|_| Status::unavailable("shutting down"))
+    }
+}
+
+/// The gRPC handlers of `RoomService` and `NodeService`.
+#[derive(Clone, Debug)]
+pub struct ControlApi {
+    state: Arc<ControlState>,
+}
+
+impl ControlApi {
+    /// Handlers over `state`.
+    pub fn new(state: Arc<ControlState>) -> ControlApi {
+        ControlApi { state }
+    }
+
+    fn room_message(&self, room: &rooms::Room) -> v1::Room {
+        v1::Room {
+            name: room.name.clone(),
+            max_participants: room.max_participants,
+            empty_timeout_secs: saturating_u32(room.empty_timeout.as_secs()),
+            metadata: room.metadata.clone(),
+            num_participants: saturating_u32(room.participant_count()),
+            creation_time_unix_ms: self.state.clock.unix_ms(room.created_at),
+        }
+    }
+
+    fn participant_message(&self, p: &rooms::Participant) -> v1::Participant {
+        let state = match p.state {
+            ParticipantState::Joining => v1::ParticipantState::Joining,
+            ParticipantState::Active => v1::ParticipantState::Active,
+        };
+        v1::Participant {
+            identity: p.identity.clone(),
+            name: p.name.clone(),
+            metadata: p.metadata.clone(),
+            state: state.into(),
+            shard: saturating_u32(p.shard),
+            peer_id: p.peer.0,
+            joined_at_unix_ms: self.state.clock.unix_ms(p.joined_at),
+            // Tracks and channels live in the shards; reporting them comes with media.
+            tracks: Vec::new(),
+            data_channels: Vec::new(),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl RoomService for ControlApi {
+    async fn create_room(
+        &self,
+        request: Request<v1::CreateRoomRequest>,
+    ) -> Result<Response<v1::Room>, Status> {
+        let req = request.into_inner();
+        let spec = RoomSpec {
+            name: req.name,
+            max_participants: req.max_participants,
+            empty_timeout: Duration::from_secs(req.empty_timeout_secs.into()),
+            metadata: req.metadata,
+        };
+        let now = self.state.clock.now();
+        let mut rooms = self.state.rooms();
+        let room = rooms.create(spec, now)?;
+        Ok(Response::new(self.room_message(room)))
+    }
+
+    async fn get_room(
+        &self,
+        request: Request<v1::GetRoomRequest>,
+    ) -> Result<Response<v1::Room>, Status> {
+        let rooms = self.state.rooms();
+        let room = rooms.get(&request.get_ref().name)?;
+        Ok(Response::new(self.room_message(room)))
+    }
+
+    async fn list_rooms(
+        &self,
+        request: Request<v1::ListRoomsRequest>,
+    ) -> Result<Response<v1::ListRoomsResponse>, Status> {
+        let req = request.get_ref();
+        let rooms = self.state.rooms();
+        let page = rooms.list(&req.page_token, page_size(req.page_size))?;
+        Ok(Response::new(v1::ListRoomsResponse {
+            rooms: page.items.iter().map(|r| self.room_message(r)).collect(),
+            next_page_token: page.next_page_token.unwrap_or_default(),
+        }))
+    }
+
+    async fn delete_room(
+        &self,
+        request: Request<v1::DeleteRoomRequest>,
+    ) -> Result<Response<v1::DeleteRoomResponse>, Status> {
+        let room = self.state.rooms().delete(&request.get_ref().name)?;
+        let peers: Vec<(usize, PeerId)> = room.participants().map(|p| (p.shard, p.peer)).collect();
+        let participants_removed = saturating_u32(peers.len());
+        self.state.disconnect(peers).await?;
+        Ok(Response::new(v1::DeleteRoomResponse {
+            participants_removed,
+        }))
+    }
+
+    async fn list_participants(
+        &self,
+        request: Request<v1::ListParticipantsRequest>,
+    ) -> Result<Response<v1::ListParticipantsResponse>, Status> {
+        let req = request.get_ref();
+        let rooms = self.state.rooms();
+        let page = rooms.participants(&req.room, &req.page_token, page_size(req.page_size))?;
+        Ok(Response::new(v1::ListParticipantsResponse {
+            participants: page
+                .items
+                .iter()
+                .map(|p| self.participant_message(p))
+                .collect(),
+            next_page_token: page.next_page_token.unwrap_or_default(),
+        }))
+    }
+
+    async fn remove_participant(
+        &self,
+        request: Request<v1::RemoveParticipantRequest>,
+    ) -> Result<Response<v1::RemoveParticipantResponse>, Status> {
+        let req = request.get_ref();
+        let now = self.state.clock.now();
+        let gone = self
+            .state
+            .rooms()
+            .remove_participant(&req.room, &req.identity, now)?;
+        self.state.disconnect(vec![(gone.shard, gone.peer)]).await?;
+        Ok(Response::new(v1::RemoveParticipantResponse {}))
+    }
+
+    async fn send_data(
+        &self,
+        request: Request<v1::SendDataRequest>,
+    ) -> Result<Response<v1::SendDataResponse>, Status> {
+        let req = request.get_ref();
+        validate_name(&req.channel, NameKind::Channel)?;
+        if req.payload.len() > MAX_SEND_DATA_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "payload is {} bytes long, more than {MAX_SEND_DATA_BYTES}",
+                req.payload.len()
+            )));
+        }
+        let rooms = self.state.rooms();
+        if req.identity.is_empty() {
+            rooms.get(&req.room)?;
+        } else {
+            rooms.participant(&req.room, &req.identity)?;
+        }
+        // Nobody receives yet: participants join with signalling, and the shards'
+        // server-to-participant channel comes with it. The checks above are final.
+        Ok(Response::new(v1::SendDataResponse { recipients: 0 }))
+    }
+}
+
+#[tonic::async_trait]
+impl NodeService for ControlApi {
+    async fn get_node_info(
+        &self,
+        _request: Request<v1::GetNodeInfoRequest>,
+    ) -> Result<Response<v1::NodeInfo>, Status> {
+        let reports = self.state.shard_reports().await?;
+        let max_peers = self.state.max_peers_per_shard;
+        let shards: Vec<v1::ShardInfo> = reports
+            .iter()
+            .map(|r| v1::ShardInfo {
+                index: saturating_u32(r.index),
+                udp_addr: r.local_addr.to_string(),
+                peers: saturating_u32(r.peers),
+                max_peers: saturating_u32(max_peers),
+                load: load(r.peers, max_peers),
+                datagrams_received: r.driver.datagrams_received,
+                datagrams_sent: r.driver.datagrams_sent,
+            })
+            .collect();
+        let peers: usize = reports.iter().map(|r| r.peers).sum();
+        let (rooms, participants, max_rooms) = {
+            let d = self.state.rooms();
+            (d.room_count(), d.participant_count(), d.limits().max_rooms)
+        };
+        Ok(Response::new(v1::NodeInfo {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            shards,
+            rooms: saturating_u32(rooms),
+            participants: saturating_u32(participants),
+            max_rooms: saturating_u32(max_rooms),
+            load: load(peers, max_peers.saturating_mul(reports.len())),
+            uptime_ms: self.state.clock.now().as_micros() / 1000,
+        }))
+    }
+}
+
+impl From<RoomError> for Status {
+    fn from(e: RoomError) -> Status {
+        let message = e.to_string();
+        match e {
+            RoomError::InvalidName { .. }
+            | RoomError::MetadataTooLong(_)
+            | RoomError::TooManyParticipantsAsked { .. }
+            | RoomError::EmptyTimeoutTooLong(_) => Status::invalid_argument(message),
+            RoomError::TooManyRooms(_) | RoomError::RoomFull { .. } => {
+                Status::resource_exhausted(message)
+            }
+            RoomError::RoomExists(_) | RoomError::ParticipantExists { .. } => {
+                Status::already_exists(message)
+            }
+            RoomError::RoomNotFound(_) | RoomError::ParticipantNotFound { .. } => {
+                Status::not_found(message)
+            }
+        }
+    }
+}
+
+/// A page size from the wire: the directory clamps it.
+fn page_size(n: u32) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+/// `used / capacity`, 1.0 when there is no capacity.
+fn load(used: usize, capacity: usize) -> f32 {
+    if capacity == 0 {
+        return 1.0;
+    }
+    (used as f64 / capacity as f64) as f32
+}
+
+fn saturating_u32(n: impl TryInto<u32>) -> u32 {
+    n.try_into().unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests;

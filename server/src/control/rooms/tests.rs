@@ -1,0 +1,365 @@
+//! The room directory with explicit times: nothing here sleeps.
+
+use super::*;
+
+const LIMITS: RoomLimits = RoomLimits {
+    max_rooms: 4,
+    max_participants_per_room: 3,
+    default_empty_timeout: Duration::from_secs(300),
+};
+
+fn secs(s: u64) -> Time {
+    Time::from_millis(s * 1000)
+}
+
+fn spec(name: &str) -> RoomSpec {
+    RoomSpec {
+        name: name.into(),
+        ..RoomSpec::default()
+    }
+}
+
+fn member(identity: &str, peer: u64) -> ParticipantSpec {
+    ParticipantSpec {
+        identity: identity.into(),
+        name: String::new(),
+        metadata: String::new(),
+        shard: 0,
+        peer: PeerId(peer),
+    }
+}
+
+fn names<T>(page: &Page<'_, T>, name: impl Fn(&T) -> &str) -> Vec<String> {
+    page.items.iter().map(|t| name(t).to_owned()).collect()
+}
+
+#[test]
+fn create_get_list_delete() {
+    let mut d = RoomDirectory::new(LIMITS);
+    let room = d
+        .create(
+            RoomSpec {
+                name: "lobby".into(),
+                max_participants: 2,
+                empty_timeout: Duration::from_secs(30),
+                metadata: "{\"topic\":\"rust\"}".into(),
+            },
+            secs(5),
+        )
+        .unwrap();
+    assert_eq!(room.max_participants, 2);
+    assert_eq!(room.empty_timeout, Duration::from_secs(30));
+    assert_eq!(room.created_at, secs(5));
+    assert_eq!(room.closes_at(), Some(secs(35)));
+
+    // Zero asks for the node's defaults.
+    let other = d.create(spec("annex"), secs(6)).unwrap();
+    assert_eq!(other.max_participants, 3);
+    assert_eq!(other.empty_timeout, Duration::from_secs(300));
+
+    assert_eq!(d.get("lobby").unwrap().metadata, "{\"topic\":\"rust\"}");
+    assert_eq!(
+        d.get("nowhere"),
+        Err(RoomError::RoomNotFound("nowhere".into()))
+    );
+    let page = d.list("", 0).unwrap();
+    assert_eq!(names(&page, |r| &r.name), ["annex", "lobby"]);
+    assert_eq!(page.next_page_token, None);
+    assert_eq!(d.room_count(), 2);
+
+    let closed = d.delete("lobby").unwrap();
+    assert_eq!(closed.participant_count(), 0);
+    assert_eq!(
+        d.delete("lobby"),
+        Err(RoomError::RoomNotFound("lobby".into()))
+    );
+    assert_eq!(d.room_count(), 1);
+    assert_eq!(d.next_expiry(), Some(secs(306)), "lobby's deadline is gone");
+}
+
+#[test]
+fn names_are_checked() {
+    let mut d = RoomDirectory::new(LIMITS);
+    let bad = |reason| {
+        Err(RoomError::InvalidName {
+            kind: NameKind::Room,
+            reason,
+        })
+    };
+    assert_eq!(
+        d.create(spec(""), Time::ZERO).map(|_| ()),
+        bad(NameError::Empty)
+    );
+    let long = "x".repeat(MAX_NAME_BYTES + 1);
+    assert_eq!(
+        d.create(spec(&long), Time::ZERO).map(|_| ()),
+        bad(NameError::TooLong(129))
+    );
+    for name in [
+        "a\nb",
+        "a\u{0}b",
+        "tab\there",
+        "a\u{2028}b",
+        "\u{7f}",
+        "x\u{85}",
+    ] {
+        assert_eq!(
+            d.create(spec(name), Time::ZERO).map(|_| ()),
+            bad(NameError::Unprintable),
+            "{name:?}"
+        );
+    }
+    for name in [" lead", "trail ", " "] {
+        assert_eq!(
+            d.create(spec(name), Time::ZERO).map(|_| ()),
+            bad(NameError::OuterSpace),
+            "{name:?}"
+        );
+    }
+    // 128 bytes of multi-byte characters, inner spaces, punctuation: all fine.
+    let wide = "é".repeat(MAX_NAME_BYTES / 2);
+    for name in [wide.as_str(), "team standup", "room/1:a#b", "日本語"] {
+        d.create(spec(name), Time::ZERO).unwrap();
+    }
+    // Lookups check names too, so a bad name is INVALID_ARGUMENT, not NOT_FOUND.
+    assert_eq!(d.get("").map(|_| ()), bad(NameError::Empty));
+    assert_eq!(d.delete("a\nb").map(|_| ()), bad(NameError::Unprintable));
+    assert!(matches!(
+        d.list("bad\ntoken", 10),
+        Err(RoomError::InvalidName {
+            kind: NameKind::PageToken,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn settings_are_bounded() {
+    let mut d = RoomDirectory::new(LIMITS);
+    let mut s = spec("r");
+    s.metadata = "m".repeat(MAX_METADATA_BYTES + 1);
+    assert_eq!(
+        d.create(s.clone(), Time::ZERO).map(|_| ()),
+        Err(RoomError::MetadataTooLong(MAX_METADATA_BYTES + 1))
+    );
+    s.metadata = "m".repeat(MAX_METADATA_BYTES);
+    s.max_participants = 4;
+    assert_eq!(
+        d.create(s.clone(), Time::ZERO).map(|_| ()),
+        Err(RoomError::TooManyParticipantsAsked {
+            requested: 4,
+            max: 3
+        })
+    );
+    s.max_participants = 3;
+    s.empty_timeout = MAX_EMPTY_TIMEOUT + Duration::from_secs(1);
+    assert_eq!(
+        d.create(s.clone(), Time::ZERO).map(|_| ()),
+        Err(RoomError::EmptyTimeoutTooLong(Duration::from_secs(86_401)))
+    );
+    s.empty_timeout = MAX_EMPTY_TIMEOUT;
+    d.create(s, Time::ZERO).unwrap();
+    assert_eq!(d.room_count(), 1, "refused rooms left nothing behind");
+}
+
+#[test]
+fn rooms_per_node_are_bounded_and_unique() {
+    let mut d = RoomDirectory::new(LIMITS);
+    for name in ["a", "b", "c", "d"] {
+        d.create(spec(name), Time::ZERO).unwrap();
+    }
+    assert_eq!(
+        d.create(spec("a"), Time::ZERO).map(|_| ()),
+        Err(RoomError::RoomExists("a".into())),
+        "a duplicate is a duplicate even when the node is full"
+    );
+    assert_eq!(
+        d.create(spec("e"), Time::ZERO).map(|_| ()),
+        Err(RoomError::TooManyRooms(4))
+    );
+    d.delete("b").unwrap();
+    d.create(spec("e"), Time::ZERO).unwrap();
+}
+
+#[test]
+fn listings_page_by_name() {
+    let limits = RoomLimits {
+        max_rooms: 1000,
+        ..LIMITS
+    };
+    let mut d = RoomDirectory::new(limits);
+    for i in (0..7).rev() {
+        d.create(spec(&format!("room-{i}")), Time::ZERO).unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    let mut pages = 0;
+    loop {
+        let page = d.list(&token, 3).unwrap();
+        seen.extend(names(&page, |r| &r.name));
+        pages += 1;
+        match page.next_page_token {
+            Some(t) => token = t,
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    let expected: Vec<String> = (0..7).map(|i| format!("room-{i}")).collect();
+    assert_eq!(seen, expected);
+
+    // A page that ends exactly at the last room says it is the last.
+    let page = d.list("room-3", 3).unwrap();
+    assert_eq!(names(&page, |r| &r.name), ["room-4", "room-5", "room-6"]);
+    assert_eq!(page.next_page_token, None);
+    // A token past the end is an empty last page.
+    assert!(d.list("zzz", 3).unwrap().items.is_empty());
+
+    // 0 is the default, and large sizes are clamped.
+    for i in 7..600 {
+        d.create(spec(&format!("room-{i:03}")), Time::ZERO).unwrap();
+    }
+    assert_eq!(d.list("", 0).unwrap().items.len(), DEFAULT_PAGE_SIZE);
+    assert_eq!(d.list("", 100_000).unwrap().items.len(), MAX_PAGE_SIZE);
+}
+
+#[test]
+fn participants_join_list_and_leave() {
+    let mut d = RoomDirectory::new(LIMITS);
+    d.create(spec("r"), secs(0)).unwrap();
+    let bob = d.join("r", member("bob", 2), secs(1)).unwrap();
+    assert_eq!(
+        (bob.state, bob.peer, bob.joined_at),
+        (ParticipantState::Joining, PeerId(2), secs(1))
+    );
+    d.join("r", member("alice", 1), secs(2)).unwrap();
+    assert_eq!(
+        d.join("r", member("alice", 9), secs(3)).map(|_| ()),
+        Err(RoomError::ParticipantExists {
+            room: "r".into(),
+            identity: "alice".into()
+        })
+    );
+    d.join("r", member("carol", 3), secs(3)).unwrap();
+    assert_eq!(
+        d.join("r", member("dave", 4), secs(3)).map(|_| ()),
+        Err(RoomError::RoomFull {
+            room: "r".into(),
+            max: 3
+        })
+    );
+    assert_eq!(
+        d.join("nowhere", member("dave", 4), secs(3)).map(|_| ()),
+        Err(RoomError::RoomNotFound("nowhere".into()))
+    );
+    assert!(matches!(
+        d.join("r", member("", 4), secs(3)),
+        Err(RoomError::InvalidName {
+            kind: NameKind::Identity,
+            reason: NameError::Empty
+        })
+    ));
+    assert_eq!(
+        (
+            d.participant_count(),
+            d.get("r").unwrap().participant_count()
+        ),
+        (3, 3)
+    );
+
+    let page = d.participants("r", "", 2).unwrap();
+    assert_eq!(names(&page, |p| &p.identity), ["alice", "bob"]);
+    let next = d.participants("r", "bob", 2).unwrap();
+    assert_eq!(names(&next, |p| &p.identity), ["carol"]);
+    assert_eq!(next.next_page_token, None);
+
+    d.set_state("r", "bob", ParticipantState::Active).unwrap();
+    assert_eq!(
+        d.participant("r", "bob").unwrap().state,
+        ParticipantState::Active
+    );
+
+    let gone = d.remove_participant("r", "bob", secs(4)).unwrap();
+    assert_eq!(gone.peer, PeerId(2));
+    assert_eq!(
+        d.remove_participant("r", "bob", secs(4)),
+        Err(RoomError::ParticipantNotFound {
+            room: "r".into(),
+            identity: "bob".into()
+        })
+    );
+    assert_eq!(
+        d.remove_participant("elsewhere", "bob", secs(4)),
+        Err(RoomError::RoomNotFound("elsewhere".into()))
+    );
+    assert_eq!(d.participant_count(), 2);
+
+    // Deleting the room hands back everyone left, to disconnect.
+    let closed = d.delete("r").unwrap();
+    let left: Vec<_> = closed.participants().map(|p| p.peer).collect();
+    assert_eq!(left, [PeerId(1), PeerId(3)]);
+    assert_eq!(d.participant_count(), 0);
+}
+
+#[test]
+fn empty_rooms_close_after_their_timeout() {
+    let mut d = RoomDirectory::new(LIMITS);
+    let mut s = spec("short");
+    s.empty_timeout = Duration::from_secs(10);
+    d.create(s, secs(0)).unwrap();
+    d.create(spec("long"), secs(0)).unwrap(); // 300 s default
+    assert_eq!(d.next_expiry(), Some(secs(10)));
+
+    // Nobody joined: it closes 10 s after creation, not a moment before.
+    assert!(d.expire(Time::from_millis(9_999)).is_empty());
+    assert_eq!(d.expire(secs(10)), ["short"]);
+    assert_eq!(d.get("short"), Err(RoomError::RoomNotFound("short".into())));
+    assert_eq!(d.next_expiry(), Some(secs(300)));
+
+    // Someone in the room holds it open however long it lasts.
+    d.join("long", member("a", 1), secs(100)).unwrap();
+    assert_eq!(d.next_expiry(), None);
+    assert!(d.expire(secs(10_000)).is_empty());
+
+    // The last one out starts the count again from that moment.
+    d.join("long", member("b", 2), secs(10_001)).unwrap();
+    d.remove_participant("long", "a", secs(10_002)).unwrap();
+    assert_eq!(d.next_expiry(), None, "b is still in");
+    d.remove_participant("long", "b", secs(10_010)).unwrap();
+    assert_eq!(d.get("long").unwrap().closes_at(), Some(secs(10_310)));
+
+    // Rejoining before the deadline cancels it.
+    d.join("long", member("b", 2), secs(10_300)).unwrap();
+    assert!(d.expire(secs(10_310)).is_empty());
+    d.remove_participant("long", "b", secs(10_400)).unwrap();
+    assert!(d.expire(secs(10_699)).is_empty());
+    assert_eq!(d.expire(secs(10_700)), ["long"]);
+    assert_eq!(d.room_count(), 0);
+    assert_eq!(d.next_expiry(), None);
+}
+
+#[test]
+fn a_deleted_rooms_deadline_does_not_close_its_successor() {
+    let mut d = RoomDirectory::new(LIMITS);
+    let mut s = spec("r");
+    s.empty_timeout = Duration::from_secs(10);
+    d.create(s.clone(), secs(0)).unwrap();
+    d.delete("r").unwrap();
+    d.create(s, secs(5)).unwrap();
+    assert!(
+        d.expire(secs(10)).is_empty(),
+        "the first room's deadline left with it"
+    );
+    assert_eq!(d.expire(secs(15)), ["r"]);
+}
+
+#[test]
+fn expiry_closes_rooms_in_deadline_order() {
+    let mut d = RoomDirectory::new(LIMITS);
+    for (name, timeout) in [("c", 3), ("a", 1), ("b", 2)] {
+        let mut s = spec(name);
+        s.empty_timeout = Duration::from_secs(timeout);
+        d.create(s, secs(0)).unwrap();
+    }
+    assert_eq!(d.expire(secs(2)), ["a", "b"]);
+    assert_eq!(d.expire(secs(3)), ["c"]);
+}

@@ -1,0 +1,105 @@
+//! The control plane's round trips to shards: a command over the shard's crossbeam
+//! channel, a reply on a crossbeam channel of its own. Every receive is bounded by a
+//! deadline, and these functions block, so async code runs them on tokio's blocking
+//! pool (`spawn_blocking`), never on a runtime worker.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use shoal_components::peer::PeerId;
+use shoal_systems::CommandError;
+
+use crate::driver::{DriverError, ShardCommand, ShardReport, ShardSender};
+
+/// How long the control plane waits for a shard's reply. A shard answers within one
+/// loop turn (at most 16 batches of datagrams), so a shard this late is wedged.
+pub const SHARD_REPLY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why a shard did not do what the control plane asked.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    /// The command could not be queued (the shard thread is gone, or waking it failed).
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// No shard has this index.
+    #[error("no shard {0}")]
+    NoSuchShard(usize),
+    /// The shard dropped the reply channel: its thread ended.
+    #[error("shard {0} is not running")]
+    Gone(usize),
+    /// The shard did not answer in time.
+    #[error("shard {shard} did not answer within {timeout:?}")]
+    Timeout {
+        /// The shard's index.
+        shard: usize,
+        /// How long the control plane waited.
+        timeout: Duration,
+    },
+    /// The shard refused the command.
+    #[error("shard {shard}: {source}")]
+    Refused {
+        /// The shard's index.
+        shard: usize,
+        /// Its reason.
+        source: CommandError,
+    },
+}
+
+/// Every shard's report, in shard order. All shards are asked before any reply is
+/// awaited, so they answer in parallel and the whole call takes at most `timeout`.
+pub fn reports(shards: &[ShardSender], timeout: Duration) -> Result<Vec<ShardReport>, ShardError> {
+    let deadline = Instant::now() + timeout;
+    let mut pending = Vec::with_capacity(shards.len());
+    for shard in shards {
+        let (reply, report) = crossbeam_channel::bounded(1);
+        shard.send(ShardCommand::Stats(reply))?;
+        pending.push((shard.index(), report));
+    }
+    pending
+        .into_iter()
+        .map(|(shard, report)| receive(shard, &report, deadline, timeout))
+        .collect()
+}
+
+/// Removes each `(shard, peer)` from its shard and returns what went wrong, if
+/// anything. A peer the shard no longer knows is not an error: it left on its own.
+pub fn disconnect(
+    shards: &[ShardSender],
+    peers: &[(usize, PeerId)],
+    timeout: Duration,
+) -> Vec<ShardError> {
+    let deadline = Instant::now() + timeout;
+    let mut errors = Vec::new();
+    let mut pending = Vec::with_capacity(peers.len());
+    for &(index, peer) in peers {
+        let Some(shard) = shards.get(index) else {
+            errors.push(ShardError::NoSuchShard(index));
+            continue;
+        };
+        let (reply, verdict) = crossbeam_channel::bounded(1);
+        match shard.send(ShardCommand::RemovePeer(peer, reply)) {
+            Ok(()) => pending.push((index, verdict)),
+            Err(e) => errors.push(e.into()),
+        }
+    }
+    for (shard, verdict) in pending {
+        match receive(shard, &verdict, deadline, timeout) {
+            Ok(Ok(()) | Err(CommandError::UnknownPeer(_))) => {}
+            Ok(Err(source)) => errors.push(ShardError::Refused { shard, source }),
+            Err(e) => errors.push(e),
+        }
+    }
+    errors
+}
+
+fn receive<T>(
+    shard: usize,
+    reply: &Receiver<T>,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<T, ShardError> {
+    reply.recv_deadline(deadline).map_err(|e| match e {
+        RecvTimeoutError::Timeout => ShardError::Timeout { shard, timeout },
+        RecvTimeoutError::Disconnected => ShardError::Gone(shard),
+    })
+}

@@ -143,21 +143,42 @@ impl Sender {
         plain_len: usize,
         fill: impl FnOnce(&mut BytesMut),
     ) -> Result<(), DtlsError> {
+        self.write_record_with(epoch, content_type, plain_len, |b| {
+            fill(b);
+            true
+        })
+        .map(|_| ())
+    }
+
+    /// Appends one record whose plaintext `fill` writes straight into the buffer (at
+    /// most `max_plain` bytes), sealing it in place when `epoch` is 1. `fill` returning
+    /// false leaves nothing behind and uses no sequence number. The record joins the
+    /// open datagram if it fits there, else starts the next one: records lie back to
+    /// back in the buffer, so ending the open datagram before it is only bookkeeping.
+    /// Returns whether a record was written.
+    fn write_record_with(
+        &mut self,
+        epoch: u16,
+        content_type: ContentType,
+        max_plain: usize,
+        fill: impl FnOnce(&mut BytesMut) -> bool,
+    ) -> Result<bool, DtlsError> {
         let protected = epoch > 0;
-        let overhead = RECORD_HEADER_LEN + if protected { RECORD_OVERHEAD } else { 0 };
-        if self.open_len > 0 && overhead + plain_len > self.room() {
-            self.close_datagram();
+        if protected && self.cipher.is_none() {
+            return Err(DtlsError::Internal("no write key for epoch 1"));
         }
         let slot = usize::from(epoch.min(1));
         let seq = self.next_seq[slot];
         if seq >= MAX_SEQUENCE {
             return Err(DtlsError::Internal("record sequence number exhausted"));
         }
-        let length =
-            u16::try_from(plain_len).map_err(|_| DtlsError::Internal("record too long"))?;
+        if max_plain > usize::from(u16::MAX) {
+            return Err(DtlsError::Internal("record too long"));
+        }
+        let overhead = RECORD_HEADER_LEN + if protected { RECORD_OVERHEAD } else { 0 };
         let start = self.buf.len();
-        let need = overhead + plain_len;
-        if self.buf.capacity() - self.buf.len() < need {
+        let need = overhead + max_plain;
+        if self.buf.capacity() - start < need {
             self.buf.reserve(need.max(TX_CHUNK));
         }
         RecordHeader {
@@ -165,29 +186,42 @@ impl Sender {
             version: DTLS_1_2,
             epoch,
             sequence_number: seq,
-            length,
+            // Set below from what `fill` wrote.
+            length: 0,
         }
         .write(&mut self.buf);
         if protected {
             self.buf.put_bytes(0, EXPLICIT_NONCE_LEN);
         }
-        fill(&mut self.buf);
-        if protected {
-            let sealed = match &self.cipher {
-                Some(c) => c.seal_record(&mut self.buf, start),
-                None => {
+        let body = self.buf.len();
+        if !fill(&mut self.buf) {
+            self.buf.truncate(start);
+            return Ok(false);
+        }
+        let plain_len = self.buf.len() - body;
+        if plain_len > max_plain {
+            self.buf.truncate(start);
+            return Err(DtlsError::Internal("record longer than announced"));
+        }
+        match &self.cipher {
+            // `seal_record` sets the length field to the sealed fragment's.
+            Some(c) if protected => {
+                if let Err(e) = c.seal_record(&mut self.buf, start) {
                     self.buf.truncate(start);
-                    return Err(DtlsError::Internal("no write key for epoch 1"));
+                    return Err(e.into());
                 }
-            };
-            if let Err(e) = sealed {
-                self.buf.truncate(start);
-                return Err(e.into());
             }
+            // ≤ max_plain ≤ u16::MAX, checked above.
+            _ => self.buf[start + 11..start + RECORD_HEADER_LEN]
+                .copy_from_slice(&(plain_len as u16).to_be_bytes()),
         }
         self.next_seq[slot] = seq + 1;
-        self.open_len += self.buf.len() - start;
-        Ok(())
+        let len = self.buf.len() - start;
+        if self.open_len > 0 && self.open_len + len > self.mtu {
+            self.close_datagram();
+        }
+        self.open_len += len;
+        Ok(true)
     }
 
     /// Writes a whole flight, fragmenting handshake messages to fit the MTU, and ends
@@ -277,9 +311,8 @@ impl Sender {
     /// outgoing buffer itself, then sealed in place: a caller that builds its packet
     /// there (SCTP does) needs no buffer of its own and no copy. `fill` may write at
     /// most `max_plain` bytes (at most [`Sender::max_application_plaintext`]); returning
-    /// false, it writes nothing and no record is made. The record joins the open
-    /// datagram if it fits there, else starts the next one. Returns whether a record
-    /// was written.
+    /// false, it writes nothing and no record is made. Returns whether a record was
+    /// written.
     pub fn write_application_with(
         &mut self,
         max_plain: usize,
@@ -289,50 +322,7 @@ impl Sender {
         if self.buf.len() + max_plain > MAX_QUEUED_BYTES {
             return Err(DtlsError::SendBufferFull);
         }
-        let Some(cipher) = self.cipher.as_ref() else {
-            return Err(DtlsError::Internal("no write key for epoch 1"));
-        };
-        let seq = self.next_seq[1];
-        if seq >= MAX_SEQUENCE {
-            return Err(DtlsError::Internal("record sequence number exhausted"));
-        }
-        let start = self.buf.len();
-        let need = RECORD_HEADER_LEN + RECORD_OVERHEAD + max_plain;
-        if self.buf.capacity() - start < need {
-            self.buf.reserve(need.max(TX_CHUNK));
-        }
-        RecordHeader {
-            content_type: ContentType::ApplicationData,
-            version: DTLS_1_2,
-            epoch: 1,
-            sequence_number: seq,
-            // Set by `seal_record` from what `fill` wrote.
-            length: 0,
-        }
-        .write(&mut self.buf);
-        self.buf.put_bytes(0, EXPLICIT_NONCE_LEN);
-        let body = self.buf.len();
-        if !fill(&mut self.buf) {
-            self.buf.truncate(start);
-            return Ok(false);
-        }
-        if self.buf.len() - body > max_plain {
-            self.buf.truncate(start);
-            return Err(DtlsError::Internal("record longer than announced"));
-        }
-        if let Err(e) = cipher.seal_record(&mut self.buf, start) {
-            self.buf.truncate(start);
-            return Err(e.into());
-        }
-        self.next_seq[1] = seq + 1;
-        let len = self.buf.len() - start;
-        if self.open_len > 0 && self.open_len + len > self.mtu {
-            // The record is already in place right after the open datagram: ending
-            // that datagram before it is only bookkeeping.
-            self.close_datagram();
-        }
-        self.open_len += len;
-        Ok(true)
+        self.write_record_with(1, ContentType::ApplicationData, max_plain, fill)
     }
 
     /// Application data in epoch 1, in records of at most what one datagram holds;

@@ -179,16 +179,13 @@ impl UdpIo {
             let first = &tx[i];
             let size = first.payload.len();
             let result = if run == 1 {
-                self.transmit(socket, first.remote, &first.payload, None)
+                transmit(&self.state, socket, first.remote, &first.payload, None)
             } else {
                 self.gso.clear();
                 for d in &tx[i..i + run] {
                     self.gso.extend_from_slice(&d.payload);
                 }
-                let contents = std::mem::take(&mut self.gso);
-                let result = self.transmit(socket, first.remote, &contents, Some(size));
-                self.gso = contents;
-                result
+                transmit(&self.state, socket, first.remote, &self.gso, Some(size))
             };
             outcome.calls += 1;
             let n = run as u64;
@@ -200,7 +197,7 @@ impl UdpIo {
                 Err(_) if run > 1 => {
                     for d in &tx[i..i + run] {
                         outcome.calls += 1;
-                        match self.transmit(socket, d.remote, &d.payload, None) {
+                        match transmit(&self.state, socket, d.remote, &d.payload, None) {
                             Ok(()) => outcome.sent += 1,
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                                 outcome.would_block += 1;
@@ -216,23 +213,25 @@ impl UdpIo {
         tx.clear();
         outcome
     }
+}
 
-    fn transmit(
-        &self,
-        socket: &impl AsFd,
-        destination: SocketAddr,
-        contents: &[u8],
-        segment_size: Option<usize>,
-    ) -> io::Result<()> {
-        let transmit = Transmit {
-            destination,
-            ecn: None,
-            contents,
-            segment_size,
-            src_ip: None,
-        };
-        self.state.try_send(socket.into(), &transmit)
-    }
+/// One `sendmsg`: `contents` to `destination`, as GSO segments of `segment_size`
+/// when given.
+fn transmit(
+    state: &UdpSocketState,
+    socket: &impl AsFd,
+    destination: SocketAddr,
+    contents: &[u8],
+    segment_size: Option<usize>,
+) -> io::Result<()> {
+    let transmit = Transmit {
+        destination,
+        ecn: None,
+        contents,
+        segment_size,
+        src_ip: None,
+    };
+    state.try_send(socket.into(), &transmit)
 }
 
 /// Replaces the receive chunk: `reserve` takes the old allocation back when every

@@ -492,11 +492,7 @@ fn build_packets(
         return None; // nothing but solo packets until the peer's tag is known
     }
     for _ in 0..MAX_PACKETS_PER_TICK {
-        let mut filled = Filled {
-            sent_data: false,
-            deferred: false,
-            wake_at: None,
-        };
+        let mut filled = Filled::default();
         let written = sink.packet(mtu, |buf| {
             // A packet that stays empty must leave nothing behind in the buffer.
             let start = buf.len();
@@ -616,8 +612,8 @@ fn fill_packet(
             // RFC 9260 §6.1 A: with the window closed and nothing in flight, the next
             // chunk is a zero window probe, which "SHOULD" go "after 1 RTO"; once out,
             // T3-rtx retransmits it with the exponential back-off §6.1 A asks for.
-            let next = tx.queue.peek_remaining().unwrap_or(0).min(max);
-            if in_flight == 0 && rwnd < next {
+            let next = tx.queue.peek_remaining().unwrap_or(0);
+            if in_flight == 0 && rwnd < next.min(max) {
                 let not_before = *tx.probe_not_before.get_or_insert(now + tx.rto.rto());
                 if now < not_before {
                     wake_at = Some(not_before);
@@ -641,11 +637,7 @@ fn fill_packet(
             // more room left, packing wins (fewer packets for mid-sized messages).
             // RFC 9260 §6.9 fragments messages that do not fit, without saying how
             // full a packet must be.
-            if !w.is_empty()
-                && tx
-                    .queue
-                    .peek_remaining()
-                    .is_some_and(|n| n > limit && n <= whole_packet_payload(mtu) && limit < mtu / 4)
+            if !w.is_empty() && next > limit && next <= whole_packet_payload(mtu) && limit < mtu / 4
             {
                 deferred = true;
                 break;
@@ -674,6 +666,7 @@ fn fill_packet(
 }
 
 /// What [`fill_packet`] put in a packet.
+#[derive(Default)]
 struct Filled {
     /// The packet carries DATA.
     sent_data: bool,
@@ -703,7 +696,7 @@ fn push_data(w: &mut PacketWriter<'_>, tsn: Tsn, d: &shoal_components::sctp::tx:
 }
 
 /// Chunks already encoded (and padded), written as they are.
-struct Raw<'a>(&'a [u8]);
+pub(crate) struct Raw<'a>(pub(crate) &'a [u8]);
 
 impl WriteChunk for Raw<'_> {
     fn encoded_len(&self) -> usize {

@@ -3,45 +3,27 @@
 //! server reflection (v1 and v1alpha) lists the shoal.v1 services it serves and hands
 //! out their descriptors.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+mod grpc_node;
+
+use grpc_node::connect;
 use std::num::NonZeroUsize;
-use std::time::Duration;
 
 use prost::Message;
-use shoal_server::config::{Config, Listen};
-use shoal_server::control::{ControlPlane, ControlSettings};
+use shoal_server::config::Config;
+use shoal_server::control::ControlPlane;
 use shoal_server::driver::Server;
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_reflection::pb::{v1, v1alpha};
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 fn start_node() -> (Server, ControlPlane) {
-    let config = Config {
+    grpc_node::start_node(Config {
         shards: NonZeroUsize::MIN,
-        udp_port_base: 0,
-        grpc_addr: Listen::Addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
         ..Config::default()
-    };
-    let server = Server::start(&config).expect("shards start");
-    let settings = ControlSettings::from_config(&config).expect("gRPC is on");
-    let control =
-        ControlPlane::start(settings, server.command_senders()).expect("control plane starts");
-    (server, control)
-}
-
-async fn connect(addr: SocketAddr) -> Channel {
-    Endpoint::from_shared(format!("http://{addr}"))
-        .expect("a valid URI")
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(CONNECT_TIMEOUT)
-        .connect()
-        .await
-        .expect("connect to the control plane")
+    })
 }
 
 /// One v1 reflection request on its own stream, and its one response.

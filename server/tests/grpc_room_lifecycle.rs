@@ -2,9 +2,12 @@
 //! and removed, over a real gRPC connection to the control plane of a node with real
 //! shards; every refusal carries the gRPC status code its cause calls for.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+mod grpc_node;
+
+use grpc_node::connect;
+use std::net::SocketAddr;
 use std::num::NonZeroUsize;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use shoal_proto::v1::node_service_client::NodeServiceClient;
 use shoal_proto::v1::room_service_client::RoomServiceClient;
@@ -12,41 +15,21 @@ use shoal_proto::v1::{
     CreateRoomRequest, DeleteRoomRequest, GetNodeInfoRequest, GetRoomRequest,
     ListParticipantsRequest, ListRoomsRequest, RemoveParticipantRequest, SendDataRequest,
 };
-use shoal_server::config::{Config, Listen};
-use shoal_server::control::{ControlPlane, ControlSettings};
+use shoal_server::config::Config;
+use shoal_server::control::ControlPlane;
 use shoal_server::driver::Server;
-use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 const MAX_ROOMS: u32 = 3;
 const MAX_PARTICIPANTS: u32 = 50;
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A node of two shards on ephemeral ports, its gRPC on an ephemeral port.
 fn start_node() -> (Server, ControlPlane) {
-    let config = Config {
+    grpc_node::start_node(Config {
         shards: NonZeroUsize::new(2).expect("non-zero"),
-        udp_port_base: 0,
-        grpc_addr: Listen::Addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
         max_rooms: MAX_ROOMS,
         max_participants_per_room: MAX_PARTICIPANTS,
         ..Config::default()
-    };
-    let server = Server::start(&config).expect("shards start");
-    let settings = ControlSettings::from_config(&config).expect("gRPC is on");
-    let control =
-        ControlPlane::start(settings, server.command_senders()).expect("control plane starts");
-    (server, control)
-}
-
-async fn connect(addr: SocketAddr) -> Channel {
-    Endpoint::from_shared(format!("http://{addr}"))
-        .expect("a valid URI")
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(CONNECT_TIMEOUT)
-        .connect()
-        .await
-        .expect("connect to the control plane")
+    })
 }
 
 #[track_caller]

@@ -404,6 +404,25 @@ fn spawn_shard(
     })
 }
 
+/// An ICE-lite peer with fixed credentials and no DTLS, for tests that only need a
+/// shard to hold peers.
+#[cfg(test)]
+pub(crate) fn lite_peer(id: u64, ufrag: &str) -> PeerSpec {
+    use shoal_components::peer::{IceCredentials, IceRole};
+    PeerSpec {
+        id: PeerId(id),
+        role: IceRole::Lite,
+        credentials: IceCredentials {
+            local_ufrag: ufrag.into(),
+            local_pwd: "abcdefghijklmnopqrstuvwxyz".into(),
+            remote_ufrag: "them".into(),
+            remote_pwd: "ABCDEFGHIJKLMNOPQRSTUVWXYZ".into(),
+        },
+        remote_candidates: Vec::new(),
+        dtls: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::num::NonZeroUsize;
@@ -418,22 +437,6 @@ mod tests {
         assert_eq!(shard_port(65535, 0), Some(65535));
         assert_eq!(shard_port(65535, 1), None);
         assert_eq!(shard_port(1, 1 << 20), None);
-    }
-
-    fn lite_peer(id: u64, ufrag: &str) -> PeerSpec {
-        use shoal_components::peer::{IceCredentials, IceRole};
-        PeerSpec {
-            id: PeerId(id),
-            role: IceRole::Lite,
-            credentials: IceCredentials {
-                local_ufrag: ufrag.into(),
-                local_pwd: "abcdefghijklmnopqrstuvwxyz".into(),
-                remote_ufrag: "them".into(),
-                remote_pwd: "ABCDEFGHIJKLMNOPQRSTUVWXYZ".into(),
-            },
-            remote_candidates: Vec::new(),
-            dtls: None,
-        }
     }
 
     #[test]

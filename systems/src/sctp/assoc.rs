@@ -980,26 +980,17 @@ mod tests {
     use shoal_components::sctp::chunk::{GapAckBlock, Sack, cause_code};
     use shoal_components::sctp::packet::PacketWriter;
 
+    use crate::sctp::pass::Raw;
+
     const PORT: u16 = 5000;
 
     fn packet(vtag: u32, chunks: &[&[u8]]) -> Bytes {
         let mut buf = BytesMut::new();
         let mut w = PacketWriter::new(&mut buf, PORT, PORT, vtag);
         for c in chunks {
-            w.push(&RawChunk(c));
+            w.push(&Raw(c));
         }
         w.finish()
-    }
-
-    struct RawChunk<'a>(&'a [u8]);
-
-    impl WriteChunk for RawChunk<'_> {
-        fn encoded_len(&self) -> usize {
-            self.0.len()
-        }
-        fn write_to(&self, out: &mut BytesMut) {
-            out.extend_from_slice(self.0);
-        }
     }
 
     /// The chunks of one packet, by type.

@@ -4,34 +4,16 @@
 
 use std::num::NonZeroUsize;
 
-use shoal_components::peer::{IceCredentials, IceRole};
-use shoal_systems::PeerSpec;
-
 use super::*;
 use crate::config::Config;
 use crate::control::rooms::{ParticipantSpec, RoomLimits};
-use crate::driver::Server;
+use crate::driver::{Server, lite_peer};
 
 const LIMITS: RoomLimits = RoomLimits {
     max_rooms: 10,
     max_participants_per_room: 10,
     default_empty_timeout: Duration::from_secs(300),
 };
-
-fn lite_peer(id: u64, ufrag: &str) -> PeerSpec {
-    PeerSpec {
-        id: PeerId(id),
-        role: IceRole::Lite,
-        credentials: IceCredentials {
-            local_ufrag: ufrag.into(),
-            local_pwd: "abcdefghijklmnopqrstuvwxyz".into(),
-            remote_ufrag: "them".into(),
-            remote_pwd: "ABCDEFGHIJKLMNOPQRSTUVWXYZ".into(),
-        },
-        remote_candidates: Vec::new(),
-        dtls: None,
-    }
-}
 
 /// Two shards, a room "r" with alice (shard 0, peer 1) and bob (shard 1, peer 2),
 /// whose peers exist on their shards.

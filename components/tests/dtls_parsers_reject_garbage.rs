@@ -4,6 +4,8 @@
 //! treatment of `DtlsConn` in both roles lives in `shoal-systems`'s
 //! `dtls_conn_rejects_garbage`.)
 
+mod mutate;
+
 use std::path::PathBuf;
 
 use bytes::BytesMut;
@@ -188,41 +190,8 @@ fn walk_extensions(e: &Extensions) -> usize {
 /// insertions, length-field attacks, or pure noise.
 fn mutate(rng: &mut ChaCha8Rng, seed: &[u8]) -> Vec<u8> {
     let mut d = seed.to_vec();
-    let pick = |rng: &mut ChaCha8Rng, n: usize| (rng.next_u32() as usize) % n.max(1);
-    match rng.next_u32() % 7 {
-        0 => {
-            let n = pick(rng, 2048);
-            (0..n).map(|_| rng.next_u32() as u8).collect()
-        }
-        1 => {
-            for _ in 0..1 + pick(rng, 8) {
-                let i = pick(rng, d.len());
-                if let Some(b) = d.get_mut(i) {
-                    *b ^= 1 << (rng.next_u32() % 8);
-                }
-            }
-            d
-        }
-        2 => {
-            for _ in 0..1 + pick(rng, 4) {
-                let i = pick(rng, d.len());
-                if let Some(b) = d.get_mut(i) {
-                    *b = [0, 1, 0x7f, 0x80, 0xfe, 0xff][pick(rng, 6)];
-                }
-            }
-            d
-        }
-        3 => {
-            d.truncate(pick(rng, d.len() + 1));
-            d
-        }
-        4 => {
-            let at = pick(rng, d.len() + 1);
-            let n = 1 + pick(rng, 64);
-            let junk: Vec<u8> = (0..n).map(|_| rng.next_u32() as u8).collect();
-            d.splice(at..at, junk);
-            d
-        }
+    let op = rng.next_u32() % 7;
+    match op {
         5 => {
             // Length fields: record length (11..13), handshake length, fragment
             // offset and fragment length (14.., 19.., 22..).
@@ -235,11 +204,7 @@ fn mutate(rng: &mut ChaCha8Rng, seed: &[u8]) -> Vec<u8> {
             }
             d
         }
-        _ => {
-            let len = d.len();
-            d.rotate_left(pick(rng, len + 1).min(len));
-            d
-        }
+        _ => mutate::generic(rng, d, op, 2048, &[0, 1, 0x7f, 0x80, 0xfe, 0xff]),
     }
 }
 

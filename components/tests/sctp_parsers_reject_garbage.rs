@@ -5,6 +5,8 @@
 //! the chunk parsers see them rather than the CRC check stopping them. Whatever parses
 //! is written back and parsed again, and must come back the same.
 
+mod mutate;
+
 use std::path::PathBuf;
 
 use bytes::{Bytes, BytesMut};
@@ -151,41 +153,8 @@ fn parse_everything(d: &[u8]) -> usize {
 /// and count attacks, chunk splicing, or pure noise.
 fn mutate(rng: &mut ChaCha8Rng, seed: &[u8], other: &[u8]) -> Vec<u8> {
     let mut d = seed.to_vec();
-    let pick = |rng: &mut ChaCha8Rng, n: usize| (rng.next_u32() as usize) % n.max(1);
-    match rng.next_u32() % 9 {
-        0 => {
-            let n = pick(rng, 1500);
-            (0..n).map(|_| rng.next_u32() as u8).collect()
-        }
-        1 => {
-            for _ in 0..1 + pick(rng, 8) {
-                let i = pick(rng, d.len());
-                if let Some(b) = d.get_mut(i) {
-                    *b ^= 1 << (rng.next_u32() % 8);
-                }
-            }
-            d
-        }
-        2 => {
-            for _ in 0..1 + pick(rng, 4) {
-                let i = pick(rng, d.len());
-                if let Some(b) = d.get_mut(i) {
-                    *b = [0, 1, 2, 3, 4, 0x7f, 0x80, 0xc0, 0xfe, 0xff][pick(rng, 10)];
-                }
-            }
-            d
-        }
-        3 => {
-            d.truncate(pick(rng, d.len() + 1));
-            d
-        }
-        4 => {
-            let at = pick(rng, d.len() + 1);
-            let n = 1 + pick(rng, 64);
-            let junk: Vec<u8> = (0..n).map(|_| rng.next_u32() as u8).collect();
-            d.splice(at..at, junk);
-            d
-        }
+    let op = rng.next_u32() % 9;
+    match op {
         5 => {
             // Length and count fields: chunk length (14..16), the first parameter's
             // length or SACK counts (22..24, 24..28), and a few more 16-bit fields.
@@ -193,7 +162,7 @@ fn mutate(rng: &mut ChaCha8Rng, seed: &[u8], other: &[u8]) -> Vec<u8> {
                 if rng.next_u32().is_multiple_of(2)
                     && let Some(b) = d.get_mut(at)
                 {
-                    *b = [0, 1, 3, 4, 5, 0xff, rng.next_u32() as u8][pick(rng, 7)];
+                    *b = [0, 1, 3, 4, 5, 0xff, rng.next_u32() as u8][mutate::pick(rng, 7)];
                 }
             }
             d
@@ -201,7 +170,7 @@ fn mutate(rng: &mut ChaCha8Rng, seed: &[u8], other: &[u8]) -> Vec<u8> {
         6 => {
             // Change the first chunk's type, keeping its body: every parser sees every body.
             if let Some(b) = d.get_mut(COMMON_HEADER_LEN) {
-                *b = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 14, 130, 192][pick(rng, 15)];
+                *b = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 14, 130, 192][mutate::pick(rng, 15)];
             }
             d
         }
@@ -210,11 +179,13 @@ fn mutate(rng: &mut ChaCha8Rng, seed: &[u8], other: &[u8]) -> Vec<u8> {
             d.extend_from_slice(other.get(COMMON_HEADER_LEN..).unwrap_or(&[]));
             d
         }
-        _ => {
-            let len = d.len();
-            d.rotate_left(pick(rng, len + 1).min(len));
-            d
-        }
+        _ => mutate::generic(
+            rng,
+            d,
+            op,
+            1500,
+            &[0, 1, 2, 3, 4, 0x7f, 0x80, 0xc0, 0xfe, 0xff],
+        ),
     }
 }
 

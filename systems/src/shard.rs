@@ -524,9 +524,7 @@ impl Shard {
             .ok_or(SctpSendError::NotEstablished)?;
         let now = self.world.resource::<Now>().0;
         let mut e = self.world.entity_mut(entity);
-        let Ok((mut a, timers)) = e.get_components_mut::<(&mut Sctp, &Timers)>() else {
-            return Err(SctpSendError::NotEstablished);
-        };
+        let mut a = e.get_mut::<Sctp>().ok_or(SctpSendError::NotEstablished)?;
         if a.state != AssocState::Established {
             return Err(SctpSendError::NotEstablished);
         }
@@ -540,11 +538,7 @@ impl Shard {
         tx.queue
             .send(now, StreamId(stream), msg)
             .map_err(SctpSendError::Queue)?;
-        // A burst of sends between two ticks arms the send timer once.
-        let due = timers.get(TimerKind::SctpSend).is_some_and(|at| at <= now);
-        if !due {
-            self.wake_sctp(entity, now);
-        }
+        self.wake_sctp(entity, now);
         Ok(())
     }
 
@@ -648,6 +642,11 @@ impl Shard {
             .get::<Timers>(entity)
             .copied()
             .unwrap_or_default();
+        // A burst of sends between two ticks arms the send timer once (channel_send
+        // and sctp_send alike): a deadline already due has its live heap entry.
+        if timers.get(TimerKind::SctpSend).is_some_and(|at| at <= now) {
+            return;
+        }
         self.world
             .resource_mut::<TimerHeap>()
             .arm(&mut timers, entity, TimerKind::SctpSend, now);

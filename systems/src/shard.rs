@@ -552,17 +552,9 @@ impl Shard {
         protocol: &str,
         kind: ChannelType,
     ) -> Result<u16, ChannelError> {
-        let now = self.world.resource::<Now>().0;
-        let entity = self
-            .established_entity(id)
-            .ok_or(ChannelError::NotEstablished)?;
-        let mut e = self.world.entity_mut(entity);
-        let Ok((mut a, mut dc)) = e.get_components_mut::<(&mut Sctp, &mut DataChannels)>() else {
-            return Err(ChannelError::NotEstablished);
-        };
-        let r = datachannel::open(&mut a, &mut dc, now, label, protocol, kind);
-        self.wake_sctp(entity, now);
-        r
+        self.with_channels(id, |a, dc, now| {
+            datachannel::open(a, dc, now, label, protocol, kind)
+        })
     }
 
     /// Sends a message on a data channel with the channel's ordering and reliability.
@@ -575,26 +567,26 @@ impl Shard {
         binary: bool,
         payload: Bytes,
     ) -> Result<(), ChannelError> {
-        let now = self.world.resource::<Now>().0;
         let max = self.config.sctp.max_message_size;
-        let entity = self
-            .established_entity(id)
-            .ok_or(ChannelError::NotEstablished)?;
-        let mut e = self.world.entity_mut(entity);
-        let Ok((mut a, dc)) = e.get_components_mut::<(&mut Sctp, &DataChannels)>() else {
-            return Err(ChannelError::NotEstablished);
-        };
-        let r = datachannel::send(&mut a, dc, now, channel, binary, payload, max);
-        if r.is_ok() {
-            self.wake_sctp(entity, now);
-        }
-        r
+        self.with_channels(id, |a, dc, now| {
+            datachannel::send(a, dc, now, channel, binary, payload, max)
+        })
     }
 
     /// Closes a data channel: what is queued on it is still delivered, then both of
     /// its streams are reset (RFC 8831 §6.7) and [`ShardEvent::ChannelClosed`]
     /// follows on both sides.
     pub fn close_channel(&mut self, id: PeerId, channel: u16) -> Result<(), ChannelError> {
+        self.with_channels(id, |a, dc, _| datachannel::close(a, dc, channel))
+    }
+
+    /// Runs `f` on the peer's established association and its data channels, and
+    /// wakes the association if `f` succeeded (it queued something to send).
+    fn with_channels<R>(
+        &mut self,
+        id: PeerId,
+        f: impl FnOnce(&mut Sctp, &mut DataChannels, Time) -> Result<R, ChannelError>,
+    ) -> Result<R, ChannelError> {
         let now = self.world.resource::<Now>().0;
         let entity = self
             .established_entity(id)
@@ -603,9 +595,11 @@ impl Shard {
         let Ok((mut a, mut dc)) = e.get_components_mut::<(&mut Sctp, &mut DataChannels)>() else {
             return Err(ChannelError::NotEstablished);
         };
-        datachannel::close(&mut a, &mut dc, channel)?;
-        self.wake_sctp(entity, now);
-        Ok(())
+        let r = f(&mut a, &mut dc, now);
+        if r.is_ok() {
+            self.wake_sctp(entity, now);
+        }
+        r
     }
 
     /// Sets the low watermark of a stream's buffered amount: when the bytes queued

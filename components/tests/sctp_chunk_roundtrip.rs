@@ -829,6 +829,69 @@ fn wrong_checksum_is_rejected() {
     ));
 }
 
+/// RFC 9653: the Zero Checksum Acceptable parameter's bytes, and which zero checksums
+/// a receiver that announced it accepts.
+#[test]
+fn zero_checksum_parameter_and_acceptance() {
+    // §4: Type 0x8001, Length 8, the EDMID; read back from raw bytes, not our writer.
+    let raw_param = [0x80, 0x01, 0x00, 0x08, 0x00, 0x00, 0x00, 0x01];
+    let mut init = raw_chunk(chunk_type::INIT, 0, &[0; 16], None);
+    init.truncate(4);
+    init.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0x10, 0, 0, 1, 0, 1, 0, 0, 0, 1]);
+    init.extend_from_slice(&raw_param);
+    let len = init.len() as u16;
+    init[2..4].copy_from_slice(&len.to_be_bytes());
+    let Ok(Chunk::Init(parsed)) = first_chunk(&init) else {
+        panic!("INIT with the parameter parses")
+    };
+    assert_eq!(parsed.zero_checksum_method(), Some(EDMID_DTLS));
+    let rewritten = Init {
+        initiate_tag: parsed.initiate_tag,
+        a_rwnd: parsed.a_rwnd,
+        outbound_streams: parsed.outbound_streams,
+        inbound_streams: parsed.inbound_streams,
+        initial_tsn: parsed.initial_tsn,
+        params: &[InitParam::ZeroChecksumAcceptable(EDMID_DTLS)][..],
+    };
+    assert_eq!(write_chunk(&rewritten), init);
+    // A wrong length is not understood: skipped (type bits 10), the chunk still parses.
+    let mut odd = init.clone();
+    odd.truncate(odd.len() - 8);
+    odd.extend_from_slice(&[0x80, 0x01, 0x00, 0x06, 0, 1, 0, 0]);
+    let Ok(Chunk::Init(parsed)) = first_chunk(&odd) else {
+        panic!("INIT with a malformed parameter parses")
+    };
+    assert_eq!(parsed.zero_checksum_method(), None);
+
+    let zeroed = |raw: &Bytes| {
+        let mut z = raw.to_vec();
+        z[8..12].fill(0);
+        Bytes::from(z)
+    };
+    // §5.3: an endpoint that announced a method accepts zero checksums...
+    let cookie_ack = fixture("built_cookie_ack.bin");
+    assert!(Packet::parse_with(&zeroed(&cookie_ack), true).is_ok());
+    assert!(matches!(
+        Packet::parse_with(&zeroed(&cookie_ack), false),
+        Err(SctpError::BadChecksum { .. })
+    ));
+    // ...and correct ones, but no other wrong value.
+    assert!(Packet::parse_with(&cookie_ack, true).is_ok());
+    let mut wrong = cookie_ack.to_vec();
+    wrong[8] ^= 1;
+    assert!(matches!(
+        Packet::parse_with(&Bytes::from(wrong), true),
+        Err(SctpError::BadChecksum { .. })
+    ));
+    // §5.2: INIT and COOKIE ECHO packets must carry a correct CRC32c.
+    let init_packet = raw_packet(&init);
+    assert!(Packet::parse_with(&init_packet, true).is_ok());
+    assert!(Packet::parse_with(&zeroed(&init_packet), true).is_err());
+    let echo = raw_packet(&raw_chunk(chunk_type::COOKIE_ECHO, 0, &[7; 12], None));
+    assert!(Packet::parse_with(&echo, true).is_ok());
+    assert!(Packet::parse_with(&zeroed(&echo), true).is_err());
+}
+
 #[test]
 fn malformed_packets_and_chunks_are_rejected() {
     use chunk_type as t;

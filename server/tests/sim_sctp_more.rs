@@ -892,3 +892,44 @@ fn sctp_packing_keeps_messages_whole_and_packs_mid_sized_ones() {
         }
     }
 }
+
+/// RFC 9653 over DTLS: zero checksums are used exactly when both ends announce the
+/// DTLS method, and an end that did not announce it gets CRC32c, so every mix of
+/// settings delivers everything under loss (a zero checksum sent to an end that did
+/// not announce the method would be dropped there as corrupt, and nothing would
+/// arrive).
+#[test]
+fn zero_checksum_is_used_only_when_both_ends_announce_it() {
+    for (srv_zc, cli_zc) in [(true, true), (true, false), (false, true), (false, false)] {
+        let limits = |zero_checksum| SctpLimits {
+            zero_checksum,
+            ..SctpLimits::default()
+        };
+        let mut p = Pair::connect_with(
+            11,
+            limits(srv_zc),
+            limits(cli_zc),
+            Duration::from_millis(10),
+            0.05,
+        );
+        let both = srv_zc && cli_zc;
+        assert_eq!(p.srv.sctp_zero_checksum(PEER), both, "{srv_zc} {cli_zc}");
+        assert_eq!(p.cli.sctp_zero_checksum(PEER), both, "{srv_zc} {cli_zc}");
+        for i in 0..100u32 {
+            let msg = Bytes::from(vec![i as u8; 700]);
+            p.cli
+                .sctp_send(PEER, 1, 53, msg.clone(), false, Reliability::Reliable)
+                .unwrap();
+            p.srv
+                .sctp_send(PEER, 2, 53, msg, false, Reliability::Reliable)
+                .unwrap();
+        }
+        p.run_for(Duration::from_secs(10));
+        for got in [p.server_messages(1), p.client_messages(2)] {
+            assert_eq!(got.len(), 100, "{srv_zc} {cli_zc}");
+            for (i, m) in got.iter().enumerate() {
+                assert!(m.len() == 700 && m.iter().all(|&b| b == i as u8));
+            }
+        }
+    }
+}

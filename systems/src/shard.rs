@@ -655,6 +655,12 @@ impl Shard {
             .is_some_and(|a| a.state == AssocState::Established)
     }
 
+    /// Whether the peer's association sends zero checksums: both ends announced the
+    /// DTLS error detection method (RFC 9653).
+    pub fn sctp_zero_checksum(&self, id: PeerId) -> bool {
+        self.peer_sctp(id).is_some_and(|a| a.zero_checksum_tx)
+    }
+
     /// Bytes queued on the peer's association and not yet sent.
     pub fn sctp_buffered_amount(&self, id: PeerId) -> usize {
         self.peer_sctp(id)

@@ -52,15 +52,31 @@ impl Packet {
     /// Chunks are parsed lazily by [`Packet::chunks`]. Clones `buf` (a reference count),
     /// never copies it.
     pub fn parse(buf: &Bytes) -> Result<Packet, SctpError> {
+        Packet::parse_with(buf, false)
+    }
+
+    /// [`Packet::parse`] for an endpoint that announced an alternate error detection
+    /// method (`zero_checksum_ok`), which RFC 9653 §5.3 obliges to "accept SCTP packets
+    /// that have an incorrect checksum value of zero and that fulfill the requirements
+    /// of the announced alternate error detection method" besides correctly checksummed
+    /// ones. A zero checksum on a packet that starts with INIT or COOKIE ECHO is still
+    /// checked: §5.2 requires their senders to include a correct CRC32c (COOKIE ECHO
+    /// leads its packet, RFC 9260 §5.1). Any other wrong checksum is a mismatch.
+    pub fn parse_with(buf: &Bytes, zero_checksum_ok: bool) -> Result<Packet, SctpError> {
         if buf.len() < COMMON_HEADER_LEN + CHUNK_HEADER_LEN {
             return Err(SctpError::PacketTooShort { len: buf.len() });
         }
         let sum = &buf[CHECKSUM_AT..CHECKSUM_AT + 4];
         // Appendix A: the checksum goes on the wire least significant byte first.
         let received = u32::from_le_bytes([sum[0], sum[1], sum[2], sum[3]]);
-        let computed = checksum(buf);
-        if received != computed {
-            return Err(SctpError::BadChecksum { received, computed });
+        let first_chunk = buf[COMMON_HEADER_LEN];
+        let zero_allowed =
+            zero_checksum_ok && !matches!(first_chunk, chunk_type::INIT | chunk_type::COOKIE_ECHO);
+        if !(zero_allowed && received == 0) {
+            let computed = checksum(buf);
+            if received != computed {
+                return Err(SctpError::BadChecksum { received, computed });
+            }
         }
         let src_port = u16::from_be_bytes([buf[0], buf[1]]);
         let dst_port = u16::from_be_bytes([buf[2], buf[3]]);
@@ -195,6 +211,20 @@ impl<'a> PacketWriter<'a> {
         let crc = checksum(&self.buf[self.start..]);
         let at = self.start + CHECKSUM_AT;
         self.buf[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Leaves the checksum zero and the packet where it was written: for a peer that
+    /// announced an alternate error detection method we use too (RFC 9653 §5.2). The
+    /// caller keeps the CRC32c for packets §5.2 names (INIT, COOKIE ECHO).
+    pub fn finish_in_place_zero_checksum(self) {
+        debug_assert!(self.chunks > 0, "an SCTP packet carries at least one chunk");
+        debug_assert!(
+            !matches!(
+                self.buf[self.start + COMMON_HEADER_LEN],
+                chunk_type::INIT | chunk_type::COOKIE_ECHO
+            ),
+            "RFC 9653 §5.2: INIT and COOKIE ECHO packets carry a correct CRC32c"
+        );
     }
 
     /// Fills in the CRC32c checksum (RFC 9260 §6.8, least significant byte first per

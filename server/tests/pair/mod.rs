@@ -88,11 +88,22 @@ impl Pair {
     /// Both shards with `limits`, peer `PEER` on each, ICE and DTLS (the server shard
     /// as DTLS server), and runs until the association is up.
     pub fn connect(seed: u64, limits: SctpLimits, latency: Duration, loss: f64) -> Pair {
+        Pair::connect_with(seed, limits, limits, latency, loss)
+    }
+
+    /// [`Pair::connect`] with different limits on each side.
+    pub fn connect_with(
+        seed: u64,
+        srv_limits: SctpLimits,
+        cli_limits: SctpLimits,
+        latency: Duration,
+        loss: f64,
+    ) -> Pair {
         let mut rng = SimRng::new(seed);
         let mut srv_cfg = ShardConfig::new(addr(SRV), rng.next_u64());
-        srv_cfg.sctp = limits;
+        srv_cfg.sctp = srv_limits;
         let mut cli_cfg = ShardConfig::new(addr(CLI), rng.next_u64());
-        cli_cfg.sctp = limits;
+        cli_cfg.sctp = cli_limits;
         let mut p = Pair {
             now: Time::ZERO,
             srv: Shard::new(srv_cfg),

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use shoal_components::sctp::chunk::{
-    Abort, Chunk, CookieAck, CookieEcho, Data, ErrorCause, HeartbeatAck, Init, InitAck, InitParam,
-    OperationError, ReConfig, ReconfigParam, ReconfigResult, ShutdownAck, ShutdownComplete,
-    UnknownAction, WriteChunk, chunk_type, unknown_chunk_action,
+    Abort, Chunk, CookieAck, CookieEcho, Data, EDMID_DTLS, ErrorCause, HeartbeatAck, Init, InitAck,
+    InitParam, OperationError, ReConfig, ReconfigParam, ReconfigResult, ShutdownAck,
+    ShutdownComplete, UnknownAction, WriteChunk, chunk_type, unknown_chunk_action,
 };
 use shoal_components::sctp::packet::{Packet, PacketWriter};
 use shoal_components::sctp::rx::{
@@ -216,6 +216,12 @@ pub struct SctpLimits {
     /// only stalls a data channel (a dead path is found by consent), so shoal caps
     /// it at 3 s.
     pub max_timer_backoff: Duration,
+    /// Announce RFC 9653 zero checksums with the DTLS method in INIT and INIT ACK,
+    /// accept them, and send them to a peer that announced the same. Every shoal
+    /// association runs over DTLS, whose record protection already rejects any
+    /// corrupted byte, so the CRC32c would cost two passes over each packet (one per
+    /// side) for nothing; off only to test a peer's checksum path.
+    pub zero_checksum: bool,
 }
 
 impl Default for SctpLimits {
@@ -226,6 +232,7 @@ impl Default for SctpLimits {
             receive_window: 4 * 1024 * 1024,
             mtu: DEFAULT_SCTP_MTU,
             max_timer_backoff: Duration::from_secs(3),
+            zero_checksum: true,
         }
     }
 }
@@ -275,6 +282,9 @@ pub struct Sctp {
     pub error_count: u32,
     /// Stream reset (RFC 6525) state.
     pub reset: StreamReset,
+    /// The peer announced zero checksums with the DTLS method and so do we (RFC 9653
+    /// §5.2): packets other than INIT and COOKIE ECHO go with checksum zero.
+    pub zero_checksum_tx: bool,
 }
 
 /// Stream reconfiguration state (RFC 6525), used to close data channels (RFC 8831
@@ -323,6 +333,7 @@ impl Sctp {
             ended: None,
             error_count: 0,
             reset: StreamReset::default(),
+            zero_checksum_tx: false,
         }
     }
 
@@ -337,7 +348,7 @@ impl Sctp {
 
     /// Queues our INIT again (first send or a T1-init retransmission).
     pub fn queue_init(&mut self, limits: &SctpLimits) {
-        let params = our_init_params(None);
+        let params = our_init_params(None, limits);
         let init = Init {
             initiate_tag: self.my_vtag,
             a_rwnd: limits.receive_window as u32,
@@ -378,6 +389,7 @@ impl Sctp {
         ));
         self.state = AssocState::Established;
         self.cookie = None;
+        self.zero_checksum_tx = limits.zero_checksum && c.peer_zero_checksum;
         self.reset.next_request_seq = c.my_initial_tsn.0;
         self.reset.peer_next_seq = c.peer_initial_tsn.0;
     }
@@ -415,8 +427,9 @@ fn rx_limits(limits: &SctpLimits, inbound_streams: u16) -> RxLimits {
 }
 
 /// INIT and INIT ACK parameters: FORWARD TSN (RFC 3758 §3.1) and RE-CONFIG (RFC 6525
-/// §5) announced as supported extensions (RFC 5061 §4.2.7), plus the cookie.
-fn our_init_params(cookie: Option<Bytes>) -> Vec<InitParam> {
+/// §5) announced as supported extensions (RFC 5061 §4.2.7), zero checksums over DTLS
+/// (RFC 9653 §5.1) when configured, plus the cookie.
+fn our_init_params(cookie: Option<Bytes>, limits: &SctpLimits) -> Vec<InitParam> {
     let mut params = vec![
         InitParam::SupportedExtensions(Bytes::from_static(&[
             chunk_type::FORWARD_TSN,
@@ -424,6 +437,9 @@ fn our_init_params(cookie: Option<Bytes>) -> Vec<InitParam> {
         ])),
         InitParam::ForwardTsnSupported,
     ];
+    if limits.zero_checksum {
+        params.push(InitParam::ZeroChecksumAcceptable(EDMID_DTLS));
+    }
     if let Some(c) = cookie {
         params.push(InitParam::StateCookie(c));
     }
@@ -469,7 +485,9 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
         fx.dropped = true;
         return fx;
     }
-    let Ok(packet) = Packet::parse(bytes) else {
+    // RFC 9653 §5.3: having announced the DTLS method in our INIT or INIT ACK (every
+    // INIT or INIT ACK we send carries it when configured), zero checksums are accepted.
+    let Ok(packet) = Packet::parse_with(bytes, inp.limits.zero_checksum) else {
         fx.dropped = true;
         return fx;
     };
@@ -637,10 +655,11 @@ fn on_init(a: &mut Sctp, init: &Init, inp: &Inputs) {
         inbound_streams: STREAMS.min(init.outbound_streams),
         peer_forward_tsn: init.forward_tsn_supported(),
         peer_reconfig: init.supports_chunk(chunk_type::RE_CONFIG),
+        peer_zero_checksum: init.zero_checksum_method() == Some(EDMID_DTLS),
     };
     let mut cookie = BytesMut::new();
     inp.cookie_key.write(&contents, &mut cookie);
-    let params = our_init_params(Some(cookie.freeze()));
+    let params = our_init_params(Some(cookie.freeze()), inp.limits);
     let ack = InitAck {
         initiate_tag: my_vtag,
         a_rwnd: inp.limits.receive_window as u32,
@@ -678,6 +697,8 @@ fn on_init_ack(a: &mut Sctp, ack: &InitAck, inp: &Inputs) {
         inp.limits,
     ));
     a.cookie = Some(cookie);
+    // RFC 9653 §5.2: zero checksums go only to a peer that announced a method we use.
+    a.zero_checksum_tx = inp.limits.zero_checksum && ack.zero_checksum_method() == Some(EDMID_DTLS);
     a.reset.next_request_seq = a.my_initial_tsn.0;
     a.reset.peer_next_seq = ack.initial_tsn.0;
     a.queue_cookie_echo();

@@ -25,6 +25,8 @@ pub const VALID_COOKIE_LIFE: Duration = Duration::from_secs(60);
 
 const FLAG_FORWARD_TSN: u8 = 1;
 const FLAG_RECONFIG: u8 = 2;
+/// Cookie flag: the peer accepts zero checksums with the DTLS method.
+const FLAG_ZERO_CHECKSUM: u8 = 4;
 
 /// What a cookie carries: the association as the INIT and our INIT ACK set it up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +57,8 @@ pub struct CookieContents {
     pub peer_forward_tsn: bool,
     /// The peer supports RE-CONFIG (RFC 6525).
     pub peer_reconfig: bool,
+    /// The peer accepts zero checksums with the DTLS method (RFC 9653).
+    pub peer_zero_checksum: bool,
 }
 
 /// Why a COOKIE ECHO was not accepted.
@@ -112,6 +116,9 @@ impl CookieKey {
         if c.peer_reconfig {
             flags |= FLAG_RECONFIG;
         }
+        if c.peer_zero_checksum {
+            flags |= FLAG_ZERO_CHECKSUM;
+        }
         out.put_u8(flags);
         let tag = hmac::sign(&self.0, &out[start..]);
         out.put_slice(tag.as_ref());
@@ -145,11 +152,13 @@ impl CookieKey {
             inbound_streams: r.u16(),
             peer_forward_tsn: false,
             peer_reconfig: false,
+            peer_zero_checksum: false,
         };
         let flags = r.u8();
         let c = CookieContents {
             peer_forward_tsn: flags & FLAG_FORWARD_TSN != 0,
             peer_reconfig: flags & FLAG_RECONFIG != 0,
+            peer_zero_checksum: flags & FLAG_ZERO_CHECKSUM != 0,
             ..c
         };
         let expires = created + lifespan;
@@ -209,6 +218,7 @@ mod tests {
             inbound_streams: 65535,
             peer_forward_tsn: true,
             peer_reconfig: false,
+            peer_zero_checksum: true,
         }
     }
 

@@ -501,6 +501,11 @@ fn build_packets(
             if w.is_empty() {
                 buf.truncate(start);
                 false
+            } else if a.zero_checksum_tx && a.state != AssocState::CookieEchoed {
+                // RFC 9653 §5.2: only a COOKIE ECHO (sent while COOKIE-ECHOED) must
+                // carry a CRC32c among the packets built here; INITs go solo.
+                w.finish_in_place_zero_checksum();
+                true
             } else {
                 w.finish_in_place();
                 true

@@ -17,6 +17,11 @@ use crate::sctp::num::Tsn;
 /// The fixed fields of INIT and INIT ACK after the chunk header (RFC 9260 §3.3.2).
 const FIXED_LEN: usize = 16;
 
+/// Error Detection Method Identifier 1 of RFC 9653's IANA registry: SCTP carried in
+/// DTLS (RFC 8261), whose record protection detects every error the checksum would.
+/// The one method WebRTC data channels use.
+pub const EDMID_DTLS: u32 = 1;
+
 /// INIT (`TYPE` 1) or INIT ACK (`TYPE` 2); use the [`Init`] and [`InitAck`] aliases.
 /// `P` is the parameter list: [`Params`] as parsed, `&[InitParam]` to send.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +72,16 @@ impl<const TYPE: u8> InitChunk<TYPE> {
         self.params
             .iter()
             .any(|p| matches!(p, InitParam::ForwardTsnSupported))
+    }
+
+    /// The Error Detection Method Identifier of a Zero Checksum Acceptable parameter
+    /// (RFC 9653 §4), if the chunk carries one: the method under which its sender
+    /// accepts packets whose checksum is zero.
+    pub fn zero_checksum_method(&self) -> Option<u32> {
+        self.params.iter().find_map(|p| match p {
+            InitParam::ZeroChecksumAcceptable(edmid) => Some(edmid),
+            _ => None,
+        })
     }
 
     /// True when a Supported Extensions parameter lists `chunk` (RFC 5061 §4.2.7).
@@ -130,6 +145,10 @@ pub enum InitParam {
     SupportedExtensions(Bytes),
     /// Forward-TSN-Supported (RFC 3758 §3.1): no value.
     ForwardTsnSupported,
+    /// Zero Checksum Acceptable (RFC 9653 §4): its sender accepts packets with a zero
+    /// checksum under the error detection method this identifier names (see
+    /// [`EDMID_DTLS`]).
+    ZeroChecksumAcceptable(u32),
     /// Any other type; the receiver applies [`super::unknown_param_action`].
     Unknown {
         /// The Parameter Type.
@@ -183,6 +202,12 @@ impl Param for InitParam {
                 exact(typ, &value, 0)?;
                 InitParam::ForwardTsnSupported
             }
+            // RFC 9653 §4: Length 8, the 32-bit EDMID. One of another length is not a
+            // parameter we understand; it stays Unknown, and its type's upper bits
+            // (10: skip, RFC 9260 §3.2.1) let the rest of the chunk through.
+            pt::ZERO_CHECKSUM_ACCEPTABLE if value.len() == 4 => {
+                InitParam::ZeroChecksumAcceptable(be32(&value, 0))
+            }
             _ => InitParam::Unknown { typ, value },
         })
     }
@@ -200,13 +225,16 @@ impl WriteParam for InitParam {
             InitParam::SupportedAddressTypes(_) => pt::SUPPORTED_ADDRESS_TYPES,
             InitParam::SupportedExtensions(_) => pt::SUPPORTED_EXTENSIONS,
             InitParam::ForwardTsnSupported => pt::FORWARD_TSN_SUPPORTED,
+            InitParam::ZeroChecksumAcceptable(_) => pt::ZERO_CHECKSUM_ACCEPTABLE,
             InitParam::Unknown { typ, .. } => *typ,
         }
     }
 
     fn value_len(&self) -> usize {
         match self {
-            InitParam::Ipv4Address(_) | InitParam::CookiePreservative(_) => 4,
+            InitParam::Ipv4Address(_)
+            | InitParam::CookiePreservative(_)
+            | InitParam::ZeroChecksumAcceptable(_) => 4,
             InitParam::Ipv6Address(_) => 16,
             InitParam::ForwardTsnSupported => 0,
             InitParam::StateCookie(b)
@@ -223,6 +251,7 @@ impl WriteParam for InitParam {
             InitParam::Ipv4Address(a) => out.put_slice(&a.octets()),
             InitParam::Ipv6Address(a) => out.put_slice(&a.octets()),
             InitParam::CookiePreservative(ms) => out.put_u32(*ms),
+            InitParam::ZeroChecksumAcceptable(edmid) => out.put_u32(*edmid),
             InitParam::ForwardTsnSupported => {}
             InitParam::StateCookie(b)
             | InitParam::UnrecognizedParameter(b)

@@ -34,7 +34,7 @@ pub use cookie_echo::CookieEcho;
 pub use data::{DATA_HEADER_LEN, Data, DataHeader};
 pub use forward_tsn::{ForwardTsn, SkippedStream, SkippedStreams};
 pub use heartbeat::{Heartbeat, HeartbeatAck, HeartbeatChunk};
-pub use init::{Init, InitAck, InitChunk, InitParam};
+pub use init::{EDMID_DTLS, Init, InitAck, InitChunk, InitParam};
 pub use operation_error::OperationError;
 pub use param::{
     PARAM_HEADER_LEN, Param, ParamIter, ParamList, Params, WriteParam, param_type,

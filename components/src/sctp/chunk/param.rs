@@ -41,6 +41,8 @@ pub mod param_type {
     pub const ADD_INCOMING_STREAMS_REQUEST: u16 = 18;
     /// Reserved for ECN Capable (RFC 9260 §3.3.2).
     pub const ECN_CAPABLE: u16 = 0x8000;
+    /// Zero Checksum Acceptable (RFC 9653 §4).
+    pub const ZERO_CHECKSUM_ACCEPTABLE: u16 = 0x8001;
     /// Supported Extensions (RFC 5061 §4.2.7).
     pub const SUPPORTED_EXTENSIONS: u16 = 0x8008;
     /// Forward-TSN-Supported (RFC 3758 §3.1).

@@ -1,0 +1,193 @@
+"""One aiortc participant of a shoal room, for shoal's interop tests.
+
+Joins a room through WHIP, opens two data channels (labels `ordered`: reliable and
+ordered; `unordered`: unordered, sent once), waits until the room's other participant
+is heard on `ordered`, then sends COUNT numbered messages on each channel and checks
+what arrives from the other participant: every ordered message exactly once and in
+order, with its type (string or binary) and contents intact; unordered messages
+intact and never twice. It leaves with a WHIP DELETE and prints one JSON line with
+what it saw; the exit status is 0 when every check passed.
+
+Usage: python aiortc_room_client.py WHIP_URL IDENTITY [--count N] [--timeout S]
+
+The machine has no outside network: iceServers is empty (no public STUN server), and
+aioice's host-address lookup, which skips 127.0.0.1 on purpose, is wrapped to offer
+127.0.0.1 first so the client reaches shoal on loopback.
+"""
+
+import argparse
+import asyncio
+import json
+import sys
+import urllib.parse
+import urllib.request
+
+import aioice.ice
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
+_original_get_host_addresses = aioice.ice.get_host_addresses
+
+
+def _loopback_first(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+    addresses = _original_get_host_addresses(use_ipv4, use_ipv6)
+    if use_ipv4 and "127.0.0.1" not in addresses:
+        addresses.insert(0, "127.0.0.1")
+    return addresses
+
+
+aioice.ice.get_host_addresses = _loopback_first
+
+
+def payload(sender: str, i: int):
+    """Message i of `sender`: a string for even i, bytes for odd i; sizes 0..~3 KB."""
+    size = (i * 37) % 3000
+    if i % 2 == 0:
+        return f"{sender}:{i}:" + "x" * size
+    return f"{sender}:{i}:".encode() + bytes((i + k) % 251 for k in range(size))
+
+
+def parse_index(message, me: str):
+    """(sender, index) of a well-formed message from someone other than `me`, else None.
+    The sender is read from the message itself, so an unordered message that overtakes
+    its sender's first `ready` is still checked."""
+    raw = message.encode() if isinstance(message, str) else message
+    parts = raw.split(b":", 2)
+    if len(parts) < 3:
+        return None
+    try:
+        sender, i = parts[0].decode(), int(parts[1])
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if sender == me or payload(sender, i) != message:
+        return None
+    return sender, i
+
+
+def http(method: str, url: str, body: bytes | None = None, ctype: str | None = None):
+    req = urllib.request.Request(url, data=body, method=method)
+    if ctype:
+        req.add_header("Content-Type", ctype)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return resp.status, dict(resp.headers), resp.read()
+
+
+async def run(whip: str, me: str, count: int, timeout: float) -> dict:
+    pc = RTCPeerConnection(configuration=RTCConfiguration(iceServers=[]))
+    ordered = pc.createDataChannel("ordered")
+    unordered = pc.createDataChannel("unordered", ordered=False, maxRetransmits=0)
+    report = {
+        "identity": me,
+        "peer": None,
+        "ordered_received": 0,
+        "ordered_errors": [],
+        "unordered_received": 0,
+        "unordered_errors": [],
+        "sent": 0,
+    }
+    peer_heard = asyncio.Event()
+    peer_done = asyncio.Event()
+    all_received = asyncio.Event()
+    opened = asyncio.Event()
+    next_ordered = {"i": 0}
+    seen_unordered: set[int] = set()
+
+    @ordered.on("open")
+    def _on_open():
+        opened.set()
+
+    @ordered.on("message")
+    def _on_ordered(message):
+        if isinstance(message, str) and message.startswith("ready:"):
+            peer = message[len("ready:") :]
+            if peer != me:
+                report["peer"] = peer
+                peer_heard.set()
+            return
+        if isinstance(message, str) and message.startswith("done:"):
+            peer_done.set()
+            return
+        parsed = parse_index(message, me)
+        i = parsed[1] if parsed and parsed[0] == report["peer"] else None
+        if i is None:
+            report["ordered_errors"].append(f"malformed: {str(message)[:40]!r}")
+        elif i != next_ordered["i"]:
+            report["ordered_errors"].append(f"expected {next_ordered['i']}, got {i}")
+            next_ordered["i"] = i + 1
+        else:
+            next_ordered["i"] += 1
+        report["ordered_received"] += 1
+        if report["ordered_received"] == count:
+            all_received.set()
+
+    @unordered.on("message")
+    def _on_unordered(message):
+        parsed = parse_index(message, me)
+        i = parsed[1] if parsed else None
+        if i is None:
+            report["unordered_errors"].append(f"malformed: {str(message)[:40]!r}")
+        elif i in seen_unordered:
+            report["unordered_errors"].append(f"duplicate {i}")
+        else:
+            seen_unordered.add(i)
+        report["unordered_received"] += 1
+
+    await pc.setLocalDescription(await pc.createOffer())
+    status, headers, answer = http(
+        "POST", whip, pc.localDescription.sdp.encode(), "application/sdp"
+    )
+    if status != 201:
+        raise RuntimeError(f"WHIP POST answered {status}")
+    location = urllib.parse.urljoin(whip, headers.get("Location", ""))
+    await pc.setRemoteDescription(RTCSessionDescription(answer.decode(), "answer"))
+    try:
+        await asyncio.wait_for(opened.wait(), timeout)
+        # Until the other participant is heard (messages sent before it joined reach
+        # no one), say who we are every 100 ms; then once more, so it hears us too.
+        async def announce():
+            while not peer_heard.is_set():
+                ordered.send(f"ready:{me}")
+                await asyncio.sleep(0.1)
+            ordered.send(f"ready:{me}")
+
+        await asyncio.wait_for(announce(), timeout)
+        for i in range(count):
+            ordered.send(payload(me, i))
+            unordered.send(payload(me, i))
+            report["sent"] += 1
+            while ordered.bufferedAmount > 512 * 1024:
+                await asyncio.sleep(0.005)
+        await asyncio.wait_for(all_received.wait(), timeout)
+        ordered.send(f"done:{me}")
+        await asyncio.wait_for(peer_done.wait(), timeout)
+    except asyncio.TimeoutError:
+        report["ordered_errors"].append(
+            f"timed out: heard={peer_heard.is_set()} got={report['ordered_received']}"
+        )
+    finally:
+        try:
+            http("DELETE", location)
+        except Exception as e:  # the report says it; the test decides
+            report["ordered_errors"].append(f"WHIP DELETE failed: {e}")
+        await pc.close()
+    return report
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("whip")
+    ap.add_argument("identity")
+    ap.add_argument("--count", type=int, default=1000)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    args = ap.parse_args()
+    report = asyncio.run(run(args.whip, args.identity, args.count, args.timeout))
+    print(json.dumps(report), flush=True)
+    ok = (
+        report["ordered_received"] == args.count
+        and not report["ordered_errors"]
+        and not report["unordered_errors"]
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -35,11 +35,13 @@ pub enum TimerKind {
     SctpSend = 7,
     /// SCTP stream reset request retransmission (RFC 6525 §5.1.1).
     SctpReconfig = 8,
+    /// SCTP T2-shutdown: the SHUTDOWN ACK goes again (RFC 9260 §9.2).
+    SctpT2 = 9,
 }
 
 impl TimerKind {
     /// How many kinds there are.
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
 }
 
 /// One entity's timer table.

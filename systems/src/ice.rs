@@ -473,7 +473,8 @@ fn handle_timer(
         | TimerKind::SctpT3
         | TimerKind::SctpDelayedAck
         | TimerKind::SctpSend
-        | TimerKind::SctpReconfig => {}
+        | TimerKind::SctpReconfig
+        | TimerKind::SctpT2 => {}
         TimerKind::ConsentCheck => {
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
                 return;

@@ -46,6 +46,9 @@ pub enum AssocState {
     Established,
     /// SHUTDOWN sent (our side closing).
     ShutdownSent,
+    /// SHUTDOWN received (the peer closes): no new user messages, but what is queued
+    /// and outstanding still goes (RFC 9260 §9.2).
+    ShutdownReceived,
     /// SHUTDOWN ACK sent (the peer closed).
     ShutdownAckSent,
 }
@@ -373,6 +376,33 @@ impl Sctp {
         }
     }
 
+    /// Queues a SHUTDOWN ACK (first send, or again on T2-shutdown or a repeated
+    /// SHUTDOWN or INIT).
+    pub fn queue_shutdown_ack(&mut self) {
+        ShutdownAck.write_to(&mut self.control.scratch);
+        self.control.commit();
+    }
+
+    /// RFC 9260 §9.2: in SHUTDOWN-RECEIVED, once no DATA is queued or outstanding,
+    /// "the SHUTDOWN chunk receiver MUST send a SHUTDOWN ACK chunk and start a
+    /// T2-shutdown timer of its own, entering the SHUTDOWN-ACK-SENT state". True when
+    /// it just did (the caller arms T2).
+    pub fn ack_shutdown_when_drained(&mut self) -> bool {
+        if self.state != AssocState::ShutdownReceived {
+            return false;
+        }
+        let drained = self.tx.as_ref().is_none_or(|tx| {
+            !tx.queue.has_data()
+                && !tx.outstanding.has_outstanding_data()
+                && !tx.outstanding.has_retransmissions()
+        });
+        if drained {
+            self.queue_shutdown_ack();
+            self.state = AssocState::ShutdownAckSent;
+        }
+        drained
+    }
+
     fn establish(&mut self, c: &CookieContents, limits: &SctpLimits) {
         self.peer_vtag = c.peer_vtag;
         self.my_vtag = c.my_vtag;
@@ -474,6 +504,8 @@ pub struct Effects {
     pub sack_processed: bool,
     /// Something arrived the packet was not valid for; counted by the caller.
     pub dropped: bool,
+    /// A SHUTDOWN ACK was queued: (re)start T2-shutdown.
+    pub shutdown_acked: bool,
 }
 
 /// Handles one SCTP packet that arrived on the association (decrypted from DTLS).
@@ -588,21 +620,30 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
                 a.end(AssocEnd::AbortedByPeer);
                 return fx;
             }
-            Chunk::Shutdown(_) => {
-                // RFC 9260 §9.2, simplified: acknowledge at once (our queued data is
-                // not waited for) and wait for SHUTDOWN COMPLETE.
-                if a.state == AssocState::Established || a.state == AssocState::ShutdownSent {
-                    ShutdownAck.write_to(&mut a.control.scratch);
-                    a.control.commit();
-                    a.state = AssocState::ShutdownAckSent;
+            Chunk::Shutdown(sh) => {
+                if !on_shutdown(a, sh.cumulative_tsn_ack, inp.now, &mut fx) {
+                    return fx;
                 }
             }
-            Chunk::ShutdownAck(_) => {
-                let sc = ShutdownComplete { t_bit: false };
-                a.solo
-                    .push(solo_packet(a.local_port, a.remote_port, a.peer_vtag, &sc));
-                a.end(AssocEnd::Shutdown);
-            }
+            Chunk::ShutdownAck(_) => match a.state {
+                // §9.2: "MUST stop the T2-shutdown timer, send a SHUTDOWN COMPLETE
+                // chunk to its peer, and remove all record of the association."
+                AssocState::ShutdownSent | AssocState::ShutdownAckSent => {
+                    let sc = ShutdownComplete { t_bit: false };
+                    a.solo
+                        .push(solo_packet(a.local_port, a.remote_port, a.peer_vtag, &sc));
+                    a.end(AssocEnd::Shutdown);
+                }
+                // §9.2: the sender of INIT or COOKIE ECHO answers with a stand-alone
+                // SHUTDOWN COMPLETE carrying the packet's tag (T bit set, §8.4 5) and
+                // stays where it is.
+                AssocState::CookieWait | AssocState::CookieEchoed => {
+                    let sc = ShutdownComplete { t_bit: true };
+                    a.solo
+                        .push(solo_packet(a.local_port, a.remote_port, vtag, &sc));
+                }
+                _ => fx.dropped = true,
+            },
             Chunk::ShutdownComplete(_) => {
                 if a.state == AssocState::ShutdownAckSent {
                     a.end(AssocEnd::Shutdown);
@@ -625,6 +666,54 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
     fx
 }
 
+/// A SHUTDOWN chunk (RFC 9260 §9.2). False: the association was aborted.
+fn on_shutdown(a: &mut Sctp, cum_ack: Tsn, now: Time, fx: &mut Effects) -> bool {
+    match a.state {
+        AssocState::Established | AssocState::ShutdownReceived => {
+            // "verify, by checking the Cumulative TSN Ack field of the chunk, that all
+            // its outstanding DATA chunks have been received by the SHUTDOWN chunk
+            // sender": it acknowledges what it covers.
+            if let Some(tx) = a.tx.as_mut() {
+                match tx.outstanding.handle_shutdown_cum_ack(now, cum_ack) {
+                    Ok(out) => {
+                        tx.cc.on_sack(&out);
+                        if out.newly_acked_cumulative {
+                            a.error_count = 0;
+                        }
+                        tx.apply_discards();
+                        fx.sack_processed = true;
+                    }
+                    Err(SackError::AcksUnsentTsn { .. }) => {
+                        // §11.4, as for a SACK acknowledging a TSN never sent.
+                        a.abort(AssocEnd::ProtocolViolation);
+                        return false;
+                    }
+                    Err(SackError::OutOfOrder { .. }) => {}
+                }
+            }
+            // "enter the SHUTDOWN-RECEIVED state, stop accepting new data from its SCTP
+            // user"; the SHUTDOWN ACK waits until our data is acknowledged.
+            a.state = AssocState::ShutdownReceived;
+            fx.shutdown_acked = a.ack_shutdown_when_drained();
+        }
+        // "If an endpoint is in the SHUTDOWN-SENT state and receives a SHUTDOWN chunk
+        // from its peer, the endpoint SHOULD respond immediately with a SHUTDOWN ACK
+        // chunk"; in SHUTDOWN-ACK-SENT it "MUST continue responding to SHUTDOWN
+        // chunks".
+        AssocState::ShutdownSent | AssocState::ShutdownAckSent => {
+            a.queue_shutdown_ack();
+            a.state = AssocState::ShutdownAckSent;
+            fx.shutdown_acked = true;
+        }
+        // "If a SHUTDOWN chunk is received in the COOKIE-WAIT or COOKIE ECHOED state,
+        // the SHUTDOWN chunk SHOULD be silently discarded."
+        AssocState::Closed | AssocState::CookieWait | AssocState::CookieEchoed => {
+            fx.dropped = true;
+        }
+    }
+    true
+}
+
 fn on_init(a: &mut Sctp, init: &Init, inp: &Inputs) {
     if init.validate().is_err() {
         return;
@@ -635,6 +724,12 @@ fn on_init(a: &mut Sctp, init: &Init, inp: &Inputs) {
     let (my_vtag, my_tsn) = match a.state {
         AssocState::Closed => inp.fresh,
         AssocState::CookieWait | AssocState::CookieEchoed => (a.my_vtag, a.my_initial_tsn),
+        // RFC 9260 §9.2: in SHUTDOWN-ACK-SENT an INIT (our SHUTDOWN COMPLETE may be
+        // lost) is discarded and the SHUTDOWN ACK sent again.
+        AssocState::ShutdownAckSent => {
+            a.queue_shutdown_ack();
+            return;
+        }
         _ => return,
     };
     if a.state == AssocState::Closed {
@@ -998,8 +1093,10 @@ pub fn sack_delay() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_components::sctp::chunk::{GapAckBlock, Sack, cause_code};
+    use shoal_components::sctp::Ppid;
+    use shoal_components::sctp::chunk::{GapAckBlock, Sack, Shutdown, cause_code};
     use shoal_components::sctp::packet::PacketWriter;
+    use shoal_components::sctp::tx::{OutgoingMessage, Reliability as TxReliability};
 
     use crate::sctp::pass::Raw;
 
@@ -1111,6 +1208,112 @@ mod tests {
         assert_eq!(client.ended, Some(AssocEnd::ProtocolViolation));
         let abort = client.solo.pop().expect("an ABORT packet");
         assert_eq!(chunk_types(&abort), vec![chunk_type::ABORT]);
+    }
+
+    /// Client and server with the association established.
+    fn established(key: &CookieKey, limits: &SctpLimits) -> (Sctp, Sctp) {
+        let (mut client, mut server, echo) = up_to_cookie_echo(key, limits);
+        handle_packet(&mut server, &echo, &inputs(Time::ZERO, key, limits, 1));
+        let ack = server.control.pop_fitting(usize::MAX, true).unwrap();
+        let ack = packet(client.my_vtag, &[&ack]);
+        handle_packet(&mut client, &ack, &inputs(Time::ZERO, key, limits, 1));
+        assert_eq!(client.state, AssocState::Established);
+        assert_eq!(server.state, AssocState::Established);
+        (client, server)
+    }
+
+    fn shutdown(vtag: u32, cum: Tsn) -> Bytes {
+        let mut chunk = BytesMut::new();
+        Shutdown {
+            cumulative_tsn_ack: cum,
+        }
+        .write_to(&mut chunk);
+        packet(vtag, &[&chunk])
+    }
+
+    fn control_types(a: &mut Sctp) -> Vec<u8> {
+        std::iter::from_fn(|| a.control.pop_fitting(usize::MAX, true))
+            .map(|c| c[0])
+            .collect()
+    }
+
+    #[test]
+    fn a_shutdown_is_acked_only_once_our_data_is_acknowledged() {
+        let key = CookieKey::new(&[9; 32]);
+        let limits = SctpLimits::default();
+        let (client, mut server) = established(&key, &limits);
+        let inp = |t| inputs(t, &key, &limits, 1);
+        let tag = server.my_vtag;
+        // One message in flight from the server.
+        let tx = server.tx.as_mut().unwrap();
+        let msg = OutgoingMessage {
+            ppid: Ppid(53),
+            payload: Bytes::from_static(b"last words"),
+            unordered: false,
+            policy: TxReliability::Reliable,
+        };
+        tx.queue.send(Time::ZERO, StreamId(1), msg).unwrap();
+        let d = tx.queue.produce(Time::ZERO, 1000).unwrap();
+        let (tsn, _) = tx.outstanding.add(Time::ZERO, d).unwrap();
+        // §9.2: a SHUTDOWN that does not cover it: SHUTDOWN-RECEIVED, no SHUTDOWN ACK.
+        let before = Tsn(tsn.0.wrapping_sub(1));
+        let fx = handle_packet(&mut server, &shutdown(tag, before), &inp(Time::ZERO));
+        assert!(!fx.dropped && !fx.shutdown_acked);
+        assert_eq!(server.state, AssocState::ShutdownReceived);
+        assert!(control_types(&mut server).is_empty());
+        // Its cumulative ack covering the message: SHUTDOWN ACK, SHUTDOWN-ACK-SENT.
+        let fx = handle_packet(&mut server, &shutdown(tag, tsn), &inp(Time::ZERO));
+        assert!(fx.sack_processed && fx.shutdown_acked);
+        assert_eq!(server.state, AssocState::ShutdownAckSent);
+        assert!(
+            !server
+                .tx
+                .as_ref()
+                .unwrap()
+                .outstanding
+                .has_outstanding_data()
+        );
+        assert_eq!(control_types(&mut server), vec![chunk_type::SHUTDOWN_ACK]);
+        // A repeated SHUTDOWN, or an INIT (our SHUTDOWN COMPLETE lost), gets it again.
+        handle_packet(&mut server, &shutdown(tag, tsn), &inp(Time::ZERO));
+        assert_eq!(control_types(&mut server), vec![chunk_type::SHUTDOWN_ACK]);
+        let mut restart = Sctp::new(true, PORT, PORT);
+        restart.start(client.my_vtag, Tsn(5), &limits);
+        let init = restart.solo.pop().unwrap();
+        handle_packet(&mut server, &init, &inp(Time::ZERO));
+        assert!(server.solo.is_empty(), "no INIT ACK");
+        assert_eq!(control_types(&mut server), vec![chunk_type::SHUTDOWN_ACK]);
+        // SHUTDOWN COMPLETE ends it.
+        let complete = solo_packet(PORT, PORT, tag, &ShutdownComplete { t_bit: false });
+        handle_packet(&mut server, &complete, &inp(Time::ZERO));
+        assert_eq!(server.ended, Some(AssocEnd::Shutdown));
+    }
+
+    #[test]
+    fn shutdown_chunks_during_setup_are_discarded_or_completed() {
+        let key = CookieKey::new(&[9; 32]);
+        let limits = SctpLimits::default();
+        let (mut client, _server, _echo) = up_to_cookie_echo(&key, &limits);
+        let inp = inputs(Time::ZERO, &key, &limits, 1);
+        let tag = client.my_vtag;
+        // §9.2: SHUTDOWN in COOKIE-ECHOED is silently discarded.
+        let fx = handle_packet(&mut client, &shutdown(tag, Tsn(0)), &inp);
+        assert!(fx.dropped);
+        assert_eq!(client.state, AssocState::CookieEchoed);
+        // A SHUTDOWN ACK gets a stand-alone SHUTDOWN COMPLETE with the T bit and the
+        // packet's tag; the client stays in COOKIE-ECHOED.
+        let mut chunk = BytesMut::new();
+        ShutdownAck.write_to(&mut chunk);
+        handle_packet(&mut client, &packet(tag, &[&chunk]), &inp);
+        assert_eq!(client.state, AssocState::CookieEchoed);
+        assert!(client.ended.is_none());
+        let complete = client.solo.pop().expect("a SHUTDOWN COMPLETE");
+        let p = Packet::parse(&complete).unwrap();
+        assert_eq!(p.verification_tag, tag);
+        let Some(Ok(Chunk::ShutdownComplete(sc))) = p.chunks().next() else {
+            panic!("SHUTDOWN COMPLETE expected")
+        };
+        assert!(sc.t_bit);
     }
 
     #[test]

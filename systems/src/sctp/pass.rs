@@ -126,6 +126,9 @@ pub fn sctp(
         if fx.sack_processed {
             rearm_t3(&mut ctx.heap, entity, &mut a, &mut timers, now);
         }
+        if fx.shutdown_acked {
+            arm_t2(&mut ctx.heap, entity, &a, &mut timers, now);
+        }
         after_input(&mut ctx, entity, peer, &mut a, &mut timers);
     }
     for &(entity, kind) in &due.0 {
@@ -135,6 +138,7 @@ pub fn sctp(
         match kind {
             TimerKind::SctpT1 => on_t1(&mut ctx, entity, &mut a, &mut timers),
             TimerKind::SctpT3 => on_t3(&mut ctx, entity, &mut a, &mut timers),
+            TimerKind::SctpT2 => on_t2(&mut ctx, entity, &mut a, &mut timers),
             TimerKind::SctpDelayedAck => {
                 if let Some(rx) = a.rx.as_mut() {
                     rx.delayed_ack_expired();
@@ -164,12 +168,17 @@ fn after_input(ctx: &mut SctpCtx, entity: Entity, peer: &Peer, a: &mut Sctp, tim
         a.closed_reported = true;
         for k in [
             TimerKind::SctpT1,
+            TimerKind::SctpT2,
             TimerKind::SctpT3,
             TimerKind::SctpDelayedAck,
         ] {
             timers.cancel(k);
         }
         ctx.events.0.push(ShardEvent::SctpClosed { peer: peer.id });
+    }
+    // RFC 9260 §9.2: the last of our data acknowledged after a SHUTDOWN.
+    if a.ack_shutdown_when_drained() {
+        arm_t2(&mut ctx.heap, entity, a, timers, ctx.now.0);
     }
     // A delayed SACK gets its timer (RFC 9260 §6.2); an immediate one goes this tick.
     if let Some(rx) = a.rx.as_ref()
@@ -235,6 +244,38 @@ fn on_t3(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
         return;
     }
     ctx.heap.arm(timers, entity, TimerKind::SctpT3, now + rto);
+}
+
+/// RFC 9260 §9.2: T2-shutdown runs one RTO ("The rules in Section 6.3 MUST be
+/// followed to determine the proper timer value for T2-shutdown").
+fn arm_t2(
+    heap: &mut TimerHeap,
+    entity: Entity,
+    a: &Sctp,
+    timers: &mut Timers,
+    now: shoal_components::time::Time,
+) {
+    let rto = a.tx.as_ref().map_or_else(rto_initial, |tx| tx.rto.rto());
+    heap.arm(timers, entity, TimerKind::SctpT2, now + rto);
+}
+
+/// T2-shutdown expired in SHUTDOWN-ACK-SENT: "If the timer expires, the endpoint MUST
+/// resend the SHUTDOWN ACK chunk", at most Association.Max.Retrans times, after which
+/// the peer is unreachable (RFC 9260 §9.2); the RTO backs off as for T3-rtx (§6.3.3).
+fn on_t2(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
+    if a.state != AssocState::ShutdownAckSent {
+        return;
+    }
+    a.error_count += 1;
+    if a.error_count > MAX_ASSOCIATION_RETRANSMITS {
+        a.end(super::assoc::AssocEnd::PeerUnreachable);
+        return;
+    }
+    if let Some(tx) = a.tx.as_mut() {
+        tx.rto.on_t3_expiry();
+    }
+    a.queue_shutdown_ack();
+    arm_t2(&mut ctx.heap, entity, a, timers, ctx.now.0);
 }
 
 /// RFC 9260 §6.3.2 R2-R4: stop T3 when nothing is outstanding, restart it when the
@@ -563,8 +604,12 @@ fn fill_packet(
     let mut sent_data = false;
     let mut deferred = false;
     let mut wake_at = None;
-    let established = a.state == AssocState::Established;
-    if established && let Some(tx) = a.tx.as_mut() {
+    // §9.2: after a SHUTDOWN, queued and outstanding data still goes.
+    let sending = matches!(
+        a.state,
+        AssocState::Established | AssocState::ShutdownReceived
+    );
+    if sending && let Some(tx) = a.tx.as_mut() {
         tx.cc.on_idle(now, tx.rto.rto());
         if tx.forward_tsn_due {
             // `forward_tsn` appends, and the scratch is the whole shard's.

@@ -77,6 +77,41 @@ impl RetransmissionQueue {
         a_rwnd: u32,
         in_fast_recovery: bool,
     ) -> Result<SackOutcome, SackError> {
+        self.acknowledge(
+            now,
+            cumulative_tsn_ack,
+            Some((gap_blocks, a_rwnd)),
+            in_fast_recovery,
+        )
+    }
+
+    /// Processes the Cumulative TSN Ack of a SHUTDOWN chunk (RFC 9260 §9.2: its receiver
+    /// checks by it "that all its outstanding DATA chunks have been received"). It
+    /// acknowledges like a SACK's, but SHUTDOWN carries no gap blocks and no window, so
+    /// their absence neither reneges on gap-acked chunks nor counts miss indications, and
+    /// the peer's window stays as its last SACK set it.
+    pub fn handle_shutdown_cum_ack(
+        &mut self,
+        now: Time,
+        cumulative_tsn_ack: Tsn,
+    ) -> Result<SackOutcome, SackError> {
+        self.acknowledge(
+            now,
+            cumulative_tsn_ack,
+            None::<(std::iter::Empty<(u16, u16)>, u32)>,
+            false,
+        )
+    }
+
+    /// [`Self::handle_sack`] with its gap blocks and a_rwnd (`sack`), or a SHUTDOWN's
+    /// bare cumulative ack (`None`).
+    fn acknowledge(
+        &mut self,
+        now: Time,
+        cumulative_tsn_ack: Tsn,
+        sack: Option<(impl IntoIterator<Item = (u16, u16)>, u32)>,
+        in_fast_recovery: bool,
+    ) -> Result<SackOutcome, SackError> {
         let ack_point = wrap(self.cum_ack);
         match cumulative_tsn_ack.serial_cmp(ack_point) {
             Some(Ordering::Greater | Ordering::Equal) => {}
@@ -103,7 +138,10 @@ impl RetransmissionQueue {
             bytes_in_flight_before: self.bytes_in_flight,
             ..SackOutcome::default()
         };
-        self.peer_a_rwnd = a_rwnd;
+        let gap_blocks = sack.map(|(gap_blocks, a_rwnd)| {
+            self.peer_a_rwnd = a_rwnd;
+            gap_blocks
+        });
         let mut htna = None;
         for _ in 0..advance {
             let Some(item) = self.items.pop_front() else {
@@ -123,6 +161,9 @@ impl RetransmissionQueue {
             }
         }
 
+        let Some(gap_blocks) = gap_blocks else {
+            return Ok(self.finish_ack(advance, out));
+        };
         self.ack_gap_blocks(now, gap_blocks, &mut out, &mut htna);
         // §7.2.4: miss indications go to missing TSNs below the HTNA; in Fast Recovery, a
         // SACK that advances the Cumulative TSN Ack Point gives one to every TSN it reports
@@ -135,7 +176,11 @@ impl RetransmissionQueue {
         };
         self.walk_holes(now, miss_below, &mut out);
         self.detect_reneging(now, &mut out);
+        Ok(self.finish_ack(advance, out))
+    }
 
+    /// What every acknowledgement ends with, once the ack point moved by `advance`.
+    fn finish_ack(&mut self, advance: u64, mut out: SackOutcome) -> SackOutcome {
         if advance > 0 {
             self.forward.acked_through(self.cum_ack);
         }
@@ -143,7 +188,7 @@ impl RetransmissionQueue {
         self.tidy_heap();
         out.all_acked = self.bytes_in_flight == 0 && self.marked == 0;
         out.highest_sent_tsn = wrap(self.highest_unwrapped());
-        Ok(out)
+        out
     }
 
     /// `item` (TSN `tsn`) is newly acknowledged: count it, track the HTNA, take an RTT

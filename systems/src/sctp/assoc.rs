@@ -947,18 +947,30 @@ fn on_reset_request(a: &mut Sctp, seq: u32, last_tsn: Tsn, streams: &[StreamId])
             // A reset done here leaves no "performed" flag for a later request.
             rx.take_reset_performed();
             a.reset.peer_next_seq = seq.wrapping_add(1);
-            a.reset.incoming_done.extend_from_slice(streams);
+            note_incoming_reset(&mut a.reset.incoming_done, streams);
             ReconfigResult::SUCCESS_PERFORMED
         }
         // A repeat of a deferred request: done if the receive side has caught up.
         Err(_) if rx.take_reset_performed() => {
             a.reset.peer_next_seq = seq.wrapping_add(1);
-            a.reset.incoming_done.extend_from_slice(streams);
+            note_incoming_reset(&mut a.reset.incoming_done, streams);
             ReconfigResult::SUCCESS_PERFORMED
         }
         Ok(ResetProgress::Deferred) | Err(_) => ReconfigResult::IN_PROGRESS,
     };
     respond(a, seq, result);
+}
+
+/// Tells the datachannel pass which incoming streams a performed reset covered.
+/// RFC 6525 §5.2.2 E3: "If no stream numbers are listed in the parameter, then all
+/// incoming streams MUST be reset", so an empty list names every stream we offered
+/// (rare, and bounded by [`STREAMS`]).
+fn note_incoming_reset(done: &mut Vec<StreamId>, streams: &[StreamId]) {
+    if streams.is_empty() {
+        done.extend((0..STREAMS).map(StreamId));
+    } else {
+        done.extend_from_slice(streams);
+    }
 }
 
 /// RFC 6525 §5.2.1: a repeat of the last request gets the same answer again, and a
@@ -1314,6 +1326,43 @@ mod tests {
             panic!("SHUTDOWN COMPLETE expected")
         };
         assert!(sc.t_bit);
+    }
+
+    #[test]
+    fn a_reset_request_listing_no_streams_resets_them_all() {
+        let key = CookieKey::new(&[9; 32]);
+        let limits = SctpLimits::default();
+        let (mut client, server) = established(&key, &limits);
+        let tag = client.my_vtag;
+        // RFC 6525 §4.1/§5.2.2 E3: no stream numbers means every incoming stream.
+        let request = encode_reconfig(ReconfigParam::OutgoingSsnReset {
+            request_seq: client.reset.peer_next_seq,
+            response_seq: 0,
+            last_tsn: Tsn(server.my_initial_tsn.0.wrapping_sub(1)),
+            streams: &[],
+        });
+        handle_packet(
+            &mut client,
+            &packet(tag, &[&request]),
+            &inputs(Time::ZERO, &key, &limits, 1),
+        );
+        let done = std::mem::take(&mut client.reset.incoming_done);
+        assert_eq!(done.len(), usize::from(STREAMS));
+        assert!(done.iter().enumerate().all(|(i, s)| usize::from(s.0) == i));
+        let response = client.control.pop_fitting(usize::MAX, true).unwrap();
+        let Ok(Chunk::ReConfig(rc)) = packet_chunk(&response) else {
+            panic!("a RE-CONFIG response")
+        };
+        let Some(ReconfigParam::Response { result, .. }) = rc.params.iter().next() else {
+            panic!("{rc:?}")
+        };
+        assert_eq!(result, ReconfigResult::SUCCESS_PERFORMED);
+    }
+
+    /// The one chunk of an encoded chunk, parsed.
+    fn packet_chunk(chunk: &Bytes) -> Result<Chunk, shoal_components::sctp::error::SctpError> {
+        let p = Packet::parse(&packet(1, &[chunk])).unwrap();
+        p.chunks().next().unwrap()
     }
 
     #[test]

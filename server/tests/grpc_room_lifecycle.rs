@@ -64,7 +64,7 @@ fn unix_ms_now() -> u64 {
 #[test]
 fn grpc_room_lifecycle() {
     let (server, control) = start_node();
-    let addr = control.grpc_addr();
+    let addr = control.grpc_addr().expect("gRPC is on");
     assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -1,5 +1,5 @@
-//! A node for the control-plane tests: real shards on ephemeral UDP ports, gRPC on an
-//! ephemeral TCP port of 127.0.0.1, and a client channel to it.
+//! A node for the control-plane tests: real shards on ephemeral UDP ports, gRPC and
+//! HTTP on ephemeral TCP ports of 127.0.0.1, and a client channel to gRPC.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -17,12 +17,13 @@ pub fn start_node(config: Config) -> (Server, ControlPlane) {
     let config = Config {
         udp_port_base: 0,
         grpc_addr: Listen::Addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
+        http_addr: Listen::Addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
         ..config
     };
-    let server = Server::start(&config).expect("shards start");
+    let mut server = Server::start(&config).expect("shards start");
     let settings = ControlSettings::from_config(&config).expect("gRPC is on");
     let control =
-        ControlPlane::start(settings, server.command_senders()).expect("control plane starts");
+        ControlPlane::start(settings, server.control_handles()).expect("control plane starts");
     (server, control)
 }
 

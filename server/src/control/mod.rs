@@ -355,7 +355,7 @@ impl Services {
         if let Some(ended) = early {
             // The server stopped without being asked: that is a failure.
             return match ended {
-                Ok(result) => result.map_err(ControlError::from),
+                Ok(result) => result,
                 Err(_) => Err(ControlError::Panicked),
             };
         }
@@ -366,7 +366,7 @@ impl Services {
         }
         let _ = graceful.send(true);
         match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-            Ok(Ok(result)) => result.map_err(ControlError::from),
+            Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(ControlError::Panicked),
             // Streams still open (health watchers, reflection) are cut.
             Err(_) => {

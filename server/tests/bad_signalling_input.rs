@@ -17,8 +17,7 @@ use http_client::{fixture_offer, post_offer, request};
 use shoal_proto::v1::room_service_client::RoomServiceClient;
 use shoal_proto::v1::signal_service_client::SignalServiceClient;
 use shoal_proto::v1::{
-    CreateRoomRequest, JoinRequest, ListParticipantsRequest, SessionDescription, SignalRequest,
-    signal_request,
+    CreateRoomRequest, JoinRequest, SessionDescription, SignalRequest, signal_request,
 };
 use shoal_server::config::Config;
 use tokio_tungstenite::tungstenite::Message;
@@ -59,6 +58,13 @@ async fn next_json(ws: &mut Ws) -> Option<serde_json::Value> {
             Some(Ok(_)) => {}
         }
     }
+}
+
+/// The next message is an error whose text mentions `mention`.
+async fn expect_error(ws: &mut Ws, mention: &str) {
+    let e = next_json(ws).await.expect("an error message");
+    let message = e["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(mention), "{e} should mention {mention:?}");
 }
 
 async fn signal_socket(http: SocketAddr) -> Ws {
@@ -183,25 +189,11 @@ fn bad_signalling_input() {
             "{joined}"
         );
         ws.send(Message::text(r#"{"bogus": {}}"#)).await.unwrap();
-        let e = next_json(&mut ws).await.expect("an error message");
-        assert!(
-            e["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("not a signalling message"),
-            "{e}"
-        );
+        expect_error(&mut ws, "not a signalling message").await;
         ws.send(Message::text(r#"{"offer": {"sdp": "v=0 garbage"}}"#))
             .await
             .unwrap();
-        let e = next_json(&mut ws).await.expect("an error message");
-        assert!(
-            e["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("invalid SDP offer"),
-            "{e}"
-        );
+        expect_error(&mut ws, "invalid SDP offer").await;
         ws.send(Message::binary(vec![1, 2, 3])).await.unwrap();
         let e = next_json(&mut ws).await.expect("an error message");
         assert!(
@@ -226,15 +218,7 @@ fn bad_signalling_input() {
         assert!(closed, "the socket should close after repeated abuse");
         let mut left = false;
         for _ in 0..100 {
-            let list = rooms
-                .list_participants(ListParticipantsRequest {
-                    room: "lobby".into(),
-                    ..ListParticipantsRequest::default()
-                })
-                .await
-                .expect("list")
-                .into_inner();
-            if list.participants.is_empty() {
+            if grpc_node::participants(&mut rooms, "lobby").await == 0 {
                 left = true;
                 break;
             }

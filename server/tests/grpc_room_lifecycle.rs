@@ -219,8 +219,8 @@ fn grpc_room_lifecycle() {
         assert_eq!(names, ["third"]);
         assert_eq!(second.next_page_token, "", "the last page");
 
-        // Participants: nobody can join before signalling exists, so the room is
-        // empty, and acting on someone who is not there is NOT_FOUND.
+        // Participants: nobody has joined (signalling is not used here), so the room
+        // is empty, and acting on someone who is not there is NOT_FOUND.
         let members = rooms
             .list_participants(ListParticipantsRequest {
                 room: "lobby".into(),

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use shoal_proto::v1::CreateRoomRequest;
 use shoal_proto::v1::room_service_client::RoomServiceClient;
-use shoal_proto::v1::{CreateRoomRequest, ListParticipantsRequest};
 use shoal_server::config::Config;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -222,22 +222,6 @@ fn whip_script(room: &str) -> String {
     )
 }
 
-async fn participants(
-    rooms: &mut RoomServiceClient<tonic::transport::Channel>,
-    room: &str,
-) -> usize {
-    rooms
-        .list_participants(ListParticipantsRequest {
-            room: room.into(),
-            ..ListParticipantsRequest::default()
-        })
-        .await
-        .expect("list participants")
-        .into_inner()
-        .participants
-        .len()
-}
-
 #[test]
 fn interop_chromium_whip_datachannel_opens() {
     let (server, control) = grpc_node::start_node(Config {
@@ -278,13 +262,13 @@ fn interop_chromium_whip_datachannel_opens() {
             opened.starts_with("open /whip/interop/"),
             "the data channel did not open: {opened:?}; shard counters: {stats:?}"
         );
-        assert_eq!(participants(&mut rooms, "interop").await, 1);
+        assert_eq!(grpc_node::participants(&mut rooms, "interop").await, 1);
 
         // Closing the connection sends close_notify: the participant leaves.
         cdp.evaluate(&session, "window.shoalTest.pc.close(); 'closed'")
             .await;
         let deadline = Instant::now() + Duration::from_secs(10);
-        while participants(&mut rooms, "interop").await != 0 {
+        while grpc_node::participants(&mut rooms, "interop").await != 0 {
             assert!(
                 Instant::now() < deadline,
                 "the participant should leave once Chromium closes DTLS"

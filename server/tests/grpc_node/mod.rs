@@ -4,6 +4,8 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use shoal_proto::v1::ListParticipantsRequest;
+use shoal_proto::v1::room_service_client::RoomServiceClient;
 use shoal_server::config::{Config, Listen};
 use shoal_server::control::{ControlPlane, ControlSettings};
 use shoal_server::driver::Server;
@@ -36,4 +38,19 @@ pub async fn connect(addr: SocketAddr) -> Channel {
         .connect()
         .await
         .expect("connect to the control plane")
+}
+
+/// How many participants `room` has now, by ListParticipants.
+#[allow(dead_code)]
+pub async fn participants(rooms: &mut RoomServiceClient<Channel>, room: &str) -> usize {
+    rooms
+        .list_participants(ListParticipantsRequest {
+            room: room.into(),
+            ..ListParticipantsRequest::default()
+        })
+        .await
+        .expect("list participants")
+        .into_inner()
+        .participants
+        .len()
 }

@@ -28,7 +28,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // No `XClient::connect(url)` constructors: the generated one would collide with
     // the `SignalService.Connect` method. Clients build a `tonic::transport::Channel`
     // and wrap it: `RoomServiceClient::new(channel)`.
+    //
+    // Messages also derive serde, so browsers can speak the same messages as JSON
+    // (shoal's `/signal` WebSocket): field names in lowerCamelCase as in the proto3
+    // JSON mapping, absent fields take their defaults; a oneof (enum_attribute covers
+    // them) is externally tagged, so `signal_request::Message` reads and writes
+    // `{"join": {...}}`, what the WebSocket carries. Enum fields stay numbers.
     tonic_prost_build::configure()
+        .message_attribute(
+            ".shoal.v1",
+            "#[derive(serde::Serialize, serde::Deserialize)] \
+             #[serde(rename_all = \"camelCase\", default)]",
+        )
+        .enum_attribute(
+            ".shoal.v1",
+            "#[derive(serde::Serialize, serde::Deserialize)] \
+             #[serde(rename_all = \"camelCase\")]",
+        )
         .build_transport(false)
         .emit_rerun_if_changed(false)
         .compile_fds(compiler.file_descriptor_set())?;

@@ -3,8 +3,13 @@
 //! encoded descriptor set for gRPC server reflection.
 //!
 //! Services: `RoomService` (rooms and participants), `NodeService` (the node's shards
-//! and load) and `SignalService` (a full participant's signalling stream; defined, not
-//! yet served by shoal).
+//! and load) and `SignalService` (a full participant's signalling stream).
+//!
+//! Every message also derives serde's `Serialize` and `Deserialize` in the JSON shape
+//! that shoal's `/signal` WebSocket speaks: lowerCamelCase fields, absent fields at
+//! their defaults, enums as numbers. A WebSocket message is the `message` oneof itself
+//! (`signal_request::Message`, `signal_response::Message`), externally tagged:
+//! `{"join": {"room": "lobby"}}`.
 
 /// Package `shoal.v1`.
 #[allow(missing_docs, clippy::all)]
@@ -54,6 +59,28 @@ mod tests {
         };
         let bytes = join.encode_to_vec();
         assert_eq!(SignalRequest::decode(bytes.as_slice()).ok(), Some(join));
+    }
+
+    #[test]
+    fn signal_messages_speak_camel_case_json() {
+        let text = r#"{"join": {"room": "lobby", "identity": "alice", "autoSubscribe": true}}"#;
+        let join: signal_request::Message = serde_json::from_str(text).unwrap();
+        let signal_request::Message::Join(j) = &join else {
+            panic!("{join:?}");
+        };
+        assert_eq!((j.room.as_str(), j.identity.as_str()), ("lobby", "alice"));
+        assert!(j.auto_subscribe);
+        let trickle = r#"{"trickle": {"candidate": "", "sdpMid": "0", "sdpMLineIndex": 0}}"#;
+        let t: signal_request::Message = serde_json::from_str(trickle).unwrap();
+        assert!(matches!(t, signal_request::Message::Trickle(_)));
+        assert!(serde_json::from_str::<signal_request::Message>(r#"{"bogus": {}}"#).is_err());
+        let answer = super::v1::signal_response::Message::Answer(super::v1::SessionDescription {
+            sdp: "v=0".into(),
+        });
+        assert_eq!(
+            serde_json::to_string(&answer).unwrap(),
+            r#"{"answer":{"sdp":"v=0"}}"#
+        );
     }
 
     #[test]

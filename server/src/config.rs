@@ -1,9 +1,12 @@
-//! The `shoal` command line: every setting of a node, from flags or `SHOAL_*`
-//! environment variables (a flag wins over its variable).
+//! The `shoal` command line: every setting of a node, from flags, `SHOAL_*`
+//! environment variables or a TOML file (`--config`). A flag wins over its variable,
+//! a variable over the file, the file over the default.
 
+use std::ffi::OsString;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -21,6 +24,11 @@ pub const DEFAULT_MAX_PEERS_PER_SHARD: usize = 10_000;
 /// The default address of the gRPC control plane.
 pub const DEFAULT_GRPC_ADDR: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7071));
+/// The default address of the HTTP server (WHIP, WHEP, /signal, the demo page).
+pub const DEFAULT_HTTP_ADDR: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7070));
+/// The largest configuration file read, in bytes.
+pub const MAX_CONFIG_FILE_BYTES: u64 = 64 * 1024;
 /// The default number of rooms a node holds at once.
 pub const DEFAULT_MAX_ROOMS: u32 = 10_000;
 /// The default number of participants one room admits.
@@ -33,6 +41,12 @@ pub const DEFAULT_ROOM_EMPTY_TIMEOUT_SECS: u32 = 300;
 #[derive(Parser, Clone, Debug, PartialEq, Eq)]
 #[command(name = "shoal", version)]
 pub struct Config {
+    /// A TOML file with settings: keys are the long flag names (`shards = 2`,
+    /// `http-addr = "127.0.0.1:8080"`, `static-peer = ["…"]`). Flags and `SHOAL_*`
+    /// variables win over it.
+    #[arg(long, env = "SHOAL_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
     /// Number of shards, one thread and one UDP socket each; defaults to the available
     /// cores.
     #[arg(long, env = "SHOAL_SHARDS", value_name = "N", default_value_t = default_shards())]
@@ -67,6 +81,11 @@ pub struct Config {
     /// address is printed at start-up).
     #[arg(long, env = "SHOAL_GRPC_ADDR", value_name = "ADDR|off", default_value_t = Listen::Addr(DEFAULT_GRPC_ADDR))]
     pub grpc_addr: Listen,
+
+    /// TCP address the HTTP server (WHIP, WHEP, the /signal WebSocket, the demo page,
+    /// /healthz) listens on, or "off". Port 0 takes an ephemeral port.
+    #[arg(long, env = "SHOAL_HTTP_ADDR", value_name = "ADDR|off", default_value_t = Listen::Addr(DEFAULT_HTTP_ADDR))]
+    pub http_addr: Listen,
 
     /// Rooms this node holds at once; CreateRoom beyond it fails with RESOURCE_EXHAUSTED.
     #[arg(
@@ -112,12 +131,14 @@ impl Default for Config {
     /// The defaults of every flag, without reading the environment.
     fn default() -> Config {
         Config {
+            config: None,
             shards: default_shards(),
             udp_port_base: DEFAULT_UDP_PORT_BASE,
             bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
             max_datagrams_per_tick: DEFAULT_MAX_DATAGRAMS_PER_TICK,
             max_peers_per_shard: DEFAULT_MAX_PEERS_PER_SHARD,
             grpc_addr: Listen::Addr(DEFAULT_GRPC_ADDR),
+            http_addr: Listen::Addr(DEFAULT_HTTP_ADDR),
             max_rooms: DEFAULT_MAX_ROOMS,
             max_participants_per_room: DEFAULT_MAX_PARTICIPANTS_PER_ROOM,
             room_empty_timeout: DEFAULT_ROOM_EMPTY_TIMEOUT_SECS,
@@ -126,7 +147,104 @@ impl Default for Config {
     }
 }
 
+/// Why the configuration could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A flag, variable or file value is invalid (clap's message says which).
+    #[error("{0}")]
+    Invalid(#[from] clap::Error),
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The file is larger than [`MAX_CONFIG_FILE_BYTES`].
+    #[error("{0}: larger than {MAX_CONFIG_FILE_BYTES} bytes")]
+    TooLarge(PathBuf),
+    /// The file is not TOML.
+    #[error("{path}: {source}")]
+    Toml {
+        /// The file.
+        path: PathBuf,
+        /// Where and why parsing failed.
+        source: toml::de::Error,
+    },
+    /// A key names no setting, or its value has the wrong shape.
+    #[error("{path}: {key}: {reason}")]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        key: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
 impl Config {
+    /// The configuration from the process's arguments, environment and `--config`
+    /// file.
+    pub fn load() -> Result<Config, ConfigError> {
+        Config::load_from(std::env::args_os())
+    }
+
+    /// The configuration from `args` (the first is the program name), the
+    /// environment and the `--config` file, in that order of precedence.
+    ///
+    /// The file's settings go through clap like flags: each key whose setting came
+    /// from neither a flag nor a variable becomes `--key value` ahead of the real
+    /// arguments, so a file value is validated exactly as a flag would be.
+    pub fn load_from<I, T>(args: I) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        use clap::parser::ValueSource;
+        use clap::{CommandFactory, FromArgMatches};
+
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let matches = Config::command().try_get_matches_from(&args)?;
+        let config = Config::from_arg_matches(&matches)?;
+        let Some(path) = config.config.clone() else {
+            return Ok(config);
+        };
+        let table = read_table(&path)?;
+        let command = Config::command();
+        let mut merged: Vec<OsString> = args.first().cloned().into_iter().collect();
+        for (key, value) in &table {
+            let key_err = |reason| ConfigError::Key {
+                path: path.clone(),
+                key: key.clone(),
+                reason,
+            };
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_long() == Some(key.as_str()) && key != "config")
+                .ok_or_else(|| key_err("no such setting (keys are the long flag names)"))?;
+            let id = arg.get_id().as_str();
+            if matches.value_source(id) != Some(ValueSource::DefaultValue)
+                && matches.value_source(id).is_some()
+            {
+                continue;
+            }
+            let values = match value {
+                toml::Value::Array(items) => items.iter().map(toml_scalar).collect(),
+                v => vec![toml_scalar(v)],
+            };
+            for v in values {
+                let v = v.ok_or_else(|| key_err("expected a string, number or boolean"))?;
+                merged.push(format!("--{key}").into());
+                merged.push(v.into());
+            }
+        }
+        merged.extend(args.into_iter().skip(1));
+        let matches = Config::command().try_get_matches_from(merged)?;
+        Ok(Config::from_arg_matches(&matches)?)
+    }
+
     /// The static peers as shard commands: ICE-lite, id = position on the command line.
     pub fn static_peer_specs(&self) -> impl Iterator<Item = PeerSpec> + '_ {
         self.static_peers
@@ -144,6 +262,38 @@ impl Config {
     /// How long a room created without an empty timeout stays open while empty.
     pub fn room_empty_timeout(&self) -> Duration {
         Duration::from_secs(u64::from(self.room_empty_timeout))
+    }
+}
+
+/// Reads a TOML file of at most [`MAX_CONFIG_FILE_BYTES`].
+fn read_table(path: &std::path::Path) -> Result<toml::Table, ConfigError> {
+    use std::io::Read;
+    let read_err = |source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let mut text = String::new();
+    file.take(MAX_CONFIG_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(read_err)?;
+    if text.len() as u64 > MAX_CONFIG_FILE_BYTES {
+        return Err(ConfigError::TooLarge(path.to_owned()));
+    }
+    text.parse::<toml::Table>()
+        .map_err(|source| ConfigError::Toml {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// A TOML scalar as a flag value.
+fn toml_scalar(value: &toml::Value) -> Option<String> {
+    match value {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        toml::Value::Boolean(b) => Some(b.to_string()),
+        _ => None,
     }
 }
 
@@ -311,6 +461,80 @@ mod tests {
         assert_eq!(Listen::Off.to_string().parse(), Ok(Listen::Off));
         let a = Listen::Addr("127.0.0.1:0".parse().unwrap());
         assert_eq!(a.to_string().parse(), Ok(a));
+    }
+
+    #[test]
+    fn http_defaults_to_loopback_7070() {
+        let c = Config::try_parse_from(["shoal"]).unwrap();
+        assert_eq!(c.http_addr.addr(), Some(DEFAULT_HTTP_ADDR));
+        assert_eq!(DEFAULT_HTTP_ADDR.to_string(), "127.0.0.1:7070");
+        let c = Config::try_parse_from(["shoal", "--http-addr", "off"]).unwrap();
+        assert_eq!(c.http_addr, Listen::Off);
+    }
+
+    fn config_file(text: &str) -> (tempdir::Dir, String) {
+        let dir = tempdir::Dir::new();
+        let path = dir.path().join("shoal.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path.to_string_lossy().into_owned())
+    }
+
+    #[test]
+    fn a_config_file_sits_between_flags_and_defaults() {
+        let (_dir, path) = config_file(
+            "shards = 3\nhttp-addr = \"127.0.0.1:0\"\nmax-rooms = 9\n\
+             static-peer = [\"abcd:0123456789012345678901:wxyz:abcdefghijklmnopqrstuv\"]\n",
+        );
+        let c = Config::load_from(["shoal", "--config", &path, "--max-rooms", "4"]).unwrap();
+        assert_eq!(c.shards.get(), 3, "from the file");
+        assert_eq!(c.http_addr, Listen::Addr("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(c.max_rooms, 4, "the flag wins");
+        assert_eq!(c.static_peers.len(), 1);
+        assert_eq!(c.grpc_addr.addr(), Some(DEFAULT_GRPC_ADDR), "the default");
+    }
+
+    #[test]
+    fn bad_config_files_are_refused_with_the_key() {
+        for (text, needle) in [
+            ("shardz = 3", "shardz"),
+            ("shards = 0", "0"),
+            ("shards = [[1]]", "shards"),
+            ("shards = ", "TOML"),
+            ("config = \"x\"", "config"),
+        ] {
+            let (_dir, path) = config_file(text);
+            let err = Config::load_from(["shoal", "--config", &path]).unwrap_err();
+            let message = err.to_string();
+            let found = message.contains(needle)
+                || (needle == "TOML" && matches!(err, ConfigError::Toml { .. }));
+            assert!(found, "{text}: {message}");
+        }
+        let err = Config::load_from(["shoal", "--config", "/nonexistent/shoal.toml"]).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { .. }), "{err}");
+    }
+
+    /// A directory removed when dropped.
+    mod tempdir {
+        pub struct Dir(std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Dir {
+                use std::sync::atomic::{AtomicU32, Ordering};
+                static NEXT: AtomicU32 = AtomicU32::new(0);
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
+                let path =
+                    std::env::temp_dir().join(format!("shoal-config-{}-{n}", std::process::id()));
+                std::fs::create_dir_all(&path).unwrap();
+                Dir(path)
+            }
+            pub fn path(&self) -> &std::path::Path {
+                &self.0
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
     }
 
     #[test]

@@ -1,14 +1,13 @@
-//! The `shoal` binary: parses the command line, starts one shard thread per core and
-//! the control plane (gRPC), and runs until SIGINT or SIGTERM, then shuts the control
+//! The `shoal` binary: reads its configuration (flags, `SHOAL_*` variables, a TOML
+//! file), starts one shard thread per core and the control plane (gRPC and HTTP), and runs until SIGINT or SIGTERM, then shuts the control
 //! plane and every shard down cleanly.
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
 use crossbeam_channel::RecvTimeoutError;
-use shoal_server::config::Config;
+use shoal_server::config::{Config, ConfigError};
 use shoal_server::control::{ControlError, ControlPlane, ControlSettings};
 use shoal_server::driver::{DriverError, Server};
 
@@ -33,7 +32,15 @@ enum MainError {
 }
 
 fn main() -> ExitCode {
-    let config = Config::parse();
+    let config = match Config::load() {
+        Ok(config) => config,
+        // clap prints help and version itself, and its own errors with usage.
+        Err(ConfigError::Invalid(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("shoal: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     match run(&config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -50,11 +57,11 @@ fn run(config: &Config) -> Result<(), MainError> {
         let _ = stop_tx.try_send(());
     })?;
 
-    let server = Server::start(config)?;
+    let mut server = Server::start(config)?;
     // The control plane talks to the shards only through their command channels.
     // Dropping `server` on an error below shuts the shards down.
     let control = match ControlSettings::from_config(config) {
-        Some(settings) => Some(ControlPlane::start(settings, server.command_senders())?),
+        Some(settings) => Some(ControlPlane::start(settings, server.control_handles())?),
         None => None,
     };
     // Tests and scripts read the bound addresses from here (port base 0 is ephemeral).
@@ -72,9 +79,13 @@ fn run(config: &Config) -> Result<(), MainError> {
         "shoal: dtls fingerprint sha-256 {}",
         fingerprint.join(":")
     )?;
-    match &control {
-        Some(c) => writeln!(stdout, "shoal: grpc http://{}", c.grpc_addr())?,
+    match control.as_ref().and_then(ControlPlane::grpc_addr) {
+        Some(addr) => writeln!(stdout, "shoal: grpc http://{addr}")?,
         None => writeln!(stdout, "shoal: grpc off")?,
+    }
+    match control.as_ref().and_then(ControlPlane::http_addr) {
+        Some(addr) => writeln!(stdout, "shoal: http http://{addr}")?,
+        None => writeln!(stdout, "shoal: http off")?,
     }
     stdout.flush()?;
     drop(stdout);

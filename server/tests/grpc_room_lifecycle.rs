@@ -64,7 +64,7 @@ fn unix_ms_now() -> u64 {
 #[test]
 fn grpc_room_lifecycle() {
     let (server, control) = start_node();
-    let addr = control.grpc_addr();
+    let addr = control.grpc_addr().expect("gRPC is on");
     assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -219,8 +219,8 @@ fn grpc_room_lifecycle() {
         assert_eq!(names, ["third"]);
         assert_eq!(second.next_page_token, "", "the last page");
 
-        // Participants: nobody can join before signalling exists, so the room is
-        // empty, and acting on someone who is not there is NOT_FOUND.
+        // Participants: nobody has joined (signalling is not used here), so the room
+        // is empty, and acting on someone who is not there is NOT_FOUND.
         let members = rooms
             .list_participants(ListParticipantsRequest {
                 room: "lobby".into(),

@@ -7,12 +7,13 @@
 //! as [`Attribute::Other`], so a description serializes back line for line.
 //! [`SessionDescription`]'s `Display` (and [`SessionDescription::to_sdp_string`]) writes
 //! CRLF-terminated lines in RFC 8866 §5 order; the same types with their `new`
-//! constructors and `push_attribute` build the answers shoal writes.
+//! constructors and `push_attribute` build the answers shoal writes ([`answer`]).
 //!
 //! Input is untrusted: it is bounded ([`MAX_SDP_LEN`], [`MAX_LINE_LEN`], [`MAX_MEDIA`],
 //! [`MAX_ATTRIBUTES`], [`MAX_FIELDS`]) and every rule it breaks is an [`SdpError`];
 //! nothing here panics on input. Lines may end in CRLF or a bare LF (RFC 8866 §5).
 
+mod answer;
 mod attribute;
 mod candidate;
 mod dtls;
@@ -30,6 +31,9 @@ mod tests;
 #[cfg(test)]
 mod tests_attributes;
 
+pub use answer::{
+    Answer, AnswerError, AnswerParams, HOST_PRIORITY, MAX_MESSAGE_SIZE, SCTP_PORT, answer,
+};
 pub use attribute::Attribute;
 pub use candidate::{Candidate, CandidateType, TcpType};
 pub use dtls::{Fingerprint, HashFunction, Setup};

@@ -3,22 +3,28 @@
 //! for a few map operations and never across an `.await`; whatever waits on a shard
 //! runs on tokio's blocking pool behind a semaphore.
 
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use ring::rand::SystemRandom;
 use shoal_components::peer::PeerId;
 use shoal_components::time::Time;
 use shoal_proto::v1;
+use shoal_proto::v1::DisconnectReason;
 use shoal_proto::v1::node_service_server::NodeService;
 use shoal_proto::v1::room_service_server::RoomService;
 use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
 
+use super::participants::Members;
 use super::rooms::{
     self, NameKind, ParticipantState, RoomDirectory, RoomError, RoomSpec, validate_name,
 };
-use super::shards::{self, SHARD_REPLY_TIMEOUT};
+use super::shards::{self, SHARD_REPLY_TIMEOUT, ShardError};
 use crate::driver::{ShardReport, ShardSender};
+use shoal_systems::PeerSpec;
 
 /// Bytes a SendData payload holds at most: a message every WebRTC stack accepts
 /// (RFC 8831 §6.6 leaves the limit to SDP's max-message-size; browsers take 64 KiB+).
@@ -58,14 +64,23 @@ impl Clock {
     }
 }
 
+/// The first peer id signalling hands out; smaller ones are left to the test-only
+/// `--static-peer` flag.
+const FIRST_PEER_ID: u64 = 1 << 32;
+
 /// What every handler shares.
 #[derive(Debug)]
 pub struct ControlState {
     rooms: Mutex<RoomDirectory>,
+    members: Mutex<Members>,
     shards: Vec<ShardSender>,
+    udp_addrs: Vec<SocketAddr>,
+    fingerprint_sha256: [u8; 32],
     clock: Clock,
     max_peers_per_shard: usize,
     shard_queries: Semaphore,
+    pub(super) next_peer: AtomicU64,
+    pub(super) rng: SystemRandom,
 }
 
 impl ControlState {
@@ -77,11 +92,99 @@ impl ControlState {
     ) -> ControlState {
         ControlState {
             rooms: Mutex::new(directory),
+            members: Mutex::new(Members::new(shards.len())),
             shards,
+            udp_addrs: Vec::new(),
+            fingerprint_sha256: [0; 32],
             clock: Clock::start(),
             max_peers_per_shard,
             shard_queries: Semaphore::new(MAX_SHARD_QUERIES),
+            next_peer: AtomicU64::new(FIRST_PEER_ID),
+            rng: SystemRandom::new(),
         }
+    }
+
+    /// The same, with what answers need: each shard's UDP address (its host
+    /// candidate) and the node's certificate fingerprint.
+    pub fn with_transport(
+        mut self,
+        udp_addrs: Vec<SocketAddr>,
+        fingerprint_sha256: [u8; 32],
+    ) -> ControlState {
+        self.udp_addrs = udp_addrs;
+        self.fingerprint_sha256 = fingerprint_sha256;
+        self
+    }
+
+    /// Signalling's tables (taken after [`ControlState::rooms`] when both are held).
+    pub fn members(&self) -> MutexGuard<'_, Members> {
+        self.members.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Each shard's UDP address, by index.
+    pub fn udp_addrs(&self) -> &[SocketAddr] {
+        &self.udp_addrs
+    }
+
+    /// SHA-256 of the node's DTLS certificate.
+    pub fn fingerprint_sha256(&self) -> [u8; 32] {
+        self.fingerprint_sha256
+    }
+
+    /// Peers one shard holds at most.
+    pub fn max_peers_per_shard(&self) -> usize {
+        self.max_peers_per_shard
+    }
+
+    /// A room as the API shows it.
+    pub fn room_message(&self, room: &rooms::Room) -> v1::Room {
+        v1::Room {
+            name: room.name.clone(),
+            max_participants: room.max_participants,
+            empty_timeout_secs: saturating_u32(room.empty_timeout.as_secs()),
+            metadata: room.metadata.clone(),
+            num_participants: saturating_u32(room.participant_count()),
+            creation_time_unix_ms: self.clock.unix_ms(room.created_at),
+        }
+    }
+
+    /// A participant as the API shows it.
+    pub fn participant_message(&self, p: &rooms::Participant) -> v1::Participant {
+        let state = match p.state {
+            ParticipantState::Joining => v1::ParticipantState::Joining,
+            ParticipantState::Active => v1::ParticipantState::Active,
+        };
+        v1::Participant {
+            identity: p.identity.clone(),
+            name: p.name.clone(),
+            metadata: p.metadata.clone(),
+            state: state.into(),
+            shard: saturating_u32(p.shard),
+            peer_id: p.peer.0,
+            joined_at_unix_ms: self.clock.unix_ms(p.joined_at),
+            // Tracks and channels live in the shards; reporting them comes with media.
+            tracks: Vec::new(),
+            data_channels: Vec::new(),
+        }
+    }
+
+    /// Adds a peer to a shard, off the runtime's workers.
+    pub async fn add_peer(
+        self: &Arc<Self>,
+        shard: usize,
+        spec: PeerSpec,
+    ) -> Result<(), ShardError> {
+        let _turn = self
+            .shard_queries
+            .acquire()
+            .await
+            .map_err(|_| ShardError::Gone(shard))?;
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || {
+            shards::add_peer(&state.shards, shard, spec, SHARD_REPLY_TIMEOUT)
+        })
+        .await
+        .map_err(|_| ShardError::Gone(shard))?
     }
 
     /// The room directory. A panic while it was held (a bug) does not take the whole
@@ -102,7 +205,10 @@ impl ControlState {
     }
 
     /// Removes peers from their shards, off the runtime's workers, and logs failures.
-    async fn disconnect(self: &Arc<Self>, peers: Vec<(usize, PeerId)>) -> Result<(), Status> {
+    pub(super) async fn disconnect(
+        self: &Arc<Self>,
+        peers: Vec<(usize, PeerId)>,
+    ) -> Result<(), Status> {
         if peers.is_empty() {
             return Ok(());
         }
@@ -151,34 +257,9 @@ impl ControlApi {
         ControlApi { state }
     }
 
-    fn room_message(&self, room: &rooms::Room) -> v1::Room {
-        v1::Room {
-            name: room.name.clone(),
-            max_participants: room.max_participants,
-            empty_timeout_secs: saturating_u32(room.empty_timeout.as_secs()),
-            metadata: room.metadata.clone(),
-            num_participants: saturating_u32(room.participant_count()),
-            creation_time_unix_ms: self.state.clock.unix_ms(room.created_at),
-        }
-    }
-
-    fn participant_message(&self, p: &rooms::Participant) -> v1::Participant {
-        let state = match p.state {
-            ParticipantState::Joining => v1::ParticipantState::Joining,
-            ParticipantState::Active => v1::ParticipantState::Active,
-        };
-        v1::Participant {
-            identity: p.identity.clone(),
-            name: p.name.clone(),
-            metadata: p.metadata.clone(),
-            state: state.into(),
-            shard: saturating_u32(p.shard),
-            peer_id: p.peer.0,
-            joined_at_unix_ms: self.state.clock.unix_ms(p.joined_at),
-            // Tracks and channels live in the shards; reporting them comes with media.
-            tracks: Vec::new(),
-            data_channels: Vec::new(),
-        }
+    /// The state the handlers share.
+    pub fn state(&self) -> &Arc<ControlState> {
+        &self.state
     }
 }
 
@@ -198,7 +279,7 @@ impl RoomService for ControlApi {
         let now = self.state.clock.now();
         let mut rooms = self.state.rooms();
         let room = rooms.create(spec, now)?;
-        Ok(Response::new(self.room_message(room)))
+        Ok(Response::new(self.state.room_message(room)))
     }
 
     async fn get_room(
@@ -207,7 +288,7 @@ impl RoomService for ControlApi {
     ) -> Result<Response<v1::Room>, Status> {
         let rooms = self.state.rooms();
         let room = rooms.get(&request.get_ref().name)?;
-        Ok(Response::new(self.room_message(room)))
+        Ok(Response::new(self.state.room_message(room)))
     }
 
     async fn list_rooms(
@@ -218,7 +299,11 @@ impl RoomService for ControlApi {
         let rooms = self.state.rooms();
         let page = rooms.list(&req.page_token, page_size(req.page_size))?;
         Ok(Response::new(v1::ListRoomsResponse {
-            rooms: page.items.iter().map(|r| self.room_message(r)).collect(),
+            rooms: page
+                .items
+                .iter()
+                .map(|r| self.state.room_message(r))
+                .collect(),
             next_page_token: page.next_page_token.unwrap_or_default(),
         }))
     }
@@ -230,6 +315,9 @@ impl RoomService for ControlApi {
         let room = self.state.rooms().delete(&request.get_ref().name)?;
         let peers: Vec<(usize, PeerId)> = room.participants().map(|p| (p.shard, p.peer)).collect();
         let participants_removed = saturating_u32(peers.len());
+        for (_, peer) in &peers {
+            self.state.forget(*peer, DisconnectReason::RoomDeleted);
+        }
         self.state.disconnect(peers).await?;
         Ok(Response::new(v1::DeleteRoomResponse {
             participants_removed,
@@ -247,7 +335,7 @@ impl RoomService for ControlApi {
             participants: page
                 .items
                 .iter()
-                .map(|p| self.participant_message(p))
+                .map(|p| self.state.participant_message(p))
                 .collect(),
             next_page_token: page.next_page_token.unwrap_or_default(),
         }))
@@ -263,6 +351,7 @@ impl RoomService for ControlApi {
             .state
             .rooms()
             .remove_participant(&req.room, &req.identity, now)?;
+        self.state.forget(gone.peer, DisconnectReason::Removed);
         self.state.disconnect(vec![(gone.shard, gone.peer)]).await?;
         Ok(Response::new(v1::RemoveParticipantResponse {}))
     }

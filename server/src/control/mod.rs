@@ -1,17 +1,17 @@
 //! The control plane: one thread (`shoal-control`) running a single-threaded tokio
-//! runtime that serves gRPC: `shoal.v1.RoomService`, `shoal.v1.NodeService`, the
-//! standard `grpc.health.v1.Health` service and server reflection (v1 and v1alpha),
-//! so `grpcurl` and `grpcio` clients need no `.proto` files.
+//! runtime that serves gRPC (`shoal.v1.RoomService`, `NodeService`, `SignalService`,
+//! the standard `grpc.health.v1.Health` service and server reflection, v1 and
+//! v1alpha, so `grpcurl` and `grpcio` clients need no `.proto` files) and HTTP
+//! ([`http`]: WHIP, WHEP, the `/signal` WebSocket, the demo page, `/healthz`).
 //!
 //! It never touches a World. It owns the room directory ([`rooms`], plain data behind
-//! one mutex) and reaches the shards only through the driver's command channels
-//! ([`ShardSender`]); those round trips block, so they run on tokio's blocking pool,
-//! bounded by a timeout ([`shards`]). A periodic task closes rooms that stayed empty
-//! for their empty-timeout.
-//!
-//! `shoal.v1.SignalService` is defined in the API but not served: answering SDP does
-//! not exist yet, and a server that accepted the stream and could not negotiate would
-//! be worse than `UNIMPLEMENTED`.
+//! one mutex) and signalling's tables ([`participants`]: placement, sessions,
+//! signalling connections), and reaches the shards only through the driver's command
+//! channels (`ShardSender`); those round trips block, so they run on tokio's blocking
+//! pool, bounded by a timeout ([`shards`]). Shards report peers that left on their own
+//! (consent lost, DTLS closed or failed) on an event channel that a task here reads,
+//! so their participants leave the directory and their rooms hear of it. A periodic
+//! task closes rooms that stayed empty for their empty-timeout.
 //!
 //! Limits: request messages (128 KiB for RoomService, 4 KiB for NodeService),
 //! concurrent streams and requests per connection, a handler timeout, HTTP/2
@@ -21,8 +21,11 @@
 //! authentication yet).
 
 pub mod grpc;
+pub mod http;
+pub mod participants;
 pub mod rooms;
 pub mod shards;
+pub mod signal;
 
 use std::io;
 use std::net::SocketAddr;
@@ -32,6 +35,7 @@ use std::time::Duration;
 
 use shoal_proto::v1::node_service_server::NodeServiceServer;
 use shoal_proto::v1::room_service_server::RoomServiceServer;
+use shoal_proto::v1::signal_service_server::SignalServiceServer;
 use tokio::sync::oneshot;
 use tonic::server::NamedService;
 use tonic::transport::Server;
@@ -42,7 +46,7 @@ use tonic_health::server::HealthReporter;
 use self::grpc::{ControlApi, ControlState};
 use self::rooms::{RoomDirectory, RoomLimits};
 use crate::config::Config;
-use crate::driver::ShardSender;
+use crate::driver::{ShardEventReceiver, ShardHandles};
 
 /// How often empty rooms are checked for expiry; rooms close at most this late.
 pub const EXPIRY_INTERVAL: Duration = Duration::from_secs(1);
@@ -58,6 +62,8 @@ const MAX_CONCURRENT_STREAMS: u32 = 128;
 const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 /// Largest RoomService request: a SendData payload of 64 KiB plus its fields.
 const MAX_ROOM_REQUEST_BYTES: usize = 128 * 1024;
+/// Largest SignalService message: an SDP offer of at most 64 KiB plus its fields.
+const MAX_SIGNAL_REQUEST_BYTES: usize = 80 * 1024;
 /// Largest NodeService request (GetNodeInfoRequest is empty).
 const MAX_NODE_REQUEST_BYTES: usize = 4 * 1024;
 /// HTTP/2 ping interval, and how long a ping may go unanswered before the
@@ -70,8 +76,10 @@ const MAX_BLOCKING_THREADS: usize = 8;
 /// What the control plane needs from the node's configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ControlSettings {
-    /// Where gRPC listens (port 0: ephemeral).
-    pub grpc_addr: SocketAddr,
+    /// Where gRPC listens (port 0: ephemeral); `None`: not at all.
+    pub grpc_addr: Option<SocketAddr>,
+    /// Where HTTP listens (port 0: ephemeral); `None`: not at all.
+    pub http_addr: Option<SocketAddr>,
     /// The room directory's limits.
     pub limits: RoomLimits,
     /// Peers one shard holds at most, to report load.
@@ -79,10 +87,16 @@ pub struct ControlSettings {
 }
 
 impl ControlSettings {
-    /// The settings in `config`; `None` when gRPC is off.
+    /// The settings in `config`; `None` when both gRPC and HTTP are off.
     pub fn from_config(config: &Config) -> Option<ControlSettings> {
+        let grpc_addr = config.grpc_addr.addr();
+        let http_addr = config.http_addr.addr();
+        if grpc_addr.is_none() && http_addr.is_none() {
+            return None;
+        }
         Some(ControlSettings {
-            grpc_addr: config.grpc_addr.addr()?,
+            grpc_addr,
+            http_addr,
             limits: RoomLimits {
                 max_rooms: usize::try_from(config.max_rooms).unwrap_or(usize::MAX),
                 max_participants_per_room: config.max_participants_per_room,
@@ -96,9 +110,11 @@ impl ControlSettings {
 /// Why the control plane could not start, or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    /// The gRPC listener could not be bound.
-    #[error("cannot bind gRPC {addr}: {source}")]
+    /// A listener could not be bound.
+    #[error("cannot bind {what} {addr}: {source}")]
     Bind {
+        /// "gRPC" or "HTTP".
+        what: &'static str,
         /// The address tried.
         addr: SocketAddr,
         /// What the OS said.
@@ -127,17 +143,18 @@ pub enum ControlError {
 /// does, without the report).
 #[derive(Debug)]
 pub struct ControlPlane {
-    grpc_addr: SocketAddr,
+    grpc_addr: Option<SocketAddr>,
+    http_addr: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<(), ControlError>>>,
 }
 
 impl ControlPlane {
-    /// Binds the gRPC listener and starts the control thread over `shards` (their
-    /// handles by shard index). Set-up errors surface here, before the thread starts.
+    /// Binds the listeners and starts the control thread over `shards`. Set-up errors
+    /// surface here, before the thread starts.
     pub fn start(
         settings: ControlSettings,
-        shards: Vec<ShardSender>,
+        shards: ShardHandles,
     ) -> Result<ControlPlane, ControlError> {
         let io_err = |what| move |source| ControlError::Io { what, source };
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -146,16 +163,19 @@ impl ControlPlane {
             .thread_name("shoal-control-blocking")
             .build()
             .map_err(io_err("runtime"))?;
-        let addr = settings.grpc_addr;
-        let listener = std::net::TcpListener::bind(addr)
-            .map_err(|source| ControlError::Bind { addr, source })?;
-        listener
-            .set_nonblocking(true)
-            .map_err(io_err("non-blocking listener"))?;
-        let grpc_addr = listener.local_addr().map_err(io_err("local_addr"))?;
-        let listener = {
-            let _in_runtime = runtime.enter();
-            tokio::net::TcpListener::from_std(listener).map_err(io_err("listener"))?
+        let grpc = settings
+            .grpc_addr
+            .map(|addr| bind(&runtime, "gRPC", addr))
+            .transpose()?;
+        let http = settings
+            .http_addr
+            .map(|addr| bind(&runtime, "HTTP", addr))
+            .transpose()?;
+        let grpc_addr = grpc.as_ref().map(|(_, a)| *a);
+        let http_addr = http.as_ref().map(|(_, a)| *a);
+        let listeners = Listeners {
+            grpc: grpc.map(|(l, _)| l),
+            http: http.map(|(l, _)| l),
         };
         let services = Services::new(settings, shards)?;
 
@@ -163,7 +183,7 @@ impl ControlPlane {
         let thread = std::thread::Builder::new()
             .name("shoal-control".into())
             .spawn(move || {
-                let result = runtime.block_on(services.serve(listener, stopped));
+                let result = runtime.block_on(services.serve(listeners, stopped));
                 // Blocking shard round trips end by their own timeout.
                 runtime.shutdown_timeout(shards::SHARD_REPLY_TIMEOUT);
                 result
@@ -171,14 +191,20 @@ impl ControlPlane {
             .map_err(io_err("spawn"))?;
         Ok(ControlPlane {
             grpc_addr,
+            http_addr,
             stop: Some(stop),
             thread: Some(thread),
         })
     }
 
     /// The address gRPC listens on (the bound port when 0 was asked for).
-    pub fn grpc_addr(&self) -> SocketAddr {
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
         self.grpc_addr
+    }
+
+    /// The address HTTP listens on (the bound port when 0 was asked for).
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// Whether the control thread has ended (it only does so on its own on failure;
@@ -211,27 +237,59 @@ impl Drop for ControlPlane {
     }
 }
 
+/// Binds a TCP listener on `addr` for the runtime; returns it with its bound address.
+fn bind(
+    runtime: &tokio::runtime::Runtime,
+    what: &'static str,
+    addr: SocketAddr,
+) -> Result<(tokio::net::TcpListener, SocketAddr), ControlError> {
+    let io_err = |what| move |source| ControlError::Io { what, source };
+    let listener = std::net::TcpListener::bind(addr).map_err(|source| ControlError::Bind {
+        what,
+        addr,
+        source,
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(io_err("non-blocking listener"))?;
+    let bound = listener.local_addr().map_err(io_err("local_addr"))?;
+    let _in_runtime = runtime.enter();
+    let listener = tokio::net::TcpListener::from_std(listener).map_err(io_err("listener"))?;
+    Ok((listener, bound))
+}
+
+/// The bound listeners, each optional.
+struct Listeners {
+    grpc: Option<tokio::net::TcpListener>,
+    http: Option<tokio::net::TcpListener>,
+}
+
 /// Everything the control thread serves, built before it starts.
 struct Services {
     state: Arc<ControlState>,
     health: HealthReporter,
     router: tonic::transport::server::Router,
+    events: Option<ShardEventReceiver>,
 }
 
 /// The names health reports on: the server as a whole ("") and each service.
-const HEALTH_NAMES: [&str; 3] = [
+const HEALTH_NAMES: [&str; 4] = [
     "",
     <RoomServiceServer<ControlApi> as NamedService>::NAME,
     <NodeServiceServer<ControlApi> as NamedService>::NAME,
+    <SignalServiceServer<ControlApi> as NamedService>::NAME,
 ];
 
 impl Services {
-    fn new(settings: ControlSettings, shards: Vec<ShardSender>) -> Result<Services, ControlError> {
-        let state = Arc::new(ControlState::new(
-            RoomDirectory::new(settings.limits),
-            shards,
-            settings.max_peers_per_shard,
-        ));
+    fn new(settings: ControlSettings, shards: ShardHandles) -> Result<Services, ControlError> {
+        let state = Arc::new(
+            ControlState::new(
+                RoomDirectory::new(settings.limits),
+                shards.senders,
+                settings.max_peers_per_shard,
+            )
+            .with_transport(shards.udp_addrs, shards.fingerprint_sha256),
+        );
         let api = ControlApi::new(state.clone());
         let (health, health_service) = tonic_health::server::health_reporter();
         let router = Server::builder()
@@ -249,12 +307,17 @@ impl Services {
                     .max_decoding_message_size(MAX_ROOM_REQUEST_BYTES),
             )
             .add_service(
-                NodeServiceServer::new(api).max_decoding_message_size(MAX_NODE_REQUEST_BYTES),
+                NodeServiceServer::new(api.clone())
+                    .max_decoding_message_size(MAX_NODE_REQUEST_BYTES),
+            )
+            .add_service(
+                SignalServiceServer::new(api).max_decoding_message_size(MAX_SIGNAL_REQUEST_BYTES),
             );
         Ok(Services {
             state,
             health,
             router,
+            events: shards.events,
         })
     }
 
@@ -262,34 +325,37 @@ impl Services {
     /// gracefully within [`SHUTDOWN_GRACE`].
     async fn serve(
         self,
-        listener: tokio::net::TcpListener,
+        listeners: Listeners,
         stop: oneshot::Receiver<()>,
     ) -> Result<(), ControlError> {
         let Services {
             state,
             health,
             router,
+            events,
         } = self;
         for name in HEALTH_NAMES {
             health
                 .set_service_status(name, ServingStatus::Serving)
                 .await;
         }
-        let expiry = tokio::spawn(expire_rooms(state));
-        let (graceful, graceful_rx) = oneshot::channel::<()>();
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let mut server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
-            let _ = graceful_rx.await;
-        }));
+        let expiry = tokio::spawn(expire_rooms(state.clone()));
+        let shard_events =
+            events.map(|events| tokio::spawn(apply_shard_events(state.clone(), events)));
+        let (graceful, graceful_rx) = tokio::sync::watch::channel(false);
+        let mut server = tokio::spawn(serve_all(listeners, router, state, graceful_rx));
         let early = tokio::select! {
             _ = stop => None,
             ended = &mut server => Some(ended),
         };
         expiry.abort();
+        if let Some(task) = shard_events {
+            task.abort();
+        }
         if let Some(ended) = early {
             // The server stopped without being asked: that is a failure.
             return match ended {
-                Ok(result) => result.map_err(ControlError::from),
+                Ok(result) => result,
                 Err(_) => Err(ControlError::Panicked),
             };
         }
@@ -298,9 +364,9 @@ impl Services {
                 .set_service_status(name, ServingStatus::NotServing)
                 .await;
         }
-        let _ = graceful.send(());
+        let _ = graceful.send(true);
         match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-            Ok(Ok(result)) => result.map_err(ControlError::from),
+            Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(ControlError::Panicked),
             // Streams still open (health watchers, reflection) are cut.
             Err(_) => {
@@ -311,8 +377,53 @@ impl Services {
     }
 }
 
-/// Reflection over shoal.v1, health and reflection itself, listing only the services
-/// this node serves (SignalService's types are there, but it is not listed).
+/// Serves gRPC and HTTP on their listeners until `graceful` turns true; the first to
+/// fail ends both.
+async fn serve_all(
+    listeners: Listeners,
+    router: tonic::transport::server::Router,
+    state: Arc<ControlState>,
+    graceful: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), ControlError> {
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let grpc = async {
+        match listeners.grpc {
+            Some(listener) => {
+                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                router
+                    .serve_with_incoming_shutdown(incoming, stopped(graceful.clone()))
+                    .await
+                    .map_err(ControlError::from)
+            }
+            None => Ok(()),
+        }
+    };
+    let http = async {
+        match listeners.http {
+            Some(listener) => axum::serve(listener, http::router(state))
+                .with_graceful_shutdown(stopped(graceful.clone()))
+                .await
+                .map_err(|source| ControlError::Io {
+                    what: "HTTP server",
+                    source,
+                }),
+            None => Ok(()),
+        }
+    };
+    tokio::try_join!(grpc, http).map(|_| ())
+}
+
+/// Applies what the shards report to the directory (see [`participants`]).
+async fn apply_shard_events(state: Arc<ControlState>, mut events: ShardEventReceiver) {
+    while let Some((_shard, event)) = events.recv().await {
+        state.shard_event(&event);
+    }
+}
+
+/// Reflection over shoal.v1, health and reflection itself, listing the services this
+/// node serves.
 fn reflection() -> Result<tonic_reflection::server::Builder<'static>, ControlError> {
     Ok(tonic_reflection::server::Builder::configure()
         .include_reflection_service(false)
@@ -322,6 +433,7 @@ fn reflection() -> Result<tonic_reflection::server::Builder<'static>, ControlErr
         .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
         .with_service_name(<RoomServiceServer<ControlApi> as NamedService>::NAME)
         .with_service_name(<NodeServiceServer<ControlApi> as NamedService>::NAME)
+        .with_service_name(<SignalServiceServer<ControlApi> as NamedService>::NAME)
         .with_service_name("grpc.health.v1.Health")
         .with_service_name("grpc.reflection.v1.ServerReflection")
         .with_service_name("grpc.reflection.v1alpha.ServerReflection"))

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use shoal_components::peer::PeerId;
-use shoal_systems::CommandError;
+use shoal_systems::{CommandError, PeerSpec};
 
 use crate::driver::{DriverError, ShardCommand, ShardReport, ShardSender};
 
@@ -59,6 +59,23 @@ pub fn reports(shards: &[ShardSender], timeout: Duration) -> Result<Vec<ShardRep
         .into_iter()
         .map(|(shard, report)| receive(shard, &report, deadline, timeout))
         .collect()
+}
+
+/// Adds a peer to shard `index` and waits for its verdict, at most `timeout`.
+pub fn add_peer(
+    shards: &[ShardSender],
+    index: usize,
+    spec: PeerSpec,
+    timeout: Duration,
+) -> Result<(), ShardError> {
+    let deadline = Instant::now() + timeout;
+    let shard = shards.get(index).ok_or(ShardError::NoSuchShard(index))?;
+    let (reply, verdict) = crossbeam_channel::bounded(1);
+    shard.send(ShardCommand::AddPeer(spec, reply))?;
+    receive(index, &verdict, deadline, timeout)?.map_err(|source| ShardError::Refused {
+        shard: index,
+        source,
+    })
 }
 
 /// Removes each `(shard, peer)` from its shard and returns what went wrong, if

@@ -30,6 +30,7 @@ use mio::{Interest, Poll, Waker};
 use ring::rand::SystemRandom;
 use shoal_components::peer::PeerId;
 use shoal_components::stats::ShardStats;
+use shoal_components::tick::ShardEvent;
 use shoal_systems::dtls::DtlsCertificate;
 use shoal_systems::{CommandError, PeerSpec, Shard, ShardConfig};
 
@@ -37,6 +38,29 @@ use crate::config::Config;
 
 /// Commands queued for one shard before senders block (the control plane's back-pressure).
 pub const COMMAND_QUEUE_LEN: usize = 1024;
+
+/// Where shard threads report what their peers did that the control plane must know
+/// (a DTLS handshake done, a peer removed on its own: consent lost, DTLS closed or
+/// failed), tagged with the shard's index. Unbounded, yet bounded in practice: a
+/// shard reports at most two events per peer it was given, and the control plane
+/// reads them as they come.
+pub type ShardEventSender = tokio::sync::mpsc::UnboundedSender<(usize, ShardEvent)>;
+/// The control plane's end of [`ShardEventSender`].
+pub type ShardEventReceiver = tokio::sync::mpsc::UnboundedReceiver<(usize, ShardEvent)>;
+
+/// What the control plane needs from the running shards: their command handles and
+/// UDP addresses (by shard index), the node's DTLS fingerprint, and their events.
+#[derive(Debug)]
+pub struct ShardHandles {
+    /// A command handle per shard.
+    pub senders: Vec<ShardSender>,
+    /// Each shard's UDP address: the host candidate signalling hands out.
+    pub udp_addrs: Vec<SocketAddr>,
+    /// SHA-256 of the certificate every shard presents.
+    pub fingerprint_sha256: [u8; 32],
+    /// The shards' lifecycle events; `None` once taken.
+    pub events: Option<ShardEventReceiver>,
+}
 
 /// A message to a shard thread. Replies travel back on the sender each command carries.
 #[derive(Debug)]
@@ -218,6 +242,7 @@ struct ShardHandle {
 pub struct Server {
     shards: Vec<ShardHandle>,
     certificate: Arc<DtlsCertificate>,
+    events: Option<ShardEventReceiver>,
 }
 
 impl Server {
@@ -238,9 +263,11 @@ impl Server {
         // whichever shard a participant lands on.
         let certificate =
             Arc::new(DtlsCertificate::generate().map_err(|_| DriverError::Certificate)?);
+        let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
         let mut server = Server {
             shards: Vec::with_capacity(count),
             certificate: certificate.clone(),
+            events: Some(events),
         };
         for index in 0..count {
             let port = shard_port(base, index).ok_or(DriverError::PortRange {
@@ -258,6 +285,7 @@ impl Server {
                 u64::from_le_bytes(seed),
                 certificate.clone(),
                 epoch,
+                events_tx.clone(),
             )?);
         }
         for handle in &server.shards {
@@ -293,9 +321,21 @@ impl Server {
         self.shards.get(index).map(|s| s.sender.clone())
     }
 
-    /// A command handle for every shard, by index (what the control plane takes).
+    /// A command handle for every shard, by index.
     pub fn command_senders(&self) -> Vec<ShardSender> {
         self.shards.iter().map(|s| s.sender.clone()).collect()
+    }
+
+    /// Everything the control plane takes: command handles, addresses, the
+    /// fingerprint and, the first time it is called, the shards' event stream (until
+    /// taken, events wait in it; dropping it makes shards stop reporting).
+    pub fn control_handles(&mut self) -> ShardHandles {
+        ShardHandles {
+            senders: self.command_senders(),
+            udp_addrs: self.local_addrs().collect(),
+            fingerprint_sha256: self.fingerprint(),
+            events: self.events.take(),
+        }
     }
 
     /// The index of a shard whose thread ended without being asked to (a fatal I/O
@@ -355,6 +395,7 @@ fn spawn_shard(
     seed: u64,
     certificate: Arc<DtlsCertificate>,
     epoch: Instant,
+    events: ShardEventSender,
 ) -> Result<ShardHandle, DriverError> {
     let io_err = |what| {
         move |source| DriverError::Io {
@@ -387,6 +428,7 @@ fn spawn_shard(
         inbox,
         epoch,
         config.max_datagrams_per_tick,
+        events,
     )
     .map_err(io_err("batched socket I/O"))?;
     let thread = std::thread::Builder::new()

@@ -13,7 +13,9 @@ use shoal_components::net::Datagram;
 use shoal_components::time::Time;
 use shoal_systems::{Command, Shard};
 
-use super::{DriverError, DriverStats, ShardCommand, ShardReport};
+use shoal_components::tick::ShardEvent;
+
+use super::{DriverError, DriverStats, ShardCommand, ShardEventSender, ShardReport};
 
 /// The token of the shard's UDP socket.
 pub(super) const SOCKET: Token = Token(0);
@@ -43,6 +45,7 @@ pub(super) struct ShardLoop {
     batch: Vec<Datagram>,
     tx: Vec<Datagram>,
     stats: DriverStats,
+    events: ShardEventSender,
 }
 
 /// Whether the command queue asked the loop to stop.
@@ -67,6 +70,7 @@ impl ShardLoop {
         commands: Receiver<ShardCommand>,
         epoch: Instant,
         batch_limit: usize,
+        events: ShardEventSender,
     ) -> io::Result<ShardLoop> {
         let local_addr = shard.local_addr();
         let udp = UdpIo::new(&socket)?;
@@ -83,6 +87,7 @@ impl ShardLoop {
             batch: Vec::with_capacity(batch_limit),
             tx: Vec::new(),
             stats: DriverStats::default(),
+            events,
         })
     }
 
@@ -221,7 +226,8 @@ impl ShardLoop {
         Flow::MoreQueued
     }
 
-    /// Sends what the shard produced and logs its events.
+    /// Sends what the shard produced, logs its events and reports the lifecycle ones
+    /// to the control plane.
     fn flush(&mut self) {
         self.shard.poll_transmit(&mut self.tx);
         if !self.tx.is_empty() {
@@ -233,7 +239,18 @@ impl ShardLoop {
             self.stats.send_errors += sent.errors;
         }
         while let Some(event) = self.shard.poll_event() {
-            eprintln!("shoal: shard {} {event:?}", self.index);
+            match event {
+                // One per message: too many to log.
+                ShardEvent::SctpMessage { .. }
+                | ShardEvent::ChannelMessage { .. }
+                | ShardEvent::BufferedAmountLow { .. } => {}
+                ShardEvent::DtlsConnected { .. } | ShardEvent::PeerRemoved { .. } => {
+                    eprintln!("shoal: shard {} {event:?}", self.index);
+                    // Nobody listening (no control plane) is fine: nothing to update.
+                    let _ = self.events.send((self.index, event));
+                }
+                _ => eprintln!("shoal: shard {} {event:?}", self.index),
+            }
         }
     }
 

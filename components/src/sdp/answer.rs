@@ -1,0 +1,280 @@
+//! The answer shoal writes to an offer (RFC 8829 §5.3.1, JSEP's initial answer), as a
+//! pure function: what the shard will be told (the offerer's ICE credentials, its
+//! SHA-256 certificate fingerprint and shoal's DTLS role) comes out with it.
+//!
+//! shoal is an ICE-lite (RFC 8445 §2.5) DTLS server with one UDP host candidate per
+//! shard, so the answer carries:
+//! - `a=ice-lite` at session level (RFC 8839 §4.2.1.4, "a lite implementation MUST
+//!   include an SDP ice-lite attribute") and `a=group:BUNDLE` with the accepted mids
+//!   when the offer bundles (RFC 8829 §5.3.1, RFC 8843 §7.3);
+//! - in each accepted section: ice-ufrag/ice-pwd, the node's `sha-256` fingerprint
+//!   (RFC 8122 §5), `a=setup` (`passive` for an `actpass` or `active` offer, `active`
+//!   for a `passive` one: RFC 8829 §5.3.1 makes the answer's role `active` or `passive`
+//!   and consistent with the offer; shoal prefers to be the DTLS server), the shard's
+//!   host candidate and `a=end-of-candidates` (RFC 8840: nothing trickles from shoal),
+//!   and `a=rtcp-mux` when offered (RFC 8829 §5.3.1);
+//! - the data channel section (`m=application … UDP/DTLS/SCTP webrtc-datachannel`)
+//!   with `a=sctp-port` and `a=max-message-size` (RFC 8841 §5, §6).
+//!
+//! Media does not flow through shoal yet, so audio and video sections are rejected
+//! with port 0 (RFC 3264 §6, RFC 8829 §5.3.1), keeping their mid and left out of the
+//! BUNDLE group (RFC 8843 §7.3.3). One exception comes from that same section: the
+//! answerer "can not reject" the offerer-tagged section of a BUNDLE group (its first
+//! mid). When that section is audio or video and the data section is bundled with it,
+//! shoal keeps it in the group as `a=inactive` with one of the offered formats (RFC
+//! 3264 §6.1), which carries the shared transport and no media.
+
+use std::net::SocketAddr;
+
+use super::{
+    Attribute, BUNDLE, Candidate, Connection, Direction, FORMAT_DATACHANNEL, Fingerprint, Group,
+    HashFunction, MediaDescription, MediaKind, Origin, PROTO_DTLS_SCTP, SessionDescription, Setup,
+};
+
+/// The SCTP port shoal announces (RFC 8841 §5; every WebRTC stack uses 5000).
+pub const SCTP_PORT: u16 = 5000;
+/// The largest data channel message shoal accepts, announced as `a=max-message-size`.
+pub const MAX_MESSAGE_SIZE: u64 = 262_144;
+/// The host candidate's priority: RFC 8445 §5.1.2.1 with type preference 126 (host),
+/// local preference 65535 and component 1.
+pub const HOST_PRIORITY: u32 = (126 << 24) | (65_535 << 8) | (256 - 1);
+
+/// What shoal puts into an answer besides what the offer dictates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnswerParams<'a> {
+    /// The shard's UDP address: the single host candidate.
+    pub candidate: SocketAddr,
+    /// shoal's ICE ufrag for this peer (RFC 8839 §5.4: 4 to 256 ice-chars).
+    pub ice_ufrag: &'a str,
+    /// shoal's ICE password for this peer (RFC 8839 §5.4: 22 to 256 ice-chars).
+    pub ice_pwd: &'a str,
+    /// SHA-256 of the node's DTLS certificate.
+    pub fingerprint_sha256: [u8; 32],
+    /// The `o=` session id (RFC 8829 §5.2.1: random, below 2^63).
+    pub session_id: u64,
+}
+
+/// An answer and what the shard needs to know from the offer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The answer to send back.
+    pub sdp: SessionDescription,
+    /// The offerer's ICE ufrag.
+    pub remote_ufrag: String,
+    /// The offerer's ICE password.
+    pub remote_pwd: String,
+    /// SHA-256 of the certificate the offerer must present in DTLS.
+    pub remote_fingerprint_sha256: [u8; 32],
+    /// shoal's DTLS role: `Passive` (DTLS server) or `Active` (DTLS client).
+    pub setup: Setup,
+    /// The mid of the accepted data channel section, if it has one.
+    pub data_mid: Option<String>,
+}
+
+/// Why an offer cannot be answered. Each is the offerer's fault (an HTTP 400).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    /// No section shoal can accept.
+    #[error(
+        "the offer has no data channel section (m=application <port> UDP/DTLS/SCTP \
+         webrtc-datachannel with a non-zero port); audio and video are not supported yet"
+    )]
+    NoUsableSection,
+    /// The accepted section has no ice-ufrag or ice-pwd (at its level or the session's).
+    #[error("the offer has no a=ice-ufrag and a=ice-pwd for its data channel section")]
+    MissingIceCredentials,
+    /// The accepted section has no `sha-256` fingerprint (shoal verifies SHA-256 only).
+    #[error("the offer has no a=fingerprint:sha-256 for its data channel section")]
+    MissingSha256Fingerprint,
+    /// `a=setup:holdconn`: the offerer wants no DTLS connection.
+    #[error("the offer says a=setup:holdconn; shoal needs a DTLS connection")]
+    HoldConn,
+}
+
+/// Answers `offer` (RFC 8829 §5.3.1); see the module documentation for the rules.
+pub fn answer(
+    offer: &SessionDescription,
+    params: &AnswerParams<'_>,
+) -> Result<Answer, AnswerError> {
+    debug_assert!((4..=256).contains(&params.ice_ufrag.len()));
+    debug_assert!((22..=256).contains(&params.ice_pwd.len()));
+    let data = offer
+        .media
+        .iter()
+        .position(is_data_section)
+        .ok_or(AnswerError::NoUsableSection)?;
+    let bundle = offer.bundle_mids().unwrap_or_default();
+    let data_mid = offer.media.get(data).and_then(|m| m.mid());
+    let data_bundled = data_mid.is_some_and(|mid| bundle.iter().any(|b| b == mid));
+    // RFC 8843 §7.2.1: the first mid of the group tags the section whose transport
+    // the whole group uses; §7.3.3: the answerer cannot reject it.
+    let tagged = bundle
+        .first()
+        .filter(|_| data_bundled)
+        .and_then(|mid| offer.media.iter().position(|m| m.mid() == Some(mid)));
+    let transport_index = tagged.unwrap_or(data);
+    let transport = offer
+        .media
+        .get(transport_index)
+        .ok_or(AnswerError::NoUsableSection)?;
+
+    let (remote_ufrag, remote_pwd) = offer
+        .ice_credentials_for(transport)
+        .ok_or(AnswerError::MissingIceCredentials)?;
+    let remote_fingerprint_sha256 = offer
+        .fingerprints_for(transport)
+        .find(|f| f.hash == HashFunction::Sha256)
+        .and_then(|f| <[u8; 32]>::try_from(f.bytes.as_slice()).ok())
+        .ok_or(AnswerError::MissingSha256Fingerprint)?;
+    // RFC 4145 §4: an absent setup attribute means `active`.
+    let setup = match offer.setup_for(transport).unwrap_or(Setup::Active) {
+        Setup::ActPass | Setup::Active => Setup::Passive,
+        Setup::Passive => Setup::Active,
+        Setup::HoldConn => return Err(AnswerError::HoldConn),
+    };
+
+    let transport_attributes = TransportAttributes {
+        params,
+        setup,
+        connection: Connection::new(params.candidate.ip()),
+    };
+    let mut sdp = SessionDescription::new(Origin::new(params.session_id, 1));
+    sdp.push_attribute(Attribute::IceLite);
+    let mut accepted: Vec<&str> = Vec::new();
+    let mut sections = Vec::with_capacity(offer.media.len());
+    for (index, offered) in offer.media.iter().enumerate() {
+        let section = if index == data {
+            accepted.extend(offered.mid());
+            transport_attributes.data_section(offered)
+        } else if Some(index) == tagged {
+            accepted.extend(offered.mid());
+            transport_attributes.inactive_section(offered)
+        } else {
+            rejected_section(offered)
+        };
+        sections.push(section);
+    }
+    // RFC 8829 §5.3.1: a BUNDLE group only when one was offered, with the offered mids
+    // that were not rejected, in the offer's order (the tagged one first, §7.3.1).
+    if data_bundled {
+        let mids: Vec<&str> = bundle
+            .iter()
+            .map(String::as_str)
+            .filter(|mid| accepted.contains(mid))
+            .collect();
+        sdp.push_attribute(Attribute::Group(Group::new(BUNDLE, &mids)));
+    }
+    for section in sections {
+        sdp.push_media(section);
+    }
+    Ok(Answer {
+        sdp,
+        remote_ufrag: remote_ufrag.to_owned(),
+        remote_pwd: remote_pwd.to_owned(),
+        remote_fingerprint_sha256,
+        setup,
+        data_mid: data_mid.map(str::to_owned),
+    })
+}
+
+/// A data channel section shoal can take: RFC 8841's proto and format, not disabled.
+fn is_data_section(m: &MediaDescription) -> bool {
+    m.kind == MediaKind::Application
+        && m.port != 0
+        && m.proto == PROTO_DTLS_SCTP
+        && m.formats.iter().any(|f| f == FORMAT_DATACHANNEL)
+}
+
+/// The attributes every accepted section carries (RFC 8829 §5.3.1: IDENTICAL and
+/// TRANSPORT categories, the same in every section of a BUNDLE group).
+struct TransportAttributes<'a> {
+    params: &'a AnswerParams<'a>,
+    setup: Setup,
+    connection: Connection,
+}
+
+impl TransportAttributes<'_> {
+    /// An accepted section's `m=` line, `c=` line, mid and transport attributes.
+    fn section(&self, offered: &MediaDescription, formats: &[&str]) -> MediaDescription {
+        let p = self.params;
+        let mut m = MediaDescription::new(
+            offered.kind.clone(),
+            p.candidate.port(),
+            &offered.proto,
+            formats,
+        );
+        m.connections.push(self.connection.clone());
+        if let Some(mid) = offered.mid() {
+            m.push_attribute(Attribute::Mid(mid.to_owned()));
+        }
+        let candidate =
+            Candidate::host_udp("1", HOST_PRIORITY, p.candidate.ip(), p.candidate.port());
+        m.push_attribute(Attribute::IceUfrag(p.ice_ufrag.to_owned()))
+            .push_attribute(Attribute::IcePwd(p.ice_pwd.to_owned()))
+            .push_attribute(Attribute::Fingerprint(Fingerprint::new(
+                HashFunction::Sha256,
+                &p.fingerprint_sha256,
+            )))
+            .push_attribute(Attribute::Setup(self.setup))
+            .push_attribute(Attribute::Candidate(candidate))
+            .push_attribute(Attribute::EndOfCandidates);
+        if offered.rtcp_mux() {
+            m.push_attribute(Attribute::RtcpMux);
+        }
+        m
+    }
+
+    /// The data channel section (RFC 8829 §5.3.1; RFC 8841 §5, §6).
+    fn data_section(&self, offered: &MediaDescription) -> MediaDescription {
+        let mut m = self.section(offered, &[FORMAT_DATACHANNEL]);
+        m.push_attribute(Attribute::SctpPort(SCTP_PORT))
+            .push_attribute(Attribute::MaxMessageSize(MAX_MESSAGE_SIZE));
+        m
+    }
+
+    /// The offerer-tagged media section kept as the group's transport, with no media:
+    /// one offered codec (RFC 3264 §6.1 needs a common format) and `a=inactive`.
+    fn inactive_section(&self, offered: &MediaDescription) -> MediaDescription {
+        let format = primary_format(offered);
+        let mut m = self.section(offered, &[format.as_str()]);
+        m.push_attribute(Attribute::Direction(Direction::Inactive));
+        for a in &offered.attributes {
+            let keep = match a {
+                Attribute::RtpMap(r) => r.payload_type.to_string() == format,
+                Attribute::Fmtp(f) => f.format == format,
+                _ => false,
+            };
+            if keep {
+                m.push_attribute(a.clone());
+            }
+        }
+        m
+    }
+}
+
+/// The first offered format that is a codec of its own (not a retransmission, FEC or
+/// redundancy format), else the first format.
+fn primary_format(m: &MediaDescription) -> String {
+    const HELPERS: [&str; 4] = ["rtx", "red", "ulpfec", "flexfec-03"];
+    m.payload_types()
+        .find(|pt| {
+            m.rtpmap(*pt)
+                .is_some_and(|r| !HELPERS.iter().any(|h| r.is(h)))
+        })
+        .map(|pt| pt.to_string())
+        .or_else(|| m.formats.first().cloned())
+        .unwrap_or_else(|| "0".to_owned())
+}
+
+/// A rejected section: port 0 and the offered `m=` line otherwise (RFC 3264 §6), with
+/// its mid (RFC 8829 §5.3.1) and nothing else (RFC 8843 §7.3.3: no bundle-only).
+fn rejected_section(offered: &MediaDescription) -> MediaDescription {
+    let formats: Vec<&str> = offered.formats.iter().map(String::as_str).collect();
+    let mut m = MediaDescription::new(offered.kind.clone(), 0, &offered.proto, &formats);
+    m.connections
+        .push(Connection::new(std::net::Ipv4Addr::UNSPECIFIED.into()));
+    if let Some(mid) = offered.mid() {
+        m.push_attribute(Attribute::Mid(mid.to_owned()));
+    }
+    m
+}

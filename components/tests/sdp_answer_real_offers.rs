@@ -1,0 +1,246 @@
+//! shoal's SDP answer (RFC 8829 §5.3.1) to the offers that headless Chromium 156 and
+//! aiortc 1.16 really wrote (`tests/fixtures/sdp/`, see `sdp_roundtrip_real_offers.rs`):
+//! every attribute the answer must carry, the rejected media sections, and that the
+//! answer parses back to the same model.
+
+use std::net::SocketAddr;
+
+use shoal_components::sdp::{
+    Answer, AnswerError, AnswerParams, Attribute, CandidateType, Direction, HOST_PRIORITY,
+    HashFunction, MediaDescription, MediaKind, PROTO_DTLS_SCTP, SessionDescription, Setup, answer,
+};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sdp");
+const UFRAG: &str = "sHoAlUfRaG012345";
+const PWD: &str = "sHoAlPaSsWoRd+/0123456789abcd";
+const FINGERPRINT: [u8; 32] = [0xA5; 32];
+
+fn fixture(name: &str) -> SessionDescription {
+    let path = format!("{FIXTURES}/{name}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    SessionDescription::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn params(candidate: SocketAddr) -> AnswerParams<'static> {
+    AnswerParams {
+        candidate,
+        ice_ufrag: UFRAG,
+        ice_pwd: PWD,
+        fingerprint_sha256: FINGERPRINT,
+        session_id: 4_611_686_018_427_387_903,
+    }
+}
+
+fn answer_to(name: &str) -> (SessionDescription, Answer) {
+    let offer = fixture(name);
+    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    let a = answer(&offer, &params(addr)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    // What shoal writes, its own parser reads back to the same model.
+    let text = a.sdp.to_sdp_string();
+    let back = SessionDescription::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
+    assert_eq!(back, a.sdp, "{name}: answer does not parse back the same");
+    (offer, a)
+}
+
+/// Checks the transport attributes of an accepted section.
+fn assert_transport(name: &str, m: &MediaDescription, offer: &MediaDescription) {
+    assert_eq!(m.port, 7100, "{name}: port");
+    assert_eq!(m.proto, offer.proto, "{name}: proto must match the offer's");
+    assert_eq!(m.mid(), offer.mid(), "{name}: mid");
+    assert_eq!(m.ice_ufrag(), Some(UFRAG), "{name}");
+    assert_eq!(m.ice_pwd(), Some(PWD), "{name}");
+    let fps: Vec<_> = m.fingerprints().collect();
+    assert_eq!(fps.len(), 1, "{name}: one fingerprint");
+    assert_eq!(fps[0].hash, HashFunction::Sha256, "{name}");
+    assert_eq!(fps[0].bytes, FINGERPRINT, "{name}");
+    assert_eq!(
+        m.setup(),
+        Some(Setup::Passive),
+        "{name}: actpass is answered passive"
+    );
+    let candidates: Vec<_> = m.candidates().collect();
+    assert_eq!(candidates.len(), 1, "{name}: one host candidate");
+    let c = candidates[0];
+    assert_eq!(
+        (c.typ.clone(), c.component, c.address.as_str(), c.port),
+        (CandidateType::Host, 1, "127.0.0.1", 7100),
+        "{name}"
+    );
+    assert!(c.is_udp(), "{name}");
+    assert_eq!(c.priority, HOST_PRIORITY, "{name}");
+    assert_eq!(HOST_PRIORITY, 2_130_706_431);
+    assert!(m.end_of_candidates(), "{name}: end-of-candidates");
+    assert_eq!(
+        m.rtcp_mux(),
+        offer.rtcp_mux(),
+        "{name}: rtcp-mux iff offered"
+    );
+    assert!(!m.bundle_only(), "{name}: no bundle-only in answers");
+    assert_eq!(m.connections.len(), 1, "{name}: c= line");
+    assert_eq!(m.connections[0].address, "127.0.0.1", "{name}");
+}
+
+fn assert_data_section(name: &str, m: &MediaDescription, offer: &MediaDescription) {
+    assert_transport(name, m, offer);
+    assert_eq!(m.kind, MediaKind::Application);
+    assert_eq!(m.proto, PROTO_DTLS_SCTP);
+    assert_eq!(m.formats, ["webrtc-datachannel"]);
+    assert_eq!(m.sctp_port(), Some(5000), "{name}");
+    assert_eq!(m.max_message_size(), Some(262_144), "{name}");
+}
+
+fn assert_session(name: &str, a: &Answer, offer: &SessionDescription, bundle: &[&str]) {
+    assert!(a.sdp.ice_lite(), "{name}: a=ice-lite at session level");
+    assert_eq!(
+        a.sdp.media.len(),
+        offer.media.len(),
+        "{name}: one section per offered one"
+    );
+    let group = a.sdp.bundle_mids().expect("a BUNDLE group");
+    assert_eq!(group, bundle, "{name}: BUNDLE");
+    assert_eq!(a.setup, Setup::Passive);
+    assert_eq!(a.sdp.origin.username, "-");
+    // The remote side's facts, as the shard needs them.
+    let first = &offer.media[0];
+    let (ufrag, pwd) = offer.ice_credentials_for(first).unwrap();
+    assert_eq!(
+        (a.remote_ufrag.as_str(), a.remote_pwd.as_str()),
+        (ufrag, pwd)
+    );
+    let fp = offer
+        .fingerprints_for(first)
+        .find(|f| f.hash == HashFunction::Sha256)
+        .unwrap();
+    assert_eq!(a.remote_fingerprint_sha256.as_slice(), fp.bytes.as_slice());
+}
+
+#[test]
+fn data_only_offers_are_accepted() {
+    for name in ["chromium156_data_offer.sdp", "aiortc116_data_offer.sdp"] {
+        let (offer, a) = answer_to(name);
+        assert_session(name, &a, &offer, &["0"]);
+        assert_data_section(name, &a.sdp.media[0], &offer.media[0]);
+        assert_eq!(a.data_mid.as_deref(), Some("0"));
+    }
+}
+
+#[test]
+fn media_sections_are_rejected_except_the_tagged_one() {
+    for name in [
+        "chromium156_av_data_offer.sdp",
+        "aiortc116_av_data_offer.sdp",
+    ] {
+        let (offer, a) = answer_to(name);
+        // Audio (mid 0) is the offerer-tagged section: RFC 8843 §7.3.3 forbids
+        // rejecting it, so it stays in the group, inactive, carrying the transport.
+        assert_session(name, &a, &offer, &["0", "2"]);
+        let audio = &a.sdp.media[0];
+        assert_eq!(audio.kind, MediaKind::Audio);
+        assert_transport(name, audio, &offer.media[0]);
+        assert_eq!(audio.direction(), Some(Direction::Inactive), "{name}");
+        assert_eq!(audio.formats.len(), 1, "{name}: one common format");
+        let pt: u8 = audio.formats[0].parse().unwrap();
+        assert!(offer.media[0].payload_types().any(|p| p == pt), "{name}");
+        let codec = audio.rtpmap(pt).expect("its rtpmap");
+        assert!(!codec.is("rtx") && !codec.is("red"), "{name}: {codec}");
+        assert_eq!(audio.rtpmaps().count(), 1, "{name}");
+        // Video is rejected: port 0, its mid kept, nothing else, out of BUNDLE.
+        let video = &a.sdp.media[1];
+        assert_eq!(video.kind, MediaKind::Video);
+        assert_eq!(video.port, 0, "{name}: rejected");
+        assert_eq!(video.proto, offer.media[1].proto);
+        assert_eq!(video.formats, offer.media[1].formats, "{name}");
+        assert_eq!(video.attributes, [Attribute::Mid("1".into())], "{name}");
+        assert_data_section(name, &a.sdp.media[2], &offer.media[2]);
+        assert_eq!(a.data_mid.as_deref(), Some("2"));
+    }
+}
+
+#[test]
+fn media_only_offers_are_refused() {
+    let offer = fixture("chromium156_simulcast_offer.sdp");
+    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    assert_eq!(
+        answer(&offer, &params(addr)),
+        Err(AnswerError::NoUsableSection)
+    );
+}
+
+#[test]
+fn a_data_section_that_is_not_tagged_rejects_other_media() {
+    // The data section first: audio and video are plain rejections.
+    let mut offer = fixture("chromium156_av_data_offer.sdp");
+    let data = offer.media.remove(2);
+    offer.media.insert(0, data);
+    for a in &mut offer.attributes {
+        if let Attribute::Group(g) = a {
+            g.mids = vec!["2".into(), "0".into(), "1".into()];
+        }
+    }
+    let addr: SocketAddr = "[::1]:7101".parse().unwrap();
+    let a = answer(&offer, &params(addr)).unwrap();
+    assert_eq!(a.sdp.bundle_mids().unwrap(), ["2"]);
+    assert_eq!(a.sdp.media[0].port, 7101);
+    assert_eq!(a.sdp.media[0].connections[0].addr_type, "IP6");
+    assert_eq!((a.sdp.media[1].port, a.sdp.media[2].port), (0, 0));
+}
+
+fn edited(name: &str, keep: impl Fn(&Attribute) -> bool) -> SessionDescription {
+    let mut offer = fixture(name);
+    offer.attributes.retain(&keep);
+    for m in &mut offer.media {
+        m.attributes.retain(&keep);
+    }
+    offer
+}
+
+#[test]
+fn offers_missing_what_shoal_needs_are_refused() {
+    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    for name in ["chromium156_data_offer.sdp", "aiortc116_av_data_offer.sdp"] {
+        let no_sha256 = edited(
+            name,
+            |a| !matches!(a, Attribute::Fingerprint(f) if f.hash == HashFunction::Sha256),
+        );
+        assert_eq!(
+            answer(&no_sha256, &params(addr)),
+            Err(AnswerError::MissingSha256Fingerprint),
+            "{name}"
+        );
+        let no_pwd = edited(name, |a| !matches!(a, Attribute::IcePwd(_)));
+        assert_eq!(
+            answer(&no_pwd, &params(addr)),
+            Err(AnswerError::MissingIceCredentials),
+            "{name}"
+        );
+        let hold = {
+            let mut o = edited(name, |_| true);
+            for m in &mut o.media {
+                for a in &mut m.attributes {
+                    if let Attribute::Setup(s) = a {
+                        *s = Setup::HoldConn;
+                    }
+                }
+            }
+            o
+        };
+        assert_eq!(answer(&hold, &params(addr)), Err(AnswerError::HoldConn));
+    }
+    // The error says what is wrong in words a developer can act on.
+    let message = AnswerError::MissingSha256Fingerprint.to_string();
+    assert!(message.contains("sha-256"), "{message}");
+}
+
+#[test]
+fn a_passive_offer_makes_shoal_the_dtls_client() {
+    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    let mut offer = fixture("aiortc116_data_offer.sdp");
+    for a in &mut offer.media[0].attributes {
+        if let Attribute::Setup(s) = a {
+            *s = Setup::Passive;
+        }
+    }
+    let a = answer(&offer, &params(addr)).unwrap();
+    assert_eq!(a.setup, Setup::Active);
+    assert_eq!(a.sdp.media[0].setup(), Some(Setup::Active));
+}

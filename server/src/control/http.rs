@@ -1,0 +1,384 @@
+//! HTTP on the control thread (axum over hyper, on the same runtime as gRPC):
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /healthz` | 200 while serving |
+//! | `GET /` | the demo page: join a room, see who is there, chat on a data channel |
+//! | `POST /whip/{room}`, `POST /whep/{room}` | an SDP offer in, 201 with the answer and a `Location` (RFC 9725 §4.2) |
+//! | `DELETE /whip/{room}/{session}` (and `/whep/…`) | ends the session (RFC 9725 §4.2) |
+//! | `PATCH /whip/{room}/{session}` (and `/whep/…`) | 405: no trickle ICE or ICE restarts |
+//! | `OPTIONS /whip/{room}` (and `/whep/…`) | 200 with `Accept-Post: application/sdp` (RFC 9725 §4.2) |
+//! | `GET /signal` | the signalling WebSocket: `SignalService` messages as JSON ([`super::signal`]) |
+//!
+//! WHEP (a subscriber) takes the same steps as WHIP for now: data channels only, media
+//! arrives with a later issue. Errors are plain text saying what is wrong, with the
+//! status of their cause: 400 bad SDP, 404 unknown room or session, 409 identity in
+//! use, 413 body over [`MAX_BODY_BYTES`], 415 not `application/sdp`, 503 full.
+//!
+//! PATCH: RFC 9725 §4.3.1 makes trickle ICE and ICE restarts optional and gives a
+//! status (422) only to a session that supports one of the two. shoal supports
+//! neither (it is ICE-lite and its answer carries all its candidates), so a PATCH is
+//! a method this resource does not allow: 405 with an `Allow` header (RFC 9110
+//! §15.5.6).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use shoal_components::sdp;
+use shoal_proto::v1::{DisconnectReason, signal_request, signal_response};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tonic::{Code, Status};
+
+use super::grpc::ControlState;
+use super::participants::{Admission, SIGNAL_QUEUE_LEN, check_offer};
+use super::signal::{Inbound, error_message, run_session};
+
+/// Largest request body accepted (an offer; RFC 8866 has no limit, shoal's SDP
+/// parser stops at the same size).
+pub const MAX_BODY_BYTES: usize = sdp::MAX_SDP_LEN;
+/// Largest WebSocket message (and frame) accepted on `/signal`.
+pub const MAX_SIGNAL_MESSAGE_BYTES: usize = 64 * 1024;
+/// `/signal` connections open at once; more are refused with 503.
+pub const MAX_SIGNAL_CONNECTIONS: usize = 4096;
+
+/// The demo page, self-contained (inline HTML, CSS and JavaScript).
+const DEMO_PAGE: &str = include_str!("demo.html");
+
+/// What the HTTP handlers share.
+#[derive(Clone)]
+struct Http {
+    state: Arc<ControlState>,
+    signal_slots: Arc<Semaphore>,
+}
+
+/// WHIP (a publisher) or WHEP (a subscriber).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Whip,
+    Whep,
+}
+
+impl Kind {
+    fn prefix(self) -> &'static str {
+        match self {
+            Kind::Whip => "whip",
+            Kind::Whep => "whep",
+        }
+    }
+}
+
+/// The router of every HTTP route over `state`.
+pub fn router(state: Arc<ControlState>) -> Router {
+    let http = Http {
+        state,
+        signal_slots: Arc::new(Semaphore::new(MAX_SIGNAL_CONNECTIONS)),
+    };
+    Router::new()
+        .route("/", get(|| async { Html(DEMO_PAGE) }))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/whip/{room}",
+            post(|s, p, q, r| create(Kind::Whip, s, p, q, r)).options(options),
+        )
+        .route(
+            "/whep/{room}",
+            post(|s, p, q, r| create(Kind::Whep, s, p, q, r)).options(options),
+        )
+        .route(
+            "/whip/{room}/{session}",
+            axum::routing::delete(end).patch(patch),
+        )
+        .route(
+            "/whep/{room}/{session}",
+            axum::routing::delete(end).patch(patch),
+        )
+        .route("/signal", get(signal))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(http)
+}
+
+/// A plain-text error response for `status`.
+fn error_response(status: &Status) -> Response {
+    let code = match status.code() {
+        Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::AlreadyExists | Code::FailedPrecondition | Code::Aborted => StatusCode::CONFLICT,
+        Code::ResourceExhausted | Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    text(code, status.message())
+}
+
+fn text(code: StatusCode, message: &str) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!("{message}\n"),
+    )
+        .into_response()
+}
+
+/// The `?identity=` and `?name=` of a WHIP/WHEP POST.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct JoinQuery {
+    identity: String,
+    name: String,
+}
+
+/// Whether the request says its body is `application/sdp` (parameters allowed).
+fn is_sdp(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/sdp"))
+}
+
+/// Reads a body of at most [`MAX_BODY_BYTES`].
+async fn read_body(body: Body) -> Result<Bytes, Response> {
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| {
+            text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("the body is larger than {MAX_BODY_BYTES} bytes, or was cut off"),
+            )
+        })
+}
+
+/// `POST /whip/{room}` and `POST /whep/{room}` (RFC 9725 §4.2).
+async fn create(
+    kind: Kind,
+    State(http): State<Http>,
+    Path(room): Path<String>,
+    Query(query): Query<JoinQuery>,
+    request: Request,
+) -> Response {
+    // RFC 9725 §4.2: another content type MUST get a 4xx.
+    if !is_sdp(request.headers()) {
+        return text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "the offer must be sent with Content-Type: application/sdp",
+        );
+    }
+    let body = match read_body(request.into_body()).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let state = &http.state;
+    if let Err(e) = state.rooms().get(&room) {
+        return error_response(&e.into());
+    }
+    let offer = match check_offer(&body) {
+        Ok(offer) => offer,
+        Err(status) => return error_response(&status),
+    };
+    let admitted = match state.admit(Admission {
+        room,
+        identity: query.identity,
+        name: query.name,
+        metadata: String::new(),
+        http_session: true,
+        signal: None,
+    }) {
+        Ok(a) => a,
+        Err(status) => return error_response(&status),
+    };
+    let answer = match state.negotiate(&admitted, &offer).await {
+        Ok(answer) => answer,
+        Err(status) => {
+            state.forget(admitted.peer, DisconnectReason::ConnectionLost);
+            return error_response(&status);
+        }
+    };
+    let location = format!(
+        "/{}/{}/{}",
+        kind.prefix(),
+        percent_encode(&admitted.room),
+        admitted.session.as_deref().unwrap_or_default()
+    );
+    let mut response = (StatusCode::CREATED, answer).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/sdp"),
+    );
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        headers.insert(header::LOCATION, location);
+    }
+    response
+}
+
+/// `DELETE /whip/{room}/{session}`: the session ends, its peer leaves its shard.
+async fn end(State(http): State<Http>, Path((room, session)): Path<(String, String)>) -> Response {
+    let Some(peer) = http.state.session_peer(&room, &session) else {
+        return text(StatusCode::NOT_FOUND, "no such session");
+    };
+    http.state.leave(peer, DisconnectReason::ClientLeft).await;
+    text(StatusCode::OK, "session ended")
+}
+
+/// `PATCH /whip/{room}/{session}`: no trickle ICE, no ICE restarts (see the module
+/// documentation).
+async fn patch(
+    State(http): State<Http>,
+    Path((room, session)): Path<(String, String)>,
+) -> Response {
+    if http.state.session_peer(&room, &session).is_none() {
+        return text(StatusCode::NOT_FOUND, "no such session");
+    }
+    let mut response = text(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "shoal supports neither trickle ICE nor ICE restarts: its answer carries all of \
+         its candidates, and it needs none of yours (it is ICE-lite)",
+    );
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("DELETE"));
+    response
+}
+
+/// `OPTIONS /whip/{room}` (RFC 9725 §4.2: Accept-Post).
+async fn options() -> Response {
+    let mut response = StatusCode::OK.into_response();
+    let headers = response.headers_mut();
+    headers.insert("accept-post", HeaderValue::from_static("application/sdp"));
+    headers.insert(header::ALLOW, HeaderValue::from_static("POST, OPTIONS"));
+    response
+}
+
+/// `GET /signal`: upgrades to the signalling WebSocket.
+async fn signal(State(http): State<Http>, upgrade: WebSocketUpgrade) -> Response {
+    let Ok(slot) = http.signal_slots.clone().try_acquire_owned() else {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many signalling connections",
+        );
+    };
+    upgrade
+        .max_message_size(MAX_SIGNAL_MESSAGE_BYTES)
+        .max_frame_size(MAX_SIGNAL_MESSAGE_BYTES)
+        .on_upgrade(move |socket| async move {
+            serve_socket(http.state, socket).await;
+            drop(slot);
+        })
+}
+
+/// One WebSocket: text frames of JSON in, JSON out, through [`run_session`].
+async fn serve_socket(state: Arc<ControlState>, socket: WebSocket) {
+    let (mut sink, stream) = socket.split();
+    // Ends at a close frame or an error; pings are answered by the library.
+    let inbound = stream
+        .scan((), |_, frame| {
+            std::future::ready(match frame {
+                Ok(Message::Close(_)) | Err(_) => None,
+                Ok(frame) => Some(frame),
+            })
+        })
+        .filter_map(|frame| std::future::ready(decode(frame)));
+    let (out, mut messages) = mpsc::channel(SIGNAL_QUEUE_LEN);
+    let (done, result) = oneshot::channel::<Option<Status>>();
+    let writer = tokio::spawn(async move {
+        while let Some(message) = messages.recv().await {
+            if send_json(&mut sink, &message).await.is_err() {
+                return;
+            }
+        }
+        let close = match result.await {
+            Ok(Some(status)) => {
+                let _ = send_json(&mut sink, &error_message(&status)).await;
+                CloseFrame {
+                    code: close_code::POLICY,
+                    reason: super::signal::code_name(status.code()).into(),
+                }
+            }
+            _ => CloseFrame {
+                code: close_code::NORMAL,
+                reason: "".into(),
+            },
+        };
+        let _ = sink.send(Message::Close(Some(close))).await;
+    });
+    let ended = run_session(state, Box::pin(inbound), out).await;
+    let _ = done.send(ended.err());
+    let _ = writer.await;
+}
+
+/// A frame as a session message: JSON text of one `signal_request::Message`.
+fn decode(frame: Message) -> Option<Inbound> {
+    match frame {
+        Message::Text(text) => Some(
+            match serde_json::from_str::<signal_request::Message>(text.as_str()) {
+                Ok(message) => Inbound::Message(message),
+                Err(e) if e.is_data() => Inbound::Invalid(Status::invalid_argument(format!(
+                    "not a signalling message ({e}); expected one of join, offer, answer, \
+                     trickle, leave, e.g. {{\"join\": {{\"room\": \"lobby\"}}}}"
+                ))),
+                Err(e) => Inbound::Invalid(Status::invalid_argument(format!("invalid JSON: {e}"))),
+            },
+        ),
+        Message::Binary(_) => Some(Inbound::Invalid(Status::invalid_argument(
+            "binary frames are not accepted: send JSON in text frames",
+        ))),
+        _ => None,
+    }
+}
+
+async fn send_json<S>(sink: &mut S, message: &signal_response::Message) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    let json = serde_json::to_string(message).map_err(|_| ())?;
+    sink.send(Message::Text(json.into())).await.map_err(|_| ())
+}
+
+/// `s` with everything but RFC 3986 unreserved characters percent-encoded, for a path
+/// segment.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_names_are_encoded_for_the_location() {
+        assert_eq!(percent_encode("lobby"), "lobby");
+        assert_eq!(percent_encode("a b/é"), "a%20b%2F%C3%A9");
+    }
+
+    #[test]
+    fn content_types_with_parameters_are_sdp() {
+        let mut h = HeaderMap::new();
+        assert!(!is_sdp(&h));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/SDP; charset=utf-8"),
+        );
+        assert!(is_sdp(&h));
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        assert!(!is_sdp(&h));
+    }
+}

@@ -1,0 +1,472 @@
+//! Participants as signalling sees them: which shard holds each one (placement by
+//! room affinity, then least load), the WHIP/WHEP sessions, the `/signal` and
+//! `SignalService` connections to tell about room events, and the one path by which
+//! every participant leaves, whatever the cause (DELETE, a closed stream,
+//! RemoveParticipant, DeleteRoom, or the shard reporting the peer gone).
+//!
+//! Shared by the HTTP and gRPC front ends, so WHIP, WHEP, the WebSocket and the gRPC
+//! stream admit, negotiate and remove participants with the same code.
+//!
+//! Locks: the room directory, then [`Members`], always in that order, each held for a
+//! few map operations and never across an `.await`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use ring::rand::SecureRandom;
+use shoal_components::peer::{IceCredentials, IceRole, PeerId};
+use shoal_components::sdp::{self, AnswerParams, SessionDescription, Setup};
+use shoal_components::tick::{RemoveReason, ShardEvent};
+use shoal_proto::v1::{self, DisconnectReason, participant_event, signal_response};
+use shoal_systems::dtls::DtlsRole;
+use shoal_systems::{CommandError, PeerDtls, PeerSpec};
+use tokio::sync::{mpsc, oneshot};
+use tonic::Status;
+
+use super::grpc::ControlState;
+use super::rooms::{ParticipantSpec, ParticipantState};
+use super::shards::ShardError;
+
+/// Events queued for one signalling connection; a client this far behind misses
+/// events rather than growing the control plane's memory.
+pub const SIGNAL_QUEUE_LEN: usize = 64;
+/// RFC 8839 §5.4 ice-chars: ALPHA / DIGIT / "+" / "/". 64 of them, so a random byte
+/// modulo 64 is uniform.
+const ICE_CHARS: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+/// ufrag length: 8 ice-chars carry 48 random bits (RFC 8445 §5.3 asks for at least
+/// 24; RFC 8839 §5.4 allows 4 to 256 characters).
+const UFRAG_CHARS: usize = 8;
+/// Password length: 24 ice-chars carry 144 random bits (RFC 8445 §5.3: at least
+/// 128; RFC 8839 §5.4: 22 to 256 characters).
+const PWD_CHARS: usize = 24;
+
+/// A live signalling connection's way back to its client.
+#[derive(Debug)]
+pub struct SignalLink {
+    /// Messages for the client (room events, its own join response).
+    pub events: mpsc::Sender<signal_response::Message>,
+    /// Fired when the participant is removed by anything but its own connection.
+    pub ended: oneshot::Sender<v1::LeaveEvent>,
+}
+
+/// Who asks to join, and how it will hear back.
+#[derive(Debug)]
+pub struct Admission {
+    /// The room.
+    pub room: String,
+    /// The identity asked for; empty takes a generated one.
+    pub identity: String,
+    /// A display name; may be empty.
+    pub name: String,
+    /// Opaque application data.
+    pub metadata: String,
+    /// A WHIP or WHEP session (a `Location` to DELETE) rather than a connection.
+    pub http_session: bool,
+    /// The signalling connection to tell about room events, if any.
+    pub signal: Option<SignalLink>,
+}
+
+/// A participant admitted into a room and placed on a shard.
+#[derive(Clone, Debug)]
+pub struct Admitted {
+    /// Its room.
+    pub room: String,
+    /// Its identity.
+    pub identity: String,
+    /// The shard that holds its connection.
+    pub shard: usize,
+    /// Its peer id (unique on the node).
+    pub peer: PeerId,
+    /// Its WHIP/WHEP session id, for the `Location` header.
+    pub session: Option<String>,
+}
+
+/// One participant known to signalling.
+#[derive(Debug)]
+struct Member {
+    room: String,
+    identity: String,
+    shard: usize,
+    session: Option<String>,
+    signal: Option<SignalLink>,
+}
+
+/// Signalling's own tables, beside the room directory.
+#[derive(Debug)]
+pub struct Members {
+    by_peer: HashMap<PeerId, Member>,
+    /// WHIP/WHEP session id → peer.
+    sessions: HashMap<String, PeerId>,
+    /// Room → peers with a signalling connection, to tell about room events.
+    listeners: HashMap<String, Vec<PeerId>>,
+    /// Participants placed on each shard.
+    load: Vec<usize>,
+}
+
+impl Members {
+    /// Empty tables for `shards` shards.
+    pub fn new(shards: usize) -> Members {
+        Members {
+            by_peer: HashMap::new(),
+            sessions: HashMap::new(),
+            listeners: HashMap::new(),
+            load: vec![0; shards],
+        }
+    }
+
+    /// Participants placed on each shard.
+    pub fn load(&self) -> &[usize] {
+        &self.load
+    }
+
+    /// Sends `event` to every signalling connection in `room` but `except`'s.
+    fn broadcast(&self, room: &str, except: PeerId, event: &signal_response::Message) {
+        for peer in self.listeners.get(room).into_iter().flatten() {
+            if *peer == except {
+                continue;
+            }
+            if let Some(link) = self.by_peer.get(peer).and_then(|m| m.signal.as_ref()) {
+                // A full queue: that client is not reading; it misses this event.
+                let _ = link.events.try_send(event.clone());
+            }
+        }
+    }
+
+    /// Takes `peer` out of every table; its listener slot and session go too.
+    fn remove(&mut self, peer: PeerId) -> Option<Member> {
+        let member = self.by_peer.remove(&peer)?;
+        if let Some(load) = self.load.get_mut(member.shard) {
+            *load = load.saturating_sub(1);
+        }
+        if let Some(session) = &member.session {
+            self.sessions.remove(session);
+        }
+        if let Some(list) = self.listeners.get_mut(&member.room) {
+            list.retain(|p| *p != peer);
+            if list.is_empty() {
+                self.listeners.remove(&member.room);
+            }
+        }
+        Some(member)
+    }
+}
+
+/// Parses an offer and checks that shoal can answer it, before anything changes.
+pub fn check_offer(bytes: &[u8]) -> Result<SessionDescription, Status> {
+    let offer = SessionDescription::parse_bytes(bytes)
+        .map_err(|e| Status::invalid_argument(format!("invalid SDP offer: {e}")))?;
+    let probe = AnswerParams {
+        candidate: std::net::SocketAddr::from(([127, 0, 0, 1], 9)),
+        ice_ufrag: "probe",
+        ice_pwd: "probeprobeprobeprobeprobe",
+        fingerprint_sha256: [0; 32],
+        session_id: 0,
+    };
+    sdp::answer(&offer, &probe).map_err(answer_error)?;
+    Ok(offer)
+}
+
+fn answer_error(e: sdp::AnswerError) -> Status {
+    Status::invalid_argument(format!("cannot answer the offer: {e}"))
+}
+
+/// The shard for a new participant of `room`: the shard that holds most of the
+/// room's participants, if it has room (fewer hops for the room relay); else the
+/// least loaded shard with room; `None` when every shard is full.
+pub fn place(room_shards: &[usize], load: &[usize], max_per_shard: usize) -> Option<usize> {
+    let has_room = |s: usize| load.get(s).is_some_and(|n| *n < max_per_shard);
+    let mut counts: HashMap<usize, usize> = HashMap::new();
+    for s in room_shards {
+        *counts.entry(*s).or_default() += 1;
+    }
+    let affine = counts
+        .into_iter()
+        .filter(|(s, _)| has_room(*s))
+        .max_by_key(|(s, n)| (*n, std::cmp::Reverse(*s)))
+        .map(|(s, _)| s);
+    affine.or_else(|| {
+        (0..load.len())
+            .filter(|s| has_room(*s))
+            .min_by_key(|s| (load[*s], *s))
+    })
+}
+
+impl ControlState {
+    /// Admits a participant: places it on a shard, joins it to the room directory,
+    /// tells the room, and (for a signalling connection) queues its join response
+    /// ahead of any room event.
+    pub fn admit(&self, mut admission: Admission) -> Result<Admitted, Status> {
+        let now = self.clock().now();
+        let mut rooms = self.rooms();
+        let room = rooms.get(&admission.room)?;
+        if admission.identity.is_empty() {
+            admission.identity = format!("guest-{}", self.random_token(6)?);
+        }
+        let room_shards: Vec<usize> = room.participants().map(|p| p.shard).collect();
+        let mut members = self.members();
+        let shard = place(&room_shards, members.load(), self.max_peers_per_shard())
+            .ok_or_else(|| Status::resource_exhausted("every shard is full"))?;
+        let peer = PeerId(self.next_peer.fetch_add(1, Ordering::Relaxed));
+        let spec = ParticipantSpec {
+            identity: admission.identity.clone(),
+            name: admission.name,
+            metadata: admission.metadata,
+            shard,
+            peer,
+        };
+        let participant = rooms.join(&admission.room, spec, now)?;
+        let me = self.participant_message(participant);
+        let room = rooms.get(&admission.room)?;
+        if let Some(link) = &admission.signal {
+            let others = room
+                .participants()
+                .filter(|p| p.peer != peer)
+                .map(|p| self.participant_message(p))
+                .collect();
+            let joined = signal_response::Message::Join(v1::JoinResponse {
+                room: Some(self.room_message(room)),
+                participant: Some(me.clone()),
+                others,
+            });
+            // The queue is new and empty: this cannot be full.
+            let _ = link.events.try_send(joined);
+        }
+        let session = if admission.http_session {
+            let id = self.random_token(16)?;
+            members.sessions.insert(id.clone(), peer);
+            Some(id)
+        } else {
+            None
+        };
+        if admission.signal.is_some() {
+            members
+                .listeners
+                .entry(admission.room.clone())
+                .or_default()
+                .push(peer);
+        }
+        if let Some(load) = members.load.get_mut(shard) {
+            *load += 1;
+        }
+        let event = participant_event(participant_event::Kind::Joined, me, None);
+        members.broadcast(&admission.room, peer, &event);
+        members.by_peer.insert(
+            peer,
+            Member {
+                room: admission.room.clone(),
+                identity: admission.identity.clone(),
+                shard,
+                session: session.clone(),
+                signal: admission.signal,
+            },
+        );
+        Ok(Admitted {
+            room: admission.room,
+            identity: admission.identity,
+            shard,
+            peer,
+            session,
+        })
+    }
+
+    /// Answers an offer for an admitted participant and adds its peer to its shard
+    /// (ICE-lite, fresh credentials, the DTLS role and fingerprint from the offer).
+    /// Errors: a bad offer is INVALID_ARGUMENT, a full shard RESOURCE_EXHAUSTED, a
+    /// shard that does not answer UNAVAILABLE.
+    pub async fn negotiate(
+        self: &Arc<Self>,
+        who: &Admitted,
+        offer: &SessionDescription,
+    ) -> Result<String, Status> {
+        let addr = *self
+            .udp_addrs()
+            .get(who.shard)
+            .ok_or_else(|| Status::internal(format!("shard {} has no address", who.shard)))?;
+        let ufrag = self.random_ice_chars(UFRAG_CHARS)?;
+        let pwd = self.random_ice_chars(PWD_CHARS)?;
+        let session_id = u64::from_be_bytes(self.random_bytes::<8>()?) >> 2;
+        let params = AnswerParams {
+            candidate: addr,
+            ice_ufrag: &ufrag,
+            ice_pwd: &pwd,
+            fingerprint_sha256: self.fingerprint_sha256(),
+            session_id,
+        };
+        let answer = sdp::answer(offer, &params).map_err(answer_error)?;
+        let role = match answer.setup {
+            Setup::Active => DtlsRole::Client,
+            _ => DtlsRole::Server,
+        };
+        let spec = PeerSpec {
+            id: who.peer,
+            role: IceRole::Lite,
+            credentials: IceCredentials {
+                local_ufrag: ufrag,
+                local_pwd: pwd,
+                remote_ufrag: answer.remote_ufrag.clone(),
+                remote_pwd: answer.remote_pwd.clone(),
+            },
+            remote_candidates: Vec::new(),
+            dtls: Some(PeerDtls {
+                role,
+                remote_fingerprint: answer.remote_fingerprint_sha256,
+            }),
+        };
+        self.add_peer(who.shard, spec).await.map_err(|e| match e {
+            ShardError::Refused {
+                source: CommandError::Full(_),
+                ..
+            } => Status::resource_exhausted(e.to_string()),
+            ShardError::Refused { .. } => Status::invalid_argument(e.to_string()),
+            _ => Status::unavailable(e.to_string()),
+        })?;
+        Ok(answer.sdp.to_sdp_string())
+    }
+
+    /// The peer of a WHIP/WHEP session in `room`.
+    pub fn session_peer(&self, room: &str, session: &str) -> Option<PeerId> {
+        let members = self.members();
+        let peer = *members.sessions.get(session)?;
+        (members.by_peer.get(&peer)?.room == room).then_some(peer)
+    }
+
+    /// Takes a participant out of signalling and the directory (if it is still the
+    /// directory's participant of that identity), tells its room, and ends its
+    /// signalling connection with `reason` unless the connection itself is leaving.
+    /// Returns where its peer was, for removal from the shard; `None` if signalling
+    /// did not know it (it left already).
+    pub fn forget(&self, peer: PeerId, reason: DisconnectReason) -> Option<(usize, PeerId)> {
+        let now = self.clock().now();
+        let mut rooms = self.rooms();
+        let mut members = self.members();
+        let member = members.remove(peer)?;
+        let still_there = rooms
+            .participant(&member.room, &member.identity)
+            .is_ok_and(|p| p.peer == peer);
+        let left = match rooms.participant(&member.room, &member.identity) {
+            Ok(p) if still_there => self.participant_message(p),
+            _ => v1::Participant {
+                identity: member.identity.clone(),
+                shard: u32::try_from(member.shard).unwrap_or(u32::MAX),
+                peer_id: peer.0,
+                ..v1::Participant::default()
+            },
+        };
+        if still_there {
+            let _ = rooms.remove_participant(&member.room, &member.identity, now);
+        }
+        let event = participant_event(participant_event::Kind::Left, left, Some(reason));
+        members.broadcast(&member.room, peer, &event);
+        if let Some(link) = member.signal
+            && reason != DisconnectReason::ClientLeft
+        {
+            let _ = link.ended.send(v1::LeaveEvent {
+                reason: reason.into(),
+                message: reason.as_str_name().to_owned(),
+            });
+        }
+        Some((member.shard, peer))
+    }
+
+    /// [`ControlState::forget`], then the peer off its shard.
+    pub async fn leave(self: &Arc<Self>, peer: PeerId, reason: DisconnectReason) -> bool {
+        match self.forget(peer, reason) {
+            Some(placed) => {
+                // Failures are logged; the directory has let the participant go.
+                let _ = self.disconnect(vec![placed]).await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Applies what a shard reported: a peer authenticated (its participant is
+    /// active), or a peer gone on its own (its participant leaves).
+    pub fn shard_event(&self, event: &ShardEvent) {
+        match event {
+            ShardEvent::DtlsConnected { peer, .. } => {
+                let rooms_and_identity = {
+                    let members = self.members();
+                    members
+                        .by_peer
+                        .get(peer)
+                        .map(|m| (m.room.clone(), m.identity.clone()))
+                };
+                if let Some((room, identity)) = rooms_and_identity {
+                    let _ = self
+                        .rooms()
+                        .set_state(&room, &identity, ParticipantState::Active);
+                }
+            }
+            ShardEvent::PeerRemoved { peer, reason } => {
+                let reason = match reason {
+                    RemoveReason::Command => DisconnectReason::Removed,
+                    RemoveReason::DtlsClosed => DisconnectReason::ClientLeft,
+                    _ => DisconnectReason::ConnectionLost,
+                };
+                self.forget(*peer, reason);
+            }
+            _ => {}
+        }
+    }
+
+    fn random_bytes<const N: usize>(&self) -> Result<[u8; N], Status> {
+        let mut bytes = [0u8; N];
+        self.rng
+            .fill(&mut bytes)
+            .map_err(|_| Status::internal("the system random generator failed"))?;
+        Ok(bytes)
+    }
+
+    /// `len` random ICE characters from the system CSPRNG.
+    fn random_ice_chars(&self, len: usize) -> Result<String, Status> {
+        let bytes = self.random_bytes::<32>()?;
+        Ok(bytes
+            .iter()
+            .take(len)
+            .map(|b| char::from(ICE_CHARS[usize::from(b % 64)]))
+            .collect())
+    }
+
+    /// `bytes` random bytes in hex, for session ids and generated identities.
+    fn random_token(&self, bytes: usize) -> Result<String, Status> {
+        let random = self.random_bytes::<32>()?;
+        Ok(random
+            .iter()
+            .take(bytes)
+            .map(|b| format!("{b:02x}"))
+            .collect())
+    }
+}
+
+/// A participant event as a signalling message.
+fn participant_event(
+    kind: participant_event::Kind,
+    participant: v1::Participant,
+    reason: Option<DisconnectReason>,
+) -> signal_response::Message {
+    signal_response::Message::Participant(v1::ParticipantEvent {
+        kind: kind.into(),
+        participant: Some(participant),
+        reason: reason.unwrap_or(DisconnectReason::Unspecified).into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::place;
+
+    #[test]
+    fn placement_prefers_the_room_then_the_least_loaded() {
+        // Nobody in the room: the least loaded shard, lowest index on ties.
+        assert_eq!(place(&[], &[3, 1, 1], 10), Some(1));
+        // The room's shard, even when another is emptier.
+        assert_eq!(place(&[2, 2, 0], &[0, 5, 5], 10), Some(2));
+        // The room's shard is full: the least loaded of the rest.
+        assert_eq!(place(&[2], &[4, 5, 10], 10), Some(0));
+        // Everything full.
+        assert_eq!(place(&[0], &[10, 10], 10), None);
+        assert_eq!(place(&[], &[], 10), None);
+    }
+}

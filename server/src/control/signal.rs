@@ -1,0 +1,277 @@
+//! One participant's signalling session, written once for both transports: the gRPC
+//! `SignalService.Connect` stream and the browsers' `/signal` WebSocket (JSON).
+//!
+//! The session reads [`Inbound`] messages and writes `signal_response::Message`s:
+//! - the first message must be `join` (within [`JOIN_TIMEOUT`]); the answer is
+//!   `join` with the room and the participants already there;
+//! - `offer` → `answer` (the participant's peer is added to its shard then);
+//!   one offer per session for now: renegotiation arrives with media;
+//! - `trickle` is accepted and ignored: shoal is ICE-lite (RFC 8445 §2.5), it never
+//!   checks toward the client, so the client's candidates are of no use to it;
+//! - `leave`, or the end of the stream, removes the participant;
+//! - room events (participant joined, left) arrive as `participant` messages.
+//!
+//! A message the session cannot act on gets an `error` message and the session goes
+//! on; [`MAX_INVALID_MESSAGES`] of them, or more than [`MAX_MESSAGES_PER_SECOND`],
+//! end it. What ends a session with an error (no `join` first, a join refused, abuse)
+//! comes back as the `Status` the transport reports: the gRPC status, or an `error`
+//! message and a close frame on the WebSocket.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use shoal_proto::v1::signal_service_server::SignalService;
+use shoal_proto::v1::{self, DisconnectReason, signal_request, signal_response};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tonic::{Code, Request, Response, Status, Streaming};
+
+use super::grpc::{ControlApi, ControlState};
+use super::participants::{Admission, Admitted, SIGNAL_QUEUE_LEN, SignalLink, check_offer};
+
+/// How long a new session may take to send `join`.
+pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Messages the session could not act on before it ends.
+pub const MAX_INVALID_MESSAGES: u32 = 8;
+/// Messages a client may send per second.
+pub const MAX_MESSAGES_PER_SECOND: u32 = 50;
+
+/// A client message as the transport decoded it.
+#[derive(Debug)]
+pub enum Inbound {
+    /// A well-formed message.
+    Message(signal_request::Message),
+    /// Something that is not one (bad JSON, an unknown message, an empty oneof).
+    Invalid(Status),
+}
+
+/// Runs one session until the client leaves, its stream ends, or it is removed.
+/// `out` carries every message for the client; the result says how it ended.
+pub async fn run_session<S>(
+    state: Arc<ControlState>,
+    mut inbound: S,
+    out: mpsc::Sender<signal_response::Message>,
+) -> Result<(), Status>
+where
+    S: Stream<Item = Inbound> + Unpin,
+{
+    let mut limits = Limits::new();
+    let join = match tokio::time::timeout(JOIN_TIMEOUT, inbound.next()).await {
+        Err(_) => return Err(Status::deadline_exceeded("no join within 10 s")),
+        Ok(None) => return Ok(()),
+        Ok(Some(Inbound::Message(signal_request::Message::Join(join)))) => join,
+        Ok(Some(Inbound::Invalid(status))) => return Err(status),
+        Ok(Some(Inbound::Message(_))) => {
+            return Err(Status::failed_precondition(
+                "the first message must be join",
+            ));
+        }
+    };
+    let (ended_tx, mut ended) = oneshot::channel();
+    let admitted = state.admit(Admission {
+        room: join.room,
+        identity: join.identity,
+        name: join.name,
+        metadata: join.metadata,
+        http_session: false,
+        signal: Some(SignalLink {
+            events: out.clone(),
+            ended: ended_tx,
+        }),
+    })?;
+    let mut session = Session {
+        state: &state,
+        admitted: &admitted,
+        out: &out,
+        negotiated: false,
+    };
+    let result = loop {
+        let message = tokio::select! {
+            leave = &mut ended => {
+                // Removed by someone else: say why, and stop.
+                if let Ok(leave) = leave {
+                    let _ = out.send(signal_response::Message::Leave(leave)).await;
+                }
+                return Ok(());
+            }
+            message = inbound.next() => message,
+        };
+        let Some(message) = message else {
+            break Ok(());
+        };
+        if let Err(status) = limits.count() {
+            break Err(status);
+        }
+        let error = match message {
+            Inbound::Invalid(status) => Some(status),
+            Inbound::Message(signal_request::Message::Leave(_)) => break Ok(()),
+            Inbound::Message(m) => session.handle(m).await.err(),
+        };
+        if let Some(status) = error {
+            if let Err(fatal) = limits.invalid() {
+                break Err(fatal);
+            }
+            let _ = out.send(error_message(&status)).await;
+        }
+    };
+    state
+        .leave(admitted.peer, DisconnectReason::ClientLeft)
+        .await;
+    result
+}
+
+/// The session after `join`.
+struct Session<'a> {
+    state: &'a Arc<ControlState>,
+    admitted: &'a Admitted,
+    out: &'a mpsc::Sender<signal_response::Message>,
+    negotiated: bool,
+}
+
+impl Session<'_> {
+    async fn handle(&mut self, message: signal_request::Message) -> Result<(), Status> {
+        match message {
+            signal_request::Message::Offer(offer) => {
+                if self.negotiated {
+                    return Err(Status::failed_precondition(
+                        "renegotiation is not supported yet: one offer per session",
+                    ));
+                }
+                let offer = check_offer(offer.sdp.as_bytes())?;
+                let sdp = self.state.negotiate(self.admitted, &offer).await?;
+                self.negotiated = true;
+                let answer = signal_response::Message::Answer(v1::SessionDescription { sdp });
+                let _ = self.out.send(answer).await;
+                Ok(())
+            }
+            // RFC 8445 §2.5: a lite agent never checks toward the peer; its candidates
+            // are not needed.
+            signal_request::Message::Trickle(_) => Ok(()),
+            signal_request::Message::Answer(_) => Err(Status::failed_precondition(
+                "shoal has sent no offer to answer",
+            )),
+            signal_request::Message::Join(_) => Err(Status::failed_precondition(
+                "this session has joined already",
+            )),
+            signal_request::Message::Leave(_) => Ok(()),
+        }
+    }
+}
+
+/// Bounds on what one client may send.
+struct Limits {
+    invalid: u32,
+    window_start: Instant,
+    in_window: u32,
+}
+
+impl Limits {
+    fn new() -> Limits {
+        Limits {
+            invalid: 0,
+            window_start: Instant::now(),
+            in_window: 0,
+        }
+    }
+
+    /// Counts a message; too many in one second end the session.
+    fn count(&mut self) -> Result<(), Status> {
+        let now = Instant::now();
+        if now.duration_since(self.window_start) >= Duration::from_secs(1) {
+            self.window_start = now;
+            self.in_window = 0;
+        }
+        self.in_window += 1;
+        if self.in_window > MAX_MESSAGES_PER_SECOND {
+            return Err(Status::resource_exhausted(format!(
+                "more than {MAX_MESSAGES_PER_SECOND} messages in a second"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Counts a message that could not be acted on; too many end the session.
+    fn invalid(&mut self) -> Result<(), Status> {
+        self.invalid += 1;
+        if self.invalid >= MAX_INVALID_MESSAGES {
+            return Err(Status::invalid_argument(format!(
+                "{MAX_INVALID_MESSAGES} messages could not be acted on; closing"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `status` as an `error` message.
+pub fn error_message(status: &Status) -> signal_response::Message {
+    signal_response::Message::Error(v1::SignalError {
+        code: code_name(status.code()).to_owned(),
+        message: status.message().to_owned(),
+    })
+}
+
+/// A status code's name in lower case, as `SignalError.code` carries it.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "ok",
+        Code::Cancelled => "cancelled",
+        Code::InvalidArgument => "invalid_argument",
+        Code::DeadlineExceeded => "deadline_exceeded",
+        Code::NotFound => "not_found",
+        Code::AlreadyExists => "already_exists",
+        Code::PermissionDenied => "permission_denied",
+        Code::ResourceExhausted => "resource_exhausted",
+        Code::FailedPrecondition => "failed_precondition",
+        Code::Aborted => "aborted",
+        Code::OutOfRange => "out_of_range",
+        Code::Unimplemented => "unimplemented",
+        Code::Unavailable => "unavailable",
+        Code::Unauthenticated => "unauthenticated",
+        Code::Unknown | Code::Internal | Code::DataLoss => "internal",
+    }
+}
+
+/// The response stream of `SignalService.Connect`.
+pub type SignalStream = Pin<Box<dyn Stream<Item = Result<v1::SignalResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl SignalService for ControlApi {
+    type ConnectStream = SignalStream;
+
+    async fn connect(
+        &self,
+        request: Request<Streaming<v1::SignalRequest>>,
+    ) -> Result<Response<SignalStream>, Status> {
+        // A transport error ends the inbound stream; an empty oneof is invalid.
+        let inbound = request
+            .into_inner()
+            .scan((), |_, item| std::future::ready(item.ok()))
+            .map(|req| match req.message {
+                Some(m) => Inbound::Message(m),
+                None => {
+                    Inbound::Invalid(Status::invalid_argument("SignalRequest carries no message"))
+                }
+            });
+        let (out, messages) = mpsc::channel(SIGNAL_QUEUE_LEN);
+        let (done, result) = oneshot::channel();
+        let state = self.state().clone();
+        tokio::spawn(async move {
+            let ended = run_session(state, Box::pin(inbound), out).await;
+            let _ = done.send(ended.err());
+        });
+        let messages = futures_util::stream::unfold(messages, |mut rx| async move {
+            let m = rx.recv().await?;
+            Some((Ok(v1::SignalResponse { message: Some(m) }), rx))
+        });
+        // After the last message, the session's failure (if any) is the status.
+        let tail = futures_util::stream::once(result).filter_map(|r| {
+            std::future::ready(match r {
+                Ok(Some(status)) => Some(Err(status)),
+                _ => None,
+            })
+        });
+        Ok(Response::new(Box::pin(messages.chain(tail))))
+    }
+}

@@ -140,6 +140,7 @@ impl Pair {
                 role: DtlsRole::Server,
                 remote_fingerprint: self.cli.fingerprint(),
             }),
+            room: None,
         };
         let client = PeerSpec {
             id: PEER,
@@ -155,6 +156,7 @@ impl Pair {
                 role: DtlsRole::Client,
                 remote_fingerprint: self.srv.fingerprint(),
             }),
+            room: None,
         };
         (server, client)
     }

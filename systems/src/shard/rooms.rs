@@ -158,8 +158,9 @@ impl Shard {
         Ok(())
     }
 
-    /// How many entities the shard's World holds (peers today; each peer is one
-    /// entity with all of its components). O(entities): for tests and reports.
+    /// How many entities the shard's World holds: one per peer (with all of its
+    /// components), plus the ones bevy keeps for the shard's resources, so compare
+    /// it with a baseline. O(entities): for tests and reports.
     pub fn entity_count(&self) -> usize {
         self.world.entity_count() as usize
     }

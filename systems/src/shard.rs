@@ -249,6 +249,9 @@ pub struct Shard {
 
 impl Shard {
     /// A shard with no peers.
+    ///
+    /// # Panics
+    /// If the pass schedule does not build: a programming error, not an input one.
     pub fn new(config: ShardConfig) -> Shard {
         let mut world = World::new();
         world.insert_resource(Now(Time::ZERO));
@@ -316,6 +319,12 @@ impl Shard {
             egress::egress.in_set(Pass::Egress),
             timers::timers.in_set(Pass::Timers),
         ));
+        // Build the schedule now rather than in the first tick, so what that adds to
+        // the World (bevy keeps some of its own state as entities) is there from
+        // the start and `entity_count` has one baseline.
+        if let Err(e) = schedule.initialize(&mut world) {
+            panic!("the shard schedule does not build: {e}");
+        }
         Shard {
             world,
             schedule,

@@ -287,6 +287,27 @@ fn slow_room(seed: u64) -> Sim {
     room_sim(seed, &link(0.0), limits, &[(1, ROOM), (2, ROOM), (3, ROOM)])
 }
 
+/// Member 3 stops reading (nothing from the server reaches it any more) while
+/// member 1 sends messages `range` on `channel` at a pace member 2 keeps up with;
+/// runs until member 2 has every message of `label` up to `range.end`, and a
+/// little longer.
+fn member_3_goes_deaf(
+    sim: &mut Sim,
+    log: &mut Log,
+    channel: u16,
+    label: &str,
+    range: std::ops::Range<u32>,
+) {
+    sim.set_link(addr(SRV), cli(3), link(1.0));
+    let end = range.end as usize;
+    send_paced(sim, 1, channel, range, 20, Duration::from_millis(50));
+    run(sim, log, Duration::from_secs(60), label, |log| {
+        log.on(2, label).len() >= end
+    });
+    sim.run_for(Duration::from_secs(2)).ok();
+    log.take(sim);
+}
+
 #[test]
 fn sim_room_relay_slow_receiver_on_a_reliable_channel_is_disconnected() {
     const N: u32 = 600;
@@ -297,20 +318,8 @@ fn sim_room_relay_slow_receiver_on_a_reliable_channel_is_disconnected() {
     for i in 1..=3 {
         chat[i as usize] = open_from_client(&mut sim, &mut log, i, "chat", "", RELIABLE);
     }
-    // Member 3 stops reading: nothing from the server reaches it any more.
-    sim.set_link(addr(SRV), cli(3), link(1.0));
-    // 600 messages with twelve of 70 KiB, at a pace member 2 keeps up with: far
-    // over the 512 KiB member 3 may owe.
-    send_paced(&mut sim, 1, chat[1], 0..N, 20, Duration::from_millis(50));
-    run(
-        &mut sim,
-        &mut log,
-        Duration::from_secs(60),
-        "slow reliable",
-        |log| log.on(2, "chat").len() >= N as usize,
-    );
-    sim.run_for(Duration::from_secs(2)).ok();
-    log.take(&mut sim);
+    // 600 messages with twelve of 70 KiB: far over the 512 KiB member 3 may owe.
+    member_3_goes_deaf(&mut sim, &mut log, chat[1], "chat", 0..N);
     let want: Vec<Got> = (0..N).map(|k| message(1, k, false)).collect();
     assert!(
         log.on(2, "chat") == want.as_slice(),
@@ -346,17 +355,7 @@ fn sim_room_relay_slow_receiver_on_an_unreliable_channel_loses_messages_not_memb
         "game opened",
         |log| log.label(3, 1).is_some() && log.label(2, 1).is_some(),
     );
-    sim.set_link(addr(SRV), cli(3), link(1.0));
-    send_paced(&mut sim, 1, game, 1..N, 20, Duration::from_millis(50));
-    run(
-        &mut sim,
-        &mut log,
-        Duration::from_secs(30),
-        "unreliable to member 2",
-        |log| log.on(2, "game").len() >= N as usize,
-    );
-    sim.run_for(Duration::from_secs(2)).ok();
-    log.take(&mut sim);
+    member_3_goes_deaf(&mut sim, &mut log, game, "game", 1..N);
     let mut got: Vec<u32> = log
         .on(2, "game")
         .iter()

@@ -398,13 +398,7 @@ impl Shard {
         match command {
             Command::AddPeer(spec) => self.add_peer(now, spec),
             Command::RemovePeer(id) => {
-                let entity = self
-                    .world
-                    .resource::<PeerIndex>()
-                    .by_id
-                    .get(&id)
-                    .copied()
-                    .ok_or(CommandError::UnknownPeer(id))?;
+                let entity = self.peer_entity(id)?;
                 ice::remove_peer_now(&mut self.world, entity, RemoveReason::Command);
                 self.collect_events();
                 Ok(())
@@ -419,6 +413,16 @@ impl Shard {
                 .send_data(room, to, &label, binary, payload)
                 .map(|_| ()),
         }
+    }
+
+    /// The entity of peer `id`.
+    fn peer_entity(&self, id: PeerId) -> Result<Entity, CommandError> {
+        self.world
+            .resource::<PeerIndex>()
+            .by_id
+            .get(&id)
+            .copied()
+            .ok_or(CommandError::UnknownPeer(id))
     }
 
     fn add_peer(&mut self, now: Time, spec: PeerSpec) -> Result<(), CommandError> {

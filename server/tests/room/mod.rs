@@ -196,7 +196,7 @@ pub fn open_from_client(
 pub fn message(s: u64, k: u32, empties: bool) -> Got {
     if empties && k % 5 == 2 {
         return Got {
-            binary: k % 2 == 0,
+            binary: k.is_multiple_of(2),
             payload: Bytes::new(),
         };
     }
@@ -208,7 +208,7 @@ pub fn message(s: u64, k: u32, empties: bool) -> Got {
     let mut p = format!("{s}:{k}:").into_bytes();
     p.extend((0..len).map(|j| b'a' + ((s as usize * 31 + k as usize * 7 + j) % 26) as u8));
     Got {
-        binary: k % 3 == 0,
+        binary: k.is_multiple_of(3),
         payload: Bytes::from(p),
     }
 }

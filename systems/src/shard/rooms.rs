@@ -56,13 +56,7 @@ impl Shard {
         targets.clear();
         match to {
             Some(peer) => {
-                let entity = self
-                    .world
-                    .resource::<PeerIndex>()
-                    .by_id
-                    .get(&peer)
-                    .copied()
-                    .ok_or(CommandError::UnknownPeer(peer))?;
+                let entity = self.peer_entity(peer)?;
                 if self.world.get::<RoomMember>(entity).map(|m| m.room) != Some(room) {
                     self.room_targets = targets;
                     return Err(CommandError::NotMember { peer, room });
@@ -122,13 +116,7 @@ impl Shard {
     /// at the next [`Shard::poll_transmit`]; a peer without a DTLS connection is
     /// just removed.
     pub fn close_peer(&mut self, id: PeerId) -> Result<(), CommandError> {
-        let entity = self
-            .world
-            .resource::<PeerIndex>()
-            .by_id
-            .get(&id)
-            .copied()
-            .ok_or(CommandError::UnknownPeer(id))?;
+        let entity = self.peer_entity(id)?;
         let selected = self.world.get::<Ice>(entity).and_then(|i| i.selected);
         let mut sealed = Vec::new();
         let mut path = None;

@@ -73,6 +73,7 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
             credentials: creds,
             remote_candidates: Vec::new(),
             dtls: None,
+            room: None,
         };
         if let Err(e) = shard.command(Time::ZERO, Command::AddPeer(spec)) {
             eprintln!("shoal-bench ice: adding peer {i}: {e}");

@@ -9,6 +9,7 @@ pub mod dtls;
 pub mod hash;
 pub mod net;
 pub mod peer;
+pub mod room;
 pub mod sctp;
 pub mod sdp;
 pub mod stats;

@@ -80,4 +80,17 @@ pub struct ShardStats {
     pub ice_checks_answered: u64,
     /// Peers removed because consent expired (RFC 7675).
     pub consent_expired: u64,
+    /// Room messages queued for a receiver (one per receiver per message), relayed
+    /// or sent by the owner (`SendData`).
+    pub relay_messages: u64,
+    /// Room messages on an unreliable channel that a receiver's full send buffer
+    /// refused: dropped for that receiver only.
+    pub relay_dropped: u64,
+    /// Receivers disconnected because their full send buffer refused a message on a
+    /// reliable channel (`RemoveReason::SlowReceiver`).
+    pub relay_slow_receivers: u64,
+    /// Room messages a receiver could not take for another reason: its channel with
+    /// that label is closing, it has no free stream id, or the message is over its
+    /// size limit.
+    pub relay_undeliverable: u64,
 }

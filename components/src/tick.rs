@@ -85,6 +85,10 @@ pub enum RemoveReason {
     DtlsFailed,
     /// The peer closed DTLS (close_notify).
     DtlsClosed,
+    /// A room message on a reliable channel did not fit the peer's send buffer: the
+    /// peer does not read as fast as the room sends, and holding more for it would
+    /// grow memory without bound or lose the message silently.
+    SlowReceiver,
 }
 
 /// Something the shard tells its owner.

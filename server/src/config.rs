@@ -256,6 +256,7 @@ impl Config {
                 credentials: p.credentials.clone(),
                 remote_candidates: Vec::new(),
                 dtls: None,
+                room: None,
             })
     }
 

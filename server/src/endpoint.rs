@@ -288,6 +288,7 @@ pub(crate) fn specs_from(
         },
         remote_candidates: Vec::new(),
         dtls: dtls.map(|d| d.0),
+        room: None,
     };
     let controlling = PeerSpec {
         id,
@@ -300,6 +301,7 @@ pub(crate) fn specs_from(
         },
         remote_candidates: vec![lite_addr],
         dtls: dtls.map(|d| d.1),
+        room: None,
     };
     (lite, controlling)
 }

@@ -128,6 +128,7 @@ fn spec(
         },
         remote_candidates: cand,
         dtls: Some(dtls),
+        room: None,
     }
 }
 

@@ -7,20 +7,28 @@
 //! DATA_CHANNEL_OPEN on it with PPID 50, and may send data at once; the other side
 //! answers DATA_CHANNEL_ACK. User messages carry the WebRTC PPIDs (RFC 8831 §6.6):
 //! an empty message travels as one zero byte with an "empty" PPID.
+//!
+//! A message from a peer that is a room member is relayed to the other members
+//! (`crate::relay`) instead of being reported; other peers' messages become
+//! [`ShardEvent::ChannelMessage`] for the shard's owner.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 
 use bevy_ecs::prelude::*;
+use bevy_ecs::system::SystemParam;
 use bytes::{Bytes, BytesMut};
+use shoal_components::hash::FastMap;
 use shoal_components::peer::Peer;
+use shoal_components::room::{RoomIndex, RoomMember};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::StreamId;
 use shoal_components::sctp::dcep::{ChannelType, DataChannelOpen, DcepMessage, Reliability};
 use shoal_components::sctp::tx::{OutgoingMessage, Reliability as TxReliability};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{Events, Now, SctpWork, ShardEvent};
+use shoal_components::time::Time;
 
+use crate::relay::{self, Leave, RelayJob, RelayScratch};
 use crate::sctp::assoc::Sctp;
 
 /// Where a channel is.
@@ -43,6 +51,8 @@ pub struct Channel {
     pub protocol: String,
     /// Ordering and reliability, as DATA_CHANNEL_OPEN announced them.
     pub kind: ChannelType,
+    /// Its priority, as DATA_CHANNEL_OPEN announced it (RFC 8832 §5.1).
+    pub priority: u16,
     /// Where it is.
     pub state: ChannelState,
     /// The peer reset its outgoing stream (our incoming one).
@@ -51,11 +61,15 @@ pub struct Channel {
     pub outgoing_reset: bool,
 }
 
-/// A peer's data channels, by stream id.
+/// A peer's data channels, by stream id and by label.
 #[derive(Component, Debug, Default)]
 pub struct DataChannels {
     /// Open and opening channels.
     pub channels: HashMap<u16, Channel>,
+    /// Label to stream, for the room relay. Labels need not be unique (RFC 8832
+    /// §5.1 does not ask it): a label maps to the oldest of its channels that is
+    /// still here, opening or open or closing.
+    labels: FastMap<String, u16>,
     /// Our parity: 0 for the DTLS client's even ids, 1 for the server's odd ones.
     pub next_id: u16,
 }
@@ -65,8 +79,21 @@ impl DataChannels {
     pub fn new(dtls_client: bool) -> DataChannels {
         DataChannels {
             channels: HashMap::new(),
+            labels: FastMap::default(),
             next_id: if dtls_client { 0 } else { 1 },
         }
+    }
+
+    /// The stream of the channel labelled `label`, if the peer has one.
+    pub fn by_label(&self, label: &str) -> Option<u16> {
+        self.labels.get(label).copied()
+    }
+
+    fn insert(&mut self, id: u16, channel: Channel) {
+        if !self.labels.contains_key(channel.label.as_str()) {
+            self.labels.insert(channel.label.clone(), id);
+        }
+        self.channels.insert(id, channel);
     }
 
     fn allocate(&self) -> Option<u16> {
@@ -104,13 +131,16 @@ pub enum ChannelError {
     /// The send buffer is full: wait for the buffered amount to fall.
     #[error("send buffer full")]
     WouldBlock,
+    /// The channel is closing (RFC 8831 §6.7): nothing more may be sent on it.
+    #[error("channel {0} is closing")]
+    Closing(u16),
     /// The association refused it for another reason.
     #[error("send refused: {0}")]
     Refused(String),
 }
 
 /// The PPID and wire payload of a user message (RFC 8831 §6.6).
-fn encode(binary: bool, payload: Bytes) -> (Ppid, Bytes) {
+pub(crate) fn encode(binary: bool, payload: Bytes) -> (Ppid, Bytes) {
     match (binary, payload.is_empty()) {
         (true, false) => (Ppid::BINARY, payload),
         (false, false) => (Ppid::STRING, payload),
@@ -119,7 +149,7 @@ fn encode(binary: bool, payload: Bytes) -> (Ppid, Bytes) {
     }
 }
 
-fn tx_policy(kind: &ChannelType) -> TxReliability {
+pub(crate) fn tx_policy(kind: &ChannelType) -> TxReliability {
     match kind.reliability {
         Reliability::Reliable => TxReliability::Reliable,
         Reliability::MaxRetransmits(n) => {
@@ -132,12 +162,7 @@ fn tx_policy(kind: &ChannelType) -> TxReliability {
 }
 
 /// Queues a DCEP message on `stream`: ordered and reliable (RFC 8832 §6).
-fn send_dcep(
-    a: &mut Sctp,
-    now: shoal_components::time::Time,
-    stream: u16,
-    msg: &DcepMessage,
-) -> bool {
+fn send_dcep(a: &mut Sctp, now: Time, stream: u16, msg: &DcepMessage) -> bool {
     let Some(tx) = a.tx.as_mut() else {
         return false;
     };
@@ -152,26 +177,54 @@ fn send_dcep(
     tx.queue.send(now, StreamId(stream), m).is_ok()
 }
 
+/// The "normal" priority (RFC 8831 §6.4: WebRTC uses 128, 256, 512 or 1024).
+pub const PRIORITY_NORMAL: u16 = 256;
+
+/// What opening a channel announces (RFC 8832 §5.1), borrowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChannelParams<'a> {
+    /// The label.
+    pub label: &'a str,
+    /// The sub-protocol.
+    pub protocol: &'a str,
+    /// Ordering and reliability.
+    pub kind: ChannelType,
+    /// The priority.
+    pub priority: u16,
+}
+
+impl Channel {
+    /// The parameters this channel was opened with.
+    pub fn params(&self) -> ChannelParams<'_> {
+        ChannelParams {
+            label: &self.label,
+            protocol: &self.protocol,
+            kind: self.kind,
+            priority: self.priority,
+        }
+    }
+}
+
 /// Opens a channel from this side: picks a stream, queues DATA_CHANNEL_OPEN.
 pub fn open(
     a: &mut Sctp,
     dc: &mut DataChannels,
-    now: shoal_components::time::Time,
-    label: &str,
-    protocol: &str,
-    kind: ChannelType,
+    now: Time,
+    params: ChannelParams<'_>,
 ) -> Result<u16, ChannelError> {
-    let open = DataChannelOpen::new(kind, 0, label, protocol).map_err(|_| ChannelError::TooLong)?;
+    let open = DataChannelOpen::new(params.kind, params.priority, params.label, params.protocol)
+        .map_err(|_| ChannelError::TooLong)?;
     let id = dc.allocate().ok_or(ChannelError::NoStream)?;
     if !send_dcep(a, now, id, &DcepMessage::Open(open)) {
         return Err(ChannelError::WouldBlock);
     }
-    dc.channels.insert(
+    dc.insert(
         id,
         Channel {
-            label: label.to_owned(),
-            protocol: protocol.to_owned(),
-            kind,
+            label: params.label.to_owned(),
+            protocol: params.protocol.to_owned(),
+            kind: params.kind,
+            priority: params.priority,
             state: ChannelState::Opening,
             incoming_reset: false,
             outgoing_reset: false,
@@ -184,7 +237,7 @@ pub fn open(
 pub fn send(
     a: &mut Sctp,
     dc: &DataChannels,
-    now: shoal_components::time::Time,
+    now: Time,
     channel: u16,
     binary: bool,
     payload: Bytes,
@@ -200,18 +253,37 @@ pub fn send(
             max: max_message_size,
         });
     }
-    let tx = a.tx.as_mut().ok_or(ChannelError::NotEstablished)?;
     let (ppid, payload) = encode(binary, payload);
+    queue_user_message(a, now, channel, ch.state, ch.kind, ppid, payload)
+}
+
+/// Queues a user message in its wire form (PPID and payload, RFC 8831 §6.6) on
+/// `stream`, whose channel is in `state`, with the ordering and reliability of
+/// `kind`.
+pub(crate) fn queue_user_message(
+    a: &mut Sctp,
+    now: Time,
+    stream: u16,
+    state: ChannelState,
+    kind: ChannelType,
+    ppid: Ppid,
+    payload: Bytes,
+) -> Result<(), ChannelError> {
+    if state == ChannelState::Closing {
+        return Err(ChannelError::Closing(stream));
+    }
+    let tx = a.tx.as_mut().ok_or(ChannelError::NotEstablished)?;
     let m = OutgoingMessage {
         ppid,
         payload,
-        // Until the ACK arrives, messages go ordered, so the peer has the OPEN
-        // before any message of the channel.
-        unordered: !ch.kind.ordered && ch.state == ChannelState::Open,
-        policy: tx_policy(&ch.kind),
+        // RFC 8832 §6: before the DATA_CHANNEL_ACK (or any other message) has been
+        // received on a channel, all its user messages MUST be sent ordered, whether
+        // the channel is ordered or not; so the peer has the OPEN before any of them.
+        unordered: !kind.ordered && state == ChannelState::Open,
+        policy: tx_policy(&kind),
     };
     tx.queue
-        .send(now, StreamId(channel), m)
+        .send(now, StreamId(stream), m)
         .map_err(|e| match e {
             shoal_components::sctp::tx::SendError::WouldBlock => ChannelError::WouldBlock,
             other => ChannelError::Refused(format!("{other:?}")),
@@ -262,80 +334,91 @@ fn on_resets(a: &mut Sctp, dc: &mut DataChannels, peer: &Peer, events: &mut Even
             ch.outgoing_reset = true;
         }
     }
-    dc.channels.retain(|&id, ch| {
+    let DataChannels {
+        channels, labels, ..
+    } = dc;
+    let mut orphaned: Vec<String> = Vec::new();
+    channels.retain(|&id, ch| {
         let done = ch.incoming_reset && ch.outgoing_reset;
         if done {
             events.0.push(ShardEvent::ChannelClosed {
                 peer: peer.id,
                 channel: id,
             });
+            if labels.get(ch.label.as_str()) == Some(&id)
+                && let Some((label, _)) = labels.remove_entry(ch.label.as_str())
+            {
+                orphaned.push(label);
+            }
         }
         !done
     });
+    // Another channel with the same label, if any, takes the label over (the lowest
+    // id, so the choice does not depend on hash order).
+    for label in orphaned {
+        let next = channels
+            .iter()
+            .filter(|(_, ch)| ch.label == label)
+            .map(|(&id, _)| id)
+            .min();
+        if let Some(id) = next {
+            labels.insert(label, id);
+        }
+    }
 }
 
-/// The datachannel pass: DCEP and user messages from what SCTP delivered this tick.
-pub fn datachannel(
-    now: Res<Now>,
-    work: Res<SctpWork>,
-    mut events: ResMut<Events>,
-    mut stats: ResMut<ShardStats>,
-    mut q: Query<(&Peer, &mut Sctp, &mut DataChannels)>,
-) {
-    for &entity in &work.0 {
-        let Ok((peer, mut a, mut dc)) = q.get_mut(entity) else {
+/// The channels of a peer as the datachannel pass sees them.
+pub(crate) type ChannelsQuery = (
+    &'static Peer,
+    &'static mut Sctp,
+    &'static mut DataChannels,
+    Option<&'static RoomMember>,
+);
+
+/// What the datachannel pass touches besides the channels.
+#[derive(SystemParam)]
+pub struct DataChannelCtx<'w, 's> {
+    now: Res<'w, Now>,
+    work: ResMut<'w, SctpWork>,
+    events: ResMut<'w, Events>,
+    stats: ResMut<'w, ShardStats>,
+    rooms: Res<'w, RoomIndex>,
+    relay: ResMut<'w, RelayScratch>,
+    leave: Leave<'w, 's>,
+}
+
+/// The datachannel pass: DCEP and user messages from what SCTP delivered this tick;
+/// room members' messages are relayed to the other members of their room.
+pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
+    // Receivers the relay wakes are appended to the work list (for sack_batch and
+    // sctp_tx); they got nothing this tick, so this loop need not visit them.
+    let senders = ctx.work.0.len();
+    for i in 0..senders {
+        let Some(&entity) = ctx.work.0.get(i) else {
+            break;
+        };
+        let Ok((peer, mut a, mut dc, member)) = q.get_mut(entity) else {
             continue;
         };
+        let room = member.map(|m| m.room);
         // Messages first: what was sent before a stream's reset arrived before it.
         let delivered = std::mem::take(&mut a.delivered);
         for m in delivered {
             let stream = m.stream.0;
             match m.ppid {
-                Ppid::DCEP => match DcepMessage::parse(&m.payload) {
-                    Ok(DcepMessage::Open(open)) => {
-                        // RFC 8832 §6: create the channel and acknowledge it. An OPEN
-                        // on a stream of our own parity (RFC 8831 §6.5) or on one in
-                        // use is refused: no channel and no ACK.
-                        let ours = stream % 2 == dc.next_id % 2;
-                        match dc.channels.entry(stream) {
-                            Entry::Vacant(slot) if !ours => {
-                                slot.insert(Channel {
-                                    label: open.label().to_owned(),
-                                    protocol: open.protocol().to_owned(),
-                                    kind: open.channel_type,
-                                    state: ChannelState::Open,
-                                    incoming_reset: false,
-                                    outgoing_reset: false,
-                                });
-                                events.0.push(ShardEvent::ChannelOpen {
-                                    peer: peer.id,
-                                    channel: stream,
-                                    label: open.label().to_owned(),
-                                    protocol: open.protocol().to_owned(),
-                                });
-                                send_dcep(&mut a, now.0, stream, &DcepMessage::Ack);
-                            }
-                            _ => stats.dcep_refused += 1,
-                        }
-                    }
-                    Ok(DcepMessage::Ack) => {
-                        if let Some(ch) = dc.channels.get_mut(&stream)
-                            && ch.state == ChannelState::Opening
-                        {
-                            ch.state = ChannelState::Open;
-                            events.0.push(ShardEvent::ChannelOpen {
-                                peer: peer.id,
-                                channel: stream,
-                                label: ch.label.clone(),
-                                protocol: ch.protocol.clone(),
-                            });
-                        }
-                    }
-                    Err(_) => stats.dcep_malformed += 1,
-                },
+                Ppid::DCEP => on_dcep(&mut ctx, peer, &mut a, &mut dc, stream, &m.payload),
                 Ppid::STRING | Ppid::BINARY | Ppid::STRING_EMPTY | Ppid::BINARY_EMPTY
                     if dc.channels.contains_key(&stream) =>
                 {
+                    if room.is_some() {
+                        // Relayed in its wire form: PPID and payload as they came.
+                        ctx.relay.jobs.push(RelayJob {
+                            stream,
+                            ppid: m.ppid,
+                            payload: m.payload,
+                        });
+                        continue;
+                    }
                     let binary = m.ppid == Ppid::BINARY || m.ppid == Ppid::BINARY_EMPTY;
                     // RFC 8831 §6.6: an "empty" PPID's one byte is ignored.
                     let payload = if m.ppid == Ppid::STRING_EMPTY || m.ppid == Ppid::BINARY_EMPTY {
@@ -343,7 +426,7 @@ pub fn datachannel(
                     } else {
                         m.payload
                     };
-                    events.0.push(ShardEvent::ChannelMessage {
+                    ctx.events.0.push(ShardEvent::ChannelMessage {
                         peer: peer.id,
                         channel: stream,
                         binary,
@@ -351,7 +434,7 @@ pub fn datachannel(
                     });
                 }
                 // Not a data channel's: the raw SCTP user gets it.
-                ppid => events.0.push(ShardEvent::SctpMessage {
+                ppid => ctx.events.0.push(ShardEvent::SctpMessage {
                     peer: peer.id,
                     stream,
                     ppid: ppid.0,
@@ -359,8 +442,89 @@ pub fn datachannel(
                 }),
             }
         }
-        if !a.reset.incoming_done.is_empty() || !a.reset.outgoing_done.is_empty() {
-            on_resets(&mut a, &mut dc, peer, &mut events);
+        // Relayed before the resets apply, so a channel closed in this tick still
+        // names the label its last messages go out on.
+        if let Some(room) = room
+            && !ctx.relay.jobs.is_empty()
+        {
+            relay::fan_out(&mut ctx.relay_ctx(), &mut q, entity, room);
         }
+        let Ok((peer, mut a, mut dc, _)) = q.get_mut(entity) else {
+            continue;
+        };
+        if !a.reset.incoming_done.is_empty() || !a.reset.outgoing_done.is_empty() {
+            on_resets(&mut a, &mut dc, peer, &mut ctx.events);
+        }
+    }
+    ctx.relay.woken.clear();
+}
+
+impl<'w, 's> DataChannelCtx<'w, 's> {
+    fn relay_ctx(&mut self) -> relay::RelayCtx<'_, 'w, 's> {
+        relay::RelayCtx {
+            now: self.now.0,
+            work: &mut self.work,
+            events: &mut self.events,
+            stats: &mut self.stats,
+            rooms: &self.rooms,
+            relay: &mut self.relay,
+            leave: &mut self.leave,
+        }
+    }
+}
+
+/// A DCEP message on `stream` (RFC 8832 §5, §6).
+fn on_dcep(
+    ctx: &mut DataChannelCtx,
+    peer: &Peer,
+    a: &mut Sctp,
+    dc: &mut DataChannels,
+    stream: u16,
+    payload: &[u8],
+) {
+    match DcepMessage::parse(payload) {
+        Ok(DcepMessage::Open(open)) => {
+            // RFC 8832 §6: create the channel and acknowledge it. An OPEN on a stream
+            // of our own parity (RFC 8831 §6.5) or on one in use is refused: no
+            // channel and no ACK.
+            let ours = stream % 2 == dc.next_id % 2;
+            if ours || dc.channels.contains_key(&stream) {
+                ctx.stats.dcep_refused += 1;
+                return;
+            }
+            dc.insert(
+                stream,
+                Channel {
+                    label: open.label().to_owned(),
+                    protocol: open.protocol().to_owned(),
+                    kind: open.channel_type,
+                    priority: open.priority,
+                    state: ChannelState::Open,
+                    incoming_reset: false,
+                    outgoing_reset: false,
+                },
+            );
+            ctx.events.0.push(ShardEvent::ChannelOpen {
+                peer: peer.id,
+                channel: stream,
+                label: open.label().to_owned(),
+                protocol: open.protocol().to_owned(),
+            });
+            send_dcep(a, ctx.now.0, stream, &DcepMessage::Ack);
+        }
+        Ok(DcepMessage::Ack) => {
+            if let Some(ch) = dc.channels.get_mut(&stream)
+                && ch.state == ChannelState::Opening
+            {
+                ch.state = ChannelState::Open;
+                ctx.events.0.push(ShardEvent::ChannelOpen {
+                    peer: peer.id,
+                    channel: stream,
+                    label: ch.label.clone(),
+                    protocol: ch.protocol.clone(),
+                });
+            }
+        }
+        Err(_) => ctx.stats.dcep_malformed += 1,
     }
 }

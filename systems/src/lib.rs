@@ -12,6 +12,7 @@ pub mod egress;
 pub mod ice;
 pub mod ingest;
 pub mod pass;
+pub mod relay;
 pub mod sctp;
 pub mod shard;
 pub mod timers;

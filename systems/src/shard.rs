@@ -5,6 +5,8 @@
 //! [`Shard::poll_event`]. A shard never reads a clock or a socket, so the mio driver and
 //! the simulator drive it identically, and the same inputs give the same outputs.
 
+mod rooms;
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::{
     Ice, IceControlling, IceCredentials, IceRole, IceState, Peer, PeerId, PeerIndex,
 };
+use shoal_components::room::{RoomId, RoomIndex};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{
     DtlsInbox, DtlsStart, DueTimers, Events, Inbox, LocalAddr, Now, Outbox, RemoveReason,
@@ -26,10 +29,11 @@ use shoal_components::tick::{
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
-use crate::datachannel::{self, ChannelError, DataChannels};
+use crate::datachannel::{self, ChannelError, ChannelParams, DataChannels};
 use crate::dtls::pass::{self as dtls_pass, DtlsSession, ShardDtls};
 use crate::dtls::{CipherSuite, DtlsCertificate, DtlsConfig, DtlsRole, SrtpKeys};
 use crate::pass::Pass;
+use crate::relay::RelayScratch;
 use crate::sctp::assoc::{AssocState, DEFAULT_SCTP_PORT, Sctp, SctpLimits};
 use crate::sctp::cookie::CookieKey;
 use crate::sctp::pass::{self as sctp_pass, SctpScratch, SctpShared};
@@ -119,6 +123,9 @@ pub struct PeerSpec {
     /// DTLS for this peer, if it runs any: shoal's role (from `a=setup`) and the
     /// peer's certificate fingerprint (from `a=fingerprint`).
     pub dtls: Option<PeerDtls>,
+    /// The room the peer joins, if any: its data-channel messages are relayed to
+    /// the room's other members instead of being reported to the owner.
+    pub room: Option<RoomId>,
 }
 
 /// The DTLS half of a peer's signalling.
@@ -137,6 +144,21 @@ pub enum Command {
     AddPeer(PeerSpec),
     /// Remove a peer and everything it had.
     RemovePeer(PeerId),
+    /// Send a message to a room's members on this shard, or to one of them
+    /// ([`Shard::send_data`]).
+    SendData {
+        /// The room.
+        room: RoomId,
+        /// One member only; every member when `None`.
+        to: Option<PeerId>,
+        /// The label of the channel it goes on (opened reliable and ordered where a
+        /// member has none).
+        label: String,
+        /// Binary (else a UTF-8 string).
+        binary: bool,
+        /// The message (shared between the receivers, never copied).
+        payload: Bytes,
+    },
 }
 
 /// Why [`Shard::sctp_send`] refused a message.
@@ -171,6 +193,25 @@ pub enum CommandError {
     /// A controlling peer needs at least one remote candidate.
     #[error("a controlling peer needs a remote candidate")]
     NoCandidate,
+    /// The peer is not a member of the room (on this shard).
+    #[error("peer {peer:?} is not a member of room {room:?}")]
+    NotMember {
+        /// The peer.
+        peer: PeerId,
+        /// The room.
+        room: RoomId,
+    },
+    /// A message over the shard's max-message-size (RFC 8841).
+    #[error("message of {size} bytes is over the {max}-byte limit")]
+    TooLarge {
+        /// The message's size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A channel label over 65535 bytes (RFC 8832 §5.1's length field).
+    #[error("channel label too long")]
+    LabelTooLong,
 }
 
 /// The shard's random generator: ChaCha, so ids are unpredictable off the wire yet
@@ -202,10 +243,15 @@ pub struct Shard {
     schedule: Schedule,
     config: ShardConfig,
     events: VecDeque<ShardEvent>,
+    /// Scratch for `send_data`'s receivers, reused.
+    room_targets: Vec<Entity>,
 }
 
 impl Shard {
     /// A shard with no peers.
+    ///
+    /// # Panics
+    /// If the pass schedule does not build: a programming error, not an input one.
     pub fn new(config: ShardConfig) -> Shard {
         let mut world = World::new();
         world.insert_resource(Now(Time::ZERO));
@@ -226,6 +272,8 @@ impl Shard {
         world.init_resource::<SctpStart>();
         world.init_resource::<SctpWork>();
         world.init_resource::<SctpScratch>();
+        world.init_resource::<RoomIndex>();
+        world.init_resource::<RelayScratch>();
         let mut secret = [0u8; 32];
         world.resource_mut::<ShardRng>().0.fill_bytes(&mut secret);
         world.insert_resource(SctpShared {
@@ -271,11 +319,18 @@ impl Shard {
             egress::egress.in_set(Pass::Egress),
             timers::timers.in_set(Pass::Timers),
         ));
+        // Build the schedule now rather than in the first tick, so what that adds to
+        // the World (bevy keeps some of its own state as entities) is there from
+        // the start and `entity_count` has one baseline.
+        if let Err(e) = schedule.initialize(&mut world) {
+            panic!("the shard schedule does not build: {e}");
+        }
         Shard {
             world,
             schedule,
             config,
             events: VecDeque::new(),
+            room_targets: Vec::new(),
         }
     }
 
@@ -343,18 +398,31 @@ impl Shard {
         match command {
             Command::AddPeer(spec) => self.add_peer(now, spec),
             Command::RemovePeer(id) => {
-                let entity = self
-                    .world
-                    .resource::<PeerIndex>()
-                    .by_id
-                    .get(&id)
-                    .copied()
-                    .ok_or(CommandError::UnknownPeer(id))?;
+                let entity = self.peer_entity(id)?;
                 ice::remove_peer_now(&mut self.world, entity, RemoveReason::Command);
                 self.collect_events();
                 Ok(())
             }
+            Command::SendData {
+                room,
+                to,
+                label,
+                binary,
+                payload,
+            } => self
+                .send_data(room, to, &label, binary, payload)
+                .map(|_| ()),
         }
+    }
+
+    /// The entity of peer `id`.
+    fn peer_entity(&self, id: PeerId) -> Result<Entity, CommandError> {
+        self.world
+            .resource::<PeerIndex>()
+            .by_id
+            .get(&id)
+            .copied()
+            .ok_or(CommandError::UnknownPeer(id))
     }
 
     fn add_peer(&mut self, now: Time, spec: PeerSpec) -> Result<(), CommandError> {
@@ -385,6 +453,7 @@ impl Shard {
         };
         let ufrag = spec.credentials.local_ufrag.clone();
         let dtls = spec.dtls;
+        let room = spec.room;
         let mut timers = Timers::default();
         let entity = match spec.role {
             IceRole::Lite => self
@@ -429,6 +498,9 @@ impl Shard {
         }
         if let Some(mut t) = self.world.get_mut::<Timers>(entity) {
             *t = timers;
+        }
+        if let Some(room) = room {
+            self.join_room(entity, room);
         }
         let mut index = self.world.resource_mut::<PeerIndex>();
         index.by_id.insert(spec.id, entity);
@@ -552,9 +624,13 @@ impl Shard {
         protocol: &str,
         kind: ChannelType,
     ) -> Result<u16, ChannelError> {
-        self.with_channels(id, |a, dc, now| {
-            datachannel::open(a, dc, now, label, protocol, kind)
-        })
+        let params = ChannelParams {
+            label,
+            protocol,
+            kind,
+            priority: datachannel::PRIORITY_NORMAL,
+        };
+        self.with_channels(id, |a, dc, now| datachannel::open(a, dc, now, params))
     }
 
     /// Sends a message on a data channel with the channel's ordering and reliability.

@@ -38,6 +38,7 @@ fn lite(id: u64, ufrag: &str, pwd: &str) -> Command {
         },
         remote_candidates: vec![],
         dtls: None,
+        room: None,
     })
 }
 
@@ -384,6 +385,7 @@ fn credentials_that_cannot_fit_a_username_are_refused() {
                 },
                 remote_candidates: vec![],
                 dtls: None,
+                room: None,
             }),
         )
         .unwrap_err();
@@ -405,6 +407,7 @@ fn client(candidates: Vec<SocketAddr>) -> Shard {
             },
             remote_candidates: candidates,
             dtls: None,
+            room: None,
         }),
     )
     .unwrap();

@@ -79,6 +79,7 @@ fn controlling_client_connects_to_lite_server() {
                 credentials: creds(false),
                 remote_candidates: vec![],
                 dtls: None,
+                room: None,
             }),
         )
         .unwrap();
@@ -91,6 +92,7 @@ fn controlling_client_connects_to_lite_server() {
                 credentials: creds(true),
                 remote_candidates: vec![s_addr],
                 dtls: None,
+                room: None,
             }),
         )
         .unwrap();

@@ -3,11 +3,13 @@
 //! for a few map operations and never across an `.await`; whatever waits on a shard
 //! runs on tokio's blocking pool behind a semaphore.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use ring::rand::SystemRandom;
 use shoal_components::peer::PeerId;
 use shoal_components::time::Time;
@@ -23,7 +25,7 @@ use super::rooms::{
     self, NameKind, ParticipantState, RoomDirectory, RoomError, RoomSpec, validate_name,
 };
 use super::shards::{self, SHARD_REPLY_TIMEOUT, ShardError};
-use crate::driver::{ShardReport, ShardSender};
+use crate::driver::{SendData, ShardReport, ShardSender};
 use shoal_systems::PeerSpec;
 
 /// Bytes a SendData payload holds at most: a message every WebRTC stack accepts
@@ -227,6 +229,29 @@ impl ControlState {
         Ok(())
     }
 
+    /// Queues server-to-participant messages on their shards; returns for how many
+    /// participants. A shard that refuses or does not answer fails the call.
+    async fn send_data(
+        self: &Arc<Self>,
+        messages: Vec<(usize, SendData)>,
+    ) -> Result<usize, Status> {
+        if messages.is_empty() {
+            return Ok(0);
+        }
+        let _turn = self.shard_turn().await?;
+        let state = self.clone();
+        let (recipients, errors) = tokio::task::spawn_blocking(move || {
+            shards::send_data(&state.shards, messages, SHARD_REPLY_TIMEOUT)
+        })
+        .await
+        .map_err(|_| Status::internal("sending data failed"))?;
+        match errors.into_iter().next() {
+            None => Ok(recipients),
+            Some(e @ ShardError::Refused { .. }) => Err(Status::invalid_argument(e.to_string())),
+            Some(e) => Err(Status::unavailable(e.to_string())),
+        }
+    }
+
     /// Every shard's report, fetched off the runtime's workers.
     async fn shard_reports(self: &Arc<Self>) -> Result<Vec<ShardReport>, Status> {
         let _turn = self.shard_turn().await?;
@@ -368,15 +393,30 @@ impl RoomService for ControlApi {
                 req.payload.len()
             )));
         }
-        let rooms = self.state.rooms();
-        if req.identity.is_empty() {
-            rooms.get(&req.room)?;
-        } else {
-            rooms.participant(&req.room, &req.identity)?;
-        }
-        // Nobody receives yet: participants join with signalling, and the shards'
-        // server-to-participant channel comes with it. The checks above are final.
-        Ok(Response::new(v1::SendDataResponse { recipients: 0 }))
+        // One message per shard that holds a recipient: every member there, or the
+        // one participant named.
+        let messages: Vec<(usize, SendData)> = {
+            let rooms = self.state.rooms();
+            let room = rooms.get(&req.room)?;
+            let data = |to| SendData {
+                room: room.id,
+                to,
+                label: req.channel.clone(),
+                binary: true,
+                payload: Bytes::copy_from_slice(&req.payload),
+            };
+            if req.identity.is_empty() {
+                let shards: BTreeSet<usize> = room.participants().map(|p| p.shard).collect();
+                shards.into_iter().map(|s| (s, data(None))).collect()
+            } else {
+                let p = rooms.participant(&req.room, &req.identity)?;
+                vec![(p.shard, data(Some(p.peer)))]
+            }
+        };
+        let recipients = self.state.send_data(messages).await?;
+        Ok(Response::new(v1::SendDataResponse {
+            recipients: u32::try_from(recipients).unwrap_or(u32::MAX),
+        }))
     }
 }
 

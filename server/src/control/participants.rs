@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 
 use ring::rand::SecureRandom;
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
+use shoal_components::room::RoomId;
 use shoal_components::sdp::{self, AnswerParams, SessionDescription, Setup};
 use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_proto::v1::{self, DisconnectReason, participant_event, signal_response};
@@ -72,6 +73,8 @@ pub struct Admission {
 pub struct Admitted {
     /// Its room.
     pub room: String,
+    /// Its room's id in the shards.
+    pub room_id: RoomId,
     /// Its identity.
     pub identity: String,
     /// The shard that holds its connection.
@@ -200,6 +203,7 @@ impl ControlState {
         let now = self.clock().now();
         let mut rooms = self.rooms();
         let room = rooms.get(&admission.room)?;
+        let room_id = room.id;
         if admission.identity.is_empty() {
             admission.identity = format!("guest-{}", self.random_token(6)?);
         }
@@ -263,6 +267,7 @@ impl ControlState {
         );
         Ok(Admitted {
             room: admission.room,
+            room_id,
             identity: admission.identity,
             shard,
             peer,
@@ -312,6 +317,7 @@ impl ControlState {
                 role,
                 remote_fingerprint: answer.remote_fingerprint_sha256,
             }),
+            room: Some(who.room_id),
         };
         self.add_peer(who.shard, spec).await.map_err(|e| match e {
             ShardError::Refused {

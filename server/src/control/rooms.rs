@@ -12,6 +12,7 @@ use std::ops::Bound;
 use std::time::Duration;
 
 use shoal_components::peer::PeerId;
+use shoal_components::room::RoomId;
 use shoal_components::time::Time;
 
 /// Bytes a room name, participant identity or channel label holds at most.
@@ -55,6 +56,10 @@ pub struct RoomSpec {
 pub struct Room {
     /// The room's name.
     pub name: String,
+    /// The room's id in the shards' room indexes: unique on the node and never used
+    /// again, so a room deleted and created anew under the same name shares nothing
+    /// with the old one (a member of the old room still leaving hears no one new).
+    pub id: RoomId,
     /// Participants admitted at once.
     pub max_participants: u32,
     /// How long the room stays open while empty.
@@ -250,6 +255,8 @@ pub struct RoomDirectory {
     /// `(closes_at, name)` of every empty room, so expiry is O(expired), not a scan.
     closing: BTreeSet<(Time, String)>,
     participants: usize,
+    /// The next room's id.
+    next_id: u64,
 }
 
 impl RoomDirectory {
@@ -260,6 +267,7 @@ impl RoomDirectory {
             rooms: BTreeMap::new(),
             closing: BTreeSet::new(),
             participants: 0,
+            next_id: 1,
         }
     }
 
@@ -303,8 +311,11 @@ impl RoomDirectory {
         if self.rooms.len() >= self.limits.max_rooms {
             return Err(RoomError::TooManyRooms(self.limits.max_rooms));
         }
+        let id = RoomId(self.next_id);
+        self.next_id += 1;
         let room = Room {
             name: spec.name.clone(),
+            id,
             max_participants,
             empty_timeout,
             metadata: spec.metadata,

@@ -9,7 +9,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use shoal_components::peer::PeerId;
 use shoal_systems::{CommandError, PeerSpec};
 
-use crate::driver::{DriverError, ShardCommand, ShardReport, ShardSender};
+use crate::driver::{DriverError, SendData, ShardCommand, ShardReport, ShardSender};
 
 /// How long the control plane waits for a shard's reply. A shard answers within one
 /// loop turn (at most 16 batches of datagrams), so a shard this late is wedged.
@@ -107,6 +107,40 @@ pub fn disconnect(
         }
     }
     errors
+}
+
+/// Hands each `(shard, message)` to its shard (all asked before any reply is
+/// awaited) and returns how many participants it was queued for in all, with what
+/// went wrong. A member that left meanwhile is not an error.
+pub fn send_data(
+    shards: &[ShardSender],
+    messages: Vec<(usize, SendData)>,
+    timeout: Duration,
+) -> (usize, Vec<ShardError>) {
+    let deadline = Instant::now() + timeout;
+    let mut errors = Vec::new();
+    let mut pending = Vec::with_capacity(messages.len());
+    for (index, data) in messages {
+        let Some(shard) = shards.get(index) else {
+            errors.push(ShardError::NoSuchShard(index));
+            continue;
+        };
+        let (reply, verdict) = crossbeam_channel::bounded(1);
+        match shard.send(ShardCommand::SendData(data, reply)) {
+            Ok(()) => pending.push((index, verdict)),
+            Err(e) => errors.push(e.into()),
+        }
+    }
+    let mut recipients = 0;
+    for (shard, verdict) in pending {
+        match receive(shard, &verdict, deadline, timeout) {
+            Ok(Ok(n)) => recipients += n,
+            Ok(Err(CommandError::UnknownPeer(_) | CommandError::NotMember { .. })) => {}
+            Ok(Err(source)) => errors.push(ShardError::Refused { shard, source }),
+            Err(e) => errors.push(e),
+        }
+    }
+    (recipients, errors)
 }
 
 fn receive<T>(

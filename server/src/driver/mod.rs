@@ -24,11 +24,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
 use mio::net::UdpSocket;
 use mio::{Interest, Poll, Waker};
 use ring::rand::SystemRandom;
 use shoal_components::peer::PeerId;
+use shoal_components::room::RoomId;
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
 use shoal_systems::dtls::DtlsCertificate;
@@ -69,10 +71,28 @@ pub enum ShardCommand {
     AddPeer(PeerSpec, Sender<Result<(), CommandError>>),
     /// Removes a peer; the shard's verdict is sent back.
     RemovePeer(PeerId, Sender<Result<(), CommandError>>),
+    /// Sends a message to a room's members on the shard, or to one of them
+    /// (`Shard::send_data`); the reply is how many members it was queued for.
+    SendData(SendData, Sender<Result<usize, CommandError>>),
     /// Asks for the shard's counters.
     Stats(Sender<ShardReport>),
     /// Stops the shard thread after the current tick.
     Shutdown,
+}
+
+/// A message from the control plane to a room's members on one shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendData {
+    /// The room.
+    pub room: RoomId,
+    /// One member only; every member on the shard when `None`.
+    pub to: Option<PeerId>,
+    /// The channel label (opened reliable and ordered where a member has none).
+    pub label: String,
+    /// Binary (else a UTF-8 string).
+    pub binary: bool,
+    /// The message.
+    pub payload: Bytes,
 }
 
 /// What the driver itself counted for one shard (the shard counts the rest).
@@ -106,6 +126,9 @@ pub struct ShardReport {
     pub local_addr: SocketAddr,
     /// Peers the shard holds.
     pub peers: usize,
+    /// Entities in the shard's World (every peer is one; what departed peers had
+    /// must not stay behind).
+    pub entities: usize,
     /// What the shard counted.
     pub shard: ShardStats,
     /// What the driver counted.
@@ -210,6 +233,19 @@ impl ShardSender {
         let (reply, verdict) = crossbeam_channel::bounded(1);
         self.send(ShardCommand::RemovePeer(id, reply))?;
         self.verdict(&verdict)
+    }
+
+    /// Sends a message to a room's members on the shard (or to one of them) and
+    /// waits for how many it was queued for.
+    pub fn send_data(&self, data: SendData) -> Result<usize, DriverError> {
+        let (reply, verdict) = crossbeam_channel::bounded(1);
+        self.send(ShardCommand::SendData(data, reply))?;
+        let shard = self.index;
+        match verdict.recv() {
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(source)) => Err(DriverError::Command { shard, source }),
+            Err(_) => Err(DriverError::Disconnected { shard }),
+        }
     }
 
     /// The shard's counters, fetched from its thread.
@@ -462,6 +498,7 @@ pub(crate) fn lite_peer(id: u64, ufrag: &str) -> PeerSpec {
         },
         remote_candidates: Vec::new(),
         dtls: None,
+        room: None,
     }
 }
 

@@ -217,6 +217,13 @@ impl ShardLoop {
                 ShardCommand::RemovePeer(id, reply) => {
                     let _ = reply.send(self.shard.command(now, Command::RemovePeer(id)));
                 }
+                ShardCommand::SendData(d, reply) => {
+                    self.shard.advance_clock(now);
+                    let sent = self
+                        .shard
+                        .send_data(d.room, d.to, &d.label, d.binary, d.payload);
+                    let _ = reply.send(sent);
+                }
                 ShardCommand::Stats(reply) => {
                     let _ = reply.send(self.report());
                 }
@@ -259,6 +266,7 @@ impl ShardLoop {
             index: self.index,
             local_addr: self.local_addr,
             peers: self.shard.peer_count(),
+            entities: self.shard.entity_count(),
             shard: self.shard.stats().clone(),
             driver: self.stats.clone(),
         }

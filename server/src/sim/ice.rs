@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 
 use shoal_components::peer::PeerId;
+use shoal_components::room::RoomId;
 use shoal_systems::dtls::DtlsRole;
 use shoal_systems::{Command, CommandError, PeerDtls, PeerSpec};
 
@@ -36,7 +37,7 @@ impl Sim {
         client: SocketAddr,
         id: PeerId,
     ) -> Result<IcePair, CommandError> {
-        self.connect(server, client, id, None)
+        self.connect(server, client, id, None, None)
     }
 
     /// Like [`Sim::connect_ice`], and DTLS on top: the server shard's peer plays
@@ -53,7 +54,23 @@ impl Sim {
         id: PeerId,
         server_role: DtlsRole,
     ) -> Result<IcePair, CommandError> {
-        self.connect(server, client, id, Some(server_role))
+        self.connect(server, client, id, Some(server_role), None)
+    }
+
+    /// Like [`Sim::connect_dtls`], with the server shard's peer a member of `room`:
+    /// its data-channel messages are relayed to the room's other members.
+    ///
+    /// # Panics
+    /// If no node has `server` or `client`.
+    pub fn connect_dtls_in_room(
+        &mut self,
+        server: SocketAddr,
+        client: SocketAddr,
+        id: PeerId,
+        server_role: DtlsRole,
+        room: RoomId,
+    ) -> Result<IcePair, CommandError> {
+        self.connect(server, client, id, Some(server_role), Some(room))
     }
 
     fn connect(
@@ -62,6 +79,7 @@ impl Sim {
         client: SocketAddr,
         id: PeerId,
         server_role: Option<DtlsRole>,
+        room: Option<RoomId>,
     ) -> Result<IcePair, CommandError> {
         let dtls = server_role.map(|role| {
             let client_role = match role {
@@ -85,7 +103,10 @@ impl Sim {
         let (server_spec, client_spec) =
             crate::endpoint::specs_from(id, server, dtls, &mut || rng.next_u64());
         let pair = IcePair {
-            server: server_spec,
+            server: PeerSpec {
+                room,
+                ..server_spec
+            },
             client: client_spec,
         };
         self.command(server, Command::AddPeer(pair.server.clone()))?;

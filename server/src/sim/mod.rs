@@ -81,6 +81,7 @@ pub use ice::IcePair;
 pub use link::{LinkConfig, NetStats};
 pub use rng::SimRng;
 pub use shoal_components::peer::{IceCredentials, IceRole, IceState, PeerId};
+pub use shoal_components::room::RoomId;
 pub use shoal_components::time::Time;
 pub use shoal_systems::{
     Command, CommandError, PeerSpec, RemoveReason, Shard, ShardConfig, ShardEvent,

@@ -151,6 +151,7 @@ impl Pair {
                 role: DtlsRole::Server,
                 remote_fingerprint: self.cli.fingerprint(),
             }),
+            room: None,
         };
         let client = PeerSpec {
             id: PEER,
@@ -166,6 +167,7 @@ impl Pair {
                 role: DtlsRole::Client,
                 remote_fingerprint: self.srv.fingerprint(),
             }),
+            room: None,
         };
         (server, client)
     }

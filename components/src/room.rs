@@ -1,0 +1,114 @@
+//! Rooms as data: a peer's membership is a [`RoomMember`] component, and each shard
+//! keeps a [`RoomIndex`] from room to the member entities it holds, so the relay
+//! finds a room's members by hash, never by scanning peers.
+//!
+//! The index follows the component by a hook: whenever a `RoomMember` leaves its
+//! entity (the peer is despawned for any reason, or the component is removed), the
+//! entity leaves the index, and a room's entry goes with its last member. No removal
+//! path can forget it.
+
+use bevy_ecs::lifecycle::HookContext;
+use bevy_ecs::prelude::{Component, Entity, Resource};
+use bevy_ecs::world::DeferredWorld;
+
+use crate::hash::FastMap;
+
+/// The control plane's name for a room, the same on every shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RoomId(pub u64);
+
+/// Marks a peer as a member of a room. Inserting it does not join the index (the
+/// shard does that when it adds the peer); removing it, or despawning the peer, leaves.
+#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
+#[component(on_remove = leave_room_index)]
+pub struct RoomMember {
+    /// The room.
+    pub room: RoomId,
+}
+
+fn leave_room_index(mut world: DeferredWorld, ctx: HookContext) {
+    let Some(room) = world.get::<RoomMember>(ctx.entity).map(|m| m.room) else {
+        return;
+    };
+    if let Some(mut index) = world.get_resource_mut::<RoomIndex>() {
+        index.leave(room, ctx.entity);
+    }
+}
+
+/// A shard's rooms: each to the member entities on this shard, in joining order.
+#[derive(Resource, Debug, Default)]
+pub struct RoomIndex {
+    rooms: FastMap<RoomId, Vec<Entity>>,
+}
+
+impl RoomIndex {
+    /// Adds `entity` to `room` (creating the room's entry); a second join is a no-op.
+    pub fn join(&mut self, room: RoomId, entity: Entity) {
+        let members = self.rooms.entry(room).or_default();
+        if !members.contains(&entity) {
+            members.push(entity);
+        }
+    }
+
+    /// Removes `entity` from `room`; the room's entry goes with its last member.
+    /// O(members): leaving is rare next to relaying.
+    pub fn leave(&mut self, room: RoomId, entity: Entity) {
+        let Some(members) = self.rooms.get_mut(&room) else {
+            return;
+        };
+        if let Some(i) = members.iter().position(|&e| e == entity) {
+            // Order among the remaining members does not matter to the relay.
+            members.swap_remove(i);
+        }
+        if members.is_empty() {
+            self.rooms.remove(&room);
+        }
+    }
+
+    /// The room's members on this shard; empty for a room with none here.
+    pub fn members(&self, room: RoomId) -> &[Entity] {
+        self.rooms.get(&room).map_or(&[], Vec::as_slice)
+    }
+
+    /// Rooms with at least one member on this shard.
+    pub fn room_count(&self) -> usize {
+        self.rooms.len()
+    }
+
+    /// Members across all rooms of this shard.
+    pub fn member_count(&self) -> usize {
+        self.rooms.values().map(Vec::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bevy_ecs::world::World;
+
+    use super::*;
+
+    #[test]
+    fn despawning_a_member_leaves_the_index_and_the_last_one_closes_the_room() {
+        let mut world = World::new();
+        world.init_resource::<RoomIndex>();
+        let room = RoomId(7);
+        let a = world.spawn(RoomMember { room }).id();
+        let b = world.spawn(RoomMember { room }).id();
+        let other = world.spawn(RoomMember { room: RoomId(8) }).id();
+        {
+            let mut index = world.resource_mut::<RoomIndex>();
+            index.join(room, a);
+            index.join(room, b);
+            index.join(room, b);
+            index.join(RoomId(8), other);
+        }
+        assert_eq!(world.resource::<RoomIndex>().members(room), &[a, b]);
+        world.despawn(a);
+        assert_eq!(world.resource::<RoomIndex>().members(room), &[b]);
+        world.entity_mut(b).remove::<RoomMember>();
+        let index = world.resource::<RoomIndex>();
+        assert!(index.members(room).is_empty());
+        assert_eq!(index.room_count(), 1);
+        assert_eq!(index.member_count(), 1);
+    }
+}

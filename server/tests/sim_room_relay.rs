@@ -1,0 +1,382 @@
+//! The room relay over whole shards in the simulated network: one server shard,
+//! one client shard per participant. What a member sends on a channel reaches
+//! every other member of its room once, in the sender's order and reliability,
+//! on a channel of the same label (opened by shoal where missing); other rooms
+//! hear nothing; a slow receiver costs only itself.
+
+mod room;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use bytes::Bytes;
+use room::{
+    Got, Log, SRV, addr, cli, header, message, open_from_client, room_sim, send_paced, send_range,
+};
+use shoal_components::peer::PeerId;
+use shoal_components::room::RoomId;
+use shoal_components::sctp::dcep::{ChannelType, Reliability};
+use shoal_components::tick::RemoveReason;
+use shoal_server::sim::{LinkConfig, Sim};
+use shoal_systems::sctp::assoc::SctpLimits;
+use shoal_systems::{Command, CommandError};
+
+const RELIABLE: ChannelType = ChannelType {
+    ordered: true,
+    reliability: Reliability::Reliable,
+};
+const UDP_LIKE: ChannelType = ChannelType {
+    ordered: false,
+    reliability: Reliability::MaxRetransmits(0),
+};
+const ROOM: RoomId = RoomId(1);
+const OTHER_ROOM: RoomId = RoomId(2);
+
+fn link(loss: f64) -> LinkConfig {
+    LinkConfig::lossy(Duration::from_millis(20), loss)
+}
+
+/// Runs until `done` holds on the log, failing with the seed's name if it does not.
+fn run(sim: &mut Sim, log: &mut Log, limit: Duration, what: &str, done: impl Fn(&Log) -> bool) {
+    sim.run_until(
+        |s| {
+            log.take(s);
+            done(log)
+        },
+        limit,
+    )
+    .unwrap_or_else(|e| {
+        let got: Vec<_> = log.messages.iter().map(|(k, v)| (k, v.len())).collect();
+        panic!(
+            "{what}: {e}; got {got:?}; removed {:?}; server {:?}",
+            log.removed,
+            sim.shard(addr(SRV)).stats()
+        )
+    });
+}
+
+/// Of what `receiver` got on `label`, the messages of sender `s` (empty ones count
+/// as the sender's when only it sends empties), in arrival order.
+fn from_sender(got: &[Got], s: u64, empties_are_s: bool) -> Vec<Got> {
+    got.iter()
+        .filter(|g| {
+            if g.payload.is_empty() {
+                return empties_are_s;
+            }
+            header(&g.payload).is_some_and(|(from, _)| from == s)
+        })
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn sim_room_relay_ordered_reliable_exactly_once_in_order_under_loss() {
+    const N: u32 = 120;
+    for seed in 0..3 {
+        let members = [(1, ROOM), (2, ROOM), (3, ROOM), (4, OTHER_ROOM)];
+        let mut sim = room_sim(seed, &link(0.03), SctpLimits::default(), &members);
+        let mut log = Log::default();
+        let mut chat = [0u16; 5];
+        for i in 1..=4 {
+            chat[i as usize] = open_from_client(&mut sim, &mut log, i, "chat", "", RELIABLE);
+        }
+        // Only sender 1 sends empty messages, so a receiver can place them.
+        for i in 1..=3 {
+            send_range(&mut sim, i, chat[i as usize], 0..N, i == 1);
+        }
+        // The member of the other room talks too, to nobody.
+        send_range(&mut sim, 4, chat[4], 0..20, false);
+        let expected = 2 * N as usize;
+        run(
+            &mut sim,
+            &mut log,
+            Duration::from_secs(120),
+            &format!("seed {seed}"),
+            |log| (1..=3).all(|r| log.on(r, "chat").len() >= expected),
+        );
+        // Anything duplicated or late would show now.
+        sim.run_for(Duration::from_secs(3)).ok();
+        log.take(&mut sim);
+        for r in 1..=3u64 {
+            let got = log.on(r, "chat");
+            assert_eq!(got.len(), expected, "seed {seed}: receiver {r}");
+            for s in (1..=3).filter(|&s| s != r) {
+                let want: Vec<Got> = (0..N).map(|k| message(s, k, s == 1)).collect();
+                assert!(
+                    from_sender(got, s, s == 1) == want,
+                    "seed {seed}: receiver {r} did not get sender {s}'s messages once and in order"
+                );
+            }
+            assert!(
+                got.iter().all(|g| g.payload.is_empty()
+                    || header(&g.payload).is_some_and(|(s, _)| s != 4 && s != r)),
+                "seed {seed}: receiver {r} got its own or another room's message"
+            );
+        }
+        assert_eq!(
+            log.total(),
+            3 * expected,
+            "seed {seed}: room 2 heard something"
+        );
+        assert_eq!(
+            log.server_messages, 0,
+            "members' messages are relayed, not reported"
+        );
+        let stats = sim.shard(addr(SRV)).stats();
+        assert_eq!(stats.relay_messages, 3 * expected as u64, "seed {seed}");
+        assert_eq!(
+            (
+                stats.relay_dropped,
+                stats.relay_slow_receivers,
+                stats.relay_undeliverable
+            ),
+            (0, 0, 0),
+            "seed {seed}"
+        );
+    }
+}
+
+#[test]
+fn sim_room_relay_unordered_unreliable_opens_the_channel_with_the_senders_parameters() {
+    const N: u32 = 300;
+    for seed in 10..13 {
+        let members = [(1, ROOM), (2, ROOM), (3, ROOM)];
+        let mut sim = room_sim(seed, &link(0.05), SctpLimits::default(), &members);
+        let mut log = Log::default();
+        let game = open_from_client(&mut sim, &mut log, 1, "game", "proto-x", UDP_LIKE);
+        let sent = sim
+            .shard(addr(SRV))
+            .channel(PeerId(1), game)
+            .cloned()
+            .expect("the sender's channel on the server");
+        for k in 0..N {
+            // Small messages: each fits one packet, so a loss costs one message.
+            let m = Bytes::from(format!("1:{k}:{}", "z".repeat((k % 40) as usize)));
+            sim.shard_mut(cli(1))
+                .channel_send(PeerId(1), game, true, m)
+                .unwrap();
+            if k % 20 == 19 {
+                sim.run_for(Duration::from_millis(50)).ok();
+            }
+        }
+        sim.run_for(Duration::from_secs(10)).ok();
+        log.take(&mut sim);
+        for r in [2u64, 3] {
+            let opened = log.opened.get(&r).cloned().unwrap_or_default();
+            assert_eq!(
+                opened.len(),
+                1,
+                "seed {seed}: receiver {r} channels {opened:?}"
+            );
+            let (id, label, protocol) = &opened[0];
+            assert_eq!((label.as_str(), protocol.as_str()), ("game", "proto-x"));
+            // RFC 8831 §6.5: shoal is the DTLS server here, so its streams are odd.
+            assert_eq!(id % 2, 1, "seed {seed}");
+            let ch = sim.shard(cli(r)).channel(PeerId(r), *id).unwrap();
+            assert_eq!((ch.kind, ch.priority), (UDP_LIKE, sent.priority));
+            let got = log.on(r, "game");
+            let mut seen = HashSet::new();
+            for g in got {
+                let (s, k) = header(&g.payload).expect("a header");
+                assert_eq!(s, 1);
+                assert!(seen.insert(k), "seed {seed}: receiver {r} got {k} twice");
+                let want = format!("1:{k}:{}", "z".repeat((k % 40) as usize));
+                assert_eq!(g.payload, want.as_bytes(), "seed {seed}");
+                assert!(g.binary);
+            }
+            // 5% loss each way on both hops: most arrive, not all need to.
+            assert!(
+                got.len() > N as usize * 3 / 4,
+                "seed {seed}: only {} of {N}",
+                got.len()
+            );
+        }
+        assert!(log.on(1, "game").is_empty(), "the sender hears itself");
+    }
+}
+
+#[test]
+fn sim_room_relay_send_data_to_the_room_and_to_one_member() {
+    let members = [(1, ROOM), (2, ROOM), (3, ROOM), (4, OTHER_ROOM)];
+    let mut sim = room_sim(21, &link(0.0), SctpLimits::default(), &members);
+    let mut log = Log::default();
+    let srv = addr(SRV);
+    let hello = Bytes::from_static(b"hello");
+    let n = sim
+        .shard_mut(srv)
+        .send_data(ROOM, None, "announce", false, hello.clone())
+        .unwrap();
+    assert_eq!(n, 3);
+    let to_two = Bytes::from_static(&[1, 2, 3]);
+    let n = sim
+        .shard_mut(srv)
+        .send_data(ROOM, Some(PeerId(2)), "announce", true, to_two.clone())
+        .unwrap();
+    assert_eq!(n, 1);
+    sim.command(
+        srv,
+        Command::SendData {
+            room: ROOM,
+            to: None,
+            label: "announce".into(),
+            binary: false,
+            payload: Bytes::new(),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        sim.shard_mut(srv)
+            .send_data(ROOM, Some(PeerId(4)), "announce", false, hello.clone()),
+        Err(CommandError::NotMember {
+            peer: PeerId(4),
+            room: ROOM
+        })
+    );
+    assert_eq!(
+        sim.shard_mut(srv).send_data(
+            ROOM,
+            None,
+            "announce",
+            true,
+            Bytes::from(vec![0; 256 * 1024 + 1])
+        ),
+        Err(CommandError::TooLarge {
+            size: 256 * 1024 + 1,
+            max: 256 * 1024
+        })
+    );
+    run(
+        &mut sim,
+        &mut log,
+        Duration::from_secs(10),
+        "send data",
+        |log| (1..=3).all(|r| log.on(r, "announce").len() >= 2 + usize::from(r == 2)),
+    );
+    sim.run_for(Duration::from_secs(2)).ok();
+    log.take(&mut sim);
+    let text = |p: &Bytes| Got {
+        binary: false,
+        payload: p.clone(),
+    };
+    for r in 1..=3u64 {
+        let mut want = vec![text(&hello)];
+        if r == 2 {
+            want.push(Got {
+                binary: true,
+                payload: to_two.clone(),
+            });
+        }
+        want.push(text(&Bytes::new()));
+        assert_eq!(log.on(r, "announce"), want.as_slice(), "member {r}");
+        let (id, _, protocol) = log.opened[&r][0].clone();
+        assert_eq!(protocol, "");
+        let ch = sim.shard(cli(r)).channel(PeerId(r), id).unwrap();
+        assert_eq!(ch.kind, RELIABLE, "opened reliable and ordered");
+    }
+    assert_eq!(log.total(), 3 * 2 + 1, "the other room heard something");
+    assert_eq!(sim.shard(srv).stats().relay_messages, 7);
+}
+
+/// Members 1–3 in one room; the server's send buffer is small so a receiver that
+/// stops reading fills it quickly.
+fn slow_room(seed: u64) -> Sim {
+    let limits = SctpLimits {
+        send_buffer: 512 * 1024,
+        ..SctpLimits::default()
+    };
+    room_sim(seed, &link(0.0), limits, &[(1, ROOM), (2, ROOM), (3, ROOM)])
+}
+
+/// Member 3 stops reading (nothing from the server reaches it any more) while
+/// member 1 sends messages `range` on `channel` at a pace member 2 keeps up with;
+/// runs until member 2 has every message of `label` up to `range.end`, and a
+/// little longer.
+fn member_3_goes_deaf(
+    sim: &mut Sim,
+    log: &mut Log,
+    channel: u16,
+    label: &str,
+    range: std::ops::Range<u32>,
+) {
+    sim.set_link(addr(SRV), cli(3), link(1.0));
+    let end = range.end as usize;
+    send_paced(sim, 1, channel, range, 20, Duration::from_millis(50));
+    run(sim, log, Duration::from_secs(60), label, |log| {
+        log.on(2, label).len() >= end
+    });
+    sim.run_for(Duration::from_secs(2)).ok();
+    log.take(sim);
+}
+
+#[test]
+fn sim_room_relay_slow_receiver_on_a_reliable_channel_is_disconnected() {
+    const N: u32 = 600;
+    let mut sim = slow_room(31);
+    let entities_with_three = sim.shard(addr(SRV)).entity_count();
+    let mut log = Log::default();
+    let mut chat = [0u16; 4];
+    for i in 1..=3 {
+        chat[i as usize] = open_from_client(&mut sim, &mut log, i, "chat", "", RELIABLE);
+    }
+    // 600 messages with twelve of 70 KiB: far over the 512 KiB member 3 may owe.
+    member_3_goes_deaf(&mut sim, &mut log, chat[1], "chat", 0..N);
+    let want: Vec<Got> = (0..N).map(|k| message(1, k, false)).collect();
+    assert!(
+        log.on(2, "chat") == want.as_slice(),
+        "member 2 missed or reordered"
+    );
+    assert_eq!(
+        log.removed,
+        vec![(addr(SRV), PeerId(3), RemoveReason::SlowReceiver)]
+    );
+    let srv = sim.shard(addr(SRV));
+    assert_eq!(srv.stats().relay_slow_receivers, 1);
+    assert_eq!(srv.room_member_count(ROOM), 2);
+    assert_eq!(srv.peer_count(), 2);
+    assert_eq!(
+        srv.entity_count(),
+        entities_with_three - 1,
+        "member 3 left something"
+    );
+}
+
+#[test]
+fn sim_room_relay_slow_receiver_on_an_unreliable_channel_loses_messages_not_membership() {
+    const N: u32 = 600;
+    let mut sim = slow_room(32);
+    let mut log = Log::default();
+    let game = open_from_client(&mut sim, &mut log, 1, "game", "", UDP_LIKE);
+    // Let shoal open "game" on members 2 and 3 before member 3 goes deaf.
+    send_range(&mut sim, 1, game, 0..1, false);
+    run(
+        &mut sim,
+        &mut log,
+        Duration::from_secs(10),
+        "game opened",
+        |log| log.label(3, 1).is_some() && log.label(2, 1).is_some(),
+    );
+    member_3_goes_deaf(&mut sim, &mut log, game, "game", 1..N);
+    let mut got: Vec<u32> = log
+        .on(2, "game")
+        .iter()
+        .map(|g| {
+            let (s, k) = header(&g.payload).unwrap();
+            assert_eq!(g, &message(s, k, false), "corrupted");
+            k
+        })
+        .collect();
+    got.sort_unstable();
+    assert_eq!(
+        got,
+        (0..N).collect::<Vec<_>>(),
+        "member 2 lost or duplicated"
+    );
+    let srv = sim.shard(addr(SRV));
+    assert!(
+        srv.stats().relay_dropped > 0,
+        "member 3's full buffer dropped nothing"
+    );
+    assert_eq!(srv.stats().relay_slow_receivers, 0);
+    assert!(log.removed.is_empty(), "{:?}", log.removed);
+    assert_eq!(srv.room_member_count(ROOM), 3);
+}

@@ -1,0 +1,245 @@
+//! The room relay: a message a member sends on a data channel labelled L goes to
+//! every other member of its room whose association is established, on that
+//! member's channel L; a member without one gets it opened by shoal (DCEP, RFC 8832
+//! §6) with the sender's channel type, reliability parameter, priority and
+//! protocol, and the message queued right behind the OPEN.
+//!
+//! Each receiver gets the sender's `Bytes` (a reference count, never a copy) with
+//! the PPID it came with, so the string/binary kinds and their empty forms (RFC 8831
+//! §6.6) pass through untouched, and the sender channel's ordering and reliability,
+//! so order and loss behave per receiver as the sender asked.
+//!
+//! # Back-pressure
+//!
+//! A slow receiver never blocks the room nor grows memory for it: its association's
+//! send buffer (bounded by `SctpLimits::send_buffer`) is its whole queue.
+//! - *Unreliable channels* (a max-retransmits or max-lifetime policy, ordered or
+//!   not): a message the buffer refuses is dropped for that receiver and counted
+//!   (`ShardStats::relay_dropped`); losing it is within what the channel promises.
+//! - *Reliable channels* (ordered or not): a reliable message must arrive exactly
+//!   once, or the channel must report an error. A message the buffer refuses
+//!   therefore removes the receiver (`RemoveReason::SlowReceiver`, counted in
+//!   `ShardStats::relay_slow_receivers`): losing its association is the error its
+//!   application sees, instead of a silent gap.
+//!
+//! Messages from the owner (`Shard::send_data`) follow the same policy on reliable
+//! ordered channels.
+
+use bevy_ecs::entity::EntityHashSet;
+use bevy_ecs::prelude::*;
+use bevy_ecs::system::SystemParam;
+use bytes::Bytes;
+use shoal_components::peer::{Ice, IceControlling, IceCredentials, IceState, Peer, PeerIndex};
+use shoal_components::room::{RoomId, RoomIndex};
+use shoal_components::sctp::Ppid;
+use shoal_components::sctp::dcep::Reliability;
+use shoal_components::stats::ShardStats;
+use shoal_components::tick::{Events, RemoveReason, SctpWork};
+use shoal_components::time::Time;
+
+use crate::datachannel::{
+    self, ChannelError, ChannelParams, ChannelsQuery, DataChannels, queue_user_message,
+};
+use crate::ice::remove_peer_in_pass;
+use crate::sctp::assoc::{AssocState, Sctp};
+
+/// One message to relay: what a member sent on `stream`, in its wire form.
+#[derive(Debug)]
+pub struct RelayJob {
+    /// The sender's stream (its channel names the label and parameters).
+    pub stream: u16,
+    /// The PPID it came with.
+    pub ppid: Ppid,
+    /// The payload it came with (one zero byte for the empty PPIDs).
+    pub payload: Bytes,
+}
+
+/// The relay's per-tick lists, reused tick after tick.
+#[derive(Resource, Debug, Default)]
+pub struct RelayScratch {
+    /// Messages of the sender being handled.
+    pub jobs: Vec<RelayJob>,
+    /// Receivers already on this tick's work list.
+    pub woken: EntityHashSet,
+}
+
+/// Takes peers off the shard from inside the datachannel pass.
+#[derive(SystemParam)]
+pub struct Leave<'w, 's> {
+    index: ResMut<'w, PeerIndex>,
+    commands: Commands<'w, 's>,
+    ice: Query<
+        'w,
+        's,
+        (
+            &'static IceCredentials,
+            &'static mut Ice,
+            Option<&'static IceControlling>,
+        ),
+    >,
+}
+
+impl Leave<'_, '_> {
+    /// Whether the peer is on its way out this tick (or has no ICE state at all).
+    fn is_leaving(&self, entity: Entity) -> bool {
+        !self
+            .ice
+            .get(entity)
+            .is_ok_and(|(_, ice, _)| ice.state != IceState::Failed)
+    }
+
+    /// Removes the peer: its index entries now, the entity when the pass's commands
+    /// apply (its room membership goes with it).
+    fn remove(&mut self, events: &mut Events, entity: Entity, peer: &Peer, reason: RemoveReason) {
+        let Ok((creds, mut ice, ctl)) = self.ice.get_mut(entity) else {
+            return;
+        };
+        remove_peer_in_pass(
+            &mut self.index,
+            events,
+            &mut self.commands,
+            entity,
+            peer,
+            creds,
+            &mut ice,
+            ctl,
+            reason,
+        );
+    }
+}
+
+/// The datachannel pass's resources, lent to the relay.
+pub(crate) struct RelayCtx<'a, 'w, 's> {
+    pub now: Time,
+    pub work: &'a mut SctpWork,
+    pub events: &'a mut Events,
+    pub stats: &'a mut ShardStats,
+    pub rooms: &'a RoomIndex,
+    pub relay: &'a mut RelayScratch,
+    pub leave: &'a mut Leave<'w, 's>,
+}
+
+/// Relays the jobs `from` produced to the other members of `room`. O(members) per
+/// message: members come from the room index, each looked up by entity.
+pub(crate) fn fan_out(
+    ctx: &mut RelayCtx,
+    q: &mut Query<ChannelsQuery>,
+    from: Entity,
+    room: RoomId,
+) {
+    let RelayCtx {
+        now,
+        work,
+        events,
+        stats,
+        rooms,
+        relay,
+        leave,
+    } = ctx;
+    let members = rooms.members(room);
+    for job in relay.jobs.drain(..) {
+        for &to in members {
+            if to == from || leave.is_leaving(to) {
+                continue;
+            }
+            let Ok([(_, _, sender, _), (peer, mut a, mut dc, _)]) = q.get_many_mut([from, to])
+            else {
+                continue;
+            };
+            let Some(channel) = sender.channels.get(&job.stream) else {
+                break;
+            };
+            let peer = *peer;
+            let payload = job.payload.clone();
+            match deliver(
+                &mut a,
+                &mut dc,
+                stats,
+                *now,
+                channel.params(),
+                job.ppid,
+                payload,
+            ) {
+                Delivery::Queued => {
+                    if relay.woken.insert(to) {
+                        work.0.push(to);
+                    }
+                }
+                Delivery::Skipped => {}
+                Delivery::SlowReceiver => {
+                    leave.remove(events, to, &peer, RemoveReason::SlowReceiver);
+                }
+            }
+        }
+    }
+}
+
+/// Queues a message in its wire form on the receiver's channel labelled
+/// `params.label`, opening one with `params` if it has none. The message keeps
+/// the ordering and reliability of `params.kind`, the sender's.
+pub(crate) fn relay_to(
+    a: &mut Sctp,
+    dc: &mut DataChannels,
+    now: Time,
+    params: ChannelParams<'_>,
+    ppid: Ppid,
+    payload: Bytes,
+) -> Result<(), ChannelError> {
+    let stream = match dc.by_label(params.label) {
+        Some(stream) => stream,
+        // RFC 8832 §6: the opener may send user data right after the OPEN, without
+        // waiting for the ACK (ordered until then, which queue_user_message sees to).
+        None => datachannel::open(a, dc, now, params)?,
+    };
+    let state = dc
+        .channels
+        .get(&stream)
+        .map(|ch| ch.state)
+        .ok_or(ChannelError::UnknownChannel(stream))?;
+    queue_user_message(a, now, stream, state, params.kind, ppid, payload)
+}
+
+/// What [`deliver`] did for one receiver.
+pub(crate) enum Delivery {
+    /// Queued: the receiver's association has something to send.
+    Queued,
+    /// Not delivered to this receiver (not established yet, or dropped); the
+    /// counters say why.
+    Skipped,
+    /// Remove the receiver: it cannot keep up with a reliable channel.
+    SlowReceiver,
+}
+
+/// Delivers one message to one receiver under the back-pressure policy of the
+/// module documentation, and counts what happened.
+pub(crate) fn deliver(
+    a: &mut Sctp,
+    dc: &mut DataChannels,
+    stats: &mut ShardStats,
+    now: Time,
+    params: ChannelParams<'_>,
+    ppid: Ppid,
+    payload: Bytes,
+) -> Delivery {
+    if a.state != AssocState::Established {
+        return Delivery::Skipped;
+    }
+    match relay_to(a, dc, now, params, ppid, payload) {
+        Ok(()) => {
+            stats.relay_messages += 1;
+            Delivery::Queued
+        }
+        Err(ChannelError::WouldBlock) if params.kind.reliability == Reliability::Reliable => {
+            stats.relay_slow_receivers += 1;
+            Delivery::SlowReceiver
+        }
+        Err(ChannelError::WouldBlock) => {
+            stats.relay_dropped += 1;
+            Delivery::Skipped
+        }
+        Err(_) => {
+            stats.relay_undeliverable += 1;
+            Delivery::Skipped
+        }
+    }
+}

@@ -64,6 +64,9 @@ pub struct ShardStats {
     pub sctp_packets_dropped: u64,
     /// SCTP packets handed to DTLS.
     pub sctp_packets_sent: u64,
+    /// Associations established where both ends announced zero checksums over DTLS
+    /// (RFC 9653), so packets go without CRC32c.
+    pub sctp_zero_checksum_associations: u64,
     /// SCTP packets DTLS refused (not connected, or its queue full).
     pub sctp_packets_unsent: u64,
     /// SACK chunks put into packets: at most one per association per tick.

@@ -119,6 +119,9 @@ pub fn sctp(
         if fx.established || (was != AssocState::Established && a.state == AssocState::Established)
         {
             timers.cancel(TimerKind::SctpT1);
+            if a.zero_checksum_tx {
+                ctx.stats.sctp_zero_checksum_associations += 1;
+            }
             ctx.events
                 .0
                 .push(ShardEvent::SctpEstablished { peer: peer.id });

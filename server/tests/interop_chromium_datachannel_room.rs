@@ -1,0 +1,171 @@
+//! Interop: two headless Chromium pages join one room over WHIP and exchange
+//! data-channel messages through shoal's room relay, checked from the pages' own
+//! JavaScript: on a reliable ordered channel every message of the other page arrives
+//! exactly once, in order, with its type (string or binary) and bytes intact; on an
+//! unordered channel sent once, nothing arrives twice or corrupted. Each page then
+//! leaves with a WHIP DELETE and the room is empty again.
+//!
+//! Needs `/usr/bin/chromium` (`scripts/test-all` installs it).
+
+mod chromium;
+mod grpc_node;
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::time::{Duration, Instant};
+
+use chromium::{Cdp, attach, devtools_url, launch, open_page, poll};
+use serde_json::Value;
+use shoal_proto::v1::CreateRoomRequest;
+use shoal_proto::v1::room_service_client::RoomServiceClient;
+use shoal_server::config::Config;
+
+const ROOM: &str = "chromium-room";
+/// Messages each page sends on each channel.
+const COUNT: usize = 300;
+/// How long the pages have for the whole exchange.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One page's side of the exchange; its result lands in `window.shoalResult`.
+///
+/// Until the other page is heard (messages sent before it joined reach no one), the
+/// page says `ready:<me>` every 100 ms, then once more; then it sends COUNT numbered
+/// messages on each channel (even ones strings, odd ones binary, 0 to ~3 KB), pacing
+/// on `bufferedAmount`; once it has all of the other's it says `done:<me>`, and it
+/// finishes when the other's `done` arrives (so both sides received everything).
+fn room_script(me: &str) -> String {
+    format!(
+        r#"window.shoalResult = null;
+(async () => {{
+  const me = "{me}", count = {COUNT};
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const size = (i) => (i * 37) % 3000;
+  const text = (who, i) => `${{who}}:${{i}}:` + "x".repeat(size(i));
+  const bytes = (who, i) => {{
+    const head = new TextEncoder().encode(`${{who}}:${{i}}:`);
+    const out = new Uint8Array(head.length + size(i));
+    out.set(head);
+    for (let k = 0; k < size(i); k++) out[head.length + k] = (i + k) % 251;
+    return out;
+  }};
+  const payload = (who, i) => (i % 2 === 0 ? text(who, i) : bytes(who, i));
+  // (sender, index) of a well-formed message from someone else, else null.
+  const parse = (data) => {{
+    const raw = typeof data === "string" ? data : new TextDecoder().decode(new Uint8Array(data).slice(0, 64));
+    const [who, idx] = raw.split(":");
+    const i = Number(idx);
+    if (!who || who === me || !Number.isInteger(i)) return null;
+    const want = payload(who, i);
+    if (typeof data === "string") return data === want ? [who, i] : null;
+    if (typeof want === "string") return null;
+    const got = new Uint8Array(data);
+    return got.length === want.length && got.every((b, k) => b === want[k]) ? [who, i] : null;
+  }};
+  const pc = new RTCPeerConnection({{ iceServers: [] }});
+  const dc = pc.createDataChannel("ordered");
+  const un = pc.createDataChannel("unordered", {{ ordered: false, maxRetransmits: 0 }});
+  dc.binaryType = un.binaryType = "arraybuffer";
+  const r = {{ me, peer: null, ordered: 0, unordered: 0, errors: [] }};
+  let next = 0, peerDone = false;
+  const seen = new Set();
+  dc.onmessage = (e) => {{
+    if (typeof e.data === "string" && e.data.startsWith("ready:")) {{ r.peer = e.data.slice(6); return; }}
+    if (typeof e.data === "string" && e.data.startsWith("done:")) {{ peerDone = true; return; }}
+    const m = parse(e.data);
+    if (!m || m[0] !== r.peer) r.errors.push("malformed ordered message");
+    else if (m[1] !== next) {{ r.errors.push(`expected ${{next}}, got ${{m[1]}}`); next = m[1] + 1; }}
+    else next++;
+    r.ordered++;
+  }};
+  un.onmessage = (e) => {{
+    const m = parse(e.data);
+    if (!m) r.errors.push("malformed unordered message");
+    else if (seen.has(m[1])) r.errors.push(`unordered ${{m[1]}} twice`);
+    else seen.add(m[1]);
+    r.unordered++;
+  }};
+  const opened = Promise.all([dc, un].map((c) => new Promise((ok) => (c.onopen = ok))));
+  await pc.setLocalDescription(await pc.createOffer());
+  const response = await fetch(`/whip/{ROOM}?identity=${{me}}`, {{
+    method: "POST", headers: {{ "Content-Type": "application/sdp" }}, body: pc.localDescription.sdp,
+  }});
+  const answer = await response.text();
+  if (response.status !== 201) throw new Error(`POST ${{response.status}}: ${{answer}}`);
+  const location = response.headers.get("Location");
+  await pc.setRemoteDescription({{ type: "answer", sdp: answer }});
+  await opened;
+  while (!r.peer) {{ dc.send(`ready:${{me}}`); await sleep(100); }}
+  dc.send(`ready:${{me}}`);
+  for (let i = 0; i < count; i++) {{
+    dc.send(payload(me, i));
+    un.send(payload(me, i));
+    while (dc.bufferedAmount > 256 * 1024) await sleep(5);
+  }}
+  while (r.ordered < count) await sleep(20);
+  dc.send(`done:${{me}}`);
+  while (!peerDone) await sleep(20);
+  const gone = await fetch(location, {{ method: "DELETE" }});
+  r.deleted = gone.status;
+  pc.close();
+  return r;
+}})().then((r) => (window.shoalResult = r), (e) => (window.shoalResult = {{ failed: String(e) }}));
+"started""#
+    )
+}
+
+#[test]
+fn interop_chromium_datachannel_room() {
+    let (_server, control) = grpc_node::start_node(Config {
+        shards: NonZeroUsize::new(1).expect("non-zero"),
+        ..Config::default()
+    });
+    let http: SocketAddr = control.http_addr().expect("HTTP is on");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut rooms = RoomServiceClient::new(
+        runtime.block_on(grpc_node::connect(control.grpc_addr().expect("gRPC is on"))),
+    );
+    runtime
+        .block_on(rooms.create_room(CreateRoomRequest {
+            name: ROOM.into(),
+            ..CreateRoomRequest::default()
+        }))
+        .expect("room created");
+
+    let page = format!("http://{http}/");
+    let browser = launch(&page);
+    let url = devtools_url(&browser.profile);
+    runtime.block_on(async {
+        let (ws, _) = tokio_tungstenite::connect_async(url.as_str())
+            .await
+            .expect("connect to DevTools");
+        let mut cdp = Cdp { ws, next_id: 0 };
+        let first = attach(&mut cdp, &page).await;
+        let second = open_page(&mut cdp, &page).await;
+        for (session, me) in [(&first, "left"), (&second, "right")] {
+            let started = cdp.evaluate(session, &room_script(me)).await;
+            assert_eq!(started, Value::from("started"));
+        }
+        let deadline = Instant::now() + EXCHANGE_TIMEOUT;
+        let probe = "window.shoalResult";
+        for (session, me, other) in [(&first, "left", "right"), (&second, "right", "left")] {
+            let r = poll(&mut cdp, session, probe, deadline).await;
+            assert!(r.get("failed").is_none(), "{me}: {r}");
+            assert_eq!(r["peer"], Value::from(other), "{me}: {r}");
+            assert_eq!(r["ordered"], Value::from(COUNT), "{me}: {r}");
+            assert_eq!(r["errors"], Value::Array(Vec::new()), "{me}: {r}");
+            // Sent once each on loopback; the relay may drop an unreliable message
+            // for a slow receiver, but never duplicates or corrupts one.
+            let unordered = r["unordered"].as_u64().unwrap_or(0);
+            assert!(
+                unordered > 0 && unordered <= COUNT as u64,
+                "{me}: {unordered} unordered"
+            );
+            assert_eq!(r["deleted"], Value::from(200), "{me}: {r}");
+        }
+        assert_eq!(grpc_node::participants(&mut rooms, ROOM).await, 0);
+    });
+    drop(browser);
+}

@@ -68,7 +68,17 @@ def http(method: str, url: str, body: bytes | None = None, ctype: str | None = N
     if ctype:
         req.add_header("Content-Type", ctype)
     with urllib.request.urlopen(req, timeout=10) as resp:
-        return resp.status, dict(resp.headers), resp.read()
+        return resp.status, resp.headers, resp.read()
+
+
+async def all_acknowledged(pc: RTCPeerConnection) -> None:
+    """Returns once nothing of ours waits in the data channels or in SCTP, sent or
+    not (aiortc exposes no API for it; these are its send queues)."""
+    sctp = pc.sctp
+    while (
+        sctp._data_channel_queue or sctp._outbound_queue or sctp._sent_queue
+    ):
+        await asyncio.sleep(0.01)
 
 
 async def run(whip: str, me: str, count: int, timeout: float) -> dict:
@@ -159,6 +169,9 @@ async def run(whip: str, me: str, count: int, timeout: float) -> dict:
         await asyncio.wait_for(all_received.wait(), timeout)
         ordered.send(f"done:{me}")
         await asyncio.wait_for(peer_done.wait(), timeout)
+        # Leave only once shoal has acknowledged everything we sent, our `done` too:
+        # what shoal acknowledged it has relayed, so leaving loses nothing.
+        await asyncio.wait_for(all_acknowledged(pc), timeout)
     except asyncio.TimeoutError:
         report["ordered_errors"].append(
             f"timed out: heard={peer_heard.is_set()} got={report['ordered_received']}"

@@ -68,7 +68,11 @@ pub struct DataChannels {
     pub channels: HashMap<u16, Channel>,
     /// Label to stream, for the room relay. Labels need not be unique (RFC 8832
     /// §5.1 does not ask it): a label maps to the oldest of its channels that is
-    /// still here, opening or open or closing.
+    /// still here, opening or open or closing, except that a channel the peer
+    /// opened takes its label over from one shoal opened: when a member opens
+    /// "chat" just as another member's first "chat" message arrives, shoal opens a
+    /// "chat" of its own for it, and the member's own channel, the one its
+    /// application reads, must get the rest.
     labels: FastMap<String, u16>,
     /// Our parity: 0 for the DTLS client's even ids, 1 for the server's odd ones.
     pub next_id: u16,
@@ -90,8 +94,15 @@ impl DataChannels {
     }
 
     fn insert(&mut self, id: u16, channel: Channel) {
-        if !self.labels.contains_key(channel.label.as_str()) {
-            self.labels.insert(channel.label.clone(), id);
+        let ours = |stream: u16| stream % 2 == self.next_id % 2;
+        match self.labels.get(channel.label.as_str()) {
+            None => {
+                self.labels.insert(channel.label.clone(), id);
+            }
+            Some(&held) if ours(held) && !ours(id) => {
+                self.labels.insert(channel.label.clone(), id);
+            }
+            Some(_) => {}
         }
         self.channels.insert(id, channel);
     }
@@ -526,5 +537,37 @@ fn on_dcep(
             }
         }
         Err(_) => ctx.stats.dcep_malformed += 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat() -> Channel {
+        Channel {
+            label: "chat".into(),
+            protocol: String::new(),
+            kind: ChannelType::default(),
+            priority: 256,
+            state: ChannelState::Open,
+            incoming_reset: false,
+            outgoing_reset: false,
+        }
+    }
+
+    #[test]
+    fn a_channel_the_peer_opens_takes_its_label_over_from_ours() {
+        // shoal is the DTLS server here: its channels have odd ids.
+        let mut dc = DataChannels::new(false);
+        dc.insert(1, chat());
+        assert_eq!(dc.by_label("chat"), Some(1));
+        // The peer opens its own "chat": the relay uses that one from now on.
+        dc.insert(0, chat());
+        assert_eq!(dc.by_label("chat"), Some(0));
+        // A second one of the peer's, or another of ours, does not move it again.
+        dc.insert(2, chat());
+        dc.insert(3, chat());
+        assert_eq!(dc.by_label("chat"), Some(0));
     }
 }

@@ -1,0 +1,152 @@
+//! Interop: two aiortc 1.16 clients (`scripts/interop/aiortc_room_client.py`) join
+//! one room over WHIP and exchange 1 000 messages each way through shoal's room relay
+//! on a reliable ordered channel (each delivered once, in order, type and bytes
+//! intact) and on an unordered channel sent once (never twice, never corrupted); both
+//! leave by WHIP DELETE and the room is empty again.
+//!
+//! The Python interpreter is `SHOAL_INTEROP_PYTHON`, else the venv
+//! `target/interop-venv` that `scripts/test-all` creates with aiortc.
+
+mod grpc_node;
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use shoal_proto::v1::CreateRoomRequest;
+use shoal_proto::v1::room_service_client::RoomServiceClient;
+use shoal_server::config::Config;
+
+const ROOM: &str = "aiortc-room";
+const COUNT: u64 = 1000;
+/// How long both clients have for the whole exchange.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn python() -> PathBuf {
+    let path = std::env::var_os("SHOAL_INTEROP_PYTHON").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/interop-venv/bin/python"),
+        PathBuf::from,
+    );
+    assert!(
+        path.exists(),
+        "no Python with aiortc at {}: run scripts/test-all, or set SHOAL_INTEROP_PYTHON",
+        path.display()
+    );
+    path
+}
+
+/// A client process, killed if the test ends before it did.
+struct Client(Child);
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn start_client(whip: &str, identity: &str) -> Client {
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/interop/aiortc_room_client.py");
+    let child = Command::new(python())
+        .arg(script)
+        .arg(format!("{whip}?identity={identity}"))
+        .arg(identity)
+        .args(["--count", &COUNT.to_string(), "--timeout", "15"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the aiortc client");
+    Client(child)
+}
+
+/// Waits for the client to exit by `deadline`; returns its exit status and report.
+fn finish(client: &mut Client, deadline: Instant) -> (bool, Value) {
+    let status = loop {
+        if let Some(status) = client.0.try_wait().expect("poll the client") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the aiortc client did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    if let Some(mut stdout) = client.0.stdout.take() {
+        stdout.read_to_string(&mut out).expect("read its report");
+    }
+    let line = out.lines().last().unwrap_or_default();
+    let report = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("no JSON report ({e}): {out:?}, exit {status}"));
+    (status.success(), report)
+}
+
+#[test]
+fn interop_aiortc_datachannel_room() {
+    let (server, control) = grpc_node::start_node(Config {
+        shards: NonZeroUsize::new(1).expect("non-zero"),
+        ..Config::default()
+    });
+    let http: SocketAddr = control.http_addr().expect("HTTP is on");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut rooms = RoomServiceClient::new(
+        runtime.block_on(grpc_node::connect(control.grpc_addr().expect("gRPC is on"))),
+    );
+    runtime
+        .block_on(rooms.create_room(CreateRoomRequest {
+            name: ROOM.into(),
+            ..CreateRoomRequest::default()
+        }))
+        .expect("room created");
+
+    let whip = format!("http://{http}/whip/{ROOM}");
+    let mut clients = [
+        ("alice", "bob", start_client(&whip, "alice")),
+        ("bob", "alice", start_client(&whip, "bob")),
+    ];
+    let deadline = Instant::now() + EXCHANGE_TIMEOUT;
+    let reports: Vec<(bool, Value)> = clients
+        .iter_mut()
+        .map(|(_, _, client)| finish(client, deadline))
+        .collect();
+    let counters = server
+        .command_sender(0)
+        .and_then(|s| s.stats().ok())
+        .map(|r| format!("{:?}", r.shard))
+        .unwrap_or_default();
+    for ((me, other, _), (ok, r)) in clients.iter().zip(reports) {
+        let r = {
+            let mut r = r;
+            r["shard"] = Value::from(counters.clone());
+            r
+        };
+        assert_eq!(r["peer"], Value::from(*other), "{me}: {r}");
+        assert_eq!(r["ordered_received"], Value::from(COUNT), "{me}: {r}");
+        assert_eq!(r["ordered_errors"], Value::Array(Vec::new()), "{me}: {r}");
+        assert_eq!(r["unordered_errors"], Value::Array(Vec::new()), "{me}: {r}");
+        // Sent once each on loopback; the relay may drop an unreliable message for a
+        // slow receiver, but never duplicates or corrupts one.
+        let unordered = r["unordered_received"].as_u64().unwrap_or(0);
+        assert!(unordered > 0 && unordered <= COUNT, "{me}: {r}");
+        assert!(ok, "{me} exited with a failure: {r}");
+    }
+    // Both DELETEs took their participants out.
+    runtime.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while grpc_node::participants(&mut rooms, ROOM).await != 0 {
+            assert!(Instant::now() < deadline, "the room should be empty");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}

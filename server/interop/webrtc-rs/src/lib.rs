@@ -1,0 +1,1 @@
+//! Intentionally empty: the test and its shared participant code live under `tests/`.

@@ -10,16 +10,11 @@
 mod grpc_node;
 
 use std::io::Read;
-use std::net::SocketAddr;
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shoal_proto::v1::CreateRoomRequest;
-use shoal_proto::v1::room_service_client::RoomServiceClient;
-use shoal_server::config::Config;
 
 const ROOM: &str = "aiortc-room";
 const COUNT: u64 = 1000;
@@ -91,25 +86,13 @@ fn finish(client: &mut Client, deadline: Instant) -> (bool, Value) {
 
 #[test]
 fn interop_aiortc_datachannel_room() {
-    let (server, control) = grpc_node::start_node(Config {
-        shards: NonZeroUsize::new(1).expect("non-zero"),
-        ..Config::default()
-    });
-    let http: SocketAddr = control.http_addr().expect("HTTP is on");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let mut rooms = RoomServiceClient::new(
-        runtime.block_on(grpc_node::connect(control.grpc_addr().expect("gRPC is on"))),
-    );
-    runtime
-        .block_on(rooms.create_room(CreateRoomRequest {
-            name: ROOM.into(),
-            ..CreateRoomRequest::default()
-        }))
-        .expect("room created");
-
+    let grpc_node::RoomNode {
+        server,
+        http,
+        runtime,
+        mut rooms,
+        control: _control,
+    } = grpc_node::node_with_room(ROOM);
     let whip = format!("http://{http}/whip/{ROOM}");
     let mut clients = [
         ("alice", "bob", start_client(&whip, "alice")),

@@ -10,15 +10,10 @@
 mod chromium;
 mod grpc_node;
 
-use std::net::SocketAddr;
-use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
 use chromium::{Cdp, attach, devtools_url, launch, open_page, poll};
 use serde_json::Value;
-use shoal_proto::v1::CreateRoomRequest;
-use shoal_proto::v1::room_service_client::RoomServiceClient;
-use shoal_server::config::Config;
 
 const ROOM: &str = "chromium-room";
 /// Messages each page sends on each channel.
@@ -115,25 +110,13 @@ fn room_script(me: &str) -> String {
 
 #[test]
 fn interop_chromium_datachannel_room() {
-    let (_server, control) = grpc_node::start_node(Config {
-        shards: NonZeroUsize::new(1).expect("non-zero"),
-        ..Config::default()
-    });
-    let http: SocketAddr = control.http_addr().expect("HTTP is on");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let mut rooms = RoomServiceClient::new(
-        runtime.block_on(grpc_node::connect(control.grpc_addr().expect("gRPC is on"))),
-    );
-    runtime
-        .block_on(rooms.create_room(CreateRoomRequest {
-            name: ROOM.into(),
-            ..CreateRoomRequest::default()
-        }))
-        .expect("room created");
-
+    let grpc_node::RoomNode {
+        http,
+        runtime,
+        mut rooms,
+        control: _control,
+        server: _server,
+    } = grpc_node::node_with_room(ROOM);
     let page = format!("http://{http}/");
     let browser = launch(&page);
     let url = devtools_url(&browser.profile);

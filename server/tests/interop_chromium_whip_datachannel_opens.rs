@@ -13,14 +13,9 @@
 mod chromium;
 mod grpc_node;
 
-use std::net::SocketAddr;
-use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
 use chromium::{Cdp, attach, devtools_url, launch};
-use shoal_proto::v1::CreateRoomRequest;
-use shoal_proto::v1::room_service_client::RoomServiceClient;
-use shoal_server::config::Config;
 
 /// How long the page may take to open its data channel.
 const OPEN_TIMEOUT_MS: u64 = 20_000;
@@ -54,25 +49,13 @@ fn whip_script(room: &str) -> String {
 
 #[test]
 fn interop_chromium_whip_datachannel_opens() {
-    let (server, control) = grpc_node::start_node(Config {
-        shards: NonZeroUsize::new(1).expect("non-zero"),
-        ..Config::default()
-    });
-    let http: SocketAddr = control.http_addr().expect("HTTP is on");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let mut rooms = RoomServiceClient::new(
-        runtime.block_on(grpc_node::connect(control.grpc_addr().expect("gRPC is on"))),
-    );
-    runtime
-        .block_on(rooms.create_room(CreateRoomRequest {
-            name: "interop".into(),
-            ..CreateRoomRequest::default()
-        }))
-        .expect("room created");
-
+    let grpc_node::RoomNode {
+        server,
+        http,
+        runtime,
+        mut rooms,
+        control: _control,
+    } = grpc_node::node_with_room("interop");
     let page = format!("http://{http}/");
     let browser = launch(&page);
     let url = devtools_url(&browser.profile);

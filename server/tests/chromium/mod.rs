@@ -160,19 +160,7 @@ pub async fn attach(cdp: &mut Cdp, url: &str) -> String {
                 .cloned()
         });
         if let Some(page) = page {
-            let attached = cdp
-                .call(
-                    None,
-                    "Target.attachToTarget",
-                    json!({"targetId": page["targetId"], "flatten": true}),
-                )
-                .await;
-            let session = attached["sessionId"]
-                .as_str()
-                .expect("a session id")
-                .to_owned();
-            wait_loaded(cdp, &session, url, deadline).await;
-            return session;
+            return attach_loaded(cdp, &page["targetId"], url, deadline).await;
         }
         assert!(Instant::now() < deadline, "no page at {url}");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -200,11 +188,16 @@ pub async fn open_page(cdp: &mut Cdp, url: &str) -> String {
     let created = cdp
         .call(None, "Target.createTarget", json!({ "url": url }))
         .await;
+    attach_loaded(cdp, &created["targetId"], url, deadline).await
+}
+
+/// Attaches to `target` and waits until it shows `url`, loaded; returns the session.
+async fn attach_loaded(cdp: &mut Cdp, target: &Value, url: &str, deadline: Instant) -> String {
     let attached = cdp
         .call(
             None,
             "Target.attachToTarget",
-            json!({"targetId": created["targetId"], "flatten": true}),
+            json!({"targetId": target, "flatten": true}),
         )
         .await;
     let session = attached["sessionId"]

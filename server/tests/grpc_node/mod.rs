@@ -54,3 +54,48 @@ pub async fn participants(rooms: &mut RoomServiceClient<Channel>, room: &str) ->
         .participants
         .len()
 }
+
+/// A one-shard node with a room made over gRPC, for the interop tests: the shards,
+/// the control plane, a runtime to call it from, and a RoomService client.
+#[allow(dead_code)]
+pub struct RoomNode {
+    /// The shards.
+    pub server: Server,
+    /// The control plane.
+    pub control: ControlPlane,
+    /// Where HTTP (WHIP, the demo page) listens.
+    pub http: SocketAddr,
+    /// A runtime for the gRPC client.
+    pub runtime: tokio::runtime::Runtime,
+    /// The RoomService client.
+    pub rooms: RoomServiceClient<Channel>,
+}
+
+/// Starts a one-shard node and creates `room` on it.
+#[allow(dead_code)]
+pub fn node_with_room(room: &str) -> RoomNode {
+    let (server, control) = start_node(Config {
+        shards: std::num::NonZeroUsize::new(1).expect("non-zero"),
+        ..Config::default()
+    });
+    let http = control.http_addr().expect("HTTP is on");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut rooms =
+        RoomServiceClient::new(runtime.block_on(connect(control.grpc_addr().expect("gRPC is on"))));
+    runtime
+        .block_on(rooms.create_room(shoal_proto::v1::CreateRoomRequest {
+            name: room.into(),
+            ..Default::default()
+        }))
+        .expect("room created");
+    RoomNode {
+        server,
+        control,
+        http,
+        runtime,
+        rooms,
+    }
+}

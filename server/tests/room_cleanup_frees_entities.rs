@@ -83,12 +83,18 @@ fn room_cleanup_frees_entities() {
                     expect_removed.push((server, PeerId(i), RemoveReason::Command));
                 }
                 1 => {
-                    // The client closes DTLS (close_notify) and is gone.
+                    // The client closes DTLS (close_notify, sent once: its path is
+                    // made lossless so the one alert arrives) and is gone.
+                    let clean = LinkConfig::lossy(Duration::from_millis(15), 0.0);
+                    sim.set_link(cli(i), server, clean);
                     sim.shard_mut(cli(i)).close_peer(PeerId(i)).unwrap();
                     expect_removed.push((server, PeerId(i), RemoveReason::DtlsClosed));
                 }
                 _ => {
-                    // The client vanishes without a word: consent lapses (RFC 7675).
+                    // The client vanishes without a word (its path goes dead first,
+                    // so not even its close_notify arrives): consent lapses (RFC 7675).
+                    let dead = LinkConfig::lossy(Duration::from_millis(15), 1.0);
+                    sim.set_link(cli(i), server, dead);
                     sim.command(cli(i), Command::RemovePeer(PeerId(i))).unwrap();
                     expect_removed.push((server, PeerId(i), RemoveReason::ConsentExpired));
                 }

@@ -380,3 +380,19 @@ fn sim_room_relay_slow_receiver_on_an_unreliable_channel_loses_messages_not_memb
     assert!(log.removed.is_empty(), "{:?}", log.removed);
     assert_eq!(srv.room_member_count(ROOM), 3);
 }
+
+/// A member the server removes (WHIP DELETE, RemoveParticipant, DeleteRoom) is told at
+/// once with a DTLS close_notify (RFC 7675 §5.2), not left to find out when its
+/// consent checks go unanswered 30 s later.
+#[test]
+fn a_member_the_server_removes_is_told_at_once() {
+    let mut sim = slow_room(33);
+    sim.command(addr(SRV), Command::RemovePeer(PeerId(2)))
+        .unwrap();
+    sim.run_until(
+        |s| s.shard(cli(2)).peer_count() == 0,
+        Duration::from_secs(2),
+    )
+    .expect("the client saw close_notify");
+    assert_eq!(sim.shard(cli(1)).peer_count(), 1, "member 1 stays");
+}

@@ -475,7 +475,6 @@ impl<'w, 's> DataChannelCtx<'w, 's> {
         relay::RelayCtx {
             now: self.now.0,
             work: &mut self.work,
-            events: &mut self.events,
             stats: &mut self.stats,
             rooms: &self.rooms,
             relay: &mut self.relay,

@@ -18,9 +18,11 @@
 //!   (`ShardStats::relay_dropped`); losing it is within what the channel promises.
 //! - *Reliable channels* (ordered or not): a reliable message must arrive exactly
 //!   once, or the channel must report an error. A message the buffer refuses
-//!   therefore removes the receiver (`RemoveReason::SlowReceiver`, counted in
-//!   `ShardStats::relay_slow_receivers`): losing its association is the error its
-//!   application sees, instead of a silent gap.
+//!   therefore disconnects the receiver at the end of the tick: a DTLS close_notify,
+//!   then removal (`RemoveReason::SlowReceiver`, counted in
+//!   `ShardStats::relay_slow_receivers`; the control plane tells its signalling
+//!   session `DISCONNECT_REASON_SLOW_RECEIVER`). Losing its connection is the error
+//!   its application sees, instead of a silent gap.
 //!
 //! Messages from the owner (`Shard::send_data`) follow the same policy on reliable
 //! ordered channels.
@@ -29,18 +31,17 @@ use bevy_ecs::entity::EntityHashSet;
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
 use bytes::Bytes;
-use shoal_components::peer::{Ice, IceControlling, IceCredentials, IceState, Peer, PeerIndex};
+use shoal_components::peer::{Ice, IceState};
 use shoal_components::room::{RoomId, RoomIndex};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::dcep::Reliability;
 use shoal_components::stats::ShardStats;
-use shoal_components::tick::{Events, RemoveReason, SctpWork};
+use shoal_components::tick::SctpWork;
 use shoal_components::time::Time;
 
 use crate::datachannel::{
     self, ChannelError, ChannelParams, ChannelsQuery, DataChannels, queue_user_message,
 };
-use crate::ice::remove_peer_in_pass;
 use crate::sctp::assoc::{AssocState, Sctp};
 
 /// One message to relay: what a member sent on `stream`, in its wire form.
@@ -61,22 +62,16 @@ pub struct RelayScratch {
     pub jobs: Vec<RelayJob>,
     /// Receivers already on this tick's work list.
     pub woken: EntityHashSet,
+    /// Receivers to disconnect as slow once the tick's passes are done
+    /// (`Shard::tick` closes their DTLS connections with close_notify and removes
+    /// them), each once.
+    pub slow: Vec<Entity>,
 }
 
-/// Takes peers off the shard from inside the datachannel pass.
+/// Which peers are leaving, as the datachannel pass sees them.
 #[derive(SystemParam)]
 pub struct Leave<'w, 's> {
-    index: ResMut<'w, PeerIndex>,
-    commands: Commands<'w, 's>,
-    ice: Query<
-        'w,
-        's,
-        (
-            &'static IceCredentials,
-            &'static mut Ice,
-            Option<&'static IceControlling>,
-        ),
-    >,
+    ice: Query<'w, 's, &'static Ice>,
 }
 
 impl Leave<'_, '_> {
@@ -85,26 +80,7 @@ impl Leave<'_, '_> {
         !self
             .ice
             .get(entity)
-            .is_ok_and(|(_, ice, _)| ice.state != IceState::Failed)
-    }
-
-    /// Removes the peer: its index entries now, the entity when the pass's commands
-    /// apply (its room membership goes with it).
-    fn remove(&mut self, events: &mut Events, entity: Entity, peer: &Peer, reason: RemoveReason) {
-        let Ok((creds, mut ice, ctl)) = self.ice.get_mut(entity) else {
-            return;
-        };
-        remove_peer_in_pass(
-            &mut self.index,
-            events,
-            &mut self.commands,
-            entity,
-            peer,
-            creds,
-            &mut ice,
-            ctl,
-            reason,
-        );
+            .is_ok_and(|ice| ice.state != IceState::Failed)
     }
 }
 
@@ -112,7 +88,6 @@ impl Leave<'_, '_> {
 pub(crate) struct RelayCtx<'a, 'w, 's> {
     pub now: Time,
     pub work: &'a mut SctpWork,
-    pub events: &'a mut Events,
     pub stats: &'a mut ShardStats,
     pub rooms: &'a RoomIndex,
     pub relay: &'a mut RelayScratch,
@@ -130,7 +105,6 @@ pub(crate) fn fan_out(
     let RelayCtx {
         now,
         work,
-        events,
         stats,
         rooms,
         relay,
@@ -139,17 +113,15 @@ pub(crate) fn fan_out(
     let members = rooms.members(room);
     for job in relay.jobs.drain(..) {
         for &to in members {
-            if to == from || leave.is_leaving(to) {
+            if to == from || leave.is_leaving(to) || relay.slow.contains(&to) {
                 continue;
             }
-            let Ok([(_, _, sender, _), (peer, mut a, mut dc, _)]) = q.get_many_mut([from, to])
-            else {
+            let Ok([(_, _, sender, _), (_, mut a, mut dc, _)]) = q.get_many_mut([from, to]) else {
                 continue;
             };
             let Some(channel) = sender.channels.get(&job.stream) else {
                 break;
             };
-            let peer = *peer;
             let payload = job.payload.clone();
             match deliver(
                 &mut a,
@@ -166,9 +138,7 @@ pub(crate) fn fan_out(
                     }
                 }
                 Delivery::Skipped => {}
-                Delivery::SlowReceiver => {
-                    leave.remove(events, to, &peer, RemoveReason::SlowReceiver);
-                }
+                Delivery::SlowReceiver => relay.slow.push(to),
             }
         }
     }

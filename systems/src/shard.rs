@@ -379,6 +379,16 @@ impl Shard {
             cur.0 = now;
         }
         self.schedule.run(&mut self.world);
+        // Receivers the relay found too slow for a reliable channel.
+        let slow = std::mem::take(&mut self.world.resource_mut::<RelayScratch>().slow);
+        for &entity in &slow {
+            if self.world.get_entity(entity).is_ok() {
+                self.close_entity(entity, RemoveReason::SlowReceiver);
+            }
+        }
+        let mut scratch = self.world.resource_mut::<RelayScratch>();
+        scratch.slow = slow;
+        scratch.slow.clear();
         self.collect_events();
     }
 
@@ -397,12 +407,8 @@ impl Shard {
         let now = cur.0;
         match command {
             Command::AddPeer(spec) => self.add_peer(now, spec),
-            Command::RemovePeer(id) => {
-                let entity = self.peer_entity(id)?;
-                ice::remove_peer_now(&mut self.world, entity, RemoveReason::Command);
-                self.collect_events();
-                Ok(())
-            }
+            // The peer is told: close_notify before it goes (RFC 7675 §5.2).
+            Command::RemovePeer(id) => self.close_peer(id),
             Command::SendData {
                 room,
                 to,

@@ -409,6 +409,7 @@ impl ControlState {
                 let reason = match reason {
                     RemoveReason::Command => DisconnectReason::Removed,
                     RemoveReason::DtlsClosed => DisconnectReason::ClientLeft,
+                    RemoveReason::SlowReceiver => DisconnectReason::SlowReceiver,
                     _ => DisconnectReason::ConnectionLost,
                 };
                 self.forget(*peer, reason);

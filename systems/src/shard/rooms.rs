@@ -100,9 +100,7 @@ impl Shard {
                     self.wake_sctp(entity, now);
                 }
                 Delivery::Skipped => {}
-                Delivery::SlowReceiver => {
-                    ice::remove_peer_now(&mut self.world, entity, RemoveReason::SlowReceiver);
-                }
+                Delivery::SlowReceiver => self.close_entity(entity, RemoveReason::SlowReceiver),
             }
         }
         self.room_targets = targets;
@@ -117,6 +115,15 @@ impl Shard {
     /// just removed.
     pub fn close_peer(&mut self, id: PeerId) -> Result<(), CommandError> {
         let entity = self.peer_entity(id)?;
+        self.close_entity(entity, RemoveReason::Command);
+        Ok(())
+    }
+
+    /// [`Shard::close_peer`] for an entity, removed for `reason`. RFC 7675 §5.2 and
+    /// RFC 9725 (a server ending a session revokes consent at once, e.g. by an
+    /// authenticated closing alert): the peer learns it is gone now, not when its
+    /// consent checks go unanswered.
+    pub(crate) fn close_entity(&mut self, entity: Entity, reason: RemoveReason) {
         let selected = self.world.get::<Ice>(entity).and_then(|i| i.selected);
         let mut sealed = Vec::new();
         let mut path = None;
@@ -141,9 +148,8 @@ impl Shard {
                 }));
             self.world.resource_mut::<ShardStats>().datagrams_out += count;
         }
-        ice::remove_peer_now(&mut self.world, entity, RemoveReason::Command);
+        ice::remove_peer_now(&mut self.world, entity, reason);
         self.collect_events();
-        Ok(())
     }
 
     /// How many entities the shard's World holds: one per peer (with all of its

@@ -391,11 +391,12 @@ impl Sctp {
         if self.state != AssocState::ShutdownReceived {
             return false;
         }
-        let drained = self.tx.as_ref().is_none_or(|tx| {
-            !tx.queue.has_data()
-                && !tx.outstanding.has_outstanding_data()
-                && !tx.outstanding.has_retransmissions()
-        });
+        // Every TSN we assigned is covered by the peer's cumulative ack: a chunk
+        // gap-acked or abandoned but still above it (a FORWARD TSN owed) is not done.
+        let drained = self
+            .tx
+            .as_ref()
+            .is_none_or(|tx| !tx.queue.has_data() && tx.outstanding.is_empty());
         if drained {
             self.queue_shutdown_ack();
             self.state = AssocState::ShutdownAckSent;
@@ -677,11 +678,13 @@ fn on_shutdown(a: &mut Sctp, cum_ack: Tsn, now: Time, fx: &mut Effects) -> bool 
                 match tx.outstanding.handle_shutdown_cum_ack(now, cum_ack) {
                     Ok(out) => {
                         tx.cc.on_sack(&out);
+                        tx.apply_discards();
+                        // §6.3.2 R3: T3 restarts only when the earliest outstanding
+                        // TSN is acknowledged, not on every repeated SHUTDOWN.
                         if out.newly_acked_cumulative {
                             a.error_count = 0;
+                            fx.sack_processed = true;
                         }
-                        tx.apply_discards();
-                        fx.sack_processed = true;
                     }
                     Err(SackError::AcksUnsentTsn { .. }) => {
                         // §11.4, as for a SACK acknowledging a TSN never sent.
@@ -1106,7 +1109,7 @@ pub fn sack_delay() -> Duration {
 mod tests {
     use super::*;
     use shoal_components::sctp::Ppid;
-    use shoal_components::sctp::chunk::{GapAckBlock, Sack, Shutdown, cause_code};
+    use shoal_components::sctp::chunk::{GapAckBlock, Heartbeat, Sack, Shutdown, cause_code};
     use shoal_components::sctp::packet::PacketWriter;
     use shoal_components::sctp::tx::{OutgoingMessage, Reliability as TxReliability};
 
@@ -1357,6 +1360,97 @@ mod tests {
             panic!("{rc:?}")
         };
         assert_eq!(result, ReconfigResult::SUCCESS_PERFORMED);
+    }
+
+    /// §9.2: SHUTDOWN ACK waits until the SHUTDOWN's cumulative TSN covers everything
+    /// we sent. With an abandoned (PR-SCTP) chunk below a gap-acked one, nothing is in
+    /// flight, yet the peer still needs a FORWARD TSN.
+    #[test]
+    fn a_shutdown_ack_waits_for_the_forward_tsn_it_owes() {
+        let key = CookieKey::new(&[9; 32]);
+        let limits = SctpLimits::default();
+        let (_client, mut server) = established(&key, &limits);
+        let inp = |t| inputs(t, &key, &limits, 1);
+        let tag = server.my_vtag;
+        let tx = server.tx.as_mut().unwrap();
+        let mk = |policy| OutgoingMessage {
+            ppid: Ppid(53),
+            payload: Bytes::from_static(b"partial"),
+            unordered: false,
+            policy,
+        };
+        tx.queue
+            .send(
+                Time::ZERO,
+                StreamId(1),
+                mk(TxReliability::MaxRetransmits(0)),
+            )
+            .unwrap();
+        tx.queue
+            .send(
+                Time::ZERO,
+                StreamId(1),
+                mk(TxReliability::MaxRetransmits(0)),
+            )
+            .unwrap();
+        let d1 = tx.queue.produce(Time::ZERO, 1000).unwrap();
+        let (tsn1, _) = tx.outstanding.add(Time::ZERO, d1).unwrap();
+        let d2 = tx.queue.produce(Time::ZERO, 1000).unwrap();
+        tx.outstanding.add(Time::ZERO, d2).unwrap();
+        // SACK: TSN 2 gap-acked, TSN 1 missing.
+        let mut sack = BytesMut::new();
+        Sack {
+            cumulative_tsn_ack: Tsn(tsn1.0.wrapping_sub(1)),
+            a_rwnd: 65_536,
+            gap_ack_blocks: &[GapAckBlock { start: 2, end: 2 }][..],
+            duplicate_tsns: &[] as &[Tsn],
+        }
+        .write_to(&mut sack);
+        handle_packet(&mut server, &packet(tag, &[&sack]), &inp(Time::ZERO));
+        // T3 expiry: TSN 1 (MaxRetransmits 0) is abandoned.
+        let tx = server.tx.as_mut().unwrap();
+        tx.outstanding.handle_t3_expiry(Time::ZERO);
+        tx.apply_discards();
+        assert!(tx.outstanding.forward_tsn_owed());
+        // The peer's SHUTDOWN still stops below TSN 1.
+        let fx = handle_packet(
+            &mut server,
+            &shutdown(tag, Tsn(tsn1.0.wrapping_sub(1))),
+            &inp(Time::ZERO),
+        );
+        assert!(
+            !fx.shutdown_acked && server.state == AssocState::ShutdownReceived,
+            "SHUTDOWN ACK sent while the peer's cumulative TSN is short of what we sent \
+             (FORWARD TSN owed); state {:?}",
+            server.state
+        );
+    }
+
+    /// RFC 9653 §5.3: zero checksums are accepted only by an end that announced the
+    /// method; any other end drops them as corrupt.
+    #[test]
+    fn zero_checksums_are_accepted_only_when_announced() {
+        let key = CookieKey::new(&[9; 32]);
+        for announced in [true, false] {
+            let limits = SctpLimits {
+                zero_checksum: announced,
+                ..SctpLimits::default()
+            };
+            let (_client, mut server) = established(&key, &limits);
+            let mut hb = BytesMut::new();
+            Heartbeat {
+                info: Bytes::from_static(b"ping"),
+            }
+            .write_to(&mut hb);
+            let mut p = packet(server.my_vtag, &[&hb]).to_vec();
+            p[8..12].fill(0);
+            let fx = handle_packet(
+                &mut server,
+                &Bytes::from(p),
+                &inputs(Time::ZERO, &key, &limits, 1),
+            );
+            assert_eq!(fx.dropped, !announced, "announced: {announced}");
+        }
     }
 
     /// The one chunk of an encoded chunk, parsed.

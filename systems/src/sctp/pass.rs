@@ -545,9 +545,10 @@ fn build_packets(
             if w.is_empty() {
                 buf.truncate(start);
                 false
-            } else if a.zero_checksum_tx && a.state != AssocState::CookieEchoed {
-                // RFC 9653 §5.2: only a COOKIE ECHO (sent while COOKIE-ECHOED) must
-                // carry a CRC32c among the packets built here; INITs go solo.
+            } else if a.zero_checksum_tx && !filled.crc_required {
+                // RFC 9653 §5.2: of the packets built here only one carrying a COOKIE
+                // ECHO must have a CRC32c (INITs go solo), whatever the state: after
+                // an INIT collision ours can still be queued once established.
                 w.finish_in_place_zero_checksum();
                 true
             } else {
@@ -594,7 +595,9 @@ fn fill_packet(
     s: &mut FillScratch,
     stats: &mut ShardStats,
 ) -> Filled {
+    let mut crc_required = false;
     while let Some(chunk) = a.control.pop_fitting(w.remaining(mtu), w.is_empty()) {
+        crc_required |= chunk[0] == shoal_components::sctp::chunk::chunk_type::COOKIE_ECHO;
         w.push(&Raw(&chunk));
     }
     let mut sack_in_packet = false;
@@ -715,6 +718,7 @@ fn fill_packet(
         sent_data,
         deferred,
         wake_at,
+        crc_required,
     }
 }
 
@@ -727,6 +731,8 @@ struct Filled {
     deferred: bool,
     /// New data waits for a zero window probe's time.
     wake_at: Option<shoal_components::time::Time>,
+    /// The packet carries a COOKIE ECHO: RFC 9653 §5.2 wants a CRC32c.
+    crc_required: bool,
 }
 
 /// The user data an otherwise empty packet of `mtu` bytes carries in one DATA chunk.
@@ -757,5 +763,76 @@ impl WriteChunk for Raw<'_> {
     }
     fn write_to(&self, out: &mut BytesMut) {
         out.extend_from_slice(self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sctp::assoc::{Inputs, handle_packet};
+    use bytes::Bytes;
+    use shoal_components::sctp::packet::Packet;
+    use shoal_components::time::Time;
+
+    const PORT: u16 = 5000;
+
+    fn wrap(vtag: u32, chunk: &[u8]) -> Bytes {
+        let mut buf = BytesMut::new();
+        let mut w = PacketWriter::new(&mut buf, PORT, PORT, vtag);
+        w.push(&Raw(chunk));
+        w.finish()
+    }
+
+    /// An INIT collision (RFC 9260 §5.2.1) where the peer's INIT ACK and its COOKIE
+    /// ECHO are handled in the same tick: our COOKIE ECHO is still queued when the
+    /// association becomes ESTABLISHED, and must still leave with its CRC32c (RFC 9653
+    /// §5.2).
+    #[test]
+    fn a_cookie_echo_after_an_init_collision_keeps_its_crc() {
+        let key = CookieKey::new(&[7; 32]);
+        let limits = SctpLimits::default();
+        let inp = |tag| Inputs {
+            now: Time::ZERO,
+            cookie_key: &key,
+            limits: &limits,
+            fresh: (tag, Tsn(tag ^ 0x5555)),
+        };
+        let mut a = Sctp::new(true, PORT, PORT);
+        let mut b = Sctp::new(true, PORT, PORT);
+        a.start(0x1111_1111, Tsn(100), &limits);
+        b.start(0x2222_2222, Tsn(200), &limits);
+        let a_init = a.solo.pop().unwrap();
+        let b_init = b.solo.pop().unwrap();
+        handle_packet(&mut b, &a_init, &inp(9));
+        let b_init_ack = b.solo.pop().unwrap();
+        handle_packet(&mut a, &b_init, &inp(9));
+        let a_init_ack = a.solo.pop().unwrap();
+        handle_packet(&mut b, &a_init_ack, &inp(9));
+        assert_eq!(b.state, AssocState::CookieEchoed);
+        let b_echo = b.control.pop_fitting(usize::MAX, true).unwrap();
+        let b_echo = wrap(b.peer_vtag, &b_echo);
+        // Same tick at A: B's INIT ACK, then B's COOKIE ECHO.
+        handle_packet(&mut a, &b_init_ack, &inp(9));
+        assert_eq!(a.state, AssocState::CookieEchoed);
+        let fx = handle_packet(&mut a, &b_echo, &inp(9));
+        assert!(fx.established);
+        assert_eq!(a.state, AssocState::Established);
+        assert!(a.zero_checksum_tx);
+        // sctp_tx.
+        let mut buf = BytesMut::new();
+        let mut stats = ShardStats::default();
+        let mut fill = FillScratch::default();
+        let mut sink = Sink::Discard(&mut buf);
+        build_packets(&mut a, Time::ZERO, 1200, &mut fill, &mut sink, &mut stats);
+        let out = Bytes::from(buf.to_vec());
+        assert_eq!(
+            out[12],
+            shoal_components::sctp::chunk::chunk_type::COOKIE_ECHO
+        );
+        assert!(
+            Packet::parse_with(&out, true).is_ok(),
+            "COOKIE ECHO packet sent with a zero checksum: {:02x?}",
+            &out[8..12]
+        );
     }
 }

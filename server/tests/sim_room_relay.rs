@@ -396,3 +396,26 @@ fn a_member_the_server_removes_is_told_at_once() {
     .expect("the client saw close_notify");
     assert_eq!(sim.shard(cli(1)).peer_count(), 1, "member 1 stays");
 }
+
+/// A label longer than shoal relays (a DATA_CHANNEL_OPEN may carry 64 KiB of label
+/// and protocol) gets no channel opened on the others: its messages are counted as
+/// undeliverable, and nobody's send buffer fills with OPENs, so nobody is
+/// disconnected for it.
+#[test]
+fn huge_labels_are_not_relayed_and_cost_no_one_their_membership() {
+    let mut sim = slow_room(34);
+    let mut log = Log::default();
+    let label = "x".repeat(shoal_systems::relay::MAX_RELAYED_NAME + 1);
+    let ch = open_from_client(&mut sim, &mut log, 1, &label, "", RELIABLE);
+    send_range(&mut sim, 1, ch, 0..3, false);
+    sim.run_for(Duration::from_secs(2)).unwrap();
+    log.take(&mut sim);
+    assert!(log.on(2, &label).is_empty() && log.on(3, &label).is_empty());
+    let srv = sim.shard(addr(SRV));
+    assert_eq!(
+        srv.stats().relay_undeliverable,
+        6,
+        "3 messages, 2 receivers"
+    );
+    assert_eq!(srv.room_member_count(ROOM), 3);
+}

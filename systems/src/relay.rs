@@ -144,6 +144,16 @@ pub(crate) fn fan_out(
     }
 }
 
+/// The longest label, and the longest protocol, for which shoal opens a channel on
+/// a receiver. DCEP allows 64 KiB each (RFC 8832 §5.1); a member sending on channels
+/// with huge labels would otherwise fill every other member's send buffer with
+/// DATA_CHANNEL_OPENs and have them disconnected as slow.
+pub const MAX_RELAYED_NAME: usize = 256;
+/// The most channels a receiver may have for shoal to open another on it (stream
+/// ids allow 1024 per side): a member cycling through new labels cannot make every
+/// other member hold hundreds of channels.
+pub const MAX_CHANNELS_FOR_RELAY: usize = 128;
+
 /// Queues a message in its wire form on the receiver's channel labelled
 /// `params.label`, opening one with `params` if it has none. The message keeps
 /// the ordering and reliability of `params.kind`, the sender's.
@@ -157,6 +167,14 @@ pub(crate) fn relay_to(
 ) -> Result<(), ChannelError> {
     let stream = match dc.by_label(params.label) {
         Some(stream) => stream,
+        None if params.label.len() > MAX_RELAYED_NAME
+            || params.protocol.len() > MAX_RELAYED_NAME =>
+        {
+            return Err(ChannelError::TooLong);
+        }
+        None if dc.channels.len() >= MAX_CHANNELS_FOR_RELAY => {
+            return Err(ChannelError::NoStream);
+        }
         // RFC 8832 §6: the opener may send user data right after the OPEN, without
         // waiting for the ACK (ordered until then, which queue_user_message sees to).
         None => datachannel::open(a, dc, now, params)?,

@@ -186,23 +186,33 @@ async fn create(
         Ok(offer) => offer,
         Err(status) => return error_response(&status),
     };
-    let admitted = match state.admit(Admission {
-        room,
-        identity: query.identity,
-        name: query.name,
-        metadata: String::new(),
-        http_session: true,
-        signal: None,
-    }) {
-        Ok(a) => a,
-        Err(status) => return error_response(&status),
-    };
-    let answer = match state.negotiate(&admitted, &offer).await {
-        Ok(answer) => answer,
-        Err(status) => {
-            state.forget(admitted.peer, DisconnectReason::ConnectionLost);
-            return error_response(&status);
+    // Admission and negotiation run as a task of their own: a client that gives up
+    // on the request (dropping this future) must not leave a participant admitted
+    // but never negotiated. The task finishes either way; a peer whose answer was
+    // never read times out on its shard and is forgotten then.
+    let task_state = state.clone();
+    let joined = tokio::spawn(async move {
+        let admitted = task_state.admit(Admission {
+            room,
+            identity: query.identity,
+            name: query.name,
+            metadata: String::new(),
+            http_session: true,
+            signal: None,
+        })?;
+        match task_state.negotiate(&admitted, &offer).await {
+            Ok(answer) => Ok((admitted, answer)),
+            Err(status) => {
+                task_state.forget(admitted.peer, DisconnectReason::ConnectionLost);
+                Err(status)
+            }
         }
+    })
+    .await;
+    let (admitted, answer) = match joined {
+        Ok(Ok(joined)) => joined,
+        Ok(Err(status)) => return error_response(&status),
+        Err(_) => return error_response(&tonic::Status::internal("joining failed")),
     };
     let location = format!(
         "/{}/{}/{}",

@@ -327,6 +327,15 @@ impl ControlState {
             ShardError::Refused { .. } => Status::invalid_argument(e.to_string()),
             _ => Status::unavailable(e.to_string()),
         })?;
+        // Removed (RemoveParticipant, DeleteRoom) while its peer was on the way to
+        // the shard: the removal found no peer there, so take it off now, or it would
+        // sit in the room's index unseen by the directory.
+        if !self.members().by_peer.contains_key(&who.peer) {
+            self.disconnect(vec![(who.shard, who.peer)]).await?;
+            return Err(Status::not_found(
+                "the participant was removed while joining",
+            ));
+        }
         Ok(answer.sdp.to_sdp_string())
     }
 

@@ -46,6 +46,8 @@ fn shoal() -> Command {
         "SHOAL_MAX_ROOMS",
         "SHOAL_MAX_PARTICIPANTS_PER_ROOM",
         "SHOAL_ROOM_EMPTY_TIMEOUT",
+        "SHOAL_HTTP_ADDR",
+        "SHOAL_CONFIG",
     ] {
         cmd.env_remove(var);
     }
@@ -180,6 +182,8 @@ fn udp_stun_binding_real_socket() {
         "0",
         "--grpc-addr",
         "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
         "--static-peer",
         &peer,
     ];
@@ -236,7 +240,9 @@ fn udp_stun_binding_real_socket() {
 
     let status = interrupt_and_wait(&mut child);
     assert!(status.success(), "shoal exited with {status}");
-    let rest: Vec<String> = lines.try_iter().collect();
+    // Everything it printed, up to its stdout's end (the reader thread may still be
+    // forwarding the last lines when the process has exited).
+    let rest: Vec<String> = lines.iter().collect();
     assert!(
         rest.iter().any(|l| l == "shoal: stopped"),
         "stdout after start: {rest:?}"

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 
 use shoal_components::sdp::{
-    Answer, AnswerError, AnswerParams, Attribute, CandidateType, Direction, HOST_PRIORITY,
+    Answer, AnswerError, AnswerParams, Attribute, DEFAULT_REMOTE_MAX_MESSAGE_SIZE, CandidateType, Direction, HOST_PRIORITY,
     HashFunction, MediaDescription, MediaKind, PROTO_DTLS_SCTP, SessionDescription, Setup, answer,
 };
 
@@ -243,4 +243,54 @@ fn a_passive_offer_makes_shoal_the_dtls_client() {
     let a = answer(&offer, &params(addr)).unwrap();
     assert_eq!(a.setup, Setup::Active);
     assert_eq!(a.sdp.media[0].setup(), Some(Setup::Active));
+}
+
+/// Every real offer's data section says `a=max-message-size:262144`.
+const DATA_OFFERS: [&str; 4] = [
+    "chromium156_data_offer.sdp",
+    "aiortc116_data_offer.sdp",
+    "chromium156_av_data_offer.sdp",
+    "aiortc116_av_data_offer.sdp",
+];
+
+/// Sets (or with `None` removes) the data section's `a=max-message-size`.
+fn with_max_message_size(name: &str, size: Option<u64>) -> SessionDescription {
+    let mut offer = edited(name, |a| !matches!(a, Attribute::MaxMessageSize(_)));
+    let data = offer
+        .media
+        .iter_mut()
+        .find(|m| m.kind == MediaKind::Application)
+        .expect("a data section");
+    if let Some(size) = size {
+        data.push_attribute(Attribute::MaxMessageSize(size));
+    }
+    offer
+}
+
+#[test]
+fn the_offers_max_message_size_is_stored() {
+    // RFC 8829 §5.8.2: the offerer's a=max-message-size is parsed and stored.
+    for name in DATA_OFFERS {
+        let (_, a) = answer_to(name);
+        assert_eq!(a.remote_max_message_size, 262_144, "{name}");
+    }
+}
+
+#[test]
+fn an_absent_max_message_size_means_64k_and_zero_means_no_limit() {
+    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    assert_eq!(DEFAULT_REMOTE_MAX_MESSAGE_SIZE, 65_536);
+    for name in DATA_OFFERS {
+        let cases = [
+            (None, 65_536),
+            (Some(0), usize::MAX),
+            (Some(1_024), 1_024),
+            (Some(u64::MAX), usize::MAX),
+        ];
+        for (size, expected) in cases {
+            let offer = with_max_message_size(name, size);
+            let a = answer(&offer, &params(addr)).unwrap();
+            assert_eq!(a.remote_max_message_size, expected, "{name}: {size:?}");
+        }
+    }
 }

@@ -35,6 +35,10 @@ use super::{
 pub const SCTP_PORT: u16 = 5000;
 /// The largest data channel message shoal accepts, announced as `a=max-message-size`.
 pub const MAX_MESSAGE_SIZE: u64 = 262_144;
+/// The peer's largest message when its data section has no `a=max-message-size`:
+/// RFC 8841 §6.1's default of 64K (65536 bytes), which RFC 8829 §5.8.2 ("Otherwise,
+/// use the specified default") applies to an offer.
+pub const DEFAULT_REMOTE_MAX_MESSAGE_SIZE: usize = 65_536;
 /// The host candidate's priority: RFC 8445 §5.1.2.1 with type preference 126 (host),
 /// local preference 65535 and component 1.
 pub const HOST_PRIORITY: u32 = (126 << 24) | (65_535 << 8) | (256 - 1);
@@ -69,6 +73,11 @@ pub struct Answer {
     pub setup: Setup,
     /// The mid of the accepted data channel section, if it has one.
     pub data_mid: Option<String>,
+    /// The largest message the offerer accepts, which shoal must not exceed when it
+    /// sends: the data section's `a=max-message-size` (RFC 8829 §5.8.2 parses and
+    /// stores it), [`DEFAULT_REMOTE_MAX_MESSAGE_SIZE`] when absent, and `usize::MAX`
+    /// for 0, which RFC 8841 §6.1 gives as "no limit".
+    pub remote_max_message_size: usize,
 }
 
 /// Why an offer cannot be answered. Each is the offerer's fault (an HTTP 400).
@@ -174,7 +183,19 @@ pub fn answer(
         remote_fingerprint_sha256,
         setup,
         data_mid: data_mid.map(str::to_owned),
+        remote_max_message_size: remote_max_message_size(&offer.media[data]),
     })
+}
+
+/// The offered data section's `a=max-message-size` as a sender's limit (RFC 8841 §6.1;
+/// RFC 8829 §5.8.2: absent means the default, and a value too big for `usize` is no
+/// limit this host can reach either).
+fn remote_max_message_size(data: &MediaDescription) -> usize {
+    match data.max_message_size() {
+        None => DEFAULT_REMOTE_MAX_MESSAGE_SIZE,
+        Some(0) => usize::MAX,
+        Some(size) => usize::try_from(size).unwrap_or(usize::MAX),
+    }
 }
 
 /// A data channel section shoal can take: RFC 8841's proto and format, not disabled.

@@ -294,3 +294,42 @@ fn an_absent_max_message_size_means_64k_and_zero_means_no_limit() {
         }
     }
 }
+
+/// The Chromium audio/video/data offer with the sections of `mids` disabled (port 0).
+fn with_disabled(mids: &[&str]) -> SessionDescription {
+    let mut offer = fixture("chromium156_av_data_offer.sdp");
+    for m in &mut offer.media {
+        if m.mid().is_some_and(|mid| mids.contains(&mid)) {
+            m.port = 0;
+        }
+    }
+    offer
+}
+
+#[test]
+fn a_disabled_first_bundle_mid_is_answered_with_port_0_and_not_tagged() {
+    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    // Audio (the first mid) disabled: RFC 3264 §8.2 answers it with port 0, and RFC
+    // 8843 §7.3.1 passes over it to video, which becomes the kept, inactive tag.
+    let offer = with_disabled(&["0"]);
+    let a = answer(&offer, &params(addr)).unwrap();
+    assert_eq!(a.sdp.bundle_mids().unwrap(), ["1", "2"]);
+    let audio = &a.sdp.media[0];
+    assert_eq!(audio.port, 0, "disabled in the offer, disabled in the answer");
+    assert_eq!(audio.attributes, [Attribute::Mid("0".into())]);
+    let video = &a.sdp.media[1];
+    assert_eq!(video.kind, MediaKind::Video);
+    assert_transport("video tag", video, &offer.media[1]);
+    assert_eq!(video.direction(), Some(Direction::Inactive));
+    assert_data_section("data", &a.sdp.media[2], &offer.media[2]);
+    // The offerer's facts come from the tagged (video) section.
+    let (ufrag, _) = offer.ice_credentials_for(&offer.media[1]).unwrap();
+    assert_eq!(a.remote_ufrag, ufrag);
+
+    // Audio and video both disabled: the data section is the tag, alone in the group.
+    let offer = with_disabled(&["0", "1"]);
+    let a = answer(&offer, &params(addr)).unwrap();
+    assert_eq!(a.sdp.bundle_mids().unwrap(), ["2"]);
+    assert_eq!((a.sdp.media[0].port, a.sdp.media[1].port), (0, 0));
+    assert_data_section("data", &a.sdp.media[2], &offer.media[2]);
+}

@@ -19,10 +19,13 @@
 //! Media does not flow through shoal yet, so audio and video sections are rejected
 //! with port 0 (RFC 3264 §6, RFC 8829 §5.3.1), keeping their mid and left out of the
 //! BUNDLE group (RFC 8843 §7.3.3). One exception comes from that same section: the
-//! answerer "can not reject" the offerer-tagged section of a BUNDLE group (its first
-//! mid). When that section is audio or video and the data section is bundled with it,
-//! shoal keeps it in the group as `a=inactive` with one of the offered formats (RFC
-//! 3264 §6.1), which carries the shared transport and no media.
+//! answerer "can not reject" the offerer-tagged section of a BUNDLE group, which RFC
+//! 8843 §7.3.1 selects as the first mid whose section does not have a zero port. When
+//! that section is audio or video and the data section is bundled with it, shoal keeps
+//! it in the group as `a=inactive` with one of the offered formats (RFC 3264 §6.1),
+//! which carries the shared transport and no media. A section offered with port 0 is
+//! disabled and answered with port 0 (RFC 3264 §8.2), even when its mid comes first in
+//! the group.
 
 use std::net::SocketAddr;
 
@@ -115,12 +118,9 @@ pub fn answer(
     let bundle = offer.bundle_mids().unwrap_or_default();
     let data_mid = offer.media.get(data).and_then(|m| m.mid());
     let data_bundled = data_mid.is_some_and(|mid| bundle.iter().any(|b| b == mid));
-    // RFC 8843 §7.2.1: the first mid of the group tags the section whose transport
-    // the whole group uses; §7.3.3: the answerer cannot reject it.
-    let tagged = bundle
-        .first()
-        .filter(|_| data_bundled)
-        .and_then(|mid| offer.media.iter().position(|m| m.mid() == Some(mid)));
+    // RFC 8843 §7.2.1: the group's first mid suggests the section whose transport the
+    // whole group uses; §7.3.3: the answerer cannot reject the one it selects.
+    let tagged = offerer_tagged(offer, bundle).filter(|_| data_bundled);
     let transport_index = tagged.unwrap_or(data);
     let transport = offer
         .media
@@ -164,12 +164,19 @@ pub fn answer(
         sections.push(section);
     }
     // RFC 8829 §5.3.1: a BUNDLE group only when one was offered, with the offered mids
-    // that were not rejected, in the offer's order (the tagged one first, §7.3.1).
+    // that were not rejected, in the offer's order but for the tagged one, which comes
+    // first: RFC 8843 §7.3.1, "the answerer BUNDLE-tag indicates the answerer tagged
+    // m= section", and it need not be the first mid offered.
     if data_bundled {
-        let mids: Vec<&str> = bundle
-            .iter()
-            .map(String::as_str)
-            .filter(|mid| accepted.contains(mid))
+        let tag = transport.mid();
+        let mids: Vec<&str> = tag
+            .into_iter()
+            .chain(
+                bundle
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|mid| accepted.contains(mid) && Some(*mid) != tag),
+            )
             .collect();
         sdp.push_attribute(Attribute::Group(Group::new(BUNDLE, &mids)));
     }
@@ -196,6 +203,20 @@ fn remote_max_message_size(data: &MediaDescription) -> usize {
         Some(0) => usize::MAX,
         Some(size) => usize::try_from(size).unwrap_or(usize::MAX),
     }
+}
+
+/// The offerer-tagged section (RFC 8843 §7.3.1): the first mid of the BUNDLE group
+/// whose section "does not contain a zero port value" (a disabled section is answered
+/// with port 0, RFC 3264 §8.2, so shoal cannot keep it). shoal neither rejects nor moves
+/// out the section it selects: a data section is accepted and a media one is kept
+/// inactive. `None` when no mid qualifies (then there is no BUNDLE group).
+fn offerer_tagged(offer: &SessionDescription, bundle: &[String]) -> Option<usize> {
+    bundle.iter().find_map(|mid| {
+        offer
+            .media
+            .iter()
+            .position(|m| m.mid() == Some(mid.as_str()) && m.port != 0)
+    })
 }
 
 /// A data channel section shoal can take: RFC 8841's proto and format, not disabled.

@@ -333,3 +333,77 @@ fn a_disabled_first_bundle_mid_is_answered_with_port_0_and_not_tagged() {
     assert_eq!((a.sdp.media[0].port, a.sdp.media[1].port), (0, 0));
     assert_data_section("data", &a.sdp.media[2], &offer.media[2]);
 }
+
+/// A max-bundle offer as Firefox writes one (RFC 8829 §4.1.1): only the first section
+/// has a port and transport attributes; the data section has port 0 and bundle-only.
+const MAX_BUNDLE_OFFER: &str = "v=0\r\n\
+o=mozilla...THIS_IS_SDPARTA-99.0 1 0 IN IP4 0.0.0.0\r\n\
+s=-\r\n\
+t=0 0\r\n\
+a=fingerprint:sha-256 AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB\r\n\
+a=group:BUNDLE a0 d1\r\n\
+a=ice-options:trickle\r\n\
+a=msid-semantic:WMS *\r\n\
+m=audio 9 UDP/TLS/RTP/SAVPF 109 0\r\n\
+c=IN IP4 0.0.0.0\r\n\
+a=sendrecv\r\n\
+a=ice-pwd:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\
+a=ice-ufrag:ffffffff\r\n\
+a=mid:a0\r\n\
+a=rtcp-mux\r\n\
+a=rtpmap:109 opus/48000/2\r\n\
+a=rtpmap:0 PCMU/8000\r\n\
+a=setup:actpass\r\n\
+m=application 0 UDP/DTLS/SCTP webrtc-datachannel\r\n\
+c=IN IP4 0.0.0.0\r\n\
+a=bundle-only\r\n\
+a=mid:d1\r\n\
+a=sctp-port:5000\r\n\
+a=max-message-size:1073741823\r\n";
+
+#[test]
+fn a_bundle_only_data_section_is_accepted_with_a_real_port() {
+    let offer = SessionDescription::parse(MAX_BUNDLE_OFFER).unwrap();
+    assert!(offer.media[1].bundle_only() && offer.media[1].port == 0);
+    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    let a = answer(&offer, &params(addr)).unwrap();
+    // The audio section is the tag, kept inactive; the data section rides on it.
+    assert_eq!(a.sdp.bundle_mids().unwrap(), ["a0", "d1"]);
+    assert_eq!(a.sdp.media[0].port, 7100);
+    assert_eq!(a.sdp.media[0].direction(), Some(Direction::Inactive));
+    assert_data_section("max-bundle", &a.sdp.media[1], &offer.media[1]);
+    assert_eq!(a.data_mid.as_deref(), Some("d1"));
+    // The transport is the tagged section's (and the session's fingerprint).
+    assert_eq!(
+        (a.remote_ufrag.as_str(), a.remote_pwd.as_str()),
+        ("ffffffff", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
+    );
+    assert_eq!(a.remote_fingerprint_sha256, [0xAB; 32]);
+    assert_eq!(a.remote_max_message_size, 1_073_741_823);
+}
+
+#[test]
+fn a_port_0_data_section_is_refused_unless_bundle_only_with_a_tag() {
+    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    // Port 0 without bundle-only disables the section (RFC 8843 §7.3, RFC 3264 §8.2).
+    let disabled = MAX_BUNDLE_OFFER.replace("a=bundle-only\r\n", "");
+    let offer = SessionDescription::parse(&disabled).unwrap();
+    assert_eq!(
+        answer(&offer, &params(addr)),
+        Err(AnswerError::NoUsableSection)
+    );
+    // Bundle-only, but no section of the group has a port: nothing to ride on.
+    let no_tag = MAX_BUNDLE_OFFER.replace("m=audio 9 ", "m=audio 0 ");
+    let offer = SessionDescription::parse(&no_tag).unwrap();
+    assert_eq!(
+        answer(&offer, &params(addr)),
+        Err(AnswerError::NoUsableSection)
+    );
+    // Bundle-only, but out of the BUNDLE group.
+    let unbundled = MAX_BUNDLE_OFFER.replace("a=group:BUNDLE a0 d1", "a=group:BUNDLE a0");
+    let offer = SessionDescription::parse(&unbundled).unwrap();
+    assert_eq!(
+        answer(&offer, &params(addr)),
+        Err(AnswerError::NoUsableSection)
+    );
+}

@@ -89,7 +89,8 @@ pub enum AnswerError {
     /// No section shoal can accept.
     #[error(
         "the offer has no data channel section (m=application <port> UDP/DTLS/SCTP \
-         webrtc-datachannel with a non-zero port); audio and video are not supported yet"
+         webrtc-datachannel with a non-zero port, or port 0 and a=bundle-only in a BUNDLE \
+         group); audio and video are not supported yet"
     )]
     NoUsableSection,
     /// The accepted section has no ice-ufrag or ice-pwd (at its level or the session's).
@@ -110,17 +111,18 @@ pub fn answer(
 ) -> Result<Answer, AnswerError> {
     debug_assert!((4..=256).contains(&params.ice_ufrag.len()));
     debug_assert!((22..=256).contains(&params.ice_pwd.len()));
+    let bundle = offer.bundle_mids().unwrap_or_default();
+    let tag = offerer_tagged(offer, bundle);
     let data = offer
         .media
         .iter()
-        .position(is_data_section)
+        .position(|m| is_data_section(m, bundle, tag.is_some()))
         .ok_or(AnswerError::NoUsableSection)?;
-    let bundle = offer.bundle_mids().unwrap_or_default();
     let data_mid = offer.media.get(data).and_then(|m| m.mid());
     let data_bundled = data_mid.is_some_and(|mid| bundle.iter().any(|b| b == mid));
     // RFC 8843 §7.2.1: the group's first mid suggests the section whose transport the
     // whole group uses; §7.3.3: the answerer cannot reject the one it selects.
-    let tagged = offerer_tagged(offer, bundle).filter(|_| data_bundled);
+    let tagged = tag.filter(|_| data_bundled);
     let transport_index = tagged.unwrap_or(data);
     let transport = offer
         .media
@@ -219,12 +221,20 @@ fn offerer_tagged(offer: &SessionDescription, bundle: &[String]) -> Option<usize
     })
 }
 
-/// A data channel section shoal can take: RFC 8841's proto and format, not disabled.
-fn is_data_section(m: &MediaDescription) -> bool {
+/// A data channel section shoal can take: RFC 8841's proto and format, and either a
+/// non-zero port or bundle-only in a BUNDLE group that has a tagged section (`tagged`).
+/// RFC 8843 §6 and §7.2: port 0 with `a=bundle-only` asks the answerer to accept the
+/// section only within the BUNDLE group (JSEP max-bundle offers every section but the
+/// first so, RFC 8829 §4.1.1); without bundle-only, port 0 disables it (§7.3, RFC 3264
+/// §8.2). The answer gives it a real port and no bundle-only (RFC 8829 §5.3.1).
+fn is_data_section(m: &MediaDescription, bundle: &[String], tagged: bool) -> bool {
+    let bundled_only = || {
+        tagged && m.bundle_only() && m.mid().is_some_and(|mid| bundle.iter().any(|b| b == mid))
+    };
     m.kind == MediaKind::Application
-        && m.port != 0
         && m.proto == PROTO_DTLS_SCTP
         && m.formats.iter().any(|f| f == FORMAT_DATACHANNEL)
+        && (m.port != 0 || bundled_only())
 }
 
 /// The attributes every accepted section carries (RFC 8829 §5.3.1: IDENTICAL and

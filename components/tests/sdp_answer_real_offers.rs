@@ -6,8 +6,9 @@
 use std::net::SocketAddr;
 
 use shoal_components::sdp::{
-    Answer, AnswerError, AnswerParams, Attribute, DEFAULT_REMOTE_MAX_MESSAGE_SIZE, CandidateType, Direction, HOST_PRIORITY,
-    HashFunction, MediaDescription, MediaKind, PROTO_DTLS_SCTP, SessionDescription, Setup, answer,
+    Answer, AnswerError, AnswerParams, Attribute, CandidateType, DEFAULT_REMOTE_MAX_MESSAGE_SIZE,
+    Direction, HOST_PRIORITY, HashFunction, MediaDescription, MediaKind, PROTO_DTLS_SCTP,
+    SessionDescription, Setup, answer,
 };
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sdp");
@@ -315,7 +316,10 @@ fn a_disabled_first_bundle_mid_is_answered_with_port_0_and_not_tagged() {
     let a = answer(&offer, &params(addr)).unwrap();
     assert_eq!(a.sdp.bundle_mids().unwrap(), ["1", "2"]);
     let audio = &a.sdp.media[0];
-    assert_eq!(audio.port, 0, "disabled in the offer, disabled in the answer");
+    assert_eq!(
+        audio.port, 0,
+        "disabled in the offer, disabled in the answer"
+    );
     assert_eq!(audio.attributes, [Attribute::Mid("0".into())]);
     let video = &a.sdp.media[1];
     assert_eq!(video.kind, MediaKind::Video);

@@ -228,9 +228,8 @@ fn offerer_tagged(offer: &SessionDescription, bundle: &[String]) -> Option<usize
 /// first so, RFC 8829 §4.1.1); without bundle-only, port 0 disables it (§7.3, RFC 3264
 /// §8.2). The answer gives it a real port and no bundle-only (RFC 8829 §5.3.1).
 fn is_data_section(m: &MediaDescription, bundle: &[String], tagged: bool) -> bool {
-    let bundled_only = || {
-        tagged && m.bundle_only() && m.mid().is_some_and(|mid| bundle.iter().any(|b| b == mid))
-    };
+    let bundled_only =
+        || tagged && m.bundle_only() && m.mid().is_some_and(|mid| bundle.iter().any(|b| b == mid));
     m.kind == MediaKind::Application
         && m.proto == PROTO_DTLS_SCTP
         && m.formats.iter().any(|f| f == FORMAT_DATACHANNEL)

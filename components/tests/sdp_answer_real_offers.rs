@@ -6,8 +6,9 @@
 use std::net::SocketAddr;
 
 use shoal_components::sdp::{
-    Answer, AnswerError, AnswerParams, Attribute, CandidateType, Direction, HOST_PRIORITY,
-    HashFunction, MediaDescription, MediaKind, PROTO_DTLS_SCTP, SessionDescription, Setup, answer,
+    Answer, AnswerError, AnswerParams, Attribute, CandidateType, DEFAULT_REMOTE_MAX_MESSAGE_SIZE,
+    Direction, HOST_PRIORITY, HashFunction, MediaDescription, MediaKind, PROTO_DTLS_SCTP,
+    SessionDescription, Setup, answer,
 };
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sdp");
@@ -243,4 +244,170 @@ fn a_passive_offer_makes_shoal_the_dtls_client() {
     let a = answer(&offer, &params(addr)).unwrap();
     assert_eq!(a.setup, Setup::Active);
     assert_eq!(a.sdp.media[0].setup(), Some(Setup::Active));
+}
+
+/// Every real offer's data section says `a=max-message-size:262144`.
+const DATA_OFFERS: [&str; 4] = [
+    "chromium156_data_offer.sdp",
+    "aiortc116_data_offer.sdp",
+    "chromium156_av_data_offer.sdp",
+    "aiortc116_av_data_offer.sdp",
+];
+
+/// Sets (or with `None` removes) the data section's `a=max-message-size`.
+fn with_max_message_size(name: &str, size: Option<u64>) -> SessionDescription {
+    let mut offer = edited(name, |a| !matches!(a, Attribute::MaxMessageSize(_)));
+    let data = offer
+        .media
+        .iter_mut()
+        .find(|m| m.kind == MediaKind::Application)
+        .expect("a data section");
+    if let Some(size) = size {
+        data.push_attribute(Attribute::MaxMessageSize(size));
+    }
+    offer
+}
+
+#[test]
+fn the_offers_max_message_size_is_stored() {
+    // RFC 8829 §5.8.2: the offerer's a=max-message-size is parsed and stored.
+    for name in DATA_OFFERS {
+        let (_, a) = answer_to(name);
+        assert_eq!(a.remote_max_message_size, 262_144, "{name}");
+    }
+}
+
+#[test]
+fn an_absent_max_message_size_means_64k_and_zero_means_no_limit() {
+    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    assert_eq!(DEFAULT_REMOTE_MAX_MESSAGE_SIZE, 65_536);
+    for name in DATA_OFFERS {
+        let cases = [
+            (None, 65_536),
+            (Some(0), usize::MAX),
+            (Some(1_024), 1_024),
+            (Some(u64::MAX), usize::MAX),
+        ];
+        for (size, expected) in cases {
+            let offer = with_max_message_size(name, size);
+            let a = answer(&offer, &params(addr)).unwrap();
+            assert_eq!(a.remote_max_message_size, expected, "{name}: {size:?}");
+        }
+    }
+}
+
+/// The Chromium audio/video/data offer with the sections of `mids` disabled (port 0).
+fn with_disabled(mids: &[&str]) -> SessionDescription {
+    let mut offer = fixture("chromium156_av_data_offer.sdp");
+    for m in &mut offer.media {
+        if m.mid().is_some_and(|mid| mids.contains(&mid)) {
+            m.port = 0;
+        }
+    }
+    offer
+}
+
+#[test]
+fn a_disabled_first_bundle_mid_is_answered_with_port_0_and_not_tagged() {
+    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    // Audio (the first mid) disabled: RFC 3264 §8.2 answers it with port 0, and RFC
+    // 8843 §7.3.1 passes over it to video, which becomes the kept, inactive tag.
+    let offer = with_disabled(&["0"]);
+    let a = answer(&offer, &params(addr)).unwrap();
+    assert_eq!(a.sdp.bundle_mids().unwrap(), ["1", "2"]);
+    let audio = &a.sdp.media[0];
+    assert_eq!(
+        audio.port, 0,
+        "disabled in the offer, disabled in the answer"
+    );
+    assert_eq!(audio.attributes, [Attribute::Mid("0".into())]);
+    let video = &a.sdp.media[1];
+    assert_eq!(video.kind, MediaKind::Video);
+    assert_transport("video tag", video, &offer.media[1]);
+    assert_eq!(video.direction(), Some(Direction::Inactive));
+    assert_data_section("data", &a.sdp.media[2], &offer.media[2]);
+    // The offerer's facts come from the tagged (video) section.
+    let (ufrag, _) = offer.ice_credentials_for(&offer.media[1]).unwrap();
+    assert_eq!(a.remote_ufrag, ufrag);
+
+    // Audio and video both disabled: the data section is the tag, alone in the group.
+    let offer = with_disabled(&["0", "1"]);
+    let a = answer(&offer, &params(addr)).unwrap();
+    assert_eq!(a.sdp.bundle_mids().unwrap(), ["2"]);
+    assert_eq!((a.sdp.media[0].port, a.sdp.media[1].port), (0, 0));
+    assert_data_section("data", &a.sdp.media[2], &offer.media[2]);
+}
+
+/// A max-bundle offer as Firefox writes one (RFC 8829 §4.1.1): only the first section
+/// has a port and transport attributes; the data section has port 0 and bundle-only.
+const MAX_BUNDLE_OFFER: &str = "v=0\r\n\
+o=mozilla...THIS_IS_SDPARTA-99.0 1 0 IN IP4 0.0.0.0\r\n\
+s=-\r\n\
+t=0 0\r\n\
+a=fingerprint:sha-256 AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB\r\n\
+a=group:BUNDLE a0 d1\r\n\
+a=ice-options:trickle\r\n\
+a=msid-semantic:WMS *\r\n\
+m=audio 9 UDP/TLS/RTP/SAVPF 109 0\r\n\
+c=IN IP4 0.0.0.0\r\n\
+a=sendrecv\r\n\
+a=ice-pwd:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\
+a=ice-ufrag:ffffffff\r\n\
+a=mid:a0\r\n\
+a=rtcp-mux\r\n\
+a=rtpmap:109 opus/48000/2\r\n\
+a=rtpmap:0 PCMU/8000\r\n\
+a=setup:actpass\r\n\
+m=application 0 UDP/DTLS/SCTP webrtc-datachannel\r\n\
+c=IN IP4 0.0.0.0\r\n\
+a=bundle-only\r\n\
+a=mid:d1\r\n\
+a=sctp-port:5000\r\n\
+a=max-message-size:1073741823\r\n";
+
+#[test]
+fn a_bundle_only_data_section_is_accepted_with_a_real_port() {
+    let offer = SessionDescription::parse(MAX_BUNDLE_OFFER).unwrap();
+    assert!(offer.media[1].bundle_only() && offer.media[1].port == 0);
+    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    let a = answer(&offer, &params(addr)).unwrap();
+    // The audio section is the tag, kept inactive; the data section rides on it.
+    assert_eq!(a.sdp.bundle_mids().unwrap(), ["a0", "d1"]);
+    assert_eq!(a.sdp.media[0].port, 7100);
+    assert_eq!(a.sdp.media[0].direction(), Some(Direction::Inactive));
+    assert_data_section("max-bundle", &a.sdp.media[1], &offer.media[1]);
+    assert_eq!(a.data_mid.as_deref(), Some("d1"));
+    // The transport is the tagged section's (and the session's fingerprint).
+    assert_eq!(
+        (a.remote_ufrag.as_str(), a.remote_pwd.as_str()),
+        ("ffffffff", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
+    );
+    assert_eq!(a.remote_fingerprint_sha256, [0xAB; 32]);
+    assert_eq!(a.remote_max_message_size, 1_073_741_823);
+}
+
+#[test]
+fn a_port_0_data_section_is_refused_unless_bundle_only_with_a_tag() {
+    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    // Port 0 without bundle-only disables the section (RFC 8843 §7.3, RFC 3264 §8.2).
+    let disabled = MAX_BUNDLE_OFFER.replace("a=bundle-only\r\n", "");
+    let offer = SessionDescription::parse(&disabled).unwrap();
+    assert_eq!(
+        answer(&offer, &params(addr)),
+        Err(AnswerError::NoUsableSection)
+    );
+    // Bundle-only, but no section of the group has a port: nothing to ride on.
+    let no_tag = MAX_BUNDLE_OFFER.replace("m=audio 9 ", "m=audio 0 ");
+    let offer = SessionDescription::parse(&no_tag).unwrap();
+    assert_eq!(
+        answer(&offer, &params(addr)),
+        Err(AnswerError::NoUsableSection)
+    );
+    // Bundle-only, but out of the BUNDLE group.
+    let unbundled = MAX_BUNDLE_OFFER.replace("a=group:BUNDLE a0 d1", "a=group:BUNDLE a0");
+    let offer = SessionDescription::parse(&unbundled).unwrap();
+    assert_eq!(
+        answer(&offer, &params(addr)),
+        Err(AnswerError::NoUsableSection)
+    );
 }

@@ -43,6 +43,21 @@ fn assert_reply(reply: &http_client::Reply, status: u16, mention: &str) {
     );
 }
 
+/// The CORS headers every WHIP/WHEP response carries (RFC 9725 §4.2).
+#[track_caller]
+fn assert_cors(reply: &http_client::Reply) {
+    assert_eq!(
+        reply.header("access-control-allow-origin"),
+        Some("*"),
+        "{reply:?}"
+    );
+    assert_eq!(
+        reply.header("access-control-expose-headers"),
+        Some("Location"),
+        "{reply:?}"
+    );
+}
+
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -292,6 +307,32 @@ fn bad_signalling_input() {
     assert!(created.body.contains("a=ice-lite"), "{}", created.body);
     let location = created.header("location").expect("a Location").to_owned();
     assert!(location.starts_with("/whip/lobby/"), "{location}");
+    // RFC 9725 §4.2 CORS: a page on another origin reads the answer and its Location.
+    assert_cors(&created);
+    for (path, methods) in [
+        ("/whip/lobby", "POST, OPTIONS"),
+        ("/whep/lobby", "POST, OPTIONS"),
+        (location.as_str(), "DELETE, OPTIONS"),
+    ] {
+        let preflight = request(http, "OPTIONS", path, None, b"");
+        assert_eq!(preflight.status, 200, "{path}: {preflight:?}");
+        assert_cors(&preflight);
+        assert_eq!(
+            preflight.header("access-control-allow-methods"),
+            Some(methods),
+            "{path}"
+        );
+        let allowed = preflight
+            .header("access-control-allow-headers")
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        assert!(allowed.contains("content-type"), "{path}: {allowed}");
+        assert!(allowed.contains("authorization"), "{path}: {allowed}");
+    }
+    let endpoint = request(http, "OPTIONS", "/whip/lobby", None, b"");
+    assert_eq!(endpoint.header("accept-post"), Some("application/sdp"));
+    // Errors too, so the page can show them.
+    assert_cors(&request(http, "DELETE", "/whip/lobby/0123", None, b""));
     // No trickle: RFC 9110 §15.5.6 405 with Allow.
     let patched = request(
         http,
@@ -301,7 +342,7 @@ fn bad_signalling_input() {
         b"a=end-of-candidates\r\n",
     );
     assert_reply(&patched, 405, "trickle");
-    assert_eq!(patched.header("allow"), Some("DELETE"));
+    assert_eq!(patched.header("allow"), Some("DELETE, OPTIONS"));
     // The identity is taken while the session lives.
     assert_reply(
         &post_offer(http, "/whip/lobby?identity=alice", &offer),

@@ -19,10 +19,13 @@
 //! Media does not flow through shoal yet, so audio and video sections are rejected
 //! with port 0 (RFC 3264 §6, RFC 8829 §5.3.1), keeping their mid and left out of the
 //! BUNDLE group (RFC 8843 §7.3.3). One exception comes from that same section: the
-//! answerer "can not reject" the offerer-tagged section of a BUNDLE group (its first
-//! mid). When that section is audio or video and the data section is bundled with it,
-//! shoal keeps it in the group as `a=inactive` with one of the offered formats (RFC
-//! 3264 §6.1), which carries the shared transport and no media.
+//! answerer "can not reject" the offerer-tagged section of a BUNDLE group, which RFC
+//! 8843 §7.3.1 selects as the first mid whose section does not have a zero port. When
+//! that section is audio or video and the data section is bundled with it, shoal keeps
+//! it in the group as `a=inactive` with one of the offered formats (RFC 3264 §6.1),
+//! which carries the shared transport and no media. A section offered with port 0 is
+//! disabled and answered with port 0 (RFC 3264 §8.2), even when its mid comes first in
+//! the group.
 
 use std::net::SocketAddr;
 
@@ -35,6 +38,10 @@ use super::{
 pub const SCTP_PORT: u16 = 5000;
 /// The largest data channel message shoal accepts, announced as `a=max-message-size`.
 pub const MAX_MESSAGE_SIZE: u64 = 262_144;
+/// The peer's largest message when its data section has no `a=max-message-size`:
+/// RFC 8841 §6.1's default of 64K (65536 bytes), which RFC 8829 §5.8.2 ("Otherwise,
+/// use the specified default") applies to an offer.
+pub const DEFAULT_REMOTE_MAX_MESSAGE_SIZE: usize = 65_536;
 /// The host candidate's priority: RFC 8445 §5.1.2.1 with type preference 126 (host),
 /// local preference 65535 and component 1.
 pub const HOST_PRIORITY: u32 = (126 << 24) | (65_535 << 8) | (256 - 1);
@@ -69,6 +76,11 @@ pub struct Answer {
     pub setup: Setup,
     /// The mid of the accepted data channel section, if it has one.
     pub data_mid: Option<String>,
+    /// The largest message the offerer accepts, which shoal must not exceed when it
+    /// sends: the data section's `a=max-message-size` (RFC 8829 §5.8.2 parses and
+    /// stores it), [`DEFAULT_REMOTE_MAX_MESSAGE_SIZE`] when absent, and `usize::MAX`
+    /// for 0, which RFC 8841 §6.1 gives as "no limit".
+    pub remote_max_message_size: usize,
 }
 
 /// Why an offer cannot be answered. Each is the offerer's fault (an HTTP 400).
@@ -77,7 +89,8 @@ pub enum AnswerError {
     /// No section shoal can accept.
     #[error(
         "the offer has no data channel section (m=application <port> UDP/DTLS/SCTP \
-         webrtc-datachannel with a non-zero port); audio and video are not supported yet"
+         webrtc-datachannel with a non-zero port, or port 0 and a=bundle-only in a BUNDLE \
+         group); audio and video are not supported yet"
     )]
     NoUsableSection,
     /// The accepted section has no ice-ufrag or ice-pwd (at its level or the session's).
@@ -98,20 +111,18 @@ pub fn answer(
 ) -> Result<Answer, AnswerError> {
     debug_assert!((4..=256).contains(&params.ice_ufrag.len()));
     debug_assert!((22..=256).contains(&params.ice_pwd.len()));
+    let bundle = offer.bundle_mids().unwrap_or_default();
+    let tag = offerer_tagged(offer, bundle);
     let data = offer
         .media
         .iter()
-        .position(is_data_section)
+        .position(|m| is_data_section(m, bundle, tag.is_some()))
         .ok_or(AnswerError::NoUsableSection)?;
-    let bundle = offer.bundle_mids().unwrap_or_default();
     let data_mid = offer.media.get(data).and_then(|m| m.mid());
     let data_bundled = data_mid.is_some_and(|mid| bundle.iter().any(|b| b == mid));
-    // RFC 8843 §7.2.1: the first mid of the group tags the section whose transport
-    // the whole group uses; §7.3.3: the answerer cannot reject it.
-    let tagged = bundle
-        .first()
-        .filter(|_| data_bundled)
-        .and_then(|mid| offer.media.iter().position(|m| m.mid() == Some(mid)));
+    // RFC 8843 §7.2.1: the group's first mid suggests the section whose transport the
+    // whole group uses; §7.3.3: the answerer cannot reject the one it selects.
+    let tagged = tag.filter(|_| data_bundled);
     let transport_index = tagged.unwrap_or(data);
     let transport = offer
         .media
@@ -155,12 +166,19 @@ pub fn answer(
         sections.push(section);
     }
     // RFC 8829 §5.3.1: a BUNDLE group only when one was offered, with the offered mids
-    // that were not rejected, in the offer's order (the tagged one first, §7.3.1).
+    // that were not rejected, in the offer's order but for the tagged one, which comes
+    // first: RFC 8843 §7.3.1, "the answerer BUNDLE-tag indicates the answerer tagged
+    // m= section", and it need not be the first mid offered.
     if data_bundled {
-        let mids: Vec<&str> = bundle
-            .iter()
-            .map(String::as_str)
-            .filter(|mid| accepted.contains(mid))
+        let tag = transport.mid();
+        let mids: Vec<&str> = tag
+            .into_iter()
+            .chain(
+                bundle
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|mid| accepted.contains(mid) && Some(*mid) != tag),
+            )
             .collect();
         sdp.push_attribute(Attribute::Group(Group::new(BUNDLE, &mids)));
     }
@@ -174,15 +192,48 @@ pub fn answer(
         remote_fingerprint_sha256,
         setup,
         data_mid: data_mid.map(str::to_owned),
+        remote_max_message_size: remote_max_message_size(&offer.media[data]),
     })
 }
 
-/// A data channel section shoal can take: RFC 8841's proto and format, not disabled.
-fn is_data_section(m: &MediaDescription) -> bool {
+/// The offered data section's `a=max-message-size` as a sender's limit (RFC 8841 §6.1;
+/// RFC 8829 §5.8.2: absent means the default, and a value too big for `usize` is no
+/// limit this host can reach either).
+fn remote_max_message_size(data: &MediaDescription) -> usize {
+    match data.max_message_size() {
+        None => DEFAULT_REMOTE_MAX_MESSAGE_SIZE,
+        Some(0) => usize::MAX,
+        Some(size) => usize::try_from(size).unwrap_or(usize::MAX),
+    }
+}
+
+/// The offerer-tagged section (RFC 8843 §7.3.1): the first mid of the BUNDLE group
+/// whose section "does not contain a zero port value" (a disabled section is answered
+/// with port 0, RFC 3264 §8.2, so shoal cannot keep it). shoal neither rejects nor moves
+/// out the section it selects: a data section is accepted and a media one is kept
+/// inactive. `None` when no mid qualifies (then there is no BUNDLE group).
+fn offerer_tagged(offer: &SessionDescription, bundle: &[String]) -> Option<usize> {
+    bundle.iter().find_map(|mid| {
+        offer
+            .media
+            .iter()
+            .position(|m| m.mid() == Some(mid.as_str()) && m.port != 0)
+    })
+}
+
+/// A data channel section shoal can take: RFC 8841's proto and format, and either a
+/// non-zero port or bundle-only in a BUNDLE group that has a tagged section (`tagged`).
+/// RFC 8843 §6 and §7.2: port 0 with `a=bundle-only` asks the answerer to accept the
+/// section only within the BUNDLE group (JSEP max-bundle offers every section but the
+/// first so, RFC 8829 §4.1.1); without bundle-only, port 0 disables it (§7.3, RFC 3264
+/// §8.2). The answer gives it a real port and no bundle-only (RFC 8829 §5.3.1).
+fn is_data_section(m: &MediaDescription, bundle: &[String], tagged: bool) -> bool {
+    let bundled_only =
+        || tagged && m.bundle_only() && m.mid().is_some_and(|mid| bundle.iter().any(|b| b == mid));
     m.kind == MediaKind::Application
-        && m.port != 0
         && m.proto == PROTO_DTLS_SCTP
         && m.formats.iter().any(|f| f == FORMAT_DATACHANNEL)
+        && (m.port != 0 || bundled_only())
 }
 
 /// The attributes every accepted section carries (RFC 8829 §5.3.1: IDENTICAL and

@@ -32,7 +32,8 @@ mod tests;
 mod tests_attributes;
 
 pub use answer::{
-    Answer, AnswerError, AnswerParams, HOST_PRIORITY, MAX_MESSAGE_SIZE, SCTP_PORT, answer,
+    Answer, AnswerError, AnswerParams, DEFAULT_REMOTE_MAX_MESSAGE_SIZE, HOST_PRIORITY,
+    MAX_MESSAGE_SIZE, SCTP_PORT, answer,
 };
 pub use attribute::Attribute;
 pub use candidate::{Candidate, CandidateType, TcpType};

@@ -7,13 +7,23 @@
 //! | `POST /whip/{room}`, `POST /whep/{room}` | an SDP offer in, 201 with the answer and a `Location` (RFC 9725 §4.2) |
 //! | `DELETE /whip/{room}/{session}` (and `/whep/…`) | ends the session (RFC 9725 §4.2) |
 //! | `PATCH /whip/{room}/{session}` (and `/whep/…`) | 405: no trickle ICE or ICE restarts |
-//! | `OPTIONS /whip/{room}` (and `/whep/…`) | 200 with `Accept-Post: application/sdp` (RFC 9725 §4.2) |
+//! | `OPTIONS /whip/{room}` (and `/whep/…`) | 200 with `Accept-Post: application/sdp` and the CORS preflight headers (RFC 9725 §4.2) |
+//! | `OPTIONS /whip/{room}/{session}` (and `/whep/…`) | 200 with the CORS preflight headers |
 //! | `GET /signal` | the signalling WebSocket: `SignalService` messages as JSON ([`super::signal`]) |
 //!
 //! WHEP (a subscriber) takes the same steps as WHIP for now: data channels only, media
 //! arrives with a later issue. Errors are plain text saying what is wrong, with the
 //! status of their cause: 400 bad SDP, 404 unknown room or session, 409 identity in
 //! use, 413 body over [`MAX_BODY_BYTES`], 415 not `application/sdp`, 503 full.
+//!
+//! CORS: RFC 9725 §4.2 says WHIP endpoints "MUST support OPTIONS requests for
+//! Cross-Origin Resource Sharing (CORS) as defined in [FETCH]", so that a page on
+//! another origin can publish. Every WHIP/WHEP response says
+//! `Access-Control-Allow-Origin: *` (nothing is behind cookies) and exposes
+//! `Location`, which Fetch does not let a script read otherwise and which the client
+//! needs to end its session; an OPTIONS answers a preflight for the methods the
+//! resource allows and the `Content-Type` and `Authorization` request headers (a
+//! client with a bearer token sends it, RFC 9725 §4.7.1).
 //!
 //! PATCH: RFC 9725 §4.3.1 makes trickle ICE and ICE restarts optional and gives a
 //! status (422) only to a session that supports one of the two. shoal supports
@@ -81,25 +91,32 @@ pub fn router(state: Arc<ControlState>) -> Router {
         state,
         signal_slots: Arc::new(Semaphore::new(MAX_SIGNAL_CONNECTIONS)),
     };
-    Router::new()
-        .route("/", get(|| async { Html(DEMO_PAGE) }))
-        .route("/healthz", get(|| async { "ok\n" }))
+    let whip_whep = Router::new()
         .route(
             "/whip/{room}",
-            post(|s, p, q, r| create(Kind::Whip, s, p, q, r)).options(options),
+            post(|s, p, q, r| create(Kind::Whip, s, p, q, r)).options(endpoint_options),
         )
         .route(
             "/whep/{room}",
-            post(|s, p, q, r| create(Kind::Whep, s, p, q, r)).options(options),
+            post(|s, p, q, r| create(Kind::Whep, s, p, q, r)).options(endpoint_options),
         )
         .route(
             "/whip/{room}/{session}",
-            axum::routing::delete(end).patch(patch),
+            axum::routing::delete(end)
+                .patch(patch)
+                .options(session_options),
         )
         .route(
             "/whep/{room}/{session}",
-            axum::routing::delete(end).patch(patch),
+            axum::routing::delete(end)
+                .patch(patch)
+                .options(session_options),
         )
+        .layer(axum::middleware::map_response(cors));
+    Router::new()
+        .route("/", get(|| async { Html(DEMO_PAGE) }))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .merge(whip_whep)
         .route("/signal", get(signal))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(http)
@@ -257,16 +274,66 @@ async fn patch(
     );
     response
         .headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("DELETE"));
+        .insert(header::ALLOW, HeaderValue::from_static(SESSION_METHODS));
     response
 }
 
-/// `OPTIONS /whip/{room}` (RFC 9725 §4.2: Accept-Post).
-async fn options() -> Response {
+/// The methods of a WHIP/WHEP endpoint (`/whip/{room}`).
+const ENDPOINT_METHODS: &str = "POST, OPTIONS";
+/// The methods of a WHIP/WHEP session (`/whip/{room}/{session}`); PATCH gets a 405.
+const SESSION_METHODS: &str = "DELETE, OPTIONS";
+/// The request headers a cross-origin WHIP/WHEP client may send: the offer's type
+/// and a bearer token (RFC 9725 §4.7.1).
+const ALLOWED_REQUEST_HEADERS: &str = "Content-Type, Authorization";
+/// How long a browser may cache a preflight's answer, in seconds.
+const PREFLIGHT_MAX_AGE: &str = "86400";
+
+/// `OPTIONS /whip/{room}` (RFC 9725 §4.2: Accept-Post, and the CORS preflight).
+async fn endpoint_options() -> Response {
+    let mut response = preflight(ENDPOINT_METHODS);
+    response
+        .headers_mut()
+        .insert("accept-post", HeaderValue::from_static("application/sdp"));
+    response
+}
+
+/// `OPTIONS /whip/{room}/{session}`: the CORS preflight of a DELETE.
+async fn session_options() -> Response {
+    preflight(SESSION_METHODS)
+}
+
+/// A 200 answering a CORS preflight (Fetch's "CORS-preflight request") for `methods`.
+fn preflight(methods: &'static str) -> Response {
     let mut response = StatusCode::OK.into_response();
     let headers = response.headers_mut();
-    headers.insert("accept-post", HeaderValue::from_static("application/sdp"));
-    headers.insert(header::ALLOW, HeaderValue::from_static("POST, OPTIONS"));
+    headers.insert(header::ALLOW, HeaderValue::from_static(methods));
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static(methods),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(ALLOWED_REQUEST_HEADERS),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static(PREFLIGHT_MAX_AGE),
+    );
+    response
+}
+
+/// Adds to every WHIP/WHEP response (errors too, so a page can read them) what lets a
+/// cross-origin page read it: any origin, and the `Location` of a new session.
+async fn cors(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Location"),
+    );
     response
 }
 

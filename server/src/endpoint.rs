@@ -239,10 +239,12 @@ pub fn pair_specs<R: RngCore + ?Sized>(
         PeerDtls {
             role: DtlsRole::Server,
             remote_fingerprint: controlling_fingerprint,
+            max_message_size: None,
         },
         PeerDtls {
             role: DtlsRole::Client,
             remote_fingerprint: lite_fingerprint,
+            max_message_size: None,
         },
     );
     specs_from(id, lite_addr, Some(dtls), &mut || rng.next_u64())

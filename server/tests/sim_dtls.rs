@@ -167,6 +167,7 @@ fn a_peer_with_the_wrong_certificate_is_removed_and_others_are_served() {
             PeerDtls {
                 role: DtlsRole::Server,
                 remote_fingerprint: wrong,
+                max_message_size: None,
             },
         )),
     )
@@ -182,6 +183,7 @@ fn a_peer_with_the_wrong_certificate_is_removed_and_others_are_served() {
             PeerDtls {
                 role: DtlsRole::Client,
                 remote_fingerprint: srv_fp,
+                max_message_size: None,
             },
         )),
     )

@@ -76,6 +76,9 @@ pub struct DataChannels {
     labels: FastMap<String, u16>,
     /// Our parity: 0 for the DTLS client's even ids, 1 for the server's odd ones.
     pub next_id: u16,
+    /// The largest message the peer takes (its SDP `a=max-message-size`, RFC 8841):
+    /// the relay delivers nothing larger to it.
+    pub remote_max_message_size: usize,
 }
 
 impl DataChannels {
@@ -85,6 +88,7 @@ impl DataChannels {
             channels: HashMap::new(),
             labels: FastMap::default(),
             next_id: if dtls_client { 0 } else { 1 },
+            remote_max_message_size: usize::MAX,
         }
     }
 

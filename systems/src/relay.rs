@@ -165,6 +165,14 @@ pub(crate) fn relay_to(
     ppid: Ppid,
     payload: Bytes,
 ) -> Result<(), ChannelError> {
+    // RFC 8829 §5.8.2: the peer's max-message-size is respected. The empty forms'
+    // one zero byte stands for nothing, so a 0-byte message always fits.
+    if payload.len() > dc.remote_max_message_size {
+        return Err(ChannelError::TooLarge {
+            size: payload.len(),
+            max: dc.remote_max_message_size,
+        });
+    }
     let stream = match dc.by_label(params.label) {
         Some(stream) => stream,
         None if params.label.len() > MAX_RELAYED_NAME
@@ -229,5 +237,45 @@ pub(crate) fn deliver(
             stats.relay_undeliverable += 1;
             Delivery::Skipped
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_components::sctp::dcep::ChannelType;
+
+    #[test]
+    fn nothing_over_the_receivers_max_message_size_is_relayed() {
+        // The receiver announced a=max-message-size:1024 (RFC 8841).
+        let mut a = Sctp::new(false, 5000, 5000);
+        let mut dc = DataChannels::new(false);
+        dc.remote_max_message_size = 1024;
+        let params = ChannelParams {
+            label: "chat",
+            protocol: "",
+            kind: ChannelType::default(),
+            priority: 256,
+        };
+        let mut relay = |len: usize| {
+            relay_to(
+                &mut a,
+                &mut dc,
+                Time::ZERO,
+                params,
+                Ppid(53),
+                Bytes::from(vec![0; len]),
+            )
+        };
+        assert_eq!(
+            relay(1025),
+            Err(ChannelError::TooLarge {
+                size: 1025,
+                max: 1024
+            })
+        );
+        // At the limit it passes the check (and meets the next: this association is
+        // not established, so the channel cannot be opened).
+        assert!(!matches!(relay(1024), Err(ChannelError::TooLarge { .. })));
     }
 }

@@ -135,6 +135,10 @@ pub struct PeerDtls {
     pub role: DtlsRole,
     /// SHA-256 of the certificate the peer must present.
     pub remote_fingerprint: [u8; 32],
+    /// The largest message the peer takes, from its `a=max-message-size` (RFC 8841;
+    /// RFC 8829 §5.8.2 asks the value be stored and respected); `None`: the shard's
+    /// own `SctpLimits::max_message_size`.
+    pub max_message_size: Option<usize>,
 }
 
 /// What the owner of a shard can ask of it.
@@ -485,10 +489,14 @@ impl Shard {
             // WebRTC data channels run SCTP over every DTLS connection (RFC 8831 §5);
             // the DTLS client sends the INIT.
             let initiator = d.role == DtlsRole::Client;
+            let mut channels = DataChannels::new(initiator);
+            channels.remote_max_message_size = d
+                .max_message_size
+                .unwrap_or(self.config.sctp.max_message_size);
             self.world.entity_mut(entity).insert((
                 DtlsSession::new(d.role, d.remote_fingerprint),
                 Sctp::new(initiator, DEFAULT_SCTP_PORT, DEFAULT_SCTP_PORT),
-                DataChannels::new(initiator),
+                channels,
             ));
         }
         // A lite peer is lost if no valid check arrives within the consent timeout; a

@@ -316,6 +316,7 @@ impl ControlState {
             dtls: Some(PeerDtls {
                 role,
                 remote_fingerprint: answer.remote_fingerprint_sha256,
+                max_message_size: Some(answer.remote_max_message_size),
             }),
             room: Some(who.room_id),
         };

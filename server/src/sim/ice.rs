@@ -92,10 +92,12 @@ impl Sim {
                 PeerDtls {
                     role,
                     remote_fingerprint: client_fp,
+                    max_message_size: None,
                 },
                 PeerDtls {
                     role: client_role,
                     remote_fingerprint: server_fp,
+                    max_message_size: None,
                 },
             )
         });

@@ -150,6 +150,7 @@ impl Pair {
             dtls: Some(PeerDtls {
                 role: DtlsRole::Server,
                 remote_fingerprint: self.cli.fingerprint(),
+                max_message_size: None,
             }),
             room: None,
         };
@@ -166,6 +167,7 @@ impl Pair {
             dtls: Some(PeerDtls {
                 role: DtlsRole::Client,
                 remote_fingerprint: self.srv.fingerprint(),
+                max_message_size: None,
             }),
             room: None,
         };

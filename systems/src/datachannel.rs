@@ -13,6 +13,7 @@
 //! [`ShardEvent::ChannelMessage`] for the shard's owner.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
@@ -45,10 +46,11 @@ pub enum ChannelState {
 /// One data channel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Channel {
-    /// Its label (RFC 8832 §5.1).
-    pub label: String,
-    /// Its sub-protocol.
-    pub protocol: String,
+    /// Its label (RFC 8832 §5.1); shared, so a message relayed to another shard
+    /// carries it without a copy.
+    pub label: Arc<str>,
+    /// Its sub-protocol, shared likewise.
+    pub protocol: Arc<str>,
     /// Ordering and reliability, as DATA_CHANNEL_OPEN announced them.
     pub kind: ChannelType,
     /// Its priority, as DATA_CHANNEL_OPEN announced it (RFC 8832 §5.1).
@@ -95,12 +97,12 @@ impl DataChannels {
 
     fn insert(&mut self, id: u16, channel: Channel) {
         let ours = |stream: u16| stream % 2 == self.next_id % 2;
-        match self.labels.get(channel.label.as_str()) {
+        match self.labels.get(&*channel.label) {
             None => {
-                self.labels.insert(channel.label.clone(), id);
+                self.labels.insert(channel.label.to_string(), id);
             }
             Some(&held) if ours(held) && !ours(id) => {
-                self.labels.insert(channel.label.clone(), id);
+                self.labels.insert(channel.label.to_string(), id);
             }
             Some(_) => {}
         }
@@ -232,8 +234,8 @@ pub fn open(
     dc.insert(
         id,
         Channel {
-            label: params.label.to_owned(),
-            protocol: params.protocol.to_owned(),
+            label: params.label.into(),
+            protocol: params.protocol.into(),
             kind: params.kind,
             priority: params.priority,
             state: ChannelState::Opening,
@@ -356,8 +358,8 @@ fn on_resets(a: &mut Sctp, dc: &mut DataChannels, peer: &Peer, events: &mut Even
                 peer: peer.id,
                 channel: id,
             });
-            if labels.get(ch.label.as_str()) == Some(&id)
-                && let Some((label, _)) = labels.remove_entry(ch.label.as_str())
+            if labels.get(&*ch.label) == Some(&id)
+                && let Some((label, _)) = labels.remove_entry(&*ch.label)
             {
                 orphaned.push(label);
             }
@@ -369,7 +371,7 @@ fn on_resets(a: &mut Sctp, dc: &mut DataChannels, peer: &Peer, events: &mut Even
     for label in orphaned {
         let next = channels
             .iter()
-            .filter(|(_, ch)| ch.label == label)
+            .filter(|(_, ch)| *ch.label == *label)
             .map(|(&id, _)| id)
             .min();
         if let Some(id) = next {
@@ -506,8 +508,8 @@ fn on_dcep(
             dc.insert(
                 stream,
                 Channel {
-                    label: open.label().to_owned(),
-                    protocol: open.protocol().to_owned(),
+                    label: open.label().into(),
+                    protocol: open.protocol().into(),
                     kind: open.channel_type,
                     priority: open.priority,
                     state: ChannelState::Open,
@@ -531,8 +533,8 @@ fn on_dcep(
                 ctx.events.0.push(ShardEvent::ChannelOpen {
                     peer: peer.id,
                     channel: stream,
-                    label: ch.label.clone(),
-                    protocol: ch.protocol.clone(),
+                    label: ch.label.to_string(),
+                    protocol: ch.protocol.to_string(),
                 });
             }
         }
@@ -547,7 +549,7 @@ mod tests {
     fn chat() -> Channel {
         Channel {
             label: "chat".into(),
-            protocol: String::new(),
+            protocol: "".into(),
             kind: ChannelType::default(),
             priority: 256,
             state: ChannelState::Open,

@@ -20,7 +20,7 @@ use bevy_ecs::system::SystemParam;
 use bytes::{Bytes, BytesMut};
 use shoal_components::hash::FastMap;
 use shoal_components::peer::Peer;
-use shoal_components::room::{RoomIndex, RoomMember};
+use shoal_components::room::{RoomIndex, RoomMember, RoomPresence};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::StreamId;
 use shoal_components::sctp::dcep::{ChannelType, DataChannelOpen, DcepMessage, Reliability};
@@ -29,7 +29,7 @@ use shoal_components::stats::ShardStats;
 use shoal_components::tick::{Events, Now, SctpWork, ShardEvent};
 use shoal_components::time::Time;
 
-use crate::relay::{self, Leave, RelayJob, RelayScratch};
+use crate::relay::{self, Leave, RelayJob, RelayOutbox, RelayScratch};
 use crate::sctp::assoc::Sctp;
 
 /// Where a channel is.
@@ -396,6 +396,8 @@ pub struct DataChannelCtx<'w, 's> {
     events: ResMut<'w, Events>,
     stats: ResMut<'w, ShardStats>,
     rooms: Res<'w, RoomIndex>,
+    presence: Res<'w, RoomPresence>,
+    outbox: ResMut<'w, RelayOutbox>,
     relay: ResMut<'w, RelayScratch>,
     leave: Leave<'w, 's>,
 }
@@ -480,6 +482,8 @@ impl<'w, 's> DataChannelCtx<'w, 's> {
             events: &mut self.events,
             stats: &mut self.stats,
             rooms: &self.rooms,
+            presence: &self.presence,
+            outbox: &mut self.outbox,
             relay: &mut self.relay,
             leave: &mut self.leave,
         }

@@ -6,12 +6,10 @@
 mod grpc_node;
 mod http_client;
 
-use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use http_client::{fixture_offer, post_offer, request};
 use shoal_proto::v1::{DeleteRoomRequest, ListParticipantsRequest};
-use shoal_server::config::Config;
 use shoal_server::driver::ShardReport;
 
 const ROOM: &str = "spread";
@@ -24,14 +22,7 @@ fn shared(reports: &[ShardReport]) -> Vec<usize> {
 
 #[test]
 fn room_presence_follows_joins_leaves_and_room_deletion() {
-    let mut node = grpc_node::node_with_room_in(
-        ROOM,
-        Config {
-            shards: NonZeroUsize::new(2).expect("non-zero"),
-            max_peers_per_shard: 1,
-            ..Config::default()
-        },
-    );
+    let mut node = grpc_node::node_with_split_room(ROOM);
     let offer = fixture_offer("chromium156_data_offer.sdp");
     let join = |identity: &str| {
         let reply = post_offer(

@@ -115,6 +115,20 @@ pub fn node_with_room(room: &str) -> RoomNode {
     )
 }
 
+/// Starts a two-shard node that holds one participant per shard, so a room's
+/// second participant lands on the other shard, and creates `room` on it.
+#[allow(dead_code)]
+pub fn node_with_split_room(room: &str) -> RoomNode {
+    node_with_room_in(
+        room,
+        Config {
+            shards: std::num::NonZeroUsize::new(2).expect("non-zero"),
+            max_peers_per_shard: 1,
+            ..Config::default()
+        },
+    )
+}
+
 /// Starts a node from `config` (ports made ephemeral) and creates `room` on it.
 #[allow(dead_code)]
 pub fn node_with_room_in(room: &str, config: Config) -> RoomNode {

@@ -6,6 +6,10 @@
 //! entity (the peer is despawned for any reason, or the component is removed), the
 //! entity leaves the index, and a room's entry goes with its last member. No removal
 //! path can forget it.
+//!
+//! A room's members may sit on several shards of a node. [`RoomPresence`] is what a
+//! shard knows of the others: for each room, the other shards that hold members of
+//! it, as the control plane (which places every participant) last told it.
 
 use bevy_ecs::lifecycle::HookContext;
 use bevy_ecs::prelude::{Component, Entity, Resource};
@@ -81,6 +85,40 @@ impl RoomIndex {
     }
 }
 
+/// For each room, the *other* shards of the node that hold members of it (by shard
+/// index, sorted, without repeats). Set whole by the control plane whenever a room's
+/// set of shards changes; a room no other shard shares has no entry.
+#[derive(Resource, Debug, Default)]
+pub struct RoomPresence {
+    rooms: FastMap<RoomId, Vec<usize>>,
+}
+
+impl RoomPresence {
+    /// Replaces what is known of `room`: `siblings` are the other shards holding
+    /// members of it. An empty set removes the room's entry.
+    pub fn set(&mut self, room: RoomId, siblings: &[usize]) {
+        if siblings.is_empty() {
+            self.rooms.remove(&room);
+            return;
+        }
+        let entry = self.rooms.entry(room).or_default();
+        entry.clear();
+        entry.extend_from_slice(siblings);
+        entry.sort_unstable();
+        entry.dedup();
+    }
+
+    /// The other shards holding members of `room`; empty when none does.
+    pub fn siblings(&self, room: RoomId) -> &[usize] {
+        self.rooms.get(&room).map_or(&[], Vec::as_slice)
+    }
+
+    /// Rooms that some other shard shares with this one.
+    pub fn room_count(&self) -> usize {
+        self.rooms.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use bevy_ecs::world::World;
@@ -110,5 +148,19 @@ mod tests {
         assert!(index.members(room).is_empty());
         assert_eq!(index.room_count(), 1);
         assert_eq!(index.member_count(), 1);
+    }
+
+    #[test]
+    fn presence_is_replaced_whole_and_an_empty_set_removes_the_room() {
+        let mut presence = RoomPresence::default();
+        presence.set(RoomId(1), &[3, 1, 3]);
+        presence.set(RoomId(2), &[2]);
+        assert_eq!(presence.siblings(RoomId(1)), &[1, 3]);
+        presence.set(RoomId(1), &[2]);
+        assert_eq!(presence.siblings(RoomId(1)), &[2]);
+        presence.set(RoomId(1), &[]);
+        assert!(presence.siblings(RoomId(1)).is_empty());
+        assert!(presence.siblings(RoomId(9)).is_empty());
+        assert_eq!(presence.room_count(), 1);
     }
 }

@@ -96,4 +96,14 @@ pub struct ShardStats {
     /// that label is closing, it has no free stream id, or the message is over its
     /// size limit.
     pub relay_undeliverable: u64,
+    /// Room messages a member sent that were put out for the room's other shards
+    /// (one per message, whatever the number of those shards).
+    pub relay_forwards_out: u64,
+    /// Forwarded room messages lost on the way to another shard: over the per-tick
+    /// limit, or that shard's command queue was full or gone (one per message per
+    /// shard it missed).
+    pub relay_forwards_dropped: u64,
+    /// Room messages another shard forwarded here, delivered to this shard's
+    /// members of the room.
+    pub relay_forwards_in: u64,
 }

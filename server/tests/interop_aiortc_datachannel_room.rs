@@ -2,7 +2,9 @@
 //! one room over WHIP and exchange 1 000 messages each way through shoal's room relay
 //! on a reliable ordered channel (each delivered once, in order, type and bytes
 //! intact) and on an unordered channel sent once (never twice, never corrupted); both
-//! leave by WHIP DELETE and the room is empty again.
+//! leave by WHIP DELETE and the room is empty again. The exchange runs twice: on a
+//! one-shard node, and on a two-shard node with one participant per shard, where
+//! every message crosses from one shard to the other over the relay's hop.
 //!
 //! The Python interpreter is `SHOAL_INTEROP_PYTHON`, else the venv
 //! `target/interop-venv` that `scripts/test-all` creates with aiortc.
@@ -20,6 +22,9 @@ const ROOM: &str = "aiortc-room";
 const COUNT: u64 = 1000;
 /// How long both clients have for the whole exchange.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(120);
+/// One exchange at a time: each keeps two Python clients busy, and their 15 s
+/// step timeouts are meant for a machine that is not also running the other's.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn python() -> PathBuf {
     let path = std::env::var_os("SHOAL_INTEROP_PYTHON").map_or_else(
@@ -84,16 +89,14 @@ fn finish(client: &mut Client, deadline: Instant) -> (bool, Value) {
     (status.success(), report)
 }
 
-#[test]
-fn interop_aiortc_datachannel_room() {
-    let grpc_node::RoomNode {
-        server,
-        http,
-        runtime,
-        mut rooms,
-        control: _control,
-    } = grpc_node::node_with_room(ROOM);
-    let whip = format!("http://{http}/whip/{ROOM}");
+/// Runs the exchange between alice and bob on `node`'s room and checks what each
+/// client reported (with every shard's counters on failure); returns once both
+/// have left the room.
+fn exchange(node: &mut grpc_node::RoomNode) {
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let whip = format!("http://{}/whip/{ROOM}", node.http);
     let mut clients = [
         ("alice", "bob", start_client(&whip, "alice")),
         ("bob", "alice", start_client(&whip, "bob")),
@@ -103,15 +106,13 @@ fn interop_aiortc_datachannel_room() {
         .iter_mut()
         .map(|(_, _, client)| finish(client, deadline))
         .collect();
-    let counters = server
-        .command_sender(0)
-        .and_then(|s| s.stats().ok())
-        .map(|r| format!("{:?}", r.shard))
-        .unwrap_or_default();
+    let counters: Vec<String> = (0..node.server.shard_count())
+        .map(|i| format!("{:?}", grpc_node::shard_report(&node.server, i).shard))
+        .collect();
     for ((me, other, _), (ok, r)) in clients.iter().zip(reports) {
         let r = {
             let mut r = r;
-            r["shard"] = Value::from(counters.clone());
+            r["shards"] = Value::from(counters.clone());
             r
         };
         assert_eq!(r["peer"], Value::from(*other), "{me}: {r}");
@@ -125,11 +126,40 @@ fn interop_aiortc_datachannel_room() {
         assert!(ok, "{me} exited with a failure: {r}");
     }
     // Both DELETEs took their participants out.
-    runtime.block_on(async {
+    let rooms = &mut node.rooms;
+    node.runtime.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while grpc_node::participants(&mut rooms, ROOM).await != 0 {
+        while grpc_node::participants(rooms, ROOM).await != 0 {
             assert!(Instant::now() < deadline, "the room should be empty");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    });
+}
+
+#[test]
+fn interop_aiortc_datachannel_room() {
+    let mut node = grpc_node::node_with_room(ROOM);
+    exchange(&mut node);
+}
+
+#[test]
+fn interop_aiortc_datachannel_room_across_shards() {
+    // One participant per shard: the second to join cannot share the first's shard.
+    let mut node = grpc_node::node_with_split_room(ROOM);
+    exchange(&mut node);
+    let reports: Vec<_> = (0..2)
+        .map(|i| grpc_node::shard_report(&node.server, i))
+        .collect();
+    for r in &reports {
+        // Each shard held one of them: it forwarded its member's messages (at least
+        // the ordered ones and the `ready`) and delivered the other's.
+        let s = &r.shard;
+        assert!(s.relay_forwards_out > COUNT, "shard {}: {s:?}", r.index);
+        assert!(s.relay_forwards_in > COUNT, "shard {}: {s:?}", r.index);
+        assert_eq!(s.relay_forwards_dropped, 0, "shard {}: {s:?}", r.index);
+    }
+    // Both left: neither shard shares the room any more.
+    grpc_node::wait_for_shards(&node.server, Duration::from_secs(10), "presence", |r| {
+        r.iter().all(|r| r.shared_rooms == 0)
     });
 }

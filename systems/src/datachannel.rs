@@ -13,13 +13,14 @@
 //! [`ShardEvent::ChannelMessage`] for the shard's owner.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
 use bytes::{Bytes, BytesMut};
 use shoal_components::hash::FastMap;
 use shoal_components::peer::Peer;
-use shoal_components::room::{RoomIndex, RoomMember};
+use shoal_components::room::{RoomIndex, RoomMember, RoomPresence};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::StreamId;
 use shoal_components::sctp::dcep::{ChannelType, DataChannelOpen, DcepMessage, Reliability};
@@ -28,7 +29,7 @@ use shoal_components::stats::ShardStats;
 use shoal_components::tick::{Events, Now, SctpWork, ShardEvent};
 use shoal_components::time::Time;
 
-use crate::relay::{self, Leave, RelayJob, RelayScratch};
+use crate::relay::{self, Leave, RelayJob, RelayOutbox, RelayScratch};
 use crate::sctp::assoc::Sctp;
 
 /// Where a channel is.
@@ -45,10 +46,11 @@ pub enum ChannelState {
 /// One data channel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Channel {
-    /// Its label (RFC 8832 §5.1).
-    pub label: String,
-    /// Its sub-protocol.
-    pub protocol: String,
+    /// Its label (RFC 8832 §5.1); shared, so a message relayed to another shard
+    /// carries it without a copy.
+    pub label: Arc<str>,
+    /// Its sub-protocol, shared likewise.
+    pub protocol: Arc<str>,
     /// Ordering and reliability, as DATA_CHANNEL_OPEN announced them.
     pub kind: ChannelType,
     /// Its priority, as DATA_CHANNEL_OPEN announced it (RFC 8832 §5.1).
@@ -99,12 +101,12 @@ impl DataChannels {
 
     fn insert(&mut self, id: u16, channel: Channel) {
         let ours = |stream: u16| stream % 2 == self.next_id % 2;
-        match self.labels.get(channel.label.as_str()) {
+        match self.labels.get(&*channel.label) {
             None => {
-                self.labels.insert(channel.label.clone(), id);
+                self.labels.insert(channel.label.to_string(), id);
             }
             Some(&held) if ours(held) && !ours(id) => {
-                self.labels.insert(channel.label.clone(), id);
+                self.labels.insert(channel.label.to_string(), id);
             }
             Some(_) => {}
         }
@@ -236,8 +238,8 @@ pub fn open(
     dc.insert(
         id,
         Channel {
-            label: params.label.to_owned(),
-            protocol: params.protocol.to_owned(),
+            label: params.label.into(),
+            protocol: params.protocol.into(),
             kind: params.kind,
             priority: params.priority,
             state: ChannelState::Opening,
@@ -360,8 +362,8 @@ fn on_resets(a: &mut Sctp, dc: &mut DataChannels, peer: &Peer, events: &mut Even
                 peer: peer.id,
                 channel: id,
             });
-            if labels.get(ch.label.as_str()) == Some(&id)
-                && let Some((label, _)) = labels.remove_entry(ch.label.as_str())
+            if labels.get(&*ch.label) == Some(&id)
+                && let Some((label, _)) = labels.remove_entry(&*ch.label)
             {
                 orphaned.push(label);
             }
@@ -373,7 +375,7 @@ fn on_resets(a: &mut Sctp, dc: &mut DataChannels, peer: &Peer, events: &mut Even
     for label in orphaned {
         let next = channels
             .iter()
-            .filter(|(_, ch)| ch.label == label)
+            .filter(|(_, ch)| *ch.label == *label)
             .map(|(&id, _)| id)
             .min();
         if let Some(id) = next {
@@ -398,6 +400,8 @@ pub struct DataChannelCtx<'w, 's> {
     events: ResMut<'w, Events>,
     stats: ResMut<'w, ShardStats>,
     rooms: Res<'w, RoomIndex>,
+    presence: Res<'w, RoomPresence>,
+    outbox: ResMut<'w, RelayOutbox>,
     relay: ResMut<'w, RelayScratch>,
     leave: Leave<'w, 's>,
 }
@@ -481,6 +485,8 @@ impl<'w, 's> DataChannelCtx<'w, 's> {
             work: &mut self.work,
             stats: &mut self.stats,
             rooms: &self.rooms,
+            presence: &self.presence,
+            outbox: &mut self.outbox,
             relay: &mut self.relay,
             leave: &mut self.leave,
         }
@@ -509,8 +515,8 @@ fn on_dcep(
             dc.insert(
                 stream,
                 Channel {
-                    label: open.label().to_owned(),
-                    protocol: open.protocol().to_owned(),
+                    label: open.label().into(),
+                    protocol: open.protocol().into(),
                     kind: open.channel_type,
                     priority: open.priority,
                     state: ChannelState::Open,
@@ -534,8 +540,8 @@ fn on_dcep(
                 ctx.events.0.push(ShardEvent::ChannelOpen {
                     peer: peer.id,
                     channel: stream,
-                    label: ch.label.clone(),
-                    protocol: ch.protocol.clone(),
+                    label: ch.label.to_string(),
+                    protocol: ch.protocol.to_string(),
                 });
             }
         }
@@ -550,7 +556,7 @@ mod tests {
     fn chat() -> Channel {
         Channel {
             label: "chat".into(),
-            protocol: String::new(),
+            protocol: "".into(),
             kind: ChannelType::default(),
             priority: 256,
             state: ChannelState::Open,

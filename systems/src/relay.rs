@@ -26,15 +26,28 @@
 //!
 //! Messages from the owner (`Shard::send_data`) follow the same policy on reliable
 //! ordered channels.
+//!
+//! # Rooms across shards
+//!
+//! When the room has members on other shards ([`RoomPresence`]), each message also
+//! becomes one [`Forwarded`] record in the shard's [`RelayOutbox`], in the order the
+//! relay handled the messages; the owner drains it after the tick
+//! (`Shard::poll_forward`) and hands each record to those shards, which deliver it
+//! to their own members under the same policy (`Shard::deliver_forwarded`) and never
+//! forward it again: one hop. A record shares the payload and the channel's label
+//! and protocol; nothing is copied. At most [`MAX_FORWARDS_PER_TICK`] records leave
+//! a tick; the rest are dropped and counted (`ShardStats::relay_forwards_dropped`).
+
+use std::sync::Arc;
 
 use bevy_ecs::entity::EntityHashSet;
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
 use bytes::Bytes;
 use shoal_components::peer::{Ice, IceState};
-use shoal_components::room::{RoomId, RoomIndex};
+use shoal_components::room::{RoomId, RoomIndex, RoomPresence};
 use shoal_components::sctp::Ppid;
-use shoal_components::sctp::dcep::Reliability;
+use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::SctpWork;
 use shoal_components::time::Time;
@@ -54,6 +67,47 @@ pub struct RelayJob {
     /// The payload it came with (one zero byte for the empty PPIDs).
     pub payload: Bytes,
 }
+
+/// Forward records one tick may put out; past it a tick's further messages reach
+/// only this shard's members (counted in `ShardStats::relay_forwards_dropped`).
+/// With 1024 datagrams a tick this is several small messages per datagram.
+pub const MAX_FORWARDS_PER_TICK: usize = 4096;
+
+/// A room message on its way to the room's members on another shard: what the
+/// relay passes to [`deliver`], owned and cheap to clone (reference counts only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forwarded {
+    /// The room.
+    pub room: RoomId,
+    /// The sender channel's label: receivers get it on their channel of this label.
+    pub label: Arc<str>,
+    /// The sender channel's sub-protocol.
+    pub protocol: Arc<str>,
+    /// The sender channel's ordering and reliability.
+    pub kind: ChannelType,
+    /// The sender channel's priority.
+    pub priority: u16,
+    /// The PPID the message came with.
+    pub ppid: Ppid,
+    /// The payload it came with (shared, never copied).
+    pub payload: Bytes,
+}
+
+impl Forwarded {
+    /// The channel parameters a receiver's channel is opened with if it has none.
+    pub fn params(&self) -> ChannelParams<'_> {
+        ChannelParams {
+            label: &self.label,
+            protocol: &self.protocol,
+            kind: self.kind,
+            priority: self.priority,
+        }
+    }
+}
+
+/// This tick's records for other shards, in the order the relay produced them.
+#[derive(Resource, Debug, Default)]
+pub struct RelayOutbox(pub Vec<Forwarded>);
 
 /// The relay's per-tick lists, reused tick after tick.
 #[derive(Resource, Debug, Default)]
@@ -90,12 +144,15 @@ pub(crate) struct RelayCtx<'a, 'w, 's> {
     pub work: &'a mut SctpWork,
     pub stats: &'a mut ShardStats,
     pub rooms: &'a RoomIndex,
+    pub presence: &'a RoomPresence,
+    pub outbox: &'a mut RelayOutbox,
     pub relay: &'a mut RelayScratch,
     pub leave: &'a mut Leave<'w, 's>,
 }
 
-/// Relays the jobs `from` produced to the other members of `room`. O(members) per
-/// message: members come from the room index, each looked up by entity.
+/// Relays the jobs `from` produced to the other members of `room`, and puts them
+/// out for the room's other shards. O(members) per message: members come from the
+/// room index, each looked up by entity.
 pub(crate) fn fan_out(
     ctx: &mut RelayCtx,
     q: &mut Query<ChannelsQuery>,
@@ -107,11 +164,17 @@ pub(crate) fn fan_out(
         work,
         stats,
         rooms,
+        presence,
+        outbox,
         relay,
         leave,
     } = ctx;
     let members = rooms.members(room);
+    let shared = !presence.siblings(room).is_empty();
     for job in relay.jobs.drain(..) {
+        if shared {
+            forward(outbox, stats, q, from, room, &job);
+        }
         for &to in members {
             if to == from || leave.is_leaving(to) || relay.slow.contains(&to) {
                 continue;
@@ -142,6 +205,38 @@ pub(crate) fn fan_out(
             }
         }
     }
+}
+
+/// Puts one message of `from` out for the room's other shards, unless this tick has
+/// put out its limit already.
+fn forward(
+    outbox: &mut RelayOutbox,
+    stats: &mut ShardStats,
+    q: &Query<ChannelsQuery>,
+    from: Entity,
+    room: RoomId,
+    job: &RelayJob,
+) {
+    let Ok((_, _, sender, _)) = q.get(from) else {
+        return;
+    };
+    let Some(channel) = sender.channels.get(&job.stream) else {
+        return;
+    };
+    if outbox.0.len() >= MAX_FORWARDS_PER_TICK {
+        stats.relay_forwards_dropped += 1;
+        return;
+    }
+    stats.relay_forwards_out += 1;
+    outbox.0.push(Forwarded {
+        room,
+        label: channel.label.clone(),
+        protocol: channel.protocol.clone(),
+        kind: channel.kind,
+        priority: channel.priority,
+        ppid: job.ppid,
+        payload: job.payload.clone(),
+    });
 }
 
 /// The longest label, and the longest protocol, for which shoal opens a channel on

@@ -20,7 +20,7 @@ use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::{
     Ice, IceControlling, IceCredentials, IceRole, IceState, Peer, PeerId, PeerIndex,
 };
-use shoal_components::room::{RoomId, RoomIndex};
+use shoal_components::room::{RoomId, RoomIndex, RoomPresence};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{
     DtlsInbox, DtlsStart, DueTimers, Events, Inbox, LocalAddr, Now, Outbox, RemoveReason,
@@ -33,7 +33,7 @@ use crate::datachannel::{self, ChannelError, ChannelParams, DataChannels};
 use crate::dtls::pass::{self as dtls_pass, DtlsSession, ShardDtls};
 use crate::dtls::{CipherSuite, DtlsCertificate, DtlsConfig, DtlsRole, SrtpKeys};
 use crate::pass::Pass;
-use crate::relay::RelayScratch;
+use crate::relay::{RelayOutbox, RelayScratch};
 use crate::sctp::assoc::{AssocState, DEFAULT_SCTP_PORT, Sctp, SctpLimits};
 use crate::sctp::cookie::CookieKey;
 use crate::sctp::pass::{self as sctp_pass, SctpScratch, SctpShared};
@@ -277,7 +277,9 @@ impl Shard {
         world.init_resource::<SctpWork>();
         world.init_resource::<SctpScratch>();
         world.init_resource::<RoomIndex>();
+        world.init_resource::<RoomPresence>();
         world.init_resource::<RelayScratch>();
+        world.init_resource::<RelayOutbox>();
         let mut secret = [0u8; 32];
         world.resource_mut::<ShardRng>().0.fill_bytes(&mut secret);
         world.insert_resource(SctpShared {

@@ -123,6 +123,11 @@ impl ControlState {
         self.members.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Each shard's command handle, by index.
+    pub(super) fn shards(&self) -> &[ShardSender] {
+        &self.shards
+    }
+
     /// Each shard's UDP address, by index.
     pub fn udp_addrs(&self) -> &[SocketAddr] {
         &self.udp_addrs

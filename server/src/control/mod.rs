@@ -23,6 +23,7 @@
 pub mod grpc;
 pub mod http;
 pub mod participants;
+pub mod presence;
 pub mod rooms;
 pub mod shards;
 pub mod signal;
@@ -439,12 +440,14 @@ fn reflection() -> Result<tonic_reflection::server::Builder<'static>, ControlErr
         .with_service_name("grpc.reflection.v1alpha.ServerReflection"))
 }
 
-/// Closes empty rooms whose time is up, every [`EXPIRY_INTERVAL`].
+/// Closes empty rooms whose time is up, and resends room presence that a full
+/// shard queue refused, every [`EXPIRY_INTERVAL`].
 async fn expire_rooms(state: Arc<ControlState>) {
     let mut tick = tokio::time::interval(EXPIRY_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        state.retry_presence();
         for name in state.expire_rooms() {
             eprintln!("shoal: control: room {name:?} closed after its empty timeout");
         }

@@ -26,8 +26,10 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use super::grpc::ControlState;
+use super::presence::{Presence, PresenceUpdate};
 use super::rooms::{ParticipantSpec, ParticipantState};
 use super::shards::ShardError;
+use crate::driver::{DriverError, ShardCommand};
 
 /// Events queued for one signalling connection; a client this far behind misses
 /// events rather than growing the control plane's memory.
@@ -89,6 +91,7 @@ pub struct Admitted {
 #[derive(Debug)]
 struct Member {
     room: String,
+    room_id: RoomId,
     identity: String,
     shard: usize,
     session: Option<String>,
@@ -105,6 +108,8 @@ pub struct Members {
     listeners: HashMap<String, Vec<PeerId>>,
     /// Participants placed on each shard.
     load: Vec<usize>,
+    /// Which shards hold members of each room, for the shards' relays.
+    presence: Presence,
 }
 
 impl Members {
@@ -115,6 +120,7 @@ impl Members {
             sessions: HashMap::new(),
             listeners: HashMap::new(),
             load: vec![0; shards],
+            presence: Presence::default(),
         }
     }
 
@@ -255,10 +261,13 @@ impl ControlState {
         }
         let event = participant_event(participant_event::Kind::Joined, me, None);
         members.broadcast(&admission.room, peer, &event);
+        let updates = members.presence.join(room_id, shard);
+        self.tell_shards(&mut members, updates);
         members.by_peer.insert(
             peer,
             Member {
                 room: admission.room.clone(),
+                room_id,
                 identity: admission.identity.clone(),
                 shard,
                 session: session.clone(),
@@ -357,6 +366,8 @@ impl ControlState {
         let mut rooms = self.rooms();
         let mut members = self.members();
         let member = members.remove(peer)?;
+        let updates = members.presence.leave(member.room_id, member.shard);
+        self.tell_shards(&mut members, updates);
         let still_there = rooms
             .participant(&member.room, &member.identity)
             .is_ok_and(|p| p.peer == peer);
@@ -426,6 +437,35 @@ impl ControlState {
             }
             _ => {}
         }
+    }
+
+    /// Tells shards which other shards hold members of a room (fire and forget, in
+    /// the order the changes happened, since the caller holds [`Members`]). An
+    /// update a full queue refuses is owed and sent again by
+    /// [`ControlState::retry_presence`]; a shard that is gone needs none.
+    fn tell_shards(&self, members: &mut Members, updates: Vec<PresenceUpdate>) {
+        for update in updates {
+            let Some(shard) = self.shards().get(update.shard) else {
+                continue;
+            };
+            let command = ShardCommand::RoomPresence {
+                room: update.room,
+                siblings: update.siblings.clone(),
+            };
+            if let Err(DriverError::QueueFull { .. } | DriverError::Io { .. }) =
+                shard.try_send(command)
+            {
+                members.presence.owe(&update);
+            }
+        }
+    }
+
+    /// Sends again what [`ControlState::tell_shards`] could not deliver, as each
+    /// room's current view.
+    pub fn retry_presence(&self) {
+        let mut members = self.members();
+        let updates = members.presence.retries();
+        self.tell_shards(&mut members, updates);
     }
 
     fn random_bytes<const N: usize>(&self) -> Result<[u8; N], Status> {

@@ -14,6 +14,15 @@
 //! tick over it; fire due timers; apply commands; send what the shard produced (GSO
 //! runs) and log its events.
 //!
+//! Shards of a node meet over the same channels: when a room's members sit on
+//! several shards, the control plane tells each of them which others hold members
+//! ([`ShardCommand::RoomPresence`]), and after each tick a shard thread hands what
+//! its relay put out for those rooms to each sibling as one
+//! [`ShardCommand::Relay`] batch (one hop; the sibling delivers and forwards
+//! nothing). A sibling whose queue is full or gone misses that batch, counted in
+//! its sender's `ShardStats::relay_forwards_dropped`: a shard thread never blocks
+//! on another.
+//!
 //! [`Shard`]: shoal_systems::Shard
 
 mod shard_loop;
@@ -25,7 +34,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use bytes::Bytes;
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use mio::net::UdpSocket;
 use mio::{Interest, Poll, Waker};
 use ring::rand::SystemRandom;
@@ -34,6 +43,7 @@ use shoal_components::room::RoomId;
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
 use shoal_systems::dtls::DtlsCertificate;
+use shoal_systems::relay::Forwarded;
 use shoal_systems::{CommandError, PeerSpec, Shard, ShardConfig};
 
 use crate::config::Config;
@@ -76,6 +86,17 @@ pub enum ShardCommand {
     SendData(SendData, Sender<Result<usize, CommandError>>),
     /// Asks for the shard's counters.
     Stats(Sender<ShardReport>),
+    /// The other shards that hold members of `room` now (empty: none). Sent by the
+    /// control plane whenever the room's set of shards changes; no reply.
+    RoomPresence {
+        /// The room.
+        room: RoomId,
+        /// The other shards' indices.
+        siblings: Vec<usize>,
+    },
+    /// Room messages a sibling shard's relay put out in one tick, in its order, for
+    /// this shard's members of their rooms; delivered here and never forwarded.
+    Relay(Vec<Forwarded>),
     /// Stops the shard thread after the current tick.
     Shutdown,
 }
@@ -129,6 +150,9 @@ pub struct ShardReport {
     /// Entities in the shard's World (every peer is one; what departed peers had
     /// must not stay behind).
     pub entities: usize,
+    /// Rooms whose members this shard shares with other shards (its relay
+    /// forwards their messages there).
+    pub shared_rooms: usize,
     /// What the shard counted.
     pub shard: ShardStats,
     /// What the driver counted.
@@ -180,6 +204,12 @@ pub enum DriverError {
         /// The shard's reason.
         source: CommandError,
     },
+    /// The shard's command queue is full ([`ShardSender::try_send`]).
+    #[error("shard {shard}'s command queue is full")]
+    QueueFull {
+        /// The shard's index.
+        shard: usize,
+    },
     /// The shard thread is gone (it stopped or failed) and cannot take commands.
     #[error("shard {shard} is not running")]
     Disconnected {
@@ -214,8 +244,24 @@ impl ShardSender {
         self.commands
             .send(command)
             .map_err(|_| DriverError::Disconnected { shard })?;
+        self.wake()
+    }
+
+    /// Queues a command and wakes the shard, or fails at once if the queue is full
+    /// ([`DriverError::QueueFull`]) or the shard is gone: for senders that must not
+    /// block, such as other shard threads.
+    pub fn try_send(&self, command: ShardCommand) -> Result<(), DriverError> {
+        let shard = self.index;
+        self.commands.try_send(command).map_err(|e| match e {
+            TrySendError::Full(_) => DriverError::QueueFull { shard },
+            TrySendError::Disconnected(_) => DriverError::Disconnected { shard },
+        })?;
+        self.wake()
+    }
+
+    fn wake(&self) -> Result<(), DriverError> {
         self.waker.wake().map_err(|source| DriverError::Io {
-            shard,
+            shard: self.index,
             what: "wake",
             source,
         })
@@ -305,6 +351,9 @@ impl Server {
             certificate: certificate.clone(),
             events: Some(events),
         };
+        // Every shard is set up before any starts, so each thread starts with the
+        // command handles of all its siblings (the room relay's one hop).
+        let mut prepared = Vec::with_capacity(count);
         for index in 0..count {
             let port = shard_port(base, index).ok_or(DriverError::PortRange {
                 base,
@@ -314,7 +363,7 @@ impl Server {
                 .map_err(|_| DriverError::Seed)?
                 .expose();
             let addr = SocketAddr::new(config.bind, port);
-            server.shards.push(spawn_shard(
+            prepared.push(prepare_shard(
                 config,
                 index,
                 addr,
@@ -323,6 +372,10 @@ impl Server {
                 epoch,
                 events_tx.clone(),
             )?);
+        }
+        let senders: Vec<ShardSender> = prepared.iter().map(|p| p.sender.clone()).collect();
+        for p in prepared {
+            server.shards.push(p.spawn(senders.clone())?);
         }
         for handle in &server.shards {
             for spec in config.static_peer_specs() {
@@ -422,9 +475,39 @@ fn shard_port(base: u16, index: usize) -> Option<u16> {
     base.checked_add(u16::try_from(index).ok()?)
 }
 
+/// A shard set up on the starting thread, not yet running.
+struct Prepared {
+    index: usize,
+    local_addr: SocketAddr,
+    sender: ShardSender,
+    shard_loop: shard_loop::ShardLoop,
+}
+
+impl Prepared {
+    /// Starts the shard's thread; `shards` are every shard's handles, by index.
+    fn spawn(mut self, shards: Vec<ShardSender>) -> Result<ShardHandle, DriverError> {
+        let index = self.index;
+        self.shard_loop.set_siblings(shards);
+        let shard_loop = self.shard_loop;
+        let thread = std::thread::Builder::new()
+            .name(format!("shoal-shard-{index}"))
+            .spawn(move || shard_loop.run())
+            .map_err(|source| DriverError::Io {
+                shard: index,
+                what: "spawn",
+                source,
+            })?;
+        Ok(ShardHandle {
+            local_addr: self.local_addr,
+            sender: self.sender,
+            thread: Some(thread),
+        })
+    }
+}
+
 /// Sets up shard `index`'s socket, poll and channel on this thread, so set-up errors
-/// surface here, then moves them onto the shard's own thread.
-fn spawn_shard(
+/// surface here; [`Prepared::spawn`] then moves them onto the shard's own thread.
+fn prepare_shard(
     config: &Config,
     index: usize,
     addr: SocketAddr,
@@ -432,7 +515,7 @@ fn spawn_shard(
     certificate: Arc<DtlsCertificate>,
     epoch: Instant,
     events: ShardEventSender,
-) -> Result<ShardHandle, DriverError> {
+) -> Result<Prepared, DriverError> {
     let io_err = |what| {
         move |source| DriverError::Io {
             shard: index,
@@ -467,18 +550,15 @@ fn spawn_shard(
         events,
     )
     .map_err(io_err("batched socket I/O"))?;
-    let thread = std::thread::Builder::new()
-        .name(format!("shoal-shard-{index}"))
-        .spawn(move || shard_loop.run())
-        .map_err(io_err("spawn"))?;
-    Ok(ShardHandle {
+    Ok(Prepared {
+        index,
         local_addr,
         sender: ShardSender {
             index,
             commands,
             waker: Arc::new(waker),
         },
-        thread: Some(thread),
+        shard_loop,
     })
 }
 

@@ -11,11 +11,12 @@ use crate::udp::UdpIo;
 use mio::{Events, Poll, Token};
 use shoal_components::net::Datagram;
 use shoal_components::time::Time;
+use shoal_systems::relay::Forwarded;
 use shoal_systems::{Command, Shard};
 
 use shoal_components::tick::ShardEvent;
 
-use super::{DriverError, DriverStats, ShardCommand, ShardEventSender, ShardReport};
+use super::{DriverError, DriverStats, ShardCommand, ShardEventSender, ShardReport, ShardSender};
 
 /// The token of the shard's UDP socket.
 pub(super) const SOCKET: Token = Token(0);
@@ -46,6 +47,13 @@ pub(super) struct ShardLoop {
     tx: Vec<Datagram>,
     stats: DriverStats,
     events: ShardEventSender,
+    /// Every shard's command handle, by index (this shard's own is never used):
+    /// where the relay's forwards go.
+    siblings: Vec<ShardSender>,
+    /// The relay's records drained after a tick, reused.
+    forwards: Vec<Forwarded>,
+    /// One batch per shard being filled from `forwards`.
+    relay_batches: Vec<Vec<Forwarded>>,
 }
 
 /// Whether the command queue asked the loop to stop.
@@ -88,11 +96,23 @@ impl ShardLoop {
             tx: Vec::new(),
             stats: DriverStats::default(),
             events,
+            siblings: Vec::new(),
+            forwards: Vec::new(),
+            relay_batches: Vec::new(),
         })
     }
 
-    /// Runs until a [`ShardCommand::Shutdown`] (or until every sender is gone) and
-    /// returns the final counters; a failing `poll` ends the thread with its error.
+    /// Gives the loop every shard's command handle, by index, for the room relay's
+    /// forwards. While these live, this shard's siblings keep its command channel
+    /// open: shards stop on [`ShardCommand::Shutdown`].
+    pub(super) fn set_siblings(&mut self, shards: Vec<ShardSender>) {
+        self.relay_batches = shards.iter().map(|_| Vec::new()).collect();
+        self.siblings = shards;
+    }
+
+    /// Runs until a [`ShardCommand::Shutdown`] (or until every sender, the siblings'
+    /// included, is gone) and returns the final counters; a failing `poll` ends the
+    /// thread with its error.
     pub(super) fn run(mut self) -> Result<ShardReport, DriverError> {
         let mut events = Events::with_capacity(8);
         // Readiness is edge-triggered: once the socket is readable it must be read
@@ -227,15 +247,60 @@ impl ShardLoop {
                 ShardCommand::Stats(reply) => {
                     let _ = reply.send(self.report());
                 }
+                ShardCommand::RoomPresence { room, siblings } => {
+                    self.shard.set_room_siblings(room, &siblings);
+                }
+                ShardCommand::Relay(batch) => {
+                    for message in &batch {
+                        self.shard.deliver_forwarded(now, message);
+                    }
+                }
                 ShardCommand::Shutdown => return Flow::Stop,
             }
         }
         Flow::MoreQueued
     }
 
+    /// Hands what the relay put out for other shards to each shard holding members
+    /// of the message's room: one batch per sibling, in the relay's order, without
+    /// blocking. A batch a sibling cannot take now is dropped and counted.
+    fn forward(&mut self) {
+        self.shard.poll_forward(&mut self.forwards);
+        if self.forwards.is_empty() {
+            return;
+        }
+        for message in self.forwards.drain(..) {
+            for &to in self.shard.room_siblings(message.room) {
+                if to == self.index {
+                    continue;
+                }
+                if let Some(batch) = self.relay_batches.get_mut(to) {
+                    batch.push(message.clone());
+                }
+            }
+        }
+        let mut dropped = 0u64;
+        for (sibling, batch) in self.siblings.iter().zip(&mut self.relay_batches) {
+            if batch.is_empty() {
+                continue;
+            }
+            let count = batch.len() as u64;
+            if sibling
+                .try_send(ShardCommand::Relay(std::mem::take(batch)))
+                .is_err()
+            {
+                dropped += count;
+            }
+        }
+        if dropped > 0 {
+            self.shard.count_forwards_dropped(dropped);
+        }
+    }
+
     /// Sends what the shard produced, logs its events and reports the lifecycle ones
     /// to the control plane.
     fn flush(&mut self) {
+        self.forward();
         self.shard.poll_transmit(&mut self.tx);
         if !self.tx.is_empty() {
             let sent = self.udp.send(&self.socket, &mut self.tx);
@@ -267,6 +332,7 @@ impl ShardLoop {
             local_addr: self.local_addr,
             peers: self.shard.peer_count(),
             entities: self.shard.entity_count(),
+            shared_rooms: self.shard.shared_room_count(),
             shard: self.shard.stats().clone(),
             driver: self.stats.clone(),
         }

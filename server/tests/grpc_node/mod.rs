@@ -40,6 +40,38 @@ pub async fn connect(addr: SocketAddr) -> Channel {
         .expect("connect to the control plane")
 }
 
+/// Shard `index`'s report, fetched from its thread.
+#[allow(dead_code)]
+pub fn shard_report(server: &Server, index: usize) -> shoal_server::driver::ShardReport {
+    server
+        .command_sender(index)
+        .expect("such a shard")
+        .stats()
+        .expect("the shard answers")
+}
+
+/// Polls until `done` holds on every shard's report, failing with `what` after
+/// `limit`.
+#[allow(dead_code)]
+pub fn wait_for_shards(
+    server: &Server,
+    limit: Duration,
+    what: &str,
+    done: impl Fn(&[shoal_server::driver::ShardReport]) -> bool,
+) {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let reports: Vec<_> = (0..server.shard_count())
+            .map(|i| shard_report(server, i))
+            .collect();
+        if done(&reports) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {reports:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// How many participants `room` has now, by ListParticipants.
 #[allow(dead_code)]
 pub async fn participants(rooms: &mut RoomServiceClient<Channel>, room: &str) -> usize {
@@ -55,8 +87,8 @@ pub async fn participants(rooms: &mut RoomServiceClient<Channel>, room: &str) ->
         .len()
 }
 
-/// A one-shard node with a room made over gRPC, for the interop tests: the shards,
-/// the control plane, a runtime to call it from, and a RoomService client.
+/// A node with a room made over gRPC, for the interop tests: the shards, the
+/// control plane, a runtime to call it from, and a RoomService client.
 #[allow(dead_code)]
 pub struct RoomNode {
     /// The shards.
@@ -74,10 +106,33 @@ pub struct RoomNode {
 /// Starts a one-shard node and creates `room` on it.
 #[allow(dead_code)]
 pub fn node_with_room(room: &str) -> RoomNode {
-    let (server, control) = start_node(Config {
-        shards: std::num::NonZeroUsize::new(1).expect("non-zero"),
-        ..Config::default()
-    });
+    node_with_room_in(
+        room,
+        Config {
+            shards: std::num::NonZeroUsize::new(1).expect("non-zero"),
+            ..Config::default()
+        },
+    )
+}
+
+/// Starts a two-shard node that holds one participant per shard, so a room's
+/// second participant lands on the other shard, and creates `room` on it.
+#[allow(dead_code)]
+pub fn node_with_split_room(room: &str) -> RoomNode {
+    node_with_room_in(
+        room,
+        Config {
+            shards: std::num::NonZeroUsize::new(2).expect("non-zero"),
+            max_peers_per_shard: 1,
+            ..Config::default()
+        },
+    )
+}
+
+/// Starts a node from `config` (ports made ephemeral) and creates `room` on it.
+#[allow(dead_code)]
+pub fn node_with_room_in(room: &str, config: Config) -> RoomNode {
+    let (server, control) = start_node(config);
     let http = control.http_addr().expect("HTTP is on");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

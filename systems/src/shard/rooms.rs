@@ -1,21 +1,24 @@
-//! The room half of the [`Shard`] surface: membership, messages from the owner to a
-//! room (`Command::SendData`), closing a peer, and the counts that show a shard let
+//! The room half of the [`Shard`] surface: membership, which other shards share a
+//! room, messages from the owner to a room (`Command::SendData`), room messages
+//! to and from other shards, closing a peer, and the counts that show a shard let
 //! go of what departed peers had.
 
 use bevy_ecs::prelude::*;
 use bytes::Bytes;
 use shoal_components::net::Datagram;
 use shoal_components::peer::{Ice, PeerId, PeerIndex};
-use shoal_components::room::{RoomId, RoomIndex, RoomMember};
+use shoal_components::room::{RoomId, RoomIndex, RoomMember, RoomPresence};
+use shoal_components::sctp::Ppid;
 use shoal_components::sctp::dcep::ChannelType;
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{Now, RemoveReason, Transmits};
+use shoal_components::time::Time;
 
 use super::{CommandError, Shard};
 use crate::datachannel::{self, Channel, ChannelParams, DataChannels, PRIORITY_NORMAL};
 use crate::dtls::pass::DtlsSession;
 use crate::ice;
-use crate::relay::{self, Delivery};
+use crate::relay::{self, Delivery, Forwarded, RelayOutbox};
 use crate::sctp::assoc::Sctp;
 
 impl Shard {
@@ -65,7 +68,6 @@ impl Shard {
             }
             None => targets.extend_from_slice(self.world.resource::<RoomIndex>().members(room)),
         }
-        let now = self.world.resource::<Now>().0;
         let (ppid, payload) = datachannel::encode(binary, payload);
         let params = ChannelParams {
             label,
@@ -73,8 +75,25 @@ impl Shard {
             kind: ChannelType::default(),
             priority: PRIORITY_NORMAL,
         };
+        let queued = self.deliver_to(&targets, params, ppid, &payload);
+        self.room_targets = targets;
+        self.collect_events();
+        Ok(queued)
+    }
+
+    /// Delivers a room message to each of `targets` under the relay's back-pressure
+    /// policy (`relay::deliver`), wakes those it was queued for and removes slow
+    /// receivers. Returns how many it was queued for.
+    fn deliver_to(
+        &mut self,
+        targets: &[Entity],
+        params: ChannelParams<'_>,
+        ppid: Ppid,
+        payload: &Bytes,
+    ) -> usize {
+        let now = self.world.resource::<Now>().0;
         let mut queued = 0;
-        for &entity in &targets {
+        for &entity in targets {
             let delivery = self
                 .world
                 .resource_scope(|world, mut stats: Mut<ShardStats>| {
@@ -103,9 +122,56 @@ impl Shard {
                 Delivery::SlowReceiver => self.close_entity(entity, RemoveReason::SlowReceiver),
             }
         }
+        queued
+    }
+
+    /// Sets which other shards hold members of `room` (by shard index; empty: none).
+    /// The control plane calls this whenever the room's set of shards changes;
+    /// the relay forwards the room's messages to those shards.
+    pub fn set_room_siblings(&mut self, room: RoomId, siblings: &[usize]) {
+        self.world
+            .resource_mut::<RoomPresence>()
+            .set(room, siblings);
+    }
+
+    /// The other shards holding members of `room`, as last set.
+    pub fn room_siblings(&self, room: RoomId) -> &[usize] {
+        self.world.resource::<RoomPresence>().siblings(room)
+    }
+
+    /// Rooms some other shard shares with this one.
+    pub fn shared_room_count(&self) -> usize {
+        self.world.resource::<RoomPresence>().room_count()
+    }
+
+    /// Moves the room messages the last ticks put out for other shards into `out`
+    /// (appending, in the order the relay handled them). Send each to every shard of
+    /// [`Shard::room_siblings`] for its room, and call
+    /// [`Shard::count_forwards_dropped`] for those that could not be sent.
+    pub fn poll_forward(&mut self, out: &mut Vec<Forwarded>) {
+        out.append(&mut self.world.resource_mut::<RelayOutbox>().0);
+    }
+
+    /// Counts forwarded messages the owner could not hand to another shard.
+    pub fn count_forwards_dropped(&mut self, messages: u64) {
+        self.world
+            .resource_mut::<ShardStats>()
+            .relay_forwards_dropped += messages;
+    }
+
+    /// Delivers a room message that another shard's relay forwarded to this shard's
+    /// members of its room, under the relay's back-pressure policy, and returns how
+    /// many it was queued for. It is never forwarded again: one hop at most.
+    pub fn deliver_forwarded(&mut self, now: Time, message: &Forwarded) -> usize {
+        self.advance_clock(now);
+        self.world.resource_mut::<ShardStats>().relay_forwards_in += 1;
+        let mut targets = std::mem::take(&mut self.room_targets);
+        targets.clear();
+        targets.extend_from_slice(self.world.resource::<RoomIndex>().members(message.room));
+        let queued = self.deliver_to(&targets, message.params(), message.ppid, &message.payload);
         self.room_targets = targets;
         self.collect_events();
-        Ok(queued)
+        queued
     }
 
     /// Ends the peer's DTLS connection with close_notify (RFC 5246 §7.2.1: either

@@ -135,6 +135,8 @@ pub enum ShardEvent {
         label: String,
         /// Its sub-protocol.
         protocol: String,
+        /// Its ordering and reliability (RFC 8832 §5.1).
+        kind: crate::sctp::dcep::ChannelType,
     },
     /// A user message arrived on a data channel.
     ChannelMessage {

@@ -1,9 +1,11 @@
-//! Interop: two headless Chromium pages join one room over WHIP and exchange
-//! data-channel messages through shoal's room relay, checked from the pages' own
-//! JavaScript: on a reliable ordered channel every message of the other page arrives
-//! exactly once, in order, with its type (string or binary) and bytes intact; on an
-//! unordered channel sent once, nothing arrives twice or corrupted. Each page then
-//! leaves with a WHIP DELETE and the room is empty again.
+//! Interop: two headless Chromium pages join one room, one over the `/signal`
+//! WebSocket and one over WHIP, and exchange data-channel messages through shoal's
+//! room relay, checked from the pages' own JavaScript: on a reliable ordered channel
+//! every message of the other page arrives exactly once, in order, with its type
+//! (string or binary) and bytes intact; on an unordered channel sent once, nothing
+//! arrives twice or corrupted. The `/signal` page also checks the events it was sent:
+//! the other page joined and became active, and its own two channels opened. Each
+//! page then leaves (the socket closes; a WHIP DELETE) and the room is empty again.
 //!
 //! Needs `/usr/bin/chromium` (`scripts/test-all` installs it).
 
@@ -28,12 +30,13 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(60);
 /// messages on each channel (even ones strings, odd ones binary, 0 to ~3 KB), pacing
 /// on `bufferedAmount`; once it has all of the other's it says `done:<me>`, and it
 /// finishes when the other's `done` arrives (so both sides received everything).
-fn room_script(me: &str) -> String {
+fn room_script(me: &str, via_signal: bool) -> String {
     format!(
         r#"window.shoalResult = null;
 (async () => {{
-  const me = "{me}", count = {COUNT};
+  const me = "{me}", count = {COUNT}, viaSignal = {via_signal};
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const location_host = () => window.location.host;
   const size = (i) => (i * 37) % 3000;
   const text = (who, i) => `${{who}}:${{i}}:` + "x".repeat(size(i));
   const bytes = (who, i) => {{
@@ -81,13 +84,31 @@ fn room_script(me: &str) -> String {
   }};
   const opened = Promise.all([dc, un].map((c) => new Promise((ok) => (c.onopen = ok))));
   await pc.setLocalDescription(await pc.createOffer());
-  const response = await fetch(`/whip/{ROOM}?identity=${{me}}`, {{
-    method: "POST", headers: {{ "Content-Type": "application/sdp" }}, body: pc.localDescription.sdp,
-  }});
-  const answer = await response.text();
-  if (response.status !== 201) throw new Error(`POST ${{response.status}}: ${{answer}}`);
-  const location = response.headers.get("Location");
-  await pc.setRemoteDescription({{ type: "answer", sdp: answer }});
+  let location = null, ws = null;
+  const heard = [];
+  if (viaSignal) {{
+    // SignalService over the WebSocket, as JSON: join, offer, then the answer.
+    ws = new WebSocket(`ws://${{location_host()}}/signal`);
+    ws.onmessage = (e) => heard.push(JSON.parse(e.data));
+    await new Promise((ok, fail) => {{ ws.onopen = ok; ws.onerror = fail; }});
+    ws.send(JSON.stringify({{ join: {{ room: "{ROOM}", identity: me }} }}));
+    ws.send(JSON.stringify({{ offer: {{ sdp: pc.localDescription.sdp }} }}));
+    let answer;
+    while (!(answer = heard.find((m) => m.answer))) {{
+      const error = heard.find((m) => m.error);
+      if (error) throw new Error("signal: " + JSON.stringify(error));
+      await sleep(20);
+    }}
+    await pc.setRemoteDescription({{ type: "answer", sdp: answer.answer.sdp }});
+  }} else {{
+    const response = await fetch(`/whip/{ROOM}?identity=${{me}}`, {{
+      method: "POST", headers: {{ "Content-Type": "application/sdp" }}, body: pc.localDescription.sdp,
+    }});
+    const answer = await response.text();
+    if (response.status !== 201) throw new Error(`POST ${{response.status}}: ${{answer}}`);
+    location = response.headers.get("Location");
+    await pc.setRemoteDescription({{ type: "answer", sdp: answer }});
+  }}
   await opened;
   while (!r.peer) {{ dc.send(`ready:${{me}}`); await sleep(100); }}
   dc.send(`ready:${{me}}`);
@@ -99,8 +120,23 @@ fn room_script(me: &str) -> String {
   while (r.ordered < count) await sleep(20);
   dc.send(`done:${{me}}`);
   while (!peerDone) await sleep(20);
-  const gone = await fetch(location, {{ method: "DELETE" }});
-  r.deleted = gone.status;
+  if (viaSignal) {{
+    // What the events said: the other joined (1) and became active (2); our own
+    // channels opened (1), by label.
+    const events = heard.filter((m) => m.participant && m.participant.participant.identity === r.peer);
+    r.peerEvents = events.map((m) => m.participant.kind);
+    const joined = heard.find((m) => m.join);
+    r.othersAtJoin = ((joined && joined.join.others) || []).map((p) => p.identity);
+    r.channelsOpened = heard
+      .filter((m) => m.dataChannel && m.dataChannel.kind === 1)
+      .map((m) => m.dataChannel.channel.label)
+      .sort();
+    ws.close();
+    r.deleted = 200;
+  }} else {{
+    const gone = await fetch(location, {{ method: "DELETE" }});
+    r.deleted = gone.status;
+  }}
   pc.close();
   return r;
 }})().then((r) => (window.shoalResult = r), (e) => (window.shoalResult = {{ failed: String(e) }}));
@@ -127,8 +163,8 @@ fn interop_chromium_datachannel_room() {
         let mut cdp = Cdp { ws, next_id: 0 };
         let first = attach(&mut cdp, &page).await;
         let second = open_page(&mut cdp, &page).await;
-        for (session, me) in [(&first, "left"), (&second, "right")] {
-            let started = cdp.evaluate(session, &room_script(me)).await;
+        for (session, me, via_signal) in [(&first, "left", true), (&second, "right", false)] {
+            let started = cdp.evaluate(session, &room_script(me, via_signal)).await;
             assert_eq!(started, Value::from("started"));
         }
         let deadline = Instant::now() + EXCHANGE_TIMEOUT;
@@ -147,6 +183,23 @@ fn interop_chromium_datachannel_room() {
                 "{me}: {unordered} unordered"
             );
             assert_eq!(r["deleted"], Value::from(200), "{me}: {r}");
+            if me == "left" {
+                // The /signal page learnt of the other (in its join response, or as
+                // a joined event if it came later), heard it become active, and
+                // saw its own two channels open.
+                let kinds = r["peerEvents"].as_array().cloned().unwrap_or_default();
+                let others = r["othersAtJoin"].as_array().cloned().unwrap_or_default();
+                assert!(
+                    kinds.contains(&Value::from(1)) || others.contains(&Value::from(other)),
+                    "{me}: joined? {r}"
+                );
+                assert!(kinds.contains(&Value::from(2)), "{me}: active? {r}");
+                assert_eq!(
+                    r["channelsOpened"],
+                    serde_json::json!(["ordered", "unordered"]),
+                    "{me}: {r}"
+                );
+            }
         }
         assert_eq!(grpc_node::participants(&mut rooms, ROOM).await, 0);
     });

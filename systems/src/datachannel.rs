@@ -529,6 +529,7 @@ fn on_dcep(
                 channel: stream,
                 label: open.label().to_owned(),
                 protocol: open.protocol().to_owned(),
+                kind: open.channel_type,
             });
             send_dcep(a, ctx.now.0, stream, &DcepMessage::Ack);
         }
@@ -542,6 +543,7 @@ fn on_dcep(
                     channel: stream,
                     label: ch.label.to_string(),
                     protocol: ch.protocol.to_string(),
+                    kind: ch.kind,
                 });
             }
         }

@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 use ring::rand::SecureRandom;
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_components::room::RoomId;
+use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_components::sdp::{self, AnswerParams, SessionDescription, Setup};
 use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_proto::v1::{self, DisconnectReason, participant_event, signal_response};
@@ -421,10 +422,43 @@ impl ControlState {
                         .map(|m| (m.room.clone(), m.identity.clone()))
                 };
                 if let Some((room, identity)) = rooms_and_identity {
-                    let _ = self
-                        .rooms()
-                        .set_state(&room, &identity, ParticipantState::Active);
+                    // Its connection is up: the room hears it is active (UPDATED).
+                    let updated = {
+                        let mut rooms = self.rooms();
+                        let _ = rooms.set_state(&room, &identity, ParticipantState::Active);
+                        rooms
+                            .participant(&room, &identity)
+                            .ok()
+                            .map(|p| self.participant_message(p))
+                    };
+                    if let Some(me) = updated {
+                        let event = participant_event(participant_event::Kind::Updated, me, None);
+                        self.members().broadcast(&room, *peer, &event);
+                    }
                 }
+            }
+            ShardEvent::ChannelOpen {
+                peer,
+                channel,
+                label,
+                protocol,
+                kind,
+            } => {
+                let info = data_channel_info(*channel, label, protocol, *kind);
+                self.tell_participant(
+                    *peer,
+                    data_channel_event(v1::data_channel_event::Kind::Opened, info),
+                );
+            }
+            ShardEvent::ChannelClosed { peer, channel } => {
+                let info = v1::DataChannelInfo {
+                    stream_id: u32::from(*channel),
+                    ..v1::DataChannelInfo::default()
+                };
+                self.tell_participant(
+                    *peer,
+                    data_channel_event(v1::data_channel_event::Kind::Closed, info),
+                );
             }
             ShardEvent::PeerRemoved { peer, reason } => {
                 let reason = match reason {
@@ -436,6 +470,15 @@ impl ControlState {
                 self.forget(*peer, reason);
             }
             _ => {}
+        }
+    }
+
+    /// Sends `event` to the participant of `peer` on its signalling connection, if it
+    /// has one (a full queue: it is not reading, and misses it).
+    fn tell_participant(&self, peer: PeerId, event: signal_response::Message) {
+        let members = self.members();
+        if let Some(link) = members.by_peer.get(&peer).and_then(|m| m.signal.as_ref()) {
+            let _ = link.events.try_send(event);
         }
     }
 
@@ -498,6 +541,38 @@ impl ControlState {
 }
 
 /// A participant event as a signalling message.
+fn data_channel_event(
+    kind: v1::data_channel_event::Kind,
+    channel: v1::DataChannelInfo,
+) -> signal_response::Message {
+    signal_response::Message::DataChannel(v1::DataChannelEvent {
+        kind: kind.into(),
+        channel: Some(channel),
+    })
+}
+
+/// A channel as DATA_CHANNEL_OPEN described it (RFC 8832 §5.1).
+fn data_channel_info(
+    stream: u16,
+    label: &str,
+    protocol: &str,
+    kind: ChannelType,
+) -> v1::DataChannelInfo {
+    let (max_retransmits, max_packet_life_time_ms) = match kind.reliability {
+        Reliability::Reliable => (None, None),
+        Reliability::MaxRetransmits(n) => (Some(n), None),
+        Reliability::MaxLifetimeMs(ms) => (None, Some(ms)),
+    };
+    v1::DataChannelInfo {
+        stream_id: u32::from(stream),
+        label: label.to_owned(),
+        protocol: protocol.to_owned(),
+        ordered: kind.ordered,
+        max_retransmits,
+        max_packet_life_time_ms,
+    }
+}
+
 fn participant_event(
     kind: participant_event::Kind,
     participant: v1::Participant,

@@ -316,7 +316,10 @@ impl ShardLoop {
                 ShardEvent::SctpMessage { .. }
                 | ShardEvent::ChannelMessage { .. }
                 | ShardEvent::BufferedAmountLow { .. } => {}
-                ShardEvent::DtlsConnected { .. } | ShardEvent::PeerRemoved { .. } => {
+                ShardEvent::DtlsConnected { .. }
+                | ShardEvent::PeerRemoved { .. }
+                | ShardEvent::ChannelOpen { .. }
+                | ShardEvent::ChannelClosed { .. } => {
                     eprintln!("shoal: shard {} {event:?}", self.index);
                     // Nobody listening (no control plane) is fine: nothing to update.
                     let _ = self.events.send((self.index, event));

@@ -116,6 +116,7 @@ impl Log {
                     channel,
                     label,
                     protocol,
+                    ..
                 } if !servers_are_not_clients(node) => {
                     let list = self.opened.entry(peer.0).or_default();
                     if !list.iter().any(|(c, ..)| *c == channel) {

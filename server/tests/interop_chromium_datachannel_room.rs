@@ -14,7 +14,7 @@ mod grpc_node;
 
 use std::time::{Duration, Instant};
 
-use chromium::{Cdp, attach, devtools_url, launch, open_page, poll};
+use chromium::{attach, devtools, launch, open_page, poll};
 use serde_json::Value;
 
 const ROOM: &str = "chromium-room";
@@ -155,12 +155,8 @@ fn interop_chromium_datachannel_room() {
     } = grpc_node::node_with_room(ROOM);
     let page = format!("http://{http}/");
     let browser = launch(&page);
-    let url = devtools_url(&browser.profile);
     runtime.block_on(async {
-        let (ws, _) = tokio_tungstenite::connect_async(url.as_str())
-            .await
-            .expect("connect to DevTools");
-        let mut cdp = Cdp { ws, next_id: 0 };
+        let mut cdp = devtools(&browser).await;
         let first = attach(&mut cdp, &page).await;
         let second = open_page(&mut cdp, &page).await;
         for (session, me, via_signal) in [(&first, "left", true), (&second, "right", false)] {

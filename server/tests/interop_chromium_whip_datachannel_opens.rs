@@ -15,7 +15,7 @@ mod grpc_node;
 
 use std::time::{Duration, Instant};
 
-use chromium::{Cdp, attach, devtools_url, launch};
+use chromium::{attach, devtools, launch};
 
 /// How long the page may take to open its data channel.
 const OPEN_TIMEOUT_MS: u64 = 20_000;
@@ -58,12 +58,8 @@ fn interop_chromium_whip_datachannel_opens() {
     } = grpc_node::node_with_room("interop");
     let page = format!("http://{http}/");
     let browser = launch(&page);
-    let url = devtools_url(&browser.profile);
     runtime.block_on(async {
-        let (ws, _) = tokio_tungstenite::connect_async(url.as_str())
-            .await
-            .expect("connect to DevTools");
-        let mut cdp = Cdp { ws, next_id: 0 };
+        let mut cdp = devtools(&browser).await;
         let session = attach(&mut cdp, &page).await;
         let opened = cdp.evaluate(&session, &whip_script("interop")).await;
         let opened = opened.as_str().unwrap_or_default().to_owned();

@@ -219,3 +219,12 @@ pub async fn poll(cdp: &mut Cdp, session: &str, expression: &str, deadline: Inst
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A DevTools connection to `browser`.
+pub async fn devtools(browser: &Browser) -> Cdp {
+    let url = devtools_url(&browser.profile);
+    let (ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .expect("connect to DevTools");
+    Cdp { ws, next_id: 0 }
+}

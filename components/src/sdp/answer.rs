@@ -39,7 +39,7 @@ pub const SCTP_PORT: u16 = 5000;
 /// The largest data channel message shoal accepts, announced as `a=max-message-size`.
 pub const MAX_MESSAGE_SIZE: u64 = 262_144;
 /// The peer's largest message when its data section has no `a=max-message-size`:
-/// RFC 8841 §6.1's default of 64K (65536 bytes), which RFC 8829 §5.8.2 ("Otherwise,
+/// RFC 8841 §6's default of 64K (65536 bytes), which RFC 8829 §5.8.2 ("Otherwise,
 /// use the specified default") applies to an offer.
 pub const DEFAULT_REMOTE_MAX_MESSAGE_SIZE: usize = 65_536;
 /// The host candidate's priority: RFC 8445 §5.1.2.1 with type preference 126 (host),
@@ -79,7 +79,7 @@ pub struct Answer {
     /// The largest message the offerer accepts, which shoal must not exceed when it
     /// sends: the data section's `a=max-message-size` (RFC 8829 §5.8.2 parses and
     /// stores it), [`DEFAULT_REMOTE_MAX_MESSAGE_SIZE`] when absent, and `usize::MAX`
-    /// for 0, which RFC 8841 §6.1 gives as "no limit".
+    /// for 0, which RFC 8841 §6 gives as "no limit".
     pub remote_max_message_size: usize,
 }
 
@@ -196,7 +196,7 @@ pub fn answer(
     })
 }
 
-/// The offered data section's `a=max-message-size` as a sender's limit (RFC 8841 §6.1;
+/// The offered data section's `a=max-message-size` as a sender's limit (RFC 8841 §6;
 /// RFC 8829 §5.8.2: absent means the default, and a value too big for `usize` is no
 /// limit this host can reach either).
 fn remote_max_message_size(data: &MediaDescription) -> usize {

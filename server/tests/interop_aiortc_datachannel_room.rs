@@ -109,12 +109,8 @@ fn exchange(node: &mut grpc_node::RoomNode) {
     let counters: Vec<String> = (0..node.server.shard_count())
         .map(|i| format!("{:?}", grpc_node::shard_report(&node.server, i).shard))
         .collect();
-    for ((me, other, _), (ok, r)) in clients.iter().zip(reports) {
-        let r = {
-            let mut r = r;
-            r["shards"] = Value::from(counters.clone());
-            r
-        };
+    for ((me, other, _), (ok, mut r)) in clients.iter().zip(reports) {
+        r["shards"] = Value::from(counters.clone());
         assert_eq!(r["peer"], Value::from(*other), "{me}: {r}");
         assert_eq!(r["ordered_received"], Value::from(COUNT), "{me}: {r}");
         assert_eq!(r["ordered_errors"], Value::Array(Vec::new()), "{me}: {r}");

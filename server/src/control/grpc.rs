@@ -403,12 +403,14 @@ impl RoomService for ControlApi {
         let messages: Vec<(usize, SendData)> = {
             let rooms = self.state.rooms();
             let room = rooms.get(&req.room)?;
+            // Copied once; every shard's message shares it.
+            let payload = Bytes::copy_from_slice(&req.payload);
             let data = |to| SendData {
                 room: room.id,
                 to,
                 label: req.channel.clone(),
                 binary: true,
-                payload: Bytes::copy_from_slice(&req.payload),
+                payload: payload.clone(),
             };
             if req.identity.is_empty() {
                 let shards: BTreeSet<usize> = room.participants().map(|p| p.shard).collect();

@@ -1252,6 +1252,21 @@ mod tests {
             .collect()
     }
 
+    /// Queues one small message on stream 1 and puts it in flight, as `sctp_tx`
+    /// would; returns its TSN.
+    fn in_flight(a: &mut Sctp, policy: TxReliability) -> Tsn {
+        let tx = a.tx.as_mut().unwrap();
+        let msg = OutgoingMessage {
+            ppid: Ppid(53),
+            payload: Bytes::from_static(b"last words"),
+            unordered: false,
+            policy,
+        };
+        tx.queue.send(Time::ZERO, StreamId(1), msg).unwrap();
+        let d = tx.queue.produce(Time::ZERO, 1000).unwrap();
+        tx.outstanding.add(Time::ZERO, d).unwrap().0
+    }
+
     #[test]
     fn a_shutdown_is_acked_only_once_our_data_is_acknowledged() {
         let key = CookieKey::new(&[9; 32]);
@@ -1260,16 +1275,7 @@ mod tests {
         let inp = |t| inputs(t, &key, &limits, 1);
         let tag = server.my_vtag;
         // One message in flight from the server.
-        let tx = server.tx.as_mut().unwrap();
-        let msg = OutgoingMessage {
-            ppid: Ppid(53),
-            payload: Bytes::from_static(b"last words"),
-            unordered: false,
-            policy: TxReliability::Reliable,
-        };
-        tx.queue.send(Time::ZERO, StreamId(1), msg).unwrap();
-        let d = tx.queue.produce(Time::ZERO, 1000).unwrap();
-        let (tsn, _) = tx.outstanding.add(Time::ZERO, d).unwrap();
+        let tsn = in_flight(&mut server, TxReliability::Reliable);
         // §9.2: a SHUTDOWN that does not cover it: SHUTDOWN-RECEIVED, no SHUTDOWN ACK.
         let before = Tsn(tsn.0.wrapping_sub(1));
         let fx = handle_packet(&mut server, &shutdown(tag, before), &inp(Time::ZERO));
@@ -1372,31 +1378,8 @@ mod tests {
         let (_client, mut server) = established(&key, &limits);
         let inp = |t| inputs(t, &key, &limits, 1);
         let tag = server.my_vtag;
-        let tx = server.tx.as_mut().unwrap();
-        let mk = |policy| OutgoingMessage {
-            ppid: Ppid(53),
-            payload: Bytes::from_static(b"partial"),
-            unordered: false,
-            policy,
-        };
-        tx.queue
-            .send(
-                Time::ZERO,
-                StreamId(1),
-                mk(TxReliability::MaxRetransmits(0)),
-            )
-            .unwrap();
-        tx.queue
-            .send(
-                Time::ZERO,
-                StreamId(1),
-                mk(TxReliability::MaxRetransmits(0)),
-            )
-            .unwrap();
-        let d1 = tx.queue.produce(Time::ZERO, 1000).unwrap();
-        let (tsn1, _) = tx.outstanding.add(Time::ZERO, d1).unwrap();
-        let d2 = tx.queue.produce(Time::ZERO, 1000).unwrap();
-        tx.outstanding.add(Time::ZERO, d2).unwrap();
+        let tsn1 = in_flight(&mut server, TxReliability::MaxRetransmits(0));
+        in_flight(&mut server, TxReliability::MaxRetransmits(0));
         // SACK: TSN 2 gap-acked, TSN 1 missing.
         let mut sack = BytesMut::new();
         Sack {

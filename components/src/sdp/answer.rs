@@ -199,7 +199,7 @@ pub fn answer(
 /// The offered data section's `a=max-message-size` as a sender's limit (RFC 8841 §6;
 /// RFC 8829 §5.8.2: absent means the default, and a value too big for `usize` is no
 /// limit this host can reach either).
-fn remote_max_message_size(data: &MediaDescription) -> usize {
+pub(super) fn remote_max_message_size(data: &MediaDescription) -> usize {
     match data.max_message_size() {
         None => DEFAULT_REMOTE_MAX_MESSAGE_SIZE,
         Some(0) => usize::MAX,
@@ -212,7 +212,7 @@ fn remote_max_message_size(data: &MediaDescription) -> usize {
 /// with port 0, RFC 3264 §8.2, so shoal cannot keep it). shoal neither rejects nor moves
 /// out the section it selects: a data section is accepted and a media one is kept
 /// inactive. `None` when no mid qualifies (then there is no BUNDLE group).
-fn offerer_tagged(offer: &SessionDescription, bundle: &[String]) -> Option<usize> {
+pub(super) fn offerer_tagged(offer: &SessionDescription, bundle: &[String]) -> Option<usize> {
     bundle.iter().find_map(|mid| {
         offer
             .media
@@ -227,7 +227,7 @@ fn offerer_tagged(offer: &SessionDescription, bundle: &[String]) -> Option<usize
 /// section only within the BUNDLE group (JSEP max-bundle offers every section but the
 /// first so, RFC 8829 §4.1.1); without bundle-only, port 0 disables it (§7.3, RFC 3264
 /// §8.2). The answer gives it a real port and no bundle-only (RFC 8829 §5.3.1).
-fn is_data_section(m: &MediaDescription, bundle: &[String], tagged: bool) -> bool {
+pub(super) fn is_data_section(m: &MediaDescription, bundle: &[String], tagged: bool) -> bool {
     let bundled_only =
         || tagged && m.bundle_only() && m.mid().is_some_and(|mid| bundle.iter().any(|b| b == mid));
     m.kind == MediaKind::Application
@@ -238,24 +238,38 @@ fn is_data_section(m: &MediaDescription, bundle: &[String], tagged: bool) -> boo
 
 /// The attributes every accepted section carries (RFC 8829 §5.3.1: IDENTICAL and
 /// TRANSPORT categories, the same in every section of a BUNDLE group).
-struct TransportAttributes<'a> {
-    params: &'a AnswerParams<'a>,
-    setup: Setup,
-    connection: Connection,
+pub(super) struct TransportAttributes<'a> {
+    pub(super) params: &'a AnswerParams<'a>,
+    pub(super) setup: Setup,
+    pub(super) connection: Connection,
 }
 
 impl TransportAttributes<'_> {
     /// An accepted section's `m=` line, `c=` line, mid and transport attributes.
-    fn section(&self, offered: &MediaDescription, formats: &[&str]) -> MediaDescription {
-        let p = self.params;
-        let mut m = MediaDescription::new(
-            offered.kind.clone(),
-            p.candidate.port(),
+    pub(super) fn section(&self, offered: &MediaDescription, formats: &[&str]) -> MediaDescription {
+        self.section_for(
+            &offered.kind,
             &offered.proto,
+            offered.mid(),
+            offered.rtcp_mux(),
             formats,
-        );
+        )
+    }
+
+    /// A section's `m=` line (kind, proto, formats), `c=` line, mid and transport
+    /// attributes, with `a=rtcp-mux` if `rtcp_mux`.
+    pub(super) fn section_for(
+        &self,
+        kind: &MediaKind,
+        proto: &str,
+        mid: Option<&str>,
+        rtcp_mux: bool,
+        formats: &[&str],
+    ) -> MediaDescription {
+        let p = self.params;
+        let mut m = MediaDescription::new(kind.clone(), p.candidate.port(), proto, formats);
         m.connections.push(self.connection.clone());
-        if let Some(mid) = offered.mid() {
+        if let Some(mid) = mid {
             m.push_attribute(Attribute::Mid(mid.to_owned()));
         }
         let candidate =
@@ -269,14 +283,14 @@ impl TransportAttributes<'_> {
             .push_attribute(Attribute::Setup(self.setup))
             .push_attribute(Attribute::Candidate(candidate))
             .push_attribute(Attribute::EndOfCandidates);
-        if offered.rtcp_mux() {
+        if rtcp_mux {
             m.push_attribute(Attribute::RtcpMux);
         }
         m
     }
 
     /// The data channel section (RFC 8829 §5.3.1; RFC 8841 §5, §6).
-    fn data_section(&self, offered: &MediaDescription) -> MediaDescription {
+    pub(super) fn data_section(&self, offered: &MediaDescription) -> MediaDescription {
         let mut m = self.section(offered, &[FORMAT_DATACHANNEL]);
         m.push_attribute(Attribute::SctpPort(SCTP_PORT))
             .push_attribute(Attribute::MaxMessageSize(MAX_MESSAGE_SIZE));
@@ -285,7 +299,7 @@ impl TransportAttributes<'_> {
 
     /// The offerer-tagged media section kept as the group's transport, with no media:
     /// one offered codec (RFC 3264 §6.1 needs a common format) and `a=inactive`.
-    fn inactive_section(&self, offered: &MediaDescription) -> MediaDescription {
+    pub(super) fn inactive_section(&self, offered: &MediaDescription) -> MediaDescription {
         let format = primary_format(offered);
         let mut m = self.section(offered, &[format.as_str()]);
         m.push_attribute(Attribute::Direction(Direction::Inactive));
@@ -319,7 +333,7 @@ fn primary_format(m: &MediaDescription) -> String {
 
 /// A rejected section: port 0 and the offered `m=` line otherwise (RFC 3264 §6), with
 /// its mid (RFC 8829 §5.3.1) and nothing else (RFC 8843 §7.3.3: no bundle-only).
-fn rejected_section(offered: &MediaDescription) -> MediaDescription {
+pub(super) fn rejected_section(offered: &MediaDescription) -> MediaDescription {
     let formats: Vec<&str> = offered.formats.iter().map(String::as_str).collect();
     let mut m = MediaDescription::new(offered.kind.clone(), 0, &offered.proto, &formats);
     m.connections

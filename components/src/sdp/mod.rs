@@ -16,10 +16,12 @@
 mod answer;
 mod attribute;
 mod candidate;
+mod codec;
 mod dtls;
 mod error;
 mod grouping;
 mod media;
+mod negotiation;
 mod parse;
 mod rtp;
 mod session;
@@ -37,11 +39,16 @@ pub use answer::{
 };
 pub use attribute::Attribute;
 pub use candidate::{Candidate, CandidateType, TcpType};
+pub use codec::{Codec, CodecName, Feedback};
 pub use dtls::{Fingerprint, HashFunction, Setup};
 pub use error::SdpError;
 pub use grouping::{BUNDLE, Group, Msid, MsidSemantic};
 pub use media::{
     FORMAT_DATACHANNEL, MediaDescription, MediaKind, PROTO_DTLS_SCTP, PROTO_RTP_SAVPF,
+};
+pub use negotiation::{
+    Answered, Change, EXT_AUDIO_LEVEL, EXT_MID, EXT_REPAIRED_RID, EXT_RID, Media, Negotiation,
+    NegotiationError, Published, RemoteTransport, Section, SectionState, Subscribed, TrackSource,
 };
 pub use rtp::{Direction, Extmap, Fmtp, Rtcp, RtcpFb, RtpMap, Ssrc, SsrcGroup};
 pub use session::{Bandwidth, Connection, Origin, SessionDescription, Timing};

@@ -1,0 +1,257 @@
+//! The codecs shoal forwards, read from and written into media sections: a primary
+//! format (`rtpmap`, `fmtp`), the RTCP feedback shoal takes part in (`rtcp-fb`), and its
+//! RTP retransmission format (RFC 4588 §8.1: `rtx` with `apt=`).
+//!
+//! An SFU does not decode, so what matters is that publisher and subscriber agree on
+//! the format: the same encoding name, clock rate and channels (RFC 3264 §6.1), and for
+//! H.264 the same packetization mode and profile (RFC 6184 §8.1: `profile-level-id`
+//! and `packetization-mode` describe the stream; the level may differ where
+//! `level-asymmetry-allowed` is 1). Mandatory-to-implement codecs are Opus (RFC 7874
+//! §3) and VP8 and H.264 Constrained Baseline (RFC 7742 §5).
+
+use super::{Attribute, MediaDescription, RtcpFb, RtpMap};
+
+/// The codecs shoal forwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CodecName {
+    /// Opus (RFC 7587), 48 kHz, two channels in SDP.
+    Opus,
+    /// VP8 (RFC 7741), 90 kHz.
+    Vp8,
+    /// H.264 (RFC 6184), 90 kHz, packetization mode 1 only.
+    H264,
+}
+
+impl CodecName {
+    /// The encoding name as `rtpmap` writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Opus => "opus",
+            Self::Vp8 => "VP8",
+            Self::H264 => "H264",
+        }
+    }
+
+    fn from_rtpmap(r: &RtpMap) -> Option<Self> {
+        [Self::Opus, Self::Vp8, Self::H264]
+            .into_iter()
+            .find(|c| r.is(c.as_str()))
+    }
+
+    /// Whether the codec carries video.
+    pub fn is_video(self) -> bool {
+        !matches!(self, Self::Opus)
+    }
+
+    /// The only clock rate each is defined with (RFC 7587 §7, RFC 7741 §6.1, RFC 6184 §8.1).
+    fn clock_rate(self) -> u32 {
+        match self {
+            Self::Opus => 48_000,
+            Self::Vp8 | Self::H264 => 90_000,
+        }
+    }
+}
+
+/// RTCP feedback (RFC 4585 §4.2, RFC 5104 §7.1) that shoal answers or relays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Feedback {
+    /// `nack`: generic NACK (RFC 4585 §6.2.1).
+    pub nack: bool,
+    /// `nack pli`: Picture Loss Indication (RFC 4585 §6.3.1).
+    pub pli: bool,
+    /// `ccm fir`: Full Intra Request (RFC 5104 §4.3.1).
+    pub fir: bool,
+}
+
+impl Feedback {
+    /// Everything shoal does.
+    pub const ALL: Self = Self {
+        nack: true,
+        pli: true,
+        fir: true,
+    };
+
+    fn read(m: &MediaDescription, pt: u8) -> Self {
+        let mut f = Self::default();
+        // `rtcp-fb:*` applies to every format of the section (RFC 4585 §4.2).
+        for fb in m
+            .rtcp_fbs()
+            .filter(|fb| fb.payload_type.is_none_or(|p| p == pt))
+        {
+            match (fb.feedback.as_str(), fb.param.as_deref()) {
+                ("nack", None) => f.nack = true,
+                ("nack", Some("pli")) => f.pli = true,
+                ("ccm", Some("fir")) => f.fir = true,
+                _ => {}
+            }
+        }
+        f
+    }
+
+    /// What both sides do.
+    pub fn intersect(self, other: Self) -> Self {
+        Self {
+            nack: self.nack && other.nack,
+            pli: self.pli && other.pli,
+            fir: self.fir && other.fir,
+        }
+    }
+}
+
+/// One negotiated codec: a primary format and, if retransmission was negotiated for
+/// it, its `rtx` payload type.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Codec {
+    /// Which codec.
+    pub name: CodecName,
+    /// Its payload type in this session.
+    pub payload_type: u8,
+    /// Channels (`rtpmap` encoding parameters): 2 for Opus, none for video.
+    pub channels: Option<u16>,
+    /// Its format parameters as the publisher gave them, if any.
+    pub fmtp: Option<String>,
+    /// The RTCP feedback negotiated for it.
+    pub feedback: Feedback,
+    /// The payload type of its RTP retransmission format (RFC 4588), if negotiated.
+    pub rtx_payload_type: Option<u8>,
+}
+
+impl Codec {
+    /// The codec of payload type `pt` in `m`, if shoal forwards it; its RTX format too
+    /// when `m` has one whose `apt` names `pt` (RFC 4588 §8.1). `None` for formats shoal
+    /// does not forward, H.264 other than packetization mode 1 among them.
+    pub fn read(m: &MediaDescription, pt: u8) -> Option<Self> {
+        let rtpmap = m.rtpmap(pt)?;
+        let name = CodecName::from_rtpmap(rtpmap)?;
+        if rtpmap.clock_rate_hz != name.clock_rate() {
+            return None;
+        }
+        let channels = rtpmap.encoding_params;
+        // RFC 7587 §7: opus is always signalled as two channels.
+        if name == CodecName::Opus && channels != Some(2) {
+            return None;
+        }
+        if name.is_video() && channels.is_some_and(|c| c != 1) {
+            return None;
+        }
+        let fmtp = m.fmtp(pt).map(|f| f.params.clone());
+        let codec = Self {
+            name,
+            payload_type: pt,
+            channels: if name.is_video() { None } else { channels },
+            fmtp,
+            feedback: Feedback::read(m, pt),
+            rtx_payload_type: rtx_for(m, pt),
+        };
+        if name == CodecName::H264 && codec.h264_mode() != Some(1) {
+            return None;
+        }
+        Some(codec)
+    }
+
+    /// Every codec of `m` shoal forwards, in the section's order of preference.
+    pub fn read_all(m: &MediaDescription) -> Vec<Self> {
+        m.payload_types()
+            .filter_map(|pt| Self::read(m, pt))
+            .collect()
+    }
+
+    fn param(&self, name: &str) -> Option<&str> {
+        self.fmtp.as_deref()?.split(';').find_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            (k.trim() == name).then_some(v.trim())
+        })
+    }
+
+    /// H.264 `packetization-mode` (RFC 6184 §8.1: absent means 0).
+    fn h264_mode(&self) -> Option<u8> {
+        match self.param("packetization-mode") {
+            None => Some(0),
+            Some(v) => v.parse().ok(),
+        }
+    }
+
+    /// H.264 `profile_idc` and `profile-iop` (the first two bytes of
+    /// `profile-level-id`, RFC 6184 §8.1; absent means 42 00 1f, Baseline).
+    fn h264_profile(&self) -> Option<[u8; 2]> {
+        let id = self.param("profile-level-id").unwrap_or("42001f");
+        if id.len() != 6 || !id.is_ascii() {
+            return None;
+        }
+        let byte = |i: usize| u8::from_str_radix(id.get(i..i + 2)?, 16).ok();
+        Some([byte(0)?, byte(2)?])
+    }
+
+    /// Whether a stream of this codec can be sent to a peer that offered `other`: the
+    /// same format, whatever the payload types (RFC 3264 §6.1 compares encodings, not
+    /// numbers).
+    pub fn same_format(&self, other: &Self) -> bool {
+        if self.name != other.name || self.channels != other.channels {
+            return false;
+        }
+        match self.name {
+            CodecName::H264 => {
+                self.h264_mode() == other.h264_mode()
+                    && self.h264_profile().is_some()
+                    && self.h264_profile() == other.h264_profile()
+            }
+            CodecName::Opus | CodecName::Vp8 => true,
+        }
+    }
+
+    /// The payload types the codec uses: its own and its RTX one.
+    pub fn payload_types(&self) -> impl Iterator<Item = u8> {
+        std::iter::once(self.payload_type).chain(self.rtx_payload_type)
+    }
+
+    /// Its `m=` line formats.
+    pub fn formats(&self) -> Vec<String> {
+        self.payload_types().map(|pt| pt.to_string()).collect()
+    }
+
+    /// Writes its `rtpmap`, `rtcp-fb` and `fmtp` lines, then the RTX format's
+    /// `rtpmap` and `fmtp` (RFC 4588 §8.1), into `m`.
+    pub fn write(&self, m: &mut MediaDescription) {
+        let pt = self.payload_type;
+        let clock = self.name.clock_rate();
+        let mut rtpmap = RtpMap::new(pt, self.name.as_str(), clock);
+        rtpmap.encoding_params = self.channels;
+        m.push_attribute(Attribute::RtpMap(rtpmap));
+        let f = self.feedback;
+        for (on, feedback, param) in [
+            (f.nack, "nack", None),
+            (f.pli, "nack", Some("pli")),
+            (f.fir, "ccm", Some("fir")),
+        ] {
+            if on {
+                m.push_attribute(Attribute::RtcpFb(RtcpFb::new(pt, feedback, param)));
+            }
+        }
+        if let Some(params) = &self.fmtp {
+            m.push_attribute(Attribute::Fmtp(super::Fmtp {
+                format: pt.to_string(),
+                params: params.clone(),
+            }));
+        }
+        if let Some(rtx) = self.rtx_payload_type {
+            m.push_attribute(Attribute::RtpMap(RtpMap::new(rtx, "rtx", clock)));
+            m.push_attribute(Attribute::Fmtp(super::Fmtp {
+                format: rtx.to_string(),
+                params: format!("apt={pt}"),
+            }));
+        }
+    }
+}
+
+/// The `rtx` payload type in `m` whose `apt` is `pt` (RFC 4588 §8.1).
+fn rtx_for(m: &MediaDescription, pt: u8) -> Option<u8> {
+    m.rtpmaps()
+        .filter(|r| r.is("rtx"))
+        .map(|r| r.payload_type)
+        .find(|rtx| {
+            m.fmtp(*rtx)
+                .and_then(|f| f.param("apt"))
+                .and_then(|apt| apt.parse::<u8>().ok())
+                == Some(pt)
+        })
+}

@@ -1,0 +1,512 @@
+//! Media negotiation over a session (`sdp::Negotiation`) on the offers headless
+//! Chromium 156 and aiortc 1.16 really wrote (`tests/fixtures/sdp/`): publishing from
+//! an offer, placing room tracks in a participant's receiving sections, shoal's own
+//! offers adding, stopping and recycling sections, glare, and what is refused.
+
+use std::net::SocketAddr;
+
+use shoal_components::sdp::{
+    AnswerParams, Attribute, Change, Codec, CodecName, Direction, EXT_AUDIO_LEVEL, EXT_MID,
+    Fingerprint, HashFunction, MediaDescription, MediaKind, Negotiation, NegotiationError,
+    SectionState, SessionDescription, Setup, TrackSource,
+};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sdp");
+const UFRAG: &str = "sHoAlUfRaG012345";
+const PWD: &str = "sHoAlPaSsWoRd+/0123456789abcd";
+
+fn fixture(name: &str) -> SessionDescription {
+    let path = format!("{FIXTURES}/{name}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    SessionDescription::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn params() -> AnswerParams<'static> {
+    AnswerParams {
+        candidate: "127.0.0.1:7100".parse::<SocketAddr>().unwrap(),
+        ice_ufrag: UFRAG,
+        ice_pwd: PWD,
+        fingerprint_sha256: [0xA5; 32],
+        session_id: 1_234_567,
+    }
+}
+
+/// SSRCs from a counter, so runs are repeatable.
+fn ssrcs() -> impl FnMut() -> u32 {
+    let mut next = 1000;
+    move || {
+        next += 1;
+        next
+    }
+}
+
+/// What shoal writes, its own parser reads back to the same model.
+fn reparsed(sdp: &SessionDescription) -> SessionDescription {
+    let text = sdp.to_sdp_string();
+    let back = SessionDescription::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(&back, sdp, "does not parse back the same:\n{text}");
+    back
+}
+
+fn published(changes: &[Change]) -> Vec<(String, shoal_components::sdp::Published)> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Published { mid, track } => Some((mid.clone(), track.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn subscribed(changes: &[Change]) -> Vec<(String, shoal_components::sdp::Subscribed)> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Subscribed { mid, track } => Some((mid.clone(), track.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn track(id: &str, p: &shoal_components::sdp::Published) -> TrackSource {
+    TrackSource {
+        id: id.to_owned(),
+        kind: p.kind.clone(),
+        stream_id: format!("stream-{id}"),
+        codec: p.codec.clone(),
+    }
+}
+
+/// The room's tracks, published by a Chromium page.
+fn chromium_tracks() -> Vec<TrackSource> {
+    let mut n = Negotiation::new(1);
+    let a = n
+        .answer(
+            &fixture("chromium156_av_data_offer.sdp"),
+            &params(),
+            &[],
+            &mut ssrcs(),
+        )
+        .unwrap();
+    published(&a.changes)
+        .iter()
+        .map(|(mid, p)| track(&format!("T{mid}"), p))
+        .collect()
+}
+
+/// An answer a receiving participant would give to `offer`: every section accepted
+/// with its direction reversed and its formats and extensions kept, and `a=setup:active`.
+fn answer_as_participant(offer: &SessionDescription) -> SessionDescription {
+    let mut sdp = SessionDescription::new(shoal_components::sdp::Origin::new(99, 2));
+    for g in offer.groups() {
+        sdp.push_attribute(Attribute::Group(g.clone()));
+    }
+    for o in &offer.media {
+        let formats: Vec<&str> = o.formats.iter().map(String::as_str).collect();
+        let mut m = MediaDescription::new(o.kind.clone(), o.port, &o.proto, &formats);
+        m.connections = o.connections.clone();
+        for a in &o.attributes {
+            let keep = match a {
+                Attribute::Mid(_)
+                | Attribute::RtpMap(_)
+                | Attribute::Fmtp(_)
+                | Attribute::RtcpFb(_)
+                | Attribute::Extmap(_)
+                | Attribute::RtcpMux
+                | Attribute::SctpPort(_) => Some(a.clone()),
+                Attribute::Direction(d) => Some(Attribute::Direction(d.reversed())),
+                Attribute::Setup(_) => Some(Attribute::Setup(Setup::Active)),
+                Attribute::IceUfrag(_) => Some(Attribute::IceUfrag("oOzF".into())),
+                Attribute::IcePwd(_) => Some(Attribute::IcePwd("wc78Owv42F/WrR65oxDIHJTd".into())),
+                Attribute::Fingerprint(_) => Some(Attribute::Fingerprint(Fingerprint::new(
+                    HashFunction::Sha256,
+                    &[1; 32],
+                ))),
+                _ => None,
+            };
+            if let Some(a) = keep.filter(|_| o.port != 0 || matches!(a, Attribute::Mid(_))) {
+                m.push_attribute(a);
+            }
+        }
+        sdp.push_media(m);
+    }
+    sdp
+}
+
+#[test]
+fn chromium_offer_publishes_audio_and_video_with_one_codec_each() {
+    let offer = fixture("chromium156_av_data_offer.sdp");
+    let mut n = Negotiation::new(7);
+    let a = n.answer(&offer, &params(), &[], &mut ssrcs()).unwrap();
+    let sdp = reparsed(&a.sdp);
+    assert_eq!(a.transport.setup, Setup::Passive);
+    assert_eq!(a.data_mid.as_deref(), Some("2"));
+    assert_eq!(sdp.bundle_mids().unwrap(), ["0", "1", "2"]);
+    assert!(sdp.ice_lite());
+
+    let p = published(&a.changes);
+    assert_eq!(p.len(), 2, "{:?}", a.changes);
+    let (mid, audio) = &p[0];
+    assert_eq!(mid, "0");
+    assert_eq!(audio.codec.name, CodecName::Opus);
+    assert_eq!(audio.codec.payload_type, 111);
+    assert_eq!(
+        audio.codec.fmtp.as_deref(),
+        Some("minptime=10;useinbandfec=1")
+    );
+    assert_eq!(audio.ssrc, Some(2_003_127_882));
+    assert_eq!(audio.rtx_ssrc, None);
+    let msid = audio.msid.as_ref().unwrap();
+    assert_eq!(msid.stream_id, "ca7de747-d657-44e8-a129-c22b4cdc121e");
+    let uris: Vec<&str> = audio.extensions.iter().map(|e| e.uri.as_str()).collect();
+    assert_eq!(uris, [EXT_AUDIO_LEVEL, EXT_MID]);
+
+    let (mid, video) = &p[1];
+    assert_eq!(mid, "1");
+    assert_eq!(video.codec.name, CodecName::Vp8, "the offer's first choice");
+    assert_eq!(video.codec.payload_type, 96);
+    assert_eq!(video.codec.rtx_payload_type, Some(97));
+    assert!(video.codec.feedback.nack && video.codec.feedback.pli && video.codec.feedback.fir);
+    let offered_video = &offer.media[1];
+    let fid = offered_video.ssrc_groups().next().unwrap();
+    assert_eq!(video.ssrc, Some(fid.ssrcs[0]));
+    assert_eq!(video.rtx_ssrc, Some(fid.ssrcs[1]));
+
+    // The answer: recvonly, one codec (and its RTX), the offer's payload types and
+    // extension ids, no transport-cc or goog-remb shoal does not do.
+    let audio_m = &sdp.media[0];
+    assert_eq!(audio_m.direction(), Some(Direction::RecvOnly));
+    assert_eq!(audio_m.formats, ["111"]);
+    assert_eq!(audio_m.extmap_id(EXT_AUDIO_LEVEL), Some(1));
+    assert_eq!(audio_m.extmap_id(EXT_MID), Some(4));
+    assert!(audio_m.rtcp_mux() && audio_m.rtcp_rsize());
+    let video_m = &sdp.media[1];
+    assert_eq!(video_m.direction(), Some(Direction::RecvOnly));
+    assert_eq!(video_m.formats, ["96", "97"]);
+    let fbs: Vec<String> = video_m.rtcp_fbs().map(|f| f.to_string()).collect();
+    assert_eq!(fbs, ["96 nack", "96 nack pli", "96 ccm fir"]);
+    assert_eq!(video_m.fmtp(97).unwrap().params, "apt=96");
+    assert!(video_m.msids().next().is_none(), "shoal sends nothing here");
+    assert_eq!(sdp.media[2].sctp_port(), Some(5000));
+}
+
+#[test]
+fn aiortc_offer_publishes_and_rejects_nothing_it_can_use() {
+    let mut n = Negotiation::new(7);
+    let a = n
+        .answer(
+            &fixture("aiortc116_av_data_offer.sdp"),
+            &params(),
+            &[],
+            &mut ssrcs(),
+        )
+        .unwrap();
+    reparsed(&a.sdp);
+    let p = published(&a.changes);
+    assert_eq!(p.len(), 2);
+    assert_eq!(p[0].1.codec.name, CodecName::Opus);
+    assert_eq!(p[0].1.ssrc, Some(1_989_306_819));
+    assert_eq!(p[1].1.codec.name, CodecName::Vp8);
+    assert_eq!(p[1].1.codec.payload_type, 97);
+    assert_eq!(p[1].1.codec.rtx_payload_type, Some(98));
+    assert_eq!(p[1].1.ssrc, Some(4_132_121_875));
+    assert_eq!(p[1].1.rtx_ssrc, Some(1_613_963_570));
+}
+
+#[test]
+fn a_second_participants_sendrecv_sections_carry_the_room_tracks() {
+    let tracks = chromium_tracks();
+    let mut n = Negotiation::new(8);
+    let a = n
+        .answer(
+            &fixture("chromium156_av_data_offer.sdp"),
+            &params(),
+            &tracks,
+            &mut ssrcs(),
+        )
+        .unwrap();
+    let sdp = reparsed(&a.sdp);
+    let s = subscribed(&a.changes);
+    assert_eq!(s.len(), 2, "{:?}", a.changes);
+    assert_eq!(s[0].0, "0");
+    assert_eq!(s[0].1.track, "T0");
+    assert_eq!(s[0].1.codec.payload_type, 111);
+    assert_eq!(s[1].1.track, "T1");
+    assert_eq!(s[1].1.codec.name, CodecName::Vp8);
+    assert_ne!(s[0].1.ssrc, s[1].1.ssrc);
+    assert!(s[1].1.rtx_ssrc.is_some());
+    // Both directions now: sendrecv, with shoal's msid and SSRCs.
+    let video = &sdp.media[1];
+    assert_eq!(video.direction(), Some(Direction::SendRecv));
+    let msid = video.msids().next().unwrap();
+    assert_eq!(msid.stream_id, "stream-T1");
+    assert_eq!(msid.track_id.as_deref(), Some("T1"));
+    let group = video.ssrc_groups().next().unwrap();
+    assert_eq!(group.semantics, "FID");
+    assert_eq!(group.ssrcs, [s[1].1.ssrc, s[1].1.rtx_ssrc.unwrap()]);
+    assert!(video.ssrcs().any(|x| x.attribute == "cname"));
+    // Shoal sends only the extensions it writes.
+    let uris: Vec<&str> = s[0].1.extensions.iter().map(|e| e.uri.as_str()).collect();
+    assert_eq!(uris, [EXT_AUDIO_LEVEL, EXT_MID]);
+
+    // The same offer again (a renegotiation that changes nothing) changes nothing.
+    let again = n
+        .answer(
+            &fixture("chromium156_av_data_offer.sdp"),
+            &params(),
+            &tracks,
+            &mut ssrcs(),
+        )
+        .unwrap();
+    assert!(again.changes.is_empty(), "{:?}", again.changes);
+    assert!(again.sdp.origin.session_version > a.sdp.origin.session_version);
+}
+
+#[test]
+fn shoal_offers_new_tracks_then_stops_and_recycles_their_sections() {
+    let tracks = chromium_tracks();
+    let mut n = Negotiation::new(9);
+    let mut new_ssrc = ssrcs();
+    let first = n
+        .answer(
+            &fixture("chromium156_data_offer.sdp"),
+            &params(),
+            &tracks,
+            &mut new_ssrc,
+        )
+        .unwrap();
+    assert!(
+        first.changes.is_empty(),
+        "a data-only offer has nowhere to put tracks"
+    );
+    assert!(
+        n.offer(&params(), &[], &mut new_ssrc).is_none(),
+        "nothing to change"
+    );
+
+    // Tracks arrive: one sendonly section each, appended after the data section.
+    let offer = n.offer(&params(), &tracks, &mut new_ssrc).unwrap();
+    let offer = reparsed(&offer);
+    assert!(n.offer_outstanding());
+    assert!(
+        n.offer(&params(), &tracks, &mut new_ssrc).is_none(),
+        "one at a time"
+    );
+    assert_eq!(offer.media.len(), 3);
+    let mids: Vec<&str> = offer.media.iter().filter_map(|m| m.mid()).collect();
+    assert_eq!(mids, ["0", "s0", "s1"]);
+    assert_eq!(offer.bundle_mids().unwrap(), ["0", "s0", "s1"]);
+    for m in &offer.media[1..] {
+        assert_eq!(m.direction(), Some(Direction::SendOnly));
+        assert_eq!(m.setup(), Some(Setup::ActPass), "RFC 5763 §5");
+        assert!(m.msids().next().is_some());
+        assert_eq!(
+            m.extmap_id(EXT_MID),
+            Some(1),
+            "the lowest free id, the same everywhere"
+        );
+    }
+    assert_eq!(offer.media[1].kind, MediaKind::Audio);
+    assert_eq!(offer.media[1].formats, ["111"]);
+    assert_eq!(offer.media[1].extmap_id(EXT_AUDIO_LEVEL), Some(2));
+    assert_eq!(offer.media[2].formats, ["96", "97"]);
+
+    let changes = n.accept(&answer_as_participant(&offer)).unwrap();
+    let s = subscribed(&changes);
+    assert_eq!(s.len(), 2, "{changes:?}");
+    assert_eq!((s[0].0.as_str(), s[0].1.track.as_str()), ("s0", "T0"));
+    assert_eq!((s[1].0.as_str(), s[1].1.track.as_str()), ("s1", "T1"));
+    assert!(matches!(
+        n.accept(&offer),
+        Err(NegotiationError::NoOfferOutstanding)
+    ));
+
+    // The audio track leaves: its section is disabled, port 0 and no msid.
+    let offer = n.offer(&params(), &tracks[1..], &mut new_ssrc).unwrap();
+    let offer = reparsed(&offer);
+    assert_eq!(offer.media[1].port, 0);
+    assert!(offer.media[1].msids().next().is_none());
+    assert_eq!(offer.bundle_mids().unwrap(), ["0", "s1"]);
+    let changes = n.accept(&answer_as_participant(&offer)).unwrap();
+    assert_eq!(
+        changes,
+        [Change::Unsubscribed {
+            mid: "s0".into(),
+            track: "T0".into()
+        }]
+    );
+
+    // A new audio track recycles that index with a new mid (RFC 8829 §5.2.2).
+    let mut newer = tracks[0].clone();
+    newer.id = "T9".into();
+    let offer = n
+        .offer(&params(), &[tracks[1].clone(), newer], &mut new_ssrc)
+        .unwrap();
+    let offer = reparsed(&offer);
+    assert_eq!(offer.media.len(), 3, "no section added");
+    assert_eq!(offer.media[1].mid(), Some("s2"));
+    assert_eq!(offer.media[1].port, 7100);
+    let changes = n.accept(&answer_as_participant(&offer)).unwrap();
+    assert_eq!(subscribed(&changes)[0].1.track, "T9");
+}
+
+#[test]
+fn a_section_answered_with_port_zero_declines_its_track() {
+    let tracks = chromium_tracks();
+    let mut n = Negotiation::new(10);
+    let mut new_ssrc = ssrcs();
+    n.answer(
+        &fixture("chromium156_data_offer.sdp"),
+        &params(),
+        &[],
+        &mut new_ssrc,
+    )
+    .unwrap();
+    let offer = n.offer(&params(), &tracks, &mut new_ssrc).unwrap();
+    let mut answer = answer_as_participant(&offer);
+    answer.media[2].port = 0;
+    let changes = n.accept(&answer).unwrap();
+    assert_eq!(subscribed(&changes).len(), 1);
+    assert_eq!(n.declined(), ["T1"]);
+    assert!(
+        n.offer(&params(), &tracks, &mut new_ssrc).is_none(),
+        "not offered again"
+    );
+}
+
+#[test]
+fn glare_drops_shoals_offer_and_answers_the_participant() {
+    let tracks = chromium_tracks();
+    let mut n = Negotiation::new(11);
+    let mut new_ssrc = ssrcs();
+    let data_offer = fixture("chromium156_data_offer.sdp");
+    n.answer(&data_offer, &params(), &[], &mut new_ssrc)
+        .unwrap();
+    let ours = n.offer(&params(), &tracks, &mut new_ssrc).unwrap();
+    // The participant offers at the same time: shoal rolls back and answers.
+    let a = n
+        .answer(&data_offer, &params(), &tracks, &mut new_ssrc)
+        .unwrap();
+    assert!(a.changes.is_empty());
+    assert!(!n.offer_outstanding());
+    assert!(matches!(
+        n.accept(&answer_as_participant(&ours)),
+        Err(NegotiationError::NoOfferOutstanding)
+    ));
+    // And offers again afterwards.
+    assert!(n.offer(&params(), &tracks, &mut new_ssrc).is_some());
+}
+
+#[test]
+fn payload_types_in_use_for_another_format_are_not_reused() {
+    // A track whose codec claims payload type 111 (in use for opus in this session)
+    // for VP8 gets a free dynamic payload type instead.
+    let tracks = chromium_tracks();
+    let mut vp8 = tracks[1].clone();
+    vp8.codec.payload_type = 111;
+    vp8.codec.rtx_payload_type = Some(96);
+    let mut n = Negotiation::new(12);
+    let mut new_ssrc = ssrcs();
+    // This participant publishes opus as 111 and VP8 as 96 (and RTX 97), sendonly, so
+    // the track needs a section of its own.
+    let mut offer = fixture("chromium156_av_data_offer.sdp");
+    for m in &mut offer.media {
+        for a in &mut m.attributes {
+            if let Attribute::Direction(d) = a {
+                *d = Direction::SendOnly;
+            }
+        }
+    }
+    n.answer(&offer, &params(), &[], &mut new_ssrc).unwrap();
+    let offer = n.offer(&params(), &[vp8], &mut new_ssrc).unwrap();
+    let added = offer.media.last().unwrap();
+    assert_eq!(added.mid(), Some("s0"));
+    let pt = added.formats[0].parse::<u8>().unwrap();
+    let rtx = added.formats[1].parse::<u8>().unwrap();
+    assert_eq!(added.rtpmap(pt).unwrap().encoding_name, "VP8");
+    assert!(
+        ![111, 96, 97].contains(&rtx) && ![111, 97].contains(&pt),
+        "{pt} {rtx}"
+    );
+    // 96 is VP8 in this session already, so it may be used for VP8 again.
+    assert_eq!(pt, 96);
+    assert_eq!(added.fmtp(rtx).unwrap().params, "apt=96");
+}
+
+#[test]
+fn refused_offers() {
+    let mut n = Negotiation::new(13);
+    let mut new_ssrc = ssrcs();
+    let offer = fixture("chromium156_av_data_offer.sdp");
+    n.answer(&offer, &params(), &[], &mut new_ssrc).unwrap();
+
+    let mut restart = offer.clone();
+    for m in &mut restart.media {
+        for a in &mut m.attributes {
+            if let Attribute::IceUfrag(u) = a {
+                *u = "newU".into();
+            }
+        }
+    }
+    assert_eq!(
+        n.answer(&restart, &params(), &[], &mut new_ssrc)
+            .unwrap_err(),
+        NegotiationError::IceRestart
+    );
+    let mut fewer = offer.clone();
+    fewer.media.pop();
+    assert_eq!(
+        n.answer(&fewer, &params(), &[], &mut new_ssrc).unwrap_err(),
+        NegotiationError::SectionsRemoved
+    );
+
+    // Nothing usable at all.
+    let mut none = offer.clone();
+    for m in &mut none.media {
+        m.port = 0;
+    }
+    assert_eq!(
+        Negotiation::new(1)
+            .answer(&none, &params(), &[], &mut new_ssrc)
+            .unwrap_err(),
+        NegotiationError::NoUsableSection
+    );
+}
+
+#[test]
+fn unpublishing_and_codecs_shoal_does_not_forward() {
+    let offer = fixture("chromium156_av_data_offer.sdp");
+    let mut n = Negotiation::new(14);
+    let mut new_ssrc = ssrcs();
+    n.answer(&offer, &params(), &[], &mut new_ssrc).unwrap();
+    // The page stops sending video: recvonly now.
+    let mut stop = offer.clone();
+    for a in &mut stop.media[1].attributes {
+        if let Attribute::Direction(d) = a {
+            *d = Direction::RecvOnly;
+        }
+    }
+    let a = n.answer(&stop, &params(), &[], &mut new_ssrc).unwrap();
+    assert_eq!(a.changes, [Change::Unpublished { mid: "1".into() }]);
+    assert_eq!(a.sdp.media[1].direction(), Some(Direction::Inactive));
+    assert!(
+        matches!(n.sections()[1].state, SectionState::Media(_)),
+        "kept open"
+    );
+
+    // An audio section with only G.722 and PCMU: nothing shoal forwards, rejected.
+    let mut g722 = fixture("chromium156_av_data_offer.sdp");
+    let audio = &mut g722.media[0];
+    audio.formats = vec!["9".into(), "0".into()];
+    audio.attributes.retain(
+        |a| !matches!(a, Attribute::RtpMap(r) if r.payload_type != 9 && r.payload_type != 0),
+    );
+    assert!(Codec::read_all(audio).is_empty());
+    let a = Negotiation::new(15)
+        .answer(&g722, &params(), &[], &mut new_ssrc)
+        .unwrap();
+    // It is the BUNDLE tag, so it is kept inactive rather than rejected (RFC 8843 §7.3.3).
+    assert_eq!(a.sdp.media[0].direction(), Some(Direction::Inactive));
+    assert_eq!(a.sdp.media[0].port, 7100);
+    assert!(published(&a.changes).iter().all(|(mid, _)| mid != "0"));
+}

@@ -7,6 +7,7 @@
 
 pub mod dtls;
 pub mod hash;
+pub mod media;
 pub mod net;
 pub mod peer;
 pub mod room;

@@ -5,7 +5,10 @@
 //! [`Shard::poll_event`]. A shard never reads a clock or a socket, so the mio driver and
 //! the simulator drive it identically, and the same inputs give the same outputs.
 
+mod media;
 mod rooms;
+
+pub use media::{MAX_SUBSCRIPTIONS_PER_PEER, MAX_TRACKS_PER_PEER};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -16,6 +19,7 @@ use bevy_ecs::prelude::*;
 use bevy_ecs::schedule::{ScheduleLabel, SingleThreadedExecutor};
 use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
+use shoal_components::media::{SubscriptionSpec, TrackId, TrackIndex, TrackSpec};
 use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::{
     Ice, IceControlling, IceCredentials, IceRole, IceState, Peer, PeerId, PeerIndex,
@@ -163,6 +167,34 @@ pub enum Command {
         /// The message (shared between the receivers, never copied).
         payload: Bytes,
     },
+    /// The peer publishes a track.
+    Publish {
+        /// The publisher.
+        peer: PeerId,
+        /// What negotiation agreed for it.
+        track: TrackSpec,
+    },
+    /// The peer no longer publishes a track; its subscriptions end.
+    Unpublish {
+        /// The publisher.
+        peer: PeerId,
+        /// The track.
+        track: TrackId,
+    },
+    /// The peer is sent a track published on this shard.
+    Subscribe {
+        /// The subscriber.
+        peer: PeerId,
+        /// What negotiation agreed for its copy.
+        subscription: SubscriptionSpec,
+    },
+    /// The peer is no longer sent a track.
+    Unsubscribe {
+        /// The subscriber.
+        peer: PeerId,
+        /// The track.
+        track: TrackId,
+    },
 }
 
 /// Why [`Shard::sctp_send`] refused a message.
@@ -216,6 +248,21 @@ pub enum CommandError {
     /// A channel label over 65535 bytes (RFC 8832 §5.1's length field).
     #[error("channel label too long")]
     LabelTooLong,
+    /// A track with this id exists already (or the peer is sent it already).
+    #[error("track {0:?} exists already")]
+    DuplicateTrack(TrackId),
+    /// No such track on this shard (or the peer does not publish or receive it).
+    #[error("no track {0:?}")]
+    UnknownTrack(TrackId),
+    /// A peer cannot be sent its own track.
+    #[error("track {0:?} is the peer's own")]
+    OwnTrack(TrackId),
+    /// The peer has as many tracks or subscriptions as allowed.
+    #[error("at most {0} tracks")]
+    TooManyTracks(usize),
+    /// The SSRC is in use by another of the peer's streams.
+    #[error("SSRC {0} is in use")]
+    SsrcInUse(u32),
 }
 
 /// The shard's random generator: ChaCha, so ids are unpredictable off the wire yet
@@ -277,6 +324,7 @@ impl Shard {
         world.init_resource::<SctpWork>();
         world.init_resource::<SctpScratch>();
         world.init_resource::<RoomIndex>();
+        world.init_resource::<TrackIndex>();
         world.init_resource::<RoomPresence>();
         world.init_resource::<RelayScratch>();
         world.init_resource::<RelayOutbox>();
@@ -422,6 +470,10 @@ impl Shard {
             } => self
                 .send_data(room, to, &label, binary, payload)
                 .map(|_| ()),
+            Command::Publish { peer, track } => self.publish(peer, track),
+            Command::Unpublish { peer, track } => self.unpublish(peer, track),
+            Command::Subscribe { peer, subscription } => self.subscribe(peer, subscription),
+            Command::Unsubscribe { peer, track } => self.unsubscribe(peer, track),
         }
     }
 

@@ -1,0 +1,403 @@
+//! Media as data: a published track and a subscription are entities of their own,
+//! beside the peers that own them, so the `media` pass fans a packet out by walking a
+//! track's subscription list and the `egress` pass writes each subscriber's copy from
+//! the subscription's row.
+//!
+//! - A [`Track`] is what a publisher sends in one section: its SSRCs (announced, or
+//!   learned from the mid header extension, RFC 8843 §9.2), its payload types and
+//!   header extension ids, a bounded cache of recent packets for retransmission, and
+//!   what receiving it has measured (RFC 3550 §6.4.1 report block fields).
+//! - A [`Subscription`] is one subscriber's copy of a track: the SSRC, payload types
+//!   and extension ids of the subscriber's session, and the offsets that keep its
+//!   sequence numbers and timestamps continuous (RFC 3550 §5.1).
+//! - [`PeerMedia`] on the peer: its tracks and subscriptions by SSRC, so incoming RTP
+//!   (by the publisher's SSRC) and RTCP feedback (by the SSRC shoal sends with) find
+//!   their entity in O(1).
+//!
+//! The tables follow the entities by hooks where a despawn must not leave a dangling
+//! reference: removing a track removes its subscriptions (the shard does it, since
+//! subscribers must be told), and a peer's despawn takes its tracks and subscriptions
+//! with it.
+
+use bevy_ecs::lifecycle::HookContext;
+use bevy_ecs::prelude::{Component, Entity, Resource};
+use bevy_ecs::world::DeferredWorld;
+use bytes::Bytes;
+
+use crate::hash::FastMap;
+use crate::time::Time;
+
+/// A track's id, unique on the node (the control plane assigns it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TrackId(pub u64);
+
+/// Audio or video.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TrackKind {
+    /// Audio.
+    Audio,
+    /// Video.
+    Video,
+}
+
+/// The header extension ids (RFC 8285) one side of a session uses, `None` where the
+/// extension was not negotiated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ExtensionIds {
+    /// `urn:ietf:params:rtp-hdrext:sdes:mid` (RFC 8843 §15.2).
+    pub mid: Option<u8>,
+    /// `urn:ietf:params:rtp-hdrext:ssrc-audio-level` (RFC 6464).
+    pub audio_level: Option<u8>,
+    /// `urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id` (RFC 8852 §3.1).
+    pub rid: Option<u8>,
+    /// `urn:ietf:params:rtp-hdrext:sdes:repaired-rtp-stream-id` (RFC 8852 §3.2).
+    pub repaired_rid: Option<u8>,
+}
+
+/// RTCP feedback negotiated for a stream (RFC 4585 §4.2, RFC 5104 §7.1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FeedbackKinds {
+    /// Generic NACK.
+    pub nack: bool,
+    /// Picture Loss Indication.
+    pub pli: bool,
+    /// Full Intra Request.
+    pub fir: bool,
+}
+
+/// What the shard needs to receive a published track (from negotiation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrackSpec {
+    /// The node's id for it.
+    pub id: TrackId,
+    /// Audio or video.
+    pub kind: TrackKind,
+    /// The publisher's section.
+    pub mid: String,
+    /// Its SSRC, when announced in SDP.
+    pub ssrc: Option<u32>,
+    /// Its retransmission SSRC (RFC 4588), when announced.
+    pub rtx_ssrc: Option<u32>,
+    /// Its payload type in the publisher's session.
+    pub payload_type: u8,
+    /// Its RTX payload type, when negotiated.
+    pub rtx_payload_type: Option<u8>,
+    /// The RTP clock rate (RFC 3550 §5.1), for jitter and reports.
+    pub clock_rate: u32,
+    /// The publisher's extension ids.
+    pub extensions: ExtensionIds,
+    /// Feedback the publisher takes.
+    pub feedback: FeedbackKinds,
+}
+
+/// What the shard needs to send a track to a subscriber (from negotiation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubscriptionSpec {
+    /// The track.
+    pub track: TrackId,
+    /// The subscriber's section.
+    pub mid: String,
+    /// The SSRC shoal sends it with.
+    pub ssrc: u32,
+    /// The SSRC of its retransmissions, when RTX is negotiated.
+    pub rtx_ssrc: Option<u32>,
+    /// Its payload type in the subscriber's session.
+    pub payload_type: u8,
+    /// Its RTX payload type there, when negotiated.
+    pub rtx_payload_type: Option<u8>,
+    /// The subscriber's extension ids.
+    pub extensions: ExtensionIds,
+    /// Feedback the subscriber sends.
+    pub feedback: FeedbackKinds,
+}
+
+/// Packets kept per track for retransmission: about a second of 2.5 Mbit/s video in
+/// 1200-byte packets, and a power of two so a sequence number indexes it.
+pub const PACKET_CACHE: usize = 512;
+
+/// One cached packet: its extended sequence number and the plaintext RTP packet.
+#[derive(Clone, Debug)]
+pub struct CachedPacket {
+    /// The sequence number extended past wraps (RFC 3550 Appendix A.1).
+    pub seq: u64,
+    /// The whole plaintext packet as the publisher sent it.
+    pub packet: Bytes,
+}
+
+/// A bounded ring of a track's recent packets, by sequence number.
+#[derive(Clone, Debug)]
+pub struct PacketCache {
+    slots: Vec<Option<CachedPacket>>,
+}
+
+impl Default for PacketCache {
+    fn default() -> Self {
+        Self {
+            slots: vec![None; PACKET_CACHE],
+        }
+    }
+}
+
+impl PacketCache {
+    /// Keeps `packet` under `seq`, replacing what was `PACKET_CACHE` packets older.
+    pub fn insert(&mut self, seq: u64, packet: Bytes) {
+        let slot = (seq % PACKET_CACHE as u64) as usize;
+        if let Some(s) = self.slots.get_mut(slot) {
+            *s = Some(CachedPacket { seq, packet });
+        }
+    }
+
+    /// The packet with extended sequence number `seq`, if still held.
+    pub fn get(&self, seq: u64) -> Option<&Bytes> {
+        let slot = (seq % PACKET_CACHE as u64) as usize;
+        match self.slots.get(slot) {
+            Some(Some(c)) if c.seq == seq => Some(&c.packet),
+            _ => None,
+        }
+    }
+}
+
+/// RFC 3550 Appendix A.1 and A.8: what a receiver tracks of one source to write its
+/// report block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReceiveStats {
+    /// Whether a packet arrived yet.
+    pub started: bool,
+    /// The first extended sequence number received.
+    pub base_seq: u64,
+    /// The highest extended sequence number received.
+    pub max_seq: u64,
+    /// Packets received (duplicates included, as A.3 counts).
+    pub received: u64,
+    /// `expected` at the last report (A.3 `expected_prior`).
+    pub expected_prior: u64,
+    /// `received` at the last report (A.3 `received_prior`).
+    pub received_prior: u64,
+    /// Interarrival jitter in timestamp units, scaled by 16 (A.8).
+    pub jitter_q4: u32,
+    /// The last packet's relative transit time (A.8 `transit`).
+    pub transit: i64,
+    /// The middle 32 bits of the last SR's NTP timestamp (RFC 3550 §6.4.1 LSR).
+    pub last_sr: u32,
+    /// When that SR arrived, for DLSR.
+    pub last_sr_at: Option<Time>,
+}
+
+impl ReceiveStats {
+    /// Extends a 16-bit sequence number against the highest seen (A.1), and counts
+    /// the packet. Returns the extended number.
+    pub fn note(&mut self, seq: u16) -> u64 {
+        if !self.started {
+            self.started = true;
+            let ext = u64::from(seq) + (1 << 16);
+            self.base_seq = ext;
+            self.max_seq = ext;
+            self.received = 1;
+            return ext;
+        }
+        let ext = extend_seq(self.max_seq, seq);
+        if ext > self.max_seq {
+            self.max_seq = ext;
+        }
+        self.received += 1;
+        ext
+    }
+
+    /// A.3: packets expected so far.
+    pub fn expected(&self) -> u64 {
+        if self.started {
+            self.max_seq - self.base_seq + 1
+        } else {
+            0
+        }
+    }
+}
+
+/// The extended sequence number closest to `max` whose low 16 bits are `seq` (RFC
+/// 3550 Appendix A.1's idea, without its probation): a packet up to half the space
+/// behind or ahead.
+pub fn extend_seq(max: u64, seq: u16) -> u64 {
+    let cycle = max & !0xffff;
+    let candidate = cycle | u64::from(seq);
+    let delta = candidate as i64 - max as i64;
+    if delta > 0x8000 && candidate >= 0x1_0000 {
+        candidate - 0x1_0000
+    } else if delta < -0x8000 {
+        candidate + 0x1_0000
+    } else {
+        candidate
+    }
+}
+
+/// The shard's tracks by id.
+#[derive(Resource, Debug, Default)]
+pub struct TrackIndex(pub FastMap<TrackId, Entity>);
+
+/// A published track. Removing it (or despawning it) removes its subscriptions and
+/// its entries in the publisher's [`PeerMedia`] and the [`TrackIndex`].
+#[derive(Component, Debug)]
+#[component(on_remove = track_removed)]
+pub struct Track {
+    /// What negotiation agreed.
+    pub spec: TrackSpec,
+    /// The publisher's peer entity.
+    pub publisher: Entity,
+    /// The SSRC in use (announced or learned).
+    pub ssrc: Option<u32>,
+    /// The RTX SSRC in use.
+    pub rtx_ssrc: Option<u32>,
+    /// Its subscriptions on this shard.
+    pub subscribers: Vec<Entity>,
+    /// Recent packets, for subscribers' NACKs.
+    pub cache: PacketCache,
+    /// What receiving it measured.
+    pub stats: ReceiveStats,
+    /// When shoal last asked the publisher for a keyframe (throttling, RFC 4585
+    /// §3.4's spirit: not more than one request per interval).
+    pub last_keyframe_request: Option<Time>,
+    /// A keyframe request waits for the throttle interval to pass.
+    pub keyframe_wanted: bool,
+    /// Sequence numbers missing, oldest first, with the times shoal NACKed them.
+    pub missing: Vec<(u64, Option<Time>)>,
+}
+
+/// One subscriber's copy of a track. Removing it takes it off its track's list and
+/// out of the subscriber's [`PeerMedia`].
+#[derive(Component, Debug)]
+#[component(on_remove = subscription_removed)]
+pub struct Subscription {
+    /// What negotiation agreed.
+    pub spec: SubscriptionSpec,
+    /// The subscriber's peer entity.
+    pub subscriber: Entity,
+    /// The track's entity.
+    pub track: Entity,
+    /// Added to the publisher's extended sequence number, modulo 2^16.
+    pub seq_offset: u16,
+    /// Added to the publisher's timestamp.
+    pub ts_offset: u32,
+    /// The RTX stream's own sequence numbers (RFC 4588 §4).
+    pub rtx_seq: u16,
+    /// Packets and payload octets sent, for SR (RFC 3550 §6.4.1).
+    pub packets_sent: u32,
+    /// See `packets_sent`.
+    pub octets_sent: u32,
+    /// The last RTP timestamp sent and when, for SR's RTP timestamp.
+    pub last_rtp_ts: Option<(u32, Time)>,
+    /// Whether anything was sent yet.
+    pub started: bool,
+}
+
+/// A peer's media index. Removing it (the peer's despawn) despawns the peer's tracks
+/// and subscriptions.
+#[derive(Component, Debug, Default)]
+#[component(on_remove = peer_media_removed)]
+pub struct PeerMedia {
+    /// Tracks it publishes, by SSRC (primary and RTX).
+    pub tracks_by_ssrc: FastMap<u32, Entity>,
+    /// Tracks it publishes, by mid (to bind an unannounced SSRC, RFC 8843 §9.2).
+    pub tracks_by_mid: Vec<(String, Entity)>,
+    /// Its subscriptions, by the SSRC shoal sends with (primary and RTX).
+    pub subscriptions_by_ssrc: FastMap<u32, Entity>,
+    /// Its tracks, by id.
+    pub tracks: Vec<(TrackId, Entity)>,
+    /// Its subscriptions, by track id.
+    pub subscriptions: Vec<(TrackId, Entity)>,
+}
+
+fn track_removed(mut world: DeferredWorld, ctx: HookContext) {
+    let Some(track) = world.get::<Track>(ctx.entity) else {
+        return;
+    };
+    let (id, publisher, subscribers) = (track.spec.id, track.publisher, track.subscribers.clone());
+    if let Some(mut index) = world.get_resource_mut::<TrackIndex>()
+        && index.0.get(&id) == Some(&ctx.entity)
+    {
+        index.0.remove(&id);
+    }
+    if let Some(mut media) = world.get_mut::<PeerMedia>(publisher) {
+        media.forget_entity(ctx.entity);
+    }
+    let mut commands = world.commands();
+    for s in subscribers {
+        commands.entity(s).try_despawn();
+    }
+}
+
+fn subscription_removed(mut world: DeferredWorld, ctx: HookContext) {
+    let Some(sub) = world.get::<Subscription>(ctx.entity) else {
+        return;
+    };
+    let (track, subscriber) = (sub.track, sub.subscriber);
+    if let Some(mut t) = world.get_mut::<Track>(track) {
+        t.subscribers.retain(|e| *e != ctx.entity);
+    }
+    if let Some(mut media) = world.get_mut::<PeerMedia>(subscriber) {
+        media.forget_entity(ctx.entity);
+    }
+}
+
+fn peer_media_removed(mut world: DeferredWorld, ctx: HookContext) {
+    let Some(media) = world.get::<PeerMedia>(ctx.entity) else {
+        return;
+    };
+    let owned: Vec<Entity> = media
+        .tracks
+        .iter()
+        .chain(&media.subscriptions)
+        .map(|(_, e)| *e)
+        .collect();
+    let mut commands = world.commands();
+    for e in owned {
+        commands.entity(e).try_despawn();
+    }
+}
+
+impl PeerMedia {
+    /// Drops every entry that names `entity` (a track or a subscription).
+    pub fn forget_entity(&mut self, entity: Entity) {
+        self.tracks_by_ssrc.retain(|_, e| *e != entity);
+        self.tracks_by_mid.retain(|(_, e)| *e != entity);
+        self.subscriptions_by_ssrc.retain(|_, e| *e != entity);
+        self.tracks.retain(|(_, e)| *e != entity);
+        self.subscriptions.retain(|(_, e)| *e != entity);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_numbers_extend_across_wraps_and_reordering() {
+        assert_eq!(extend_seq(0x1_fff0, 0xfff5), 0x1_fff5);
+        assert_eq!(extend_seq(0x1_fff0, 0x0002), 0x2_0002, "wrapped forward");
+        assert_eq!(
+            extend_seq(0x2_0002, 0xfff0),
+            0x1_fff0,
+            "reordered from before the wrap"
+        );
+        assert_eq!(extend_seq(0x1_0005, 0x0003), 0x1_0003);
+        let mut s = ReceiveStats::default();
+        let first = s.note(65_534);
+        assert_eq!(s.note(65_535), first + 1);
+        assert_eq!(s.note(0), first + 2);
+        assert_eq!(s.note(65_535), first + 1);
+        assert_eq!(s.expected(), 3);
+        assert_eq!(s.received, 4);
+    }
+
+    #[test]
+    fn the_cache_holds_the_latest_window() {
+        let mut c = PacketCache::default();
+        for seq in 0..(PACKET_CACHE as u64 + 10) {
+            c.insert(seq, Bytes::from(seq.to_be_bytes().to_vec()));
+        }
+        assert!(c.get(5).is_none(), "overwritten");
+        assert_eq!(
+            c.get(PACKET_CACHE as u64 + 5).unwrap()[7],
+            (PACKET_CACHE + 5) as u8
+        );
+        assert!(c.get(PACKET_CACHE as u64 + 10).is_none(), "not yet sent");
+    }
+}

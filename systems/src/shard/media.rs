@@ -1,0 +1,303 @@
+//! The media half of the [`Shard`] surface: tracks a peer publishes and the
+//! subscriptions that send them to other peers (`Command::Publish`, `Unpublish`,
+//! `Subscribe`, `Unsubscribe`), as entities (see `shoal_components::media`).
+//!
+//! A subscription needs its track on the same shard. Removing a track removes its
+//! subscriptions, and a peer's departure removes its tracks and subscriptions (the
+//! components' hooks), so no path leaves a dangling row.
+
+use bevy_ecs::prelude::*;
+use shoal_components::media::{
+    PeerMedia, ReceiveStats, Subscription, SubscriptionSpec, Track, TrackId, TrackIndex, TrackSpec,
+};
+use shoal_components::peer::PeerId;
+
+use super::{CommandError, Shard};
+
+/// Tracks one peer may publish (RFC 8843 BUNDLE puts them on one transport; a
+/// browser publishes a handful).
+pub const MAX_TRACKS_PER_PEER: usize = 32;
+/// Tracks one peer may be sent.
+pub const MAX_SUBSCRIPTIONS_PER_PEER: usize = 128;
+
+impl Shard {
+    /// The peer's media index, created on first use.
+    fn peer_media(&mut self, entity: Entity) -> Mut<'_, PeerMedia> {
+        if self.world.get::<PeerMedia>(entity).is_none() {
+            self.world.entity_mut(entity).insert(PeerMedia::default());
+        }
+        self.world
+            .get_mut::<PeerMedia>(entity)
+            .expect("inserted just above")
+    }
+
+    /// `Command::Publish`: `peer` sends `spec`'s track.
+    pub(super) fn publish(&mut self, peer: PeerId, spec: TrackSpec) -> Result<(), CommandError> {
+        let publisher = self.peer_entity(peer)?;
+        if self.world.resource::<TrackIndex>().0.contains_key(&spec.id) {
+            return Err(CommandError::DuplicateTrack(spec.id));
+        }
+        let media = self.peer_media(publisher);
+        if media.tracks.len() >= MAX_TRACKS_PER_PEER {
+            return Err(CommandError::TooManyTracks(MAX_TRACKS_PER_PEER));
+        }
+        for ssrc in spec.ssrc.iter().chain(&spec.rtx_ssrc) {
+            if media.tracks_by_ssrc.contains_key(ssrc) {
+                return Err(CommandError::SsrcInUse(*ssrc));
+            }
+        }
+        let (id, mid, ssrc, rtx_ssrc) = (spec.id, spec.mid.clone(), spec.ssrc, spec.rtx_ssrc);
+        let entity = self
+            .world
+            .spawn(Track {
+                spec,
+                publisher,
+                ssrc,
+                rtx_ssrc,
+                subscribers: Vec::new(),
+                cache: Default::default(),
+                stats: ReceiveStats::default(),
+                last_keyframe_request: None,
+                keyframe_wanted: false,
+                missing: Vec::new(),
+            })
+            .id();
+        self.world.resource_mut::<TrackIndex>().0.insert(id, entity);
+        let mut media = self.peer_media(publisher);
+        media.tracks.push((id, entity));
+        media.tracks_by_mid.push((mid, entity));
+        for s in ssrc.iter().chain(&rtx_ssrc) {
+            media.tracks_by_ssrc.insert(*s, entity);
+        }
+        Ok(())
+    }
+
+    /// `Command::Unpublish`: `peer` no longer sends `track`; its subscriptions end.
+    pub(super) fn unpublish(&mut self, peer: PeerId, track: TrackId) -> Result<(), CommandError> {
+        let publisher = self.peer_entity(peer)?;
+        let entity = self
+            .world
+            .get::<PeerMedia>(publisher)
+            .and_then(|m| m.tracks.iter().find(|(id, _)| *id == track))
+            .map(|(_, e)| *e)
+            .ok_or(CommandError::UnknownTrack(track))?;
+        self.world.despawn(entity);
+        self.world.flush();
+        Ok(())
+    }
+
+    /// `Command::Subscribe`: `peer` is sent `spec.track`, which must be published on
+    /// this shard by another peer. The publisher is asked for a keyframe at once, so
+    /// the new subscriber can start decoding (throttled by the media pass).
+    pub(super) fn subscribe(
+        &mut self,
+        peer: PeerId,
+        spec: SubscriptionSpec,
+    ) -> Result<(), CommandError> {
+        let subscriber = self.peer_entity(peer)?;
+        let track = *self
+            .world
+            .resource::<TrackIndex>()
+            .0
+            .get(&spec.track)
+            .ok_or(CommandError::UnknownTrack(spec.track))?;
+        if self.world.get::<Track>(track).map(|t| t.publisher) == Some(subscriber) {
+            return Err(CommandError::OwnTrack(spec.track));
+        }
+        let media = self.peer_media(subscriber);
+        if media.subscriptions.iter().any(|(id, _)| *id == spec.track) {
+            return Err(CommandError::DuplicateTrack(spec.track));
+        }
+        if media.subscriptions.len() >= MAX_SUBSCRIPTIONS_PER_PEER {
+            return Err(CommandError::TooManyTracks(MAX_SUBSCRIPTIONS_PER_PEER));
+        }
+        for ssrc in std::iter::once(&spec.ssrc).chain(&spec.rtx_ssrc) {
+            if media.subscriptions_by_ssrc.contains_key(ssrc) {
+                return Err(CommandError::SsrcInUse(*ssrc));
+            }
+        }
+        let (id, ssrc, rtx_ssrc) = (spec.track, spec.ssrc, spec.rtx_ssrc);
+        let entity = self
+            .world
+            .spawn(Subscription {
+                spec,
+                subscriber,
+                track,
+                seq_offset: 0,
+                ts_offset: 0,
+                rtx_seq: 0,
+                packets_sent: 0,
+                octets_sent: 0,
+                last_rtp_ts: None,
+                started: false,
+            })
+            .id();
+        let mut media = self.peer_media(subscriber);
+        media.subscriptions.push((id, entity));
+        for s in std::iter::once(ssrc).chain(rtx_ssrc) {
+            media.subscriptions_by_ssrc.insert(s, entity);
+        }
+        if let Some(mut t) = self.world.get_mut::<Track>(track) {
+            t.subscribers.push(entity);
+            t.keyframe_wanted = true;
+        }
+        Ok(())
+    }
+
+    /// `Command::Unsubscribe`: `peer` is no longer sent `track`.
+    pub(super) fn unsubscribe(&mut self, peer: PeerId, track: TrackId) -> Result<(), CommandError> {
+        let subscriber = self.peer_entity(peer)?;
+        let entity = self
+            .world
+            .get::<PeerMedia>(subscriber)
+            .and_then(|m| m.subscriptions.iter().find(|(id, _)| *id == track))
+            .map(|(_, e)| *e)
+            .ok_or(CommandError::UnknownTrack(track))?;
+        self.world.despawn(entity);
+        Ok(())
+    }
+
+    /// How many tracks and subscriptions the shard holds (for tests and reports).
+    pub fn media_counts(&mut self) -> (usize, usize) {
+        let tracks = self.world.query::<&Track>().iter(&self.world).count();
+        let subs = self
+            .world
+            .query::<&Subscription>()
+            .iter(&self.world)
+            .count();
+        (tracks, subs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shoal_components::media::{ExtensionIds, FeedbackKinds, TrackKind};
+    use shoal_components::peer::{IceCredentials, IceRole};
+    use shoal_components::time::Time;
+
+    use super::*;
+    use crate::{Command, PeerSpec, ShardConfig};
+
+    fn lite(id: u64) -> PeerSpec {
+        PeerSpec {
+            id: PeerId(id),
+            role: IceRole::Lite,
+            credentials: IceCredentials {
+                local_ufrag: format!("ufrag{id}"),
+                local_pwd: "0123456789012345678901".into(),
+                remote_ufrag: "rufr".into(),
+                remote_pwd: "0123456789012345678901".into(),
+            },
+            remote_candidates: Vec::new(),
+            dtls: None,
+            room: None,
+        }
+    }
+
+    fn track(id: u64, ssrc: u32) -> TrackSpec {
+        TrackSpec {
+            id: TrackId(id),
+            kind: TrackKind::Video,
+            mid: "1".into(),
+            ssrc: Some(ssrc),
+            rtx_ssrc: Some(ssrc + 1),
+            payload_type: 96,
+            rtx_payload_type: Some(97),
+            clock_rate: 90_000,
+            extensions: ExtensionIds::default(),
+            feedback: FeedbackKinds::default(),
+        }
+    }
+
+    fn sub(track: u64, ssrc: u32) -> SubscriptionSpec {
+        SubscriptionSpec {
+            track: TrackId(track),
+            mid: "s0".into(),
+            ssrc,
+            rtx_ssrc: None,
+            payload_type: 96,
+            rtx_payload_type: None,
+            extensions: ExtensionIds::default(),
+            feedback: FeedbackKinds::default(),
+        }
+    }
+
+    #[test]
+    fn tracks_and_subscriptions_go_with_their_peers() {
+        let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7000".parse().unwrap(), 1));
+        let t = Time::ZERO;
+        for id in 1..=3 {
+            shard.command(t, Command::AddPeer(lite(id))).unwrap();
+        }
+        let baseline = shard.entity_count();
+        let publish = |peer, track| Command::Publish {
+            peer: PeerId(peer),
+            track,
+        };
+        shard.command(t, publish(1, track(10, 100))).unwrap();
+        shard.command(t, publish(1, track(11, 200))).unwrap();
+        assert_eq!(
+            shard.command(t, publish(2, track(10, 300))),
+            Err(CommandError::DuplicateTrack(TrackId(10)))
+        );
+        assert_eq!(
+            shard.command(t, publish(1, track(12, 101))),
+            Err(CommandError::SsrcInUse(101))
+        );
+        let subscribe = |peer, subscription| Command::Subscribe {
+            peer: PeerId(peer),
+            subscription,
+        };
+        shard.command(t, subscribe(2, sub(10, 5))).unwrap();
+        shard.command(t, subscribe(3, sub(10, 5))).unwrap();
+        shard.command(t, subscribe(3, sub(11, 6))).unwrap();
+        assert_eq!(
+            shard.command(t, subscribe(1, sub(10, 7))),
+            Err(CommandError::OwnTrack(TrackId(10)))
+        );
+        assert_eq!(
+            shard.command(t, subscribe(2, sub(99, 8))),
+            Err(CommandError::UnknownTrack(TrackId(99)))
+        );
+        assert_eq!(shard.media_counts(), (2, 3));
+
+        // Unsubscribing one leaves the rest.
+        shard
+            .command(
+                t,
+                Command::Unsubscribe {
+                    peer: PeerId(3),
+                    track: TrackId(11),
+                },
+            )
+            .unwrap();
+        assert_eq!(shard.media_counts(), (2, 2));
+        // Unpublishing takes the track's subscriptions along.
+        shard
+            .command(
+                t,
+                Command::Unpublish {
+                    peer: PeerId(1),
+                    track: TrackId(10),
+                },
+            )
+            .unwrap();
+        assert_eq!(shard.media_counts(), (1, 0));
+        shard.command(t, subscribe(2, sub(11, 9))).unwrap();
+        // The publisher leaves: its track, and the subscription to it, go.
+        shard.command(t, Command::RemovePeer(PeerId(1))).unwrap();
+        assert_eq!(shard.media_counts(), (0, 0));
+        // And the ids are free again for whoever publishes next.
+        shard.command(t, publish(2, track(11, 200))).unwrap();
+        shard.command(t, subscribe(3, sub(11, 9))).unwrap();
+        shard.command(t, Command::RemovePeer(PeerId(3))).unwrap();
+        assert_eq!(shard.media_counts(), (1, 0));
+        shard.command(t, Command::RemovePeer(PeerId(2))).unwrap();
+        assert_eq!(shard.media_counts(), (0, 0));
+        assert_eq!(
+            shard.entity_count() + 3,
+            baseline,
+            "the three peers and nothing else"
+        );
+    }
+}

@@ -82,6 +82,8 @@ pub struct ControlState {
     max_peers_per_shard: usize,
     shard_queries: Semaphore,
     pub(super) next_peer: AtomicU64,
+    /// The next track id (node-wide).
+    pub(super) next_track: AtomicU64,
     pub(super) rng: SystemRandom,
 }
 
@@ -102,6 +104,7 @@ impl ControlState {
             max_peers_per_shard,
             shard_queries: Semaphore::new(MAX_SHARD_QUERIES),
             next_peer: AtomicU64::new(FIRST_PEER_ID),
+            next_track: AtomicU64::new(1),
             rng: SystemRandom::new(),
         }
     }

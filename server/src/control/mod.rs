@@ -22,6 +22,7 @@
 
 pub mod grpc;
 pub mod http;
+pub mod media;
 pub mod participants;
 pub mod presence;
 pub mod rooms;

@@ -18,7 +18,7 @@ use ring::rand::SecureRandom;
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_components::room::RoomId;
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
-use shoal_components::sdp::{self, AnswerParams, SessionDescription, Setup};
+use shoal_components::sdp::{self, AnswerParams, Negotiation, SessionDescription, Setup};
 use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_proto::v1::{self, DisconnectReason, participant_event, signal_response};
 use shoal_systems::dtls::DtlsRole;
@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use super::grpc::ControlState;
+use super::media::{LocalTransport, MemberMedia};
 use super::presence::{Presence, PresenceUpdate};
 use super::rooms::{ParticipantSpec, ParticipantState};
 use super::shards::ShardError;
@@ -90,19 +91,21 @@ pub struct Admitted {
 
 /// One participant known to signalling.
 #[derive(Debug)]
-struct Member {
-    room: String,
-    room_id: RoomId,
-    identity: String,
-    shard: usize,
-    session: Option<String>,
-    signal: Option<SignalLink>,
+pub(super) struct Member {
+    pub(super) room: String,
+    pub(super) room_id: RoomId,
+    pub(super) identity: String,
+    pub(super) shard: usize,
+    pub(super) session: Option<String>,
+    pub(super) signal: Option<SignalLink>,
+    /// Its media negotiation, from its first offer on.
+    pub(super) media: Option<MemberMedia>,
 }
 
 /// Signalling's own tables, beside the room directory.
 #[derive(Debug)]
 pub struct Members {
-    by_peer: HashMap<PeerId, Member>,
+    pub(super) by_peer: HashMap<PeerId, Member>,
     /// WHIP/WHEP session id → peer.
     sessions: HashMap<String, PeerId>,
     /// Room → peers with a signalling connection, to tell about room events.
@@ -131,7 +134,7 @@ impl Members {
     }
 
     /// Sends `event` to every signalling connection in `room` but `except`'s.
-    fn broadcast(&self, room: &str, except: PeerId, event: &signal_response::Message) {
+    pub(super) fn broadcast(&self, room: &str, except: PeerId, event: &signal_response::Message) {
         for peer in self.listeners.get(room).into_iter().flatten() {
             if *peer == except {
                 continue;
@@ -173,11 +176,14 @@ pub fn check_offer(bytes: &[u8]) -> Result<SessionDescription, Status> {
         fingerprint_sha256: [0; 32],
         session_id: 0,
     };
-    sdp::answer(&offer, &probe).map_err(answer_error)?;
+    Negotiation::new(0)
+        .answer(&offer, &probe, &[], &mut || 1)
+        .map_err(|e| negotiation_error(&e))?;
     Ok(offer)
 }
 
-fn answer_error(e: sdp::AnswerError) -> Status {
+/// A description shoal cannot take, as INVALID_ARGUMENT.
+pub(super) fn negotiation_error(e: &sdp::NegotiationError) -> Status {
     Status::invalid_argument(format!("cannot answer the offer: {e}"))
 }
 
@@ -273,6 +279,7 @@ impl ControlState {
                 shard,
                 session: session.clone(),
                 signal: admission.signal,
+                media: None,
             },
         );
         Ok(Admitted {
@@ -301,15 +308,14 @@ impl ControlState {
         let ufrag = self.random_ice_chars(UFRAG_CHARS)?;
         let pwd = self.random_ice_chars(PWD_CHARS)?;
         let session_id = u64::from_be_bytes(self.random_bytes::<8>()?) >> 2;
-        let params = AnswerParams {
+        let local = LocalTransport {
             candidate: addr,
-            ice_ufrag: &ufrag,
-            ice_pwd: &pwd,
-            fingerprint_sha256: self.fingerprint_sha256(),
+            ufrag: ufrag.clone(),
+            pwd: pwd.clone(),
             session_id,
         };
-        let answer = sdp::answer(offer, &params).map_err(answer_error)?;
-        let role = match answer.setup {
+        let (answer, changes) = self.first_answer(who.peer, local, offer)?;
+        let role = match answer.transport.setup {
             Setup::Active => DtlsRole::Client,
             _ => DtlsRole::Server,
         };
@@ -319,13 +325,13 @@ impl ControlState {
             credentials: IceCredentials {
                 local_ufrag: ufrag,
                 local_pwd: pwd,
-                remote_ufrag: answer.remote_ufrag.clone(),
-                remote_pwd: answer.remote_pwd.clone(),
+                remote_ufrag: answer.transport.ufrag.clone(),
+                remote_pwd: answer.transport.pwd.clone(),
             },
             remote_candidates: Vec::new(),
             dtls: Some(PeerDtls {
                 role,
-                remote_fingerprint: answer.remote_fingerprint_sha256,
+                remote_fingerprint: answer.transport.fingerprint_sha256,
                 max_message_size: Some(answer.remote_max_message_size),
             }),
             room: Some(who.room_id),
@@ -347,6 +353,7 @@ impl ControlState {
                 "the participant was removed while joining",
             ));
         }
+        self.apply_media_changes(who.peer, changes);
         Ok(answer.sdp.to_sdp_string())
     }
 
@@ -393,6 +400,11 @@ impl ControlState {
                 reason: reason.into(),
                 message: reason.as_str_name().to_owned(),
             });
+        }
+        drop(members);
+        drop(rooms);
+        if let Some(media) = member.media {
+            self.tracks_gone(&member.room, &member.identity, peer, &media.tracks);
         }
         Some((member.shard, peer))
     }

@@ -4,8 +4,12 @@
 //! The session reads [`Inbound`] messages and writes `signal_response::Message`s:
 //! - the first message must be `join` (within [`JOIN_TIMEOUT`]); the answer is
 //!   `join` with the room and the participants already there;
-//! - `offer` → `answer` (the participant's peer is added to its shard then);
-//!   one offer per session for now: renegotiation arrives with media;
+//! - `offer` → `answer` (the participant's peer is added to its shard with the first);
+//!   later offers renegotiate (publish or unpublish tracks, RFC 8829 §5.3.2);
+//! - `offer` from shoal whenever the room's tracks change for the participant, to
+//!   be answered with `answer`. shoal is the polite side of glare: an offer of the
+//!   participant's while one of shoal's is out drops shoal's, which comes again after
+//!   the answer; so a client ignores shoal's offers while its own is out;
 //! - `trickle` is accepted and ignored: shoal is ICE-lite (RFC 8445 §2.5), it never
 //!   checks toward the client, so the client's candidates are of no use to it;
 //! - `leave`, or the end of the stream, removes the participant;
@@ -30,6 +34,7 @@ use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::grpc::{ControlApi, ControlState};
 use super::participants::{Admission, Admitted, SIGNAL_QUEUE_LEN, SignalLink, check_offer};
+use shoal_components::sdp::SessionDescription;
 
 /// How long a new session may take to send `join`.
 pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -134,24 +139,29 @@ impl Session<'_> {
     async fn handle(&mut self, message: signal_request::Message) -> Result<(), Status> {
         match message {
             signal_request::Message::Offer(offer) => {
-                if self.negotiated {
-                    return Err(Status::failed_precondition(
-                        "renegotiation is not supported yet: one offer per session",
-                    ));
-                }
                 let offer = check_offer(offer.sdp.as_bytes())?;
-                let sdp = self.state.negotiate(self.admitted, &offer).await?;
-                self.negotiated = true;
+                let sdp = if self.negotiated {
+                    self.state.answer_again(self.admitted.peer, &offer)?
+                } else {
+                    let sdp = self.state.negotiate(self.admitted, &offer).await?;
+                    self.negotiated = true;
+                    sdp
+                };
                 let answer = signal_response::Message::Answer(v1::SessionDescription { sdp });
                 let _ = self.out.send(answer).await;
+                // On glare shoal dropped its own offer; the room may still have
+                // something for this participant.
+                self.state.offer_if_needed(self.admitted.peer);
                 Ok(())
+            }
+            signal_request::Message::Answer(answer) => {
+                let answer = SessionDescription::parse(&answer.sdp)
+                    .map_err(|e| Status::invalid_argument(format!("invalid SDP answer: {e}")))?;
+                self.state.accept_answer(self.admitted.peer, &answer)
             }
             // RFC 8445 §2.5: a lite agent never checks toward the peer; its candidates
             // are not needed.
             signal_request::Message::Trickle(_) => Ok(()),
-            signal_request::Message::Answer(_) => Err(Status::failed_precondition(
-                "shoal has sent no offer to answer",
-            )),
             signal_request::Message::Join(_) => Err(Status::failed_precondition(
                 "this session has joined already",
             )),

@@ -44,7 +44,7 @@ use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
 use shoal_systems::dtls::DtlsCertificate;
 use shoal_systems::relay::Forwarded;
-use shoal_systems::{CommandError, PeerSpec, Shard, ShardConfig};
+use shoal_systems::{Command, CommandError, PeerSpec, Shard, ShardConfig};
 
 use crate::config::Config;
 
@@ -97,6 +97,10 @@ pub enum ShardCommand {
     /// Room messages a sibling shard's relay put out in one tick, in its order, for
     /// this shard's members of their rooms; delivered here and never forwarded.
     Relay(Vec<Forwarded>),
+    /// A track published or unpublished, a subscription made or ended
+    /// (`Command::Publish`, `Unpublish`, `Subscribe`, `Unsubscribe`), in the order the
+    /// control plane negotiated them; no reply (a refusal is logged).
+    Media(Command),
     /// Stops the shard thread after the current tick.
     Shutdown,
 }

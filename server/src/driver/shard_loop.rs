@@ -255,6 +255,11 @@ impl ShardLoop {
                         self.shard.deliver_forwarded(now, message);
                     }
                 }
+                ShardCommand::Media(command) => {
+                    if let Err(e) = self.shard.command(now, command) {
+                        eprintln!("shoal: shard {} refused a media command: {e}", self.index);
+                    }
+                }
                 ShardCommand::Shutdown => return Flow::Stop,
             }
         }

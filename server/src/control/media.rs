@@ -1,0 +1,481 @@
+//! Media on the control plane: each participant's negotiation (`sdp::Negotiation`),
+//! the room's published tracks, and the shard commands and signalling that follow
+//! from every change.
+//!
+//! - A participant's offer is answered with the room's tracks it can be sent (those
+//!   published on its own shard: media does not cross shards yet; placement keeps a
+//!   room on one shard while that shard has room). Its published sections become
+//!   tracks of the room (`Command::Publish`, a `track` PUBLISHED event to the room).
+//! - Whenever a room's tracks change, every other participant with a signalling
+//!   connection gets an offer from shoal that adds or stops sections; its answer
+//!   makes the subscriptions (`Command::Subscribe`). WHIP and WHEP sessions have no
+//!   way to renegotiate (RFC 9725 §4.3 leaves it out): a WHEP session gets the tracks
+//!   present when it starts.
+//! - A participant that leaves takes its tracks along: the shard removes them with
+//!   its peer, the room hears UNPUBLISHED, and the others get offers without them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use shoal_components::media::{
+    ExtensionIds, FeedbackKinds, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
+};
+use shoal_components::peer::PeerId;
+use shoal_components::sdp::{
+    self, AnswerParams, Change, Codec, Extmap, MediaKind, Negotiation, Published,
+    SessionDescription, Subscribed, TrackSource,
+};
+use shoal_proto::v1::{self, signal_response, track_event};
+use shoal_systems::Command;
+use tonic::Status;
+
+use super::grpc::ControlState;
+use super::participants::{Members, negotiation_error};
+use super::rooms::RoomDirectory;
+use crate::driver::ShardCommand;
+
+/// What shoal put in its own side of a participant's session.
+#[derive(Clone, Debug)]
+pub struct LocalTransport {
+    /// The shard's UDP address: shoal's one candidate.
+    pub candidate: SocketAddr,
+    /// shoal's ICE ufrag for this participant.
+    pub ufrag: String,
+    /// shoal's ICE password for this participant.
+    pub pwd: String,
+    /// The `o=` session id.
+    pub session_id: u64,
+}
+
+impl LocalTransport {
+    fn params(&self, fingerprint_sha256: [u8; 32]) -> AnswerParams<'_> {
+        AnswerParams {
+            candidate: self.candidate,
+            ice_ufrag: &self.ufrag,
+            ice_pwd: &self.pwd,
+            fingerprint_sha256,
+            session_id: self.session_id,
+        }
+    }
+}
+
+/// A track a participant publishes.
+#[derive(Clone, Debug)]
+pub struct RoomTrack {
+    /// The node's id for it.
+    pub id: TrackId,
+    /// The publisher's section.
+    pub mid: String,
+    /// What subscribers are offered.
+    pub source: TrackSource,
+}
+
+impl RoomTrack {
+    fn info(&self) -> v1::TrackInfo {
+        let kind = match self.source.kind {
+            MediaKind::Audio => v1::TrackKind::Audio,
+            _ => v1::TrackKind::Video,
+        };
+        let mime = match self.source.codec.name {
+            sdp::CodecName::Opus => "audio/opus",
+            sdp::CodecName::Vp8 => "video/VP8",
+            sdp::CodecName::H264 => "video/H264",
+        };
+        v1::TrackInfo {
+            id: self.source.id.clone(),
+            kind: kind.into(),
+            mid: self.mid.clone(),
+            stream_id: self.source.stream_id.clone(),
+            muted: false,
+            mime_type: mime.to_owned(),
+        }
+    }
+}
+
+/// A participant's media state.
+#[derive(Debug)]
+pub struct MemberMedia {
+    /// Its negotiation.
+    pub negotiation: Negotiation,
+    /// shoal's side of its session.
+    pub local: LocalTransport,
+    /// What it publishes.
+    pub tracks: Vec<RoomTrack>,
+}
+
+/// The text form of a track id in SDP (`a=msid`) and signalling.
+fn track_name(id: TrackId) -> String {
+    format!("TR{}", id.0)
+}
+
+/// The extension ids of `extensions` that the shard reads or writes.
+fn extension_ids(extensions: &[Extmap]) -> ExtensionIds {
+    let id = |uri: &str| {
+        extensions
+            .iter()
+            .find(|e| e.uri == uri)
+            .and_then(|e| u8::try_from(e.id).ok())
+    };
+    ExtensionIds {
+        mid: id(sdp::EXT_MID),
+        audio_level: id(sdp::EXT_AUDIO_LEVEL),
+        rid: id(sdp::EXT_RID),
+        repaired_rid: id(sdp::EXT_REPAIRED_RID),
+    }
+}
+
+fn feedback(codec: &Codec) -> FeedbackKinds {
+    FeedbackKinds {
+        nack: codec.feedback.nack,
+        pli: codec.feedback.pli,
+        fir: codec.feedback.fir,
+    }
+}
+
+fn track_kind(kind: &MediaKind) -> TrackKind {
+    match kind {
+        MediaKind::Audio => TrackKind::Audio,
+        _ => TrackKind::Video,
+    }
+}
+
+fn track_spec(id: TrackId, mid: &str, p: &Published) -> TrackSpec {
+    TrackSpec {
+        id,
+        kind: track_kind(&p.kind),
+        mid: mid.to_owned(),
+        ssrc: p.ssrc,
+        rtx_ssrc: p.rtx_ssrc,
+        payload_type: p.codec.payload_type,
+        rtx_payload_type: p.codec.rtx_payload_type,
+        clock_rate: if p.kind == MediaKind::Audio { 48_000 } else { 90_000 },
+        extensions: extension_ids(&p.extensions),
+        feedback: feedback(&p.codec),
+    }
+}
+
+fn subscription_spec(id: TrackId, mid: &str, s: &Subscribed) -> SubscriptionSpec {
+    SubscriptionSpec {
+        track: id,
+        mid: mid.to_owned(),
+        ssrc: s.ssrc,
+        rtx_ssrc: s.rtx_ssrc,
+        payload_type: s.codec.payload_type,
+        rtx_payload_type: s.codec.rtx_payload_type,
+        extensions: extension_ids(&s.extensions),
+        feedback: feedback(&s.codec),
+    }
+}
+
+/// What applying changes asks for once the locks are released.
+#[derive(Default)]
+struct Effects {
+    /// Rooms whose other participants need an offer.
+    renegotiate: Vec<String>,
+}
+
+impl ControlState {
+    /// A random SSRC from the system generator.
+    fn random_ssrc(&self) -> u32 {
+        let mut b = [0u8; 4];
+        // A failing system generator is caught elsewhere; a fixed value is still
+        // made unique by the negotiation's collision check.
+        let _ = ring::rand::SecureRandom::fill(&self.rng, &mut b);
+        u32::from_be_bytes(b)
+    }
+
+    /// The tracks `peer` may be sent: its room's, published on its own shard by others.
+    fn tracks_for(rooms: &RoomDirectory, members: &Members, peer: PeerId) -> Vec<TrackSource> {
+        let Some(me) = members.by_peer.get(&peer) else {
+            return Vec::new();
+        };
+        let Ok(room) = rooms.get(&me.room) else {
+            return Vec::new();
+        };
+        room.participants()
+            .filter(|p| p.peer != peer)
+            .filter_map(|p| members.by_peer.get(&p.peer))
+            .filter(|m| m.shard == me.shard)
+            .filter_map(|m| m.media.as_ref())
+            .flat_map(|m| m.tracks.iter().map(|t| t.source.clone()))
+            .collect()
+    }
+
+    /// Answers a participant's first offer: its negotiation starts here. Returns the
+    /// answer and what it changed, to be applied once its peer is on its shard.
+    pub(super) fn first_answer(
+        &self,
+        peer: PeerId,
+        local: LocalTransport,
+        offer: &SessionDescription,
+    ) -> Result<(sdp::Answered, Vec<Change>), Status> {
+        let rooms = self.rooms();
+        let mut members = self.members();
+        let tracks = Self::tracks_for(&rooms, &members, peer);
+        let member = members
+            .by_peer
+            .get_mut(&peer)
+            .ok_or_else(|| Status::not_found("the participant was removed while joining"))?;
+        let mut negotiation = Negotiation::new(local.session_id);
+        let fingerprint = self.fingerprint_sha256();
+        let answered = negotiation
+            .answer(offer, &local.params(fingerprint), &tracks, &mut || self.random_ssrc())
+            .map_err(|e| negotiation_error(&e))?;
+        let changes = answered.changes.clone();
+        member.media = Some(MemberMedia {
+            negotiation,
+            local,
+            tracks: Vec::new(),
+        });
+        Ok((answered, changes))
+    }
+
+    /// Applies what a negotiation of `peer` changed: shard commands, track events,
+    /// and offers to the rest of the room when its tracks changed.
+    pub(super) fn apply_media_changes(&self, peer: PeerId, changes: Vec<Change>) {
+        let effects = {
+            let rooms = self.rooms();
+            let mut members = self.members();
+            self.apply_locked(&rooms, &mut members, peer, changes)
+        };
+        for room in effects.renegotiate {
+            self.offer_to_room(&room, Some(peer));
+        }
+    }
+
+    fn apply_locked(
+        &self,
+        rooms: &RoomDirectory,
+        members: &mut Members,
+        peer: PeerId,
+        changes: Vec<Change>,
+    ) -> Effects {
+        let mut effects = Effects::default();
+        let Some(member) = members.by_peer.get(&peer) else {
+            return effects;
+        };
+        let (shard, room, identity) = (member.shard, member.room.clone(), member.identity.clone());
+        let mut commands = Vec::new();
+        let mut events = Vec::new();
+        for change in changes {
+            match change {
+                Change::Published { mid, track } => {
+                    let id = TrackId(self.next_track.fetch_add(1, Ordering::Relaxed));
+                    let spec = track_spec(id, &mid, &track);
+                    let room_track = RoomTrack {
+                        id,
+                        mid: mid.clone(),
+                        source: TrackSource {
+                            id: track_name(id),
+                            kind: track.kind.clone(),
+                            // One stream per publisher: its audio and video play in sync.
+                            stream_id: identity.clone(),
+                            codec: track.codec.clone(),
+                        },
+                    };
+                    events.push((track_event::Kind::Published, room_track.info()));
+                    if let Some(media) = members
+                        .by_peer
+                        .get_mut(&peer)
+                        .and_then(|m| m.media.as_mut())
+                    {
+                        media.tracks.push(room_track);
+                    }
+                    commands.push(Command::Publish { peer, track: spec });
+                }
+                Change::Unpublished { mid } => {
+                    let removed = members
+                        .by_peer
+                        .get_mut(&peer)
+                        .and_then(|m| m.media.as_mut())
+                        .and_then(|media| {
+                            let i = media.tracks.iter().position(|t| t.mid == mid)?;
+                            Some(media.tracks.remove(i))
+                        });
+                    if let Some(t) = removed {
+                        events.push((track_event::Kind::Unpublished, t.info()));
+                        commands.push(Command::Unpublish { peer, track: t.id });
+                    }
+                }
+                Change::Subscribed { mid, track } => {
+                    if let Some(id) = Self::track_id(rooms, members, &room, &track.track) {
+                        commands.push(Command::Subscribe {
+                            peer,
+                            subscription: subscription_spec(id, &mid, &track),
+                        });
+                    }
+                }
+                Change::Unsubscribed { track, .. } => {
+                    // A track already gone took its subscriptions along on the shard.
+                    if let Some(id) = Self::track_id(rooms, members, &room, &track) {
+                        commands.push(Command::Unsubscribe { peer, track: id });
+                    }
+                }
+            }
+        }
+        if let Some(sender) = self.shards().get(shard) {
+            for command in commands {
+                if sender.try_send(ShardCommand::Media(command)).is_err() {
+                    eprintln!("shoal: shard {shard}'s queue refused a media command");
+                }
+            }
+        }
+        if !events.is_empty() {
+            for (kind, info) in events {
+                let event = signal_response::Message::Track(v1::TrackEvent {
+                    kind: kind.into(),
+                    participant_identity: identity.clone(),
+                    track: Some(info),
+                });
+                members.broadcast(&room, peer, &event);
+            }
+            effects.renegotiate.push(room);
+        }
+        effects
+    }
+
+    /// The id of the room's track named `name`, if it is still published.
+    fn track_id(
+        rooms: &RoomDirectory,
+        members: &Members,
+        room: &str,
+        name: &str,
+    ) -> Option<TrackId> {
+        let room = rooms.get(room).ok()?;
+        room.participants()
+            .filter_map(|p| members.by_peer.get(&p.peer))
+            .filter_map(|m| m.media.as_ref())
+            .flat_map(|m| &m.tracks)
+            .find(|t| t.source.id == name)
+            .map(|t| t.id)
+    }
+
+    /// Offers every signalling participant of `room` (but `except`) the room's tracks
+    /// as they are now, where that changes its session.
+    pub(super) fn offer_to_room(&self, room: &str, except: Option<PeerId>) {
+        let rooms = self.rooms();
+        let mut members = self.members();
+        let Ok(r) = rooms.get(room) else {
+            return;
+        };
+        let peers: Vec<PeerId> = r
+            .participants()
+            .map(|p| p.peer)
+            .filter(|p| Some(*p) != except)
+            .collect();
+        for peer in peers {
+            self.offer_locked(&rooms, &mut members, peer);
+        }
+    }
+
+    /// Sends `peer` an offer if its session should change and it can take one.
+    fn offer_locked(&self, rooms: &RoomDirectory, members: &mut Members, peer: PeerId) {
+        let tracks = Self::tracks_for(rooms, members, peer);
+        let fingerprint = self.fingerprint_sha256();
+        let Some(member) = members.by_peer.get_mut(&peer) else {
+            return;
+        };
+        let (Some(link), Some(media)) = (member.signal.as_ref(), member.media.as_mut()) else {
+            return;
+        };
+        let params = media.local.params(fingerprint);
+        if let Some(offer) = media
+            .negotiation
+            .offer(&params, &tracks, &mut || self.random_ssrc())
+        {
+            let message = signal_response::Message::Offer(v1::SessionDescription {
+                sdp: offer.to_sdp_string(),
+            });
+            // A client this far behind misses the offer; roll it back so the next
+            // change offers again.
+            if link.events.try_send(message).is_err() {
+                media.negotiation.rollback();
+            }
+        }
+    }
+
+    /// Answers a later offer of `peer`'s (a renegotiation; on glare shoal's own offer
+    /// is dropped, RFC 8829 §4.1.10.2), applies what changed, and offers again if the
+    /// room still has something for it.
+    pub(super) fn answer_again(
+        self: &Arc<Self>,
+        peer: PeerId,
+        offer: &SessionDescription,
+    ) -> Result<String, Status> {
+        let (sdp, changes) = {
+            let rooms = self.rooms();
+            let mut members = self.members();
+            let tracks = Self::tracks_for(&rooms, &members, peer);
+            let fingerprint = self.fingerprint_sha256();
+            let media = members
+                .by_peer
+                .get_mut(&peer)
+                .and_then(|m| m.media.as_mut())
+                .ok_or_else(|| Status::failed_precondition("no session to renegotiate"))?;
+            let params = media.local.params(fingerprint);
+            let answered = media
+                .negotiation
+                .answer(offer, &params, &tracks, &mut || self.random_ssrc())
+                .map_err(|e| negotiation_error(&e))?;
+            (answered.sdp.to_sdp_string(), answered.changes)
+        };
+        self.apply_media_changes(peer, changes);
+        Ok(sdp)
+    }
+
+    /// Sends `peer` an offer if the room has changed for it (after its own
+    /// renegotiation, which may have dropped one of shoal's).
+    pub(super) fn offer_if_needed(&self, peer: PeerId) {
+        let rooms = self.rooms();
+        let mut members = self.members();
+        self.offer_locked(&rooms, &mut members, peer);
+    }
+
+    /// Applies `peer`'s answer to shoal's offer.
+    pub(super) fn accept_answer(
+        &self,
+        peer: PeerId,
+        answer: &SessionDescription,
+    ) -> Result<(), Status> {
+        let changes = {
+            let mut members = self.members();
+            let media = members
+                .by_peer
+                .get_mut(&peer)
+                .and_then(|m| m.media.as_mut())
+                .ok_or_else(|| Status::failed_precondition("shoal has sent no offer to answer"))?;
+            media.negotiation.accept(answer).map_err(|e| match e {
+                sdp::NegotiationError::NoOfferOutstanding => {
+                    Status::failed_precondition("shoal has no offer outstanding")
+                }
+                e => negotiation_error(&e),
+            })?
+        };
+        self.apply_media_changes(peer, changes);
+        // Something may have changed while the offer was out.
+        self.offer_if_needed(peer);
+        Ok(())
+    }
+
+    /// A leaving participant's tracks: the room hears them unpublished (the shard
+    /// drops them with the peer) and the others get offers without them. Called with
+    /// the member already out of the tables.
+    pub(super) fn tracks_gone(&self, room: &str, identity: &str, peer: PeerId, tracks: &[RoomTrack]) {
+        if tracks.is_empty() {
+            return;
+        }
+        {
+            let members = self.members();
+            for t in tracks {
+                let event = signal_response::Message::Track(v1::TrackEvent {
+                    kind: track_event::Kind::Unpublished.into(),
+                    participant_identity: identity.to_owned(),
+                    track: Some(t.info()),
+                });
+                members.broadcast(room, peer, &event);
+            }
+        }
+        self.offer_to_room(room, Some(peer));
+    }
+}

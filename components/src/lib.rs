@@ -10,6 +10,7 @@ pub mod hash;
 pub mod net;
 pub mod peer;
 pub mod room;
+pub mod rtcp;
 pub mod rtp;
 pub mod sctp;
 pub mod sdp;

@@ -20,9 +20,7 @@ pub(crate) const REMB_ID: [u8; 4] = *b"REMB";
 
 /// The two SSRCs of a feedback message, and its FCI.
 pub(crate) fn split_fb(pt: u8, body: &Bytes) -> Result<(u32, u32, Bytes), RtcpError> {
-    let fixed = body
-        .get(..FB_FIXED_LEN)
-        .ok_or(RtcpError::TooShort { pt })?;
+    let fixed = body.get(..FB_FIXED_LEN).ok_or(RtcpError::TooShort { pt })?;
     Ok((be32(fixed, 0), be32(fixed, 4), body.slice(FB_FIXED_LEN..)))
 }
 

@@ -36,7 +36,7 @@ pub use bye::Bye;
 pub use compound::{Compound, RtcpBody, RtcpPacket};
 pub use error::RtcpError;
 pub use feedback::{
-    FirEntries, FirEntry, Fir, Nack, NackEntries, NackEntry, Pli, Remb, lost_to_nack_entries,
+    Fir, FirEntries, FirEntry, Nack, NackEntries, NackEntry, Pli, Remb, lost_to_nack_entries,
 };
 pub use report::{ReceiverReport, ReportBlock, ReportBlocks, SenderReport};
 pub use sdes::{Sdes, SdesChunk, SdesChunkView, SdesChunks, SdesItem, SdesItems, sdes_type};
@@ -143,7 +143,11 @@ pub(crate) fn write_packet<P: WriteRtcp + ?Sized>(p: &P, padding: &[u8], out: &m
     out.put_u8(p.packet_type());
     out.put_u16(length_words);
     p.write_body(out);
-    debug_assert_eq!(out.len() - at, HEADER_LEN + body_len, "RTCP body length lies");
+    debug_assert_eq!(
+        out.len() - at,
+        HEADER_LEN + body_len,
+        "RTCP body length lies"
+    );
     if !padding.is_empty() {
         out.put_slice(padding);
     } else if pad_len > 0 {

@@ -94,13 +94,9 @@ impl StatusChunk {
                 run_length: raw & 0x1FFF,
             }
         } else if raw & 0x4000 == 0 {
-            StatusChunk::OneBit {
-                bits: raw & 0x3FFF,
-            }
+            StatusChunk::OneBit { bits: raw & 0x3FFF }
         } else {
-            StatusChunk::TwoBit {
-                bits: raw & 0x3FFF,
-            }
+            StatusChunk::TwoBit { bits: raw & 0x3FFF }
         }
     }
 

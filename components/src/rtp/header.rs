@@ -221,9 +221,7 @@ impl<'a> RtpPacket<'a> {
     ) -> Result<Option<T>, RtpError> {
         match self.extension(id) {
             None => Ok(None),
-            Some(v) => parse(v)
-                .map(Some)
-                .ok_or(RtpError::BadExtensionValue { id }),
+            Some(v) => parse(v).map(Some).ok_or(RtpError::BadExtensionValue { id }),
         }
     }
 

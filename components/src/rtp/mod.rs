@@ -15,8 +15,7 @@ mod writer;
 
 pub use error::RtpError;
 pub use ext::{
-    AbsCaptureTime, AbsSendTime, AudioLevel, Extension, ExtensionForm, ExtensionWriter,
-    Extensions,
+    AbsCaptureTime, AbsSendTime, AudioLevel, Extension, ExtensionForm, ExtensionWriter, Extensions,
 };
 pub use header::{FIXED_HEADER_LEN, RTP_VERSION, RtpHeader, RtpPacket, RtpPacketMut};
 pub use writer::{RtpFields, RtpWriter};
@@ -61,7 +60,11 @@ mod tests {
         assert_eq!(RtpOrRtcp::of(&[0x80]), None);
         assert_eq!(RtpOrRtcp::of(&[0x00, 200]), None, "STUN range");
         assert_eq!(RtpOrRtcp::of(&[0x80, 0x60]), Some(RtpOrRtcp::Rtp));
-        assert_eq!(RtpOrRtcp::of(&[0x80, 0xE0]), Some(RtpOrRtcp::Rtp), "M=1 PT=96");
+        assert_eq!(
+            RtpOrRtcp::of(&[0x80, 0xE0]),
+            Some(RtpOrRtcp::Rtp),
+            "M=1 PT=96"
+        );
         assert_eq!(RtpOrRtcp::of(&[0x80, 191]), Some(RtpOrRtcp::Rtp));
         assert_eq!(RtpOrRtcp::of(&[0x81, 192]), Some(RtpOrRtcp::Rtcp));
         assert_eq!(RtpOrRtcp::of(&[0x81, 200]), Some(RtpOrRtcp::Rtcp), "SR");

@@ -59,8 +59,8 @@ impl RtcpBody {
             (t::RTPFB, fmt::TRANSPORT_CC) => RtcpBody::TransportCc(TransportCc::parse(body)?),
             (t::PSFB, fmt::PLI) => RtcpBody::Pli(Pli::parse(body)?),
             (t::PSFB, fmt::FIR) => RtcpBody::Fir(Fir::parse(body)?),
-            // RFC 4585 §6.4: the FCI of application layer feedback starts with its own
-            // identifier; REMB's is 'REMB' (REMB §2.2).
+            // Application layer feedback (RFC 4585 §6.4) is REMB when its FCI starts
+            // with the identifier 'REMB' (REMB §2.2); other AFB stays opaque.
             (t::PSFB, fmt::AFB) if body.get(8..12) == Some(&REMB_ID[..]) => {
                 RtcpBody::Remb(Remb::parse(body)?)
             }

@@ -198,8 +198,8 @@ pub struct Nack<E = NackEntries> {
 }
 
 impl Nack {
-    /// RFC 4585 §6.2.1: the FCI "MUST contain at least one and MAY contain more than one
-    /// Generic NACK".
+    /// RFC 4585 §6.2.1: "The FCI field MUST contain at least one and MAY contain more
+    /// than one Generic NACK."
     pub(crate) fn parse(body: Bytes) -> Result<Nack, RtcpError> {
         let pt = packet_type::RTPFB;
         let (sender_ssrc, media_ssrc, fci) = split_fb(pt, &body)?;
@@ -304,7 +304,8 @@ impl ItemList for &[FirEntry] {
 pub struct Fir<E = FirEntries> {
     /// SSRC of the packet's sender.
     pub sender_ssrc: u32,
-    /// RFC 5104 §4.3.1.2: unused by FIR, "SHALL be set to 0"; kept as received.
+    /// Media source SSRC; FIR names its targets in the entries, so this is kept as
+    /// received.
     pub media_ssrc: u32,
     /// The entries, at least one.
     pub entries: E,
@@ -352,7 +353,7 @@ impl<E: ItemList> WriteRtcp for Fir<E> {
 pub struct Remb<S = Ssrcs> {
     /// SSRC of the packet's sender.
     pub sender_ssrc: u32,
-    /// Media source SSRC; REMB §2.2 says it is always 0, kept as received.
+    /// Media source SSRC; REMB names its SSRCs in the list, so this is kept as received.
     pub media_ssrc: u32,
     /// BR Exp, 6 bits.
     pub exponent: u8,

@@ -37,7 +37,7 @@ pub mod uri {
 }
 
 /// How the header extension block is laid out, by its "defined by profile" field
-/// (RFC 3550 §5.3.1, RFC 8285 §4.1).
+/// (RFC 3550 §5.3.1; RFC 8285 §4.2, §4.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExtensionForm {
     /// 0xBEDE: one-byte element headers, IDs 1-14, 1-16 bytes of value (RFC 8285 §4.2).
@@ -121,7 +121,8 @@ pub(crate) struct ElementRef {
 }
 
 /// Walks the elements of an RFC 8285 extension block: `data` is the block after its
-/// 4-byte header. Padding octets (0) between elements are skipped (RFC 8285 §4.1);
+/// 4-byte header. Padding octets (0) before, between and after elements are skipped
+/// (RFC 8285 §4.1.2);
 /// in the one-byte form ID 15 ends the walk (§4.2). Bounded by `data.len()` steps.
 #[derive(Clone, Debug)]
 pub(crate) struct ElementWalk<'a> {
@@ -217,8 +218,7 @@ pub(crate) fn validate(data: &[u8], form: ExtensionForm) -> Result<(), RtpError>
     ElementWalk::new(data, form).try_for_each(|e| e.map(|_| ()))
 }
 
-/// The first element with this ID (RFC 8285 §4.1 leaves repeated IDs undefined; the
-/// first one wins).
+/// The first element with this ID; should an ID repeat, the first one wins.
 pub(crate) fn find(data: &[u8], form: ExtensionForm, id: u8) -> Option<ElementRef> {
     ElementWalk::new(data, form)
         .map_while(Result::ok)

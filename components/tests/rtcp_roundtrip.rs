@@ -966,3 +966,82 @@ fn every_truncation_of_every_seed_is_refused_or_reserializes() {
         }
     }
 }
+
+/// Encodes `arrivals`, writes and parses the feedback, and checks that every arrival
+/// comes back within one 250 µs tick (rounded down) and every loss as a loss.
+fn encode_and_read_back(arrivals: &[Option<i64>]) -> usize {
+    use shoal_components::rtcp::twcc::FeedbackEncoder;
+    let mut enc = FeedbackEncoder::default();
+    let encoded = enc.encode(arrivals);
+    let fb = enc.feedback(1, 2, 65530, 7, encoded);
+    let mut out = BytesMut::new();
+    fb.write_to(&mut out);
+    assert_eq!(out.len(), fb.encoded_len());
+    let raw = out.freeze();
+    let packets = parse_all(&raw);
+    assert_eq!(write_all(&packets), raw);
+    let RtcpBody::TransportCc(t) = &packets[0].body else {
+        panic!("not transport-cc")
+    };
+    assert_eq!(t.status_count, encoded.status_count);
+    let mut now_us = t.reference_time_us();
+    let n = usize::from(t.status_count);
+    for (i, (p, want)) in t.packets().zip(&arrivals[..n]).enumerate() {
+        assert_eq!(p.seq, 65530u16.wrapping_add(i as u16));
+        match (p.delta, want) {
+            (None, None) => assert_eq!(p.symbol, Symbol::NotReceived),
+            (Some(d), Some(want)) => {
+                now_us += d.micros();
+                assert!(
+                    (0..250).contains(&(want - now_us)),
+                    "packet {i}: sent {want}, read {now_us}"
+                );
+            }
+            other => panic!("packet {i}: {other:?}"),
+        }
+    }
+    assert_eq!(t.packets().count(), n);
+    n
+}
+
+#[test]
+fn feedback_encoder_round_trips_arrival_times() {
+    let base = 1_000_000_123i64;
+    // Small steps, a loss run long enough for a run length chunk, reordering (a
+    // negative delta), a gap needing a large delta, and a lone loss.
+    let mut arrivals: Vec<Option<i64>> = (0..20).map(|i| Some(base + i * 1_013)).collect();
+    arrivals.extend(std::iter::repeat_n(None, 30));
+    arrivals.push(Some(base + 25_000));
+    arrivals.push(Some(base + 24_000));
+    arrivals.push(Some(base + 900_000));
+    arrivals.push(None);
+    arrivals.push(Some(base + 900_300));
+    assert_eq!(encode_and_read_back(&arrivals), arrivals.len());
+    // All lost, and nothing at all.
+    assert_eq!(encode_and_read_back(&[None; 40]), 40);
+    assert_eq!(encode_and_read_back(&[]), 0);
+    // A delta beyond 8191.75 ms ends the feedback before that packet.
+    let far = [
+        Some(base),
+        Some(base + 1_000),
+        Some(base + 9_000_000),
+        Some(base + 9_000_100),
+    ];
+    assert_eq!(encode_and_read_back(&far), 2);
+}
+
+#[test]
+fn feedback_encoder_random_arrivals() {
+    let mut rng = ChaCha8Rng::seed_from_u64(0x7cc);
+    for _ in 0..300 {
+        let n = 1 + (rng.next_u32() % 400) as usize;
+        let mut t = i64::from(rng.next_u32());
+        let arrivals: Vec<Option<i64>> = (0..n)
+            .map(|_| {
+                t += i64::from(rng.next_u32() % 3_000) - 200;
+                (rng.next_u32() % 5 != 0).then_some(t)
+            })
+            .collect();
+        assert_eq!(encode_and_read_back(&arrivals), n);
+    }
+}

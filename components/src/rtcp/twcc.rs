@@ -400,3 +400,128 @@ impl<C: ChunkList, D: DeltaList> WriteRtcp for TransportCc<C, D> {
         out.put_slice(&self.trailing);
     }
 }
+
+/// What [`FeedbackEncoder::encode`] encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Encoded {
+    /// The reference time field to send (24 bits, in 64 ms).
+    pub reference_time: u32,
+    /// How many packets, from the first, the chunks and deltas describe. Fewer than
+    /// given when a delta did not fit 16 bits (§3.1.5: "a new feedback message must be
+    /// used"), or past [`MAX_TWCC_STATUS_COUNT`]; the next feedback starts there.
+    pub status_count: u16,
+}
+
+/// Encodes transport-cc feedback as a receiver sends it (§3.1), in buffers it keeps
+/// and reuses: one encoder per shard serves every feedback it sends.
+#[derive(Clone, Debug, Default)]
+pub struct FeedbackEncoder {
+    symbols: Vec<Symbol>,
+    chunks: Vec<StatusChunk>,
+    deltas: Vec<RecvDelta>,
+}
+
+impl FeedbackEncoder {
+    /// Encodes a run of consecutive transport-wide sequence numbers: `arrivals_us[i]` is
+    /// when packet `base_seq + i` arrived on the receiver's clock, `None` if it has not.
+    /// The reference time is the first arrival rounded down to 64 ms; each delta counts
+    /// from the previous arrival as encoded (whole 250 µs ticks), so rounding never
+    /// accumulates. Runs of 7 or more equal symbols become run length chunks (§3.1.3),
+    /// the rest status vectors (§3.1.4), one-bit when no large delta is among them.
+    pub fn encode(&mut self, arrivals_us: &[Option<i64>]) -> Encoded {
+        self.symbols.clear();
+        self.chunks.clear();
+        self.deltas.clear();
+        let first = arrivals_us.iter().flatten().next().copied().unwrap_or(0);
+        let reference = first.div_euclid(REFERENCE_TICK_US);
+        let mut prev_us = reference * REFERENCE_TICK_US;
+        let limit = arrivals_us.len().min(usize::from(MAX_TWCC_STATUS_COUNT));
+        for arrival in &arrivals_us[..limit] {
+            let symbol = match arrival {
+                None => Symbol::NotReceived,
+                Some(t) => {
+                    let ticks = (t - prev_us).div_euclid(DELTA_TICK_US);
+                    let (delta, symbol) = match (u8::try_from(ticks), i16::try_from(ticks)) {
+                        (Ok(small), _) => (RecvDelta::Small(small), Symbol::SmallDelta),
+                        (_, Ok(large)) => (RecvDelta::Large(large), Symbol::LargeDelta),
+                        _ => break,
+                    };
+                    prev_us += ticks * DELTA_TICK_US;
+                    self.deltas.push(delta);
+                    symbol
+                }
+            };
+            self.symbols.push(symbol);
+        }
+        chunk_symbols(&self.symbols, &mut self.chunks);
+        Encoded {
+            reference_time: (reference as u32) & 0x00FF_FFFF,
+            status_count: self.symbols.len() as u16,
+        }
+    }
+
+    /// The feedback message for what [`FeedbackEncoder::encode`] last encoded.
+    pub fn feedback(
+        &self,
+        sender_ssrc: u32,
+        media_ssrc: u32,
+        base_seq: u16,
+        fb_pkt_count: u8,
+        encoded: Encoded,
+    ) -> TransportCc<&[StatusChunk], &[RecvDelta]> {
+        TransportCc {
+            sender_ssrc,
+            media_ssrc,
+            base_seq,
+            status_count: encoded.status_count,
+            reference_time: encoded.reference_time,
+            fb_pkt_count,
+            chunks: &self.chunks,
+            deltas: &self.deltas,
+            trailing: Bytes::new(),
+        }
+    }
+}
+
+/// Packs symbols into chunks: a run of 7 or more becomes one run length chunk (up to
+/// 8191), anything else the next 14 symbols as a one-bit vector when none is a large
+/// delta, else the next 7 as a two-bit vector. A vector's unused tail is "not
+/// received", beyond the status count.
+fn chunk_symbols(symbols: &[Symbol], chunks: &mut Vec<StatusChunk>) {
+    let mut at = 0;
+    while at < symbols.len() {
+        let first = symbols[at];
+        let run = symbols[at..]
+            .iter()
+            .take(0x1FFF)
+            .take_while(|&&s| s == first)
+            .count();
+        if run >= 7 {
+            chunks.push(StatusChunk::RunLength {
+                symbol: first,
+                run_length: run as u16,
+            });
+            at += run;
+            continue;
+        }
+        let next14 = &symbols[at..symbols.len().min(at + 14)];
+        if next14
+            .iter()
+            .all(|s| matches!(s, Symbol::NotReceived | Symbol::SmallDelta))
+        {
+            let bits = next14.iter().enumerate().fold(0u16, |b, (i, s)| {
+                b | u16::from(*s == Symbol::SmallDelta) << (13 - i)
+            });
+            chunks.push(StatusChunk::OneBit { bits });
+            at += next14.len();
+        } else {
+            let next7 = &symbols[at..symbols.len().min(at + 7)];
+            let bits = next7
+                .iter()
+                .enumerate()
+                .fold(0u16, |b, (i, s)| b | s.bits() << (12 - 2 * i));
+            chunks.push(StatusChunk::TwoBit { bits });
+            at += next7.len();
+        }
+    }
+}

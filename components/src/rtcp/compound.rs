@@ -68,9 +68,9 @@ impl RtcpBody {
         })
     }
 
-    /// The body as a writer.
-    fn as_write(&self) -> &dyn WriteRtcp {
-        match self {
+    /// The body as a writer; `None` for [`RtcpBody::Other`], which writes itself.
+    fn as_write(&self) -> Option<&dyn WriteRtcp> {
+        Some(match self {
             RtcpBody::SenderReport(p) => p,
             RtcpBody::ReceiverReport(p) => p,
             RtcpBody::Sdes(p) => p,
@@ -81,37 +81,41 @@ impl RtcpBody {
             RtcpBody::Pli(p) => p,
             RtcpBody::Fir(p) => p,
             RtcpBody::Remb(p) => p,
-            RtcpBody::Other { .. } => self,
-        }
+            RtcpBody::Other { .. } => return None,
+        })
     }
 }
 
 impl WriteRtcp for RtcpBody {
     fn packet_type(&self) -> u8 {
-        match self {
-            RtcpBody::Other { pt, .. } => *pt,
-            other => other.as_write().packet_type(),
+        match (self, self.as_write()) {
+            (_, Some(p)) => p.packet_type(),
+            (RtcpBody::Other { pt, .. }, None) => *pt,
+            (_, None) => 0,
         }
     }
 
     fn count(&self) -> u8 {
-        match self {
-            RtcpBody::Other { count, .. } => *count,
-            other => other.as_write().count(),
+        match (self, self.as_write()) {
+            (_, Some(p)) => p.count(),
+            (RtcpBody::Other { count, .. }, None) => *count,
+            (_, None) => 0,
         }
     }
 
     fn body_len(&self) -> usize {
-        match self {
-            RtcpBody::Other { body, .. } => body.len(),
-            other => other.as_write().body_len(),
+        match (self, self.as_write()) {
+            (_, Some(p)) => p.body_len(),
+            (RtcpBody::Other { body, .. }, None) => body.len(),
+            (_, None) => 0,
         }
     }
 
     fn write_body(&self, out: &mut BytesMut) {
-        match self {
-            RtcpBody::Other { body, .. } => out.extend_from_slice(body),
-            other => other.as_write().write_body(out),
+        match (self, self.as_write()) {
+            (_, Some(p)) => p.write_body(out),
+            (RtcpBody::Other { body, .. }, None) => out.extend_from_slice(body),
+            (_, None) => {}
         }
     }
 }

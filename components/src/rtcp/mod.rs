@@ -39,7 +39,9 @@ pub use feedback::{
     Fir, FirEntries, FirEntry, Nack, NackEntries, NackEntry, Pli, Remb, lost_to_nack_entries,
 };
 pub use report::{ReceiverReport, ReportBlock, ReportBlocks, SenderReport};
-pub use sdes::{Sdes, SdesChunk, SdesChunkView, SdesChunks, SdesItem, SdesItems, sdes_type};
+pub use sdes::{
+    Sdes, SdesChunk, SdesChunkView, SdesChunks, SdesItem, SdesItems, SdesList, sdes_type,
+};
 pub use twcc::TransportCc;
 
 /// RTCP packet types (RFC 3550 §12.1, RFC 4585 §6.1, RFC 3611 §2).

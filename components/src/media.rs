@@ -257,8 +257,9 @@ pub struct Track {
     pub last_keyframe_request: Option<Time>,
     /// A keyframe request waits for the throttle interval to pass.
     pub keyframe_wanted: bool,
-    /// Sequence numbers missing, oldest first, with the times shoal NACKed them.
-    pub missing: Vec<(u64, Option<Time>)>,
+    /// Sequence numbers missing, oldest first, with when shoal last NACKed each and
+    /// how often.
+    pub missing: Vec<(u64, Option<Time>, u8)>,
 }
 
 /// One subscriber's copy of a track. Removing it takes it off its track's list and

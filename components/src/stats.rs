@@ -44,8 +44,6 @@ pub struct ShardStats {
     pub stun_ignored: u64,
     /// Datagrams of a known class from an address no peer owns.
     pub dropped_unknown_source: u64,
-    /// Datagrams on a validated path for a protocol this shard does not run.
-    pub dropped_unhandled_protocol: u64,
     /// DTLS datagrams from a path no peer has validated.
     pub dtls_unknown_source: u64,
     /// DTLS datagrams for a peer that runs no DTLS, or whose DTLS has not started
@@ -106,4 +104,35 @@ pub struct ShardStats {
     /// Room messages another shard forwarded here, delivered to this shard's
     /// members of the room.
     pub relay_forwards_in: u64,
+    /// SRTP and SRTCP datagrams from validated paths.
+    pub media_in: u64,
+    /// DTLS connections whose exported SRTP keys could not key a context.
+    pub srtp_key_setup_failed: u64,
+    /// Media datagrams from a peer with no SRTP keys (no DTLS-SRTP profile, or the
+    /// handshake not done): dropped.
+    pub media_without_keys: u64,
+    /// SRTP/SRTCP datagrams that did not authenticate, replays among them (RFC 3711
+    /// §3.3): dropped.
+    pub srtp_unprotect_failed: u64,
+    /// Decrypted RTP or RTCP that did not parse: dropped.
+    pub media_malformed: u64,
+    /// RTP from an SSRC that matched no published track (by SSRC or mid): dropped.
+    pub rtp_unknown_ssrc: u64,
+    /// RTP packets received on published tracks.
+    pub rtp_received: u64,
+    /// RTP packets sent to subscribers (copies, retransmissions excluded).
+    pub rtp_forwarded: u64,
+    /// Packets resent to subscribers that NACKed them (RFC 4585 §6.2.1, RTX RFC 4588).
+    pub rtp_retransmitted: u64,
+    /// NACKed packets no longer in the track's cache, or with no RTX negotiated.
+    pub nack_unanswered: u64,
+    /// Keyframe requests (PLI) sent to publishers.
+    pub keyframe_requests_sent: u64,
+    /// NACKs sent to publishers for packets that did not arrive.
+    pub nacks_sent: u64,
+    /// RTCP packets (compounds) sent: reports and feedback.
+    pub rtcp_sent: u64,
+    /// Outgoing media dropped because protection failed (an SSRC limit, a repeated
+    /// index) or the receiver had no path yet.
+    pub media_send_failed: u64,
 }

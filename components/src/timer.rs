@@ -37,11 +37,14 @@ pub enum TimerKind {
     SctpReconfig = 8,
     /// SCTP T2-shutdown: the SHUTDOWN ACK goes again (RFC 9260 §9.2).
     SctpT2 = 9,
+    /// A track's or a subscription's RTCP: reports (RFC 3550 §6.4), NACKs due again
+    /// and throttled keyframe requests.
+    MediaReport = 10,
 }
 
 impl TimerKind {
     /// How many kinds there are.
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
 }
 
 /// One entity's timer table.

@@ -127,14 +127,21 @@ fn bad_signalling_input() {
         400,
         "a=fingerprint:sha-256",
     );
+    // Every section disabled (port 0): nothing to answer.
+    let disabled: String = offer
+        .lines()
+        .map(|l| match l.strip_prefix("m=application ") {
+            Some(rest) => format!(
+                "m=application 0 {}\r\n",
+                rest.split_once(' ').map_or("", |(_, r)| r)
+            ),
+            None => format!("{l}\r\n"),
+        })
+        .collect();
     assert_reply(
-        &post_offer(
-            http,
-            "/whip/lobby",
-            &fixture_offer("chromium156_simulcast_offer.sdp"),
-        ),
+        &post_offer(http, "/whip/lobby", &disabled),
         400,
-        "no data channel section",
+        "no section shoal can accept",
     );
     assert_reply(&post_offer(http, "/whip/nowhere", &offer), 404, "not found");
     assert_reply(&post_offer(http, "/whep/nowhere", &offer), 404, "not found");

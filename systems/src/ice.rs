@@ -474,7 +474,8 @@ fn handle_timer(
         | TimerKind::SctpDelayedAck
         | TimerKind::SctpSend
         | TimerKind::SctpReconfig
-        | TimerKind::SctpT2 => {}
+        | TimerKind::SctpT2
+        | TimerKind::MediaReport => {}
         TimerKind::ConsentCheck => {
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
                 return;

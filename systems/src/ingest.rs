@@ -9,6 +9,8 @@ use shoal_components::stats::ShardStats;
 use shoal_components::tick::{DtlsInbox, DueTimers, Inbox, Now, StunInbox};
 use shoal_components::timer::{TimerHeap, Timers};
 
+use crate::media::MediaInbox;
+
 /// Timers fired per tick at most; the rest wait for the next tick (which the heap's
 /// top then asks for at once).
 pub const MAX_TIMERS_PER_TICK: usize = 4096;
@@ -19,6 +21,7 @@ pub fn ingest(
     mut inbox: ResMut<Inbox>,
     mut stun: ResMut<StunInbox>,
     mut dtls: ResMut<DtlsInbox>,
+    mut media: ResMut<MediaInbox>,
     mut due: ResMut<DueTimers>,
     mut heap: ResMut<TimerHeap>,
     mut timers: Query<&mut Timers>,
@@ -34,13 +37,11 @@ pub fn ingest(
             // a ClientHello that arrives in the same batch as the check before it.
             PacketClass::Dtls => dtls.0.push(d),
             PacketClass::Rtp => {
-                // Only validated paths may carry DTLS or media (RFC 8445 §11: data
-                // flows on the selected pair). The passes for these protocols take
-                // them from their own work lists once they exist.
-                if index.by_path.contains_key(&d.five_tuple()) {
-                    stats.dropped_unhandled_protocol += 1;
-                } else {
-                    stats.dropped_unknown_source += 1;
+                // Only validated paths may carry media (RFC 8445 §11: data flows on
+                // the selected pair).
+                match index.by_path.get(&d.five_tuple()) {
+                    Some(&entity) => media.0.push((entity, d)),
+                    None => stats.dropped_unknown_source += 1,
                 }
             }
             PacketClass::Zrtp | PacketClass::TurnChannel | PacketClass::Unknown => {

@@ -11,6 +11,7 @@ pub mod dtls;
 pub mod egress;
 pub mod ice;
 pub mod ingest;
+pub mod media;
 pub mod pass;
 pub mod relay;
 pub mod sctp;

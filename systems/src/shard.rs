@@ -5,10 +5,10 @@
 //! [`Shard::poll_event`]. A shard never reads a clock or a socket, so the mio driver and
 //! the simulator drive it identically, and the same inputs give the same outputs.
 
-mod media;
 mod rooms;
+mod tracks;
 
-pub use media::{MAX_SUBSCRIPTIONS_PER_PEER, MAX_TRACKS_PER_PEER};
+pub use tracks::{MAX_SUBSCRIPTIONS_PER_PEER, MAX_TRACKS_PER_PEER};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -41,7 +41,7 @@ use crate::relay::{RelayOutbox, RelayScratch};
 use crate::sctp::assoc::{AssocState, DEFAULT_SCTP_PORT, Sctp, SctpLimits};
 use crate::sctp::cookie::CookieKey;
 use crate::sctp::pass::{self as sctp_pass, SctpScratch, SctpShared};
-use crate::{egress, ice, ingest, timers};
+use crate::{egress, ice, ingest, media, timers};
 use bytes::Bytes;
 use shoal_components::sctp::dcep::ChannelType;
 use shoal_components::sctp::tx::{OutgoingMessage, Reliability, SendError};
@@ -325,6 +325,10 @@ impl Shard {
         world.init_resource::<SctpScratch>();
         world.init_resource::<RoomIndex>();
         world.init_resource::<TrackIndex>();
+        world.init_resource::<media::MediaInbox>();
+        world.init_resource::<media::MediaPlain>();
+        world.init_resource::<media::MediaOut>();
+        world.init_resource::<media::MediaScratch>();
         world.init_resource::<RoomPresence>();
         world.init_resource::<RelayScratch>();
         world.init_resource::<RelayOutbox>();
@@ -366,8 +370,10 @@ impl Shard {
             ingest::ingest.in_set(Pass::Ingest),
             ice::ice.in_set(Pass::Ice),
             dtls_pass::dtls.in_set(Pass::Dtls),
+            media::srtp_in.in_set(Pass::SrtpIn),
             sctp_pass::sctp.in_set(Pass::Sctp),
             datachannel::datachannel.in_set(Pass::DataChannel),
+            media::media.in_set(Pass::Media),
             sctp_pass::sack_batch.in_set(Pass::SackBatch),
             sctp_pass::sctp_tx.in_set(Pass::SctpTx),
             egress::egress.in_set(Pass::Egress),

@@ -149,7 +149,11 @@ fn track_spec(id: TrackId, mid: &str, p: &Published) -> TrackSpec {
         rtx_ssrc: p.rtx_ssrc,
         payload_type: p.codec.payload_type,
         rtx_payload_type: p.codec.rtx_payload_type,
-        clock_rate: if p.kind == MediaKind::Audio { 48_000 } else { 90_000 },
+        clock_rate: if p.kind == MediaKind::Audio {
+            48_000
+        } else {
+            90_000
+        },
         extensions: extension_ids(&p.extensions),
         feedback: feedback(&p.codec),
     }
@@ -220,7 +224,9 @@ impl ControlState {
         let mut negotiation = Negotiation::new(local.session_id);
         let fingerprint = self.fingerprint_sha256();
         let answered = negotiation
-            .answer(offer, &local.params(fingerprint), &tracks, &mut || self.random_ssrc())
+            .answer(offer, &local.params(fingerprint), &tracks, &mut || {
+                self.random_ssrc()
+            })
             .map_err(|e| negotiation_error(&e))?;
         let changes = answered.changes.clone();
         member.media = Some(MemberMedia {
@@ -461,7 +467,13 @@ impl ControlState {
     /// A leaving participant's tracks: the room hears them unpublished (the shard
     /// drops them with the peer) and the others get offers without them. Called with
     /// the member already out of the tables.
-    pub(super) fn tracks_gone(&self, room: &str, identity: &str, peer: PeerId, tracks: &[RoomTrack]) {
+    pub(super) fn tracks_gone(
+        &self,
+        room: &str,
+        identity: &str,
+        peer: PeerId,
+        tracks: &[RoomTrack],
+    ) {
         if tracks.is_empty() {
             return;
         }

@@ -28,7 +28,9 @@ use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
 use super::{CipherSuite, DtlsCertificate, DtlsConfig, DtlsConn, DtlsEvent, DtlsRole, SrtpKeys};
 use crate::ice::remove_peer_in_pass;
+use crate::media::PeerSrtp;
 use crate::shard::ShardRng;
+use rand_core::RngCore;
 
 /// A peer's DTLS: its role and expected fingerprint from signalling, the connection
 /// once started, and the SRTP keys once it is authenticated.
@@ -207,6 +209,16 @@ fn drive(
                 ctx.stats.dtls_connected += 1;
                 session.suite = Some(suite);
                 let srtp_profile = srtp.as_ref().map(|k| k.profile as u16);
+                // RFC 5764 §4.2: the exported keys key SRTP both ways from now on.
+                if let Some(keys) = &srtp {
+                    let rtcp_ssrc = (ctx.rng.0.next_u32()).max(1);
+                    match PeerSrtp::new(keys, session.role, rtcp_ssrc) {
+                        Some(contexts) => {
+                            commands.entity(entity).insert(contexts);
+                        }
+                        None => ctx.stats.srtp_key_setup_failed += 1,
+                    }
+                }
                 session.srtp = srtp;
                 ctx.events.0.push(ShardEvent::DtlsConnected {
                     peer: peer.id,

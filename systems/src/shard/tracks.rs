@@ -11,6 +11,9 @@ use shoal_components::media::{
     PeerMedia, ReceiveStats, Subscription, SubscriptionSpec, Track, TrackId, TrackIndex, TrackSpec,
 };
 use shoal_components::peer::PeerId;
+use shoal_components::timer::{TimerHeap, TimerKind, Timers};
+
+use crate::media::REPORT_INTERVAL;
 
 use super::{CommandError, Shard};
 
@@ -61,6 +64,7 @@ impl Shard {
                 keyframe_wanted: false,
                 missing: Vec::new(),
             })
+            .insert(Timers::default())
             .id();
         self.world.resource_mut::<TrackIndex>().0.insert(id, entity);
         let mut media = self.peer_media(publisher);
@@ -132,6 +136,16 @@ impl Shard {
                 started: false,
             })
             .id();
+        // Sender reports start a report interval after the subscription.
+        let now = self.world.resource::<shoal_components::tick::Now>().0;
+        let mut timers = Timers::default();
+        self.world.resource_mut::<TimerHeap>().arm(
+            &mut timers,
+            entity,
+            TimerKind::MediaReport,
+            now + REPORT_INTERVAL,
+        );
+        self.world.entity_mut(entity).insert(timers);
         let mut media = self.peer_media(subscriber);
         media.subscriptions.push((id, entity));
         for s in std::iter::once(ssrc).chain(rtx_ssrc) {

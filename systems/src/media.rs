@@ -1,0 +1,871 @@
+//! The `srtp_in` and `media` passes, and the media half of `egress`.
+//!
+//! - `srtp_in` decrypts each SRTP/SRTCP datagram of the tick once (RFC 3711, RFC 7714)
+//!   with its peer's inbound context, into a shared plaintext `Bytes`.
+//! - `media` routes: an RTP packet finds its track by SSRC (or binds a new SSRC by its
+//!   mid header extension, RFC 8843 §9.2), unwraps RTX (RFC 4588 §4), goes into the
+//!   track's retransmission cache and out to every subscription as the same `Bytes`.
+//!   RTCP from a publisher (SR) feeds the reports shoal writes back; RTCP from a
+//!   subscriber stays on its own hop: a NACK is answered from the cache (RFC 4585
+//!   §6.2.1, as RTX), a PLI or FIR (RFC 4585 §6.3.1, RFC 5104 §4.3.1) becomes one
+//!   throttled PLI to the publisher, never the subscriber's packet itself. Gaps in a
+//!   publisher's sequence are NACKed back to it. Per-track and per-subscription
+//!   timers send receiver reports to publishers and sender reports to subscribers
+//!   (RFC 3550 §6.4) so each side sees the loss and jitter of its own hop.
+//! - `egress` writes each subscriber's copy (its SSRC, payload type, continuous
+//!   sequence numbers and timestamps, its own mid header extension, the audio level
+//!   carried over) straight into the outgoing buffer and protects it there with the
+//!   subscriber's outbound context: one decrypt per incoming packet, one encrypt per
+//!   subscriber, no allocation per packet once warm.
+
+use bevy_ecs::prelude::*;
+use bevy_ecs::system::SystemParam;
+use bytes::{Bytes, BytesMut};
+use shoal_components::media::{PeerMedia, ReceiveStats, Subscription, Track, extend_seq};
+use shoal_components::net::Datagram;
+use shoal_components::peer::Ice;
+use shoal_components::rtcp::{
+    Compound, Nack, NackEntry, Pli, ReceiverReport, ReportBlock, RtcpBody, SenderReport, WriteRtcp,
+    lost_to_nack_entries,
+};
+use shoal_components::rtp::{RtpFields, RtpOrRtcp, RtpPacket, RtpWriter};
+use shoal_components::stats::ShardStats;
+use shoal_components::tick::{DueTimers, Now, WriteBuffer};
+use shoal_components::time::Time;
+use shoal_components::timer::{TimerHeap, TimerKind, Timers};
+
+use crate::dtls::DtlsRole;
+use crate::shard::ShardRng;
+use crate::srtp::{SrtpConfig, SrtpKeys, SrtpSession};
+use rand_core::RngCore;
+
+/// How often shoal reports: RR to publishers, SR to subscribers (RFC 3550 §6.2 sizes
+/// the interval by bandwidth; WebRTC stacks report about once a second).
+pub const REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// At most one keyframe request to a publisher per track this often.
+pub const KEYFRAME_REQUEST_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+/// Missing sequence numbers a track keeps NACKing at most.
+pub const MAX_MISSING: usize = 128;
+/// How often a missing packet is NACKed again.
+pub const NACK_RETRY: std::time::Duration = std::time::Duration::from_millis(40);
+/// How many times a missing packet is NACKed before shoal gives it up.
+pub const MAX_NACKS_PER_PACKET: u8 = 5;
+/// A gap larger than this is a jump (the source restarted), not loss.
+pub const MAX_GAP: u64 = 512;
+/// Buffer grown at a time for decrypting.
+const SCRATCH_CHUNK: usize = 64 * 1024;
+
+/// A peer's SRTP contexts (from its DTLS-SRTP export) and the SSRC shoal sends its
+/// own RTCP with on that session.
+#[derive(Component)]
+pub struct PeerSrtp {
+    /// Both directions.
+    pub session: SrtpSession,
+    /// shoal's RTCP sender SSRC in this session.
+    pub rtcp_ssrc: u32,
+}
+
+impl PeerSrtp {
+    /// Contexts keyed from `keys` for shoal's DTLS `role`. Retransmissions go as RTX
+    /// (new indices), so the sender never protects an index twice.
+    pub fn new(keys: &SrtpKeys, role: DtlsRole, rtcp_ssrc: u32) -> Option<PeerSrtp> {
+        let session = SrtpSession::new(keys, role, SrtpConfig::default()).ok()?;
+        Some(PeerSrtp { session, rtcp_ssrc })
+    }
+}
+
+/// SRTP/SRTCP datagrams of this tick, by peer (from `ingest`).
+#[derive(Resource, Debug, Default)]
+pub struct MediaInbox(pub Vec<(Entity, Datagram)>);
+
+/// Plaintext of this tick (from `srtp_in`).
+#[derive(Resource, Debug, Default)]
+pub struct MediaPlain {
+    /// RTP packets, by peer.
+    pub rtp: Vec<(Entity, Bytes)>,
+    /// RTCP compounds, by peer.
+    pub rtcp: Vec<(Entity, Bytes)>,
+}
+
+/// What `media` asks `egress` to send.
+#[derive(Debug)]
+pub enum Outgoing {
+    /// A track's packet for one subscription.
+    Forward {
+        /// The subscription.
+        subscription: Entity,
+        /// The publisher's plaintext packet, shared by every subscription.
+        packet: Bytes,
+        /// Its extended sequence number.
+        seq: u64,
+        /// The publisher's id for the audio level extension, to carry it over.
+        audio_level: Option<u8>,
+    },
+    /// A packet the subscriber NACKed, resent as RTX.
+    Retransmit {
+        /// The subscription.
+        subscription: Entity,
+        /// The publisher's plaintext packet.
+        packet: Bytes,
+        /// Its extended sequence number.
+        seq: u64,
+    },
+    /// A plaintext RTCP compound for a peer.
+    Rtcp {
+        /// The peer.
+        peer: Entity,
+        /// The compound.
+        packet: Bytes,
+    },
+}
+
+/// The media packets of this tick for `egress`.
+#[derive(Resource, Debug, Default)]
+pub struct MediaOut(pub Vec<Outgoing>);
+
+/// Reused buffers.
+#[derive(Resource, Debug, Default)]
+pub struct MediaScratch {
+    buf: BytesMut,
+    lost: Vec<u16>,
+    nack: Vec<NackEntry>,
+    blocks: Vec<ReportBlock>,
+}
+
+impl MediaScratch {
+    /// Room for `n` more bytes without reallocating what was split off.
+    fn reserve(&mut self, n: usize) {
+        if self.buf.capacity() - self.buf.len() < n {
+            self.buf.reserve(SCRATCH_CHUNK.max(n));
+        }
+    }
+}
+
+/// The `srtp_in` pass.
+pub fn srtp_in(
+    mut inbox: ResMut<MediaInbox>,
+    mut peers: Query<&mut PeerSrtp>,
+    mut scratch: ResMut<MediaScratch>,
+    mut plain: ResMut<MediaPlain>,
+    mut stats: ResMut<ShardStats>,
+) {
+    for (entity, d) in inbox.0.drain(..) {
+        stats.media_in += 1;
+        let Ok(mut srtp) = peers.get_mut(entity) else {
+            stats.media_without_keys += 1;
+            continue;
+        };
+        let Some(kind) = RtpOrRtcp::of(&d.payload) else {
+            stats.media_malformed += 1;
+            continue;
+        };
+        scratch.reserve(d.payload.len());
+        scratch.buf.extend_from_slice(&d.payload);
+        let mut packet = scratch.buf.split();
+        let inbound = &mut srtp.session.inbound;
+        let len = match kind {
+            RtpOrRtcp::Rtp => inbound.unprotect_rtp(&mut packet).map(|u| u.len),
+            RtpOrRtcp::Rtcp => inbound.unprotect_rtcp(&mut packet).map(|u| u.len),
+        };
+        match len {
+            Ok(len) => {
+                packet.truncate(len);
+                let list = match kind {
+                    RtpOrRtcp::Rtp => &mut plain.rtp,
+                    RtpOrRtcp::Rtcp => &mut plain.rtcp,
+                };
+                list.push((entity, packet.freeze()));
+            }
+            Err(_) => stats.srtp_unprotect_failed += 1,
+        }
+    }
+}
+
+/// What the media pass reads and writes besides the tables.
+#[derive(SystemParam)]
+pub struct MediaCtx<'w> {
+    now: Res<'w, Now>,
+    plain: ResMut<'w, MediaPlain>,
+    out: ResMut<'w, MediaOut>,
+    scratch: ResMut<'w, MediaScratch>,
+    stats: ResMut<'w, ShardStats>,
+    due: Res<'w, DueTimers>,
+    heap: ResMut<'w, TimerHeap>,
+}
+
+/// The `media` pass.
+pub fn media(
+    mut ctx: MediaCtx,
+    mut peers: Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
+    mut tracks: Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    mut subs: Query<(&mut Subscription, &mut Timers), Without<Track>>,
+) {
+    let now = ctx.now.0;
+    let rtp = std::mem::take(&mut ctx.plain.rtp);
+    for (peer, packet) in &rtp {
+        on_rtp(&mut ctx, now, *peer, packet, &mut peers, &mut tracks);
+    }
+    ctx.plain.rtp = rtp;
+    ctx.plain.rtp.clear();
+    let rtcp = std::mem::take(&mut ctx.plain.rtcp);
+    for (peer, packet) in &rtcp {
+        on_rtcp(
+            &mut ctx,
+            now,
+            *peer,
+            packet,
+            &mut peers,
+            &mut tracks,
+            &mut subs,
+        );
+    }
+    ctx.plain.rtcp = rtcp;
+    ctx.plain.rtcp.clear();
+
+    for i in 0..ctx.due.0.len() {
+        let (entity, kind) = ctx.due.0[i];
+        if kind != TimerKind::MediaReport {
+            continue;
+        }
+        if let Ok((mut track, mut timers)) = tracks.get_mut(entity) {
+            let rtcp_ssrc = peers
+                .get(track.publisher)
+                .ok()
+                .and_then(|(_, s)| s.map(|s| s.rtcp_ssrc))
+                .unwrap_or(1);
+            track_timer(&mut ctx, now, entity, &mut track, &mut timers, rtcp_ssrc);
+        } else if let Ok((mut sub, mut timers)) = subs.get_mut(entity) {
+            subscription_timer(&mut ctx, now, entity, &mut sub, &mut timers, &tracks);
+        }
+    }
+}
+
+/// RFC 3550 Appendix A.8: the interarrival jitter estimate, in timestamp units × 16.
+fn update_jitter(stats: &mut ReceiveStats, now: Time, rtp_ts: u32, clock_rate: u32) {
+    let arrival = (u128::from(now.as_micros()) * u128::from(clock_rate) / 1_000_000) as i64;
+    let transit = arrival.wrapping_sub(i64::from(rtp_ts));
+    if stats.received > 1 {
+        let d = (transit - stats.transit)
+            .unsigned_abs()
+            .min(u64::from(u32::MAX)) as i64;
+        let j = i64::from(stats.jitter_q4);
+        stats.jitter_q4 = (j + d - ((j + 8) >> 4)).clamp(0, i64::from(u32::MAX)) as u32;
+    }
+    stats.transit = transit;
+}
+
+fn on_rtp(
+    ctx: &mut MediaCtx,
+    now: Time,
+    peer: Entity,
+    packet: &Bytes,
+    peers: &mut Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
+    tracks: &mut Query<(&mut Track, &mut Timers), Without<Subscription>>,
+) {
+    let Ok(p) = RtpPacket::parse(packet) else {
+        ctx.stats.media_malformed += 1;
+        return;
+    };
+    let h = *p.header();
+    let Ok((mut media, srtp)) = peers.get_mut(peer) else {
+        ctx.stats.rtp_unknown_ssrc += 1;
+        return;
+    };
+    let rtcp_ssrc = srtp.map_or(1, |s| s.rtcp_ssrc);
+    let entity = match media.tracks_by_ssrc.get(&h.ssrc) {
+        Some(e) => *e,
+        None => {
+            // RFC 8843 §9.2: an SSRC not announced in SDP is bound by its mid.
+            let bound = media.tracks_by_mid.iter().find_map(|(mid, e)| {
+                let (t, _) = tracks.get(*e).ok()?;
+                let id = t.spec.extensions.mid?;
+                (p.mid(id).ok()?? == mid.as_str()).then_some(*e)
+            });
+            let Some(e) = bound else {
+                ctx.stats.rtp_unknown_ssrc += 1;
+                return;
+            };
+            let Ok((mut t, _)) = tracks.get_mut(e) else {
+                return;
+            };
+            if Some(h.payload_type) == t.spec.rtx_payload_type {
+                t.rtx_ssrc.get_or_insert(h.ssrc);
+            } else {
+                t.ssrc.get_or_insert(h.ssrc);
+            }
+            media.tracks_by_ssrc.insert(h.ssrc, e);
+            e
+        }
+    };
+    let Ok((mut track, mut timers)) = tracks.get_mut(entity) else {
+        return;
+    };
+    let is_rtx = Some(h.ssrc) == track.rtx_ssrc && track.rtx_ssrc.is_some();
+    let (packet, seq) = if is_rtx {
+        // RFC 4588 §4: the original sequence number, then the original payload. A
+        // payload of padding only (a bandwidth probe) carries nothing to forward.
+        let payload = p.payload();
+        let (Some(osn), Some(original)) = (payload.get(..2), payload.get(2..)) else {
+            return;
+        };
+        let osn = u16::from_be_bytes([osn[0], osn[1]]);
+        let Some(ssrc) = track.ssrc else {
+            return;
+        };
+        let fields = RtpFields {
+            marker: h.marker,
+            payload_type: track.spec.payload_type,
+            sequence_number: osn,
+            timestamp: h.timestamp,
+            ssrc,
+        };
+        ctx.scratch.reserve(packet.len());
+        let mut w = RtpWriter::new(&mut ctx.scratch.buf, &fields, &[]);
+        w.payload(original);
+        w.finish(0);
+        (ctx.scratch.buf.split().freeze(), osn)
+    } else {
+        if h.payload_type != track.spec.payload_type {
+            ctx.stats.media_malformed += 1;
+            return;
+        }
+        (packet.clone(), h.sequence_number)
+    };
+    let previous_max = track.stats.started.then_some(track.stats.max_seq);
+    let ext = track.stats.note(seq);
+    ctx.stats.rtp_received += 1;
+    if !is_rtx {
+        let clock = track.spec.clock_rate;
+        update_jitter(&mut track.stats, now, h.timestamp, clock);
+    }
+    if track.cache.get(ext).is_some() {
+        // A duplicate, or a retransmission of what arrived after all.
+        track.missing.retain(|(s, _, _)| *s != ext);
+        return;
+    }
+    match previous_max {
+        Some(max) if ext > max + 1 && ext - max <= MAX_GAP && track.spec.feedback.nack => {
+            for missing in (max + 1)..ext {
+                if track.missing.len() >= MAX_MISSING {
+                    track.missing.remove(0);
+                }
+                track.missing.push((missing, None, 0));
+            }
+        }
+        Some(max) if ext <= max => track.missing.retain(|(s, _, _)| *s != ext),
+        _ => {}
+    }
+    track.cache.insert(ext, packet.clone());
+    let audio_level = track.spec.extensions.audio_level;
+    for &subscription in &track.subscribers {
+        ctx.out.0.push(Outgoing::Forward {
+            subscription,
+            packet: packet.clone(),
+            seq: ext,
+            audio_level,
+        });
+    }
+    // Newly missing packets are NACKed at once; keyframe requests go out as soon as
+    // the throttle lets them.
+    let wants_feedback = track.missing.iter().any(|(_, at, _)| at.is_none())
+        || (track.keyframe_wanted && keyframe_allowed(&track, now));
+    if wants_feedback {
+        send_feedback(ctx, now, peer, &mut track, rtcp_ssrc);
+    }
+    if timers.get(TimerKind::MediaReport).is_none() {
+        ctx.heap.arm(
+            &mut timers,
+            entity,
+            TimerKind::MediaReport,
+            now + REPORT_INTERVAL,
+        );
+    }
+}
+
+fn keyframe_allowed(track: &Track, now: Time) -> bool {
+    track
+        .last_keyframe_request
+        .is_none_or(|at| now.saturating_since(at) >= KEYFRAME_REQUEST_INTERVAL)
+}
+
+/// One RTCP compound to the publisher: a receiver report, then what feedback is due:
+/// a PLI if a keyframe is wanted and allowed, a NACK for missing packets due again.
+fn send_feedback(
+    ctx: &mut MediaCtx,
+    now: Time,
+    publisher: Entity,
+    track: &mut Track,
+    rtcp_ssrc: u32,
+) {
+    let Some(media_ssrc) = track.ssrc else {
+        return;
+    };
+    ctx.scratch.reserve(1500);
+    let mut blocks = std::mem::take(&mut ctx.scratch.blocks);
+    blocks.clear();
+    blocks.push(report_block(&mut track.stats, media_ssrc, now));
+    ReceiverReport {
+        ssrc: rtcp_ssrc,
+        reports: blocks.as_slice(),
+        extension: Bytes::new(),
+    }
+    .write_to(&mut ctx.scratch.buf);
+    ctx.scratch.blocks = blocks;
+    if track.keyframe_wanted && keyframe_allowed(track, now) && track.spec.feedback.pli {
+        Pli {
+            sender_ssrc: rtcp_ssrc,
+            media_ssrc,
+        }
+        .write_to(&mut ctx.scratch.buf);
+        track.keyframe_wanted = false;
+        track.last_keyframe_request = Some(now);
+        ctx.stats.keyframe_requests_sent += 1;
+    }
+    let mut lost = std::mem::take(&mut ctx.scratch.lost);
+    lost.clear();
+    for (seq, at, count) in &mut track.missing {
+        let due = at.is_none_or(|t| now.saturating_since(t) >= NACK_RETRY);
+        if due && *count < MAX_NACKS_PER_PACKET {
+            lost.push((*seq & 0xffff) as u16);
+            *at = Some(now);
+            *count += 1;
+        }
+    }
+    track
+        .missing
+        .retain(|(_, _, count)| *count < MAX_NACKS_PER_PACKET);
+    if !lost.is_empty() {
+        let mut entries = std::mem::take(&mut ctx.scratch.nack);
+        entries.clear();
+        entries.extend(lost_to_nack_entries(lost.iter().copied()));
+        Nack {
+            sender_ssrc: rtcp_ssrc,
+            media_ssrc,
+            entries: entries.as_slice(),
+        }
+        .write_to(&mut ctx.scratch.buf);
+        ctx.scratch.nack = entries;
+        ctx.stats.nacks_sent += 1;
+    }
+    ctx.scratch.lost = lost;
+    let packet = ctx.scratch.buf.split().freeze();
+    ctx.out.0.push(Outgoing::Rtcp {
+        peer: publisher,
+        packet,
+    });
+}
+
+/// RFC 3550 §6.4.1 and Appendix A.3: the report block for one received source.
+fn report_block(s: &mut ReceiveStats, ssrc: u32, now: Time) -> ReportBlock {
+    let expected = s.expected();
+    let lost = expected as i64 - s.received as i64;
+    let expected_interval = expected - s.expected_prior;
+    let received_interval = s.received - s.received_prior;
+    s.expected_prior = expected;
+    s.received_prior = s.received;
+    let lost_interval = expected_interval as i64 - received_interval as i64;
+    let fraction_lost = if expected_interval == 0 || lost_interval <= 0 {
+        0
+    } else {
+        ((lost_interval << 8) / expected_interval as i64).min(255) as u8
+    };
+    let dlsr = s.last_sr_at.map_or(0, |at| {
+        let d = now.saturating_since(at);
+        (d.as_micros() * 65_536 / 1_000_000).min(u128::from(u32::MAX)) as u32
+    });
+    ReportBlock {
+        ssrc,
+        fraction_lost,
+        cumulative_lost: lost.clamp(-0x80_0000, 0x7f_ffff) as i32,
+        // The extension started the cycle count at one (see `ReceiveStats::note`).
+        extended_highest_seq: s.max_seq.saturating_sub(1 << 16) as u32,
+        jitter: s.jitter_q4 >> 4,
+        last_sr: s.last_sr,
+        delay_since_last_sr: dlsr,
+    }
+}
+
+fn track_timer(
+    ctx: &mut MediaCtx,
+    now: Time,
+    entity: Entity,
+    track: &mut Track,
+    timers: &mut Timers,
+    rtcp_ssrc: u32,
+) {
+    send_feedback(ctx, now, track.publisher, track, rtcp_ssrc);
+    let mut next = now + REPORT_INTERVAL;
+    if !track.missing.is_empty() {
+        next = next.min(now + NACK_RETRY);
+    }
+    if track.keyframe_wanted
+        && let Some(at) = track.last_keyframe_request
+    {
+        next = next.min(at + KEYFRAME_REQUEST_INTERVAL);
+    }
+    ctx.heap.arm(timers, entity, TimerKind::MediaReport, next);
+}
+
+/// RFC 3550 §6.4.1: a sender report for what shoal sent the subscriber. The NTP time
+/// is the shard's clock, the same for all of a subscriber's streams, so the
+/// subscriber can line audio and video up; the RTP time is the last timestamp sent
+/// moved on by the time since.
+fn subscription_timer(
+    ctx: &mut MediaCtx,
+    now: Time,
+    entity: Entity,
+    sub: &mut Subscription,
+    timers: &mut Timers,
+    tracks: &Query<(&mut Track, &mut Timers), Without<Subscription>>,
+) {
+    ctx.heap.arm(
+        timers,
+        entity,
+        TimerKind::MediaReport,
+        now + REPORT_INTERVAL,
+    );
+    let Some((ts, at)) = sub.last_rtp_ts else {
+        return;
+    };
+    let clock = tracks
+        .get(sub.track)
+        .map_or(90_000, |(t, _)| t.spec.clock_rate);
+    let elapsed = now.saturating_since(at);
+    let rtp_time = ts.wrapping_add((elapsed.as_micros() * u128::from(clock) / 1_000_000) as u32);
+    ctx.scratch.reserve(64);
+    SenderReport {
+        ssrc: sub.spec.ssrc,
+        ntp_time: ntp(now),
+        rtp_time,
+        packet_count: sub.packets_sent,
+        octet_count: sub.octets_sent,
+        reports: &[] as &[ReportBlock],
+        extension: Bytes::new(),
+    }
+    .write_to(&mut ctx.scratch.buf);
+    let packet = ctx.scratch.buf.split().freeze();
+    ctx.out.0.push(Outgoing::Rtcp {
+        peer: sub.subscriber,
+        packet,
+    });
+}
+
+/// The shard's time as a 64-bit NTP timestamp (RFC 3550 §4): seconds and fraction.
+fn ntp(now: Time) -> u64 {
+    let us = now.as_micros();
+    let secs = us / 1_000_000;
+    let frac = ((us % 1_000_000) << 32) / 1_000_000;
+    (secs << 32) | frac
+}
+
+fn on_rtcp(
+    ctx: &mut MediaCtx,
+    now: Time,
+    peer: Entity,
+    packet: &Bytes,
+    peers: &mut Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
+    tracks: &mut Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    subs: &mut Query<(&mut Subscription, &mut Timers), Without<Track>>,
+) {
+    let Ok((media, _)) = peers.get(peer) else {
+        return;
+    };
+    // Which of this peer's tracks or subscriptions each packet is about.
+    let mut keyframes: Vec<Entity> = Vec::new();
+    let mut nacks: Vec<(Entity, Vec<u16>)> = Vec::new();
+    let mut srs: Vec<(Entity, u64)> = Vec::new();
+    for item in Compound::new(packet.clone()) {
+        let Ok(p) = item else {
+            ctx.stats.media_malformed += 1;
+            break;
+        };
+        match p.body {
+            RtcpBody::SenderReport(sr) => {
+                if let Some(t) = media.tracks_by_ssrc.get(&sr.ssrc) {
+                    srs.push((*t, sr.ntp_time));
+                }
+            }
+            RtcpBody::Nack(n) => {
+                if let Some(s) = media.subscriptions_by_ssrc.get(&n.media_ssrc) {
+                    nacks.push((*s, n.entries.lost().collect()));
+                }
+            }
+            RtcpBody::Pli(p) => {
+                if let Some(s) = media.subscriptions_by_ssrc.get(&p.media_ssrc) {
+                    keyframes.push(*s);
+                }
+            }
+            RtcpBody::Fir(f) => {
+                for e in f.entries.iter() {
+                    if let Some(s) = media.subscriptions_by_ssrc.get(&e.ssrc) {
+                        keyframes.push(*s);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for (track, ntp_time) in srs {
+        if let Ok((mut t, _)) = tracks.get_mut(track) {
+            // RFC 3550 §6.4.1 LSR: the middle 32 bits of the NTP timestamp.
+            t.stats.last_sr = (ntp_time >> 16) as u32;
+            t.stats.last_sr_at = Some(now);
+        }
+    }
+    for sub in keyframes {
+        let Ok((s, _)) = subs.get(sub) else {
+            continue;
+        };
+        let track = s.track;
+        if let Ok((mut t, mut timers)) = tracks.get_mut(track) {
+            t.keyframe_wanted = true;
+            let publisher = t.publisher;
+            if keyframe_allowed(&t, now) {
+                let rtcp_ssrc = peers
+                    .get(publisher)
+                    .ok()
+                    .and_then(|(_, s)| s.map(|s| s.rtcp_ssrc))
+                    .unwrap_or(1);
+                send_feedback(ctx, now, publisher, &mut t, rtcp_ssrc);
+            } else if let Some(at) = t.last_keyframe_request {
+                let when = at + KEYFRAME_REQUEST_INTERVAL;
+                if timers.get(TimerKind::MediaReport).is_none_or(|d| d > when) {
+                    ctx.heap
+                        .arm(&mut timers, track, TimerKind::MediaReport, when);
+                }
+            }
+        }
+    }
+    for (sub, lost) in nacks {
+        let Ok((s, _)) = subs.get(sub) else {
+            continue;
+        };
+        if !s.started {
+            continue;
+        }
+        let (offset, track) = (s.seq_offset, s.track);
+        let rtx = s.spec.rtx_ssrc.is_some() && s.spec.rtx_payload_type.is_some();
+        let Ok((t, _)) = tracks.get(track) else {
+            continue;
+        };
+        for seq in lost {
+            // The subscriber's number back to the publisher's, extended.
+            let original = seq.wrapping_sub(offset);
+            let ext = extend_seq(t.stats.max_seq, original);
+            match t.cache.get(ext) {
+                Some(packet) if rtx => ctx.out.0.push(Outgoing::Retransmit {
+                    subscription: sub,
+                    packet: packet.clone(),
+                    seq: ext,
+                }),
+                _ => ctx.stats.nack_unanswered += 1,
+            }
+        }
+    }
+}
+
+/// The media half of `egress`: every subscriber's copy written and protected into
+/// `write`, every RTCP compound protected, as datagrams on each peer's selected path.
+pub fn egress_media(
+    out: &mut MediaOut,
+    write: &mut WriteBuffer,
+    subs: &mut Query<&mut Subscription>,
+    peers: &mut Query<(&Ice, &mut PeerSrtp)>,
+    rng: &mut ShardRng,
+    now: Time,
+    stats: &mut ShardStats,
+    transmits: &mut Vec<Datagram>,
+) {
+    for item in out.0.drain(..) {
+        match item {
+            Outgoing::Forward {
+                subscription,
+                packet,
+                seq,
+                audio_level,
+            } => {
+                let Ok(mut sub) = subs.get_mut(subscription) else {
+                    continue;
+                };
+                let copy = Copy {
+                    packet: &packet,
+                    seq,
+                    rtx: false,
+                    audio_level,
+                };
+                if send_copy(&mut sub, copy, write, peers, rng, now, transmits) {
+                    stats.rtp_forwarded += 1;
+                } else {
+                    stats.media_send_failed += 1;
+                }
+            }
+            Outgoing::Retransmit {
+                subscription,
+                packet,
+                seq,
+            } => {
+                let Ok(mut sub) = subs.get_mut(subscription) else {
+                    continue;
+                };
+                let copy = Copy {
+                    packet: &packet,
+                    seq,
+                    rtx: true,
+                    audio_level: None,
+                };
+                if send_copy(&mut sub, copy, write, peers, rng, now, transmits) {
+                    stats.rtp_retransmitted += 1;
+                } else {
+                    stats.media_send_failed += 1;
+                }
+            }
+            Outgoing::Rtcp { peer, packet } => {
+                let Ok((ice, mut srtp)) = peers.get_mut(peer) else {
+                    continue;
+                };
+                let Some(path) = ice.selected else {
+                    stats.media_send_failed += 1;
+                    continue;
+                };
+                reserve(write, packet.len());
+                write.0.extend_from_slice(&packet);
+                if srtp
+                    .session
+                    .outbound
+                    .protect_rtcp_tail(&mut write.0, 0)
+                    .is_err()
+                {
+                    write.0.clear();
+                    stats.media_send_failed += 1;
+                    continue;
+                }
+                let payload = write.0.split().freeze();
+                transmits.push(Datagram {
+                    local: path.local,
+                    remote: path.remote,
+                    payload,
+                });
+                stats.rtcp_sent += 1;
+            }
+        }
+    }
+}
+
+/// One packet to write for a subscriber.
+struct Copy<'a> {
+    /// The publisher's plaintext packet.
+    packet: &'a Bytes,
+    /// Its extended sequence number.
+    seq: u64,
+    /// As a retransmission on the RTX stream (RFC 4588 §4).
+    rtx: bool,
+    /// The publisher's audio level extension id.
+    audio_level: Option<u8>,
+}
+
+/// Room for one more packet in the shared write buffer (empty between packets: each
+/// is split off whole).
+fn reserve(write: &mut WriteBuffer, n: usize) {
+    const CHUNK: usize = 64 * 1024;
+    debug_assert!(write.0.is_empty());
+    if write.0.capacity() < n + 64 {
+        write.0.reserve(CHUNK.max(n + 64));
+    }
+}
+
+/// Writes the subscriber's copy and protects it; false if it could not be sent.
+fn send_copy(
+    sub: &mut Subscription,
+    copy: Copy<'_>,
+    write: &mut WriteBuffer,
+    peers: &mut Query<(&Ice, &mut PeerSrtp)>,
+    rng: &mut ShardRng,
+    now: Time,
+    transmits: &mut Vec<Datagram>,
+) -> bool {
+    let Copy {
+        packet,
+        seq,
+        rtx,
+        audio_level,
+    } = copy;
+    let Ok(p) = RtpPacket::parse(packet) else {
+        return false;
+    };
+    let h = *p.header();
+    let Ok((ice, mut srtp)) = peers.get_mut(sub.subscriber) else {
+        return false;
+    };
+    let Some(path) = ice.selected else {
+        return false;
+    };
+    if !sub.started {
+        if rtx {
+            return false;
+        }
+        // RFC 3550 §5.1: random initial sequence number and timestamp.
+        sub.started = true;
+        let r = rng.0.next_u64();
+        sub.seq_offset = (r as u16).wrapping_sub((seq & 0xffff) as u16);
+        sub.ts_offset = ((r >> 16) as u32).wrapping_sub(h.timestamp);
+    }
+    let out_seq = ((seq & 0xffff) as u16).wrapping_add(sub.seq_offset);
+    let timestamp = h.timestamp.wrapping_add(sub.ts_offset);
+    let (ssrc, payload_type, sequence_number) = if rtx {
+        let (Some(ssrc), Some(pt)) = (sub.spec.rtx_ssrc, sub.spec.rtx_payload_type) else {
+            return false;
+        };
+        let n = sub.rtx_seq;
+        sub.rtx_seq = n.wrapping_add(1);
+        (ssrc, pt, n)
+    } else {
+        (sub.spec.ssrc, sub.spec.payload_type, out_seq)
+    };
+    let fields = RtpFields {
+        marker: h.marker,
+        payload_type,
+        sequence_number,
+        timestamp,
+        ssrc,
+    };
+    reserve(write, packet.len() + 32);
+    {
+        let mut w = RtpWriter::new(&mut write.0, &fields, &[]);
+        // The subscriber's own mid (RFC 8843 §9.2), never the publisher's.
+        if let Some(id) = sub.spec.extensions.mid {
+            let _ = w.extension(id, sub.spec.mid.as_bytes());
+        }
+        // RFC 6464's level, carried over under the subscriber's id.
+        if let (Some(id), Some(from)) = (sub.spec.extensions.audio_level, audio_level)
+            && let Some(v) = p.extension(from)
+        {
+            let _ = w.extension(id, v);
+        }
+        if rtx {
+            w.payload(&out_seq.to_be_bytes());
+        }
+        w.payload(p.payload());
+        w.finish(0);
+    }
+    if srtp
+        .session
+        .outbound
+        .protect_rtp_tail(&mut write.0, 0)
+        .is_err()
+    {
+        write.0.clear();
+        return false;
+    }
+    let payload = write.0.split().freeze();
+    if !rtx {
+        sub.packets_sent = sub.packets_sent.wrapping_add(1);
+        sub.octets_sent = sub.octets_sent.wrapping_add(p.payload().len() as u32);
+        sub.last_rtp_ts = Some((timestamp, now));
+    }
+    transmits.push(Datagram {
+        local: path.local,
+        remote: path.remote,
+        payload,
+    });
+    true
+}

@@ -240,8 +240,12 @@ pub struct TrackIndex(pub FastMap<TrackId, Entity>);
 pub struct Track {
     /// What negotiation agreed.
     pub spec: TrackSpec,
-    /// The publisher's peer entity.
-    pub publisher: Entity,
+    /// The peer it is received from; `None` for a local source, whose packets the
+    /// shard's owner hands in (`Shard::send_rtp`, a client endpoint's camera).
+    pub publisher: Option<Entity>,
+    /// Whether each received packet is reported to the owner (`ShardEvent::RtpReceived`:
+    /// a client endpoint playing it out).
+    pub report: bool,
     /// The SSRC in use (announced or learned).
     pub ssrc: Option<u32>,
     /// The RTX SSRC in use.
@@ -316,7 +320,7 @@ fn track_removed(mut world: DeferredWorld, ctx: HookContext) {
     {
         index.0.remove(&id);
     }
-    if let Some(mut media) = world.get_mut::<PeerMedia>(publisher) {
+    if let Some(mut media) = publisher.and_then(|p| world.get_mut::<PeerMedia>(p)) {
         media.forget_entity(ctx.entity);
     }
     let mut commands = world.commands();

@@ -170,6 +170,23 @@ pub enum ShardEvent {
         /// Which peer.
         peer: PeerId,
     },
+    /// An RTP packet arrived on a track the owner receives (`Command::Receive`),
+    /// in arrival order, retransmissions included, duplicates not.
+    RtpReceived {
+        /// The peer it came from.
+        peer: PeerId,
+        /// The track.
+        track: crate::media::TrackId,
+        /// Its sequence number, extended past wraps.
+        seq: u64,
+        /// The plaintext packet.
+        packet: bytes::Bytes,
+    },
+    /// A receiver asked for a keyframe of a local source (PLI or FIR).
+    KeyframeRequested {
+        /// The track.
+        track: crate::media::TrackId,
+    },
     /// The peer and every component it had are gone.
     PeerRemoved {
         /// Which peer.

@@ -24,13 +24,14 @@ use bytes::{Bytes, BytesMut};
 use shoal_components::media::{PeerMedia, ReceiveStats, Subscription, Track, extend_seq};
 use shoal_components::net::Datagram;
 use shoal_components::peer::Ice;
+use shoal_components::peer::Peer;
 use shoal_components::rtcp::{
     Compound, Nack, NackEntry, Pli, ReceiverReport, ReportBlock, RtcpBody, SenderReport, WriteRtcp,
     lost_to_nack_entries,
 };
 use shoal_components::rtp::{RtpFields, RtpOrRtcp, RtpPacket, RtpWriter};
 use shoal_components::stats::ShardStats;
-use shoal_components::tick::{DueTimers, Now, WriteBuffer};
+use shoal_components::tick::{DueTimers, Events, Now, ShardEvent, WriteBuffer};
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
@@ -191,6 +192,7 @@ pub struct MediaCtx<'w> {
     stats: ResMut<'w, ShardStats>,
     due: Res<'w, DueTimers>,
     heap: ResMut<'w, TimerHeap>,
+    events: ResMut<'w, Events>,
 }
 
 /// The `media` pass.
@@ -199,11 +201,12 @@ pub fn media(
     mut peers: Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
     mut tracks: Query<(&mut Track, &mut Timers), Without<Subscription>>,
     mut subs: Query<(&mut Subscription, &mut Timers), Without<Track>>,
+    ids: Query<&Peer>,
 ) {
     let now = ctx.now.0;
     let rtp = std::mem::take(&mut ctx.plain.rtp);
     for (peer, packet) in &rtp {
-        on_rtp(&mut ctx, now, *peer, packet, &mut peers, &mut tracks);
+        on_rtp(&mut ctx, now, *peer, packet, &mut peers, &mut tracks, &ids);
     }
     ctx.plain.rtp = rtp;
     ctx.plain.rtp.clear();
@@ -228,9 +231,9 @@ pub fn media(
             continue;
         }
         if let Ok((mut track, mut timers)) = tracks.get_mut(entity) {
-            let rtcp_ssrc = peers
-                .get(track.publisher)
-                .ok()
+            let rtcp_ssrc = track
+                .publisher
+                .and_then(|p| peers.get(p).ok())
                 .and_then(|(_, s)| s.map(|s| s.rtcp_ssrc))
                 .unwrap_or(1);
             track_timer(&mut ctx, now, entity, &mut track, &mut timers, rtcp_ssrc);
@@ -261,6 +264,7 @@ fn on_rtp(
     packet: &Bytes,
     peers: &mut Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
     tracks: &mut Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    ids: &Query<&Peer>,
 ) {
     let Ok(p) = RtpPacket::parse(packet) else {
         ctx.stats.media_malformed += 1;
@@ -356,6 +360,16 @@ fn on_rtp(
         _ => {}
     }
     track.cache.insert(ext, packet.clone());
+    if track.report
+        && let Ok(id) = ids.get(peer)
+    {
+        ctx.events.0.push(ShardEvent::RtpReceived {
+            peer: id.id,
+            track: track.spec.id,
+            seq: ext,
+            packet: packet.clone(),
+        });
+    }
     let audio_level = track.spec.extensions.audio_level;
     for &subscription in &track.subscribers {
         ctx.out.0.push(Outgoing::Forward {
@@ -493,7 +507,11 @@ fn track_timer(
     timers: &mut Timers,
     rtcp_ssrc: u32,
 ) {
-    send_feedback(ctx, now, track.publisher, track, rtcp_ssrc);
+    let Some(publisher) = track.publisher else {
+        // A local source has no one to report to.
+        return;
+    };
+    send_feedback(ctx, now, publisher, track, rtcp_ssrc);
     let mut next = now + REPORT_INTERVAL;
     if !track.missing.is_empty() {
         next = next.min(now + NACK_RETRY);
@@ -618,8 +636,14 @@ fn on_rtcp(
         };
         let track = s.track;
         if let Ok((mut t, mut timers)) = tracks.get_mut(track) {
+            let Some(publisher) = t.publisher else {
+                // A local source: its owner makes the keyframe.
+                ctx.events
+                    .0
+                    .push(ShardEvent::KeyframeRequested { track: t.spec.id });
+                continue;
+            };
             t.keyframe_wanted = true;
-            let publisher = t.publisher;
             if keyframe_allowed(&t, now) {
                 let rtcp_ssrc = peers
                     .get(publisher)

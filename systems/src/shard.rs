@@ -195,6 +195,25 @@ pub enum Command {
         /// The track.
         track: TrackId,
     },
+    /// A client endpoint receives a track from the peer (an SFU) and reports each
+    /// packet (`ShardEvent::RtpReceived`), NACKing what goes missing.
+    Receive {
+        /// The peer it comes from.
+        peer: PeerId,
+        /// The stream as negotiated (the sender's SSRCs and payload types).
+        track: TrackSpec,
+    },
+    /// A client endpoint sends a local source to the peer; packets are handed in with
+    /// [`Shard::send_rtp`].
+    AddSource {
+        /// The peer it goes to.
+        peer: PeerId,
+        /// The source (its id, kind, clock rate and the payload type of the packets
+        /// the owner hands in).
+        track: TrackSpec,
+        /// How it goes on the wire (SSRC, payload types, extension ids).
+        subscription: SubscriptionSpec,
+    },
 }
 
 /// Why [`Shard::sctp_send`] refused a message.
@@ -263,6 +282,12 @@ pub enum CommandError {
     /// The SSRC is in use by another of the peer's streams.
     #[error("SSRC {0} is in use")]
     SsrcInUse(u32),
+    /// `send_rtp` was given bytes that are not an RTP packet.
+    #[error("not an RTP packet")]
+    MalformedRtp,
+    /// `send_rtp` on a track that is received, not a local source.
+    #[error("track {0:?} is not a local source")]
+    NotLocal(TrackId),
 }
 
 /// The shard's random generator: ChaCha, so ids are unpredictable off the wire yet
@@ -480,6 +505,12 @@ impl Shard {
             Command::Unpublish { peer, track } => self.unpublish(peer, track),
             Command::Subscribe { peer, subscription } => self.subscribe(peer, subscription),
             Command::Unsubscribe { peer, track } => self.unsubscribe(peer, track),
+            Command::Receive { peer, track } => self.receive_track(peer, track, true),
+            Command::AddSource {
+                peer,
+                track,
+                subscription,
+            } => self.add_source(peer, track, subscription),
         }
     }
 

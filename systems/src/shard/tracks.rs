@@ -7,13 +7,16 @@
 //! components' hooks), so no path leaves a dangling row.
 
 use bevy_ecs::prelude::*;
+use bytes::Bytes;
 use shoal_components::media::{
     PeerMedia, ReceiveStats, Subscription, SubscriptionSpec, Track, TrackId, TrackIndex, TrackSpec,
 };
 use shoal_components::peer::PeerId;
+use shoal_components::rtp::RtpHeader;
+use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
-use crate::media::REPORT_INTERVAL;
+use crate::media::{MediaOut, Outgoing, REPORT_INTERVAL};
 
 use super::{CommandError, Shard};
 
@@ -36,6 +39,17 @@ impl Shard {
 
     /// `Command::Publish`: `peer` sends `spec`'s track.
     pub(super) fn publish(&mut self, peer: PeerId, spec: TrackSpec) -> Result<(), CommandError> {
+        self.receive_track(peer, spec, false)
+    }
+
+    /// `Command::Publish` or `Command::Receive`: a track that arrives from `peer`,
+    /// reported packet by packet to the owner when `report`.
+    pub(super) fn receive_track(
+        &mut self,
+        peer: PeerId,
+        spec: TrackSpec,
+        report: bool,
+    ) -> Result<(), CommandError> {
         let publisher = self.peer_entity(peer)?;
         if self.world.resource::<TrackIndex>().0.contains_key(&spec.id) {
             return Err(CommandError::DuplicateTrack(spec.id));
@@ -50,11 +64,24 @@ impl Shard {
             }
         }
         let (id, mid, ssrc, rtx_ssrc) = (spec.id, spec.mid.clone(), spec.ssrc, spec.rtx_ssrc);
+        let entity = self.spawn_track(spec, Some(publisher), report);
+        let mut media = self.peer_media(publisher);
+        media.tracks.push((id, entity));
+        media.tracks_by_mid.push((mid, entity));
+        for s in ssrc.iter().chain(&rtx_ssrc) {
+            media.tracks_by_ssrc.insert(*s, entity);
+        }
+        Ok(())
+    }
+
+    fn spawn_track(&mut self, spec: TrackSpec, publisher: Option<Entity>, report: bool) -> Entity {
+        let (id, ssrc, rtx_ssrc) = (spec.id, spec.ssrc, spec.rtx_ssrc);
         let entity = self
             .world
             .spawn(Track {
                 spec,
                 publisher,
+                report,
                 ssrc,
                 rtx_ssrc,
                 subscribers: Vec::new(),
@@ -67,12 +94,80 @@ impl Shard {
             .insert(Timers::default())
             .id();
         self.world.resource_mut::<TrackIndex>().0.insert(id, entity);
-        let mut media = self.peer_media(publisher);
-        media.tracks.push((id, entity));
-        media.tracks_by_mid.push((mid, entity));
-        for s in ssrc.iter().chain(&rtx_ssrc) {
-            media.tracks_by_ssrc.insert(*s, entity);
+        entity
+    }
+
+    /// `Command::AddSource`: a local source (`track`, fed by [`Shard::send_rtp`]) sent
+    /// to `peer` as `subscription`: a client endpoint's camera or microphone. The peer's
+    /// NACKs are answered from its cache like any track's.
+    pub(super) fn add_source(
+        &mut self,
+        peer: PeerId,
+        track: TrackSpec,
+        subscription: SubscriptionSpec,
+    ) -> Result<(), CommandError> {
+        self.peer_entity(peer)?;
+        if self
+            .world
+            .resource::<TrackIndex>()
+            .0
+            .contains_key(&track.id)
+        {
+            return Err(CommandError::DuplicateTrack(track.id));
         }
+        let id = track.id;
+        let entity = self.spawn_track(track, None, false);
+        let made = self.subscribe(
+            peer,
+            SubscriptionSpec {
+                track: id,
+                ..subscription
+            },
+        );
+        if made.is_err() {
+            self.world.despawn(entity);
+        }
+        made
+    }
+
+    /// Sends `packet` (a plaintext RTP packet the owner made) on the local source
+    /// `track` to its receivers, at `now`: cached for their NACKs and written out in
+    /// this call's tick, each receiver's header rewritten as for any subscription.
+    pub fn send_rtp(
+        &mut self,
+        now: Time,
+        track: TrackId,
+        packet: Bytes,
+    ) -> Result<(), CommandError> {
+        let entity = *self
+            .world
+            .resource::<TrackIndex>()
+            .0
+            .get(&track)
+            .ok_or(CommandError::UnknownTrack(track))?;
+        let Ok(header) = RtpHeader::parse(&packet) else {
+            return Err(CommandError::MalformedRtp);
+        };
+        let Some(mut t) = self.world.get_mut::<Track>(entity) else {
+            return Err(CommandError::UnknownTrack(track));
+        };
+        if t.publisher.is_some() {
+            return Err(CommandError::NotLocal(track));
+        }
+        let seq = t.stats.note(header.sequence_number);
+        t.cache.insert(seq, packet.clone());
+        let subscribers = t.subscribers.clone();
+        let audio_level = t.spec.extensions.audio_level;
+        let mut out = self.world.resource_mut::<MediaOut>();
+        for subscription in subscribers {
+            out.0.push(Outgoing::Forward {
+                subscription,
+                packet: packet.clone(),
+                seq,
+                audio_level,
+            });
+        }
+        self.handle_timeout(now);
         Ok(())
     }
 
@@ -105,7 +200,7 @@ impl Shard {
             .0
             .get(&spec.track)
             .ok_or(CommandError::UnknownTrack(spec.track))?;
-        if self.world.get::<Track>(track).map(|t| t.publisher) == Some(subscriber) {
+        if self.world.get::<Track>(track).and_then(|t| t.publisher) == Some(subscriber) {
             return Err(CommandError::OwnTrack(spec.track));
         }
         let media = self.peer_media(subscriber);
@@ -173,6 +268,7 @@ impl Shard {
 
     /// How many tracks and subscriptions the shard holds (for tests and reports).
     pub fn media_counts(&mut self) -> (usize, usize) {
+        self.world.flush();
         let tracks = self.world.query::<&Track>().iter(&self.world).count();
         let subs = self
             .world

@@ -11,10 +11,14 @@
 //!
 //! `shoal-bench udp`: the loopback UDP ceiling under `flow`: the same batched socket
 //! I/O carrying the same datagrams with nothing above it.
+//!
+//! `shoal-bench srtp`: SRTP and SRTCP protect and unprotect per packet and profile, and
+//! the crypto backends beneath them.
 
 mod dtls;
 mod flow;
 mod ice;
+mod srtp;
 mod udp;
 
 use std::process::ExitCode;
@@ -25,6 +29,7 @@ fn main() -> ExitCode {
         Some("dtls") => dtls::run(&args[1..]),
         Some("flow") => flow::run(&args[1..]),
         Some("ice") => ice::run(&args[1..]),
+        Some("srtp") => srtp::run(&args[1..]),
         Some("udp") => udp::run(&args[1..]),
         Some("--help" | "-h" | "help") => {
             println!("{USAGE}");
@@ -42,6 +47,7 @@ const USAGE: &str = "usage: shoal-bench <benchmark> [options]\n\n\
      dtls [--records N]                          DTLS record seal/open throughput, both suites\n  \
      flow                                        data-channel throughput over loopback UDP (FLOW_* env)\n  \
      ice [--peers N] [--checks N] [--batch N]   STUN checks answered per second by one shard\n  \
+     srtp [--packets N]                          SRTP/SRTCP protect and unprotect per packet, all profiles\n  \
      udp [--size B] [--mib N] [--window-kib K]   loopback UDP ceiling with shoal's batched I/O";
 
 /// Reads `--name value` from `args`, or `default`.

@@ -1,6 +1,6 @@
 //! SRTP and SRTCP against numbers shoal did not produce: the test vectors of RFC 3711
-//! Appendix B (AES-CM keystream, key derivation) and RFC 7714 §16-17 (AES-GCM for RTP
-//! and RTCP), libsrtp's own reference packets (its `srtp_validate` and
+//! Appendix B (AES-CM keystream, key derivation), RFC 6188 §7.2 (the AES-256 PRF) and
+//! RFC 7714 §16-17 (AES-GCM for RTP and RTCP), libsrtp's own reference packets (its `srtp_validate` and
 //! `srtp_validate_gcm`), and packets libsrtp 2.7.0 protected through pylibsrtp 1.0.0
 //! (`scripts/srtp-vectors/generate.py`). Then the rules the vectors cannot show:
 //! tampering, replay, the rollover counter across a wrap, and the SRTCP index and E bit.
@@ -104,6 +104,41 @@ fn rfc3711_b3_key_derivation() {
              6371C10C9A369AC2F94A8C5FBCDDDC25
              6D6E919A48B610EF17C2041E47403576
              6B68642C59BBFC2F34DB60DBDFB2")[..]
+    );
+}
+
+/// RFC 6188 §7.2: the AES_256_CM_PRF test case, a 256-bit master key with the 112-bit
+/// salt: the PRF that RFC 7714 §11 names for AEAD_AES_256_GCM.
+#[test]
+fn rfc6188_aes_256_cm_prf() {
+    let master_key = hex("f0f04914b513f2763a1b1fa130f10e29 98f6f6e43e4309d1e622a0e332b9f1b6");
+    let master_salt = hex("3b04803de51ee7c96423ab5b78d2");
+    let mut cipher_key = [0u8; 32];
+    kdf::aes_cm_prf(
+        &master_key,
+        &master_salt,
+        label::RTP_ENCRYPTION,
+        &mut cipher_key,
+    )
+    .unwrap();
+    assert_eq!(
+        cipher_key[..],
+        hex("5ba1064e30ec51613cad926c5a28ef73 1ec7fb397f70a960653caf06554cd8c4")[..]
+    );
+    let mut cipher_salt = [0u8; 14];
+    kdf::aes_cm_prf(&master_key, &master_salt, label::RTP_SALT, &mut cipher_salt).unwrap();
+    assert_eq!(cipher_salt[..], hex("fa31791685ca444a9e07c6c64e93")[..]);
+    let mut auth_key = [0u8; 20];
+    kdf::aes_cm_prf(
+        &master_key,
+        &master_salt,
+        label::RTP_AUTHENTICATION,
+        &mut auth_key,
+    )
+    .unwrap();
+    assert_eq!(
+        auth_key[..],
+        hex("fd9c32d39ed5fbb5a9dc96b30818454d1313dc05")[..]
     );
 }
 

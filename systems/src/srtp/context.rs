@@ -39,7 +39,7 @@ pub struct SrtpConfig {
     /// SSRCs a context tracks, counted separately for SRTP and SRTCP. A packet of one
     /// more SSRC fails with [`SrtpError::TooManySsrcs`]; [`SrtpInbound::forget_ssrc`]
     /// and [`SrtpOutbound::forget_ssrc`] make room. Each SRTP SSRC costs about 150
-    /// bytes (its 1024-bit replay list), each SRTCP one about 40.
+    /// bytes (its 1024-bit replay list), each SRTCP one under 40.
     pub max_ssrcs: usize,
     /// Let the sender protect an SRTP index it already protected (a retransmission of
     /// the identical packet without RTX). Off by default: under AES-GCM a repeated index
@@ -375,7 +375,9 @@ impl SrtpInbound {
     }
 
     /// Drops an SSRC's SRTP and SRTCP state (its stream ended), making room for another.
-    /// A later packet of it starts afresh at ROC 0.
+    /// A later packet of it starts afresh at ROC 0, and its replay lists go too: old
+    /// packets of it would be accepted once more, so forget only SSRCs whose stream has
+    /// ended (an RTCP BYE, a removed track).
     pub fn forget_ssrc(&mut self, ssrc: u32) {
         self.rtp.remove(&ssrc);
         self.rtcp.remove(&ssrc);

@@ -1,5 +1,5 @@
 //! Session keys from master keys: the AES-CM PRF of RFC 3711 §4.3 (with AES-256 for
-//! 256-bit master keys, RFC 6188 §7), and the AES counter-mode keystream it is built on
+//! 256-bit master keys: the AES_256_CM_PRF of RFC 6188), and the AES counter-mode keystream it is built on
 //! (RFC 3711 §4.1.1). Public so that the RFC's own test vectors can reach them; the
 //! contexts call them once, when they are built, never per packet.
 
@@ -55,7 +55,7 @@ pub fn aes_cm_apply_keystream(key: &[u8], iv: &[u8; 16], data: &mut [u8]) -> Res
 /// `master_salt` is 14 bytes for AES-CM profiles. For the AEAD profiles it is 12 bytes
 /// and is multiplied by 2^16 into the 112-bit salt the PRF takes (RFC 7714 §11 as
 /// corrected by verified erratum 4938): padded with two zero bytes on the right. A
-/// 32-byte master key runs the PRF on AES-256 (RFC 6188 §7, which RFC 7714 §11 names
+/// 32-byte master key runs the PRF on AES-256 (RFC 6188's AES_256_CM_PRF, which RFC 7714 §11 names
 /// for AEAD_AES_256_GCM).
 pub fn aes_cm_prf(
     master_key: &[u8],

@@ -11,8 +11,8 @@
 //! what the DTLS client writes and one for what the server writes. [`SrtpSession::new`]
 //! picks by shoal's DTLS role: the peer's write key keys the [`SrtpInbound`] context,
 //! shoal's own keys the [`SrtpOutbound`] one. Each context derives its session keys
-//! once (the AES-CM PRF of RFC 3711 §4.3, on AES-256 for 256-bit master keys, RFC 6188
-//! §7 and RFC 7714 §11) and keeps the keyed ciphers: the AES key schedule and the HMAC
+//! once (the AES-CM PRF of RFC 3711 §4.3, on AES-256 for 256-bit master keys: RFC
+//! 6188's AES_256_CM_PRF, as RFC 7714 §11 asks) and keeps the keyed ciphers: the AES key schedule and the HMAC
 //! state after the key for AES-CM, ring's AES-GCM key for the AEAD profiles. Per packet
 //! it clones the prepared HMAC state and nothing else.
 //!

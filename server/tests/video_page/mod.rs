@@ -1,0 +1,96 @@
+//! A video-call page for the Chromium interop tests: joins a room over the `/signal`
+//! WebSocket with the fake camera and microphone, answers every offer shoal sends,
+//! and reports what it receives from getStats().
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+
+/// Joins the room over `/signal` with fake camera and microphone, answers every offer
+/// shoal sends, and keeps `window.shoal` up to date.
+pub fn join_script(room: &str, me: &str) -> String {
+    format!(
+        r#"(async () => {{
+  const me = "{me}";
+  const pc = new RTCPeerConnection({{ iceServers: [] }});
+  const stream = await navigator.mediaDevices.getUserMedia({{ audio: true, video: {{ width: 320, height: 240 }} }});
+  for (const t of stream.getTracks()) pc.addTrack(t, stream);
+  pc.createDataChannel("chat");
+  const state = {{ me, errors: [], offers: 0, tracks: [] }};
+  window.shoal = {{ pc, state }};
+  pc.ontrack = (e) => state.tracks.push(e.track.kind + "/" + e.streams.map((s) => s.id).join(","));
+  const ws = new WebSocket(`ws://${{window.location.host}}/signal`);
+  await new Promise((ok, fail) => {{ ws.onopen = ok; ws.onerror = fail; }});
+  // One description at a time, in the order they came.
+  let chain = Promise.resolve();
+  let answered;
+  const gotAnswer = new Promise((ok) => (answered = ok));
+  ws.onmessage = (e) => {{
+    const m = JSON.parse(e.data);
+    if (m.error) state.errors.push(JSON.stringify(m.error));
+    if (m.answer) chain = chain.then(() => pc.setRemoteDescription({{ type: "answer", sdp: m.answer.sdp }})).then(answered);
+    if (m.offer) chain = chain.then(async () => {{
+      state.offers++;
+      await pc.setRemoteDescription({{ type: "offer", sdp: m.offer.sdp }});
+      await pc.setLocalDescription(await pc.createAnswer());
+      ws.send(JSON.stringify({{ answer: {{ sdp: pc.localDescription.sdp }} }}));
+    }}).catch((err) => state.errors.push(String(err)));
+  }};
+  ws.send(JSON.stringify({{ join: {{ room: "{room}", identity: me }} }}));
+  await pc.setLocalDescription(await pc.createOffer());
+  ws.send(JSON.stringify({{ offer: {{ sdp: pc.localDescription.sdp }} }}));
+  await gotAnswer;
+  return "joined";
+}})()"#
+    )
+}
+
+/// The page's receive side, from getStats(): frames decoded of the remote video (in
+/// all and per stream), packets received of the remote audio (in all, and how many
+/// audio streams have any).
+pub const STATS: &str = r#"(async () => {
+  const r = { framesDecoded: 0, audioPackets: 0, videoPackets: 0, videoFrames: [], audioStreams: 0 };
+  const stats = await window.shoal.pc.getStats();
+  stats.forEach((s) => {
+    if (s.type !== "inbound-rtp") return;
+    if (s.kind === "video") {
+      r.framesDecoded += s.framesDecoded || 0;
+      r.videoPackets += s.packetsReceived || 0;
+      r.videoFrames.push(s.framesDecoded || 0);
+    }
+    if (s.kind === "audio") {
+      r.audioPackets += s.packetsReceived || 0;
+      if ((s.packetsReceived || 0) > 0) r.audioStreams++;
+    }
+  });
+  r.state = window.shoal.state;
+  r.connection = window.shoal.pc.connectionState;
+  return r;
+})()"#;
+
+/// `v[key]` as a count (0 when absent).
+pub fn count(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or(0)
+}
+
+/// The kinds and stream ids of the tracks the page's `ontrack` saw, sorted.
+pub fn tracks(v: &Value) -> Vec<String> {
+    let mut t: Vec<String> = v["state"]["tracks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_str().map(str::to_owned))
+        .collect();
+    t.sort();
+    t
+}
+
+/// How many of the page's incoming video streams decoded at least `frames` frames.
+pub fn videos_decoding(v: &Value, frames: u64) -> usize {
+    v["videoFrames"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f.as_u64().unwrap_or(0) >= frames)
+        .count()
+}

@@ -1,0 +1,185 @@
+//! Media in the simulated network: a server shard, client endpoints connected to it
+//! over SRTP, what negotiation would set up (a publisher's local source, the server's
+//! track and subscriptions, subscribers receiving), and the publisher's packets.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use shoal_components::media::{
+    ExtensionIds, FeedbackKinds, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
+};
+use shoal_components::peer::PeerId;
+use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
+use shoal_server::sim::{LinkConfig, Sim};
+use shoal_systems::Command;
+use shoal_systems::dtls::DtlsRole;
+
+pub const SRV: &str = "10.0.0.1:7100";
+/// Payload types as negotiated: VP8 and its RTX (RFC 4588).
+pub const PT: u8 = 96;
+pub const RTX_PT: u8 = 97;
+/// The publisher's SSRCs on the wire.
+pub const PUB_SSRC: u32 = 0x1000;
+pub const PUB_RTX: u32 = 0x1001;
+/// The server's track id and the clients' ids for their streams.
+pub const TRACK: TrackId = TrackId(7);
+pub const SOURCE: TrackId = TrackId(1);
+pub const RECEIVED: TrackId = TrackId(2);
+/// Packets the publisher sends: 100 a second for 10 s.
+pub const PACKETS: u16 = 1000;
+pub const INTERVAL: Duration = Duration::from_millis(10);
+
+pub fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+pub fn cli(i: u64) -> SocketAddr {
+    SocketAddr::from(([10, 0, 1, i as u8], 50_000))
+}
+
+pub fn nack_feedback() -> FeedbackKinds {
+    FeedbackKinds {
+        nack: true,
+        pli: true,
+        fir: false,
+    }
+}
+
+/// A video stream as the publisher's negotiation describes it.
+pub fn track_spec(id: TrackId, ssrc: u32, rtx: u32) -> TrackSpec {
+    TrackSpec {
+        id,
+        kind: TrackKind::Video,
+        mid: "0".into(),
+        ssrc: Some(ssrc),
+        rtx_ssrc: Some(rtx),
+        payload_type: PT,
+        rtx_payload_type: Some(RTX_PT),
+        clock_rate: 90_000,
+        extensions: ExtensionIds::default(),
+        feedback: nack_feedback(),
+    }
+}
+
+/// A stream as the receiving side's negotiation describes it.
+pub fn subscription(track: TrackId, ssrc: u32, rtx: u32) -> SubscriptionSpec {
+    SubscriptionSpec {
+        track,
+        mid: "0".into(),
+        ssrc,
+        rtx_ssrc: Some(rtx),
+        payload_type: PT,
+        rtx_payload_type: Some(RTX_PT),
+        extensions: ExtensionIds::default(),
+        feedback: nack_feedback(),
+    }
+}
+
+/// Packet `i` of the publisher: its index and a pattern in the payload.
+pub fn packet(i: u16) -> Bytes {
+    let mut payload = BytesMut::new();
+    payload.put_u16(i);
+    for k in 0..(200 + usize::from(i % 700)) {
+        payload.put_u8((usize::from(i) + k) as u8);
+    }
+    let mut out = BytesMut::new();
+    let fields = RtpFields {
+        marker: i % 5 == 4,
+        payload_type: PT,
+        sequence_number: i.wrapping_add(40_000),
+        timestamp: u32::from(i / 5) * 3000,
+        ssrc: 0xABCD,
+    };
+    let mut w = RtpWriter::new(&mut out, &fields, &[]);
+    w.payload(&payload);
+    w.finish(0);
+    out.freeze()
+}
+
+/// Whether `p`'s payload is packet `i`'s, intact.
+pub fn intact(p: &RtpPacket<'_>) -> Option<u16> {
+    let payload = p.payload();
+    let i = u16::from_be_bytes([*payload.first()?, *payload.get(1)?]);
+    let want = packet(i);
+    let want = RtpPacket::parse(&want).ok()?;
+    (want.payload() == payload && p.header().payload_type == PT).then_some(i)
+}
+
+/// The server's SSRC and RTX SSRC for subscriber `i`.
+pub fn subscriber_ssrcs(i: u64) -> (u32, u32) {
+    (0x2000 + i as u32 * 2, 0x2001 + i as u32 * 2)
+}
+
+/// A server shard at SRV and client shards 1 (the publisher) to `1 + subscribers`,
+/// every link `link` both ways, DTLS (and so SRTP) up everywhere, and the publisher's
+/// video forwarded to every subscriber as negotiation would set it up.
+pub fn media_sim(seed: u64, link: &LinkConfig, subscribers: u64) -> Sim {
+    let mut sim = Sim::new(seed);
+    sim.add_shard(addr(SRV));
+    let last = 1 + subscribers;
+    for i in 1..=last {
+        sim.add_shard(cli(i));
+        sim.set_link_both(addr(SRV), cli(i), link.clone());
+        sim.connect_dtls(addr(SRV), cli(i), PeerId(i), DtlsRole::Server)
+            .unwrap();
+    }
+    sim.run_until(
+        |s| {
+            (1..=last).all(|i| {
+                s.shard(cli(i)).dtls_connected(PeerId(i))
+                    && s.shard(addr(SRV)).dtls_connected(PeerId(i))
+            })
+        },
+        Duration::from_secs(60),
+    )
+    .unwrap_or_else(|e| panic!("seed {seed}: DTLS not up: {e}"));
+    sim.command(
+        cli(1),
+        Command::AddSource {
+            peer: PeerId(1),
+            track: track_spec(SOURCE, 0xABCD, 0xABCE),
+            subscription: subscription(SOURCE, PUB_SSRC, PUB_RTX),
+        },
+    )
+    .unwrap();
+    sim.command(
+        addr(SRV),
+        Command::Publish {
+            peer: PeerId(1),
+            track: track_spec(TRACK, PUB_SSRC, PUB_RTX),
+        },
+    )
+    .unwrap();
+    for i in 2..=last {
+        let (ssrc, rtx) = subscriber_ssrcs(i);
+        sim.command(
+            addr(SRV),
+            Command::Subscribe {
+                peer: PeerId(i),
+                subscription: subscription(TRACK, ssrc, rtx),
+            },
+        )
+        .unwrap();
+        sim.command(
+            cli(i),
+            Command::Receive {
+                peer: PeerId(i),
+                track: track_spec(RECEIVED, ssrc, rtx),
+            },
+        )
+        .unwrap();
+    }
+    sim.drain_events().count();
+    sim
+}
+
+/// The client index of a client shard's address.
+pub fn cli_index(at: SocketAddr) -> u64 {
+    match at.ip() {
+        std::net::IpAddr::V4(v4) => u64::from(v4.octets()[3]),
+        std::net::IpAddr::V6(_) => 0,
+    }
+}

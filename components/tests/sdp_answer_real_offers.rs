@@ -1,15 +1,25 @@
-//! shoal's SDP answer (RFC 8829 §5.3.1) to the offers that headless Chromium 156 and
-//! aiortc 1.16 really wrote (`tests/fixtures/sdp/`, see `sdp_roundtrip_real_offers.rs`):
-//! every attribute the answer must carry, the rejected media sections, and that the
-//! answer parses back to the same model.
+//! shoal's first answer (RFC 8829 §5.3.1, `sdp::Negotiation`) to the offers that
+//! headless Chromium 156 and aiortc 1.16 really wrote (`tests/fixtures/sdp/`, see
+//! `sdp_roundtrip_real_offers.rs`): every transport attribute the answer must carry,
+//! the data section, the sections it takes or rejects, the errors, and that the answer
+//! parses back to the same model. What the media sections carry is
+//! `sdp_negotiation.rs`'s subject.
 
 use std::net::SocketAddr;
 
 use shoal_components::sdp::{
-    Answer, AnswerError, AnswerParams, Attribute, CandidateType, DEFAULT_REMOTE_MAX_MESSAGE_SIZE,
-    Direction, HOST_PRIORITY, HashFunction, MediaDescription, MediaKind, PROTO_DTLS_SCTP,
-    SessionDescription, Setup, answer,
+    AnswerParams, Answered, Attribute, CandidateType, DEFAULT_REMOTE_MAX_MESSAGE_SIZE, Direction,
+    HOST_PRIORITY, HashFunction, MediaDescription, MediaKind, Negotiation, NegotiationError,
+    PROTO_DTLS_SCTP, SessionDescription, Setup,
 };
+
+/// A new session's answer to `offer`, with no room tracks to place.
+fn answer(
+    offer: &SessionDescription,
+    params: &AnswerParams<'_>,
+) -> Result<Answered, NegotiationError> {
+    Negotiation::new(params.session_id).answer(offer, params, &[], &mut || 1)
+}
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sdp");
 const UFRAG: &str = "sHoAlUfRaG012345";
@@ -32,7 +42,7 @@ fn params(candidate: SocketAddr) -> AnswerParams<'static> {
     }
 }
 
-fn answer_to(name: &str) -> (SessionDescription, Answer) {
+fn answer_to(name: &str) -> (SessionDescription, Answered) {
     let offer = fixture(name);
     let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
     let a = answer(&offer, &params(addr)).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -90,7 +100,7 @@ fn assert_data_section(name: &str, m: &MediaDescription, offer: &MediaDescriptio
     assert_eq!(m.max_message_size(), Some(262_144), "{name}");
 }
 
-fn assert_session(name: &str, a: &Answer, offer: &SessionDescription, bundle: &[&str]) {
+fn assert_session(name: &str, a: &Answered, offer: &SessionDescription, bundle: &[&str]) {
     assert!(a.sdp.ice_lite(), "{name}: a=ice-lite at session level");
     assert_eq!(
         a.sdp.media.len(),
@@ -99,20 +109,23 @@ fn assert_session(name: &str, a: &Answer, offer: &SessionDescription, bundle: &[
     );
     let group = a.sdp.bundle_mids().expect("a BUNDLE group");
     assert_eq!(group, bundle, "{name}: BUNDLE");
-    assert_eq!(a.setup, Setup::Passive);
+    assert_eq!(a.transport.setup, Setup::Passive);
     assert_eq!(a.sdp.origin.username, "-");
     // The remote side's facts, as the shard needs them.
     let first = &offer.media[0];
     let (ufrag, pwd) = offer.ice_credentials_for(first).unwrap();
     assert_eq!(
-        (a.remote_ufrag.as_str(), a.remote_pwd.as_str()),
+        (a.transport.ufrag.as_str(), a.transport.pwd.as_str()),
         (ufrag, pwd)
     );
     let fp = offer
         .fingerprints_for(first)
         .find(|f| f.hash == HashFunction::Sha256)
         .unwrap();
-    assert_eq!(a.remote_fingerprint_sha256.as_slice(), fp.bytes.as_slice());
+    assert_eq!(
+        a.transport.fingerprint_sha256.as_slice(),
+        fp.bytes.as_slice()
+    );
 }
 
 #[test]
@@ -126,50 +139,51 @@ fn data_only_offers_are_accepted() {
 }
 
 #[test]
-fn media_sections_are_rejected_except_the_tagged_one() {
+fn media_sections_are_taken_with_the_transport() {
     for name in [
         "chromium156_av_data_offer.sdp",
         "aiortc116_av_data_offer.sdp",
     ] {
         let (offer, a) = answer_to(name);
-        // Audio (mid 0) is the offerer-tagged section: RFC 8843 §7.3.3 forbids
-        // rejecting it, so it stays in the group, inactive, carrying the transport.
-        assert_session(name, &a, &offer, &["0", "2"]);
-        let audio = &a.sdp.media[0];
-        assert_eq!(audio.kind, MediaKind::Audio);
-        assert_transport(name, audio, &offer.media[0]);
-        assert_eq!(audio.direction(), Some(Direction::Inactive), "{name}");
-        assert_eq!(audio.formats.len(), 1, "{name}: one common format");
-        let pt: u8 = audio.formats[0].parse().unwrap();
-        assert!(offer.media[0].payload_types().any(|p| p == pt), "{name}");
-        let codec = audio.rtpmap(pt).expect("its rtpmap");
-        assert!(!codec.is("rtx") && !codec.is("red"), "{name}: {codec}");
-        assert_eq!(audio.rtpmaps().count(), 1, "{name}");
-        // Video is rejected: port 0, its mid kept, nothing else, out of BUNDLE.
-        let video = &a.sdp.media[1];
-        assert_eq!(video.kind, MediaKind::Video);
-        assert_eq!(video.port, 0, "{name}: rejected");
-        assert_eq!(video.proto, offer.media[1].proto);
-        assert_eq!(video.formats, offer.media[1].formats, "{name}");
-        assert_eq!(video.attributes, [Attribute::Mid("1".into())], "{name}");
+        assert_session(name, &a, &offer, &["0", "1", "2"]);
+        for (i, kind) in [(0, MediaKind::Audio), (1, MediaKind::Video)] {
+            let m = &a.sdp.media[i];
+            assert_eq!(m.kind, kind);
+            assert_transport(name, m, &offer.media[i]);
+            // Sent by the offerer, received by shoal; codecs from the offer.
+            assert_eq!(m.direction(), Some(Direction::RecvOnly), "{name}");
+            for pt in m.payload_types() {
+                assert!(offer.media[i].payload_types().any(|p| p == pt), "{name}");
+            }
+        }
         assert_data_section(name, &a.sdp.media[2], &offer.media[2]);
         assert_eq!(a.data_mid.as_deref(), Some("2"));
     }
 }
 
 #[test]
-fn media_only_offers_are_refused() {
+fn media_only_offers_are_taken() {
+    // Simulcast is not negotiated (no a=simulcast in the answer, RFC 8853 §5.3): the
+    // sender sends one stream.
     let offer = fixture("chromium156_simulcast_offer.sdp");
     let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    let a = answer(&offer, &params(addr)).unwrap();
+    assert_eq!(a.data_mid, None);
+    assert!(a.sdp.media.iter().all(|m| m.simulcast().is_none()));
+    assert!(a.sdp.media.iter().all(|m| m.port == 7100));
+    // Every section disabled: nothing to answer.
+    let mut none = offer.clone();
+    for m in &mut none.media {
+        m.port = 0;
+    }
     assert_eq!(
-        answer(&offer, &params(addr)),
-        Err(AnswerError::NoUsableSection)
+        answer(&none, &params(addr)),
+        Err(NegotiationError::NoUsableSection)
     );
 }
 
 #[test]
-fn a_data_section_that_is_not_tagged_rejects_other_media() {
-    // The data section first: audio and video are plain rejections.
+fn a_data_section_first_is_the_bundle_tag() {
     let mut offer = fixture("chromium156_av_data_offer.sdp");
     let data = offer.media.remove(2);
     offer.media.insert(0, data);
@@ -180,10 +194,10 @@ fn a_data_section_that_is_not_tagged_rejects_other_media() {
     }
     let addr: SocketAddr = "[::1]:7101".parse().unwrap();
     let a = answer(&offer, &params(addr)).unwrap();
-    assert_eq!(a.sdp.bundle_mids().unwrap(), ["2"]);
+    assert_eq!(a.sdp.bundle_mids().unwrap(), ["2", "0", "1"]);
     assert_eq!(a.sdp.media[0].port, 7101);
     assert_eq!(a.sdp.media[0].connections[0].addr_type, "IP6");
-    assert_eq!((a.sdp.media[1].port, a.sdp.media[2].port), (0, 0));
+    assert_eq!(a.sdp.media[0].kind, MediaKind::Application);
 }
 
 fn edited(name: &str, keep: impl Fn(&Attribute) -> bool) -> SessionDescription {
@@ -205,13 +219,13 @@ fn offers_missing_what_shoal_needs_are_refused() {
         );
         assert_eq!(
             answer(&no_sha256, &params(addr)),
-            Err(AnswerError::MissingSha256Fingerprint),
+            Err(NegotiationError::MissingSha256Fingerprint),
             "{name}"
         );
         let no_pwd = edited(name, |a| !matches!(a, Attribute::IcePwd(_)));
         assert_eq!(
             answer(&no_pwd, &params(addr)),
-            Err(AnswerError::MissingIceCredentials),
+            Err(NegotiationError::MissingIceCredentials),
             "{name}"
         );
         let hold = {
@@ -225,10 +239,13 @@ fn offers_missing_what_shoal_needs_are_refused() {
             }
             o
         };
-        assert_eq!(answer(&hold, &params(addr)), Err(AnswerError::HoldConn));
+        assert_eq!(
+            answer(&hold, &params(addr)),
+            Err(NegotiationError::HoldConn)
+        );
     }
     // The error says what is wrong in words a developer can act on.
-    let message = AnswerError::MissingSha256Fingerprint.to_string();
+    let message = NegotiationError::MissingSha256Fingerprint.to_string();
     assert!(message.contains("sha-256"), "{message}");
 }
 
@@ -242,7 +259,7 @@ fn a_passive_offer_makes_shoal_the_dtls_client() {
         }
     }
     let a = answer(&offer, &params(addr)).unwrap();
-    assert_eq!(a.setup, Setup::Active);
+    assert_eq!(a.transport.setup, Setup::Active);
     assert_eq!(a.sdp.media[0].setup(), Some(Setup::Active));
 }
 
@@ -311,7 +328,7 @@ fn with_disabled(mids: &[&str]) -> SessionDescription {
 fn a_disabled_first_bundle_mid_is_answered_with_port_0_and_not_tagged() {
     let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
     // Audio (the first mid) disabled: RFC 3264 §8.2 answers it with port 0, and RFC
-    // 8843 §7.3.1 passes over it to video, which becomes the kept, inactive tag.
+    // 8843 §7.3.1 passes over it to video, which becomes the tag.
     let offer = with_disabled(&["0"]);
     let a = answer(&offer, &params(addr)).unwrap();
     assert_eq!(a.sdp.bundle_mids().unwrap(), ["1", "2"]);
@@ -324,11 +341,11 @@ fn a_disabled_first_bundle_mid_is_answered_with_port_0_and_not_tagged() {
     let video = &a.sdp.media[1];
     assert_eq!(video.kind, MediaKind::Video);
     assert_transport("video tag", video, &offer.media[1]);
-    assert_eq!(video.direction(), Some(Direction::Inactive));
+    assert_eq!(video.direction(), Some(Direction::RecvOnly));
     assert_data_section("data", &a.sdp.media[2], &offer.media[2]);
     // The offerer's facts come from the tagged (video) section.
     let (ufrag, _) = offer.ice_credentials_for(&offer.media[1]).unwrap();
-    assert_eq!(a.remote_ufrag, ufrag);
+    assert_eq!(a.transport.ufrag, ufrag);
 
     // Audio and video both disabled: the data section is the tag, alone in the group.
     let offer = with_disabled(&["0", "1"]);
@@ -371,43 +388,44 @@ fn a_bundle_only_data_section_is_accepted_with_a_real_port() {
     assert!(offer.media[1].bundle_only() && offer.media[1].port == 0);
     let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
     let a = answer(&offer, &params(addr)).unwrap();
-    // The audio section is the tag, kept inactive; the data section rides on it.
+    // The audio section is the tag (and published); the data section rides on it.
     assert_eq!(a.sdp.bundle_mids().unwrap(), ["a0", "d1"]);
     assert_eq!(a.sdp.media[0].port, 7100);
-    assert_eq!(a.sdp.media[0].direction(), Some(Direction::Inactive));
+    assert_eq!(a.sdp.media[0].direction(), Some(Direction::RecvOnly));
+    assert_eq!(a.sdp.media[0].formats, ["109"]);
     assert_data_section("max-bundle", &a.sdp.media[1], &offer.media[1]);
     assert_eq!(a.data_mid.as_deref(), Some("d1"));
     // The transport is the tagged section's (and the session's fingerprint).
     assert_eq!(
-        (a.remote_ufrag.as_str(), a.remote_pwd.as_str()),
+        (a.transport.ufrag.as_str(), a.transport.pwd.as_str()),
         ("ffffffff", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
     );
-    assert_eq!(a.remote_fingerprint_sha256, [0xAB; 32]);
+    assert_eq!(a.transport.fingerprint_sha256, [0xAB; 32]);
     assert_eq!(a.remote_max_message_size, 1_073_741_823);
 }
 
 #[test]
-fn a_port_0_data_section_is_refused_unless_bundle_only_with_a_tag() {
+fn a_port_0_data_section_is_rejected_unless_bundle_only_with_a_tag() {
     let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
-    // Port 0 without bundle-only disables the section (RFC 8843 §7.3, RFC 3264 §8.2).
+    // Port 0 without bundle-only disables the section (RFC 8843 §7.3, RFC 3264 §8.2):
+    // the audio is answered, the data section rejected.
     let disabled = MAX_BUNDLE_OFFER.replace("a=bundle-only\r\n", "");
     let offer = SessionDescription::parse(&disabled).unwrap();
-    assert_eq!(
-        answer(&offer, &params(addr)),
-        Err(AnswerError::NoUsableSection)
-    );
+    let a = answer(&offer, &params(addr)).unwrap();
+    assert_eq!(a.data_mid, None);
+    assert_eq!(a.sdp.media[1].port, 0);
+    assert_eq!(a.sdp.bundle_mids().unwrap(), ["a0"]);
     // Bundle-only, but no section of the group has a port: nothing to ride on.
     let no_tag = MAX_BUNDLE_OFFER.replace("m=audio 9 ", "m=audio 0 ");
     let offer = SessionDescription::parse(&no_tag).unwrap();
     assert_eq!(
         answer(&offer, &params(addr)),
-        Err(AnswerError::NoUsableSection)
+        Err(NegotiationError::NoUsableSection)
     );
-    // Bundle-only, but out of the BUNDLE group.
+    // Bundle-only, but out of the BUNDLE group: rejected.
     let unbundled = MAX_BUNDLE_OFFER.replace("a=group:BUNDLE a0 d1", "a=group:BUNDLE a0");
     let offer = SessionDescription::parse(&unbundled).unwrap();
-    assert_eq!(
-        answer(&offer, &params(addr)),
-        Err(AnswerError::NoUsableSection)
-    );
+    let a = answer(&offer, &params(addr)).unwrap();
+    assert_eq!(a.data_mid, None);
+    assert_eq!(a.sdp.media[1].port, 0);
 }

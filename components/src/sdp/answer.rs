@@ -1,37 +1,31 @@
-//! The answer shoal writes to an offer (RFC 8829 §5.3.1, JSEP's initial answer), as a
-//! pure function: what the shard will be told (the offerer's ICE credentials, its
-//! SHA-256 certificate fingerprint and shoal's DTLS role) comes out with it.
+//! What every description shoal writes has in common: its parameters
+//! ([`AnswerParams`]), the transport attributes of an accepted section, the data
+//! channel section, and the shapes of a rejected or transport-only section. The
+//! descriptions themselves come from [`super::Negotiation`].
 //!
 //! shoal is an ICE-lite (RFC 8445 §2.5) DTLS server with one UDP host candidate per
-//! shard, so the answer carries:
-//! - `a=ice-lite` at session level (RFC 8839 §4.2.1.4, "a lite implementation MUST
-//!   include an SDP ice-lite attribute") and `a=group:BUNDLE` with the accepted mids
-//!   when the offer bundles (RFC 8829 §5.3.1, RFC 8843 §7.3);
-//! - in each accepted section: ice-ufrag/ice-pwd, the node's `sha-256` fingerprint
-//!   (RFC 8122 §5), `a=setup` (`passive` for an `actpass` or `active` offer, `active`
-//!   for a `passive` one: RFC 8829 §5.3.1 makes the answer's role `active` or `passive`
-//!   and consistent with the offer; shoal prefers to be the DTLS server), the shard's
-//!   host candidate and `a=end-of-candidates` (RFC 8840: nothing trickles from shoal),
-//!   and `a=rtcp-mux` when offered (RFC 8829 §5.3.1);
-//! - the data channel section (`m=application … UDP/DTLS/SCTP webrtc-datachannel`)
-//!   with `a=sctp-port` and `a=max-message-size` (RFC 8841 §5, §6).
+//! shard, so an accepted section carries:
+//! - ice-ufrag/ice-pwd, the node's `sha-256` fingerprint (RFC 8122 §5), `a=setup`
+//!   (`passive` for an `actpass` or `active` offer, `active` for a `passive` one: RFC
+//!   8829 §5.3.1 makes the answer's role `active` or `passive` and consistent with the
+//!   offer; shoal prefers to be the DTLS server), the shard's host candidate and
+//!   `a=end-of-candidates` (RFC 8840: nothing trickles from shoal), and `a=rtcp-mux`
+//!   when offered (RFC 8829 §5.3.1); `a=ice-lite` goes at session level (RFC 8839
+//!   §4.2.1.4, "a lite implementation MUST include an SDP ice-lite attribute");
+//! - for the data channel (`m=application … UDP/DTLS/SCTP webrtc-datachannel`),
+//!   `a=sctp-port` and `a=max-message-size` (RFC 8841 §5, §6).
 //!
-//! Media does not flow through shoal yet, so audio and video sections are rejected
-//! with port 0 (RFC 3264 §6, RFC 8829 §5.3.1), keeping their mid and left out of the
-//! BUNDLE group (RFC 8843 §7.3.3). One exception comes from that same section: the
-//! answerer "can not reject" the offerer-tagged section of a BUNDLE group, which RFC
-//! 8843 §7.3.1 selects as the first mid whose section does not have a zero port. When
-//! that section is audio or video and the data section is bundled with it, shoal keeps
-//! it in the group as `a=inactive` with one of the offered formats (RFC 3264 §6.1),
-//! which carries the shared transport and no media. A section offered with port 0 is
-//! disabled and answered with port 0 (RFC 3264 §8.2), even when its mid comes first in
-//! the group.
+//! A rejected section gets port 0 and its mid only (RFC 3264 §6, RFC 8843 §7.3.3).
+//! The offerer-tagged section of a BUNDLE group (RFC 8843 §7.3.1: the first mid whose
+//! section does not have a zero port) cannot be rejected; when shoal has no use for
+//! it, it stays in the group as `a=inactive` with one of the offered formats (RFC 3264
+//! §6.1), carrying the shared transport and no media.
 
 use std::net::SocketAddr;
 
 use super::{
-    Attribute, BUNDLE, Candidate, Connection, Direction, FORMAT_DATACHANNEL, Fingerprint, Group,
-    HashFunction, MediaDescription, MediaKind, Origin, PROTO_DTLS_SCTP, SessionDescription, Setup,
+    Attribute, Candidate, Connection, Direction, FORMAT_DATACHANNEL, Fingerprint, HashFunction,
+    MediaDescription, MediaKind, PROTO_DTLS_SCTP, SessionDescription, Setup,
 };
 
 /// The SCTP port shoal announces (RFC 8841 §5; every WebRTC stack uses 5000).
@@ -59,141 +53,6 @@ pub struct AnswerParams<'a> {
     pub fingerprint_sha256: [u8; 32],
     /// The `o=` session id (RFC 8829 §5.2.1: random, below 2^63).
     pub session_id: u64,
-}
-
-/// An answer and what the shard needs to know from the offer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Answer {
-    /// The answer to send back.
-    pub sdp: SessionDescription,
-    /// The offerer's ICE ufrag.
-    pub remote_ufrag: String,
-    /// The offerer's ICE password.
-    pub remote_pwd: String,
-    /// SHA-256 of the certificate the offerer must present in DTLS.
-    pub remote_fingerprint_sha256: [u8; 32],
-    /// shoal's DTLS role: `Passive` (DTLS server) or `Active` (DTLS client).
-    pub setup: Setup,
-    /// The mid of the accepted data channel section, if it has one.
-    pub data_mid: Option<String>,
-    /// The largest message the offerer accepts, which shoal must not exceed when it
-    /// sends: the data section's `a=max-message-size` (RFC 8829 §5.8.2 parses and
-    /// stores it), [`DEFAULT_REMOTE_MAX_MESSAGE_SIZE`] when absent, and `usize::MAX`
-    /// for 0, which RFC 8841 §6 gives as "no limit".
-    pub remote_max_message_size: usize,
-}
-
-/// Why an offer cannot be answered. Each is the offerer's fault (an HTTP 400).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum AnswerError {
-    /// No section shoal can accept.
-    #[error(
-        "the offer has no data channel section (m=application <port> UDP/DTLS/SCTP \
-         webrtc-datachannel with a non-zero port, or port 0 and a=bundle-only in a BUNDLE \
-         group); audio and video are not supported yet"
-    )]
-    NoUsableSection,
-    /// The accepted section has no ice-ufrag or ice-pwd (at its level or the session's).
-    #[error("the offer has no a=ice-ufrag and a=ice-pwd for its data channel section")]
-    MissingIceCredentials,
-    /// The accepted section has no `sha-256` fingerprint (shoal verifies SHA-256 only).
-    #[error("the offer has no a=fingerprint:sha-256 for its data channel section")]
-    MissingSha256Fingerprint,
-    /// `a=setup:holdconn`: the offerer wants no DTLS connection.
-    #[error("the offer says a=setup:holdconn; shoal needs a DTLS connection")]
-    HoldConn,
-}
-
-/// Answers `offer` (RFC 8829 §5.3.1); see the module documentation for the rules.
-pub fn answer(
-    offer: &SessionDescription,
-    params: &AnswerParams<'_>,
-) -> Result<Answer, AnswerError> {
-    debug_assert!((4..=256).contains(&params.ice_ufrag.len()));
-    debug_assert!((22..=256).contains(&params.ice_pwd.len()));
-    let bundle = offer.bundle_mids().unwrap_or_default();
-    let tag = offerer_tagged(offer, bundle);
-    let data = offer
-        .media
-        .iter()
-        .position(|m| is_data_section(m, bundle, tag.is_some()))
-        .ok_or(AnswerError::NoUsableSection)?;
-    let data_mid = offer.media.get(data).and_then(|m| m.mid());
-    let data_bundled = data_mid.is_some_and(|mid| bundle.iter().any(|b| b == mid));
-    // RFC 8843 §7.2.1: the group's first mid suggests the section whose transport the
-    // whole group uses; §7.3.3: the answerer cannot reject the one it selects.
-    let tagged = tag.filter(|_| data_bundled);
-    let transport_index = tagged.unwrap_or(data);
-    let transport = offer
-        .media
-        .get(transport_index)
-        .ok_or(AnswerError::NoUsableSection)?;
-
-    let (remote_ufrag, remote_pwd) = offer
-        .ice_credentials_for(transport)
-        .ok_or(AnswerError::MissingIceCredentials)?;
-    let remote_fingerprint_sha256 = offer
-        .fingerprints_for(transport)
-        .find(|f| f.hash == HashFunction::Sha256)
-        .and_then(|f| <[u8; 32]>::try_from(f.bytes.as_slice()).ok())
-        .ok_or(AnswerError::MissingSha256Fingerprint)?;
-    // RFC 4145 §4: an absent setup attribute means `active`.
-    let setup = match offer.setup_for(transport).unwrap_or(Setup::Active) {
-        Setup::ActPass | Setup::Active => Setup::Passive,
-        Setup::Passive => Setup::Active,
-        Setup::HoldConn => return Err(AnswerError::HoldConn),
-    };
-
-    let transport_attributes = TransportAttributes {
-        params,
-        setup,
-        connection: Connection::new(params.candidate.ip()),
-    };
-    let mut sdp = SessionDescription::new(Origin::new(params.session_id, 1));
-    sdp.push_attribute(Attribute::IceLite);
-    let mut accepted: Vec<&str> = Vec::new();
-    let mut sections = Vec::with_capacity(offer.media.len());
-    for (index, offered) in offer.media.iter().enumerate() {
-        let section = if index == data {
-            accepted.extend(offered.mid());
-            transport_attributes.data_section(offered)
-        } else if Some(index) == tagged {
-            accepted.extend(offered.mid());
-            transport_attributes.inactive_section(offered)
-        } else {
-            rejected_section(offered)
-        };
-        sections.push(section);
-    }
-    // RFC 8829 §5.3.1: a BUNDLE group only when one was offered, with the offered mids
-    // that were not rejected, in the offer's order but for the tagged one, which comes
-    // first: RFC 8843 §7.3.1, "the answerer BUNDLE-tag indicates the answerer tagged
-    // m= section", and it need not be the first mid offered.
-    if data_bundled {
-        let tag = transport.mid();
-        let mids: Vec<&str> = tag
-            .into_iter()
-            .chain(
-                bundle
-                    .iter()
-                    .map(String::as_str)
-                    .filter(|mid| accepted.contains(mid) && Some(*mid) != tag),
-            )
-            .collect();
-        sdp.push_attribute(Attribute::Group(Group::new(BUNDLE, &mids)));
-    }
-    for section in sections {
-        sdp.push_media(section);
-    }
-    Ok(Answer {
-        sdp,
-        remote_ufrag: remote_ufrag.to_owned(),
-        remote_pwd: remote_pwd.to_owned(),
-        remote_fingerprint_sha256,
-        setup,
-        data_mid: data_mid.map(str::to_owned),
-        remote_max_message_size: remote_max_message_size(&offer.media[data]),
-    })
 }
 
 /// The offered data section's `a=max-message-size` as a sender's limit (RFC 8841 §6;

@@ -34,8 +34,7 @@ mod tests;
 mod tests_attributes;
 
 pub use answer::{
-    Answer, AnswerError, AnswerParams, DEFAULT_REMOTE_MAX_MESSAGE_SIZE, HOST_PRIORITY,
-    MAX_MESSAGE_SIZE, SCTP_PORT, answer,
+    AnswerParams, DEFAULT_REMOTE_MAX_MESSAGE_SIZE, HOST_PRIORITY, MAX_MESSAGE_SIZE, SCTP_PORT,
 };
 pub use attribute::Attribute;
 pub use candidate::{Candidate, CandidateType, TcpType};

@@ -32,9 +32,9 @@
 //! participant's own ids and payload types wherever it offered the same thing, and
 //! otherwise picks unused ones.
 //!
-//! Transport attributes are written into every non-rejected section, as in shoal's
-//! first answer (see [`super::answer`]); JSEP endpoints, the peers shoal serves, accept
-//! them there.
+//! Transport attributes are written into every non-rejected section (see the
+//! `answer` module for what they are); the JSEP endpoints shoal serves read them
+//! there whichever section BUNDLE tags.
 
 use super::answer::{
     TransportAttributes, is_data_section, offerer_tagged, rejected_section, remote_max_message_size,
@@ -239,8 +239,10 @@ pub struct Answered {
     pub changes: Vec<Change>,
     /// The mid of the data channel section, if there is one.
     pub data_mid: Option<String>,
-    /// The largest message the participant accepts (see
-    /// [`super::Answer::remote_max_message_size`]).
+    /// The largest message the participant accepts, which shoal must not exceed when
+    /// it sends: the data section's `a=max-message-size` (RFC 8829 §5.8.2 parses and
+    /// stores it), [`super::DEFAULT_REMOTE_MAX_MESSAGE_SIZE`] when absent, and
+    /// `usize::MAX` for 0, which RFC 8841 §6 gives as "no limit".
     pub remote_max_message_size: usize,
 }
 

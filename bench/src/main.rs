@@ -14,10 +14,14 @@
 //!
 //! `shoal-bench srtp`: SRTP and SRTCP protect and unprotect per packet and profile, and
 //! the crypto backends beneath them.
+//!
+//! `shoal-bench media`: one server shard forwarding a publisher's video to N
+//! subscribers, SRTP in and out (see `media.rs`).
 
 mod dtls;
 mod flow;
 mod ice;
+mod media;
 mod srtp;
 mod udp;
 
@@ -29,6 +33,7 @@ fn main() -> ExitCode {
         Some("dtls") => dtls::run(&args[1..]),
         Some("flow") => flow::run(&args[1..]),
         Some("ice") => ice::run(&args[1..]),
+        Some("media") => media::run(&args[1..]),
         Some("srtp") => srtp::run(&args[1..]),
         Some("udp") => udp::run(&args[1..]),
         Some("--help" | "-h" | "help") => {
@@ -47,6 +52,7 @@ const USAGE: &str = "usage: shoal-bench <benchmark> [options]\n\n\
      dtls [--records N]                          DTLS record seal/open throughput, both suites\n  \
      flow                                        data-channel throughput over loopback UDP (FLOW_* env)\n  \
      ice [--peers N] [--checks N] [--batch N]   STUN checks answered per second by one shard\n  \
+     media [--subscribers N] [--packets N]       one shard forwarding video to N subscribers\n  \
      srtp [--packets N]                          SRTP/SRTCP protect and unprotect per packet, all profiles\n  \
      udp [--size B] [--mib N] [--window-kib K]   loopback UDP ceiling with shoal's batched I/O";
 

@@ -382,7 +382,7 @@ fn on_rtp(
     // Newly missing packets are NACKed at once; keyframe requests go out as soon as
     // the throttle lets them.
     let wants_feedback = track.missing.iter().any(|(_, at, _)| at.is_none())
-        || (track.keyframe_wanted && keyframe_allowed(&track, now));
+        || (track.keyframe_wanted && track.spec.feedback.pli && keyframe_allowed(&track, now));
     if wants_feedback {
         send_feedback(ctx, now, peer, &mut track, rtcp_ssrc);
     }
@@ -643,6 +643,9 @@ fn on_rtcp(
                     .push(ShardEvent::KeyframeRequested { track: t.spec.id });
                 continue;
             };
+            if !t.spec.feedback.pli {
+                continue;
+            }
             t.keyframe_wanted = true;
             if keyframe_allowed(&t, now) {
                 let rtcp_ssrc = peers

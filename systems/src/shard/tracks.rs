@@ -248,7 +248,8 @@ impl Shard {
         }
         if let Some(mut t) = self.world.get_mut::<Track>(track) {
             t.subscribers.push(entity);
-            t.keyframe_wanted = true;
+            // Only a publisher that takes PLI (RFC 4585 §4.2 `nack pli`) is asked.
+            t.keyframe_wanted = t.spec.feedback.pli;
         }
         Ok(())
     }

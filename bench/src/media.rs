@@ -1,0 +1,200 @@
+//! `shoal-bench media`: what one server shard spends forwarding a publisher's video to
+//! N subscribers. Client endpoints and the server shard are connected in the
+//! simulator (ICE, DTLS, SRTP keys as a browser would get them); the publisher's
+//! SRTP datagrams are then made ahead of time and fed straight to the server shard in
+//! driver-sized batches, and only that is timed: srtp_in's one decrypt per packet,
+//! the media pass's fan-out, and egress's per-subscriber header and encrypt. What the
+//! shard sends is taken and dropped, so no client work is counted.
+//!
+//! Options: `--subscribers N` (10), `--packets N` (20 000), `--size B` (1 100: an RTP
+//! payload as a browser packs video), `--batch N` (64).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use shoal_components::media::{
+    ExtensionIds, FeedbackKinds, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
+};
+use shoal_components::net::Datagram;
+use shoal_components::peer::PeerId;
+use shoal_components::rtp::{RtpFields, RtpWriter};
+use shoal_server::sim::Sim;
+use shoal_systems::Command;
+use shoal_systems::dtls::DtlsRole;
+
+use crate::opt;
+
+const SERVER: &str = "10.0.0.1:7100";
+const PT: u8 = 96;
+
+fn client(i: u64) -> SocketAddr {
+    SocketAddr::from(([10, 0, (i / 250) as u8 + 1, (i % 250) as u8 + 1], 50_000))
+}
+
+fn track(id: u64, ssrc: u32) -> TrackSpec {
+    TrackSpec {
+        id: TrackId(id),
+        kind: TrackKind::Video,
+        mid: "0".into(),
+        ssrc: Some(ssrc),
+        rtx_ssrc: None,
+        payload_type: PT,
+        rtx_payload_type: None,
+        clock_rate: 90_000,
+        extensions: ExtensionIds::default(),
+        feedback: FeedbackKinds::default(),
+    }
+}
+
+fn subscription(id: u64, ssrc: u32) -> SubscriptionSpec {
+    SubscriptionSpec {
+        track: TrackId(id),
+        mid: "1".into(),
+        ssrc,
+        rtx_ssrc: None,
+        payload_type: PT,
+        rtx_payload_type: None,
+        extensions: ExtensionIds {
+            mid: Some(4),
+            ..ExtensionIds::default()
+        },
+        feedback: FeedbackKinds::default(),
+    }
+}
+
+fn packet(i: u32, size: usize) -> Bytes {
+    let mut out = BytesMut::with_capacity(size + 12);
+    let fields = RtpFields {
+        marker: i % 8 == 7,
+        payload_type: PT,
+        sequence_number: i as u16,
+        timestamp: (i / 8) * 3000,
+        ssrc: 0x1234,
+    };
+    let mut payload = BytesMut::with_capacity(size);
+    payload.put_bytes((i & 0xff) as u8, size);
+    let mut w = RtpWriter::new(&mut out, &fields, &[]);
+    w.payload(&payload);
+    w.finish(0);
+    out.freeze()
+}
+
+pub(crate) fn run(args: &[String]) -> ExitCode {
+    match bench(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shoal-bench media: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench(args: &[String]) -> Result<(), String> {
+    let subscribers = opt(args, "--subscribers", 10)?.clamp(1, 120);
+    let packets = opt(args, "--packets", 20_000)?.clamp(1, 10_000_000) as u32;
+    let size = opt(args, "--size", 1_100)?.clamp(1, 1_300) as usize;
+    let batch = opt(args, "--batch", 64)?.clamp(1, 1024) as usize;
+
+    let server: SocketAddr = SERVER.parse().map_err(|e| format!("{e}"))?;
+    let mut sim = Sim::new(1);
+    sim.add_shard(server);
+    for i in 1..=subscribers + 1 {
+        sim.add_shard(client(i));
+        sim.connect_dtls(server, client(i), PeerId(i), DtlsRole::Server)
+            .map_err(|e| e.to_string())?;
+    }
+    sim.run_until(
+        |s| {
+            (1..=subscribers + 1).all(|i| {
+                s.shard(server).dtls_connected(PeerId(i))
+                    && s.shard(client(i)).dtls_connected(PeerId(i))
+            })
+        },
+        Duration::from_secs(60),
+    )
+    .map_err(|e| format!("connecting: {e}"))?;
+    let command =
+        |sim: &mut Sim, at: SocketAddr, c: Command| sim.command(at, c).map_err(|e| e.to_string());
+    command(
+        &mut sim,
+        client(1),
+        Command::AddSource {
+            peer: PeerId(1),
+            track: track(1, 0x1234),
+            subscription: subscription(1, 0xAAAA),
+        },
+    )?;
+    command(
+        &mut sim,
+        server,
+        Command::Publish {
+            peer: PeerId(1),
+            track: track(7, 0xAAAA),
+        },
+    )?;
+    for i in 2..=subscribers + 1 {
+        command(
+            &mut sim,
+            server,
+            Command::Subscribe {
+                peer: PeerId(i),
+                subscription: subscription(7, 0xB000 + i as u32),
+            },
+        )?;
+    }
+    // The publisher's SRTP datagrams, made ahead of time.
+    let now = sim.now();
+    let mut input: Vec<Datagram> = Vec::with_capacity(packets as usize);
+    for i in 0..packets {
+        let publisher = sim.shard_mut(client(1));
+        publisher
+            .send_rtp(now, TrackId(1), packet(i, size))
+            .map_err(|e| e.to_string())?;
+        publisher.poll_transmit(&mut input);
+    }
+    // As the server shard receives them: its own address local, the sender's remote.
+    let input: Vec<Datagram> = input
+        .into_iter()
+        .filter(|d| d.remote == server)
+        .map(|d| Datagram {
+            local: server,
+            remote: d.local,
+            payload: d.payload,
+        })
+        .collect();
+    let fed = input.len() as u64;
+
+    let shard = sim.shard_mut(server);
+    let mut out = Vec::new();
+    let mut sent = 0u64;
+    let start = Instant::now();
+    for chunk in input.chunks(batch) {
+        shard.handle_datagrams(now, chunk.iter().cloned());
+        shard.poll_transmit(&mut out);
+        sent += out.len() as u64;
+        out.clear();
+    }
+    let elapsed = start.elapsed();
+    let stats = shard.stats();
+    let forwarded = stats.rtp_forwarded;
+    // Reports go out about once a second per stream, not per packet.
+    if stats.rtp_received != fed || forwarded != fed * subscribers || sent > forwarded + 64 {
+        return Err(format!(
+            "expected {fed} packets in and {} out, got {} in and {forwarded} out \
+             ({sent} datagrams): {stats:?}",
+            fed * subscribers,
+            stats.rtp_received
+        ));
+    }
+    let ns = elapsed.as_nanos() as f64;
+    println!(
+        "media: {subscribers} subscribers, {fed} packets of {size} B in batches of {batch}: \
+         {:.0} ns per packet in, {:.0} ns per copy out, {:.0} k copies/s ({sent} datagrams out)",
+        ns / fed as f64,
+        ns / forwarded as f64,
+        forwarded as f64 / elapsed.as_secs_f64() / 1000.0,
+    );
+    Ok(())
+}

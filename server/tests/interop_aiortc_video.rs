@@ -1,0 +1,221 @@
+//! Interop: an aiortc 1.16 publisher (`scripts/interop/aiortc_video.py publish`)
+//! sends generated 320x240 video at 30 fps and a 440 Hz tone into a room over WHIP;
+//! once it is connected, an aiortc subscriber (`… subscribe`) asks for the room over
+//! WHEP and decodes what shoal forwards: at least 60 video frames at the size sent,
+//! in the order sent (each picture carries its frame number), and the tone. Along
+//! the way shoal picks the codecs from aiortc's offers, decrypts the publisher's SRTP
+//! and re-encrypts it for the subscriber, asks the publisher for a keyframe for the
+//! new subscription, and sends receiver reports to the publisher and sender reports
+//! to the subscriber for both tracks. It runs twice: with VP8, and with the
+//! publisher's video offer limited to H264 (packetization-mode 1).
+//!
+//! The Python interpreter is `SHOAL_INTEROP_PYTHON`, else the venv
+//! `target/interop-venv` that `scripts/test-all` creates with aiortc.
+
+mod grpc_node;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const ROOM: &str = "aiortc-video";
+/// Video frames the subscriber must decode (the bar).
+const FRAMES: u64 = 60;
+/// How long the publisher has to connect, and the subscriber to get its frames
+/// (each script enforces its own; the test allows a margin over it).
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(20);
+/// What the test allows over a script's own timeout: interpreter start-up and the
+/// report.
+const MARGIN: Duration = Duration::from_secs(15);
+/// One run at a time: each keeps two Python clients encoding and decoding, and
+/// their timeouts are meant for a machine that is not also running the other's.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The publisher's tone peaks at 8 000; what comes out of Opus and aiortc's
+/// resampling is lower, but far from silence.
+const TONE_PEAK_MIN: u64 = 2000;
+
+fn python() -> PathBuf {
+    let path = std::env::var_os("SHOAL_INTEROP_PYTHON").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/interop-venv/bin/python"),
+        PathBuf::from,
+    );
+    assert!(
+        path.exists(),
+        "no Python with aiortc at {}: run scripts/test-all, or set SHOAL_INTEROP_PYTHON",
+        path.display()
+    );
+    path
+}
+
+/// A client process, killed if the test ends before it did, and the JSON lines it
+/// prints.
+struct Client {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Client {
+    fn start(role: &str, url: &str, args: &[&str]) -> Client {
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/interop/aiortc_video.py");
+        let mut child = Command::new(python())
+            .arg(script)
+            .args([role, url])
+            .args(["--timeout", &CLIENT_TIMEOUT.as_secs().to_string()])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the aiortc client");
+        let stdout = child.stdout.take().expect("its stdout is piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Client { child, lines }
+    }
+
+    /// The next JSON line it prints, by `deadline`.
+    fn next_report(&self, deadline: Instant, what: &str) -> Value {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let line = self
+            .lines
+            .recv_timeout(wait)
+            .unwrap_or_else(|e| panic!("{what}: no report ({e})"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {line}"))
+    }
+
+    /// Waits for it to exit by `deadline`; true if it succeeded.
+    fn exit_ok(&mut self, deadline: Instant, what: &str) -> bool {
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll the client") {
+                return status.success();
+            }
+            assert!(Instant::now() < deadline, "{what} did not exit");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Closes its stdin: the publisher's signal to stop.
+    fn close_stdin(&mut self) {
+        self.child.stdin = None;
+    }
+}
+
+fn count(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or(0)
+}
+
+/// Publishes with aiortc's video offer limited to `video_codec`, subscribes, and
+/// checks what the subscriber decoded and the shard counted.
+fn publish_and_watch(video_codec: &str) {
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut node = grpc_node::node_with_room(ROOM);
+    let shard = |node: &grpc_node::RoomNode| grpc_node::shard_report(&node.server, 0).shard;
+
+    let whip = format!("http://{}/whip/{ROOM}?identity=camera", node.http);
+    let mut publisher = Client::start("publish", &whip, &["--video-codec", video_codec]);
+    let up = publisher.next_report(Instant::now() + CLIENT_TIMEOUT + MARGIN, "publisher");
+    assert_eq!(up["event"], "connected", "publisher: {up}");
+    assert_eq!(
+        up["codecs"],
+        json!({"video": format!("video/{video_codec}"), "audio": "audio/opus"}),
+        "{up}"
+    );
+
+    // The publisher is connected, so its tracks are the room's: the subscriber's
+    // answer carries them.
+    let whep = format!("http://{}/whep/{ROOM}?identity=viewer", node.http);
+    let frames = FRAMES.to_string();
+    let mut subscriber = Client::start("subscribe", &whep, &["--frames", &frames]);
+    let deadline = Instant::now() + CLIENT_TIMEOUT + MARGIN;
+    let got = subscriber.next_report(deadline, "subscriber");
+    let ok = subscriber.exit_ok(deadline, "the subscriber");
+    let counters = shard(&node);
+    // Shown with --nocapture, and with a failure.
+    println!("publisher: {up}\nsubscriber: {got}\nshard: {counters:?}");
+    assert!(ok, "the subscriber failed: {got}\nshard: {counters:?}");
+    assert_eq!(got["error"], Value::Null, "{got}");
+
+    assert_eq!(got["codecs"], up["codecs"], "{got}");
+    let mut tracks: Vec<&str> = got["tracks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    tracks.sort_unstable();
+    assert_eq!(tracks, ["audio", "video"], "{got}");
+    assert!(count(&got, "video_frames") >= FRAMES, "{got}");
+    let size = format!("{}x{}", up["width"], up["height"]);
+    assert_eq!(got["sizes"], json!([size]), "{got}");
+    // Pictures in the order they were sent, and newer ones coming.
+    assert_eq!(count(&got, "index_regressions"), 0, "{got}");
+    assert!(
+        count(&got, "last_index") > count(&got, "first_index"),
+        "{got}"
+    );
+    assert!(count(&got, "audio_frames") >= 1, "{got}");
+    assert!(count(&got, "audio_peak") >= TONE_PEAK_MIN, "{got}");
+    assert_eq!(got["sender_reports"], json!(["audio", "video"]), "{got}");
+
+    assert_eq!(counters.srtp_unprotect_failed, 0, "{counters:?}");
+    assert_eq!(counters.media_malformed, 0, "{counters:?}");
+    assert_eq!(counters.rtp_unknown_ssrc, 0, "{counters:?}");
+    assert!(counters.rtp_forwarded >= FRAMES, "{counters:?}");
+    assert!(counters.keyframe_requests_sent >= 1, "{counters:?}");
+
+    // shoal reports to the publisher too.
+    let reports = publisher.next_report(Instant::now() + CLIENT_TIMEOUT, "publisher");
+    assert_eq!(reports["event"], "receiver_reports", "publisher: {reports}");
+
+    publisher.close_stdin();
+    let done = publisher.next_report(Instant::now() + MARGIN, "publisher");
+    assert_eq!(done["event"], "done", "publisher: {done}");
+    assert_eq!(done["connection"], "connected", "publisher: {done}");
+    assert!(
+        publisher.exit_ok(Instant::now() + MARGIN, "the publisher"),
+        "the publisher failed: {done}"
+    );
+
+    // Both left by DELETE.
+    let rooms = &mut node.rooms;
+    node.runtime.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while grpc_node::participants(rooms, ROOM).await != 0 {
+            assert!(Instant::now() < deadline, "the room should be empty");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}
+
+#[test]
+fn interop_aiortc_video() {
+    publish_and_watch("VP8");
+}
+
+#[test]
+fn interop_aiortc_video_h264() {
+    publish_and_watch("H264");
+}

@@ -133,6 +133,10 @@ pub struct ShardStats {
     /// RTCP packets (compounds) sent: reports and feedback.
     pub rtcp_sent: u64,
     /// Outgoing media dropped because protection failed (an SSRC limit, a repeated
-    /// index) or the receiver had no path yet.
+    /// index).
     pub media_send_failed: u64,
+    /// Outgoing media dropped because the receiver could not take it yet (its DTLS,
+    /// and so its SRTP keys, or its ICE path still to come): what is forwarded between
+    /// an answer and the connection coming up.
+    pub media_receiver_not_ready: u64,
 }

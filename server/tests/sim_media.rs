@@ -100,3 +100,48 @@ fn sim_media_fanout_nack_recovers() {
         run(seed);
     }
 }
+
+/// A subscription made before its subscriber can receive (a WHEP answer, a newcomer's
+/// own answer) asks the publisher for its keyframe once the subscriber's DTLS-SRTP is
+/// up, not before: a keyframe sent earlier would reach no one.
+#[test]
+fn a_subscriber_that_connects_later_gets_its_keyframe_request_then() {
+    use shoal_components::peer::PeerId;
+    use shoal_systems::Command;
+    use shoal_systems::dtls::DtlsRole;
+
+    let link = LinkConfig::lossy(Duration::from_millis(20), 0.0);
+    let mut sim = media_sim(3, &link, 0);
+    sim.add_shard(cli(2));
+    sim.set_link_both(addr(SRV), cli(2), link);
+    sim.connect_dtls(addr(SRV), cli(2), PeerId(2), DtlsRole::Server)
+        .unwrap();
+    let (ssrc, rtx) = media_sim::subscriber_ssrcs(2);
+    sim.command(
+        addr(SRV),
+        Command::Subscribe {
+            peer: PeerId(2),
+            subscription: media_sim::subscription(media_sim::TRACK, ssrc, rtx),
+        },
+    )
+    .unwrap();
+    let mut requests = Vec::new();
+    for i in 0..200u16 {
+        let now = sim.now();
+        sim.shard_mut(cli(1))
+            .send_rtp(now, SOURCE, packet(i))
+            .unwrap();
+        let _ = sim.run_for(INTERVAL);
+        let connected = sim.shard(addr(SRV)).dtls_connected(PeerId(2));
+        for (_, event) in sim.drain_events() {
+            if let ShardEvent::KeyframeRequested { .. } = event {
+                requests.push(connected);
+            }
+        }
+    }
+    assert!(!requests.is_empty(), "no keyframe was requested");
+    assert!(
+        requests.iter().all(|connected| *connected),
+        "a keyframe was requested before the subscriber could receive it: {requests:?}"
+    );
+}

@@ -75,6 +75,11 @@ impl PeerSrtp {
     }
 }
 
+/// Peers whose SRTP keys arrived this tick (from `dtls`): what they subscribe to asks
+/// its publisher for a keyframe now that they can receive it.
+#[derive(Resource, Debug, Default)]
+pub struct MediaStart(pub Vec<Entity>);
+
 /// SRTP/SRTCP datagrams of this tick, by peer (from `ingest`).
 #[derive(Resource, Debug, Default)]
 pub struct MediaInbox(pub Vec<(Entity, Datagram)>);
@@ -193,6 +198,7 @@ pub struct MediaCtx<'w> {
     due: Res<'w, DueTimers>,
     heap: ResMut<'w, TimerHeap>,
     events: ResMut<'w, Events>,
+    start: ResMut<'w, MediaStart>,
 }
 
 /// The `media` pass.
@@ -204,6 +210,24 @@ pub fn media(
     ids: Query<&Peer>,
 ) {
     let now = ctx.now.0;
+    // A subscription made before its subscriber could receive (a WHEP answer, a new
+    // participant's own answer) gets its keyframe now: one sent earlier went nowhere.
+    let started = std::mem::take(&mut ctx.start.0);
+    for &peer in &started {
+        let Ok((media, _)) = peers.get(peer) else {
+            continue;
+        };
+        let wanted: Vec<Entity> = media
+            .subscriptions
+            .iter()
+            .filter_map(|(_, sub)| subs.get(*sub).ok().map(|(s, _)| s.track))
+            .collect();
+        for track in wanted {
+            request_keyframe(&mut ctx, now, track, &mut tracks, &peers);
+        }
+    }
+    ctx.start.0 = started;
+    ctx.start.0.clear();
     let rtp = std::mem::take(&mut ctx.plain.rtp);
     for (peer, packet) in &rtp {
         on_rtp(&mut ctx, now, *peer, packet, &mut peers, &mut tracks, &ids);
@@ -239,6 +263,45 @@ pub fn media(
             track_timer(&mut ctx, now, entity, &mut track, &mut timers, rtcp_ssrc);
         } else if let Ok((mut sub, mut timers)) = subs.get_mut(entity) {
             subscription_timer(&mut ctx, now, entity, &mut sub, &mut timers, &tracks);
+        }
+    }
+}
+
+/// Asks `track`'s publisher for a keyframe (RFC 4585 §6.3.1 PLI): now if the throttle
+/// allows, else when it does (the track's timer); a local source's owner is told
+/// instead. Nothing for a publisher that did not negotiate `nack pli`.
+fn request_keyframe(
+    ctx: &mut MediaCtx,
+    now: Time,
+    track: Entity,
+    tracks: &mut Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    peers: &Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
+) {
+    let Ok((mut t, mut timers)) = tracks.get_mut(track) else {
+        return;
+    };
+    let Some(publisher) = t.publisher else {
+        ctx.events
+            .0
+            .push(ShardEvent::KeyframeRequested { track: t.spec.id });
+        return;
+    };
+    if !t.spec.feedback.pli {
+        return;
+    }
+    t.keyframe_wanted = true;
+    if keyframe_allowed(&t, now) {
+        let rtcp_ssrc = peers
+            .get(publisher)
+            .ok()
+            .and_then(|(_, s)| s.map(|s| s.rtcp_ssrc))
+            .unwrap_or(1);
+        send_feedback(ctx, now, publisher, &mut t, rtcp_ssrc);
+    } else if let Some(at) = t.last_keyframe_request {
+        let when = at + KEYFRAME_REQUEST_INTERVAL;
+        if timers.get(TimerKind::MediaReport).is_none_or(|d| d > when) {
+            ctx.heap
+                .arm(&mut timers, track, TimerKind::MediaReport, when);
         }
     }
 }
@@ -635,33 +698,7 @@ fn on_rtcp(
             continue;
         };
         let track = s.track;
-        if let Ok((mut t, mut timers)) = tracks.get_mut(track) {
-            let Some(publisher) = t.publisher else {
-                // A local source: its owner makes the keyframe.
-                ctx.events
-                    .0
-                    .push(ShardEvent::KeyframeRequested { track: t.spec.id });
-                continue;
-            };
-            if !t.spec.feedback.pli {
-                continue;
-            }
-            t.keyframe_wanted = true;
-            if keyframe_allowed(&t, now) {
-                let rtcp_ssrc = peers
-                    .get(publisher)
-                    .ok()
-                    .and_then(|(_, s)| s.map(|s| s.rtcp_ssrc))
-                    .unwrap_or(1);
-                send_feedback(ctx, now, publisher, &mut t, rtcp_ssrc);
-            } else if let Some(at) = t.last_keyframe_request {
-                let when = at + KEYFRAME_REQUEST_INTERVAL;
-                if timers.get(TimerKind::MediaReport).is_none_or(|d| d > when) {
-                    ctx.heap
-                        .arm(&mut timers, track, TimerKind::MediaReport, when);
-                }
-            }
-        }
+        request_keyframe(ctx, now, track, tracks, peers);
     }
     for (sub, lost) in nacks {
         let Ok((s, _)) = subs.get(sub) else {
@@ -720,10 +757,10 @@ pub fn egress_media(
                     rtx: false,
                     audio_level,
                 };
-                if send_copy(&mut sub, copy, write, peers, rng, now, transmits) {
-                    stats.rtp_forwarded += 1;
-                } else {
-                    stats.media_send_failed += 1;
+                match send_copy(&mut sub, copy, write, peers, rng, now, transmits) {
+                    Sent::Yes => stats.rtp_forwarded += 1,
+                    Sent::NotReady => stats.media_receiver_not_ready += 1,
+                    Sent::Failed => stats.media_send_failed += 1,
                 }
             }
             Outgoing::Retransmit {
@@ -740,18 +777,19 @@ pub fn egress_media(
                     rtx: true,
                     audio_level: None,
                 };
-                if send_copy(&mut sub, copy, write, peers, rng, now, transmits) {
-                    stats.rtp_retransmitted += 1;
-                } else {
-                    stats.media_send_failed += 1;
+                match send_copy(&mut sub, copy, write, peers, rng, now, transmits) {
+                    Sent::Yes => stats.rtp_retransmitted += 1,
+                    Sent::NotReady => stats.media_receiver_not_ready += 1,
+                    Sent::Failed => stats.media_send_failed += 1,
                 }
             }
             Outgoing::Rtcp { peer, packet } => {
                 let Ok((ice, mut srtp)) = peers.get_mut(peer) else {
+                    stats.media_receiver_not_ready += 1;
                     continue;
                 };
                 let Some(path) = ice.selected else {
-                    stats.media_send_failed += 1;
+                    stats.media_receiver_not_ready += 1;
                     continue;
                 };
                 reserve(write, packet.len());
@@ -776,6 +814,17 @@ pub fn egress_media(
             }
         }
     }
+}
+
+/// What became of a subscriber's copy.
+enum Sent {
+    /// Out.
+    Yes,
+    /// The subscriber cannot receive yet (no SRTP keys or no selected path).
+    NotReady,
+    /// Protection failed (an SSRC limit, an index the context refuses to repeat) or the
+    /// packet was not RTP.
+    Failed,
 }
 
 /// One packet to write for a subscriber.
@@ -809,7 +858,7 @@ fn send_copy(
     rng: &mut ShardRng,
     now: Time,
     transmits: &mut Vec<Datagram>,
-) -> bool {
+) -> Sent {
     let Copy {
         packet,
         seq,
@@ -817,18 +866,19 @@ fn send_copy(
         audio_level,
     } = copy;
     let Ok(p) = RtpPacket::parse(packet) else {
-        return false;
+        return Sent::Failed;
     };
     let h = *p.header();
+    // No keys or no path yet: the subscriber is still connecting.
     let Ok((ice, mut srtp)) = peers.get_mut(sub.subscriber) else {
-        return false;
+        return Sent::NotReady;
     };
     let Some(path) = ice.selected else {
-        return false;
+        return Sent::NotReady;
     };
     if !sub.started {
         if rtx {
-            return false;
+            return Sent::NotReady;
         }
         // RFC 3550 §5.1: random initial sequence number and timestamp.
         sub.started = true;
@@ -840,7 +890,7 @@ fn send_copy(
     let timestamp = h.timestamp.wrapping_add(sub.ts_offset);
     let (ssrc, payload_type, sequence_number) = if rtx {
         let (Some(ssrc), Some(pt)) = (sub.spec.rtx_ssrc, sub.spec.rtx_payload_type) else {
-            return false;
+            return Sent::Failed;
         };
         let n = sub.rtx_seq;
         sub.rtx_seq = n.wrapping_add(1);
@@ -881,7 +931,7 @@ fn send_copy(
         .is_err()
     {
         write.0.clear();
-        return false;
+        return Sent::Failed;
     }
     let payload = write.0.split().freeze();
     if !rtx {
@@ -894,5 +944,5 @@ fn send_copy(
         remote: path.remote,
         payload,
     });
-    true
+    Sent::Yes
 }

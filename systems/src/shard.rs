@@ -351,6 +351,7 @@ impl Shard {
         world.init_resource::<RoomIndex>();
         world.init_resource::<TrackIndex>();
         world.init_resource::<media::MediaInbox>();
+        world.init_resource::<media::MediaStart>();
         world.init_resource::<media::MediaPlain>();
         world.init_resource::<media::MediaOut>();
         world.init_resource::<media::MediaScratch>();

@@ -28,7 +28,7 @@ use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
 use super::{CipherSuite, DtlsCertificate, DtlsConfig, DtlsConn, DtlsEvent, DtlsRole, SrtpKeys};
 use crate::ice::remove_peer_in_pass;
-use crate::media::PeerSrtp;
+use crate::media::{MediaStart, PeerSrtp};
 use crate::shard::ShardRng;
 use rand_core::RngCore;
 
@@ -87,6 +87,7 @@ pub struct DtlsCtx<'w> {
     rng: ResMut<'w, ShardRng>,
     sctp_in: ResMut<'w, SctpInbox>,
     sctp_start: ResMut<'w, SctpStart>,
+    media_start: ResMut<'w, MediaStart>,
 }
 
 type DtlsQuery<'w, 's> = Query<
@@ -215,6 +216,7 @@ fn drive(
                     match PeerSrtp::new(keys, session.role, rtcp_ssrc) {
                         Some(contexts) => {
                             commands.entity(entity).insert(contexts);
+                            ctx.media_start.0.push(entity);
                         }
                         None => ctx.stats.srtp_key_setup_failed += 1,
                     }

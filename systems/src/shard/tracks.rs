@@ -16,7 +16,7 @@ use shoal_components::rtp::RtpHeader;
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
-use crate::media::{MediaOut, Outgoing, REPORT_INTERVAL};
+use crate::media::{MediaOut, Outgoing, PeerSrtp, REPORT_INTERVAL};
 
 use super::{CommandError, Shard};
 
@@ -246,10 +246,13 @@ impl Shard {
         for s in std::iter::once(ssrc).chain(rtx_ssrc) {
             media.subscriptions_by_ssrc.insert(s, entity);
         }
+        // A subscriber that can receive already asks for a keyframe now (only of a
+        // publisher that takes PLI, RFC 4585 §4.2 `nack pli`); one whose SRTP keys
+        // are still to come asks when they arrive (the media pass, `MediaStart`).
+        let ready = self.world.get::<PeerSrtp>(subscriber).is_some();
         if let Some(mut t) = self.world.get_mut::<Track>(track) {
             t.subscribers.push(entity);
-            // Only a publisher that takes PLI (RFC 4585 §4.2 `nack pli`) is asked.
-            t.keyframe_wanted = t.spec.feedback.pli;
+            t.keyframe_wanted = ready && t.spec.feedback.pli;
         }
         Ok(())
     }

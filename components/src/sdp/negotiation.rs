@@ -55,6 +55,8 @@ pub const EXT_RID: &str = "urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id";
 /// RFC 8852 §3.2: the RepairedRtpStreamId header extension.
 pub const EXT_REPAIRED_RID: &str = "urn:ietf:params:rtp-hdrext:sdes:repaired-rtp-stream-id";
 
+/// Tracks one participant may publish: the shard's limit per peer.
+pub const MAX_PUBLISHED: usize = 32;
 /// RFC 8285 §4.2: one-byte header extension ids are 1 to 14.
 const MAX_ONE_BYTE_ID: u16 = 14;
 /// Dynamic RTP payload types (RFC 3551 §3) shoal picks from for its own sections.
@@ -304,6 +306,16 @@ pub struct Negotiation {
     declined: Vec<String>,
     /// From the data section.
     remote_max_message_size: usize,
+    /// SSRCs of ended subscriptions: never given out again in this session.
+    retired_ssrcs: Vec<u32>,
+    /// Every codec the participant offered, in any section, with its payload types.
+    offered_codecs: Vec<Codec>,
+    /// The mids of sections shoal added (the participant's own are never disabled
+    /// when a track leaves them: it may reuse them).
+    own_mids: Vec<String>,
+    /// Payload types the participant uses for formats shoal does not forward (VP9,
+    /// RED, telephone-event…): taken, for shoal's own sections (RFC 8843 §9.1).
+    foreign_payload_types: Vec<u8>,
 }
 
 impl Negotiation {
@@ -320,6 +332,10 @@ impl Negotiation {
             next_mid: 0,
             declined: Vec::new(),
             remote_max_message_size: super::DEFAULT_REMOTE_MAX_MESSAGE_SIZE,
+            retired_ssrcs: Vec::new(),
+            foreign_payload_types: Vec::new(),
+            own_mids: Vec::new(),
+            offered_codecs: Vec::new(),
         }
     }
 
@@ -375,6 +391,22 @@ impl Negotiation {
         for m in &offer.media {
             for e in m.extmaps() {
                 self.note_extension(&e.uri, e.id);
+            }
+            let codecs = Codec::read_all(m);
+            let forwarded: Vec<u8> = codecs.iter().flat_map(Codec::payload_types).collect();
+            for c in codecs {
+                if !self
+                    .offered_codecs
+                    .iter()
+                    .any(|o| o.payload_type == c.payload_type)
+                {
+                    self.offered_codecs.push(c);
+                }
+            }
+            for pt in m.payload_types() {
+                if !forwarded.contains(&pt) && !self.foreign_payload_types.contains(&pt) {
+                    self.foreign_payload_types.push(pt);
+                }
             }
         }
 
@@ -457,7 +489,22 @@ impl Negotiation {
             sdp.push_media(m);
         }
 
+        // A section the participant stopped (port 0) turns its track down (JSEP
+        // §5.2.2: a stopped transceiver's section is not revived).
+        for (index, section) in sections.iter().enumerate() {
+            if section.state == SectionState::Closed
+                && let Some(Section {
+                    state: SectionState::Media(m),
+                    ..
+                }) = old.get(index)
+                && let Some(x) = &m.subscribe
+                && !self.declined.contains(&x.track)
+            {
+                self.declined.push(x.track.clone());
+            }
+        }
         let changes = diff(&old, &sections);
+        self.retire(&sections);
         self.sections = sections;
         self.transport = Some(transport.clone());
         Ok(Answered {
@@ -536,8 +583,20 @@ impl Negotiation {
             .map(|e| Extmap::new(e.id, &e.uri))
             .collect();
 
+        // What the shard will take: at most MAX_PUBLISHED tracks, each with SSRCs no
+        // earlier section of this offer claims.
+        let published_before: Vec<&Published> = earlier
+            .iter()
+            .filter_map(|s| match &s.state {
+                SectionState::Media(m) => m.publish.as_ref(),
+                _ => None,
+            })
+            .collect();
         let publish = sends
             .then(|| {
+                if published_before.len() >= MAX_PUBLISHED {
+                    return None;
+                }
                 // Keep the codec already agreed while the offer still has it.
                 let kept = previous
                     .and_then(|p| p.publish.as_ref())
@@ -546,6 +605,16 @@ impl Negotiation {
                 codec.feedback = codec.feedback.intersect(super::codec::Feedback::ALL);
                 let (ssrc, rtx_ssrc) = offered_ssrcs(offered);
                 let rtx_ssrc = rtx_ssrc.filter(|_| codec.rtx_payload_type.is_some());
+                let claimed = |x: Option<u32>| {
+                    x.is_some_and(|x| {
+                        published_before
+                            .iter()
+                            .any(|p| p.ssrc == Some(x) || p.rtx_ssrc == Some(x))
+                    })
+                };
+                if claimed(ssrc) || claimed(rtx_ssrc) {
+                    return None;
+                }
                 Some(Published {
                     kind: offered.kind.clone(),
                     codec,
@@ -651,6 +720,7 @@ impl Negotiation {
                 ]
             })
             .flatten()
+            .chain(self.retired_ssrcs.iter().copied())
             .collect()
     }
 
@@ -778,7 +848,7 @@ impl Negotiation {
                 if m.publish.is_none()
                     && s.mid
                         .as_deref()
-                        .is_some_and(|mid| mid.starts_with(MID_PREFIX))
+                        .is_some_and(|mid| self.own_mids.iter().any(|o| o == mid))
                 {
                     s.state = SectionState::Closed;
                 }
@@ -934,6 +1004,7 @@ impl Negotiation {
                     .chain(m.subscribe.iter().map(|s| &s.codec))
                     .chain(&m.receivable)
             })
+            .chain(&self.offered_codecs)
             .flat_map(|c| {
                 [(c.payload_type, Some(c))]
                     .into_iter()
@@ -942,6 +1013,7 @@ impl Negotiation {
             .collect();
         let free = |pt: u8, taken: &[u8], for_codec: Option<&Codec>| {
             !taken.contains(&pt)
+                && !self.foreign_payload_types.contains(&pt)
                 && in_use.iter().all(|(p, c)| {
                     *p != pt || matches!((c, for_codec), (Some(c), Some(f)) if c.same_format(f) && c.payload_type == pt)
                 })
@@ -980,13 +1052,25 @@ impl Negotiation {
                 .chain(&self.sections)
                 .any(|s| s.mid.as_deref() == Some(mid.as_str()))
             {
+                self.own_mids.push(mid.clone());
                 return mid;
             }
         }
     }
 
-    /// Applies the participant's answer to shoal's outstanding offer.
+    /// Applies the participant's answer to shoal's outstanding offer. An answer shoal
+    /// cannot take ends the offer too (rolled back): the session stays as it was agreed,
+    /// and the next change offers again.
     pub fn accept(&mut self, answer: &SessionDescription) -> Result<Vec<Change>, NegotiationError> {
+        let result = self.accept_pending(answer);
+        self.pending = None;
+        result
+    }
+
+    fn accept_pending(
+        &mut self,
+        answer: &SessionDescription,
+    ) -> Result<Vec<Change>, NegotiationError> {
         let offered = self
             .pending
             .as_ref()
@@ -1024,7 +1108,12 @@ impl Negotiation {
                 SectionState::Media(m) => {
                     let direction = a.direction().unwrap_or(Direction::SendRecv);
                     let receives = matches!(direction, Direction::RecvOnly | Direction::SendRecv);
+                    let sends = matches!(direction, Direction::SendOnly | Direction::SendRecv);
                     let mut m = m.clone();
+                    // RFC 3264 §6.1: an answer that does not send stops the publishing.
+                    if !sends {
+                        m.publish = None;
+                    }
                     if let Some(x) = &m.subscribe {
                         let has_codec = a.payload_types().any(|pt| pt == x.codec.payload_type);
                         if !receives || !has_codec {
@@ -1061,9 +1150,36 @@ impl Negotiation {
             });
         }
         let changes = diff(&self.sections, &sections);
+        self.retire(&sections);
         self.sections = sections;
-        self.pending = None;
         Ok(changes)
+    }
+
+    /// Remembers the SSRCs of subscriptions in the agreed sections that `new` no
+    /// longer has: they are never given out again in this session (an SRTP index must
+    /// not repeat under one key, and the receiver's context forgets them).
+    fn retire(&mut self, new: &[Section]) {
+        let kept = |s: &Subscribed| {
+            new.iter().any(|n| match &n.state {
+                SectionState::Media(m) => m.subscribe.as_ref().is_some_and(|x| x.ssrc == s.ssrc),
+                _ => false,
+            })
+        };
+        let gone: Vec<u32> = self
+            .sections
+            .iter()
+            .filter_map(|s| match &s.state {
+                SectionState::Media(m) => m.subscribe.as_ref(),
+                _ => None,
+            })
+            .filter(|s| !kept(s))
+            .flat_map(|s| std::iter::once(s.ssrc).chain(s.rtx_ssrc))
+            .collect();
+        for ssrc in gone {
+            if !self.retired_ssrcs.contains(&ssrc) {
+                self.retired_ssrcs.push(ssrc);
+            }
+        }
     }
 
     /// Drops shoal's outstanding offer (the participant rejected it, or it was lost).
@@ -1118,6 +1234,14 @@ fn fresh_ssrc(new_ssrc: &mut dyn FnMut() -> u32, used: &[u32]) -> u32 {
     }
 }
 
+/// Whether two subscriptions are one stream: the same track on the same SSRC. An
+/// answer that narrows one (drops its RTX or an extension) does not re-make it: the
+/// shard keeps its sequence numbering and SRTP state, and what the answer dropped is
+/// at worst sent and ignored.
+fn same_stream(a: &Subscribed, b: &Subscribed) -> bool {
+    a.track == b.track && a.ssrc == b.ssrc
+}
+
 /// The changes from `old` to `new`, removals first.
 fn diff(old: &[Section], new: &[Section]) -> Vec<Change> {
     let media = |s: &Section| match &s.state {
@@ -1135,7 +1259,9 @@ fn diff(old: &[Section], new: &[Section]) -> Vec<Change> {
             changes.push(Change::Unpublished { mid: mid.clone() });
         }
         if let Some(s) = &m.subscribe
-            && now.and_then(|n| n.subscribe.as_ref()) != Some(s)
+            && !now
+                .and_then(|n| n.subscribe.as_ref())
+                .is_some_and(|n| same_stream(n, s))
         {
             changes.push(Change::Unsubscribed {
                 mid: mid.clone(),
@@ -1154,7 +1280,9 @@ fn diff(old: &[Section], new: &[Section]) -> Vec<Change> {
             });
         }
         if let Some(s) = &m.subscribe
-            && before.and_then(|b| b.subscribe.as_ref()) != Some(s)
+            && !before
+                .and_then(|b| b.subscribe.as_ref())
+                .is_some_and(|b| same_stream(b, s))
         {
             changes.push(Change::Subscribed {
                 mid: mid.clone(),

@@ -1,0 +1,292 @@
+//! Adversarial review of issue #6 (media forwarding): failing tests that demonstrate
+//! findings. Each test states what it expects of a correct implementation.
+
+mod media_sim;
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use media_sim::{
+    INTERVAL, PUB_RTX, PUB_SSRC, SOURCE, SRV, TRACK, addr, cli, media_sim, nack_feedback, packet,
+    subscriber_ssrcs, subscription, track_spec,
+};
+use shoal_components::media::{FeedbackKinds, TrackId};
+use shoal_components::net::Datagram;
+use shoal_components::peer::PeerId;
+use shoal_components::rtcp::{Nack, NackEntry, ReceiverReport, ReportBlock, WriteRtcp};
+use shoal_components::tick::ShardEvent;
+use shoal_server::sim::{LinkConfig, Sim};
+use shoal_systems::Command;
+use shoal_systems::dtls::DtlsRole;
+use shoal_systems::srtp::{SrtpConfig, SrtpSession};
+
+/// Like `media_sim`, but the server's track is published with `feedback` (what the
+/// publisher's negotiation agreed), e.g. an Opus track: Chromium offers no
+/// `nack pli` for audio.
+fn sim_with_publisher_feedback(seed: u64, subscribers: u64, feedback: FeedbackKinds) -> Sim {
+    let link = LinkConfig::lossy(Duration::from_millis(10), 0.0);
+    let mut sim = media_sim(seed, &link, subscribers);
+    // Re-publish the server's track with the given feedback.
+    sim.command(
+        addr(SRV),
+        Command::Unpublish {
+            peer: PeerId(1),
+            track: TRACK,
+        },
+    )
+    .unwrap();
+    let mut spec = track_spec(TRACK, PUB_SSRC, PUB_RTX);
+    spec.feedback = feedback;
+    sim.command(
+        addr(SRV),
+        Command::Publish {
+            peer: PeerId(1),
+            track: spec,
+        },
+    )
+    .unwrap();
+    for i in 2..=1 + subscribers {
+        let (ssrc, rtx) = subscriber_ssrcs(i);
+        sim.command(
+            addr(SRV),
+            Command::Subscribe {
+                peer: PeerId(i),
+                subscription: subscription(TRACK, ssrc, rtx),
+            },
+        )
+        .unwrap();
+    }
+    sim
+}
+
+/// A track whose publisher did not negotiate `nack pli` (every Opus track Chromium
+/// publishes) gets `keyframe_wanted` set by `Shard::subscribe` and never cleared
+/// (`send_feedback` only clears it when it writes a PLI), so `on_rtp` sends the
+/// publisher an RTCP compound (an RR) for every RTP packet it receives: 100 RTCP
+/// packets a second here instead of about one (RFC 3550 §6.2, RFC 4585 §3.4).
+#[test]
+fn review_no_rtcp_per_packet_for_tracks_without_pli() {
+    let feedback = FeedbackKinds {
+        nack: true,
+        pli: false,
+        fir: false,
+    };
+    let mut sim = sim_with_publisher_feedback(3, 2, feedback);
+    let before = sim.shard(addr(SRV)).stats().clone();
+    let seconds = 5u64;
+    for i in 0..(seconds * 100) as u16 {
+        let now = sim.now();
+        sim.shard_mut(cli(1))
+            .send_rtp(now, SOURCE, packet(i))
+            .unwrap();
+        let _ = sim.run_for(INTERVAL);
+        sim.drain_events().count();
+    }
+    let after = sim.shard(addr(SRV)).stats().clone();
+    let rtcp = after.rtcp_sent - before.rtcp_sent;
+    let received = after.rtp_received - before.rtp_received;
+    // One RR a second to the publisher and one SR a second per subscriber, with slack.
+    assert!(
+        rtcp <= seconds * 3 * 2,
+        "{rtcp} RTCP compounds sent for {received} RTP packets received in {seconds} s"
+    );
+}
+
+/// The same with `nack pli` negotiated (the control): a handful of RTCP packets.
+#[test]
+fn review_control_rtcp_rate_with_pli() {
+    let mut sim = sim_with_publisher_feedback(3, 2, nack_feedback());
+    let before = sim.shard(addr(SRV)).stats().clone();
+    let seconds = 5u64;
+    for i in 0..(seconds * 100) as u16 {
+        let now = sim.now();
+        sim.shard_mut(cli(1))
+            .send_rtp(now, SOURCE, packet(i))
+            .unwrap();
+        let _ = sim.run_for(INTERVAL);
+        sim.drain_events().count();
+    }
+    let after = sim.shard(addr(SRV)).stats().clone();
+    let rtcp = after.rtcp_sent - before.rtcp_sent;
+    assert!(rtcp <= seconds * 3 * 2, "{rtcp} RTCP compounds");
+}
+
+/// An SRTCP datagram from subscriber `i` (the DTLS client), sealed with its real keys
+/// under a sender SSRC of our own, carrying `body`.
+fn forged_rtcp(sim: &Sim, i: u64, sender_ssrc: u32, body: &mut BytesMut) -> Datagram {
+    let keys = sim.shard(cli(i)).srtp_keys(PeerId(i)).expect("keys");
+    let mut session = SrtpSession::new(&keys, DtlsRole::Client, SrtpConfig::default()).unwrap();
+    let _ = sender_ssrc;
+    session.outbound.protect_rtcp_tail(body, 0).unwrap();
+    Datagram {
+        local: cli(i),
+        remote: addr(SRV),
+        payload: Bytes::from(body.to_vec()),
+    }
+}
+
+/// One ~1.2 kB SRTCP packet from an authenticated subscriber: a NACK whose 290 FCI
+/// entries all name the same 17 packets. `on_rtcp` neither deduplicates nor bounds
+/// what it queues, so shoal encrypts and sends one RTX packet per named sequence
+/// number: about 4900 packets (several megabytes) for one small datagram. RFC 4585
+/// §3.2/§6.2.1 feedback is a hint; a sender may and should rate-limit what it repairs.
+#[test]
+fn review_one_nack_packet_does_not_trigger_thousands_of_retransmissions() {
+    let link = LinkConfig::lossy(Duration::from_millis(10), 0.0);
+    let mut sim = media_sim(5, &link, 1);
+    let mut last_seq = None;
+    for i in 0..200u16 {
+        let now = sim.now();
+        sim.shard_mut(cli(1))
+            .send_rtp(now, SOURCE, packet(i))
+            .unwrap();
+        let _ = sim.run_for(INTERVAL);
+        for (_, e) in sim.drain_events() {
+            if let ShardEvent::RtpReceived { seq, .. } = e {
+                last_seq = Some(seq);
+            }
+        }
+    }
+    let last = last_seq.expect("the subscriber got media") as u16;
+    let (sub_ssrc, _) = subscriber_ssrcs(2);
+    let entries: Vec<NackEntry> = (0..290)
+        .map(|_| NackEntry {
+            pid: last.wrapping_sub(40),
+            blp: 0xffff,
+        })
+        .collect();
+    let mut body = BytesMut::new();
+    ReceiverReport {
+        ssrc: 0x4242_4242,
+        reports: &[] as &[ReportBlock],
+        extension: Bytes::new(),
+    }
+    .write_to(&mut body);
+    Nack {
+        sender_ssrc: 0x4242_4242,
+        media_ssrc: sub_ssrc,
+        entries: entries.as_slice(),
+    }
+    .write_to(&mut body);
+    let wire = forged_rtcp(&sim, 2, 0x4242_4242, &mut body);
+    let wire_len = wire.payload.len();
+    let before = sim.shard(addr(SRV)).stats().clone();
+    sim.inject(wire);
+    let _ = sim.run_for(Duration::from_millis(50));
+    let after = sim.shard(addr(SRV)).stats().clone();
+    let resent = after.rtp_retransmitted - before.rtp_retransmitted;
+    assert!(
+        resent <= 17,
+        "one {wire_len}-byte NACK made shoal retransmit {resent} packets"
+    );
+}
+
+/// A subscriber's outbound SRTP context keeps state for every SSRC it ever sent
+/// (`SrtpConfig::default().max_ssrcs` = 128) and nothing calls `forget_ssrc` when a
+/// subscription ends; negotiation gives every new subscription fresh SSRCs. So after
+/// ~128 subscriptions over a session's life (people joining and leaving a room), every
+/// new subscription of that participant silently fails to send
+/// (`media_send_failed`). `MAX_SUBSCRIPTIONS_PER_PEER` is 128 concurrent, and a video
+/// subscription with RTX uses two SSRCs, so even 65 concurrent ones break.
+#[test]
+fn review_subscription_churn_does_not_exhaust_the_srtp_context() {
+    let link = LinkConfig::lossy(Duration::from_millis(5), 0.0);
+    let mut sim = media_sim(6, &link, 1);
+    let mut n = 0u16;
+    let mut send = |sim: &mut Sim, k: u16| {
+        for _ in 0..k {
+            let now = sim.now();
+            sim.shard_mut(cli(1))
+                .send_rtp(now, SOURCE, packet(n))
+                .unwrap();
+            n = n.wrapping_add(1);
+            let _ = sim.run_for(INTERVAL);
+            sim.drain_events().count();
+        }
+    };
+    send(&mut sim, 3);
+    // The participant's session: 140 subscriptions one after the other, as a room
+    // with churn would give it, each with the fresh SSRCs negotiation picks.
+    for k in 0..140u32 {
+        sim.command(
+            addr(SRV),
+            Command::Unsubscribe {
+                peer: PeerId(2),
+                track: TRACK,
+            },
+        )
+        .unwrap();
+        let mut s = subscription(TRACK, 0x9000_0000 + 2 * k, 0x9000_0001 + 2 * k);
+        s.rtx_ssrc = None;
+        s.rtx_payload_type = None;
+        sim.command(
+            addr(SRV),
+            Command::Subscribe {
+                peer: PeerId(2),
+                subscription: s,
+            },
+        )
+        .unwrap();
+        send(&mut sim, 2);
+    }
+    let before = sim.shard(addr(SRV)).stats().clone();
+    send(&mut sim, 20);
+    let after = sim.shard(addr(SRV)).stats().clone();
+    let forwarded = after.rtp_forwarded - before.rtp_forwarded;
+    let failed = after.media_send_failed - before.media_send_failed;
+    assert_eq!(
+        (forwarded, failed),
+        (20, 0),
+        "the 140th subscription: forwarded {forwarded}, failed {failed}"
+    );
+    let _ = TrackId(0);
+}
+
+/// `Unsubscribe` + `Subscribe` with the same SSRC (what the control plane sends for
+/// negotiation's `Unsubscribed` + `Subscribed` of one section, see
+/// `review_a_narrower_answer_does_not_resubscribe_the_same_ssrc`): the new
+/// subscription picks a new random sequence number offset, but the subscriber's
+/// outbound SRTP context still holds the old SSRC's highest index, so whenever the new
+/// start lands more than 1024 behind it, every packet is refused (`TooOld`) until the
+/// sequence catches up: up to ~32 000 packets, minutes of video, black-holed.
+#[test]
+fn review_resubscribing_the_same_ssrc_keeps_forwarding() {
+    let link = LinkConfig::lossy(Duration::from_millis(5), 0.0);
+    let mut sim = media_sim(7, &link, 1);
+    let (ssrc, rtx) = subscriber_ssrcs(2);
+    let mut n = 0u16;
+    let mut worst = 0u64;
+    for round in 0..8 {
+        sim.command(
+            addr(SRV),
+            Command::Unsubscribe {
+                peer: PeerId(2),
+                track: TRACK,
+            },
+        )
+        .unwrap();
+        sim.command(
+            addr(SRV),
+            Command::Subscribe {
+                peer: PeerId(2),
+                subscription: subscription(TRACK, ssrc, rtx),
+            },
+        )
+        .unwrap();
+        let before = sim.shard(addr(SRV)).stats().clone();
+        for _ in 0..20 {
+            let now = sim.now();
+            sim.shard_mut(cli(1))
+                .send_rtp(now, SOURCE, packet(n))
+                .unwrap();
+            n = n.wrapping_add(1);
+            let _ = sim.run_for(INTERVAL);
+            sim.drain_events().count();
+        }
+        let after = sim.shard(addr(SRV)).stats().clone();
+        let failed = after.media_send_failed - before.media_send_failed;
+        eprintln!("round {round}: {failed} of 20 refused");
+        worst = worst.max(failed);
+    }
+    assert_eq!(worst, 0, "a re-subscription with the same SSRC sent nothing");
+}

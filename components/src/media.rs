@@ -229,6 +229,11 @@ pub fn extend_seq(max: u64, seq: u16) -> u64 {
     }
 }
 
+/// SSRCs of ended subscriptions, by subscriber, for the egress to drop from the
+/// subscriber's outbound SRTP context (filled by the `Subscription` hook).
+#[derive(Resource, Debug, Default)]
+pub struct RetiredSsrcs(pub Vec<(Entity, u32)>);
+
 /// The shard's tracks by id.
 #[derive(Resource, Debug, Default)]
 pub struct TrackIndex(pub FastMap<TrackId, Entity>);
@@ -264,6 +269,9 @@ pub struct Track {
     /// Sequence numbers missing, oldest first, with when shoal last NACKed each and
     /// how often.
     pub missing: Vec<(u64, Option<Time>, u8)>,
+    /// The publisher's last sender report: its NTP and RTP times, and when it came
+    /// (RFC 3550 §6.4.1), for the reports shoal sends subscribers.
+    pub sender_report: Option<(u64, u32, Time)>,
 }
 
 /// One subscriber's copy of a track. Removing it takes it off its track's list and
@@ -291,6 +299,12 @@ pub struct Subscription {
     pub last_rtp_ts: Option<(u32, Time)>,
     /// Whether anything was sent yet.
     pub started: bool,
+    /// The publisher's extended sequence number of the first packet sent: NACKs for
+    /// anything older are not this subscriber's to ask for.
+    pub first_seq: u64,
+    /// Sequence numbers recently retransmitted and when (bounded), so a NACK repeated
+    /// within a round trip does not resend again.
+    pub recent_resends: Vec<(u64, Time)>,
 }
 
 /// A peer's media index. Removing it (the peer's despawn) despawns the peer's tracks
@@ -308,6 +322,8 @@ pub struct PeerMedia {
     pub tracks: Vec<(TrackId, Entity)>,
     /// Its subscriptions, by track id.
     pub subscriptions: Vec<(TrackId, Entity)>,
+    /// SSRCs of its ended subscriptions: never sent with again under these SRTP keys.
+    pub retired_ssrcs: Vec<u32>,
 }
 
 fn track_removed(mut world: DeferredWorld, ctx: HookContext) {
@@ -334,11 +350,18 @@ fn subscription_removed(mut world: DeferredWorld, ctx: HookContext) {
         return;
     };
     let (track, subscriber) = (sub.track, sub.subscriber);
+    let ssrcs = [Some(sub.spec.ssrc), sub.spec.rtx_ssrc];
+    if let Some(mut retired) = world.get_resource_mut::<RetiredSsrcs>() {
+        retired
+            .0
+            .extend(ssrcs.into_iter().flatten().map(|s| (subscriber, s)));
+    }
     if let Some(mut t) = world.get_mut::<Track>(track) {
         t.subscribers.retain(|e| *e != ctx.entity);
     }
     if let Some(mut media) = world.get_mut::<PeerMedia>(subscriber) {
         media.forget_entity(ctx.entity);
+        media.retired_ssrcs.extend(ssrcs.into_iter().flatten());
     }
 }
 

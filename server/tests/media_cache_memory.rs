@@ -1,20 +1,15 @@
-//! Adversarial review of issue #6: `srtp_in` decrypts every datagram into 64 KiB
-//! chunks of one `BytesMut` and hands out `split().freeze()` views of them; a track's
-//! `PacketCache` keeps up to 512 of those views, and each view keeps its whole chunk
-//! alive. A low-rate track (a muted microphone's DTX, a stopped camera, or a
-//! publisher that sends one packet now and then on purpose) therefore pins one 64 KiB
-//! chunk of *everyone's* traffic per cached packet, for as long as the track lives.
+//! A track's retransmission cache holds what its own packets cost, nothing more: a
+//! low-rate track (a muted microphone's DTX, a stopped camera, or a publisher that
+//! sends one packet now and then on purpose) beside a heavy one must not keep the heavy
+//! one's buffers alive through the packets it caches.
 //!
 //! This test counts live heap bytes with a global allocator: the same heavy stream
 //! is forwarded with and without a light track beside it that sends one ~300-byte
 //! packet per 50 heavy ones; 300 light packets should cost ~100 kB, not ~19 MB.
 
-#![allow(unsafe_code)] // a counting global allocator, test-only
-
 mod media_sim;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::alloc::System;
 use std::time::Duration;
 
 use media_sim::{SOURCE, SRV, addr, cli, media_sim, packet, subscription, track_spec};
@@ -22,27 +17,16 @@ use shoal_components::media::TrackId;
 use shoal_components::peer::PeerId;
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::Command;
-
-struct Counting;
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
-        unsafe { System.realloc(p, l, new) }
-    }
-}
+use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
 #[global_allocator]
-static A: Counting = Counting;
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Bytes allocated and not yet freed, process-wide.
+fn live() -> isize {
+    let s = GLOBAL.stats();
+    s.bytes_allocated as isize - s.bytes_deallocated as isize + s.bytes_reallocated
+}
 
 const LIGHT: TrackId = TrackId(30);
 const LIGHT_SERVER: TrackId = TrackId(31);
@@ -92,7 +76,7 @@ fn run(light: bool) -> isize {
         heavy(&mut sim, i, false);
     }
     let mut light_n = 0u32;
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live();
     for i in 2000..17_000u32 {
         let l = light && i % 50 == 0;
         light_n += u32::from(l);
@@ -103,14 +87,14 @@ fn run(light: bool) -> isize {
         heavy(&mut sim, i, false);
     }
     let _ = light_n;
-    let after = LIVE.load(Ordering::Relaxed);
+    let after = live();
     eprintln!("{:?}", sim.shard(addr(SRV)).stats());
     drop(sim);
     after - before
 }
 
 #[test]
-fn review_a_light_track_does_not_pin_the_shards_traffic() {
+fn a_light_track_does_not_pin_the_shards_traffic() {
     let without = run(false);
     let with = run(true);
     let extra = with - without;

@@ -4,7 +4,7 @@
 //! (`media::egress_media`).
 
 use bevy_ecs::prelude::*;
-use shoal_components::media::Subscription;
+use shoal_components::media::{RetiredSsrcs, Subscription};
 use shoal_components::peer::Ice;
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{Now, Outbox, Transmits, WriteBuffer};
@@ -23,9 +23,19 @@ pub fn egress(
     mut rng: ResMut<ShardRng>,
     mut subs: Query<&mut Subscription>,
     mut peers: Query<(&Ice, &mut PeerSrtp)>,
+    mut retired: ResMut<RetiredSsrcs>,
 ) {
     stats.datagrams_out += outbox.0.len() as u64;
     tx.0.append(&mut outbox.0);
+    // Ended subscriptions' SSRCs leave their subscriber's outbound context, so it
+    // does not fill up over a long session; the negotiation never gives one out again
+    // in that session (an SRTP index must not repeat under one key: the keystream,
+    // or the GCM nonce, would repeat).
+    for (peer, ssrc) in retired.0.drain(..) {
+        if let Ok((_, mut srtp)) = peers.get_mut(peer) {
+            srtp.session.outbound.forget_ssrc(ssrc);
+        }
+    }
     if media_out.0.is_empty() {
         return;
     }

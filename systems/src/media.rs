@@ -51,6 +51,13 @@ pub const MAX_MISSING: usize = 128;
 pub const NACK_RETRY: std::time::Duration = std::time::Duration::from_millis(40);
 /// How many times a missing packet is NACKed before shoal gives it up.
 pub const MAX_NACKS_PER_PACKET: u8 = 5;
+/// Packets one NACK can make shoal resend at most (RFC 4585 §6.2.1 lets one FCI
+/// entry name 17; a NACK of many entries is answered in part, and the subscriber asks
+/// again for the rest).
+pub const MAX_RETRANSMITS_PER_NACK: usize = 64;
+/// Retransmissions a subscription remembers, to ignore a NACK repeated within a round
+/// trip.
+pub const RECENT_RESENDS: usize = 128;
 /// A gap larger than this is a jump (the source restarted), not loss.
 pub const MAX_GAP: u64 = 512;
 /// Buffer grown at a time for decrypting.
@@ -70,7 +77,15 @@ impl PeerSrtp {
     /// Contexts keyed from `keys` for shoal's DTLS `role`. Retransmissions go as RTX
     /// (new indices), so the sender never protects an index twice.
     pub fn new(keys: &SrtpKeys, role: DtlsRole, rtcp_ssrc: u32) -> Option<PeerSrtp> {
-        let session = SrtpSession::new(keys, role, SrtpConfig::default()).ok()?;
+        // Room for every SSRC a peer may be sent at once (a subscription and its
+        // RTX) and its own, with the ones of ended subscriptions forgotten.
+        let config = SrtpConfig {
+            max_ssrcs: 2 * crate::shard::MAX_SUBSCRIPTIONS_PER_PEER
+                + 2 * crate::shard::MAX_TRACKS_PER_PEER
+                + 8,
+            ..SrtpConfig::default()
+        };
+        let session = SrtpSession::new(keys, role, config).ok()?;
         Some(PeerSrtp { session, rtcp_ssrc })
     }
 }
@@ -151,7 +166,6 @@ impl MediaScratch {
 pub fn srtp_in(
     mut inbox: ResMut<MediaInbox>,
     mut peers: Query<&mut PeerSrtp>,
-    mut scratch: ResMut<MediaScratch>,
     mut plain: ResMut<MediaPlain>,
     mut stats: ResMut<ShardStats>,
 ) {
@@ -165,9 +179,10 @@ pub fn srtp_in(
             stats.media_malformed += 1;
             continue;
         };
-        scratch.reserve(d.payload.len());
-        scratch.buf.extend_from_slice(&d.payload);
-        let mut packet = scratch.buf.split();
+        // A buffer of the packet's own size: the plaintext may sit in a track's cache
+        // for a while, and must keep nothing else alive there.
+        let mut packet = BytesMut::with_capacity(d.payload.len());
+        packet.extend_from_slice(&d.payload);
         let inbound = &mut srtp.session.inbound;
         let len = match kind {
             RtpOrRtcp::Rtp => inbound.unprotect_rtp(&mut packet).map(|u| u.len),
@@ -343,10 +358,18 @@ fn on_rtp(
         Some(e) => *e,
         None => {
             // RFC 8843 §9.2: an SSRC not announced in SDP is bound by its mid.
+            // Only while the track has no SSRC of that kind: a second stream under
+            // the same mid (a simulcast layer, a restarted source) would otherwise
+            // mix into the first one's sequence space.
             let bound = media.tracks_by_mid.iter().find_map(|(mid, e)| {
                 let (t, _) = tracks.get(*e).ok()?;
                 let id = t.spec.extensions.mid?;
-                (p.mid(id).ok()?? == mid.as_str()).then_some(*e)
+                let free = if Some(h.payload_type) == t.spec.rtx_payload_type {
+                    t.rtx_ssrc.is_none()
+                } else {
+                    t.ssrc.is_none()
+                };
+                (free && p.mid(id).ok()?? == mid.as_str()).then_some(*e)
             });
             let Some(e) = bound else {
                 ctx.stats.rtp_unknown_ssrc += 1;
@@ -386,11 +409,11 @@ fn on_rtp(
             timestamp: h.timestamp,
             ssrc,
         };
-        ctx.scratch.reserve(packet.len());
-        let mut w = RtpWriter::new(&mut ctx.scratch.buf, &fields, &[]);
+        let mut unwrapped = BytesMut::with_capacity(packet.len());
+        let mut w = RtpWriter::new(&mut unwrapped, &fields, &[]);
         w.payload(original);
         w.finish(0);
-        (ctx.scratch.buf.split().freeze(), osn)
+        (unwrapped.freeze(), osn)
     } else {
         if h.payload_type != track.spec.payload_type {
             ctx.stats.media_malformed += 1;
@@ -587,10 +610,12 @@ fn track_timer(
     ctx.heap.arm(timers, entity, TimerKind::MediaReport, next);
 }
 
-/// RFC 3550 §6.4.1: a sender report for what shoal sent the subscriber. The NTP time
-/// is the shard's clock, the same for all of a subscriber's streams, so the
-/// subscriber can line audio and video up; the RTP time is the last timestamp sent
-/// moved on by the time since.
+/// RFC 3550 §6.4.1: a sender report for what shoal sent the subscriber. Its NTP and
+/// RTP times are the publisher's last SR moved on to now (the RTP time through the
+/// subscription's timestamp offset), so the subscriber lines a publisher's audio and
+/// video up by the publisher's own clock (§6.4.1: the pair is what "lip sync" needs).
+/// Before the publisher's first SR, the shard's clock and the last timestamp sent.
+/// Nothing once the stream stopped: an SR reports a sender.
 fn subscription_timer(
     ctx: &mut MediaCtx,
     now: Time,
@@ -608,15 +633,31 @@ fn subscription_timer(
     let Some((ts, at)) = sub.last_rtp_ts else {
         return;
     };
-    let clock = tracks
-        .get(sub.track)
-        .map_or(90_000, |(t, _)| t.spec.clock_rate);
-    let elapsed = now.saturating_since(at);
-    let rtp_time = ts.wrapping_add((elapsed.as_micros() * u128::from(clock) / 1_000_000) as u32);
+    // RFC 3550 §6.4: senders report; one silent for two intervals is not one.
+    if now.saturating_since(at) > 2 * REPORT_INTERVAL {
+        return;
+    }
+    let Ok((track, _)) = tracks.get(sub.track) else {
+        return;
+    };
+    let clock = u128::from(track.spec.clock_rate);
+    let units = |d: std::time::Duration| (d.as_micros() * clock / 1_000_000) as u32;
+    let (ntp_time, rtp_time) = match track.sender_report {
+        Some((sr_ntp, sr_rtp, sr_at)) => {
+            let elapsed = now.saturating_since(sr_at);
+            (
+                sr_ntp.wrapping_add(ntp_duration(elapsed)),
+                sr_rtp
+                    .wrapping_add(sub.ts_offset)
+                    .wrapping_add(units(elapsed)),
+            )
+        }
+        None => (ntp(now), ts.wrapping_add(units(now.saturating_since(at)))),
+    };
     ctx.scratch.reserve(64);
     SenderReport {
         ssrc: sub.spec.ssrc,
-        ntp_time: ntp(now),
+        ntp_time,
         rtp_time,
         packet_count: sub.packets_sent,
         octet_count: sub.octets_sent,
@@ -629,6 +670,11 @@ fn subscription_timer(
         peer: sub.subscriber,
         packet,
     });
+}
+
+/// A duration in 64-bit NTP units (32.32 fixed point seconds).
+fn ntp_duration(d: std::time::Duration) -> u64 {
+    (d.as_secs() << 32) | ((u64::from(d.subsec_nanos()) << 32) / 1_000_000_000)
 }
 
 /// The shard's time as a 64-bit NTP timestamp (RFC 3550 §4): seconds and fraction.
@@ -654,7 +700,7 @@ fn on_rtcp(
     // Which of this peer's tracks or subscriptions each packet is about.
     let mut keyframes: Vec<Entity> = Vec::new();
     let mut nacks: Vec<(Entity, Vec<u16>)> = Vec::new();
-    let mut srs: Vec<(Entity, u64)> = Vec::new();
+    let mut srs: Vec<(Entity, u64, u32)> = Vec::new();
     for item in Compound::new(packet.clone()) {
         let Ok(p) = item else {
             ctx.stats.media_malformed += 1;
@@ -663,7 +709,7 @@ fn on_rtcp(
         match p.body {
             RtcpBody::SenderReport(sr) => {
                 if let Some(t) = media.tracks_by_ssrc.get(&sr.ssrc) {
-                    srs.push((*t, sr.ntp_time));
+                    srs.push((*t, sr.ntp_time, sr.rtp_time));
                 }
             }
             RtcpBody::Nack(n) => {
@@ -686,11 +732,12 @@ fn on_rtcp(
             _ => {}
         }
     }
-    for (track, ntp_time) in srs {
+    for (track, ntp_time, rtp_time) in srs {
         if let Ok((mut t, _)) = tracks.get_mut(track) {
             // RFC 3550 §6.4.1 LSR: the middle 32 bits of the NTP timestamp.
             t.stats.last_sr = (ntp_time >> 16) as u32;
             t.stats.last_sr_at = Some(now);
+            t.sender_report = Some((ntp_time, rtp_time, now));
         }
     }
     for sub in keyframes {
@@ -700,28 +747,49 @@ fn on_rtcp(
         let track = s.track;
         request_keyframe(ctx, now, track, tracks, peers);
     }
-    for (sub, lost) in nacks {
-        let Ok((s, _)) = subs.get(sub) else {
+    for (sub, mut lost) in nacks {
+        let Ok((mut s, _)) = subs.get_mut(sub) else {
             continue;
         };
         if !s.started {
             continue;
         }
-        let (offset, track) = (s.seq_offset, s.track);
+        let (offset, track, first) = (s.seq_offset, s.track, s.first_seq);
         let rtx = s.spec.rtx_ssrc.is_some() && s.spec.rtx_payload_type.is_some();
         let Ok((t, _)) = tracks.get(track) else {
             continue;
         };
+        // One NACK's entries may repeat a number; answer each once, and at most
+        // MAX_RETRANSMITS_PER_NACK of them.
+        lost.sort_unstable();
+        lost.dedup();
+        let mut budget = MAX_RETRANSMITS_PER_NACK;
         for seq in lost {
             // The subscriber's number back to the publisher's, extended.
             let original = seq.wrapping_sub(offset);
             let ext = extend_seq(t.stats.max_seq, original);
+            // Not this subscriber's to ask for, or resent within a round trip.
+            let recent = s
+                .recent_resends
+                .iter()
+                .any(|(r, at)| *r == ext && now.saturating_since(*at) < NACK_RETRY);
+            if ext < first || recent || budget == 0 {
+                ctx.stats.nack_unanswered += 1;
+                continue;
+            }
             match t.cache.get(ext) {
-                Some(packet) if rtx => ctx.out.0.push(Outgoing::Retransmit {
-                    subscription: sub,
-                    packet: packet.clone(),
-                    seq: ext,
-                }),
+                Some(packet) if rtx => {
+                    budget -= 1;
+                    if s.recent_resends.len() >= RECENT_RESENDS {
+                        s.recent_resends.remove(0);
+                    }
+                    s.recent_resends.push((ext, now));
+                    ctx.out.0.push(Outgoing::Retransmit {
+                        subscription: sub,
+                        packet: packet.clone(),
+                        seq: ext,
+                    });
+                }
                 _ => ctx.stats.nack_unanswered += 1,
             }
         }
@@ -880,11 +948,14 @@ fn send_copy(
         if rtx {
             return Sent::NotReady;
         }
-        // RFC 3550 §5.1: random initial sequence number and timestamp.
+        // RFC 3550 §5.1: random initial sequence numbers (the RTX stream's too) and
+        // timestamp.
         sub.started = true;
+        sub.first_seq = seq;
         let r = rng.0.next_u64();
         sub.seq_offset = (r as u16).wrapping_sub((seq & 0xffff) as u16);
         sub.ts_offset = ((r >> 16) as u32).wrapping_sub(h.timestamp);
+        sub.rtx_seq = (r >> 48) as u16;
     }
     let out_seq = ((seq & 0xffff) as u16).wrapping_add(sub.seq_offset);
     let timestamp = h.timestamp.wrapping_add(sub.ts_offset);

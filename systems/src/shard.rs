@@ -282,6 +282,10 @@ pub enum CommandError {
     /// The SSRC is in use by another of the peer's streams.
     #[error("SSRC {0} is in use")]
     SsrcInUse(u32),
+    /// The SSRC belonged to one of the peer's ended subscriptions: sending with it again
+    /// would repeat SRTP indices under the same keys.
+    #[error("SSRC {0} was used by an ended subscription")]
+    SsrcRetired(u32),
     /// `send_rtp` was given bytes that are not an RTP packet.
     #[error("not an RTP packet")]
     MalformedRtp,
@@ -350,6 +354,7 @@ impl Shard {
         world.init_resource::<SctpScratch>();
         world.init_resource::<RoomIndex>();
         world.init_resource::<TrackIndex>();
+        world.init_resource::<shoal_components::media::RetiredSsrcs>();
         world.init_resource::<media::MediaInbox>();
         world.init_resource::<media::MediaStart>();
         world.init_resource::<media::MediaPlain>();

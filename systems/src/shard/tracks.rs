@@ -90,6 +90,7 @@ impl Shard {
                 last_keyframe_request: None,
                 keyframe_wanted: false,
                 missing: Vec::new(),
+                sender_report: None,
             })
             .insert(Timers::default())
             .id();
@@ -214,6 +215,10 @@ impl Shard {
             if media.subscriptions_by_ssrc.contains_key(ssrc) {
                 return Err(CommandError::SsrcInUse(*ssrc));
             }
+            // Its SRTP index would start over under the same keys.
+            if media.retired_ssrcs.contains(ssrc) {
+                return Err(CommandError::SsrcRetired(*ssrc));
+            }
         }
         let (id, ssrc, rtx_ssrc) = (spec.track, spec.ssrc, spec.rtx_ssrc);
         let entity = self
@@ -229,6 +234,8 @@ impl Shard {
                 octets_sent: 0,
                 last_rtp_ts: None,
                 started: false,
+                first_seq: 0,
+                recent_resends: Vec::new(),
             })
             .id();
         // Sender reports start a report interval after the subscription.

@@ -93,6 +93,10 @@ impl RoomTrack {
     }
 }
 
+/// How long the participant has to answer shoal's offer before it is rolled back
+/// (and made again at the next change).
+pub const OFFER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A participant's media state.
 #[derive(Debug)]
 pub struct MemberMedia {
@@ -102,6 +106,11 @@ pub struct MemberMedia {
     pub local: LocalTransport,
     /// What it publishes.
     pub tracks: Vec<RoomTrack>,
+    /// An answer of shoal's is on its way to the participant: no offer may overtake
+    /// it on the signalling connection.
+    pub answering: bool,
+    /// When shoal's outstanding offer went out.
+    pub offered_at: Option<std::time::Instant>,
 }
 
 /// The text form of a track id in SDP (`a=msid`) and signalling.
@@ -233,6 +242,8 @@ impl ControlState {
             negotiation,
             local,
             tracks: Vec::new(),
+            answering: true,
+            offered_at: None,
         });
         Ok((answered, changes))
     }
@@ -385,6 +396,17 @@ impl ControlState {
         let (Some(link), Some(media)) = (member.signal.as_ref(), member.media.as_mut()) else {
             return;
         };
+        if media.answering {
+            // Offered once the answer is out (`answer_delivered`).
+            return;
+        }
+        if media.negotiation.offer_outstanding()
+            && media
+                .offered_at
+                .is_some_and(|at| at.elapsed() >= OFFER_TIMEOUT)
+        {
+            media.negotiation.rollback();
+        }
         let params = media.local.params(fingerprint);
         if let Some(offer) = media
             .negotiation
@@ -397,6 +419,8 @@ impl ControlState {
             // change offers again.
             if link.events.try_send(message).is_err() {
                 media.negotiation.rollback();
+            } else {
+                media.offered_at = Some(std::time::Instant::now());
             }
         }
     }
@@ -424,6 +448,7 @@ impl ControlState {
                 .negotiation
                 .answer(offer, &params, &tracks, &mut || self.random_ssrc())
                 .map_err(|e| negotiation_error(&e))?;
+            media.answering = true;
             (answered.sdp.to_sdp_string(), answered.changes)
         };
         self.apply_media_changes(peer, changes);
@@ -436,6 +461,21 @@ impl ControlState {
         let rooms = self.rooms();
         let mut members = self.members();
         self.offer_locked(&rooms, &mut members, peer);
+    }
+
+    /// Shoal's answer to `peer` is on the signalling connection: offers may follow it
+    /// now, and one goes at once if the room changed for it meanwhile (or on glare
+    /// shoal dropped its own).
+    pub(super) fn answer_delivered(&self, peer: PeerId) {
+        if let Some(media) = self
+            .members()
+            .by_peer
+            .get_mut(&peer)
+            .and_then(|m| m.media.as_mut())
+        {
+            media.answering = false;
+        }
+        self.offer_if_needed(peer);
     }
 
     /// Applies `peer`'s answer to shoal's offer.

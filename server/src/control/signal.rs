@@ -149,9 +149,10 @@ impl Session<'_> {
                 };
                 let answer = signal_response::Message::Answer(v1::SessionDescription { sdp });
                 let _ = self.out.send(answer).await;
-                // On glare shoal dropped its own offer; the room may still have
-                // something for this participant.
-                self.state.offer_if_needed(self.admitted.peer);
+                // Shoal's offers wait until the answer is on the connection, so none
+                // overtakes it; the room may have something for the participant now
+                // (or, on glare, shoal dropped its own offer).
+                self.state.answer_delivered(self.admitted.peer);
                 Ok(())
             }
             signal_request::Message::Answer(answer) => {

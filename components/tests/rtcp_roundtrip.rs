@@ -655,7 +655,7 @@ fn cumulative_lost_is_signed_24_bits_and_clamped_when_written() {
         cumulative_lost: -(1 << 30),
         ..ReportBlock::default()
     };
-    block.write_to(&mut out);
+    block.write(&mut out);
     assert_eq!(&out[5..8], &[0x80, 0, 0]);
     let mut rr = BytesMut::new();
     ReceiverReport {

@@ -3,7 +3,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::RtcpError;
-use super::{ItemList, Ssrcs, WriteRtcp, count5, packet_type};
+use super::{ItemList, Ssrcs, WireList, WriteRtcp, count5, packet_type};
 
 /// A BYE packet. `S` is the SSRC/CSRC list: [`Ssrcs`] as parsed, `&[u32]` to send.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,7 +25,7 @@ impl Bye {
                 count: sc,
             });
         }
-        let sources = Ssrcs(body.slice(..list_len));
+        let sources = WireList::new(body.slice(..list_len));
         let rest = &body[list_len..];
         let reason = match rest.split_first() {
             None => None,

@@ -5,7 +5,9 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::RtcpError;
-use super::{ItemList, MAX_FCI_ENTRIES, Ssrcs, WriteRtcp, be16, be32, fmt, packet_type};
+use super::{
+    ItemList, MAX_FCI_ENTRIES, Ssrcs, WireItem, WireList, WriteRtcp, be16, be32, fmt, packet_type,
+};
 
 /// Sender SSRC and media SSRC: 8 bytes (RFC 4585 §6.1).
 pub(crate) const FB_FIXED_LEN: usize = 8;
@@ -124,64 +126,30 @@ pub fn lost_to_nack_entries<I: IntoIterator<Item = u16>>(
     })
 }
 
-/// The entries of a received NACK.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct NackEntries(Bytes);
+impl WireItem for NackEntry {
+    const LEN: usize = NACK_ENTRY_LEN;
 
-impl NackEntries {
-    /// The entries in packet order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = NackEntry> + '_ {
-        self.0.chunks_exact(NACK_ENTRY_LEN).map(|w| NackEntry {
+    fn read(w: &[u8]) -> Self {
+        NackEntry {
             pid: be16(w, 0),
             blp: be16(w, 2),
-        })
+        }
     }
 
+    fn write(&self, out: &mut BytesMut) {
+        out.put_u16(self.pid);
+        out.put_u16(self.blp);
+    }
+}
+
+/// The entries of a received NACK.
+pub type NackEntries = WireList<NackEntry>;
+
+impl WireList<NackEntry> {
     /// Every lost sequence number the entries name, entry by entry. At most 17 per
     /// entry, so at most 17 × [`MAX_FCI_ENTRIES`].
     pub fn lost(&self) -> impl Iterator<Item = u16> + '_ {
         self.iter().flat_map(NackEntry::lost)
-    }
-
-    /// Number of entries.
-    pub fn len(&self) -> usize {
-        self.0.len() / NACK_ENTRY_LEN
-    }
-
-    /// True when there are none (never, for a parsed NACK).
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl ItemList for NackEntries {
-    fn count(&self) -> usize {
-        self.len()
-    }
-
-    fn byte_len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn write_to(&self, out: &mut BytesMut) {
-        out.put_slice(&self.0);
-    }
-}
-
-impl ItemList for &[NackEntry] {
-    fn count(&self) -> usize {
-        self.len()
-    }
-
-    fn byte_len(&self) -> usize {
-        NACK_ENTRY_LEN * self.len()
-    }
-
-    fn write_to(&self, out: &mut BytesMut) {
-        for e in self.iter() {
-            out.put_u16(e.pid);
-            out.put_u16(e.blp);
-        }
     }
 }
 
@@ -207,7 +175,7 @@ impl Nack {
         Ok(Nack {
             sender_ssrc,
             media_ssrc,
-            entries: NackEntries(fci),
+            entries: WireList::new(fci),
         })
     }
 }
@@ -242,61 +210,25 @@ pub struct FirEntry {
     pub seq_nr: u8,
 }
 
-/// The entries of a received FIR.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct FirEntries(Bytes);
+impl WireItem for FirEntry {
+    const LEN: usize = FIR_ENTRY_LEN;
 
-impl FirEntries {
-    /// The entries in packet order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = FirEntry> + '_ {
-        self.0.chunks_exact(FIR_ENTRY_LEN).map(|w| FirEntry {
+    fn read(w: &[u8]) -> Self {
+        FirEntry {
             ssrc: be32(w, 0),
             seq_nr: w[4],
-        })
-    }
-
-    /// Number of entries.
-    pub fn len(&self) -> usize {
-        self.0.len() / FIR_ENTRY_LEN
-    }
-
-    /// True when there are none (never, for a parsed FIR).
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl ItemList for FirEntries {
-    fn count(&self) -> usize {
-        self.len()
-    }
-
-    fn byte_len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn write_to(&self, out: &mut BytesMut) {
-        out.put_slice(&self.0);
-    }
-}
-
-impl ItemList for &[FirEntry] {
-    fn count(&self) -> usize {
-        self.len()
-    }
-
-    fn byte_len(&self) -> usize {
-        FIR_ENTRY_LEN * self.len()
-    }
-
-    fn write_to(&self, out: &mut BytesMut) {
-        for e in self.iter() {
-            out.put_u32(e.ssrc);
-            out.put_u8(e.seq_nr);
-            out.put_bytes(0, 3);
         }
     }
+
+    fn write(&self, out: &mut BytesMut) {
+        out.put_u32(self.ssrc);
+        out.put_u8(self.seq_nr);
+        out.put_bytes(0, 3);
+    }
 }
+
+/// The entries of a received FIR.
+pub type FirEntries = WireList<FirEntry>;
 
 /// A full intra request (RFC 5104 §4.3.1). `E` is the entries: [`FirEntries`] as
 /// parsed, `&[FirEntry]` to send.
@@ -320,7 +252,7 @@ impl Fir {
         Ok(Fir {
             sender_ssrc,
             media_ssrc,
-            entries: FirEntries(fci),
+            entries: WireList::new(fci),
         })
     }
 }
@@ -397,7 +329,7 @@ impl Remb {
             media_ssrc,
             exponent: fixed[5] >> 2,
             mantissa: u32::from_be_bytes([0, fixed[5] & 0x03, fixed[6], fixed[7]]),
-            ssrcs: Ssrcs(fci.slice(REMB_FIXED_LEN..)),
+            ssrcs: WireList::new(fci.slice(REMB_FIXED_LEN..)),
         })
     }
 }

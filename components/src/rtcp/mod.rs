@@ -170,56 +170,102 @@ pub trait ItemList {
     fn write_to(&self, out: &mut BytesMut);
 }
 
-/// The SSRCs of a received BYE or REMB.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct Ssrcs(pub(crate) Bytes);
+/// A fixed-size item of an RTCP list: its size on the wire and how it reads and
+/// writes.
+pub trait WireItem: Sized {
+    /// Bytes per item.
+    const LEN: usize;
+    /// Reads one item from exactly `LEN` bytes.
+    fn read(b: &[u8]) -> Self;
+    /// Appends its `LEN` bytes.
+    fn write(&self, out: &mut BytesMut);
+}
 
-impl Ssrcs {
-    /// The SSRCs in packet order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = u32> + '_ {
-        self.0.chunks_exact(4).map(|w| be32(w, 0))
+/// The items of a received list (report blocks, SSRCs, NACK or FIR entries), read as
+/// they are iterated; the bytes are the packet's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WireList<T> {
+    bytes: Bytes,
+    item: std::marker::PhantomData<T>,
+}
+
+impl<T> Default for WireList<T> {
+    fn default() -> Self {
+        WireList::new(Bytes::new())
+    }
+}
+
+impl<T> WireList<T> {
+    /// The list over `bytes`, whose length the parser has checked.
+    pub(crate) fn new(bytes: Bytes) -> Self {
+        WireList {
+            bytes,
+            item: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T: WireItem> WireList<T> {
+    /// The items in packet order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = T> + '_ {
+        self.bytes.chunks_exact(T::LEN).map(T::read)
     }
 
-    /// Number of SSRCs.
+    /// Number of items.
     pub fn len(&self) -> usize {
-        self.0.len() / 4
+        self.bytes.len() / T::LEN
     }
 
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.bytes.is_empty()
     }
 }
 
-impl ItemList for Ssrcs {
+impl<T: WireItem> ItemList for WireList<T> {
     fn count(&self) -> usize {
         self.len()
     }
 
     fn byte_len(&self) -> usize {
-        self.0.len()
+        self.bytes.len()
     }
 
     fn write_to(&self, out: &mut BytesMut) {
-        out.put_slice(&self.0);
+        out.put_slice(&self.bytes);
     }
 }
 
-impl ItemList for &[u32] {
+impl<T: WireItem> ItemList for &[T] {
     fn count(&self) -> usize {
         self.len()
     }
 
     fn byte_len(&self) -> usize {
-        4 * self.len()
+        T::LEN * self.len()
     }
 
     fn write_to(&self, out: &mut BytesMut) {
-        for &ssrc in self.iter() {
-            out.put_u32(ssrc);
+        for item in self.iter() {
+            item.write(out);
         }
     }
 }
+
+impl WireItem for u32 {
+    const LEN: usize = 4;
+
+    fn read(b: &[u8]) -> Self {
+        be32(b, 0)
+    }
+
+    fn write(&self, out: &mut BytesMut) {
+        out.put_u32(*self);
+    }
+}
+
+/// The SSRCs of a received BYE or REMB.
+pub type Ssrcs = WireList<u32>;
 
 /// Big-endian u16 at `at`; the caller has checked `at + 2 <= b.len()`.
 pub(crate) fn be16(b: &[u8], at: usize) -> u16 {

@@ -3,7 +3,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::RtcpError;
-use super::{ItemList, WriteRtcp, be32, count5, packet_type};
+use super::{ItemList, WireItem, WireList, WriteRtcp, be32, count5, packet_type};
 
 /// A report block is 24 bytes (RFC 3550 §6.4.1).
 pub const REPORT_BLOCK_LEN: usize = 24;
@@ -32,7 +32,9 @@ pub struct ReportBlock {
     pub delay_since_last_sr: u32,
 }
 
-impl ReportBlock {
+impl WireItem for ReportBlock {
+    const LEN: usize = REPORT_BLOCK_LEN;
+
     /// Reads a block from 24 bytes; the caller has checked the length.
     fn read(b: &[u8]) -> ReportBlock {
         // Sign-extend the 24-bit cumulative count.
@@ -49,7 +51,7 @@ impl ReportBlock {
     }
 
     /// Appends the 24 bytes.
-    pub fn write_to(&self, out: &mut BytesMut) {
+    fn write(&self, out: &mut BytesMut) {
         let lost = self.cumulative_lost.clamp(-0x80_0000, 0x7F_FFFF);
         let [_, a, b, c] = lost.to_be_bytes();
         out.put_u32(self.ssrc);
@@ -62,55 +64,7 @@ impl ReportBlock {
 }
 
 /// The report blocks of a received SR or RR.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct ReportBlocks(Bytes);
-
-impl ReportBlocks {
-    /// The blocks in packet order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = ReportBlock> + '_ {
-        self.0.chunks_exact(REPORT_BLOCK_LEN).map(ReportBlock::read)
-    }
-
-    /// Number of blocks.
-    pub fn len(&self) -> usize {
-        self.0.len() / REPORT_BLOCK_LEN
-    }
-
-    /// True when there are none.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl ItemList for ReportBlocks {
-    fn count(&self) -> usize {
-        self.len()
-    }
-
-    fn byte_len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn write_to(&self, out: &mut BytesMut) {
-        out.put_slice(&self.0);
-    }
-}
-
-impl ItemList for &[ReportBlock] {
-    fn count(&self) -> usize {
-        self.len()
-    }
-
-    fn byte_len(&self) -> usize {
-        REPORT_BLOCK_LEN * self.len()
-    }
-
-    fn write_to(&self, out: &mut BytesMut) {
-        for b in self.iter() {
-            b.write_to(out);
-        }
-    }
-}
+pub type ReportBlocks = WireList<ReportBlock>;
 
 /// Splits RC report blocks off the front of `rest`; what follows is the profile-specific
 /// extension. RC is 5 bits, so at most 31 blocks (RFC 3550 §6.4.1).
@@ -121,7 +75,7 @@ fn split_blocks(pt: u8, rc: u8, rest: Bytes) -> Result<(ReportBlocks, Bytes), Rt
     }
     let mut blocks = rest;
     let extension = blocks.split_off(len);
-    Ok((ReportBlocks(blocks), extension))
+    Ok((WireList::new(blocks), extension))
 }
 
 /// A sender report (RFC 3550 §6.4.1). `B` is the report blocks: [`ReportBlocks`] as

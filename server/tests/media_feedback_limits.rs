@@ -286,3 +286,30 @@ fn a_retired_ssrc_is_not_reused() {
     assert_eq!(after.rtp_forwarded - before.rtp_forwarded, 20);
     assert_eq!(after.media_send_failed, before.media_send_failed);
 }
+
+/// Reports stop with the stream (RFC 3550 §6.4: report blocks cover sources heard
+/// from since the last report; an SR reports a sender): once the publisher falls
+/// silent, shoal soon sends neither RR nor SR for it.
+#[test]
+fn reports_stop_when_the_stream_does() {
+    let link = LinkConfig::lossy(Duration::from_millis(10), 0.0);
+    let mut sim = media_sim(5, &link, 2);
+    for i in 0..200u16 {
+        let now = sim.now();
+        sim.shard_mut(cli(1))
+            .send_rtp(now, SOURCE, packet(i))
+            .unwrap();
+        let _ = sim.run_for(INTERVAL);
+    }
+    let sent = sim.shard(addr(SRV)).stats().rtcp_sent;
+    assert!(sent > 0, "reports while the stream flowed");
+    // Two report intervals for the last reports to go, then quiet.
+    let _ = sim.run_for(Duration::from_secs(3));
+    let settled = sim.shard(addr(SRV)).stats().rtcp_sent;
+    let _ = sim.run_for(Duration::from_secs(5));
+    assert_eq!(
+        sim.shard(addr(SRV)).stats().rtcp_sent,
+        settled,
+        "RTCP kept going for a silent stream"
+    );
+}

@@ -503,7 +503,13 @@ fn send_feedback(
     ctx.scratch.reserve(1500);
     let mut blocks = std::mem::take(&mut ctx.scratch.blocks);
     blocks.clear();
-    blocks.push(report_block(&mut track.stats, media_ssrc, now));
+    // RFC 3550 §6.4: a report block only for a source heard from since the last
+    // report (an RR with none still heads the feedback that follows).
+    let heard = track.stats.received > track.stats.received_prior;
+    if heard {
+        blocks.push(report_block(&mut track.stats, media_ssrc, now));
+    }
+    let start = ctx.scratch.buf.len();
     ReceiverReport {
         ssrc: rtcp_ssrc,
         reports: blocks.as_slice(),
@@ -548,12 +554,20 @@ fn send_feedback(
         ctx.stats.nacks_sent += 1;
     }
     ctx.scratch.lost = lost;
+    // Nothing to report and no feedback: nothing to send.
+    if !heard && ctx.scratch.buf.len() - start == RR_HEADER_LEN {
+        ctx.scratch.buf.truncate(start);
+        return;
+    }
     let packet = ctx.scratch.buf.split().freeze();
     ctx.out.0.push(Outgoing::Rtcp {
         peer: publisher,
         packet,
     });
 }
+
+/// An RR with no report blocks: the 4-byte header and the sender's SSRC.
+const RR_HEADER_LEN: usize = 8;
 
 /// RFC 3550 §6.4.1 and Appendix A.3: the report block for one received source.
 fn report_block(s: &mut ReceiveStats, ssrc: u32, now: Time) -> ReportBlock {

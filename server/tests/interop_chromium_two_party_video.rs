@@ -33,7 +33,7 @@ fn interop_chromium_two_party_video() {
         server,
         http,
         runtime,
-        rooms: _rooms,
+        mut rooms,
         control: _control,
     } = grpc_node::node_with_room(ROOM);
     let page = format!("http://{http}/");
@@ -80,6 +80,29 @@ fn interop_chromium_two_party_video() {
         assert!(count(&a["state"], "offers") >= 1, "{a}");
         assert_eq!(tracks(&a), ["audio/bob", "video/bob"]);
         assert_eq!(tracks(&b), ["audio/alice", "video/alice"]);
+        // RoomService lists what each participant publishes.
+        let listed = rooms
+            .list_participants(shoal_proto::v1::ListParticipantsRequest {
+                room: ROOM.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("list participants")
+            .into_inner()
+            .participants;
+        for p in &listed {
+            let mut mimes: Vec<&str> = p.tracks.iter().map(|t| t.mime_type.as_str()).collect();
+            mimes.sort_unstable();
+            assert_eq!(
+                mimes,
+                ["audio/opus", "video/VP8"],
+                "{}: {:?}",
+                p.identity,
+                p.tracks
+            );
+            assert!(p.tracks.iter().all(|t| t.stream_id == p.identity));
+        }
+        assert_eq!(listed.len(), 2);
         let report = report.expect("the shard reports");
         assert_eq!(report.shard.srtp_unprotect_failed, 0, "{:?}", report.shard);
         assert!(

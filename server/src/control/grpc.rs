@@ -172,7 +172,8 @@ impl ControlState {
             shard: saturating_u32(p.shard),
             peer_id: p.peer.0,
             joined_at_unix_ms: self.clock.unix_ms(p.joined_at),
-            // Tracks and channels live in the shards; reporting them comes with media.
+            // What it publishes is the signalling's (`Members::track_infos`); its data
+            // channels live in its shard.
             tracks: Vec::new(),
             data_channels: Vec::new(),
         }
@@ -364,11 +365,15 @@ impl RoomService for ControlApi {
         let req = request.get_ref();
         let rooms = self.state.rooms();
         let page = rooms.participants(&req.room, &req.page_token, page_size(req.page_size))?;
+        let members = self.state.members();
         Ok(Response::new(v1::ListParticipantsResponse {
             participants: page
                 .items
                 .iter()
-                .map(|p| self.state.participant_message(p))
+                .map(|p| v1::Participant {
+                    tracks: members.track_infos(p.peer),
+                    ..self.state.participant_message(p)
+                })
                 .collect(),
             next_page_token: page.next_page_token.unwrap_or_default(),
         }))

@@ -188,6 +188,17 @@ struct Effects {
     renegotiate: Vec<String>,
 }
 
+impl Members {
+    /// What `peer` publishes, as the API describes tracks.
+    pub(super) fn track_infos(&self, peer: PeerId) -> Vec<v1::TrackInfo> {
+        self.by_peer
+            .get(&peer)
+            .and_then(|m| m.media.as_ref())
+            .map(|m| m.tracks.iter().map(RoomTrack::info).collect())
+            .unwrap_or_default()
+    }
+}
+
 impl ControlState {
     /// A random SSRC from the system generator.
     fn random_ssrc(&self) -> u32 {

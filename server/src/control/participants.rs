@@ -239,7 +239,10 @@ impl ControlState {
             let others = room
                 .participants()
                 .filter(|p| p.peer != peer)
-                .map(|p| self.participant_message(p))
+                .map(|p| v1::Participant {
+                    tracks: members.track_infos(p.peer),
+                    ..self.participant_message(p)
+                })
                 .collect();
             let joined = signal_response::Message::Join(v1::JoinResponse {
                 room: Some(self.room_message(room)),

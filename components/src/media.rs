@@ -272,6 +272,11 @@ pub struct Track {
     /// The publisher's last sender report: its NTP and RTP times, and when it came
     /// (RFC 3550 §6.4.1), for the reports shoal sends subscribers.
     pub sender_report: Option<(u64, u32, Time)>,
+    /// Sibling shards that mirror this track: each packet goes to them too.
+    pub relay_to: Vec<usize>,
+    /// For a mirror of a track published on another shard: that shard, which its
+    /// keyframe requests go to.
+    pub origin: Option<usize>,
 }
 
 /// One subscriber's copy of a track. Removing it takes it off its track's list and

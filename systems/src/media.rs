@@ -140,6 +140,33 @@ pub enum Outgoing {
     },
 }
 
+/// What one shard hands a sibling for tracks that cross shards.
+#[derive(Clone, Debug)]
+pub enum MediaRelay {
+    /// A packet of a track the sibling mirrors.
+    Packet {
+        /// The sibling.
+        to: usize,
+        /// The track.
+        track: shoal_components::media::TrackId,
+        /// Its extended sequence number at the origin.
+        seq: u64,
+        /// The plaintext packet.
+        packet: Bytes,
+    },
+    /// A subscriber on this shard wants a keyframe of a track published on `to`.
+    Keyframe {
+        /// The origin shard.
+        to: usize,
+        /// The track.
+        track: shoal_components::media::TrackId,
+    },
+}
+
+/// What the media pass put out for sibling shards this tick.
+#[derive(Resource, Debug, Default)]
+pub struct MediaRelayOut(pub Vec<MediaRelay>);
+
 /// The media packets of this tick for `egress`.
 #[derive(Resource, Debug, Default)]
 pub struct MediaOut(pub Vec<Outgoing>);
@@ -214,6 +241,7 @@ pub struct MediaCtx<'w> {
     heap: ResMut<'w, TimerHeap>,
     events: ResMut<'w, Events>,
     start: ResMut<'w, MediaStart>,
+    relay: ResMut<'w, MediaRelayOut>,
 }
 
 /// The `media` pass.
@@ -296,9 +324,17 @@ fn request_keyframe(
         return;
     };
     let Some(publisher) = t.publisher else {
-        ctx.events
-            .0
-            .push(ShardEvent::KeyframeRequested { track: t.spec.id });
+        match t.origin {
+            // A mirror: the publisher is on the origin shard.
+            Some(to) => ctx.relay.0.push(MediaRelay::Keyframe {
+                to,
+                track: t.spec.id,
+            }),
+            None => ctx
+                .events
+                .0
+                .push(ShardEvent::KeyframeRequested { track: t.spec.id }),
+        }
         return;
     };
     if !t.spec.feedback.pli {
@@ -463,6 +499,14 @@ fn on_rtp(
             packet: packet.clone(),
             seq: ext,
             audio_level,
+        });
+    }
+    for &to in &track.relay_to {
+        ctx.relay.0.push(MediaRelay::Packet {
+            to,
+            track: track.spec.id,
+            seq: ext,
+            packet: packet.clone(),
         });
     }
     // Newly missing packets are NACKed at once; keyframe requests go out as soon as

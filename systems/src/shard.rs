@@ -203,6 +203,26 @@ pub enum Command {
         /// The stream as negotiated (the sender's SSRCs and payload types).
         track: TrackSpec,
     },
+    /// A copy of a track published on shard `origin`, for subscribers here; fed by
+    /// that shard's relay.
+    MirrorTrack {
+        /// The track as published.
+        track: TrackSpec,
+        /// The shard that holds its publisher.
+        origin: usize,
+    },
+    /// Each packet of a track published here goes to shard `to` as well.
+    RelayTrack {
+        /// The track.
+        track: TrackId,
+        /// The shard that mirrors it.
+        to: usize,
+    },
+    /// A mirrored track goes, with its subscriptions.
+    DropMirror {
+        /// The track.
+        track: TrackId,
+    },
     /// A client endpoint sends a local source to the peer; packets are handed in with
     /// [`Shard::send_rtp`].
     AddSource {
@@ -357,6 +377,7 @@ impl Shard {
         world.init_resource::<shoal_components::media::RetiredSsrcs>();
         world.init_resource::<media::MediaInbox>();
         world.init_resource::<media::MediaStart>();
+        world.init_resource::<media::MediaRelayOut>();
         world.init_resource::<media::MediaPlain>();
         world.init_resource::<media::MediaOut>();
         world.init_resource::<media::MediaScratch>();
@@ -517,6 +538,9 @@ impl Shard {
                 track,
                 subscription,
             } => self.add_source(peer, track, subscription),
+            Command::MirrorTrack { track, origin } => self.mirror_track(track, origin),
+            Command::RelayTrack { track, to } => self.relay_track(track, to, true),
+            Command::DropMirror { track } => self.drop_mirror(track),
         }
     }
 

@@ -2,10 +2,11 @@
 //! the room's published tracks, and the shard commands and signalling that follow
 //! from every change.
 //!
-//! - A participant's offer is answered with the room's tracks it can be sent (those
-//!   published on its own shard: media does not cross shards yet; placement keeps a
-//!   room on one shard while that shard has room). Its published sections become
-//!   tracks of the room (`Command::Publish`, a `track` PUBLISHED event to the room).
+//! - A participant's offer is answered with the room's tracks. Its published sections
+//!   become tracks of the room (`Command::Publish`, a `track` PUBLISHED event). A
+//!   track sent to a participant on another shard than its publisher's is mirrored
+//!   there once (`Command::MirrorTrack` on that shard, `Command::RelayTrack` on the
+//!   publisher's): one crossbeam hop per packet batch, then the same fan-out.
 //! - Whenever a room's tracks change, every other participant with a signalling
 //!   connection gets an offer from shoal that adds or stops sections; its answer
 //!   makes the subscriptions (`Command::Subscribe`). WHIP and WHEP sessions have no
@@ -65,6 +66,10 @@ impl LocalTransport {
 pub struct RoomTrack {
     /// The node's id for it.
     pub id: TrackId,
+    /// The shard that holds its publisher.
+    pub shard: usize,
+    /// What that shard was told (what a mirror elsewhere is told too).
+    pub spec: TrackSpec,
     /// The publisher's section.
     pub mid: String,
     /// What subscribers are offered.
@@ -209,7 +214,7 @@ impl ControlState {
         u32::from_be_bytes(b)
     }
 
-    /// The tracks `peer` may be sent: its room's, published on its own shard by others.
+    /// The tracks `peer` may be sent: its room's, published by others.
     fn tracks_for(rooms: &RoomDirectory, members: &Members, peer: PeerId) -> Vec<TrackSource> {
         let Some(me) = members.by_peer.get(&peer) else {
             return Vec::new();
@@ -220,7 +225,6 @@ impl ControlState {
         room.participants()
             .filter(|p| p.peer != peer)
             .filter_map(|p| members.by_peer.get(&p.peer))
-            .filter(|m| m.shard == me.shard)
             .filter_map(|m| m.media.as_ref())
             .flat_map(|m| m.tracks.iter().map(|t| t.source.clone()))
             .collect()
@@ -293,6 +297,8 @@ impl ControlState {
                     let spec = track_spec(id, &mid, &track);
                     let room_track = RoomTrack {
                         id,
+                        shard,
+                        spec: spec.clone(),
                         mid: mid.clone(),
                         source: TrackSource {
                             id: track_name(id),
@@ -310,7 +316,7 @@ impl ControlState {
                     {
                         media.tracks.push(room_track);
                     }
-                    commands.push(Command::Publish { peer, track: spec });
+                    commands.push((shard, Command::Publish { peer, track: spec }));
                 }
                 Change::Unpublished { mid } => {
                     let removed = members
@@ -323,32 +329,54 @@ impl ControlState {
                         });
                     if let Some(t) = removed {
                         events.push((track_event::Kind::Unpublished, t.info()));
-                        commands.push(Command::Unpublish { peer, track: t.id });
+                        commands.push((shard, Command::Unpublish { peer, track: t.id }));
+                        for at in members.mirrors.remove(&t.id).unwrap_or_default() {
+                            commands.push((at, Command::DropMirror { track: t.id }));
+                        }
                     }
                 }
                 Change::Subscribed { mid, track } => {
-                    if let Some(id) = Self::track_id(rooms, members, &room, &track.track) {
-                        commands.push(Command::Subscribe {
-                            peer,
-                            subscription: subscription_spec(id, &mid, &track),
-                        });
+                    if let Some(t) = Self::room_track(rooms, members, &room, &track.track).cloned()
+                    {
+                        // Mirrored on this shard first if published on another.
+                        if t.shard != shard {
+                            let at = members.mirrors.entry(t.id).or_default();
+                            if !at.contains(&shard) {
+                                at.push(shard);
+                                commands.push((
+                                    shard,
+                                    Command::MirrorTrack {
+                                        track: t.spec.clone(),
+                                        origin: t.shard,
+                                    },
+                                ));
+                                commands.push((
+                                    t.shard,
+                                    Command::RelayTrack {
+                                        track: t.id,
+                                        to: shard,
+                                    },
+                                ));
+                            }
+                        }
+                        commands.push((
+                            shard,
+                            Command::Subscribe {
+                                peer,
+                                subscription: subscription_spec(t.id, &mid, &track),
+                            },
+                        ));
                     }
                 }
                 Change::Unsubscribed { track, .. } => {
                     // A track already gone took its subscriptions along on the shard.
-                    if let Some(id) = Self::track_id(rooms, members, &room, &track) {
-                        commands.push(Command::Unsubscribe { peer, track: id });
+                    if let Some(t) = Self::room_track(rooms, members, &room, &track) {
+                        commands.push((shard, Command::Unsubscribe { peer, track: t.id }));
                     }
                 }
             }
         }
-        if let Some(sender) = self.shards().get(shard) {
-            for command in commands {
-                if sender.try_send(ShardCommand::Media(command)).is_err() {
-                    eprintln!("shoal: shard {shard}'s queue refused a media command");
-                }
-            }
-        }
+        self.send_media_commands(commands);
         if !events.is_empty() {
             for (kind, info) in events {
                 let event = signal_response::Message::Track(v1::TrackEvent {
@@ -363,20 +391,31 @@ impl ControlState {
         effects
     }
 
-    /// The id of the room's track named `name`, if it is still published.
-    fn track_id(
+    /// The room's track named `name`, if it is still published.
+    fn room_track<'m>(
         rooms: &RoomDirectory,
-        members: &Members,
+        members: &'m Members,
         room: &str,
         name: &str,
-    ) -> Option<TrackId> {
+    ) -> Option<&'m RoomTrack> {
         let room = rooms.get(room).ok()?;
         room.participants()
             .filter_map(|p| members.by_peer.get(&p.peer))
             .filter_map(|m| m.media.as_ref())
             .flat_map(|m| &m.tracks)
             .find(|t| t.source.id == name)
-            .map(|t| t.id)
+    }
+
+    /// Sends each command to its shard, in order, without blocking (a refusal is
+    /// logged: the shard's queue was full).
+    fn send_media_commands(&self, commands: Vec<(usize, Command)>) {
+        for (shard, command) in commands {
+            if let Some(sender) = self.shards().get(shard)
+                && sender.try_send(ShardCommand::Media(command)).is_err()
+            {
+                eprintln!("shoal: shard {shard}'s queue refused a media command");
+            }
+        }
     }
 
     /// Offers every signalling participant of `room` (but `except`) the room's tracks
@@ -529,7 +568,14 @@ impl ControlState {
             return;
         }
         {
-            let members = self.members();
+            let mut members = self.members();
+            let mut drops = Vec::new();
+            for t in tracks {
+                for at in members.mirrors.remove(&t.id).unwrap_or_default() {
+                    drops.push((at, Command::DropMirror { track: t.id }));
+                }
+            }
+            self.send_media_commands(drops);
             for t in tracks {
                 let event = signal_response::Message::Track(v1::TrackEvent {
                     kind: track_event::Kind::Unpublished.into(),

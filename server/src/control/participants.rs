@@ -114,6 +114,8 @@ pub struct Members {
     load: Vec<usize>,
     /// Which shards hold members of each room, for the shards' relays.
     presence: Presence,
+    /// Tracks mirrored on shards other than their publisher's, and where.
+    pub(super) mirrors: HashMap<shoal_components::media::TrackId, Vec<usize>>,
 }
 
 impl Members {
@@ -125,6 +127,7 @@ impl Members {
             listeners: HashMap::new(),
             load: vec![0; shards],
             presence: Presence::default(),
+            mirrors: HashMap::new(),
         }
     }
 

@@ -43,6 +43,7 @@ use shoal_components::room::RoomId;
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
 use shoal_systems::dtls::DtlsCertificate;
+use shoal_systems::media::MediaRelay;
 use shoal_systems::relay::Forwarded;
 use shoal_systems::{Command, CommandError, PeerSpec, Shard, ShardConfig};
 
@@ -97,6 +98,9 @@ pub enum ShardCommand {
     /// Room messages a sibling shard's relay put out in one tick, in its order, for
     /// this shard's members of their rooms; delivered here and never forwarded.
     Relay(Vec<Forwarded>),
+    /// Packets of tracks a sibling publishes and this shard mirrors, and keyframe
+    /// requests for tracks published here, from one tick of a sibling.
+    MediaRelay(Vec<MediaRelay>),
     /// A track published or unpublished, a subscription made or ended
     /// (`Command::Publish`, `Unpublish`, `Subscribe`, `Unsubscribe`), in the order the
     /// control plane negotiated them; no reply (a refusal is logged).

@@ -16,6 +16,8 @@ use shoal_systems::{Command, Shard};
 
 use shoal_components::tick::ShardEvent;
 
+use shoal_systems::media::MediaRelay;
+
 use super::{DriverError, DriverStats, ShardCommand, ShardEventSender, ShardReport, ShardSender};
 
 /// The token of the shard's UDP socket.
@@ -54,6 +56,9 @@ pub(super) struct ShardLoop {
     forwards: Vec<Forwarded>,
     /// One batch per shard being filled from `forwards`.
     relay_batches: Vec<Vec<Forwarded>>,
+    /// Media for siblings, as the shard put it out, then per sibling.
+    media_relay: Vec<MediaRelay>,
+    media_batches: Vec<Vec<MediaRelay>>,
 }
 
 /// Whether the command queue asked the loop to stop.
@@ -99,6 +104,8 @@ impl ShardLoop {
             siblings: Vec::new(),
             forwards: Vec::new(),
             relay_batches: Vec::new(),
+            media_relay: Vec::new(),
+            media_batches: Vec::new(),
         })
     }
 
@@ -107,6 +114,7 @@ impl ShardLoop {
     /// open: shards stop on [`ShardCommand::Shutdown`].
     pub(super) fn set_siblings(&mut self, shards: Vec<ShardSender>) {
         self.relay_batches = shards.iter().map(|_| Vec::new()).collect();
+        self.media_batches = shards.iter().map(|_| Vec::new()).collect();
         self.siblings = shards;
     }
 
@@ -255,6 +263,9 @@ impl ShardLoop {
                         self.shard.deliver_forwarded(now, message);
                     }
                 }
+                ShardCommand::MediaRelay(batch) => {
+                    self.shard.deliver_media_relay(now, batch);
+                }
                 ShardCommand::Media(command) => {
                     if let Err(e) = self.shard.command(now, command) {
                         eprintln!("shoal: shard {} refused a media command: {e}", self.index);
@@ -302,10 +313,37 @@ impl ShardLoop {
         }
     }
 
+    /// Hands what the media pass put out for sibling shards (packets of mirrored
+    /// tracks, keyframe requests for their origins) to each, one batch per sibling,
+    /// without blocking; a batch a sibling cannot take now is dropped (its subscribers
+    /// NACK what they miss, and ask again for a keyframe).
+    fn forward_media(&mut self) {
+        self.shard.poll_media_relay(&mut self.media_relay);
+        if self.media_relay.is_empty() {
+            return;
+        }
+        for item in self.media_relay.drain(..) {
+            let to = match &item {
+                MediaRelay::Packet { to, .. } | MediaRelay::Keyframe { to, .. } => *to,
+            };
+            if to != self.index
+                && let Some(batch) = self.media_batches.get_mut(to)
+            {
+                batch.push(item);
+            }
+        }
+        for (sibling, batch) in self.siblings.iter().zip(&mut self.media_batches) {
+            if !batch.is_empty() {
+                let _ = sibling.try_send(ShardCommand::MediaRelay(std::mem::take(batch)));
+            }
+        }
+    }
+
     /// Sends what the shard produced, logs its events and reports the lifecycle ones
     /// to the control plane.
     fn flush(&mut self) {
         self.forward();
+        self.forward_media();
         self.shard.poll_transmit(&mut self.tx);
         if !self.tx.is_empty() {
             let sent = self.udp.send(&self.socket, &mut self.tx);

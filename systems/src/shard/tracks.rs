@@ -16,7 +16,7 @@ use shoal_components::rtp::RtpHeader;
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
-use crate::media::{MediaOut, Outgoing, PeerSrtp, REPORT_INTERVAL};
+use crate::media::{MediaOut, MediaRelay, MediaRelayOut, Outgoing, PeerSrtp, REPORT_INTERVAL};
 
 use super::{CommandError, Shard};
 
@@ -91,6 +91,8 @@ impl Shard {
                 keyframe_wanted: false,
                 missing: Vec::new(),
                 sender_report: None,
+                relay_to: Vec::new(),
+                origin: None,
             })
             .insert(Timers::default())
             .id();
@@ -257,9 +259,21 @@ impl Shard {
         // publisher that takes PLI, RFC 4585 §4.2 `nack pli`); one whose SRTP keys
         // are still to come asks when they arrive (the media pass, `MediaStart`).
         let ready = self.world.get::<PeerSrtp>(subscriber).is_some();
+        let mut relay = None;
         if let Some(mut t) = self.world.get_mut::<Track>(track) {
             t.subscribers.push(entity);
             t.keyframe_wanted = ready && t.spec.feedback.pli;
+            // A mirror asks the shard that holds the publisher.
+            if let (true, Some(to)) = (t.keyframe_wanted, t.origin) {
+                t.keyframe_wanted = false;
+                relay = Some(MediaRelay::Keyframe {
+                    to,
+                    track: t.spec.id,
+                });
+            }
+        }
+        if let Some(item) = relay {
+            self.world.resource_mut::<MediaRelayOut>().0.push(item);
         }
         Ok(())
     }
@@ -275,6 +289,148 @@ impl Shard {
             .ok_or(CommandError::UnknownTrack(track))?;
         self.world.despawn(entity);
         Ok(())
+    }
+
+    /// `Command::MirrorTrack`: a copy of a track published on shard `origin`, fed by
+    /// that shard's relay (`Shard::deliver_media_relay`), for subscribers here.
+    pub(super) fn mirror_track(
+        &mut self,
+        track: TrackSpec,
+        origin: usize,
+    ) -> Result<(), CommandError> {
+        if self
+            .world
+            .resource::<TrackIndex>()
+            .0
+            .contains_key(&track.id)
+        {
+            return Err(CommandError::DuplicateTrack(track.id));
+        }
+        let entity = self.spawn_track(track, None, false);
+        if let Some(mut t) = self.world.get_mut::<Track>(entity) {
+            t.origin = Some(origin);
+        }
+        Ok(())
+    }
+
+    /// `Command::RelayTrack`: each packet of `track` goes to shard `to` as well (`add`),
+    /// or no longer does.
+    pub(super) fn relay_track(
+        &mut self,
+        track: TrackId,
+        to: usize,
+        add: bool,
+    ) -> Result<(), CommandError> {
+        let entity = *self
+            .world
+            .resource::<TrackIndex>()
+            .0
+            .get(&track)
+            .ok_or(CommandError::UnknownTrack(track))?;
+        if let Some(mut t) = self.world.get_mut::<Track>(entity) {
+            t.relay_to.retain(|s| *s != to);
+            if add {
+                t.relay_to.push(to);
+            }
+        }
+        Ok(())
+    }
+
+    /// `Command::DropMirror`: the mirror of `track` goes, with its subscriptions.
+    pub(super) fn drop_mirror(&mut self, track: TrackId) -> Result<(), CommandError> {
+        let entity = *self
+            .world
+            .resource::<TrackIndex>()
+            .0
+            .get(&track)
+            .ok_or(CommandError::UnknownTrack(track))?;
+        if self
+            .world
+            .get::<Track>(entity)
+            .is_some_and(|t| t.origin.is_none())
+        {
+            return Err(CommandError::NotLocal(track));
+        }
+        self.world.despawn(entity);
+        self.world.flush();
+        Ok(())
+    }
+
+    /// Moves what the media pass put out for sibling shards (mirrored tracks' packets,
+    /// keyframe requests for their origins) into `out`.
+    pub fn poll_media_relay(&mut self, out: &mut Vec<MediaRelay>) {
+        out.append(&mut self.world.resource_mut::<MediaRelayOut>().0);
+    }
+
+    /// Takes what a sibling shard relayed, at `now`: packets of tracks mirrored here
+    /// go to their subscribers (cached for their NACKs), keyframe requests for tracks
+    /// published here go to the publisher (throttled as any). Unknown tracks are
+    /// skipped (a mirror dropped while packets were on their way).
+    pub fn deliver_media_relay(&mut self, now: Time, batch: Vec<MediaRelay>) {
+        for item in batch {
+            match item {
+                MediaRelay::Packet {
+                    track, seq, packet, ..
+                } => {
+                    let Some(&entity) = self.world.resource::<TrackIndex>().0.get(&track) else {
+                        continue;
+                    };
+                    let Some(mut t) = self.world.get_mut::<Track>(entity) else {
+                        continue;
+                    };
+                    if t.origin.is_none() || t.cache.get(seq).is_some() {
+                        continue;
+                    }
+                    // The origin's extended numbers, kept: they already count wraps.
+                    t.stats.started = true;
+                    t.stats.max_seq = t.stats.max_seq.max(seq);
+                    t.stats.received += 1;
+                    t.cache.insert(seq, packet.clone());
+                    let subscribers = t.subscribers.clone();
+                    let audio_level = t.spec.extensions.audio_level;
+                    let mut out = self.world.resource_mut::<MediaOut>();
+                    for subscription in subscribers {
+                        out.0.push(Outgoing::Forward {
+                            subscription,
+                            packet: packet.clone(),
+                            seq,
+                            audio_level,
+                        });
+                    }
+                }
+                MediaRelay::Keyframe { track, .. } => {
+                    let Some(&entity) = self.world.resource::<TrackIndex>().0.get(&track) else {
+                        continue;
+                    };
+                    let Some(mut t) = self.world.get_mut::<Track>(entity) else {
+                        continue;
+                    };
+                    if t.publisher.is_none() || !t.spec.feedback.pli {
+                        continue;
+                    }
+                    t.keyframe_wanted = true;
+                    // The track's timer sends it when the throttle allows.
+                    let at = t.last_keyframe_request.map_or(now, |last| {
+                        now.max(last + crate::media::KEYFRAME_REQUEST_INTERVAL)
+                    });
+                    let mut timers = self
+                        .world
+                        .get::<Timers>(entity)
+                        .copied()
+                        .unwrap_or_default();
+                    self.world.resource_mut::<TimerHeap>().arm(
+                        &mut timers,
+                        entity,
+                        TimerKind::MediaReport,
+                        at,
+                    );
+                    if let Some(mut t) = self.world.get_mut::<Timers>(entity) {
+                        *t = timers;
+                    }
+                }
+            }
+        }
+        self.handle_timeout(now);
     }
 
     /// How many tracks and subscriptions the shard holds (for tests and reports).

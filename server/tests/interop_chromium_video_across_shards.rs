@@ -1,0 +1,84 @@
+//! Interop: two headless Chromium pages in one room on a two-shard node that holds
+//! one participant per shard, so each page's connection lives on a different shard:
+//! each decodes the other's video and receives its audio, through the mirror of the
+//! other's tracks on its own shard (one crossbeam hop per batch of packets, keyframe
+//! requests back to the publisher's shard).
+//!
+//! Needs `/usr/bin/chromium` (`scripts/test-all` installs it).
+
+mod chromium;
+mod grpc_node;
+mod video_page;
+
+use std::time::{Duration, Instant};
+
+use chromium::{attach, devtools, launch, open_page, poll};
+use serde_json::Value;
+use video_page::{STATS, count, join_script, tracks};
+
+const ROOM: &str = "split-video-room";
+const FRAMES: u64 = 60;
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+#[test]
+fn interop_chromium_video_across_shards() {
+    let grpc_node::RoomNode {
+        server,
+        http,
+        runtime,
+        rooms: _rooms,
+        control: _control,
+    } = grpc_node::node_with_split_room(ROOM);
+    let page = format!("http://{http}/");
+    let browser = launch(&page);
+    runtime.block_on(async {
+        let mut cdp = devtools(&browser).await;
+        let alice = attach(&mut cdp, &page).await;
+        let bob = open_page(&mut cdp, &page).await;
+        assert_eq!(
+            cdp.evaluate(&alice, &join_script(ROOM, "alice")).await,
+            "joined"
+        );
+        poll(
+            &mut cdp,
+            &alice,
+            "window.shoal.pc.connectionState === 'connected' ? true : null",
+            Instant::now() + TIMEOUT,
+        )
+        .await;
+        assert_eq!(
+            cdp.evaluate(&bob, &join_script(ROOM, "bob")).await,
+            "joined"
+        );
+        let deadline = Instant::now() + TIMEOUT;
+        let (a, b) = loop {
+            let a = cdp.evaluate(&alice, STATS).await;
+            let b = cdp.evaluate(&bob, STATS).await;
+            let done =
+                |v: &Value| count(v, "framesDecoded") >= FRAMES && count(v, "audioPackets") > 0;
+            if (done(&a) && done(&b)) || Instant::now() > deadline {
+                break (a, b);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        let reports: Vec<_> = (0..2)
+            .filter_map(|i| server.command_sender(i).and_then(|s| s.stats().ok()))
+            .collect();
+        // One participant on each shard.
+        assert_eq!(reports.len(), 2);
+        for (who, v) in [("alice", &a), ("bob", &b)] {
+            assert!(
+                count(v, "framesDecoded") >= FRAMES && count(v, "audioPackets") > 0,
+                "{who} did not get the other's media across shards: {v}\nshards: {:?}",
+                reports.iter().map(|r| &r.shard).collect::<Vec<_>>()
+            );
+        }
+        assert_eq!(tracks(&a), ["audio/bob", "video/bob"]);
+        assert_eq!(tracks(&b), ["audio/alice", "video/alice"]);
+        for r in &reports {
+            assert!(r.shard.rtp_received > 0, "{:?}", r.shard);
+            assert!(r.shard.rtp_forwarded > 0, "{:?}", r.shard);
+        }
+    });
+    drop(browser);
+}

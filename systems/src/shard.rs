@@ -539,7 +539,7 @@ impl Shard {
                 subscription,
             } => self.add_source(peer, track, subscription),
             Command::MirrorTrack { track, origin } => self.mirror_track(track, origin),
-            Command::RelayTrack { track, to } => self.relay_track(track, to, true),
+            Command::RelayTrack { track, to } => self.relay_track(track, to),
             Command::DropMirror { track } => self.drop_mirror(track),
         }
     }

@@ -51,7 +51,7 @@ impl Shard {
         report: bool,
     ) -> Result<(), CommandError> {
         let publisher = self.peer_entity(peer)?;
-        if self.world.resource::<TrackIndex>().0.contains_key(&spec.id) {
+        if self.track_entity(spec.id).is_ok() {
             return Err(CommandError::DuplicateTrack(spec.id));
         }
         let media = self.peer_media(publisher);
@@ -110,12 +110,7 @@ impl Shard {
         subscription: SubscriptionSpec,
     ) -> Result<(), CommandError> {
         self.peer_entity(peer)?;
-        if self
-            .world
-            .resource::<TrackIndex>()
-            .0
-            .contains_key(&track.id)
-        {
+        if self.track_entity(track.id).is_ok() {
             return Err(CommandError::DuplicateTrack(track.id));
         }
         let id = track.id;
@@ -142,12 +137,7 @@ impl Shard {
         track: TrackId,
         packet: Bytes,
     ) -> Result<(), CommandError> {
-        let entity = *self
-            .world
-            .resource::<TrackIndex>()
-            .0
-            .get(&track)
-            .ok_or(CommandError::UnknownTrack(track))?;
+        let entity = self.track_entity(track)?;
         let Ok(header) = RtpHeader::parse(&packet) else {
             return Err(CommandError::MalformedRtp);
         };
@@ -197,12 +187,7 @@ impl Shard {
         spec: SubscriptionSpec,
     ) -> Result<(), CommandError> {
         let subscriber = self.peer_entity(peer)?;
-        let track = *self
-            .world
-            .resource::<TrackIndex>()
-            .0
-            .get(&spec.track)
-            .ok_or(CommandError::UnknownTrack(spec.track))?;
+        let track = self.track_entity(spec.track)?;
         if self.world.get::<Track>(track).and_then(|t| t.publisher) == Some(subscriber) {
             return Err(CommandError::OwnTrack(spec.track));
         }
@@ -298,12 +283,7 @@ impl Shard {
         track: TrackSpec,
         origin: usize,
     ) -> Result<(), CommandError> {
-        if self
-            .world
-            .resource::<TrackIndex>()
-            .0
-            .contains_key(&track.id)
-        {
+        if self.track_entity(track.id).is_ok() {
             return Err(CommandError::DuplicateTrack(track.id));
         }
         let entity = self.spawn_track(track, None, false);
@@ -313,37 +293,30 @@ impl Shard {
         Ok(())
     }
 
-    /// `Command::RelayTrack`: each packet of `track` goes to shard `to` as well (`add`),
-    /// or no longer does.
-    pub(super) fn relay_track(
-        &mut self,
-        track: TrackId,
-        to: usize,
-        add: bool,
-    ) -> Result<(), CommandError> {
-        let entity = *self
-            .world
-            .resource::<TrackIndex>()
-            .0
-            .get(&track)
-            .ok_or(CommandError::UnknownTrack(track))?;
-        if let Some(mut t) = self.world.get_mut::<Track>(entity) {
-            t.relay_to.retain(|s| *s != to);
-            if add {
-                t.relay_to.push(to);
-            }
+    /// `Command::RelayTrack`: each packet of `track` goes to shard `to` as well.
+    pub(super) fn relay_track(&mut self, track: TrackId, to: usize) -> Result<(), CommandError> {
+        let entity = self.track_entity(track)?;
+        if let Some(mut t) = self.world.get_mut::<Track>(entity)
+            && !t.relay_to.contains(&to)
+        {
+            t.relay_to.push(to);
         }
         Ok(())
     }
 
-    /// `Command::DropMirror`: the mirror of `track` goes, with its subscriptions.
-    pub(super) fn drop_mirror(&mut self, track: TrackId) -> Result<(), CommandError> {
-        let entity = *self
-            .world
+    /// The entity of track `id` on this shard.
+    fn track_entity(&self, id: TrackId) -> Result<Entity, CommandError> {
+        self.world
             .resource::<TrackIndex>()
             .0
-            .get(&track)
-            .ok_or(CommandError::UnknownTrack(track))?;
+            .get(&id)
+            .copied()
+            .ok_or(CommandError::UnknownTrack(id))
+    }
+
+    /// `Command::DropMirror`: the mirror of `track` goes, with its subscriptions.
+    pub(super) fn drop_mirror(&mut self, track: TrackId) -> Result<(), CommandError> {
+        let entity = self.track_entity(track)?;
         if self
             .world
             .get::<Track>(entity)
@@ -372,7 +345,7 @@ impl Shard {
                 MediaRelay::Packet {
                     track, seq, packet, ..
                 } => {
-                    let Some(&entity) = self.world.resource::<TrackIndex>().0.get(&track) else {
+                    let Ok(entity) = self.track_entity(track) else {
                         continue;
                     };
                     let Some(mut t) = self.world.get_mut::<Track>(entity) else {
@@ -399,7 +372,7 @@ impl Shard {
                     }
                 }
                 MediaRelay::Keyframe { track, .. } => {
-                    let Some(&entity) = self.world.resource::<TrackIndex>().0.get(&track) else {
+                    let Ok(entity) = self.track_entity(track) else {
                         continue;
                     };
                     let Some(mut t) = self.world.get_mut::<Track>(entity) else {

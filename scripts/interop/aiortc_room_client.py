@@ -149,6 +149,7 @@ async def run(whip: str, me: str, count: int, timeout: float) -> dict:
         raise RuntimeError(f"WHIP POST answered {status}")
     location = urllib.parse.urljoin(whip, headers.get("Location", ""))
     await pc.setRemoteDescription(RTCSessionDescription(answer.decode(), "answer"))
+    step = "open"
     try:
         await asyncio.wait_for(opened.wait(), timeout)
         # Until the other participant is heard (messages sent before it joined reach
@@ -159,22 +160,28 @@ async def run(whip: str, me: str, count: int, timeout: float) -> dict:
                 await asyncio.sleep(0.1)
             ordered.send(f"ready:{me}")
 
+        step = "announce"
         await asyncio.wait_for(announce(), timeout)
+        step = "send"
         for i in range(count):
             ordered.send(payload(me, i))
             unordered.send(payload(me, i))
             report["sent"] += 1
             while ordered.bufferedAmount > 512 * 1024:
                 await asyncio.sleep(0.005)
+        step = "receive"
         await asyncio.wait_for(all_received.wait(), timeout)
         ordered.send(f"done:{me}")
+        step = "peer done"
         await asyncio.wait_for(peer_done.wait(), timeout)
         # Leave only once shoal has acknowledged everything we sent, our `done` too:
         # what shoal acknowledged it has relayed, so leaving loses nothing.
+        step = "acknowledged"
         await asyncio.wait_for(all_acknowledged(pc), timeout)
     except asyncio.TimeoutError:
         report["ordered_errors"].append(
-            f"timed out: heard={peer_heard.is_set()} got={report['ordered_received']}"
+            f"timed out waiting for {step}: heard={peer_heard.is_set()} "
+            f"got={report['ordered_received']}"
         )
     finally:
         try:

@@ -5,8 +5,10 @@
 //! An SFU does not decode, so what matters is that publisher and subscriber agree on
 //! the format: the same encoding name, clock rate and channels (RFC 3264 §6.1), and for
 //! H.264 the same packetization mode and profile (RFC 6184 §8.1: `profile-level-id`
-//! and `packetization-mode` describe the stream; the level may differ where
-//! `level-asymmetry-allowed` is 1). Mandatory-to-implement codecs are Opus (RFC 7874
+//! and `packetization-mode` describe the stream). shoal compares the profile by its
+//! `profile_idc` and `profile-iop` bytes and does not compare levels: a subscriber is
+//! offered the publisher's `profile-level-id` as it is, and one that cannot decode that
+//! level answers without the format. Mandatory-to-implement codecs are Opus (RFC 7874
 //! §3) and VP8 and H.264 Constrained Baseline (RFC 7742 §5).
 
 use super::{Attribute, MediaDescription, RtcpFb, RtpMap};

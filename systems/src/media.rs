@@ -90,10 +90,18 @@ impl PeerSrtp {
     }
 }
 
-/// Peers whose SRTP keys arrived this tick (from `dtls`): what they subscribe to asks
-/// its publisher for a keyframe now that they can receive it.
+/// Where a keyframe is now wanted (from `dtls`, the subscribe command and the relay
+/// from a sibling): the media pass asks each track's publisher, throttled, through one
+/// path (`request_keyframe`) whether the publisher is a peer here, on another shard, or
+/// the owner's local source.
 #[derive(Resource, Debug, Default)]
-pub struct MediaStart(pub Vec<Entity>);
+pub struct MediaStart {
+    /// Peers whose SRTP keys arrived: each of their subscriptions' tracks.
+    pub peers: Vec<Entity>,
+    /// Tracks with a new receiver that can take a keyframe now (a subscription to an
+    /// already connected peer, a keyframe request relayed from a mirror's shard).
+    pub tracks: Vec<Entity>,
+}
 
 /// SRTP/SRTCP datagrams of this tick, by peer (from `ingest`).
 #[derive(Resource, Debug, Default)]
@@ -255,22 +263,23 @@ pub fn media(
     let now = ctx.now.0;
     // A subscription made before its subscriber could receive (a WHEP answer, a new
     // participant's own answer) gets its keyframe now: one sent earlier went nowhere.
-    let started = std::mem::take(&mut ctx.start.0);
-    for &peer in &started {
+    let mut wanted = std::mem::take(&mut ctx.start.tracks);
+    for peer in ctx.start.peers.drain(..) {
         let Ok((media, _)) = peers.get(peer) else {
             continue;
         };
-        let wanted: Vec<Entity> = media
-            .subscriptions
-            .iter()
-            .filter_map(|(_, sub)| subs.get(*sub).ok().map(|(s, _)| s.track))
-            .collect();
-        for track in wanted {
-            request_keyframe(&mut ctx, now, track, &mut tracks, &peers);
-        }
+        wanted.extend(
+            media
+                .subscriptions
+                .iter()
+                .filter_map(|(_, sub)| subs.get(*sub).ok().map(|(s, _)| s.track)),
+        );
     }
-    ctx.start.0 = started;
-    ctx.start.0.clear();
+    for &track in &wanted {
+        request_keyframe(&mut ctx, now, track, &mut tracks, &peers);
+    }
+    wanted.clear();
+    ctx.start.tracks = wanted;
     let rtp = std::mem::take(&mut ctx.plain.rtp);
     for (peer, packet) in &rtp {
         on_rtp(&mut ctx, now, *peer, packet, &mut peers, &mut tracks, &ids);
@@ -308,6 +317,23 @@ pub fn media(
             subscription_timer(&mut ctx, now, entity, &mut sub, &mut timers, &tracks);
         }
     }
+}
+
+/// Queues `packet` (extended sequence number `seq`) for every subscription of `track`:
+/// the one `Bytes`, shared.
+pub(crate) fn fan_out(track: &Track, packet: &Bytes, seq: u64, out: &mut MediaOut) {
+    let audio_level = track.spec.extensions.audio_level;
+    out.0.extend(
+        track
+            .subscribers
+            .iter()
+            .map(|&subscription| Outgoing::Forward {
+                subscription,
+                packet: packet.clone(),
+                seq,
+                audio_level,
+            }),
+    );
 }
 
 /// Asks `track`'s publisher for a keyframe (RFC 4585 §6.3.1 PLI): now if the throttle
@@ -492,15 +518,7 @@ fn on_rtp(
             packet: packet.clone(),
         });
     }
-    let audio_level = track.spec.extensions.audio_level;
-    for &subscription in &track.subscribers {
-        ctx.out.0.push(Outgoing::Forward {
-            subscription,
-            packet: packet.clone(),
-            seq: ext,
-            audio_level,
-        });
-    }
+    fan_out(&track, &packet, ext, &mut ctx.out);
     for &to in &track.relay_to {
         ctx.relay.0.push(MediaRelay::Packet {
             to,

@@ -216,7 +216,7 @@ fn drive(
                     match PeerSrtp::new(keys, session.role, rtcp_ssrc) {
                         Some(contexts) => {
                             commands.entity(entity).insert(contexts);
-                            ctx.media_start.0.push(entity);
+                            ctx.media_start.peers.push(entity);
                         }
                         None => ctx.stats.srtp_key_setup_failed += 1,
                     }

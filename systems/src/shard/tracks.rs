@@ -16,7 +16,9 @@ use shoal_components::rtp::RtpHeader;
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
-use crate::media::{MediaOut, MediaRelay, MediaRelayOut, Outgoing, PeerSrtp, REPORT_INTERVAL};
+use crate::media::{
+    MediaOut, MediaRelay, MediaRelayOut, MediaStart, PeerSrtp, REPORT_INTERVAL, fan_out,
+};
 
 use super::{CommandError, Shard};
 
@@ -149,17 +151,11 @@ impl Shard {
         }
         let seq = t.stats.note(header.sequence_number);
         t.cache.insert(seq, packet.clone());
-        let subscribers = t.subscribers.clone();
-        let audio_level = t.spec.extensions.audio_level;
-        let mut out = self.world.resource_mut::<MediaOut>();
-        for subscription in subscribers {
-            out.0.push(Outgoing::Forward {
-                subscription,
-                packet: packet.clone(),
-                seq,
-                audio_level,
-            });
+        let mut out = std::mem::take(&mut *self.world.resource_mut::<MediaOut>());
+        if let Some(t) = self.world.get::<Track>(entity) {
+            fan_out(t, &packet, seq, &mut out);
         }
+        *self.world.resource_mut::<MediaOut>() = out;
         self.handle_timeout(now);
         Ok(())
     }
@@ -170,8 +166,7 @@ impl Shard {
         let entity = self
             .world
             .get::<PeerMedia>(publisher)
-            .and_then(|m| m.tracks.iter().find(|(id, _)| *id == track))
-            .map(|(_, e)| *e)
+            .and_then(|m| find(&m.tracks, track))
             .ok_or(CommandError::UnknownTrack(track))?;
         self.world.despawn(entity);
         self.world.flush();
@@ -192,7 +187,7 @@ impl Shard {
             return Err(CommandError::OwnTrack(spec.track));
         }
         let media = self.peer_media(subscriber);
-        if media.subscriptions.iter().any(|(id, _)| *id == spec.track) {
+        if find(&media.subscriptions, spec.track).is_some() {
             return Err(CommandError::DuplicateTrack(spec.track));
         }
         if media.subscriptions.len() >= MAX_SUBSCRIPTIONS_PER_PEER {
@@ -240,25 +235,19 @@ impl Shard {
         for s in std::iter::once(ssrc).chain(rtx_ssrc) {
             media.subscriptions_by_ssrc.insert(s, entity);
         }
-        // A subscriber that can receive already asks for a keyframe now (only of a
-        // publisher that takes PLI, RFC 4585 §4.2 `nack pli`); one whose SRTP keys
-        // are still to come asks when they arrive (the media pass, `MediaStart`).
-        let ready = self.world.get::<PeerSrtp>(subscriber).is_some();
-        let mut relay = None;
         if let Some(mut t) = self.world.get_mut::<Track>(track) {
             t.subscribers.push(entity);
-            t.keyframe_wanted = ready && t.spec.feedback.pli;
-            // A mirror asks the shard that holds the publisher.
-            if let (true, Some(to)) = (t.keyframe_wanted, t.origin) {
-                t.keyframe_wanted = false;
-                relay = Some(MediaRelay::Keyframe {
-                    to,
-                    track: t.spec.id,
-                });
-            }
         }
-        if let Some(item) = relay {
-            self.world.resource_mut::<MediaRelayOut>().0.push(item);
+        // A subscriber that can receive asks for a keyframe now; one whose SRTP keys
+        // are still to come asks when they arrive. A local source's receiver asks its
+        // owner with PLI when it needs one.
+        let ready = self.world.get::<PeerSrtp>(subscriber).is_some();
+        let local = self
+            .world
+            .get::<Track>(track)
+            .is_some_and(|t| t.publisher.is_none() && t.origin.is_none());
+        if ready && !local {
+            self.world.resource_mut::<MediaStart>().tracks.push(track);
         }
         Ok(())
     }
@@ -269,8 +258,7 @@ impl Shard {
         let entity = self
             .world
             .get::<PeerMedia>(subscriber)
-            .and_then(|m| m.subscriptions.iter().find(|(id, _)| *id == track))
-            .map(|(_, e)| *e)
+            .and_then(|m| find(&m.subscriptions, track))
             .ok_or(CommandError::UnknownTrack(track))?;
         self.world.despawn(entity);
         Ok(())
@@ -359,46 +347,16 @@ impl Shard {
                     t.stats.max_seq = t.stats.max_seq.max(seq);
                     t.stats.received += 1;
                     t.cache.insert(seq, packet.clone());
-                    let subscribers = t.subscribers.clone();
-                    let audio_level = t.spec.extensions.audio_level;
-                    let mut out = self.world.resource_mut::<MediaOut>();
-                    for subscription in subscribers {
-                        out.0.push(Outgoing::Forward {
-                            subscription,
-                            packet: packet.clone(),
-                            seq,
-                            audio_level,
-                        });
+                    let mut out = std::mem::take(&mut *self.world.resource_mut::<MediaOut>());
+                    if let Some(t) = self.world.get::<Track>(entity) {
+                        fan_out(t, &packet, seq, &mut out);
                     }
+                    *self.world.resource_mut::<MediaOut>() = out;
                 }
+                // Asked in this call's tick, through the throttle of any request.
                 MediaRelay::Keyframe { track, .. } => {
-                    let Ok(entity) = self.track_entity(track) else {
-                        continue;
-                    };
-                    let Some(mut t) = self.world.get_mut::<Track>(entity) else {
-                        continue;
-                    };
-                    if t.publisher.is_none() || !t.spec.feedback.pli {
-                        continue;
-                    }
-                    t.keyframe_wanted = true;
-                    // The track's timer sends it when the throttle allows.
-                    let at = t.last_keyframe_request.map_or(now, |last| {
-                        now.max(last + crate::media::KEYFRAME_REQUEST_INTERVAL)
-                    });
-                    let mut timers = self
-                        .world
-                        .get::<Timers>(entity)
-                        .copied()
-                        .unwrap_or_default();
-                    self.world.resource_mut::<TimerHeap>().arm(
-                        &mut timers,
-                        entity,
-                        TimerKind::MediaReport,
-                        at,
-                    );
-                    if let Some(mut t) = self.world.get_mut::<Timers>(entity) {
-                        *t = timers;
+                    if let Ok(entity) = self.track_entity(track) {
+                        self.world.resource_mut::<MediaStart>().tracks.push(entity);
                     }
                 }
             }
@@ -417,6 +375,11 @@ impl Shard {
             .count();
         (tracks, subs)
     }
+}
+
+/// The entity listed under `id` in one of a peer's `(TrackId, Entity)` lists.
+fn find(list: &[(TrackId, Entity)], id: TrackId) -> Option<Entity> {
+    list.iter().find(|(t, _)| *t == id).map(|(_, e)| *e)
 }
 
 #[cfg(test)]

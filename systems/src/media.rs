@@ -29,7 +29,7 @@ use shoal_components::rtcp::{
     Compound, Nack, NackEntry, Pli, ReceiverReport, ReportBlock, RtcpBody, SenderReport, WriteRtcp,
     lost_to_nack_entries,
 };
-use shoal_components::rtp::{RtpFields, RtpOrRtcp, RtpPacket, RtpWriter};
+use shoal_components::rtp::{RtpFields, RtpHeader, RtpOrRtcp, RtpPacket, RtpWriter};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{DueTimers, Events, Now, ShardEvent, WriteBuffer};
 use shoal_components::time::Time;
@@ -119,25 +119,15 @@ pub struct MediaPlain {
 /// What `media` asks `egress` to send.
 #[derive(Debug)]
 pub enum Outgoing {
-    /// A track's packet for one subscription.
-    Forward {
+    /// A track's packet for one subscription: forwarded, or resent as RTX because the
+    /// subscriber NACKed it.
+    Rtp {
         /// The subscription.
         subscription: Entity,
-        /// The publisher's plaintext packet, shared by every subscription.
-        packet: Bytes,
-        /// Its extended sequence number.
-        seq: u64,
-        /// The publisher's id for the audio level extension, to carry it over.
-        audio_level: Option<u8>,
-    },
-    /// A packet the subscriber NACKed, resent as RTX.
-    Retransmit {
-        /// The subscription.
-        subscription: Entity,
-        /// The publisher's plaintext packet.
-        packet: Bytes,
-        /// Its extended sequence number.
-        seq: u64,
+        /// What was parsed of the packet once, for every copy.
+        copy: Copy,
+        /// A retransmission (RFC 4588 §4), else a forward.
+        retransmission: bool,
     },
     /// A plaintext RTCP compound for a peer.
     Rtcp {
@@ -322,18 +312,15 @@ pub fn media(
 /// Queues `packet` (extended sequence number `seq`) for every subscription of `track`:
 /// the one `Bytes`, shared.
 pub(crate) fn fan_out(track: &Track, packet: &Bytes, seq: u64, out: &mut MediaOut) {
-    let audio_level = track.spec.extensions.audio_level;
-    out.0.extend(
-        track
-            .subscribers
-            .iter()
-            .map(|&subscription| Outgoing::Forward {
-                subscription,
-                packet: packet.clone(),
-                seq,
-                audio_level,
-            }),
-    );
+    let Some(copy) = Copy::of(track, packet, seq) else {
+        return;
+    };
+    out.0
+        .extend(track.subscribers.iter().map(|&subscription| Outgoing::Rtp {
+            subscription,
+            copy: copy.clone(),
+            retransmission: false,
+        }));
 }
 
 /// Asks `track`'s publisher for a keyframe (RFC 4585 §6.3.1 PLI): now if the throttle
@@ -860,11 +847,16 @@ fn on_rtcp(
                         s.recent_resends.remove(0);
                     }
                     s.recent_resends.push((ext, now));
-                    ctx.out.0.push(Outgoing::Retransmit {
-                        subscription: sub,
-                        packet: packet.clone(),
-                        seq: ext,
-                    });
+                    if let Some(copy) = Copy::of(t, packet, ext) {
+                        ctx.out.0.push(Outgoing::Rtp {
+                            subscription: sub,
+                            copy: Copy {
+                                audio_level: None,
+                                ..copy
+                            },
+                            retransmission: true,
+                        });
+                    }
                 }
                 _ => ctx.stats.nack_unanswered += 1,
             }
@@ -886,43 +878,26 @@ pub fn egress_media(
 ) {
     for item in out.0.drain(..) {
         match item {
-            Outgoing::Forward {
+            Outgoing::Rtp {
                 subscription,
-                packet,
-                seq,
-                audio_level,
+                copy,
+                retransmission,
             } => {
                 let Ok(mut sub) = subs.get_mut(subscription) else {
                     continue;
                 };
-                let copy = Copy {
-                    packet: &packet,
-                    seq,
-                    rtx: false,
-                    audio_level,
-                };
-                match send_copy(&mut sub, copy, write, peers, rng, now, transmits) {
+                match send_copy(
+                    &mut sub,
+                    &copy,
+                    retransmission,
+                    write,
+                    peers,
+                    rng,
+                    now,
+                    transmits,
+                ) {
+                    Sent::Yes if retransmission => stats.rtp_retransmitted += 1,
                     Sent::Yes => stats.rtp_forwarded += 1,
-                    Sent::NotReady => stats.media_receiver_not_ready += 1,
-                    Sent::Failed => stats.media_send_failed += 1,
-                }
-            }
-            Outgoing::Retransmit {
-                subscription,
-                packet,
-                seq,
-            } => {
-                let Ok(mut sub) = subs.get_mut(subscription) else {
-                    continue;
-                };
-                let copy = Copy {
-                    packet: &packet,
-                    seq,
-                    rtx: true,
-                    audio_level: None,
-                };
-                match send_copy(&mut sub, copy, write, peers, rng, now, transmits) {
-                    Sent::Yes => stats.rtp_retransmitted += 1,
                     Sent::NotReady => stats.media_receiver_not_ready += 1,
                     Sent::Failed => stats.media_send_failed += 1,
                 }
@@ -971,16 +946,40 @@ enum Sent {
     Failed,
 }
 
-/// One packet to write for a subscriber.
-struct Copy<'a> {
-    /// The publisher's plaintext packet.
-    packet: &'a Bytes,
+/// One packet of a track as every subscriber's copy is written from it: parsed once,
+/// when it is queued.
+#[derive(Clone, Debug)]
+pub struct Copy {
+    /// The publisher's plaintext packet, shared by every subscription.
+    packet: Bytes,
+    /// Its header.
+    header: RtpHeader,
     /// Its extended sequence number.
     seq: u64,
-    /// As a retransmission on the RTX stream (RFC 4588 §4).
-    rtx: bool,
-    /// The publisher's audio level extension id.
+    /// Its audio level (RFC 6464: one byte), to carry over.
     audio_level: Option<u8>,
+}
+
+impl Copy {
+    /// `packet` of `track` (extended sequence number `seq`), or `None` if it is not
+    /// RTP.
+    fn of(track: &Track, packet: &Bytes, seq: u64) -> Option<Copy> {
+        let p = RtpPacket::parse(packet).ok()?;
+        let audio_level = track
+            .spec
+            .extensions
+            .audio_level
+            .and_then(|id| match p.extension(id) {
+                Some(&[level]) => Some(level),
+                _ => None,
+            });
+        Some(Copy {
+            header: *p.header(),
+            packet: packet.clone(),
+            seq,
+            audio_level,
+        })
+    }
 }
 
 /// Room for one more packet in the shared write buffer (empty between packets: each
@@ -996,23 +995,18 @@ fn reserve(write: &mut WriteBuffer, n: usize) {
 /// Writes the subscriber's copy and protects it; false if it could not be sent.
 fn send_copy(
     sub: &mut Subscription,
-    copy: Copy<'_>,
+    copy: &Copy,
+    rtx: bool,
     write: &mut WriteBuffer,
     peers: &mut Query<(&Ice, &mut PeerSrtp)>,
     rng: &mut ShardRng,
     now: Time,
     transmits: &mut Vec<Datagram>,
 ) -> Sent {
-    let Copy {
-        packet,
-        seq,
-        rtx,
-        audio_level,
-    } = copy;
-    let Ok(p) = RtpPacket::parse(packet) else {
+    let (h, seq) = (&copy.header, copy.seq);
+    let Some(payload) = copy.packet.get(h.payload_range()) else {
         return Sent::Failed;
     };
-    let h = *p.header();
     // No keys or no path yet: the subscriber is still connecting.
     let Ok((ice, mut srtp)) = peers.get_mut(sub.subscriber) else {
         return Sent::NotReady;
@@ -1052,7 +1046,7 @@ fn send_copy(
         timestamp,
         ssrc,
     };
-    reserve(write, packet.len() + 32);
+    reserve(write, copy.packet.len() + 32);
     {
         let mut w = RtpWriter::new(&mut write.0, &fields, &[]);
         // The subscriber's own mid (RFC 8843 §9.2), never the publisher's.
@@ -1060,15 +1054,13 @@ fn send_copy(
             let _ = w.extension(id, sub.spec.mid.as_bytes());
         }
         // RFC 6464's level, carried over under the subscriber's id.
-        if let (Some(id), Some(from)) = (sub.spec.extensions.audio_level, audio_level)
-            && let Some(v) = p.extension(from)
-        {
-            let _ = w.extension(id, v);
+        if let (Some(id), Some(level)) = (sub.spec.extensions.audio_level, copy.audio_level) {
+            let _ = w.extension(id, &[level]);
         }
         if rtx {
             w.payload(&out_seq.to_be_bytes());
         }
-        w.payload(p.payload());
+        w.payload(payload);
         w.finish(0);
     }
     if srtp
@@ -1083,7 +1075,7 @@ fn send_copy(
     let payload = write.0.split().freeze();
     if !rtx {
         sub.packets_sent = sub.packets_sent.wrapping_add(1);
-        sub.octets_sent = sub.octets_sent.wrapping_add(p.payload().len() as u32);
+        sub.octets_sent = sub.octets_sent.wrapping_add(payload.len() as u32);
         sub.last_rtp_ts = Some((timestamp, now));
     }
     transmits.push(Datagram {

@@ -760,10 +760,8 @@ fn on_rtcp(
     let Ok((media, _)) = peers.get(peer) else {
         return;
     };
-    // Which of this peer's tracks or subscriptions each packet is about.
-    let mut keyframes: Vec<Entity> = Vec::new();
-    let mut nacks: Vec<(Entity, Vec<u16>)> = Vec::new();
-    let mut srs: Vec<(Entity, u64, u32)> = Vec::new();
+    // RTCP stays on its hop: each packet acts on this peer's own tracks or
+    // subscriptions, found by SSRC, and is never forwarded.
     for item in Compound::new(packet.clone()) {
         let Ok(p) = item else {
             ctx.stats.media_malformed += 1;
@@ -771,95 +769,101 @@ fn on_rtcp(
         };
         match p.body {
             RtcpBody::SenderReport(sr) => {
-                if let Some(t) = media.tracks_by_ssrc.get(&sr.ssrc) {
-                    srs.push((*t, sr.ntp_time, sr.rtp_time));
+                if let Some(&track) = media.tracks_by_ssrc.get(&sr.ssrc)
+                    && let Ok((mut t, _)) = tracks.get_mut(track)
+                {
+                    // RFC 3550 §6.4.1 LSR: the middle 32 bits of the NTP timestamp.
+                    t.stats.last_sr = (sr.ntp_time >> 16) as u32;
+                    t.stats.last_sr_at = Some(now);
+                    t.sender_report = Some((sr.ntp_time, sr.rtp_time, now));
                 }
             }
             RtcpBody::Nack(n) => {
-                if let Some(s) = media.subscriptions_by_ssrc.get(&n.media_ssrc) {
-                    nacks.push((*s, n.entries.lost().collect()));
+                if let Some(&sub) = media.subscriptions_by_ssrc.get(&n.media_ssrc) {
+                    let mut lost = std::mem::take(&mut ctx.scratch.lost);
+                    lost.clear();
+                    lost.extend(n.entries.lost());
+                    answer_nack(ctx, now, sub, &mut lost, tracks, subs);
+                    ctx.scratch.lost = lost;
                 }
             }
             RtcpBody::Pli(p) => {
-                if let Some(s) = media.subscriptions_by_ssrc.get(&p.media_ssrc) {
-                    keyframes.push(*s);
+                if let Some(&sub) = media.subscriptions_by_ssrc.get(&p.media_ssrc)
+                    && let Ok((s, _)) = subs.get(sub)
+                {
+                    request_keyframe(ctx, now, s.track, tracks, peers);
                 }
             }
             RtcpBody::Fir(f) => {
                 for e in f.entries.iter() {
-                    if let Some(s) = media.subscriptions_by_ssrc.get(&e.ssrc) {
-                        keyframes.push(*s);
+                    if let Some(&sub) = media.subscriptions_by_ssrc.get(&e.ssrc)
+                        && let Ok((s, _)) = subs.get(sub)
+                    {
+                        request_keyframe(ctx, now, s.track, tracks, peers);
                     }
                 }
             }
             _ => {}
         }
     }
-    for (track, ntp_time, rtp_time) in srs {
-        if let Ok((mut t, _)) = tracks.get_mut(track) {
-            // RFC 3550 §6.4.1 LSR: the middle 32 bits of the NTP timestamp.
-            t.stats.last_sr = (ntp_time >> 16) as u32;
-            t.stats.last_sr_at = Some(now);
-            t.sender_report = Some((ntp_time, rtp_time, now));
-        }
+}
+
+/// A subscriber's NACK (RFC 4585 §6.2.1) for the sequence numbers in `lost` (its own
+/// numbering): each answered once from the track's cache as RTX, at most
+/// MAX_RETRANSMITS_PER_NACK of them, none from before the subscription started or
+/// resent within a round trip.
+fn answer_nack(
+    ctx: &mut MediaCtx,
+    now: Time,
+    sub: Entity,
+    lost: &mut Vec<u16>,
+    tracks: &Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    subs: &mut Query<(&mut Subscription, &mut Timers), Without<Track>>,
+) {
+    let Ok((mut s, _)) = subs.get_mut(sub) else {
+        return;
+    };
+    if !s.started {
+        return;
     }
-    for sub in keyframes {
-        let Ok((s, _)) = subs.get(sub) else {
-            continue;
-        };
-        let track = s.track;
-        request_keyframe(ctx, now, track, tracks, peers);
-    }
-    for (sub, mut lost) in nacks {
-        let Ok((mut s, _)) = subs.get_mut(sub) else {
-            continue;
-        };
-        if !s.started {
+    let (offset, track, first) = (s.seq_offset, s.track, s.first_seq);
+    let rtx = s.spec.rtx_ssrc.is_some() && s.spec.rtx_payload_type.is_some();
+    let Ok((t, _)) = tracks.get(track) else {
+        return;
+    };
+    // One NACK's entries may repeat a number.
+    lost.sort_unstable();
+    lost.dedup();
+    let mut budget = MAX_RETRANSMITS_PER_NACK;
+    for &seq in lost.iter() {
+        // The subscriber's number back to the publisher's, extended.
+        let original = seq.wrapping_sub(offset);
+        let ext = extend_seq(t.stats.max_seq, original);
+        let recent = s
+            .recent_resends
+            .iter()
+            .any(|(r, at)| *r == ext && now.saturating_since(*at) < NACK_RETRY);
+        if ext < first || recent || budget == 0 {
+            ctx.stats.nack_unanswered += 1;
             continue;
         }
-        let (offset, track, first) = (s.seq_offset, s.track, s.first_seq);
-        let rtx = s.spec.rtx_ssrc.is_some() && s.spec.rtx_payload_type.is_some();
-        let Ok((t, _)) = tracks.get(track) else {
-            continue;
-        };
-        // One NACK's entries may repeat a number; answer each once, and at most
-        // MAX_RETRANSMITS_PER_NACK of them.
-        lost.sort_unstable();
-        lost.dedup();
-        let mut budget = MAX_RETRANSMITS_PER_NACK;
-        for seq in lost {
-            // The subscriber's number back to the publisher's, extended.
-            let original = seq.wrapping_sub(offset);
-            let ext = extend_seq(t.stats.max_seq, original);
-            // Not this subscriber's to ask for, or resent within a round trip.
-            let recent = s
-                .recent_resends
-                .iter()
-                .any(|(r, at)| *r == ext && now.saturating_since(*at) < NACK_RETRY);
-            if ext < first || recent || budget == 0 {
-                ctx.stats.nack_unanswered += 1;
-                continue;
-            }
-            match t.cache.get(ext) {
-                Some(packet) if rtx => {
-                    budget -= 1;
-                    if s.recent_resends.len() >= RECENT_RESENDS {
-                        s.recent_resends.remove(0);
-                    }
-                    s.recent_resends.push((ext, now));
-                    if let Some(copy) = Copy::of(t, packet, ext) {
-                        ctx.out.0.push(Outgoing::Rtp {
-                            subscription: sub,
-                            copy: Copy {
-                                audio_level: None,
-                                ..copy
-                            },
-                            retransmission: true,
-                        });
-                    }
+        match t.cache.get(ext).and_then(|p| Copy::of(t, p, ext)) {
+            Some(copy) if rtx => {
+                budget -= 1;
+                if s.recent_resends.len() >= RECENT_RESENDS {
+                    s.recent_resends.remove(0);
                 }
-                _ => ctx.stats.nack_unanswered += 1,
+                s.recent_resends.push((ext, now));
+                ctx.out.0.push(Outgoing::Rtp {
+                    subscription: sub,
+                    copy: Copy {
+                        audio_level: None,
+                        ..copy
+                    },
+                    retransmission: true,
+                });
             }
+            _ => ctx.stats.nack_unanswered += 1,
         }
     }
 }

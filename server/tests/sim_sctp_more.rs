@@ -732,6 +732,85 @@ fn sim_one_sack_per_tick() {
     }
 }
 
+/// An association may send at most `MAX_PACKETS_PER_TICK` packets in one tick (its
+/// share of the shard). When that cuts a tick short with the window still open, the
+/// shard asks to run again at once and the rest goes then, not a round trip later
+/// with the peer's next SACK.
+#[test]
+fn a_tick_cut_short_goes_on_at_once() {
+    let share = shoal_systems::sctp::pass::MAX_PACKETS_PER_TICK;
+    let mut p = Pair::connect(11, SctpLimits::default(), Duration::from_millis(10), 0.0);
+    // Warm-up: open the client's cwnd past one and a half shares. Each round trip here
+    // is one tick at the server, so one SACK, and slow start adds one packet per SACK
+    // (RFC 9260 §7.2.1, L = 1): about 100 round trips.
+    let warm = 6_000;
+    let (mut queued, mut got) = (0, 0);
+    p.run_until(
+        |p| {
+            // As much as the send buffer takes, then more as it drains.
+            while queued < warm
+                && p.cli
+                    .sctp_send(
+                        PEER,
+                        1,
+                        60,
+                        tagged(2, queued, FULL),
+                        false,
+                        Reliability::Reliable,
+                    )
+                    .is_ok()
+            {
+                queued += 1;
+            }
+            got += p.server_messages(1).len();
+            got == warm as usize
+        },
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    p.run_for(Duration::from_millis(250));
+
+    let n = share + share / 2;
+    p.hold = Some(Vec::new());
+    for i in 0..n as u32 {
+        p.cli
+            .sctp_send(
+                PEER,
+                2,
+                60,
+                tagged(2, i, FULL),
+                false,
+                Reliability::Reliable,
+            )
+            .unwrap();
+    }
+    let now = p.now;
+    p.cli.handle_timeout(now);
+    p.flush();
+    let first = p.hold.as_ref().map_or(0, Vec::len);
+    assert_eq!(first, share, "packets in the first tick");
+    assert!(
+        p.cli.poll_timeout().is_some_and(|t| t <= now),
+        "a tick cut short asks to run again at once, not at {:?}",
+        p.cli.poll_timeout()
+    );
+    // The next tick, at the same instant and with no SACK in between, sends the rest.
+    p.cli.handle_timeout(now);
+    p.flush();
+    let held = p.hold.take().unwrap_or_default();
+    assert_eq!(held.len(), n, "packets after the second tick");
+    assert!(
+        p.cli.poll_timeout().is_none_or(|t| t > now),
+        "nothing left to send, yet the shard wants to run again at once"
+    );
+    deliver_held_to_server(&mut p, held);
+    let got = p.server_messages(2);
+    assert_eq!(got.len(), n);
+    for (i, m) in got.iter().enumerate() {
+        assert_eq!(untag(m), Some((2, i as u32)), "message {i}");
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // 3. Back-pressure
 // ---------------------------------------------------------------------------------

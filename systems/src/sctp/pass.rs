@@ -523,7 +523,8 @@ impl Sink<'_> {
 /// Bundles control chunks, the SACK, a FORWARD TSN, retransmissions and new DATA
 /// into packets of at most `mtu` bytes (RFC 9260 §6.10: control chunks first), and
 /// counts the SACKs and FORWARD TSNs it bundles. Returns when to try again if new
-/// data waits: for a zero window probe's time, or for the connection's buffer.
+/// data waits: for a zero window probe's time, for the connection's buffer, or
+/// at once when [`MAX_PACKETS_PER_TICK`] cut the tick short.
 fn build_packets(
     a: &mut Sctp,
     now: shoal_components::time::Time,
@@ -562,7 +563,7 @@ fn build_packets(
                     stats.sctp_packets_sent += 1;
                 }
             }
-            Ok(false) => break,
+            Ok(false) => return None,
             // `write` did not run: nothing was taken from the queues. A full buffer
             // drains once the driver sends this tick's datagrams: look again at the
             // next tick.
@@ -579,10 +580,13 @@ fn build_packets(
             && a.control.is_empty()
             && a.pending_sack.is_empty()
         {
-            break;
+            return None;
         }
     }
-    None
+    // This tick's share is used up with more perhaps waiting: go on at the next tick,
+    // after the driver has sent these and read what came in, rather than waiting
+    // for the peer's next SACK with the window open.
+    Some(now)
 }
 
 /// Fills one packet: control chunks, the SACK, a FORWARD TSN, retransmissions, then

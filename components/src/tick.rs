@@ -45,8 +45,8 @@ pub struct SctpInbox(pub Vec<(Entity, bytes::Bytes)>);
 #[derive(Resource, Debug, Default)]
 pub struct SctpStart(pub Vec<Entity>);
 
-/// Associations that may have something to send this tick (duplicates allowed; the
-/// passes that read it skip what has nothing to do).
+/// Associations that may have something to send this tick. The passes that fill it
+/// may push one twice; `sack_batch` removes duplicates before `sctp_tx` reads it.
 #[derive(Resource, Debug, Default)]
 pub struct SctpWork(pub Vec<Entity>);
 

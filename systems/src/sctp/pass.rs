@@ -318,12 +318,15 @@ fn fresh(rng: &mut ShardRng) -> (u32, Tsn) {
 /// The sack_batch pass: one SACK per association that owes one, written where
 /// `sctp_tx` will put it at the front of the next packet, after control chunks.
 pub fn sack_batch(
-    work: Res<SctpWork>,
+    mut work: ResMut<SctpWork>,
     mut scratch: ResMut<SctpScratch>,
     mut q: Query<(&mut Sctp, &mut Timers)>,
 ) {
     let scratch = &mut *scratch;
-    // Duplicates are possible; `sack_now` makes the second visit a no-op.
+    // The passes before push an association once per packet or send: visit each
+    // once, here and in sctp_tx (whose every visit builds packets).
+    work.0.sort_unstable();
+    work.0.dedup();
     for &entity in &work.0 {
         let Ok((mut a, mut timers)) = q.get_mut(entity) else {
             continue;

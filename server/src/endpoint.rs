@@ -34,7 +34,9 @@
 //!
 //! [`pair_specs`] is the signalling for two such endpoints: it sets up one peer on each
 //! side, as an SDP offer and answer would, so that two shards in one process (or two
-//! processes) can connect to each other over loopback.
+//! processes) can connect to each other over loopback. To join a shoal node instead,
+//! an endpoint sends a [`data_offer`] over the node's signalling and adds the peer
+//! [`DataOffer::accept`] makes of the answer.
 //!
 //! ```no_run
 //! use std::net::UdpSocket;
@@ -65,6 +67,11 @@ use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
 use std::time::{Duration, Instant};
 
 use mio::net::UdpSocket;
+
+mod offer;
+pub mod signal;
+
+pub use offer::{AnswerError, DataOffer, data_offer};
 
 use crate::udp::UdpIo;
 use mio::{Events, Interest, Poll, Token};
@@ -272,13 +279,10 @@ pub(crate) fn specs_from(
     dtls: Option<(PeerDtls, PeerDtls)>,
     next_u64: &mut dyn FnMut() -> u64,
 ) -> (PeerSpec, PeerSpec) {
-    let mut ice_chars = |len: usize| -> String {
-        (0..len)
-            .map(|_| char::from(ICE_CHARS[(next_u64() % 64) as usize]))
-            .collect()
-    };
-    let (lite_ufrag, lite_pwd) = (ice_chars(UFRAG_LEN), ice_chars(PWD_LEN));
-    let (ctl_ufrag, ctl_pwd) = (ice_chars(UFRAG_LEN), ice_chars(PWD_LEN));
+    let lite_ufrag = ice_chars(UFRAG_LEN, next_u64);
+    let lite_pwd = ice_chars(PWD_LEN, next_u64);
+    let ctl_ufrag = ice_chars(UFRAG_LEN, next_u64);
+    let ctl_pwd = ice_chars(PWD_LEN, next_u64);
     let lite = PeerSpec {
         id,
         role: IceRole::Lite,
@@ -306,6 +310,13 @@ pub(crate) fn specs_from(
         room: None,
     };
     (lite, controlling)
+}
+
+/// `len` random ICE characters, one draw of `next_u64` each.
+fn ice_chars(len: usize, next_u64: &mut dyn FnMut() -> u64) -> String {
+    (0..len)
+        .map(|_| char::from(ICE_CHARS[(next_u64() % 64) as usize]))
+        .collect()
 }
 
 #[cfg(test)]

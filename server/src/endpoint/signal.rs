@@ -1,0 +1,204 @@
+//! Joining a room of a shoal node over its gRPC `SignalService` (proto/shoal/v1/
+//! signal.proto), as a client endpoint: the stream's `join`, then the endpoint's
+//! [`super::DataOffer`], then the node's answer. The stream stays open for the
+//! session: closing it leaves the room.
+//!
+//! [`join`] is the async step; [`Signaller`] runs it for callers without a runtime,
+//! on a thread of its own that keeps every session's stream served (the node pings
+//! idle HTTP/2 connections and drops those that do not answer) until it is dropped.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use shoal_proto::v1::signal_service_client::SignalServiceClient;
+use shoal_proto::v1::{
+    JoinRequest, SessionDescription, SignalRequest, SignalResponse, signal_request, signal_response,
+};
+use tokio::sync::{mpsc, oneshot};
+use tonic::Status;
+use tonic::transport::Endpoint;
+
+/// How long connecting and each step of the join may take.
+pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A joined session: the node's answer, and the open signalling stream. Dropping it
+/// closes the stream, and the node then takes the participant out of the room.
+#[derive(Debug)]
+pub struct Session {
+    /// The node's SDP answer to the offer.
+    pub answer: String,
+    /// The request half, kept open for the session.
+    _requests: mpsc::Sender<SignalRequest>,
+    /// Reads (and drops) what the node says after the answer, so that its stream
+    /// never backs up.
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// Joins `room` as `identity` on the node whose gRPC listens at `grpc`, offering
+/// `offer`, and returns once the answer came. Runs on the caller's tokio runtime,
+/// which must keep running for the session to stay open.
+///
+/// # Errors
+/// The node's status for a refused join or offer (`NOT_FOUND` for a room that is not
+/// open, `INVALID_ARGUMENT` for an offer it cannot answer), `UNAVAILABLE` when it
+/// cannot be reached, `DEADLINE_EXCEEDED` after [`JOIN_TIMEOUT`].
+pub async fn join(
+    grpc: SocketAddr,
+    room: &str,
+    identity: &str,
+    offer: &str,
+) -> Result<Session, Status> {
+    let channel = Endpoint::from_shared(format!("http://{grpc}"))
+        .map_err(|e| Status::invalid_argument(e.to_string()))?
+        .connect_timeout(JOIN_TIMEOUT)
+        .connect()
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    let (requests, queue) = mpsc::channel(4);
+    for message in [
+        signal_request::Message::Join(JoinRequest {
+            room: room.to_owned(),
+            identity: identity.to_owned(),
+            ..JoinRequest::default()
+        }),
+        signal_request::Message::Offer(SessionDescription {
+            sdp: offer.to_owned(),
+        }),
+    ] {
+        requests
+            .send(SignalRequest {
+                message: Some(message),
+            })
+            .await
+            .map_err(|_| Status::internal("the request queue closed"))?;
+    }
+    let queue =
+        futures_util::stream::unfold(queue, |mut q| async move { q.recv().await.map(|r| (r, q)) });
+    let mut responses = tokio::time::timeout(
+        JOIN_TIMEOUT,
+        SignalServiceClient::new(channel).connect(queue),
+    )
+    .await
+    .map_err(|_| Status::deadline_exceeded("no stream from the node"))??
+    .into_inner();
+    let answer = loop {
+        let next = tokio::time::timeout(JOIN_TIMEOUT, responses.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no answer from the node"))??;
+        match next.and_then(|r: SignalResponse| r.message) {
+            Some(signal_response::Message::Answer(a)) => break a.sdp,
+            Some(signal_response::Message::Error(e)) => {
+                return Err(Status::failed_precondition(format!(
+                    "{}: {}",
+                    e.code, e.message
+                )));
+            }
+            Some(_) => {}
+            None => return Err(Status::aborted("the node ended the session")),
+        }
+    };
+    let reader = tokio::spawn(async move { while let Ok(Some(_)) = responses.message().await {} });
+    Ok(Session {
+        answer,
+        _requests: requests,
+        reader,
+    })
+}
+
+/// A join for the [`Signaller`]'s thread, and where its answer goes.
+struct JoinJob {
+    grpc: SocketAddr,
+    room: String,
+    identity: String,
+    offer: String,
+    reply: oneshot::Sender<Result<String, Status>>,
+}
+
+/// Signalling for client endpoints on threads without a tokio runtime: [`join`]s run
+/// on a thread of its own, whose runtime keeps every joined session open until the
+/// `Signaller` is dropped (then each stream closes and the node lets the
+/// participants go).
+#[derive(Debug)]
+pub struct Signaller {
+    jobs: Option<mpsc::UnboundedSender<JoinJob>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Signaller {
+    /// Starts the signalling thread.
+    ///
+    /// # Errors
+    /// If the runtime or the thread cannot be created.
+    pub fn start() -> std::io::Result<Signaller> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (jobs, mut queue) = mpsc::unbounded_channel::<JoinJob>();
+        let thread = std::thread::Builder::new()
+            .name("shoal-signal".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let mut sessions = Vec::new();
+                    while let Some(job) = queue.recv().await {
+                        let result = join(job.grpc, &job.room, &job.identity, &job.offer).await;
+                        let answer = result.map(|session| {
+                            let answer = session.answer.clone();
+                            sessions.push(session);
+                            answer
+                        });
+                        let _ = job.reply.send(answer);
+                    }
+                    drop(sessions);
+                });
+            })?;
+        Ok(Signaller {
+            jobs: Some(jobs),
+            thread: Some(thread),
+        })
+    }
+
+    /// Joins `room` as `identity` with `offer` (see [`join`]) and returns the node's
+    /// answer; the session stays open while `self` lives.
+    ///
+    /// # Errors
+    /// As [`join`]'s; `UNAVAILABLE` if the signalling thread has gone.
+    pub fn join(
+        &self,
+        grpc: SocketAddr,
+        room: &str,
+        identity: &str,
+        offer: &str,
+    ) -> Result<String, Status> {
+        let (reply, answer) = oneshot::channel();
+        let job = JoinJob {
+            grpc,
+            room: room.to_owned(),
+            identity: identity.to_owned(),
+            offer: offer.to_owned(),
+            reply,
+        };
+        let gone = || Status::unavailable("the signalling thread has gone");
+        self.jobs
+            .as_ref()
+            .ok_or_else(gone)?
+            .send(job)
+            .map_err(|_| gone())?;
+        answer.blocking_recv().map_err(|_| gone())?
+    }
+}
+
+impl Drop for Signaller {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread's loop, and with it every session.
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -21,9 +21,26 @@
 //! - `FLOW_ORDERED` (0): `1` = ordered and reliable; anything else = unordered, sent
 //!   once (`MaxRetransmits(0)`).
 //! - `FLOW_MSG_BYTES` (1024): message size.
-//! - `FLOW_MODE` (`p2p`): `sfu` would relay each pair through a shoal room; it needs the
-//!   room relay and exits 2 for now.
+//! - `FLOW_MODE` (`p2p`): `sfu` relays each pair through a room of a shoal node run
+//!   in the same process (below).
+//! - `FLOW_SFU_SHARDS` (1): the node's shards in `sfu` mode.
 //! - `FLOW_TIMEOUT_S` (600): give up (exit 1) if the pairs have not all finished.
+//!
+//! In `sfu` mode the process also runs a node (`Server` and `ControlPlane`, gRPC on
+//! 127.0.0.1, `FLOW_SFU_SHARDS` shards on their own UDP sockets), and each pair has a
+//! room of its own. Both endpoints are client stacks that join it as an application
+//! would ([`endpoint::data_offer`] over `SignalService`, so both are ICE-controlling
+//! DTLS clients against the node); the sender opens a data channel `flow` (ordered and
+//! reliable, or unordered with max-retransmits 0) and sends on it with the same
+//! watermarks, and the room relay carries it to the receiver on the channel shoal
+//! opens there. The node does not slow a sender for its room (a reliable receiver
+//! that falls a send buffer behind is disconnected, docs/architecture.md), so the
+//! pair also does what an application moving this much through a room would: the
+//! receiver acknowledges every [`SFU_ACK_EVERY`] bytes it counted with a message on a
+//! channel of its own (`flow-ack`, relayed back to the sender), and a reliable sender
+//! stays within [`SFU_WINDOW`] of the last acknowledgement. An unreliable sender does
+//! not wait for them, and what the node drops for the receiver is not delivered. The CPU of the whole process then covers three stacks per pair's
+//! bytes: sender, node and receiver. The node's relay counters are printed at the end.
 //!
 //! Output: per-interval (~1 s) and per-pair lines, then exactly
 //! `FINAL <Mbps> aggregate over <N> pairs (ordered=<bool>) in <secs>s`, where `Mbps` is
@@ -31,7 +48,8 @@
 //! measured window) and `secs` the wall time from the first pair's window opening to the
 //! last pair's closing. Exit status 0 on success.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::num::NonZeroUsize;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,9 +58,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use shoal_components::peer::PeerId;
+use shoal_components::sctp::dcep::{self, ChannelType};
 use shoal_components::sctp::tx::{Reliability, SendError};
 use shoal_components::time::Time;
-use shoal_server::endpoint::{self, Control};
+use shoal_server::config::{Config, Listen};
+use shoal_server::control::{ControlPlane, ControlSettings};
+use shoal_server::driver::Server;
+use shoal_server::endpoint::{self, Control, data_offer, signal::Signaller};
+use shoal_systems::datachannel::ChannelError;
 use shoal_systems::{Command, SctpSendError, Shard, ShardConfig, ShardEvent};
 
 /// WebRTC Binary (RFC 8831 §8).
@@ -61,8 +84,31 @@ const MIB: u64 = 1024 * 1024;
 const INTERVAL: Duration = Duration::from_secs(1);
 /// The one peer id each endpoint holds.
 const PEER: PeerId = PeerId(1);
+/// In `sfu` mode, how far a reliable sender may run ahead of its receiver's last
+/// acknowledgement: half the node's default send buffer for the receiver, so the node
+/// never holds more for it than that buffer takes.
+const SFU_WINDOW: u64 = 2 * MIB;
+/// In `sfu` mode, the receiver acknowledges each time it has counted this many more
+/// bytes.
+const SFU_ACK_EVERY: u64 = 256 * 1024;
+/// The data channel's label in `sfu` mode.
+const SFU_LABEL: &str = "flow";
+/// The receiver's acknowledgements' channel in `sfu` mode: 8 bytes, the count, big
+/// endian.
+const SFU_ACK_LABEL: &str = "flow-ack";
+
+/// How the two endpoints of a pair meet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Directly: the receiver is ICE-lite and DTLS server, messages go on a stream.
+    P2p,
+    /// Through a room of a node in this process, on a data channel.
+    Sfu,
+}
 
 struct Params {
+    mode: Mode,
+    sfu_shards: NonZeroUsize,
     pairs: usize,
     warmup: u64,
     window: u64,
@@ -96,11 +142,7 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
         return ExitCode::from(2);
     }
     let params = match params() {
-        Ok(Some(p)) => p,
-        Ok(None) => {
-            println!("sfu mode needs the room relay (not yet)");
-            return ExitCode::from(2);
-        }
+        Ok(p) => p,
         Err(e) => {
             eprintln!("shoal-bench flow: {e}");
             return ExitCode::from(2);
@@ -125,13 +167,17 @@ fn env_u64(name: &str, default: u64) -> Result<u64, String> {
     }
 }
 
-/// The parameters, or `None` for SFU mode.
-fn params() -> Result<Option<Params>, String> {
-    match std::env::var("FLOW_MODE").as_deref().map(str::trim) {
-        Err(_) | Ok("p2p") => {}
-        Ok("sfu") => return Ok(None),
+fn params() -> Result<Params, String> {
+    let mode = match std::env::var("FLOW_MODE").as_deref().map(str::trim) {
+        Err(_) | Ok("p2p") => Mode::P2p,
+        Ok("sfu") => Mode::Sfu,
         Ok(other) => return Err(format!("FLOW_MODE={other:?}: expected p2p or sfu")),
-    }
+    };
+    let sfu_shards = usize::try_from(env_u64("FLOW_SFU_SHARDS", 1)?)
+        .ok()
+        .and_then(NonZeroUsize::new)
+        .filter(|n| n.get() <= 64)
+        .ok_or("FLOW_SFU_SHARDS must be 1 to 64")?;
     let pairs = env_u64("FLOW_PAIRS", 10)?;
     if !(1..=1000).contains(&pairs) {
         return Err("FLOW_PAIRS must be 1 to 1000".into());
@@ -144,31 +190,38 @@ fn params() -> Result<Option<Params>, String> {
     if !(1..=65_536).contains(&msg_bytes) {
         return Err("FLOW_MSG_BYTES must be in 1..=65536".into());
     }
-    Ok(Some(Params {
+    Ok(Params {
+        mode,
+        sfu_shards,
         pairs: pairs as usize,
         warmup: env_u64("FLOW_WARMUP_MB", 64)?.saturating_mul(MIB),
         window: window.saturating_mul(MIB),
         ordered: std::env::var("FLOW_ORDERED").is_ok_and(|v| v.trim() == "1"),
         msg_bytes: msg_bytes as usize,
         timeout: Duration::from_secs(env_u64("FLOW_TIMEOUT_S", 600)?),
-    }))
+    })
 }
 
 /// Sets up every pair, runs them all at once and prints the figures.
 fn flow(p: &Params) -> Result<(), String> {
     println!(
-        "shoal-bench flow: {} pair(s), ordered={}, {} B messages, warm-up {} MiB, \
+        "shoal-bench flow: {} pair(s), mode={:?}, ordered={}, {} B messages, warm-up {} MiB, \
          measure {} MiB per pair",
         p.pairs,
+        p.mode,
         p.ordered,
         p.msg_bytes,
         p.warmup / MIB,
         p.window / MIB
     );
     let deadline = Instant::now() + p.timeout;
+    let node = match p.mode {
+        Mode::Sfu => Some(Node::start(p.sfu_shards)?),
+        Mode::P2p => None,
+    };
     let mut pairs = Vec::with_capacity(p.pairs);
     for i in 0..p.pairs {
-        pairs.push(start_pair(p, i, deadline).map_err(|e| format!("set-up: {e}"))?);
+        pairs.push(start_pair(p, i, deadline, node.as_ref()).map_err(|e| format!("set-up: {e}"))?);
     }
     let mut results = Vec::with_capacity(p.pairs);
     let mut failures = Vec::new();
@@ -189,6 +242,9 @@ fn flow(p: &Params) -> Result<(), String> {
             }
             (Err(e), _) | (_, Err(e)) => failures.push(format!("pair {i}: {e}")),
         }
+    }
+    if let Some(node) = node {
+        node.stop()?;
     }
     if !failures.is_empty() {
         return Err(format!(
@@ -215,48 +271,159 @@ fn flow(p: &Params) -> Result<(), String> {
 type Sender = JoinHandle<Result<u64, String>>;
 type Receiver = JoinHandle<Result<Measured, String>>;
 
+/// What the two endpoints of a pair share.
+#[derive(Default)]
+struct Shared {
+    /// The receiver is done: the sender stops.
+    done: AtomicBool,
+    /// The receiver's association is up (`sfu`: the room relays to it from now on).
+    receiver_ready: AtomicBool,
+}
+
 /// Binds two sockets, sets up the peers and starts both endpoint threads.
-fn start_pair(p: &Params, index: usize, deadline: Instant) -> std::io::Result<(Sender, Receiver)> {
-    let rx_sock = UdpSocket::bind("127.0.0.1:0")?;
-    let tx_sock = UdpSocket::bind("127.0.0.1:0")?;
+fn start_pair(
+    p: &Params,
+    index: usize,
+    deadline: Instant,
+    node: Option<&Node>,
+) -> Result<(Sender, Receiver), String> {
+    let rx_sock = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let tx_sock = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     // Shard seeds only pick transaction ids and tie-breakers; credentials are random.
     let seed = 2 * index as u64;
-    let mut rx_shard = Shard::new(config(rx_sock.local_addr()?, seed));
-    let mut tx_shard = Shard::new(config(tx_sock.local_addr()?, seed + 1));
-    let (lite, controlling) = endpoint::pair_specs(
-        PEER,
-        rx_shard.local_addr(),
-        rx_shard.fingerprint(),
-        tx_shard.fingerprint(),
-        &mut endpoint::os_rng()?,
-    );
-    rx_shard
-        .command(Time::ZERO, Command::AddPeer(lite))
-        .map_err(std::io::Error::other)?;
-    tx_shard
-        .command(Time::ZERO, Command::AddPeer(controlling))
-        .map_err(std::io::Error::other)?;
+    let local = |s: &UdpSocket| s.local_addr().map_err(|e| e.to_string());
+    let mut rx_shard = Shard::new(config(local(&rx_sock)?, seed));
+    let mut tx_shard = Shard::new(config(local(&tx_sock)?, seed + 1));
+    if let Some(node) = node {
+        let room = format!("flow-{index}");
+        node.open_room(&room)?;
+        node.join(&room, "receiver", &mut rx_shard)?;
+        node.join(&room, "sender", &mut tx_shard)?;
+    } else {
+        let mut rng = endpoint::os_rng().map_err(|e| e.to_string())?;
+        let (lite, controlling) = endpoint::pair_specs(
+            PEER,
+            rx_shard.local_addr(),
+            rx_shard.fingerprint(),
+            tx_shard.fingerprint(),
+            &mut rng,
+        );
+        rx_shard
+            .command(Time::ZERO, Command::AddPeer(lite))
+            .map_err(|e| e.to_string())?;
+        tx_shard
+            .command(Time::ZERO, Command::AddPeer(controlling))
+            .map_err(|e| e.to_string())?;
+    }
 
-    let done = Arc::new(AtomicBool::new(false));
-    let rx_done = done.clone();
-    let (warmup, window) = (p.warmup, p.window);
+    let shared = Arc::new(Shared::default());
+    let rx_shared = shared.clone();
+    let (warmup, window, mode) = (p.warmup, p.window, p.mode);
     let receiver = std::thread::Builder::new()
         .name(format!("flow-rx-{index}"))
-        .spawn(move || receive(index, rx_sock, rx_shard, warmup, window, deadline, &rx_done))?;
+        .spawn(move || {
+            receive(
+                index, rx_sock, rx_shard, warmup, window, deadline, mode, &rx_shared,
+            )
+        })
+        .map_err(|e| e.to_string())?;
     let policy = if p.ordered {
         Reliability::Reliable
     } else {
         Reliability::MaxRetransmits(0)
     };
-    let (unordered, msg_bytes) = (!p.ordered, p.msg_bytes);
+    let how = Sending {
+        mode,
+        msg_bytes: p.msg_bytes,
+        unordered: !p.ordered,
+        policy,
+    };
     let sender = std::thread::Builder::new()
         .name(format!("flow-tx-{index}"))
-        .spawn(move || {
-            send(
-                tx_sock, tx_shard, msg_bytes, unordered, policy, deadline, &done,
-            )
-        })?;
+        .spawn(move || send(tx_sock, tx_shard, how, deadline, &shared))
+        .map_err(|e| e.to_string())?;
     Ok((sender, receiver))
+}
+
+/// The node of `sfu` mode: shards, control plane and the client side of signalling.
+struct Node {
+    server: Server,
+    control: ControlPlane,
+    grpc: SocketAddr,
+    signaller: Signaller,
+}
+
+impl Node {
+    fn start(shards: NonZeroUsize) -> Result<Node, String> {
+        let config = Config {
+            shards,
+            udp_port_base: 0,
+            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            grpc_addr: Listen::Addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
+            http_addr: Listen::Off,
+            ..Config::default()
+        };
+        let mut server = Server::start(&config).map_err(|e| format!("node: {e}"))?;
+        let settings = ControlSettings::from_config(&config).ok_or("node: gRPC is off")?;
+        let control = ControlPlane::start(settings, server.control_handles())
+            .map_err(|e| format!("node: {e}"))?;
+        let grpc = control.grpc_addr().ok_or("node: gRPC is off")?;
+        let signaller = Signaller::start().map_err(|e| format!("signalling: {e}"))?;
+        Ok(Node {
+            server,
+            control,
+            grpc,
+            signaller,
+        })
+    }
+
+    fn open_room(&self, room: &str) -> Result<(), String> {
+        self.signaller
+            .create_room(self.grpc, room)
+            .map_err(|e| format!("room {room}: {e}"))
+    }
+
+    /// Joins `room` as `identity` with `shard`'s one peer.
+    fn join(&self, room: &str, identity: &str, shard: &mut Shard) -> Result<(), String> {
+        let mut rng = endpoint::os_rng().map_err(|e| e.to_string())?;
+        let offer = data_offer(PEER, shard.fingerprint(), &mut rng);
+        let answer = self
+            .signaller
+            .join(self.grpc, room, identity, offer.sdp())
+            .map_err(|e| format!("{identity} joining {room}: {e}"))?;
+        let peer = offer
+            .accept(&answer)
+            .map_err(|e| format!("{identity}: {e}"))?;
+        shard
+            .command(Time::ZERO, Command::AddPeer(peer))
+            .map_err(|e| format!("{identity}: {e}"))
+    }
+
+    /// Prints what the node's relay counted and stops it.
+    fn stop(self) -> Result<(), String> {
+        let Node {
+            server,
+            control,
+            signaller,
+            ..
+        } = self;
+        drop(signaller);
+        let reports = server.shutdown().map_err(|e| format!("node: {e}"))?;
+        for r in &reports {
+            let s = &r.shard;
+            println!(
+                "node shard {}: {} messages relayed, {} dropped (unreliable, receiver full), \
+                 {} slow receivers, {} datagrams in, {} out",
+                r.index,
+                s.relay_messages,
+                s.relay_dropped,
+                s.relay_slow_receivers,
+                s.datagrams_in,
+                s.datagrams_out
+            );
+        }
+        control.shutdown().map_err(|e| format!("node: {e}"))
+    }
 }
 
 fn config(addr: SocketAddr, seed: u64) -> ShardConfig {
@@ -273,25 +440,51 @@ fn receive(
     warmup: u64,
     window: u64,
     deadline: Instant,
-    done: &AtomicBool,
+    mode: Mode,
+    shared: &Shared,
 ) -> Result<Measured, String> {
     let mut total = 0u64;
+    // sfu: the acknowledgements' channel, and the count last acknowledged.
+    let mut ack_channel: Option<u16> = None;
+    let mut acked = 0u64;
     // (window start, bytes received before it)
     let mut opened: Option<(Instant, u64)> = None;
     let mut tick = (Instant::now(), 0u64);
     let mut interval_no = 0u32;
     let mut result: Option<Measured> = None;
     let mut failure: Option<String> = None;
-    endpoint::run(socket, shard, |_shard, _now, events| {
+    endpoint::run(socket, shard, |shard, _now, events| {
         for event in events.drain(..) {
             match event {
-                ShardEvent::SctpMessage { payload, .. } => total += payload.len() as u64,
+                // p2p: the stream; sfu: the channel the relay opened (the only one).
+                ShardEvent::SctpMessage { payload, .. }
+                | ShardEvent::ChannelMessage { payload, .. } => total += payload.len() as u64,
+                ShardEvent::SctpEstablished { .. } => {
+                    if mode == Mode::Sfu {
+                        match shard.open_channel(PEER, SFU_ACK_LABEL, "", ChannelType::default()) {
+                            Ok(id) => ack_channel = Some(id),
+                            Err(e) => {
+                                failure = Some(format!("opening the ack channel: {e}"));
+                                return Control::Stop;
+                            }
+                        }
+                    }
+                    shared.receiver_ready.store(true, Ordering::Release);
+                }
                 ShardEvent::SctpClosed { .. } | ShardEvent::PeerRemoved { .. } => {
                     failure = Some(format!("connection lost: {event:?}"));
                     return Control::Stop;
                 }
                 _ => {}
             }
+        }
+        if let Some(id) = ack_channel
+            && total >= acked + SFU_ACK_EVERY
+            && shard
+                .channel_send(PEER, id, true, Bytes::copy_from_slice(&total.to_be_bytes()))
+                .is_ok()
+        {
+            acked = total;
         }
         let now = Instant::now();
         match opened {
@@ -332,7 +525,7 @@ fn receive(
     })
     .map_err(|e| e.to_string())?;
     // Tell the sender to stop, whatever happened here.
-    done.store(true, Ordering::Relaxed);
+    shared.done.store(true, Ordering::Relaxed);
     match (failure, result) {
         (Some(e), _) => Err(e),
         (None, Some(m)) => Ok(m),
@@ -340,27 +533,51 @@ fn receive(
     }
 }
 
-/// The sending endpoint: keeps the buffered amount between the watermarks until the
-/// receiver is done. Returns the bytes it queued.
-fn send(
-    socket: UdpSocket,
-    shard: Shard,
+/// How a sender sends.
+#[derive(Clone, Copy)]
+struct Sending {
+    mode: Mode,
     msg_bytes: usize,
     unordered: bool,
     policy: Reliability,
+}
+
+/// The sending endpoint: keeps the buffered amount between the watermarks until the
+/// receiver is done (in `sfu` mode, a reliable one also within [`SFU_WINDOW`] of what
+/// the receiver counted). Returns the bytes it queued.
+fn send(
+    socket: UdpSocket,
+    shard: Shard,
+    how: Sending,
     deadline: Instant,
-    done: &AtomicBool,
+    shared: &Shared,
 ) -> Result<u64, String> {
     // One message, shared by every send: the shard slices it, never copies it.
-    let message = Bytes::from(vec![0x5a; msg_bytes]);
+    let message = Bytes::from(vec![0x5a; how.msg_bytes]);
     let mut established = false;
+    // sfu: the data channel, once opened.
+    let mut channel: Option<u16> = None;
     let mut paused = false;
     let mut sent = 0u64;
     let mut failure: Option<String> = None;
+    let windowed = how.mode == Mode::Sfu && how.policy == Reliability::Reliable;
+    // sfu: the receiver's acknowledgements (the relayed channel's id, the last count).
+    let mut ack_channel: Option<u16> = None;
+    let mut acked = 0u64;
     endpoint::run(socket, shard, |shard, _now, events| {
         for event in events.drain(..) {
             match event {
                 ShardEvent::SctpEstablished { .. } => established = true,
+                ShardEvent::ChannelOpen { channel, label, .. } if label == SFU_ACK_LABEL => {
+                    ack_channel = Some(channel);
+                }
+                ShardEvent::ChannelMessage {
+                    channel, payload, ..
+                } if Some(channel) == ack_channel => {
+                    if let Ok(count) = <[u8; 8]>::try_from(&payload[..]) {
+                        acked = acked.max(u64::from_be_bytes(count));
+                    }
+                }
                 ShardEvent::SctpClosed { .. } | ShardEvent::PeerRemoved { .. } => {
                     failure = Some(format!("connection lost: {event:?}"));
                     return Control::Stop;
@@ -368,7 +585,7 @@ fn send(
                 _ => {}
             }
         }
-        if done.load(Ordering::Relaxed) {
+        if shared.done.load(Ordering::Relaxed) {
             return Control::Stop;
         }
         if Instant::now() > deadline {
@@ -378,7 +595,31 @@ fn send(
         if !established {
             return Control::Continue;
         }
-        let mut buffered = shard.sctp_buffered_amount(PEER);
+        if how.mode == Mode::Sfu && channel.is_none() {
+            // The room relays to members connected at the time: wait for the receiver.
+            if !shared.receiver_ready.load(Ordering::Acquire) {
+                return Control::Continue;
+            }
+            let kind = ChannelType {
+                ordered: !how.unordered,
+                reliability: if how.unordered {
+                    dcep::Reliability::MaxRetransmits(0)
+                } else {
+                    dcep::Reliability::Reliable
+                },
+            };
+            match shard.open_channel(PEER, SFU_LABEL, "", kind) {
+                Ok(id) => channel = Some(id),
+                Err(e) => {
+                    failure = Some(format!("opening the channel: {e}"));
+                    return Control::Stop;
+                }
+            }
+        }
+        let mut buffered = match channel {
+            Some(id) => shard.channel_buffered_amount(PEER, id),
+            None => shard.sctp_buffered_amount(PEER),
+        };
         if paused {
             if buffered > LOW_WATERMARK {
                 return Control::Continue;
@@ -386,26 +627,41 @@ fn send(
             paused = false;
         }
         while buffered <= HIGH_WATERMARK {
-            match shard.sctp_send(
-                PEER,
-                STREAM,
-                PPID_BINARY,
-                message.clone(),
-                unordered,
-                policy,
-            ) {
-                Ok(()) => {
-                    buffered += msg_bytes;
-                    sent += msg_bytes as u64;
-                }
-                Err(SctpSendError::Queue(SendError::WouldBlock)) => break,
-                Err(e) => {
-                    failure = Some(format!("send: {e}"));
-                    return Control::Stop;
-                }
+            if windowed && sent >= acked + SFU_WINDOW {
+                break;
             }
+            let queued = match channel {
+                Some(id) => match shard.channel_send(PEER, id, true, message.clone()) {
+                    Ok(()) => true,
+                    Err(ChannelError::WouldBlock) => false,
+                    Err(e) => {
+                        failure = Some(format!("send: {e}"));
+                        return Control::Stop;
+                    }
+                },
+                None => match shard.sctp_send(
+                    PEER,
+                    STREAM,
+                    PPID_BINARY,
+                    message.clone(),
+                    how.unordered,
+                    how.policy,
+                ) {
+                    Ok(()) => true,
+                    Err(SctpSendError::Queue(SendError::WouldBlock)) => false,
+                    Err(e) => {
+                        failure = Some(format!("send: {e}"));
+                        return Control::Stop;
+                    }
+                },
+            };
+            if !queued {
+                break;
+            }
+            buffered += how.msg_bytes;
+            sent += how.msg_bytes as u64;
         }
-        paused = true;
+        paused = buffered > HIGH_WATERMARK;
         Control::Continue
     })
     .map_err(|e| e.to_string())?;

@@ -3,20 +3,23 @@
 //! [`super::DataOffer`], then the node's answer. The stream stays open for the
 //! session: closing it leaves the room.
 //!
-//! [`join`] is the async step; [`Signaller`] runs it for callers without a runtime,
+//! [`join`] is the async step; [`Signaller`] runs it (and opens rooms) for callers
+//! without a runtime,
 //! on a thread of its own that keeps every session's stream served (the node pings
 //! idle HTTP/2 connections and drops those that do not answer) until it is dropped.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use shoal_proto::v1::room_service_client::RoomServiceClient;
 use shoal_proto::v1::signal_service_client::SignalServiceClient;
 use shoal_proto::v1::{
-    JoinRequest, SessionDescription, SignalRequest, SignalResponse, signal_request, signal_response,
+    CreateRoomRequest, JoinRequest, SessionDescription, SignalRequest, SignalResponse,
+    signal_request, signal_response,
 };
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
-use tonic::transport::Endpoint;
+use tonic::transport::{Channel, Endpoint};
 
 /// How long connecting and each step of the join may take.
 pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,12 +57,7 @@ pub async fn join(
     identity: &str,
     offer: &str,
 ) -> Result<Session, Status> {
-    let channel = Endpoint::from_shared(format!("http://{grpc}"))
-        .map_err(|e| Status::invalid_argument(e.to_string()))?
-        .connect_timeout(JOIN_TIMEOUT)
-        .connect()
-        .await
-        .map_err(|e| Status::unavailable(e.to_string()))?;
+    let channel = connect(grpc).await?;
     let (requests, queue) = mpsc::channel(4);
     for message in [
         signal_request::Message::Join(JoinRequest {
@@ -111,13 +109,22 @@ pub async fn join(
     })
 }
 
-/// A join for the [`Signaller`]'s thread, and where its answer goes.
-struct JoinJob {
-    grpc: SocketAddr,
-    room: String,
-    identity: String,
-    offer: String,
-    reply: oneshot::Sender<Result<String, Status>>,
+/// Work for the [`Signaller`]'s thread, and where its outcome goes.
+enum Job {
+    /// [`join`], keeping the session.
+    Join {
+        grpc: SocketAddr,
+        room: String,
+        identity: String,
+        offer: String,
+        reply: oneshot::Sender<Result<String, Status>>,
+    },
+    /// `RoomService.CreateRoom` with the node's defaults.
+    CreateRoom {
+        grpc: SocketAddr,
+        room: String,
+        reply: oneshot::Sender<Result<(), Status>>,
+    },
 }
 
 /// Signalling for client endpoints on threads without a tokio runtime: [`join`]s run
@@ -126,7 +133,7 @@ struct JoinJob {
 /// participants go).
 #[derive(Debug)]
 pub struct Signaller {
-    jobs: Option<mpsc::UnboundedSender<JoinJob>>,
+    jobs: Option<mpsc::UnboundedSender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -139,20 +146,33 @@ impl Signaller {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (jobs, mut queue) = mpsc::unbounded_channel::<JoinJob>();
+        let (jobs, mut queue) = mpsc::unbounded_channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("shoal-signal".into())
             .spawn(move || {
                 runtime.block_on(async move {
                     let mut sessions = Vec::new();
                     while let Some(job) = queue.recv().await {
-                        let result = join(job.grpc, &job.room, &job.identity, &job.offer).await;
-                        let answer = result.map(|session| {
-                            let answer = session.answer.clone();
-                            sessions.push(session);
-                            answer
-                        });
-                        let _ = job.reply.send(answer);
+                        match job {
+                            Job::Join {
+                                grpc,
+                                room,
+                                identity,
+                                offer,
+                                reply,
+                            } => {
+                                let answer =
+                                    join(grpc, &room, &identity, &offer).await.map(|session| {
+                                        let answer = session.answer.clone();
+                                        sessions.push(session);
+                                        answer
+                                    });
+                                let _ = reply.send(answer);
+                            }
+                            Job::CreateRoom { grpc, room, reply } => {
+                                let _ = reply.send(create_room(grpc, &room).await);
+                            }
+                        }
                     }
                     drop(sessions);
                 });
@@ -175,22 +195,70 @@ impl Signaller {
         identity: &str,
         offer: &str,
     ) -> Result<String, Status> {
-        let (reply, answer) = oneshot::channel();
-        let job = JoinJob {
+        let (reply, outcome) = oneshot::channel();
+        self.run(Job::Join {
             grpc,
             room: room.to_owned(),
             identity: identity.to_owned(),
             offer: offer.to_owned(),
             reply,
-        };
-        let gone = || Status::unavailable("the signalling thread has gone");
+        })?;
+        outcome.blocking_recv().map_err(|_| gone())?
+    }
+
+    /// Opens `room` on the node (`RoomService.CreateRoom`, the node's defaults).
+    ///
+    /// # Errors
+    /// The node's status (`ALREADY_EXISTS`, `INVALID_ARGUMENT` for a bad name, …);
+    /// `UNAVAILABLE` if it cannot be reached or the signalling thread has gone.
+    pub fn create_room(&self, grpc: SocketAddr, room: &str) -> Result<(), Status> {
+        let (reply, outcome) = oneshot::channel();
+        self.run(Job::CreateRoom {
+            grpc,
+            room: room.to_owned(),
+            reply,
+        })?;
+        outcome.blocking_recv().map_err(|_| gone())?
+    }
+
+    fn run(&self, job: Job) -> Result<(), Status> {
         self.jobs
             .as_ref()
             .ok_or_else(gone)?
             .send(job)
-            .map_err(|_| gone())?;
-        answer.blocking_recv().map_err(|_| gone())?
+            .map_err(|_| gone())
     }
+}
+
+fn gone() -> Status {
+    Status::unavailable("the signalling thread has gone")
+}
+
+/// `RoomService.CreateRoom` for `room` with the node's defaults.
+async fn create_room(grpc: SocketAddr, room: &str) -> Result<(), Status> {
+    let channel = connect(grpc).await?;
+    let request = CreateRoomRequest {
+        name: room.to_owned(),
+        ..CreateRoomRequest::default()
+    };
+    tokio::time::timeout(
+        JOIN_TIMEOUT,
+        RoomServiceClient::new(channel).create_room(request),
+    )
+    .await
+    .map_err(|_| Status::deadline_exceeded("no reply from the node"))?
+    .map(|_| ())
+}
+
+/// A channel to the node's gRPC at `grpc` (no per-call deadline: a session's stream
+/// lasts as long as the session).
+async fn connect(grpc: SocketAddr) -> Result<Channel, Status> {
+    Endpoint::from_shared(format!("http://{grpc}"))
+        .map_err(|e| Status::invalid_argument(e.to_string()))?
+        .connect_timeout(JOIN_TIMEOUT)
+        .connect()
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))
 }
 
 impl Drop for Signaller {

@@ -68,6 +68,10 @@ pub enum AssocEnd {
     Shutdown,
 }
 
+/// RFC 9260 §16's Max.Burst: packets of new DATA a SACK lets the sender add to what
+/// it acknowledged (`TxSide::ack_credit`).
+pub const MAX_BURST: usize = 4;
+
 /// The send side, once the association has its peer's parameters.
 #[derive(Debug)]
 pub struct TxSide {
@@ -92,6 +96,13 @@ pub struct TxSide {
     /// While the peer's window is closed and nothing is in flight: when the zero
     /// window probe may go (RFC 9260 §6.1 A: "after 1 RTO").
     pub probe_not_before: Option<Time>,
+    /// Packets' worth of DATA the peer's SACKs acknowledged since sending last ran out
+    /// of window or data, plus [`MAX_BURST`] per SACK, less the DATA packets sent
+    /// since: how far sctp_tx may go on at once when a tick's share
+    /// (`MAX_PACKETS_PER_TICK`) cuts it short. The sender stays clocked by the peer's
+    /// acknowledgements: a tick goes on only to replace what was acknowledged, and
+    /// Max.Burst packets more (RFC 9260 §6.1 D), never in a burst of its own.
+    pub ack_credit: usize,
 }
 
 impl TxSide {
@@ -124,6 +135,7 @@ impl TxSide {
             discards: Vec::new(),
             sacks_since_t3: false,
             probe_not_before: None,
+            ack_credit: 0,
         }
     }
 
@@ -588,6 +600,12 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
                         if tx.cc.on_sack(&out) {
                             tx.fast_retransmit_now = true;
                         }
+                        // What this SACK acknowledged may be replaced, and Max.Burst
+                        // more packets (RFC 9260 §6.1 D, §16: 4) on top.
+                        tx.ack_credit = tx
+                            .ack_credit
+                            .saturating_add(out.bytes_acked.div_ceil(tx.cc.pmdcs()))
+                            .saturating_add(MAX_BURST);
                         if let Some(rtt) = out.rtt_sample {
                             tx.rto.on_rtt_sample(rtt);
                         }

@@ -7,6 +7,7 @@
 //! Each pass visits only the associations that have work this tick: those that got a
 //! packet or a timer, or that the owner gave data to send (`SctpWork`).
 
+use bevy_ecs::entity::EntityHashSet;
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
 use bytes::BytesMut;
@@ -34,7 +35,8 @@ use crate::dtls::pass::{DtlsSession, flush, push_datagram};
 use crate::dtls::{DtlsConn, DtlsError};
 use crate::shard::ShardRng;
 
-/// Packets one association may send per tick at most.
+/// Packets one association sends in one pass of `build_packets` at most: its share
+/// of a tick (a tick that also asks the peer to reset streams builds twice).
 pub const MAX_PACKETS_PER_TICK: usize = 64;
 
 /// What every association of the shard shares.
@@ -55,6 +57,7 @@ pub struct SctpScratch {
     fill: FillScratch,
     buf: BytesMut,
     low: Vec<StreamId>,
+    seen: EntityHashSet,
 }
 
 /// Scratch for filling one packet.
@@ -324,9 +327,10 @@ pub fn sack_batch(
 ) {
     let scratch = &mut *scratch;
     // The passes before push an association once per packet or send: visit each
-    // once, here and in sctp_tx (whose every visit builds packets).
-    work.0.sort_unstable();
-    work.0.dedup();
+    // once, here and in sctp_tx (whose every visit builds packets), in the order
+    // they first came (no association is always last in the tick's output).
+    scratch.seen.clear();
+    work.0.retain(|e| scratch.seen.insert(*e));
     for &entity in &work.0 {
         let Ok((mut a, mut timers)) = q.get_mut(entity) else {
             continue;
@@ -527,7 +531,8 @@ impl Sink<'_> {
 /// into packets of at most `mtu` bytes (RFC 9260 §6.10: control chunks first), and
 /// counts the SACKs and FORWARD TSNs it bundles. Returns when to try again if new
 /// data waits: for a zero window probe's time, for the connection's buffer, or
-/// at once when [`MAX_PACKETS_PER_TICK`] cut the tick short.
+/// at once when [`MAX_PACKETS_PER_TICK`] cut the tick short while the peer's SACKs
+/// acknowledged more than was sent since (`TxSide::ack_credit`).
 fn build_packets(
     a: &mut Sctp,
     now: shoal_components::time::Time,
@@ -566,13 +571,27 @@ fn build_packets(
                     stats.sctp_packets_sent += 1;
                 }
             }
-            Ok(false) => return None,
+            Ok(false) => {
+                // Out of window or of data: the next SACK clocks the sender again.
+                if let Some(tx) = a.tx.as_mut() {
+                    tx.ack_credit = 0;
+                }
+                return None;
+            }
             // `write` did not run: nothing was taken from the queues. A full buffer
             // drains once the driver sends this tick's datagrams: look again at the
             // next tick.
             Err(refused) => {
                 stats.sctp_packets_unsent += 1;
                 return (refused == Refused::Full).then_some(now);
+            }
+        }
+        if let Some(tx) = a.tx.as_mut() {
+            if filled.sent_data {
+                tx.ack_credit = tx.ack_credit.saturating_sub(1);
+            } else if !filled.deferred {
+                // Out of window or of data: the next SACK clocks the sender again.
+                tx.ack_credit = 0;
             }
         }
         if filled.wake_at.is_some() {
@@ -586,10 +605,13 @@ fn build_packets(
             return None;
         }
     }
-    // This tick's share is used up with more perhaps waiting: go on at the next tick,
-    // after the driver has sent these and read what came in, rather than waiting
-    // for the peer's next SACK with the window open.
-    Some(now)
+    // This tick's share is used up with more perhaps waiting. While the peer's SACKs
+    // have acknowledged more than was sent since, go on at the next tick (after the
+    // driver has sent these and read what came in) rather than a round trip later
+    // with the peer's next SACK; otherwise that SACK is the clock.
+    a.tx.as_ref()
+        .is_some_and(|tx| tx.ack_credit > 0)
+        .then_some(now)
 }
 
 /// Fills one packet: control chunks, the SACK, a FORWARD TSN, retransmissions, then

@@ -75,7 +75,14 @@ pub fn data_offer<R: RngCore + ?Sized>(
     let mut next = || rng.next_u64();
     let ufrag = ice_chars(UFRAG_LEN, &mut next);
     let pwd = ice_chars(PWD_LEN, &mut next);
-    let mut sdp = SessionDescription::new(Origin::new(next() >> 1, 1));
+    // RFC 8829 §5.2.1: the sess-id's initial value "MUST be less than (2**62)-1";
+    // 62 random bits, the top two zero, as it recommends.
+    let session_id = (next() >> 2).min((1 << 62) - 2);
+    let mut sdp = SessionDescription::new(Origin::new(session_id, 1));
+    // §5.2.1 asks for "trickle" and "ice2": the endpoint is an RFC 8445 agent, but it
+    // takes the answer's candidates only and cannot take trickled ones, so it does
+    // not say "trickle".
+    sdp.push_attribute(Attribute::IceOptions(vec!["ice2".to_owned()]));
     sdp.push_attribute(Attribute::Group(Group::new(BUNDLE, &[DATA_MID])));
     let mut m = MediaDescription::new(
         MediaKind::Application,
@@ -135,8 +142,9 @@ impl DataOffer {
             .find(|f| f.hash == HashFunction::Sha256)
             .and_then(|f| <[u8; 32]>::try_from(f.bytes.as_slice()).ok())
             .ok_or(AnswerError::MissingSha256Fingerprint)?;
-        // RFC 4145 §4: no a=setup means active.
-        let role = match sdp.setup_for(m).unwrap_or(Setup::Active) {
+        // RFC 4145 §4: "The default value of the setup attribute in an offer/answer
+        // exchange is 'active' in the offer and 'passive' in the answer."
+        let role = match sdp.setup_for(m).unwrap_or(Setup::Passive) {
             Setup::Passive => DtlsRole::Client,
             Setup::Active => DtlsRole::Server,
             other => return Err(AnswerError::Setup(other)),
@@ -292,8 +300,12 @@ mod tests {
             let got = o.accept(&text).expect_err(want);
             assert!(format!("{got:?}").starts_with(want), "{want}: got {got:?}");
         }
-        // No a=setup is active (RFC 4145 §4): the endpoint is then the DTLS server.
+        // An answer without a=setup is passive (RFC 4145 §4): the endpoint is then the
+        // DTLS client; an active answerer makes it the server.
         let spec = o.accept(&without("a=setup")).expect("accepted");
+        assert_eq!(spec.dtls.map(|d| d.role), Some(DtlsRole::Client));
+        let active = good.replace("a=setup:passive", "a=setup:active");
+        let spec = o.accept(&active).expect("accepted");
         assert_eq!(spec.dtls.map(|d| d.role), Some(DtlsRole::Server));
     }
 }

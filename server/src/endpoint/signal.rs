@@ -85,8 +85,9 @@ pub async fn join(
     .await
     .map_err(|_| Status::deadline_exceeded("no stream from the node"))??
     .into_inner();
+    let answer_by = tokio::time::Instant::now() + JOIN_TIMEOUT;
     let answer = loop {
-        let next = tokio::time::timeout(JOIN_TIMEOUT, responses.message())
+        let next = tokio::time::timeout_at(answer_by, responses.message())
             .await
             .map_err(|_| Status::deadline_exceeded("no answer from the node"))??;
         match next.and_then(|r: SignalResponse| r.message) {

@@ -661,7 +661,7 @@ fn send(
             buffered += how.msg_bytes;
             sent += how.msg_bytes as u64;
         }
-        paused = buffered > HIGH_WATERMARK;
+        paused = true;
         Control::Continue
     })
     .map_err(|e| e.to_string())?;

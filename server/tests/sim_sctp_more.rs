@@ -587,12 +587,10 @@ fn sack_counters(s: &ShardStats) -> (u64, u64, u64) {
 /// Exactly one packet of user data with the default MTU (1135 - 12 - 16).
 const FULL: usize = 1104;
 
-/// Holds a burst of `n` one-packet messages the client sends in one tick and returns
-/// its datagrams, after checking that they were `n` SCTP packets.
-fn client_burst(p: &mut Pair, stream: u16, n: u32, first: u32) -> Vec<Datagram> {
-    p.hold = Some(Vec::new());
-    let before = p.cli.stats().sctp_packets_sent;
-    for i in first..first + n {
+/// Queues one-packet messages `seqs` (class 2) on the client's `stream`, reliable and
+/// ordered.
+fn queue_full(p: &mut Pair, stream: u16, seqs: std::ops::Range<u32>) {
+    for i in seqs {
         p.cli
             .sctp_send(
                 PEER,
@@ -604,6 +602,14 @@ fn client_burst(p: &mut Pair, stream: u16, n: u32, first: u32) -> Vec<Datagram> 
             )
             .unwrap();
     }
+}
+
+/// Holds a burst of `n` one-packet messages the client sends in one tick and returns
+/// its datagrams, after checking that they were `n` SCTP packets.
+fn client_burst(p: &mut Pair, stream: u16, n: u32, first: u32) -> Vec<Datagram> {
+    p.hold = Some(Vec::new());
+    let before = p.cli.stats().sctp_packets_sent;
+    queue_full(p, stream, first..first + n);
     let now = p.now;
     p.cli.handle_timeout(now);
     p.flush();
@@ -626,18 +632,7 @@ fn sim_one_sack_per_tick() {
     let mut p = Pair::connect(7, SctpLimits::default(), Duration::from_millis(10), 0.0);
 
     // Warm-up: slow start opens the client's cwnd well past the bursts below.
-    for i in 0..400 {
-        p.cli
-            .sctp_send(
-                PEER,
-                1,
-                60,
-                tagged(2, i, FULL),
-                false,
-                Reliability::Reliable,
-            )
-            .unwrap();
-    }
+    queue_full(&mut p, 1, 0..400);
     let mut warm = 0;
     p.run_until(
         |p| {
@@ -775,18 +770,7 @@ fn a_tick_cut_short_goes_on_as_far_as_the_acks_allow() {
 
     // Much queued, nothing in flight, no SACK since: one share, then wait.
     let n = 8 * share;
-    for i in 0..n as u32 {
-        p.cli
-            .sctp_send(
-                PEER,
-                2,
-                60,
-                tagged(2, i, FULL),
-                false,
-                Reliability::Reliable,
-            )
-            .unwrap();
-    }
+    queue_full(&mut p, 2, 0..n as u32);
     p.hold = Some(Vec::new());
     let now = p.now;
     p.cli.handle_timeout(now);

@@ -975,6 +975,57 @@ fn sctp_packing_keeps_messages_whole_and_packs_mid_sized_ones() {
     }
 }
 
+/// A data channel message is held to the peer's `a=max-message-size` as well as the
+/// shard's own limit: above it `channel_send` refuses it with `TooLarge` naming the
+/// peer's limit (it would otherwise be refused as a reassembly error at the peer);
+/// at it, it goes and arrives whole.
+#[test]
+fn a_message_over_the_peers_max_message_size_is_refused() {
+    let small = SctpLimits {
+        max_message_size: 8 * 1024,
+        ..SctpLimits::default()
+    };
+    let mut p = Pair::connect_with(
+        13,
+        small,
+        SctpLimits::default(),
+        Duration::from_millis(10),
+        0.0,
+    );
+    let kind = shoal_components::sctp::dcep::ChannelType::default();
+    let c = p.cli.open_channel(PEER, "big", "", kind).unwrap();
+    let max = small.max_message_size;
+    assert_eq!(
+        p.cli
+            .channel_send(PEER, c, true, Bytes::from(vec![1u8; max + 1])),
+        Err(shoal_systems::datachannel::ChannelError::TooLarge { size: max + 1, max })
+    );
+    p.cli
+        .channel_send(PEER, c, true, Bytes::from(vec![2u8; max]))
+        .unwrap();
+    let mut got = None;
+    p.run_until(
+        |p| {
+            for e in p.srv_events.drain(..) {
+                if let ShardEvent::ChannelMessage { payload, .. } = e {
+                    got = Some(payload);
+                }
+            }
+            got.is_some()
+        },
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert_eq!(got, Some(Bytes::from(vec![2u8; max])));
+    // The other way the server's own 8 KiB limit is the smaller one.
+    let s = p.srv.open_channel(PEER, "back", "", kind).unwrap();
+    assert!(
+        p.srv
+            .channel_send(PEER, s, true, Bytes::from(vec![3u8; max + 1]))
+            .is_err()
+    );
+}
+
 /// RFC 9653 over DTLS: zero checksums are used exactly when both ends announce the
 /// DTLS method, and an end that did not announce it gets CRC32c, so every mix of
 /// settings delivers everything under loss (a zero checksum sent to an end that did

@@ -768,7 +768,10 @@ impl Shard {
 
     /// Sends a message on a data channel with the channel's ordering and reliability.
     /// `ChannelError::WouldBlock` is back-pressure: wait for the buffered amount
-    /// to fall.
+    /// to fall. A message larger than the shard's limit or the peer's
+    /// `a=max-message-size` (`PeerDtls::max_message_size`) is refused with
+    /// `ChannelError::TooLarge`, as `RTCDataChannel.send` refuses one above the
+    /// transport's `maxMessageSize` (W3C webrtc-pc, the smaller of the two).
     pub fn channel_send(
         &mut self,
         id: PeerId,
@@ -776,8 +779,9 @@ impl Shard {
         binary: bool,
         payload: Bytes,
     ) -> Result<(), ChannelError> {
-        let max = self.config.sctp.max_message_size;
+        let local = self.config.sctp.max_message_size;
         self.with_channels(id, |a, dc, now| {
+            let max = local.min(dc.remote_max_message_size);
             datachannel::send(a, dc, now, channel, binary, payload, max)
         })
     }

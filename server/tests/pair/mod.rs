@@ -120,7 +120,7 @@ impl Pair {
             cli_events: Vec::new(),
             out: Vec::new(),
         };
-        let (s, c) = p.specs();
+        let (s, c) = p.specs(srv_limits.max_message_size, cli_limits.max_message_size);
         p.srv.command(p.now, Command::AddPeer(s)).unwrap();
         p.cli.command(p.now, Command::AddPeer(c)).unwrap();
         p.run_until(
@@ -133,8 +133,9 @@ impl Pair {
         p
     }
 
-    /// What signalling would hand each side (as `Sim::connect_dtls` builds them).
-    fn specs(&mut self) -> (PeerSpec, PeerSpec) {
+    /// What signalling would hand each side (as `Sim::connect_dtls` builds them), each
+    /// with the other's largest message as its SDP would announce it.
+    fn specs(&mut self, srv_max: usize, cli_max: usize) -> (PeerSpec, PeerSpec) {
         let (su, sp) = (self.rng.ice_chars(8), self.rng.ice_chars(24));
         let (cu, cp) = (self.rng.ice_chars(8), self.rng.ice_chars(24));
         let server = PeerSpec {
@@ -150,7 +151,7 @@ impl Pair {
             dtls: Some(PeerDtls {
                 role: DtlsRole::Server,
                 remote_fingerprint: self.cli.fingerprint(),
-                max_message_size: None,
+                max_message_size: Some(cli_max),
             }),
             room: None,
         };
@@ -167,7 +168,7 @@ impl Pair {
             dtls: Some(PeerDtls {
                 role: DtlsRole::Client,
                 remote_fingerprint: self.srv.fingerprint(),
-                max_message_size: None,
+                max_message_size: Some(srv_max),
             }),
             room: None,
         };

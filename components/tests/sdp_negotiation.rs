@@ -10,8 +10,8 @@
 use std::net::SocketAddr;
 
 use shoal_components::sdp::{
-    AnswerParams, Attribute, Change, Codec, CodecName, Direction, EXT_AUDIO_LEVEL, EXT_MID,
-    Fingerprint, HashFunction, MediaDescription, MediaKind, Negotiation, NegotiationError,
+    AnswerParams, Answered, Attribute, Change, Codec, CodecName, Direction, EXT_AUDIO_LEVEL,
+    EXT_MID, Fingerprint, HashFunction, MediaDescription, MediaKind, Negotiation, NegotiationError,
     SectionState, SessionDescription, Setup, TrackSource,
 };
 
@@ -42,6 +42,15 @@ fn ssrcs() -> impl FnMut() -> u32 {
         next += 1;
         next
     }
+}
+
+/// `n`'s answer to fixture `name` in a room with `tracks`, SSRCs from a fresh counter.
+fn answer_fixture(
+    n: &mut Negotiation,
+    name: &str,
+    tracks: &[TrackSource],
+) -> Result<Answered, NegotiationError> {
+    n.answer(&fixture(name), &params(), tracks, &mut ssrcs())
 }
 
 /// What shoal writes, its own parser reads back to the same model.
@@ -84,14 +93,7 @@ fn track(id: &str, p: &shoal_components::sdp::Published) -> TrackSource {
 /// The room's tracks, published by a Chromium page.
 fn chromium_tracks() -> Vec<TrackSource> {
     let mut n = Negotiation::new(1);
-    let a = n
-        .answer(
-            &fixture("chromium156_av_data_offer.sdp"),
-            &params(),
-            &[],
-            &mut ssrcs(),
-        )
-        .unwrap();
+    let a = answer_fixture(&mut n, "chromium156_av_data_offer.sdp", &[]).unwrap();
     published(&a.changes)
         .iter()
         .map(|(mid, p)| track(&format!("T{mid}"), p))
@@ -240,14 +242,7 @@ fn chromium_offer_publishes_audio_and_video_with_one_codec_each() {
 #[test]
 fn aiortc_offer_publishes_and_rejects_nothing_it_can_use() {
     let mut n = Negotiation::new(7);
-    let a = n
-        .answer(
-            &fixture("aiortc116_av_data_offer.sdp"),
-            &params(),
-            &[],
-            &mut ssrcs(),
-        )
-        .unwrap();
+    let a = answer_fixture(&mut n, "aiortc116_av_data_offer.sdp", &[]).unwrap();
     reparsed(&a.sdp);
     let p = published(&a.changes);
     assert_eq!(p.len(), 2);
@@ -264,14 +259,7 @@ fn aiortc_offer_publishes_and_rejects_nothing_it_can_use() {
 fn a_second_participants_sendrecv_sections_carry_the_room_tracks() {
     let tracks = chromium_tracks();
     let mut n = Negotiation::new(8);
-    let a = n
-        .answer(
-            &fixture("chromium156_av_data_offer.sdp"),
-            &params(),
-            &tracks,
-            &mut ssrcs(),
-        )
-        .unwrap();
+    let a = answer_fixture(&mut n, "chromium156_av_data_offer.sdp", &tracks).unwrap();
     let sdp = reparsed(&a.sdp);
     let s = subscribed(&a.changes);
     assert_eq!(s.len(), 2, "{:?}", a.changes);
@@ -297,14 +285,7 @@ fn a_second_participants_sendrecv_sections_carry_the_room_tracks() {
     assert_eq!(uris, [EXT_AUDIO_LEVEL, EXT_MID]);
 
     // The same offer again (a renegotiation that changes nothing) changes nothing.
-    let again = n
-        .answer(
-            &fixture("chromium156_av_data_offer.sdp"),
-            &params(),
-            &tracks,
-            &mut ssrcs(),
-        )
-        .unwrap();
+    let again = answer_fixture(&mut n, "chromium156_av_data_offer.sdp", &tracks).unwrap();
     assert!(again.changes.is_empty(), "{:?}", again.changes);
     assert!(again.sdp.origin.session_version > a.sdp.origin.session_version);
 }
@@ -652,14 +633,7 @@ fn a_refused_answer_does_not_wedge_shoals_offers() {
 #[test]
 fn shoals_new_sections_do_not_reuse_payload_types_of_other_formats() {
     let mut aiortc = Negotiation::new(2);
-    let a = aiortc
-        .answer(
-            &fixture("aiortc116_av_data_offer.sdp"),
-            &params(),
-            &[],
-            &mut ssrcs(),
-        )
-        .unwrap();
+    let a = answer_fixture(&mut aiortc, "aiortc116_av_data_offer.sdp", &[]).unwrap();
     let vp8 = a
         .changes
         .iter()

@@ -122,14 +122,7 @@ fn exchange(node: &mut grpc_node::RoomNode) {
         assert!(ok, "{me} exited with a failure: {r}");
     }
     // Both DELETEs took their participants out.
-    let rooms = &mut node.rooms;
-    node.runtime.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while grpc_node::participants(rooms, ROOM).await != 0 {
-            assert!(Instant::now() < deadline, "the room should be empty");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
+    grpc_node::wait_until_empty(node, ROOM);
 }
 
 #[test]

@@ -200,14 +200,7 @@ fn publish_and_watch(video_codec: &str) {
     );
 
     // Both left by DELETE.
-    let rooms = &mut node.rooms;
-    node.runtime.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while grpc_node::participants(rooms, ROOM).await != 0 {
-            assert!(Instant::now() < deadline, "the room should be empty");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
+    grpc_node::wait_until_empty(&mut node, ROOM);
 }
 
 #[test]

@@ -14,8 +14,9 @@ mod video_page;
 use std::time::{Duration, Instant};
 
 use chromium::{attach, devtools, launch, open_page, poll};
-use serde_json::Value;
-use video_page::{STATS, count, join_script, tracks, videos_decoding};
+use video_page::{
+    STATS, count, join_and_connect, join_script, stats_until, tracks, videos_decoding,
+};
 
 const ROOM: &str = "late-room";
 /// Frames each incoming video must decode.
@@ -24,8 +25,6 @@ const FRAMES: u64 = 60;
 /// and renegotiating come on top).
 const MEDIA_TIMEOUT: Duration = Duration::from_secs(20);
 const JOIN_TIMEOUT: Duration = Duration::from_secs(20);
-
-const CONNECTED: &str = "window.shoal.pc.connectionState === 'connected' ? true : null";
 
 #[test]
 fn interop_chromium_late_joiner() {
@@ -48,9 +47,7 @@ fn interop_chromium_late_joiner() {
         let names = ["alice", "bob", "carol"];
         // Alice and Bob first, and their call running.
         for (session, name) in pages.iter().zip(names).take(2) {
-            let joined = cdp.evaluate(session, &join_script(ROOM, name)).await;
-            assert_eq!(joined, "joined");
-            poll(&mut cdp, session, CONNECTED, Instant::now() + JOIN_TIMEOUT).await;
+            join_and_connect(&mut cdp, session, ROOM, name, Instant::now() + JOIN_TIMEOUT).await;
         }
         let deadline = Instant::now() + MEDIA_TIMEOUT;
         for session in &pages[..2] {
@@ -69,19 +66,11 @@ fn interop_chromium_late_joiner() {
         let joined = cdp.evaluate(&pages[2], &join_script(ROOM, "carol")).await;
         assert_eq!(joined, "joined");
         let deadline = Instant::now() + MEDIA_TIMEOUT + JOIN_TIMEOUT;
-        let stats: Vec<Value> = loop {
-            let mut all = Vec::new();
-            for session in &pages {
-                all.push(cdp.evaluate(session, STATS).await);
-            }
-            let done = all
-                .iter()
-                .all(|v| videos_decoding(v, FRAMES) == 2 && count(v, "audioStreams") == 2);
-            if done || Instant::now() > deadline {
-                break all;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        };
+        let sessions: Vec<&str> = pages.iter().map(String::as_str).collect();
+        let stats = stats_until(&mut cdp, &sessions, deadline, |v| {
+            videos_decoding(v, FRAMES) == 2 && count(v, "audioStreams") == 2
+        })
+        .await;
         let report = server.command_sender(0).and_then(|s| s.stats().ok());
         for (name, v) in names.iter().zip(&stats) {
             assert_eq!(

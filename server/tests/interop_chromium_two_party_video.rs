@@ -15,9 +15,8 @@ mod video_page;
 
 use std::time::{Duration, Instant};
 
-use chromium::{attach, devtools, launch, open_page, poll};
-use serde_json::Value;
-use video_page::{STATS, count, join_script, tracks};
+use chromium::{attach, devtools, launch, open_page};
+use video_page::{count, join_and_connect, join_script, stats_until, tracks};
 
 const ROOM: &str = "video-room";
 /// Frames each page must decode of the other's video (the bar).
@@ -42,33 +41,26 @@ fn interop_chromium_two_party_video() {
         let mut cdp = devtools(&browser).await;
         let alice = attach(&mut cdp, &page).await;
         let bob = open_page(&mut cdp, &page).await;
-        let joined = cdp.evaluate(&alice, &join_script(ROOM, "alice")).await;
-        assert_eq!(joined, "joined");
         // Alice's connection first, so Bob's answer can carry her tracks.
-        let deadline = Instant::now() + JOIN_TIMEOUT;
-        poll(
+        join_and_connect(
             &mut cdp,
             &alice,
-            "window.shoal.pc.connectionState === 'connected' ? true : null",
-            deadline,
+            ROOM,
+            "alice",
+            Instant::now() + JOIN_TIMEOUT,
         )
         .await;
         let joined = cdp.evaluate(&bob, &join_script(ROOM, "bob")).await;
         assert_eq!(joined, "joined");
 
         let deadline = Instant::now() + MEDIA_TIMEOUT + JOIN_TIMEOUT;
-        let (a, b) = loop {
-            let a = cdp.evaluate(&alice, STATS).await;
-            let b = cdp.evaluate(&bob, STATS).await;
-            let done =
-                |v: &Value| count(v, "framesDecoded") >= FRAMES && count(v, "audioPackets") > 0;
-            if (done(&a) && done(&b)) || Instant::now() > deadline {
-                break (a, b);
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        };
+        let stats = stats_until(&mut cdp, &[&alice, &bob], deadline, |v| {
+            count(v, "framesDecoded") >= FRAMES && count(v, "audioPackets") > 0
+        })
+        .await;
+        let (a, b) = (&stats[0], &stats[1]);
         let report = server.command_sender(0).and_then(|s| s.stats().ok());
-        for (who, v) in [("alice", &a), ("bob", &b)] {
+        for (who, v) in [("alice", a), ("bob", b)] {
             assert!(
                 count(v, "framesDecoded") >= FRAMES && count(v, "audioPackets") > 0,
                 "{who} did not get the other's media: {v}\nshard: {:?}",
@@ -78,8 +70,8 @@ fn interop_chromium_two_party_video() {
         }
         // Alice heard of Bob's tracks through an offer from shoal.
         assert!(count(&a["state"], "offers") >= 1, "{a}");
-        assert_eq!(tracks(&a), ["audio/bob", "video/bob"]);
-        assert_eq!(tracks(&b), ["audio/alice", "video/alice"]);
+        assert_eq!(tracks(a), ["audio/bob", "video/bob"]);
+        assert_eq!(tracks(b), ["audio/alice", "video/alice"]);
         // RoomService lists what each participant publishes.
         let listed = rooms
             .list_participants(shoal_proto::v1::ListParticipantsRequest {

@@ -12,9 +12,8 @@ mod video_page;
 
 use std::time::{Duration, Instant};
 
-use chromium::{attach, devtools, launch, open_page, poll};
-use serde_json::Value;
-use video_page::{STATS, count, join_script, tracks};
+use chromium::{attach, devtools, launch, open_page};
+use video_page::{count, join_and_connect, join_script, stats_until, tracks};
 
 const ROOM: &str = "split-video-room";
 const FRAMES: u64 = 60;
@@ -35,46 +34,30 @@ fn interop_chromium_video_across_shards() {
         let mut cdp = devtools(&browser).await;
         let alice = attach(&mut cdp, &page).await;
         let bob = open_page(&mut cdp, &page).await;
-        assert_eq!(
-            cdp.evaluate(&alice, &join_script(ROOM, "alice")).await,
-            "joined"
-        );
-        poll(
-            &mut cdp,
-            &alice,
-            "window.shoal.pc.connectionState === 'connected' ? true : null",
-            Instant::now() + TIMEOUT,
-        )
-        .await;
+        join_and_connect(&mut cdp, &alice, ROOM, "alice", Instant::now() + TIMEOUT).await;
         assert_eq!(
             cdp.evaluate(&bob, &join_script(ROOM, "bob")).await,
             "joined"
         );
-        let deadline = Instant::now() + TIMEOUT;
-        let (a, b) = loop {
-            let a = cdp.evaluate(&alice, STATS).await;
-            let b = cdp.evaluate(&bob, STATS).await;
-            let done =
-                |v: &Value| count(v, "framesDecoded") >= FRAMES && count(v, "audioPackets") > 0;
-            if (done(&a) && done(&b)) || Instant::now() > deadline {
-                break (a, b);
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        };
+        let stats = stats_until(&mut cdp, &[&alice, &bob], Instant::now() + TIMEOUT, |v| {
+            count(v, "framesDecoded") >= FRAMES && count(v, "audioPackets") > 0
+        })
+        .await;
+        let (a, b) = (&stats[0], &stats[1]);
         let reports: Vec<_> = (0..2)
             .filter_map(|i| server.command_sender(i).and_then(|s| s.stats().ok()))
             .collect();
         // One participant on each shard.
         assert_eq!(reports.len(), 2);
-        for (who, v) in [("alice", &a), ("bob", &b)] {
+        for (who, v) in [("alice", a), ("bob", b)] {
             assert!(
                 count(v, "framesDecoded") >= FRAMES && count(v, "audioPackets") > 0,
                 "{who} did not get the other's media across shards: {v}\nshards: {:?}",
                 reports.iter().map(|r| &r.shard).collect::<Vec<_>>()
             );
         }
-        assert_eq!(tracks(&a), ["audio/bob", "video/bob"]);
-        assert_eq!(tracks(&b), ["audio/alice", "video/alice"]);
+        assert_eq!(tracks(a), ["audio/bob", "video/bob"]);
+        assert_eq!(tracks(b), ["audio/alice", "video/alice"]);
         for r in &reports {
             assert!(r.shard.rtp_received > 0, "{:?}", r.shard);
             assert!(r.shard.rtp_forwarded > 0, "{:?}", r.shard);

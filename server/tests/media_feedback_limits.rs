@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use media_sim::{
-    INTERVAL, PUB_RTX, PUB_SSRC, SOURCE, SRV, TRACK, addr, cli, media_sim, nack_feedback, packet,
+    PUB_RTX, PUB_SSRC, SRV, TRACK, addr, cli, media_sim, nack_feedback, publish_packet,
     subscriber_ssrcs, subscription, track_spec,
 };
 use shoal_components::media::{FeedbackKinds, TrackId};
@@ -69,11 +69,7 @@ fn rtcp_over_five_seconds(feedback: FeedbackKinds) -> (u64, u64) {
     let mut sim = sim_with_publisher_feedback(3, 2, feedback);
     let before = sim.shard(addr(SRV)).stats().clone();
     for i in 0..500u16 {
-        let now = sim.now();
-        sim.shard_mut(cli(1))
-            .send_rtp(now, SOURCE, packet(i))
-            .unwrap();
-        let _ = sim.run_for(INTERVAL);
+        publish_packet(&mut sim, i);
         sim.drain_events().count();
     }
     let after = sim.shard(addr(SRV)).stats().clone();
@@ -133,11 +129,7 @@ fn one_nack_packet_does_not_trigger_thousands_of_retransmissions() {
     let mut sim = media_sim(5, &link, 1);
     let mut last_seq = None;
     for i in 0..200u16 {
-        let now = sim.now();
-        sim.shard_mut(cli(1))
-            .send_rtp(now, SOURCE, packet(i))
-            .unwrap();
-        let _ = sim.run_for(INTERVAL);
+        publish_packet(&mut sim, i);
         for (_, e) in sim.drain_events() {
             if let ShardEvent::RtpReceived { seq, .. } = e {
                 last_seq = Some(seq);
@@ -192,12 +184,8 @@ fn subscription_churn_does_not_exhaust_the_srtp_context() {
     let mut n = 0u16;
     let mut send = |sim: &mut Sim, k: u16| {
         for _ in 0..k {
-            let now = sim.now();
-            sim.shard_mut(cli(1))
-                .send_rtp(now, SOURCE, packet(n))
-                .unwrap();
+            publish_packet(sim, n);
             n = n.wrapping_add(1);
-            let _ = sim.run_for(INTERVAL);
             sim.drain_events().count();
         }
     };
@@ -275,11 +263,7 @@ fn a_retired_ssrc_is_not_reused() {
     .unwrap();
     let before = sim.shard(addr(SRV)).stats().clone();
     for n in 0..20 {
-        let now = sim.now();
-        sim.shard_mut(cli(1))
-            .send_rtp(now, SOURCE, packet(n))
-            .unwrap();
-        let _ = sim.run_for(INTERVAL);
+        publish_packet(&mut sim, n);
         sim.drain_events().count();
     }
     let after = sim.shard(addr(SRV)).stats().clone();
@@ -295,11 +279,7 @@ fn reports_stop_when_the_stream_does() {
     let link = LinkConfig::lossy(Duration::from_millis(10), 0.0);
     let mut sim = media_sim(5, &link, 2);
     for i in 0..200u16 {
-        let now = sim.now();
-        sim.shard_mut(cli(1))
-            .send_rtp(now, SOURCE, packet(i))
-            .unwrap();
-        let _ = sim.run_for(INTERVAL);
+        publish_packet(&mut sim, i);
     }
     let sent = sim.shard(addr(SRV)).stats().rtcp_sent;
     assert!(sent > 0, "reports while the stream flowed");

@@ -14,7 +14,7 @@ mod media_sim;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use media_sim::{INTERVAL, PACKETS, SOURCE, SRV, addr, cli, cli_index, intact, media_sim, packet};
+use media_sim::{PACKETS, SRV, addr, cli, cli_index, intact, media_sim, publish_packet};
 use shoal_components::rtp::RtpPacket;
 use shoal_components::tick::ShardEvent;
 use shoal_server::sim::{LinkConfig, Sim};
@@ -46,11 +46,7 @@ fn run(seed: u64) {
         }
     };
     for i in 0..PACKETS {
-        let now = sim.now();
-        sim.shard_mut(cli(1))
-            .send_rtp(now, SOURCE, packet(i))
-            .unwrap();
-        let _ = sim.run_for(INTERVAL);
+        publish_packet(&mut sim, i);
         collect(&mut sim, &mut got);
     }
     // Time for the last retransmissions.
@@ -127,11 +123,7 @@ fn a_subscriber_that_connects_later_gets_its_keyframe_request_then() {
     .unwrap();
     let mut requests = Vec::new();
     for i in 0..200u16 {
-        let now = sim.now();
-        sim.shard_mut(cli(1))
-            .send_rtp(now, SOURCE, packet(i))
-            .unwrap();
-        let _ = sim.run_for(INTERVAL);
+        publish_packet(&mut sim, i);
         let connected = sim.shard(addr(SRV)).dtls_connected(PeerId(2));
         for (_, event) in sim.drain_events() {
             if let ShardEvent::KeyframeRequested { .. } = event {

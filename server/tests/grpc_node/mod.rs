@@ -87,6 +87,22 @@ pub async fn participants(rooms: &mut RoomServiceClient<Channel>, room: &str) ->
         .len()
 }
 
+/// Waits (at most 10 s, polling) until `room` on `node` has no participant left.
+#[allow(dead_code)]
+pub fn wait_until_empty(node: &mut RoomNode, room: &str) {
+    let rooms = &mut node.rooms;
+    node.runtime.block_on(async {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while participants(rooms, room).await != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "room {room} should be empty"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}
+
 /// A node with a room made over gRPC, for the interop tests: the shards, the
 /// control plane, a runtime to call it from, and a RoomService client.
 #[allow(dead_code)]

@@ -99,6 +99,16 @@ pub fn packet(i: u16) -> Bytes {
     out.freeze()
 }
 
+/// The publisher (`cli(1)`) sends packet `i` of [`SOURCE`] now, and the sim runs one
+/// [`INTERVAL`]: a 100-packet/s stream, one packet per call.
+pub fn publish_packet(sim: &mut Sim, i: u16) {
+    let now = sim.now();
+    sim.shard_mut(cli(1))
+        .send_rtp(now, SOURCE, packet(i))
+        .unwrap();
+    let _ = sim.run_for(INTERVAL);
+}
+
 /// Whether `p`'s payload is packet `i`'s, intact.
 pub fn intact(p: &RtpPacket<'_>) -> Option<u16> {
     let payload = p.payload();

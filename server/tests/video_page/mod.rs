@@ -4,7 +4,48 @@
 
 #![allow(dead_code)]
 
+use std::time::{Duration, Instant};
+
 use serde_json::Value;
+
+use crate::chromium::{Cdp, poll};
+
+/// Null until the page's peer connection is connected.
+pub const CONNECTED: &str = "window.shoal.pc.connectionState === 'connected' ? true : null";
+
+/// Joins `room` as `me` on page `session` and waits, until `deadline`, for its
+/// connection to come up.
+pub async fn join_and_connect(
+    cdp: &mut Cdp,
+    session: &str,
+    room: &str,
+    me: &str,
+    deadline: Instant,
+) {
+    let joined = cdp.evaluate(session, &join_script(room, me)).await;
+    assert_eq!(joined, "joined", "{me}");
+    poll(cdp, session, CONNECTED, deadline).await;
+}
+
+/// Reads [`STATS`] from every page in `sessions` every 250 ms until `done` holds for
+/// all of them or `deadline` passes, and returns the last readings, in order.
+pub async fn stats_until(
+    cdp: &mut Cdp,
+    sessions: &[&str],
+    deadline: Instant,
+    done: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    loop {
+        let mut all = Vec::with_capacity(sessions.len());
+        for session in sessions {
+            all.push(cdp.evaluate(session, STATS).await);
+        }
+        if all.iter().all(&done) || Instant::now() > deadline {
+            return all;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
 
 /// Joins the room over `/signal` with fake camera and microphone, answers every offer
 /// shoal sends, and keeps `window.shoal` up to date.

@@ -1076,8 +1076,9 @@ fn send_copy(
         write.0.clear();
         return Sent::Failed;
     }
-    let payload = write.0.split().freeze();
     if !rtx {
+        // RFC 3550 §6.4.1: the SR's octet count is payload octets only, "not
+        // including header or padding" (nor SRTP's tag).
         sub.packets_sent = sub.packets_sent.wrapping_add(1);
         sub.octets_sent = sub.octets_sent.wrapping_add(payload.len() as u32);
         sub.last_rtp_ts = Some((timestamp, now));
@@ -1085,7 +1086,7 @@ fn send_copy(
     transmits.push(Datagram {
         local: path.local,
         remote: path.remote,
-        payload,
+        payload: write.0.split().freeze(),
     });
     Sent::Yes
 }

@@ -327,16 +327,10 @@ fn start_pair(
             )
         })
         .map_err(|e| e.to_string())?;
-    let policy = if p.ordered {
-        Reliability::Reliable
-    } else {
-        Reliability::MaxRetransmits(0)
-    };
     let how = Sending {
         mode,
         msg_bytes: p.msg_bytes,
-        unordered: !p.ordered,
-        policy,
+        ordered: p.ordered,
     };
     let sender = std::thread::Builder::new()
         .name(format!("flow-tx-{index}"))
@@ -538,8 +532,31 @@ fn receive(
 struct Sending {
     mode: Mode,
     msg_bytes: usize,
-    unordered: bool,
-    policy: Reliability,
+    /// Ordered and reliable, else unordered and sent once (max-retransmits 0).
+    ordered: bool,
+}
+
+impl Sending {
+    /// The SCTP sending policy of a raw stream (`p2p`).
+    fn policy(self) -> Reliability {
+        if self.ordered {
+            Reliability::Reliable
+        } else {
+            Reliability::MaxRetransmits(0)
+        }
+    }
+
+    /// The same as a data channel's type (`sfu`).
+    fn channel_type(self) -> ChannelType {
+        ChannelType {
+            ordered: self.ordered,
+            reliability: if self.ordered {
+                dcep::Reliability::Reliable
+            } else {
+                dcep::Reliability::MaxRetransmits(0)
+            },
+        }
+    }
 }
 
 /// The sending endpoint: keeps the buffered amount between the watermarks until the
@@ -560,7 +577,7 @@ fn send(
     let mut paused = false;
     let mut sent = 0u64;
     let mut failure: Option<String> = None;
-    let windowed = how.mode == Mode::Sfu && how.policy == Reliability::Reliable;
+    let windowed = how.mode == Mode::Sfu && how.ordered;
     // sfu: the receiver's acknowledgements (the relayed channel's id, the last count).
     let mut ack_channel: Option<u16> = None;
     let mut acked = 0u64;
@@ -600,15 +617,7 @@ fn send(
             if !shared.receiver_ready.load(Ordering::Acquire) {
                 return Control::Continue;
             }
-            let kind = ChannelType {
-                ordered: !how.unordered,
-                reliability: if how.unordered {
-                    dcep::Reliability::MaxRetransmits(0)
-                } else {
-                    dcep::Reliability::Reliable
-                },
-            };
-            match shard.open_channel(PEER, SFU_LABEL, "", kind) {
+            match shard.open_channel(PEER, SFU_LABEL, "", how.channel_type()) {
                 Ok(id) => channel = Some(id),
                 Err(e) => {
                     failure = Some(format!("opening the channel: {e}"));
@@ -644,8 +653,8 @@ fn send(
                     STREAM,
                     PPID_BINARY,
                     message.clone(),
-                    how.unordered,
-                    how.policy,
+                    !how.ordered,
+                    how.policy(),
                 ) {
                     Ok(()) => true,
                     Err(SctpSendError::Queue(SendError::WouldBlock)) => false,

@@ -187,20 +187,25 @@ impl ReceiveStats {
     /// Extends a 16-bit sequence number against the highest seen (A.1), and counts
     /// the packet. Returns the extended number.
     pub fn note(&mut self, seq: u16) -> u64 {
+        let ext = if self.started {
+            extend_seq(self.max_seq, seq)
+        } else {
+            u64::from(seq) + (1 << 16)
+        };
+        self.note_extended(ext);
+        ext
+    }
+
+    /// Counts a packet whose extended number is known already (a mirror's packets
+    /// carry their origin's).
+    pub fn note_extended(&mut self, ext: u64) {
         if !self.started {
             self.started = true;
-            let ext = u64::from(seq) + (1 << 16);
             self.base_seq = ext;
             self.max_seq = ext;
-            self.received = 1;
-            return ext;
         }
-        let ext = extend_seq(self.max_seq, seq);
-        if ext > self.max_seq {
-            self.max_seq = ext;
-        }
+        self.max_seq = self.max_seq.max(ext);
         self.received += 1;
-        ext
     }
 
     /// A.3: packets expected so far.

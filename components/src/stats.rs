@@ -139,4 +139,7 @@ pub struct ShardStats {
     /// and so its SRTP keys, or its ICE path still to come): what is forwarded between
     /// an answer and the connection coming up.
     pub media_receiver_not_ready: u64,
+    /// Media relay items (mirrored tracks' packets, keyframe requests) a sibling
+    /// shard's full queue refused.
+    pub media_relay_dropped: u64,
 }

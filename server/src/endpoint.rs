@@ -97,7 +97,8 @@ const UFRAG_LEN: usize = 8;
 /// Password length: 24 ice-chars carry 144 random bits (RFC 8445 §5.3 asks for 128).
 const PWD_LEN: usize = 24;
 /// The ICE character set, RFC 8839 §5.4: `ice-char = ALPHA / DIGIT / "+" / "/"`.
-const ICE_CHARS: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+pub(crate) const ICE_CHARS: &[u8; 64] =
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /// What the application wants after its turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -313,7 +314,7 @@ pub(crate) fn specs_from(
 }
 
 /// `len` random ICE characters, one draw of `next_u64` each.
-fn ice_chars(len: usize, next_u64: &mut dyn FnMut() -> u64) -> String {
+pub(crate) fn ice_chars(len: usize, next_u64: &mut dyn FnMut() -> u64) -> String {
     (0..len)
         .map(|_| char::from(ICE_CHARS[(next_u64() % 64) as usize]))
         .collect()

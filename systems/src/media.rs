@@ -161,6 +161,22 @@ pub enum MediaRelay {
     },
 }
 
+impl MediaRelay {
+    /// The shard it goes to.
+    pub fn to(&self) -> usize {
+        match self {
+            MediaRelay::Packet { to, .. } | MediaRelay::Keyframe { to, .. } => *to,
+        }
+    }
+
+    /// The track it is about.
+    pub fn track(&self) -> shoal_components::media::TrackId {
+        match self {
+            MediaRelay::Packet { track, .. } | MediaRelay::Keyframe { track, .. } => *track,
+        }
+    }
+}
+
 /// What the media pass put out for sibling shards this tick.
 #[derive(Resource, Debug, Default)]
 pub struct MediaRelayOut(pub Vec<MediaRelay>);
@@ -312,6 +328,9 @@ pub fn media(
 /// Queues `packet` (extended sequence number `seq`) for every subscription of `track`:
 /// the one `Bytes`, shared.
 pub(crate) fn fan_out(track: &Track, packet: &Bytes, seq: u64, out: &mut MediaOut) {
+    if track.subscribers.is_empty() {
+        return;
+    }
     let Some(copy) = Copy::of(track, packet, seq) else {
         return;
     };
@@ -517,7 +536,7 @@ fn on_rtp(
     // Newly missing packets are NACKed at once; keyframe requests go out as soon as
     // the throttle lets them.
     let wants_feedback = track.missing.iter().any(|(_, at, _)| at.is_none())
-        || (track.keyframe_wanted && track.spec.feedback.pli && keyframe_allowed(&track, now));
+        || (track.keyframe_wanted && keyframe_allowed(&track, now));
     if wants_feedback {
         send_feedback(ctx, now, peer, &mut track, rtcp_ssrc);
     }
@@ -566,7 +585,8 @@ fn send_feedback(
     }
     .write_to(&mut ctx.scratch.buf);
     ctx.scratch.blocks = blocks;
-    if track.keyframe_wanted && keyframe_allowed(track, now) && track.spec.feedback.pli {
+    // keyframe_wanted is only set for a track that takes PLI (request_keyframe).
+    if track.keyframe_wanted && keyframe_allowed(track, now) {
         Pli {
             sender_ssrc: rtcp_ssrc,
             media_ssrc,

@@ -55,10 +55,10 @@ pub struct AnswerParams<'a> {
     pub session_id: u64,
 }
 
-/// The offered data section's `a=max-message-size` as a sender's limit (RFC 8841 §6;
+/// A data section's `a=max-message-size` as the limit for sending to its author (RFC 8841 §6;
 /// RFC 8829 §5.8.2: absent means the default, and a value too big for `usize` is no
 /// limit this host can reach either).
-pub(super) fn remote_max_message_size(data: &MediaDescription) -> usize {
+pub fn remote_max_message_size(data: &MediaDescription) -> usize {
     match data.max_message_size() {
         None => DEFAULT_REMOTE_MAX_MESSAGE_SIZE,
         Some(0) => usize::MAX,

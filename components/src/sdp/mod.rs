@@ -35,6 +35,7 @@ mod tests_attributes;
 
 pub use answer::{
     AnswerParams, DEFAULT_REMOTE_MAX_MESSAGE_SIZE, HOST_PRIORITY, MAX_MESSAGE_SIZE, SCTP_PORT,
+    remote_max_message_size,
 };
 pub use attribute::Attribute;
 pub use candidate::{Candidate, CandidateType, TcpType};
@@ -46,8 +47,9 @@ pub use media::{
     FORMAT_DATACHANNEL, MediaDescription, MediaKind, PROTO_DTLS_SCTP, PROTO_RTP_SAVPF,
 };
 pub use negotiation::{
-    Answered, Change, EXT_AUDIO_LEVEL, EXT_MID, EXT_REPAIRED_RID, EXT_RID, Media, Negotiation,
-    NegotiationError, Published, RemoteTransport, Section, SectionState, Subscribed, TrackSource,
+    Answered, Change, EXT_AUDIO_LEVEL, EXT_MID, EXT_REPAIRED_RID, EXT_RID, MAX_PUBLISHED, Media,
+    Negotiation, NegotiationError, Published, RemoteTransport, Section, SectionState, Subscribed,
+    TrackSource,
 };
 pub use rtp::{Direction, Extmap, Fmtp, Rtcp, RtcpFb, RtpMap, Ssrc, SsrcGroup};
 pub use session::{Bandwidth, Connection, Origin, SessionDescription, Timing};

@@ -36,9 +36,6 @@ use crate::driver::{DriverError, ShardCommand};
 /// Events queued for one signalling connection; a client this far behind misses
 /// events rather than growing the control plane's memory.
 pub const SIGNAL_QUEUE_LEN: usize = 64;
-/// RFC 8839 §5.4 ice-chars: ALPHA / DIGIT / "+" / "/". 64 of them, so a random byte
-/// modulo 64 is uniform.
-const ICE_CHARS: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 /// ufrag length: 8 ice-chars carry 48 random bits (RFC 8445 §5.3 asks for at least
 /// 24; RFC 8839 §5.4 allows 4 to 256 characters).
 const UFRAG_CHARS: usize = 8;
@@ -543,7 +540,8 @@ impl ControlState {
         Ok(bytes
             .iter()
             .take(len)
-            .map(|b| char::from(ICE_CHARS[usize::from(b % 64)]))
+            // RFC 8839 §5.4 ice-chars: 64 of them, so a random byte modulo 64 is uniform.
+            .map(|b| char::from(crate::endpoint::ICE_CHARS[usize::from(b % 64)]))
             .collect())
     }
 

@@ -295,19 +295,7 @@ impl ShardLoop {
                 }
             }
         }
-        let mut dropped = 0u64;
-        for (sibling, batch) in self.siblings.iter().zip(&mut self.relay_batches) {
-            if batch.is_empty() {
-                continue;
-            }
-            let count = batch.len() as u64;
-            if sibling
-                .try_send(ShardCommand::Relay(std::mem::take(batch)))
-                .is_err()
-            {
-                dropped += count;
-            }
-        }
+        let dropped = send_batches(&self.siblings, &mut self.relay_batches, ShardCommand::Relay);
         if dropped > 0 {
             self.shard.count_forwards_dropped(dropped);
         }
@@ -323,19 +311,20 @@ impl ShardLoop {
             return;
         }
         for item in self.media_relay.drain(..) {
-            let to = match &item {
-                MediaRelay::Packet { to, .. } | MediaRelay::Keyframe { to, .. } => *to,
-            };
+            let to = item.to();
             if to != self.index
                 && let Some(batch) = self.media_batches.get_mut(to)
             {
                 batch.push(item);
             }
         }
-        for (sibling, batch) in self.siblings.iter().zip(&mut self.media_batches) {
-            if !batch.is_empty() {
-                let _ = sibling.try_send(ShardCommand::MediaRelay(std::mem::take(batch)));
-            }
+        let dropped = send_batches(
+            &self.siblings,
+            &mut self.media_batches,
+            ShardCommand::MediaRelay,
+        );
+        if dropped > 0 {
+            self.shard.count_media_relay_dropped(dropped);
         }
     }
 
@@ -383,4 +372,24 @@ impl ShardLoop {
             driver: self.stats.clone(),
         }
     }
+}
+
+/// Hands each sibling its batch without blocking (`wrap` makes the command) and
+/// returns how many items were dropped because a sibling's queue was full.
+fn send_batches<T>(
+    siblings: &[ShardSender],
+    batches: &mut [Vec<T>],
+    wrap: fn(Vec<T>) -> ShardCommand,
+) -> u64 {
+    let mut dropped = 0;
+    for (sibling, batch) in siblings.iter().zip(batches) {
+        if batch.is_empty() {
+            continue;
+        }
+        let count = batch.len() as u64;
+        if sibling.try_send(wrap(std::mem::take(batch))).is_err() {
+            dropped += count;
+        }
+    }
+    dropped
 }

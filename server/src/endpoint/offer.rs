@@ -14,9 +14,9 @@ use std::net::SocketAddr;
 use rand_core::RngCore;
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_components::sdp::{
-    Attribute, BUNDLE, Connection, DEFAULT_REMOTE_MAX_MESSAGE_SIZE, FORMAT_DATACHANNEL,
-    Fingerprint, Group, HashFunction, MAX_MESSAGE_SIZE, MediaDescription, MediaKind, Origin,
-    PROTO_DTLS_SCTP, SCTP_PORT, SdpError, SessionDescription, Setup,
+    Attribute, BUNDLE, Connection, FORMAT_DATACHANNEL, Fingerprint, Group, HashFunction,
+    MAX_MESSAGE_SIZE, MediaDescription, MediaKind, Origin, PROTO_DTLS_SCTP, SCTP_PORT, SdpError,
+    SessionDescription, Setup, remote_max_message_size,
 };
 use shoal_systems::dtls::DtlsRole;
 use shoal_systems::{PeerDtls, PeerSpec};
@@ -157,11 +157,7 @@ impl DataOffer {
         if remote_candidates.is_empty() {
             return Err(AnswerError::NoCandidate);
         }
-        let max_message_size = match m.max_message_size() {
-            None => DEFAULT_REMOTE_MAX_MESSAGE_SIZE,
-            Some(0) => usize::MAX,
-            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        };
+        let max_message_size = remote_max_message_size(m);
         Ok(PeerSpec {
             id: self.id,
             role: IceRole::Controlling,

@@ -5,9 +5,6 @@ use std::time::Duration;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
-/// The ICE character set, RFC 8839 §5.4: `ice-char = ALPHA / DIGIT / "+" / "/"`.
-const ICE_CHARS: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 /// A seeded ChaCha8 generator: the same seed gives the same stream on every platform.
 #[derive(Clone, Debug)]
 pub struct SimRng(ChaCha8Rng);
@@ -58,9 +55,7 @@ impl SimRng {
 
     /// `len` random ice-chars: material for ICE ufrags and passwords (6 bits each).
     pub fn ice_chars(&mut self, len: usize) -> String {
-        (0..len)
-            .map(|_| char::from(ICE_CHARS[(self.next_u64() % 64) as usize]))
-            .collect()
+        crate::endpoint::ice_chars(len, &mut || self.next_u64())
     }
 }
 
@@ -94,6 +89,6 @@ mod tests {
         assert!(r.chance(1.0));
         let s = r.ice_chars(24);
         assert_eq!(s.len(), 24);
-        assert!(s.bytes().all(|b| ICE_CHARS.contains(&b)));
+        assert!(s.bytes().all(|b| crate::endpoint::ICE_CHARS.contains(&b)));
     }
 }

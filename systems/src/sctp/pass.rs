@@ -565,33 +565,27 @@ fn build_packets(
                 true
             }
         });
+        if let (Ok(_), Some(tx)) = (&written, a.tx.as_mut()) {
+            if filled.sent_data {
+                tx.ack_credit = tx.ack_credit.saturating_sub(1);
+            } else if !filled.deferred {
+                // Out of window or of data: the next SACK clocks the sender again.
+                tx.ack_credit = 0;
+            }
+        }
         match written {
             Ok(true) => {
                 if sink.sends() {
                     stats.sctp_packets_sent += 1;
                 }
             }
-            Ok(false) => {
-                // Out of window or of data: the next SACK clocks the sender again.
-                if let Some(tx) = a.tx.as_mut() {
-                    tx.ack_credit = 0;
-                }
-                return None;
-            }
+            Ok(false) => return None,
             // `write` did not run: nothing was taken from the queues. A full buffer
             // drains once the driver sends this tick's datagrams: look again at the
             // next tick.
             Err(refused) => {
                 stats.sctp_packets_unsent += 1;
                 return (refused == Refused::Full).then_some(now);
-            }
-        }
-        if let Some(tx) = a.tx.as_mut() {
-            if filled.sent_data {
-                tx.ack_credit = tx.ack_credit.saturating_sub(1);
-            } else if !filled.deferred {
-                // Out of window or of data: the next SACK clocks the sender again.
-                tx.ack_credit = 0;
             }
         }
         if filled.wake_at.is_some() {

@@ -23,8 +23,8 @@ use crate::media::{
 use super::{CommandError, Shard};
 
 /// Tracks one peer may publish (RFC 8843 BUNDLE puts them on one transport; a
-/// browser publishes a handful).
-pub const MAX_TRACKS_PER_PEER: usize = 32;
+/// browser publishes a handful): what negotiation accepts.
+pub const MAX_TRACKS_PER_PEER: usize = shoal_components::sdp::MAX_PUBLISHED;
 /// Tracks one peer may be sent.
 pub const MAX_SUBSCRIPTIONS_PER_PEER: usize = 128;
 
@@ -151,11 +151,11 @@ impl Shard {
         }
         let seq = t.stats.note(header.sequence_number);
         t.cache.insert(seq, packet.clone());
-        let mut out = std::mem::take(&mut *self.world.resource_mut::<MediaOut>());
-        if let Some(t) = self.world.get::<Track>(entity) {
-            fan_out(t, &packet, seq, &mut out);
-        }
-        *self.world.resource_mut::<MediaOut>() = out;
+        self.world.resource_scope(|world, mut out: Mut<MediaOut>| {
+            if let Some(t) = world.get::<Track>(entity) {
+                fan_out(t, &packet, seq, &mut out);
+            }
+        });
         self.handle_timeout(now);
         Ok(())
     }
@@ -323,41 +323,40 @@ impl Shard {
         out.append(&mut self.world.resource_mut::<MediaRelayOut>().0);
     }
 
+    /// Counts media relay items the owner could not hand to another shard.
+    pub fn count_media_relay_dropped(&mut self, items: u64) {
+        self.world
+            .resource_mut::<shoal_components::stats::ShardStats>()
+            .media_relay_dropped += items;
+    }
+
     /// Takes what a sibling shard relayed, at `now`: packets of tracks mirrored here
     /// go to their subscribers (cached for their NACKs), keyframe requests for tracks
     /// published here go to the publisher (throttled as any). Unknown tracks are
     /// skipped (a mirror dropped while packets were on their way).
     pub fn deliver_media_relay(&mut self, now: Time, batch: Vec<MediaRelay>) {
         for item in batch {
+            let Ok(entity) = self.track_entity(item.track()) else {
+                continue;
+            };
             match item {
-                MediaRelay::Packet {
-                    track, seq, packet, ..
-                } => {
-                    let Ok(entity) = self.track_entity(track) else {
-                        continue;
-                    };
-                    let Some(mut t) = self.world.get_mut::<Track>(entity) else {
-                        continue;
-                    };
-                    if t.origin.is_none() || t.cache.get(seq).is_some() {
-                        continue;
-                    }
-                    // The origin's extended numbers, kept: they already count wraps.
-                    t.stats.started = true;
-                    t.stats.max_seq = t.stats.max_seq.max(seq);
-                    t.stats.received += 1;
-                    t.cache.insert(seq, packet.clone());
-                    let mut out = std::mem::take(&mut *self.world.resource_mut::<MediaOut>());
-                    if let Some(t) = self.world.get::<Track>(entity) {
-                        fan_out(t, &packet, seq, &mut out);
-                    }
-                    *self.world.resource_mut::<MediaOut>() = out;
+                MediaRelay::Packet { seq, packet, .. } => {
+                    self.world.resource_scope(|world, mut out: Mut<MediaOut>| {
+                        let Some(mut t) = world.get_mut::<Track>(entity) else {
+                            return;
+                        };
+                        if t.origin.is_none() || t.cache.get(seq).is_some() {
+                            return;
+                        }
+                        // The origin's extended numbers, kept: they count wraps.
+                        t.stats.note_extended(seq);
+                        t.cache.insert(seq, packet.clone());
+                        fan_out(&t, &packet, seq, &mut out);
+                    });
                 }
                 // Asked in this call's tick, through the throttle of any request.
-                MediaRelay::Keyframe { track, .. } => {
-                    if let Ok(entity) = self.track_entity(track) {
-                        self.world.resource_mut::<MediaStart>().tracks.push(entity);
-                    }
+                MediaRelay::Keyframe { .. } => {
+                    self.world.resource_mut::<MediaStart>().tracks.push(entity);
                 }
             }
         }

@@ -22,20 +22,9 @@ import sys
 import urllib.parse
 import urllib.request
 
-import aioice.ice
+import loopback  # noqa: F401  (127.0.0.1 first, before any gathering)
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
-_original_get_host_addresses = aioice.ice.get_host_addresses
-
-
-def _loopback_first(use_ipv4: bool, use_ipv6: bool) -> list[str]:
-    addresses = _original_get_host_addresses(use_ipv4, use_ipv6)
-    if use_ipv4 and "127.0.0.1" not in addresses:
-        addresses.insert(0, "127.0.0.1")
-    return addresses
-
-
-aioice.ice.get_host_addresses = _loopback_first
 
 
 def payload(sender: str, i: int):

@@ -37,7 +37,7 @@ import time
 import urllib.parse
 import urllib.request
 
-import aioice.ice
+import loopback  # noqa: F401  (127.0.0.1 first, before any gathering)
 from aiortc import (
     AudioStreamTrack,
     RTCConfiguration,
@@ -49,17 +49,6 @@ from aiortc import (
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame, VideoFrame
 
-_original_get_host_addresses = aioice.ice.get_host_addresses
-
-
-def _loopback_first(use_ipv4: bool, use_ipv6: bool) -> list[str]:
-    addresses = _original_get_host_addresses(use_ipv4, use_ipv6)
-    if use_ipv4 and "127.0.0.1" not in addresses:
-        addresses.insert(0, "127.0.0.1")
-    return addresses
-
-
-aioice.ice.get_host_addresses = _loopback_first
 
 WIDTH, HEIGHT = 320, 240
 # The frame number is written as 16 blocks across the top rows, most significant

@@ -9,13 +9,15 @@
 //! The Python interpreter is `SHOAL_INTEROP_PYTHON`, else the venv
 //! `target/interop-venv` that `scripts/test-all` creates with aiortc.
 
+mod aiortc;
 mod grpc_node;
 
 use std::io::Read;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use aiortc::Process;
 use serde_json::Value;
 
 const ROOM: &str = "aiortc-room";
@@ -26,36 +28,8 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(120);
 /// step timeouts are meant for a machine that is not also running the other's.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn python() -> PathBuf {
-    let path = std::env::var_os("SHOAL_INTEROP_PYTHON").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/interop-venv/bin/python"),
-        PathBuf::from,
-    );
-    assert!(
-        path.exists(),
-        "no Python with aiortc at {}: run scripts/test-all, or set SHOAL_INTEROP_PYTHON",
-        path.display()
-    );
-    path
-}
-
-/// A client process, killed if the test ends before it did.
-struct Client(Child);
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-fn start_client(whip: &str, identity: &str) -> Client {
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/interop/aiortc_room_client.py");
-    let child = Command::new(python())
-        .arg(script)
+fn start_client(whip: &str, identity: &str) -> Process {
+    let child = aiortc::script("aiortc_room_client.py")
         .arg(format!("{whip}?identity={identity}"))
         .arg(identity)
         .args(["--count", &COUNT.to_string(), "--timeout", "15"])
@@ -64,11 +38,11 @@ fn start_client(whip: &str, identity: &str) -> Client {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start the aiortc client");
-    Client(child)
+    Process(child)
 }
 
 /// Waits for the client to exit by `deadline`; returns its exit status and report.
-fn finish(client: &mut Client, deadline: Instant) -> (bool, Value) {
+fn finish(client: &mut Process, deadline: Instant) -> (bool, Value) {
     let status = loop {
         if let Some(status) = client.0.try_wait().expect("poll the client") {
             break status;

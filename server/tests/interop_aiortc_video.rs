@@ -12,14 +12,16 @@
 //! The Python interpreter is `SHOAL_INTEROP_PYTHON`, else the venv
 //! `target/interop-venv` that `scripts/test-all` creates with aiortc.
 
+mod aiortc;
 mod grpc_node;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use aiortc::Process;
 use serde_json::{Value, json};
 
 const ROOM: &str = "aiortc-video";
@@ -38,41 +40,16 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// resampling is lower, but far from silence.
 const TONE_PEAK_MIN: u64 = 2000;
 
-fn python() -> PathBuf {
-    let path = std::env::var_os("SHOAL_INTEROP_PYTHON").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/interop-venv/bin/python"),
-        PathBuf::from,
-    );
-    assert!(
-        path.exists(),
-        "no Python with aiortc at {}: run scripts/test-all, or set SHOAL_INTEROP_PYTHON",
-        path.display()
-    );
-    path
-}
-
 /// A client process, killed if the test ends before it did, and the JSON lines it
 /// prints.
 struct Client {
-    child: Child,
+    child: Process,
     lines: mpsc::Receiver<String>,
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 impl Client {
     fn start(role: &str, url: &str, args: &[&str]) -> Client {
-        let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/interop/aiortc_video.py");
-        let mut child = Command::new(python())
-            .arg(script)
+        let mut child = aiortc::script("aiortc_video.py")
             .args([role, url])
             .args(["--timeout", &CLIENT_TIMEOUT.as_secs().to_string()])
             .args(args)
@@ -91,7 +68,10 @@ impl Client {
                 }
             }
         });
-        Client { child, lines }
+        Client {
+            child: Process(child),
+            lines,
+        }
     }
 
     /// The next JSON line it prints, by `deadline`.
@@ -107,7 +87,7 @@ impl Client {
     /// Waits for it to exit by `deadline`; true if it succeeded.
     fn exit_ok(&mut self, deadline: Instant, what: &str) -> bool {
         loop {
-            if let Some(status) = self.child.try_wait().expect("poll the client") {
+            if let Some(status) = self.child.0.try_wait().expect("poll the client") {
                 return status.success();
             }
             assert!(Instant::now() < deadline, "{what} did not exit");
@@ -117,7 +97,7 @@ impl Client {
 
     /// Closes its stdin: the publisher's signal to stop.
     fn close_stdin(&mut self) {
-        self.child.stdin = None;
+        self.child.0.stdin = None;
     }
 }
 

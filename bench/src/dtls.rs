@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use shoal_systems::dtls::crypto::{
+use shoal_components::dtls::crypto::{
     AEAD_TAG_LEN, CipherSuite, EXPLICIT_NONCE_LEN, RECORD_HEADER_LEN, RecordCipher, key_block,
 };
 

@@ -22,7 +22,7 @@ use shoal_components::peer::PeerId;
 use shoal_components::rtp::{RtpFields, RtpWriter};
 use shoal_server::sim::Sim;
 use shoal_systems::Command;
-use shoal_systems::dtls::DtlsRole;
+use shoal_components::dtls::DtlsRole;
 
 use crate::opt;
 

@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use shoal_systems::srtp::{SrtpConfig, SrtpInbound, SrtpOutbound, SrtpProfile};
+use shoal_components::srtp::{SrtpConfig, SrtpInbound, SrtpOutbound, SrtpProfile};
 
 use crate::opt;
 

@@ -24,6 +24,7 @@ pub mod rtcp;
 pub mod rtp;
 pub mod sctp;
 pub mod sdp;
+pub mod srtp;
 pub mod stats;
 pub mod stun;
 pub mod tick;

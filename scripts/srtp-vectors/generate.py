@@ -1,7 +1,7 @@
 """Protects RTP and RTCP packets with libsrtp, an implementation we did not write, and
-prints them as Rust constants for systems/tests/srtp_rfc_vectors.rs.
+prints them as Rust constants for components/tests/srtp_rfc_vectors.rs.
 
-Usage: python generate.py > systems/tests/srtp_util/libsrtp.rs
+Usage: python generate.py > components/tests/srtp_util/libsrtp.rs
        (pylibsrtp must be importable, e.g. from an interop venv with
         `pip install pylibsrtp==1.0.0`)
 

@@ -80,7 +80,7 @@ use rand_core::{RngCore, SeedableRng};
 use shoal_components::net::Datagram;
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_components::time::Time;
-use shoal_systems::dtls::DtlsRole;
+use shoal_components::dtls::DtlsRole;
 use shoal_systems::{PeerDtls, PeerSpec, Shard, ShardEvent};
 
 /// Datagrams read into one batch, and so into one tick (the driver's default); a

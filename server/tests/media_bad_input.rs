@@ -23,7 +23,7 @@ use shoal_components::rtp::RtpPacket;
 use shoal_components::tick::ShardEvent;
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::Command;
-use shoal_systems::srtp::{SrtpConfig, SrtpOutbound, SrtpProfile};
+use shoal_components::srtp::{SrtpConfig, SrtpOutbound, SrtpProfile};
 
 /// Real packets the publisher sends.
 const REAL: u16 = 300;

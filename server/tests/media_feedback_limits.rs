@@ -20,8 +20,8 @@ use shoal_components::rtcp::{Nack, NackEntry, ReceiverReport, ReportBlock, Write
 use shoal_components::tick::ShardEvent;
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::Command;
-use shoal_systems::dtls::DtlsRole;
-use shoal_systems::srtp::{SrtpConfig, SrtpSession};
+use shoal_components::dtls::DtlsRole;
+use shoal_components::srtp::{SrtpConfig, SrtpSession};
 
 /// Like `media_sim`, but the server's track is published with `feedback` (what the
 /// publisher's negotiation agreed), e.g. an Opus track: Chromium offers no

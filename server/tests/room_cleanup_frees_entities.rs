@@ -15,7 +15,7 @@ use shoal_components::sctp::dcep::ChannelType;
 use shoal_components::tick::RemoveReason;
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::Command;
-use shoal_systems::sctp::assoc::SctpLimits;
+use shoal_components::sctp::assoc::SctpLimits;
 
 const PARTICIPANTS: u64 = 50;
 const WAVE: u64 = 10;

@@ -11,7 +11,7 @@ use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_components::tick::ShardEvent;
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::datachannel::ChannelError;
-use shoal_systems::dtls::DtlsRole;
+use shoal_components::dtls::DtlsRole;
 
 const SRV: &str = "10.0.0.1:7100";
 const CLI: &str = "10.0.0.2:50000";

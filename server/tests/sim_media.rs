@@ -104,7 +104,7 @@ fn sim_media_fanout_nack_recovers() {
 fn a_subscriber_that_connects_later_gets_its_keyframe_request_then() {
     use shoal_components::peer::PeerId;
     use shoal_systems::Command;
-    use shoal_systems::dtls::DtlsRole;
+    use shoal_components::dtls::DtlsRole;
 
     let link = LinkConfig::lossy(Duration::from_millis(20), 0.0);
     let mut sim = media_sim(3, &link, 0);

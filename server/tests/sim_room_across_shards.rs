@@ -16,7 +16,7 @@ use shoal_components::room::RoomId;
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::relay::Forwarded;
-use shoal_systems::sctp::assoc::SctpLimits;
+use shoal_components::sctp::assoc::SctpLimits;
 
 const RELIABLE: ChannelType = ChannelType {
     ordered: true,

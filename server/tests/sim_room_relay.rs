@@ -18,7 +18,7 @@ use shoal_components::room::RoomId;
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_components::tick::RemoveReason;
 use shoal_server::sim::{LinkConfig, Sim};
-use shoal_systems::sctp::assoc::SctpLimits;
+use shoal_components::sctp::assoc::SctpLimits;
 use shoal_systems::{Command, CommandError};
 
 const RELIABLE: ChannelType = ChannelType {

@@ -21,8 +21,8 @@ use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::SctpSendError;
-use shoal_systems::dtls::DtlsRole;
-use shoal_systems::sctp::assoc::SctpLimits;
+use shoal_components::dtls::DtlsRole;
+use shoal_components::sctp::assoc::SctpLimits;
 
 use pair::{CLI, PEER, Pair, SRV, addr};
 
@@ -735,7 +735,7 @@ fn sim_one_sack_per_tick() {
 /// n packets, n + 4 and at most one share more, then waits for the next SACK.
 #[test]
 fn a_tick_cut_short_goes_on_as_far_as_the_acks_allow() {
-    use shoal_systems::sctp::assoc::MAX_BURST;
+    use shoal_components::sctp::assoc::MAX_BURST;
     let share = shoal_systems::sctp::pass::MAX_PACKETS_PER_TICK;
     let mut p = Pair::connect(11, SctpLimits::default(), Duration::from_millis(10), 0.0);
     // Warm-up: open the client's cwnd well past three shares. Each round trip here

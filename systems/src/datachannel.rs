@@ -30,7 +30,7 @@ use shoal_components::tick::{Events, Now, SctpWork, ShardEvent};
 use shoal_components::time::Time;
 
 use crate::relay::{self, Leave, RelayJob, RelayOutbox, RelayScratch};
-use crate::sctp::assoc::Sctp;
+use shoal_components::sctp::assoc::Sctp;
 
 /// Where a channel is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,7 +116,7 @@ impl DataChannels {
     fn allocate(&self) -> Option<u16> {
         // RFC 8831 §6.5 keeps our parity; the lowest free id is taken, so a stream
         // freed by a reset (RFC 8831 §6.7) is used again.
-        (self.next_id % 2..crate::sctp::assoc::STREAMS)
+        (self.next_id % 2..shoal_components::sctp::assoc::STREAMS)
             .step_by(2)
             .find(|id| !self.channels.contains_key(id))
     }

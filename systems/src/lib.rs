@@ -16,7 +16,6 @@ pub mod pass;
 pub mod relay;
 pub mod sctp;
 pub mod shard;
-pub mod srtp;
 pub mod timers;
 
 pub use pass::Pass;

@@ -35,9 +35,9 @@ use shoal_components::tick::{DueTimers, Events, Now, ShardEvent, WriteBuffer};
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
-use crate::dtls::DtlsRole;
+use shoal_components::dtls::DtlsRole;
 use crate::shard::ShardRng;
-use crate::srtp::{SrtpConfig, SrtpKeys, SrtpSession};
+use shoal_components::srtp::{SrtpConfig, SrtpKeys, SrtpSession};
 use rand_core::RngCore;
 
 /// How often shoal reports: RR to publishers, SR to subscribers (RFC 3550 §6.2 sizes

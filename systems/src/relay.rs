@@ -55,7 +55,7 @@ use shoal_components::time::Time;
 use crate::datachannel::{
     self, ChannelError, ChannelParams, ChannelsQuery, DataChannels, queue_user_message,
 };
-use crate::sctp::assoc::{AssocState, Sctp};
+use shoal_components::sctp::assoc::{AssocState, Sctp};
 
 /// One message to relay: what a member sent on `stream`, in its wire form.
 #[derive(Debug)]

@@ -35,11 +35,11 @@ use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
 use crate::datachannel::{self, ChannelError, ChannelParams, DataChannels};
 use crate::dtls::pass::{self as dtls_pass, DtlsSession, ShardDtls};
-use crate::dtls::{CipherSuite, DtlsCertificate, DtlsConfig, DtlsRole, SrtpKeys};
+use shoal_components::dtls::{CipherSuite, DtlsCertificate, DtlsConfig, DtlsRole, SrtpKeys};
 use crate::pass::Pass;
 use crate::relay::{RelayOutbox, RelayScratch};
-use crate::sctp::assoc::{AssocState, DEFAULT_SCTP_PORT, Sctp, SctpLimits};
-use crate::sctp::cookie::CookieKey;
+use shoal_components::sctp::assoc::{AssocState, DEFAULT_SCTP_PORT, Sctp, SctpLimits};
+use shoal_components::sctp::cookie::CookieKey;
 use crate::sctp::pass::{self as sctp_pass, SctpScratch, SctpShared};
 use crate::{egress, ice, ingest, media, timers};
 use bytes::Bytes;

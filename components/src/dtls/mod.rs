@@ -10,10 +10,11 @@
 //! append to a caller-owned [`bytes::BytesMut`] and panic only on programmer errors (a
 //! vector longer than its length field can say).
 //!
-//! The state machine that uses these lives in `shoal-systems` (`dtls`).
+//! [`conn`] is the state machine built on them: [`DtlsConn`], both roles, sans-I/O.
 
 pub mod alert;
 mod codec;
+pub mod conn;
 mod error;
 pub mod extension;
 pub mod handshake;
@@ -25,6 +26,11 @@ pub mod record;
 mod tests;
 
 pub use alert::{Alert, AlertDescription, AlertLevel};
+pub use conn::{
+    CipherSuite, DtlsCertificate, DtlsConfig, DtlsConn, DtlsError, DtlsEvent, DtlsRole, DtlsStats,
+    MAX_BUFFERED_BYTES, MAX_FUTURE_MESSAGES, MAX_MESSAGE_LEN, MAX_QUEUED_BYTES, NamedGroup,
+    REPLAY_WINDOW, ReplayWindow, SrtpKeys, SrtpProfile, crypto,
+};
 pub use codec::U16List;
 pub use error::DtlsWireError;
 pub use extension::{Extension, Extensions, UseSrtp};

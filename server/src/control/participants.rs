@@ -21,7 +21,7 @@ use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_components::sdp::{self, AnswerParams, Negotiation, SessionDescription, Setup};
 use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_proto::v1::{self, DisconnectReason, participant_event, signal_response};
-use shoal_systems::dtls::DtlsRole;
+use shoal_components::dtls::DtlsRole;
 use shoal_systems::{CommandError, PeerDtls, PeerSpec};
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;

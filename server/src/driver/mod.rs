@@ -42,7 +42,7 @@ use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
-use shoal_systems::dtls::DtlsCertificate;
+use shoal_components::dtls::DtlsCertificate;
 use shoal_systems::media::MediaRelay;
 use shoal_systems::relay::Forwarded;
 use shoal_systems::{Command, CommandError, PeerSpec, Shard, ShardConfig};

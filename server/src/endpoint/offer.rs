@@ -18,7 +18,7 @@ use shoal_components::sdp::{
     MAX_MESSAGE_SIZE, MediaDescription, MediaKind, Origin, PROTO_DTLS_SCTP, SCTP_PORT, SdpError,
     SessionDescription, Setup, remote_max_message_size,
 };
-use shoal_systems::dtls::DtlsRole;
+use shoal_components::dtls::DtlsRole;
 use shoal_systems::{PeerDtls, PeerSpec};
 
 use super::{PWD_LEN, UFRAG_LEN, ice_chars};

@@ -15,7 +15,7 @@ use shoal_components::peer::PeerId;
 use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::Command;
-use shoal_systems::dtls::DtlsRole;
+use shoal_components::dtls::DtlsRole;
 
 pub const SRV: &str = "10.0.0.1:7100";
 /// Payload types as negotiated: VP8 and its RTX (RFC 4588).

@@ -15,8 +15,8 @@ use shoal_components::sctp::dcep::ChannelType;
 use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::ShardConfig;
-use shoal_systems::dtls::DtlsRole;
-use shoal_systems::sctp::assoc::SctpLimits;
+use shoal_components::dtls::DtlsRole;
+use shoal_components::sctp::assoc::SctpLimits;
 
 /// The first server shard's address.
 pub const SRV: &str = "10.0.0.1:7100";

@@ -26,7 +26,7 @@ use shoal_components::tick::{
 };
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
-use super::{CipherSuite, DtlsCertificate, DtlsConfig, DtlsConn, DtlsEvent, DtlsRole, SrtpKeys};
+use shoal_components::dtls::{CipherSuite, DtlsCertificate, DtlsConfig, DtlsConn, DtlsEvent, DtlsRole, SrtpKeys};
 use crate::ice::remove_peer_in_pass;
 use crate::media::{MediaStart, PeerSrtp};
 use crate::shard::ShardRng;

@@ -15,7 +15,7 @@ use rand_core::RngCore;
 use shoal_components::net::FiveTuple;
 use shoal_components::peer::{Ice, Peer};
 use shoal_components::sctp::chunk::{
-    DATA_HEADER_LEN, DataHeader, ForwardTsn, GapAckBlock, Sack, SkippedStream, WriteChunk,
+    DATA_HEADER_LEN, DataHeader, ForwardTsn, GapAckBlock, RawChunk, Sack, SkippedStream, WriteChunk,
 };
 use shoal_components::sctp::packet::{COMMON_HEADER_LEN, PacketWriter};
 use shoal_components::sctp::rx::{AckUrgency, GapAckBlock as RxGap};
@@ -26,13 +26,13 @@ use shoal_components::tick::{
 };
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
-use super::assoc::{
+use shoal_components::sctp::assoc::{
     AssocState, Inputs, MAX_ASSOCIATION_RETRANSMITS, MAX_INIT_RETRANSMITS, Sctp, SctpLimits,
     handle_packet, maybe_request_reset, resend_reset, sack_delay,
 };
-use super::cookie::CookieKey;
+use shoal_components::sctp::cookie::CookieKey;
 use crate::dtls::pass::{DtlsSession, flush, push_datagram};
-use crate::dtls::{DtlsConn, DtlsError};
+use shoal_components::dtls::{DtlsConn, DtlsError};
 use crate::shard::ShardRng;
 
 /// Packets one association sends in one pass of `build_packets` at most: its share
@@ -202,7 +202,7 @@ fn on_t1(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
         return;
     }
     if a.init_transmissions > MAX_INIT_RETRANSMITS {
-        a.end(super::assoc::AssocEnd::SetupFailed);
+        a.end(shoal_components::sctp::assoc::AssocEnd::SetupFailed);
         return;
     }
     a.init_transmissions += 1;
@@ -246,7 +246,7 @@ fn on_t3(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
     }
     // RFC 9260 §8.1: too many consecutive retransmissions: the peer is unreachable.
     if a.error_count > MAX_ASSOCIATION_RETRANSMITS {
-        a.end(super::assoc::AssocEnd::PeerUnreachable);
+        a.end(shoal_components::sctp::assoc::AssocEnd::PeerUnreachable);
         return;
     }
     ctx.heap.arm(timers, entity, TimerKind::SctpT3, now + rto);
@@ -274,7 +274,7 @@ fn on_t2(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
     }
     a.error_count += 1;
     if a.error_count > MAX_ASSOCIATION_RETRANSMITS {
-        a.end(super::assoc::AssocEnd::PeerUnreachable);
+        a.end(shoal_components::sctp::assoc::AssocEnd::PeerUnreachable);
         return;
     }
     if let Some(tx) = a.tx.as_mut() {
@@ -621,11 +621,11 @@ fn fill_packet(
     let mut crc_required = false;
     while let Some(chunk) = a.control.pop_fitting(w.remaining(mtu), w.is_empty()) {
         crc_required |= chunk[0] == shoal_components::sctp::chunk::chunk_type::COOKIE_ECHO;
-        w.push(&Raw(&chunk));
+        w.push(&RawChunk(&chunk));
     }
     let mut sack_in_packet = false;
     if !a.pending_sack.is_empty() && w.remaining(mtu) >= a.pending_sack.len() {
-        w.push(&Raw(&a.pending_sack));
+        w.push(&RawChunk(&a.pending_sack));
         a.pending_sack.clear();
         sack_in_packet = true;
         stats.sctp_sacks_sent += 1;
@@ -777,22 +777,10 @@ fn push_data(w: &mut PacketWriter<'_>, tsn: Tsn, d: &shoal_components::sctp::tx:
     w.push_data(&header, &d.payload);
 }
 
-/// Chunks already encoded (and padded), written as they are.
-pub(crate) struct Raw<'a>(pub(crate) &'a [u8]);
-
-impl WriteChunk for Raw<'_> {
-    fn encoded_len(&self) -> usize {
-        self.0.len()
-    }
-    fn write_to(&self, out: &mut BytesMut) {
-        out.extend_from_slice(self.0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sctp::assoc::{Inputs, handle_packet};
+    use shoal_components::sctp::assoc::{Inputs, handle_packet};
     use bytes::Bytes;
     use shoal_components::sctp::packet::Packet;
     use shoal_components::time::Time;
@@ -802,7 +790,7 @@ mod tests {
     fn wrap(vtag: u32, chunk: &[u8]) -> Bytes {
         let mut buf = BytesMut::new();
         let mut w = PacketWriter::new(&mut buf, PORT, PORT, vtag);
-        w.push(&Raw(chunk));
+        w.push(&RawChunk(chunk));
         w.finish()
     }
 

@@ -19,7 +19,7 @@ use crate::datachannel::{self, Channel, ChannelParams, DataChannels, PRIORITY_NO
 use crate::dtls::pass::DtlsSession;
 use crate::ice;
 use crate::relay::{self, Delivery, Forwarded, RelayOutbox};
-use crate::sctp::assoc::Sctp;
+use shoal_components::sctp::assoc::Sctp;
 
 impl Shard {
     /// Makes a new peer a member of `room`. Leaving needs no call: despawning the

@@ -141,6 +141,19 @@ pub trait WriteChunk {
     }
 }
 
+/// A chunk already encoded and padded (a queued control chunk, a SACK written
+/// earlier), written as it is.
+pub struct RawChunk<'a>(pub &'a [u8]);
+
+impl WriteChunk for RawChunk<'_> {
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+    fn write_to(&self, out: &mut BytesMut) {
+        out.extend_from_slice(self.0);
+    }
+}
+
 /// Rounds `len` up to a multiple of 4 (RFC 9260 §3.2: chunks and parameters are padded).
 pub const fn pad4(len: usize) -> usize {
     (len + 3) & !3

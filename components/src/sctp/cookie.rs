@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
 use ring::hmac;
-use shoal_components::sctp::Tsn;
-use shoal_components::time::Time;
+use crate::sctp::Tsn;
+use crate::time::Time;
 
 const VERSION: u8 = 1;
 const BODY_LEN: usize = 1 + 8 + 4 + 2 + 2 + 4 + 4 + 4 + 4 + 4 + 2 + 2 + 1;

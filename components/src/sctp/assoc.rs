@@ -6,21 +6,21 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use shoal_components::sctp::chunk::{
+use crate::sctp::chunk::{
     Abort, Chunk, CookieAck, CookieEcho, Data, EDMID_DTLS, ErrorCause, HeartbeatAck, Init, InitAck,
     InitParam, OperationError, ReConfig, ReconfigParam, ReconfigResult, ShutdownAck,
     ShutdownComplete, UnknownAction, WriteChunk, chunk_type, unknown_chunk_action,
 };
-use shoal_components::sctp::packet::{Packet, PacketWriter};
-use shoal_components::sctp::rx::{
+use crate::sctp::packet::{Packet, PacketWriter};
+use crate::sctp::rx::{
     AckUrgency, DataIn, DataOutcome, Message, Receiver, ResetProgress, RxLimits,
 };
-use shoal_components::sctp::tx::{
+use crate::sctp::tx::{
     CongestionConfig, CongestionControl, DEFAULT_SCTP_MTU, MessageId, RetransmissionQueue,
     RetransmissionQueueConfig, RtoConfig, RtoEstimator, SackError, SendQueue, SendQueueConfig,
 };
-use shoal_components::sctp::{Ssn, StreamId, Tsn};
-use shoal_components::time::Time;
+use crate::sctp::{Ssn, StreamId, Tsn};
+use crate::time::Time;
 
 use super::cookie::{CookieContents, CookieError, CookieKey, VALID_COOKIE_LIFE};
 
@@ -438,7 +438,7 @@ impl Sctp {
     }
 
     fn abort(&mut self, end: AssocEnd) {
-        let causes: &[shoal_components::sctp::chunk::ErrorCause] = &[];
+        let causes: &[crate::sctp::chunk::ErrorCause] = &[];
         let abort = Abort {
             t_bit: false,
             causes,
@@ -1126,12 +1126,12 @@ pub fn sack_delay() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_components::sctp::Ppid;
-    use shoal_components::sctp::chunk::{GapAckBlock, Heartbeat, Sack, Shutdown, cause_code};
-    use shoal_components::sctp::packet::PacketWriter;
-    use shoal_components::sctp::tx::{OutgoingMessage, Reliability as TxReliability};
+    use crate::sctp::Ppid;
+    use crate::sctp::chunk::{GapAckBlock, Heartbeat, Sack, Shutdown, cause_code};
+    use crate::sctp::packet::PacketWriter;
+    use crate::sctp::tx::{OutgoingMessage, Reliability as TxReliability};
 
-    use crate::sctp::pass::Raw;
+    use crate::sctp::chunk::RawChunk;
 
     const PORT: u16 = 5000;
 
@@ -1139,7 +1139,7 @@ mod tests {
         let mut buf = BytesMut::new();
         let mut w = PacketWriter::new(&mut buf, PORT, PORT, vtag);
         for c in chunks {
-            w.push(&Raw(c));
+            w.push(&RawChunk(c));
         }
         w.finish()
     }
@@ -1455,7 +1455,7 @@ mod tests {
     }
 
     /// The one chunk of an encoded chunk, parsed.
-    fn packet_chunk(chunk: &Bytes) -> Result<Chunk, shoal_components::sctp::error::SctpError> {
+    fn packet_chunk(chunk: &Bytes) -> Result<Chunk, crate::sctp::error::SctpError> {
         let p = Packet::parse(&packet(1, &[chunk])).unwrap();
         p.chunks().next().unwrap()
     }

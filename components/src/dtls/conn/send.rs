@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use shoal_components::dtls::{
+use crate::dtls::{
     Alert, AlertDescription, AlertLevel, ContentType, DTLS_1_2, HANDSHAKE_HEADER_LEN,
     HandshakeHeader, HandshakeType, MAX_PLAINTEXT_LEN, RECORD_HEADER_LEN, RecordHeader,
 };

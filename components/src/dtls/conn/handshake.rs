@@ -4,8 +4,8 @@
 
 use bytes::BytesMut;
 use ring::digest;
-use shoal_components::dtls::messages::SIG_ECDSA_SHA256;
-use shoal_components::dtls::{HandshakeType, write_handshake};
+use crate::dtls::messages::SIG_ECDSA_SHA256;
+use crate::dtls::{HandshakeType, write_handshake};
 
 use super::DtlsError;
 use super::crypto::{

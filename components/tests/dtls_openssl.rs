@@ -17,8 +17,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use shoal_components::time::Time;
-use shoal_systems::dtls::crypto::fingerprint_sha256;
-use shoal_systems::dtls::{
+use shoal_components::dtls::crypto::fingerprint_sha256;
+use shoal_components::dtls::{
     DtlsCertificate, DtlsConfig, DtlsConn, DtlsEvent, DtlsRole, DtlsStats, SrtpKeys, SrtpProfile,
 };
 
@@ -239,7 +239,7 @@ fn hex(bytes: &[u8]) -> String {
 
 fn random32() -> [u8; 32] {
     let mut r = [0u8; 32];
-    shoal_systems::dtls::crypto::fill_random(&mut r).unwrap();
+    shoal_components::dtls::crypto::fill_random(&mut r).unwrap();
     r
 }
 

@@ -15,13 +15,13 @@ use shoal_components::dtls::{
     Records, ServerHello, ServerKeyExchange, UseSrtp,
 };
 use shoal_components::time::Time;
-use shoal_systems::dtls::crypto::verify_ecdsa_p256_sha256;
-use shoal_systems::dtls::{DtlsCertificate, DtlsConfig, DtlsConn, DtlsRole, SrtpProfile};
+use shoal_components::dtls::crypto::verify_ecdsa_p256_sha256;
+use shoal_components::dtls::{DtlsCertificate, DtlsConfig, DtlsConn, DtlsRole, SrtpProfile};
 
 /// A committed capture; its absence is a broken checkout, not a reason to skip.
 fn fixture(name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../components/tests/fixtures/dtls")
+        .join("tests/fixtures/dtls")
         .join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()))
 }

@@ -1,6 +1,6 @@
 //! Why a DTLS connection failed, and the alert each failure sends.
 
-use shoal_components::dtls::{AlertDescription, DtlsWireError, HandshakeType};
+use crate::dtls::{AlertDescription, DtlsWireError, HandshakeType};
 
 use super::crypto::CryptoError;
 

@@ -6,7 +6,7 @@
 //! still be maintained".
 
 use bytes::BytesMut;
-use shoal_components::hash::FastMap;
+use crate::hash::FastMap;
 
 use super::SrtpError;
 use super::cipher::{GCM_TAG_LEN, Transform};

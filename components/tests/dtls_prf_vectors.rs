@@ -1,4 +1,4 @@
-//! Acceptance test of the DTLS 1.2 / DTLS-SRTP crypto layer (`shoal_systems::dtls::crypto`):
+//! Acceptance test of the DTLS 1.2 / DTLS-SRTP crypto layer (`shoal_components::dtls::crypto`):
 //! the TLS 1.2 PRF against published vectors, every derived secret and a protected record
 //! against an independent implementation, record protection round trips and tampering,
 //! ECDHE, ECDSA with rcgen and openssl certificates, and a panic-free DER walker.
@@ -44,7 +44,7 @@
 //! ```
 
 use bytes::BytesMut;
-use shoal_systems::dtls::crypto::{
+use shoal_components::dtls::crypto::{
     AEAD_TAG_LEN, CipherSuite, CryptoError, DerError, DtlsCertificate, EXPLICIT_NONCE_LEN, EcCurve,
     EphemeralKey, MAX_PLAINTEXT_LEN, NamedGroup, PrfHash, RECORD_HEADER_LEN, RecordCipher,
     SrtpKeys, SrtpProfile, Transcript, export_keying_material, extended_master_secret,

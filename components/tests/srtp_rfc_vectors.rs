@@ -10,8 +10,8 @@
 
 mod srtp_util;
 
-use shoal_systems::srtp::kdf::{self, label};
-use shoal_systems::srtp::{
+use shoal_components::srtp::kdf::{self, label};
+use shoal_components::srtp::{
     SRTP_REPLAY_WINDOW, SrtpConfig, SrtpError, SrtpInbound, SrtpOutbound, SrtpProfile,
 };
 use srtp_util::libsrtp::{self, LibsrtpVectors};

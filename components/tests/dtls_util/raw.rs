@@ -13,10 +13,10 @@ use shoal_components::dtls::{
     DigitallySigned, Extensions, HandshakeFragments, HandshakeType, RecordHeader, Records,
     ServerHello, ServerKeyExchange, U16List, write_handshake,
 };
-use shoal_systems::dtls::crypto::{
+use shoal_components::dtls::crypto::{
     EphemeralKey, PrfHash, RecordCipher, extended_master_secret, key_block, verify_data,
 };
-use shoal_systems::dtls::{CipherSuite, NamedGroup};
+use shoal_components::dtls::{CipherSuite, NamedGroup};
 
 use super::certs;
 

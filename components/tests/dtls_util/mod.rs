@@ -13,7 +13,7 @@ use bytes::Bytes;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use shoal_components::time::Time;
-use shoal_systems::dtls::{DtlsCertificate, DtlsConfig, DtlsConn, DtlsEvent, DtlsRole};
+use shoal_components::dtls::{DtlsCertificate, DtlsConfig, DtlsConn, DtlsEvent, DtlsRole};
 
 /// Two certificates, made once per test binary.
 pub fn certs() -> (Arc<DtlsCertificate>, Arc<DtlsCertificate>) {
@@ -270,7 +270,7 @@ pub fn app_data(events: &[DtlsEvent]) -> Vec<Bytes> {
 }
 
 /// The `Failed` error among `events`.
-pub fn failed(events: &[DtlsEvent]) -> Option<&shoal_systems::dtls::DtlsError> {
+pub fn failed(events: &[DtlsEvent]) -> Option<&shoal_components::dtls::DtlsError> {
     events.iter().find_map(|e| match e {
         DtlsEvent::Failed(err) => Some(err),
         _ => None,

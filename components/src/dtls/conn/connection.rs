@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use shoal_components::dtls::{
+use crate::dtls::{
     Alert, AlertDescription, AlertLevel, ContentType, HandshakeFragments, HandshakeHeader,
     HandshakeType, RecordHeader, Records,
 };
-use shoal_components::time::Time;
+use crate::time::Time;
 
 use super::crypto::{
     DtlsCertificate, EXPLICIT_NONCE_LEN, RECORD_HEADER_LEN, RecordCipher, SrtpKeys,

@@ -7,7 +7,7 @@ mod dtls_util;
 use std::time::Duration;
 
 use dtls_util::{Link, app_data, connected, pair};
-use shoal_systems::dtls::{
+use shoal_components::dtls::{
     CipherSuite, DtlsConfig, DtlsConn, DtlsEvent, NamedGroup, SrtpKeys, SrtpProfile,
 };
 

@@ -5,21 +5,21 @@
 
 use bytes::BytesMut;
 use ring::hmac;
-use shoal_components::dtls::extension::{
+use crate::dtls::extension::{
     POINT_FORMAT_UNCOMPRESSED, write_ec_point_formats, write_extended_master_secret,
     write_renegotiation_info, write_use_srtp,
 };
-use shoal_components::dtls::messages::{CERT_TYPE_ECDSA_SIGN, SIG_ECDSA_SHA256, parse_finished};
-use shoal_components::dtls::{
+use crate::dtls::messages::{CERT_TYPE_ECDSA_SIGN, SIG_ECDSA_SHA256, parse_finished};
+use crate::dtls::{
     Certificate, CertificateRequest, CertificateVerify, ClientHello, ClientKeyExchange, DTLS_1_0,
     DTLS_1_2, DigitallySigned, Extensions, HandshakeType, HelloVerifyRequest, ServerHello,
     ServerKeyExchange,
 };
-use shoal_components::time::Time;
+use crate::time::Time;
 
 use super::DtlsError;
 use super::client::ring_eq;
-use super::conn::DtlsConn;
+use super::connection::DtlsConn;
 use super::crypto::{EphemeralKey, NamedGroup, RecordCipher, SrtpProfile, fill_random};
 use super::handshake::{Expect, SIGNATURE_ALGORITHMS, body};
 use super::reassembly::Message;

@@ -7,14 +7,14 @@ mod srtp_util;
 use bytes::BytesMut;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
-use shoal_systems::dtls::{DtlsRole, SrtpKeys};
-use shoal_systems::srtp::{SrtpConfig, SrtpError, SrtpSession};
+use shoal_components::dtls::{DtlsRole, SrtpKeys};
+use shoal_components::srtp::{SrtpConfig, SrtpError, SrtpSession};
 use srtp_util::{
     PROFILES, pair, protect_rtcp, protect_rtp, rtcp_rr, rtp, rtp_with_csrcs_and_extension,
     unprotect_rtcp, unprotect_rtp,
 };
 
-fn exported(profile: shoal_systems::srtp::SrtpProfile) -> SrtpKeys {
+fn exported(profile: shoal_components::srtp::SrtpProfile) -> SrtpKeys {
     let material: Vec<u8> = (0..SrtpKeys::exported_len(profile))
         .map(|i| (i as u8).wrapping_mul(29).wrapping_add(5))
         .collect();

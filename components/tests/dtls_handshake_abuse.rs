@@ -17,7 +17,7 @@ use shoal_components::dtls::{
     ContentType, HandshakeHeader, HandshakeType, Records, write_handshake,
 };
 use shoal_components::time::Time;
-use shoal_systems::dtls::{DtlsConfig, DtlsConn, DtlsError, DtlsEvent, DtlsRole, DtlsStats};
+use shoal_components::dtls::{DtlsConfig, DtlsConn, DtlsError, DtlsEvent, DtlsRole, DtlsStats};
 
 const PROTOCOL_VERSION: u8 = 70;
 

@@ -19,7 +19,7 @@ use shoal_components::dtls::{
     U16List,
 };
 use shoal_components::time::Time;
-use shoal_systems::dtls::{DtlsConfig, DtlsConn, DtlsError, DtlsEvent, DtlsRole};
+use shoal_components::dtls::{DtlsConfig, DtlsConn, DtlsError, DtlsEvent, DtlsRole};
 
 const UNEXPECTED_MESSAGE: u8 = 10;
 const HANDSHAKE_FAILURE: u8 = 40;

@@ -4,7 +4,7 @@
 
 pub mod libsrtp;
 
-use shoal_systems::srtp::{
+use shoal_components::srtp::{
     SessionKeys, SrtpConfig, SrtpError, SrtpInbound, SrtpOutbound, SrtpProfile,
 };
 

@@ -9,7 +9,7 @@
 //! type and length it first had. A stray old fragment prompts nothing, so a peer cannot
 //! make us resend a flight with a few bytes.
 
-use shoal_components::dtls::{HandshakeFragment, HandshakeType};
+use crate::dtls::{HandshakeFragment, HandshakeType};
 
 /// Messages further than this ahead of next_receive_seq are dropped (§4.2.2 allows
 /// discarding future messages; a flight has at most five).
@@ -293,7 +293,7 @@ fn add_range(ranges: &mut Vec<(usize, usize)>, start: usize, end: usize) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_components::dtls::HandshakeHeader;
+    use crate::dtls::HandshakeHeader;
 
     fn frag<'a>(seq: u16, len: u32, off: u32, body: &'a [u8]) -> HandshakeFragment<'a> {
         typed(HandshakeType::Certificate, seq, len, off, body)

@@ -4,23 +4,23 @@
 //! then the server's Finished.
 
 use bytes::BytesMut;
-use shoal_components::dtls::extension::{
+use crate::dtls::extension::{
     EXT_EC_POINT_FORMATS, EXT_EXTENDED_MASTER_SECRET, EXT_RENEGOTIATION_INFO,
     EXT_SIGNATURE_ALGORITHMS, EXT_SUPPORTED_GROUPS, EXT_USE_SRTP, POINT_FORMAT_UNCOMPRESSED,
     write_ec_point_formats, write_extended_master_secret, write_renegotiation_info,
     write_u16_list_extension, write_use_srtp,
 };
-use shoal_components::dtls::messages::{
+use crate::dtls::messages::{
     CERT_TYPE_ECDSA_SIGN, SIG_ECDSA_SHA256, parse_finished, parse_server_hello_done,
 };
-use shoal_components::dtls::{
+use crate::dtls::{
     Certificate, CertificateRequest, ClientHello, ClientKeyExchange, DTLS_1_2, DigitallySigned,
     Extensions, HandshakeType, HelloVerifyRequest, ServerHello, ServerKeyExchange, U16List,
 };
-use shoal_components::time::Time;
+use crate::time::Time;
 
 use super::DtlsError;
-use super::conn::DtlsConn;
+use super::connection::DtlsConn;
 use super::crypto::{
     CipherSuite, EphemeralKey, NamedGroup, RecordCipher, SrtpProfile, fingerprint_sha256,
     peer_public_key_with_curve,

@@ -57,6 +57,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use shoal_components::datachannel::ChannelError;
 use shoal_components::peer::PeerId;
 use shoal_components::sctp::dcep::{self, ChannelType};
 use shoal_components::sctp::tx::{Reliability, SendError};
@@ -65,7 +66,6 @@ use shoal_server::config::{Config, Listen};
 use shoal_server::control::{ControlPlane, ControlSettings};
 use shoal_server::driver::Server;
 use shoal_server::endpoint::{self, Control, data_offer, signal::Signaller};
-use shoal_systems::datachannel::ChannelError;
 use shoal_systems::{Command, SctpSendError, Shard, ShardConfig, ShardEvent};
 
 /// WebRTC Binary (RFC 8831 §8).

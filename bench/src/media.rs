@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use shoal_components::dtls::DtlsRole;
 use shoal_components::media::{
     ExtensionIds, FeedbackKinds, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
 };
@@ -22,7 +23,6 @@ use shoal_components::peer::PeerId;
 use shoal_components::rtp::{RtpFields, RtpWriter};
 use shoal_server::sim::Sim;
 use shoal_systems::Command;
-use shoal_components::dtls::DtlsRole;
 
 use crate::opt;
 

@@ -1,17 +1,21 @@
-//! The per-tick work lists that carry a batch from one pass to the next.
+//! The per-tick work lists that carry a batch from one pass to the next, and the
+//! events a shard reports.
 //!
-//! Each list has one producer pass and one consumer pass and is drained in the tick
-//! that filled it, so plain `Vec`s are used rather than double-buffered `Messages`:
-//! the capacity is reused tick after tick and nothing is allocated per packet once
-//! the shard is warm.
+//! Each list has one consumer pass (a few have several producers: `SctpWork` gets
+//! associations from the passes before `sack_batch` and from the shard's own
+//! send calls) and is drained in the tick that filled it, so plain `Vec`s are used
+//! rather than double-buffered `Messages`: the capacity is reused tick after tick
+//! and nothing is allocated per packet once the shard is warm.
 
 use std::net::SocketAddr;
 
 use bevy_ecs::prelude::{Entity, Resource};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
-use crate::net::Datagram;
+use crate::media::Track;
+use crate::net::{Datagram, FiveTuple};
 use crate::peer::PeerId;
+use crate::rtp::{RtpHeader, RtpPacket};
 use crate::time::Time;
 use crate::timer::TimerKind;
 
@@ -57,6 +61,112 @@ pub struct DueTimers(pub Vec<(Entity, TimerKind)>);
 /// Packets the passes want sent this tick, before egress protection.
 #[derive(Resource, Debug, Default)]
 pub struct Outbox(pub Vec<Datagram>);
+
+impl Outbox {
+    /// Queues `payload` on `path`; without a path there is nowhere to send it.
+    pub fn push_on(&mut self, path: Option<FiveTuple>, payload: Bytes) {
+        if let Some(p) = path {
+            self.0.push(Datagram {
+                local: p.local,
+                remote: p.remote,
+                payload,
+            });
+        }
+    }
+}
+
+/// SRTP/SRTCP datagrams of this tick, by peer (from `ingest`).
+#[derive(Resource, Debug, Default)]
+pub struct MediaInbox(pub Vec<(Entity, Datagram)>);
+
+/// Plaintext of this tick (from `srtp_in`).
+#[derive(Resource, Debug, Default)]
+pub struct MediaPlain {
+    /// RTP packets, by peer.
+    pub rtp: Vec<(Entity, Bytes)>,
+    /// RTCP compounds, by peer.
+    pub rtcp: Vec<(Entity, Bytes)>,
+}
+
+/// Where a keyframe is now wanted (from `dtls`, the subscribe command and the relay
+/// from a sibling): the media pass asks each track's publisher, throttled, through
+/// one path whether the publisher is a peer here, on another shard, or the owner's
+/// local source.
+#[derive(Resource, Debug, Default)]
+pub struct MediaStart {
+    /// Peers whose SRTP keys arrived: each of their subscriptions' tracks.
+    pub peers: Vec<Entity>,
+    /// Tracks with a new receiver that can take a keyframe now (a subscription to an
+    /// already connected peer, a keyframe request relayed from a mirror's shard).
+    pub tracks: Vec<Entity>,
+}
+
+/// What `media` asks `egress` to send.
+#[derive(Debug)]
+pub enum Outgoing {
+    /// A track's packet for one subscription: forwarded, or resent as RTX because the
+    /// subscriber NACKed it.
+    Rtp {
+        /// The subscription.
+        subscription: Entity,
+        /// The packet, parsed once for every copy.
+        packet: SharedRtp,
+        /// A retransmission (RFC 4588 §4), else a forward.
+        retransmission: bool,
+    },
+    /// A plaintext RTCP compound for a peer.
+    Rtcp {
+        /// The peer.
+        peer: Entity,
+        /// The compound.
+        packet: Bytes,
+    },
+}
+
+/// One packet of a track as every subscriber's copy is written from it: parsed once,
+/// when it is queued, and shared (a reference count) by every copy.
+#[derive(Clone, Debug)]
+pub struct SharedRtp {
+    /// The publisher's plaintext packet.
+    pub packet: Bytes,
+    /// Its header.
+    pub header: RtpHeader,
+    /// Its extended sequence number.
+    pub seq: u64,
+    /// Its audio level (RFC 6464: one byte), to carry over.
+    pub audio_level: Option<u8>,
+}
+
+impl SharedRtp {
+    /// `packet` of `track` (extended sequence number `seq`), or `None` if it is not
+    /// RTP.
+    pub fn of(track: &Track, packet: &Bytes, seq: u64) -> Option<SharedRtp> {
+        let p = RtpPacket::parse(packet).ok()?;
+        let audio_level = track
+            .spec
+            .extensions
+            .audio_level
+            .and_then(|id| match p.extension(id) {
+                Some(&[level]) => Some(level),
+                _ => None,
+            });
+        Some(SharedRtp {
+            header: *p.header(),
+            packet: packet.clone(),
+            seq,
+            audio_level,
+        })
+    }
+}
+
+/// The media packets of this tick for `egress`.
+#[derive(Resource, Debug, Default)]
+pub struct MediaOut(pub Vec<Outgoing>);
+
+/// Receivers the room relay found too slow for a reliable channel this tick: the
+/// shard closes each (close_notify, then removal) once the passes are done.
+#[derive(Resource, Debug, Default)]
+pub struct SlowReceivers(pub Vec<Entity>);
 
 /// Datagrams ready for the socket, drained by the driver.
 #[derive(Resource, Debug, Default)]

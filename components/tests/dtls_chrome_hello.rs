@@ -8,15 +8,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use shoal_components::dtls::crypto::verify_ecdsa_p256_sha256;
 use shoal_components::dtls::extension::{EXT_SUPPORTED_VERSIONS, EXT_USE_SRTP};
 use shoal_components::dtls::messages::{CERT_TYPE_ECDSA_SIGN, SIG_ECDSA_SHA256};
 use shoal_components::dtls::{
     Certificate, CertificateRequest, ContentType, DTLS_1_2, HandshakeFragments, HandshakeType,
     Records, ServerHello, ServerKeyExchange, UseSrtp,
 };
-use shoal_components::time::Time;
-use shoal_components::dtls::crypto::verify_ecdsa_p256_sha256;
 use shoal_components::dtls::{DtlsCertificate, DtlsConfig, DtlsConn, DtlsRole, SrtpProfile};
+use shoal_components::time::Time;
 
 /// A committed capture; its absence is a broken checkout, not a reason to skip.
 fn fixture(name: &str) -> Vec<u8> {

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use dtls_util::certs;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
-use shoal_components::time::Time;
 use shoal_components::dtls::{DtlsConfig, DtlsConn, DtlsEvent, DtlsRole};
+use shoal_components::time::Time;
 
 const CLIENT_RANDOM: [u8; 32] = [0x11; 32];
 const SERVER_RANDOM: [u8; 32] = [0x22; 32];

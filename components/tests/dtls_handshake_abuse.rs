@@ -16,8 +16,8 @@ use dtls_util::{Link, Side, app_data, certs, pair};
 use shoal_components::dtls::{
     ContentType, HandshakeHeader, HandshakeType, Records, write_handshake,
 };
-use shoal_components::time::Time;
 use shoal_components::dtls::{DtlsConfig, DtlsConn, DtlsError, DtlsEvent, DtlsRole, DtlsStats};
+use shoal_components::time::Time;
 
 const PROTOCOL_VERSION: u8 = 70;
 

@@ -16,11 +16,11 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use shoal_components::time::Time;
 use shoal_components::dtls::crypto::fingerprint_sha256;
 use shoal_components::dtls::{
     DtlsCertificate, DtlsConfig, DtlsConn, DtlsEvent, DtlsRole, DtlsStats, SrtpKeys, SrtpProfile,
 };
+use shoal_components::time::Time;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 

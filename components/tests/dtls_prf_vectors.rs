@@ -564,13 +564,13 @@ fn certificate_sign_verify_round_trip() {
 //   openssl pkcs8 -topk8 -nocrypt -in key.pem -outform DER -out openssl_p256_key.pk8
 //   openssl dgst -sha256 -sign key.pem -out openssl_p256_message.sig openssl_p256_message.bin
 // and the same with secp384r1 / -sha384 (openssl_p384_*) and rsa:2048 (openssl_rsa_cert.der).
-const OPENSSL_P256_CERT: &[u8] = include_bytes!("fixtures/dtls/openssl_p256_cert.der");
-const OPENSSL_P256_KEY: &[u8] = include_bytes!("fixtures/dtls/openssl_p256_key.pk8");
-const OPENSSL_MESSAGE: &[u8] = include_bytes!("fixtures/dtls/openssl_p256_message.bin");
-const OPENSSL_P256_SIG: &[u8] = include_bytes!("fixtures/dtls/openssl_p256_message.sig");
-const OPENSSL_P384_CERT: &[u8] = include_bytes!("fixtures/dtls/openssl_p384_cert.der");
-const OPENSSL_P384_SIG: &[u8] = include_bytes!("fixtures/dtls/openssl_p384_message.sig");
-const OPENSSL_RSA_CERT: &[u8] = include_bytes!("fixtures/dtls/openssl_rsa_cert.der");
+const OPENSSL_P256_CERT: &[u8] = include_bytes!("fixtures/dtls/openssl/openssl_p256_cert.der");
+const OPENSSL_P256_KEY: &[u8] = include_bytes!("fixtures/dtls/openssl/openssl_p256_key.pk8");
+const OPENSSL_MESSAGE: &[u8] = include_bytes!("fixtures/dtls/openssl/openssl_p256_message.bin");
+const OPENSSL_P256_SIG: &[u8] = include_bytes!("fixtures/dtls/openssl/openssl_p256_message.sig");
+const OPENSSL_P384_CERT: &[u8] = include_bytes!("fixtures/dtls/openssl/openssl_p384_cert.der");
+const OPENSSL_P384_SIG: &[u8] = include_bytes!("fixtures/dtls/openssl/openssl_p384_message.sig");
+const OPENSSL_RSA_CERT: &[u8] = include_bytes!("fixtures/dtls/openssl/openssl_rsa_cert.der");
 
 #[test]
 fn openssl_certificates() {

@@ -18,8 +18,8 @@ use shoal_components::dtls::{
     ClientHello, ContentType, DTLS_1_2, Extensions, HandshakeFragments, HandshakeType, Records,
     U16List,
 };
-use shoal_components::time::Time;
 use shoal_components::dtls::{DtlsConfig, DtlsConn, DtlsError, DtlsEvent, DtlsRole};
+use shoal_components::time::Time;
 
 const UNEXPECTED_MESSAGE: u8 = 10;
 const HANDSHAKE_FAILURE: u8 = 40;

@@ -77,10 +77,10 @@ use crate::udp::UdpIo;
 use mio::{Events, Interest, Poll, Token};
 use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
+use shoal_components::dtls::DtlsRole;
 use shoal_components::net::Datagram;
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_components::time::Time;
-use shoal_components::dtls::DtlsRole;
 use shoal_systems::{PeerDtls, PeerSpec, Shard, ShardEvent};
 
 /// Datagrams read into one batch, and so into one tick (the driver's default); a

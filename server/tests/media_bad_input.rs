@@ -20,10 +20,10 @@ use shoal_components::media::TrackId;
 use shoal_components::net::Datagram;
 use shoal_components::peer::PeerId;
 use shoal_components::rtp::RtpPacket;
+use shoal_components::srtp::{SrtpConfig, SrtpOutbound, SrtpProfile};
 use shoal_components::tick::ShardEvent;
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::Command;
-use shoal_components::srtp::{SrtpConfig, SrtpOutbound, SrtpProfile};
 
 /// Real packets the publisher sends.
 const REAL: u16 = 300;

@@ -13,15 +13,15 @@ use media_sim::{
     PUB_RTX, PUB_SSRC, SRV, TRACK, addr, cli, media_sim, nack_feedback, publish_packet,
     subscriber_ssrcs, subscription, track_spec,
 };
+use shoal_components::dtls::DtlsRole;
 use shoal_components::media::{FeedbackKinds, TrackId};
 use shoal_components::net::Datagram;
 use shoal_components::peer::PeerId;
 use shoal_components::rtcp::{Nack, NackEntry, ReceiverReport, ReportBlock, WriteRtcp};
+use shoal_components::srtp::{SrtpConfig, SrtpSession};
 use shoal_components::tick::ShardEvent;
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::Command;
-use shoal_components::dtls::DtlsRole;
-use shoal_components::srtp::{SrtpConfig, SrtpSession};
 
 /// Like `media_sim`, but the server's track is published with `feedback` (what the
 /// publisher's negotiation agreed), e.g. an Opus track: Chromium offers no

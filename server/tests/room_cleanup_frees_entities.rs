@@ -11,11 +11,11 @@ use std::time::Duration;
 use room::{Log, add_server, cli, join, open_from_client, send_range};
 use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
+use shoal_components::sctp::assoc::SctpLimits;
 use shoal_components::sctp::dcep::ChannelType;
 use shoal_components::tick::RemoveReason;
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::Command;
-use shoal_components::sctp::assoc::SctpLimits;
 
 const PARTICIPANTS: u64 = 50;
 const WAVE: u64 = 10;

@@ -6,12 +6,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use shoal_components::datachannel::ChannelError;
+use shoal_components::dtls::DtlsRole;
 use shoal_components::peer::PeerId;
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_components::tick::ShardEvent;
 use shoal_server::sim::{LinkConfig, Sim};
-use shoal_systems::datachannel::ChannelError;
-use shoal_components::dtls::DtlsRole;
 
 const SRV: &str = "10.0.0.1:7100";
 const CLI: &str = "10.0.0.2:50000";

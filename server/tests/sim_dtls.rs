@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use shoal_components::dtls::{CipherSuite, DtlsConfig, DtlsRole, NamedGroup, SrtpProfile};
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_server::sim::{LinkConfig, Sim};
-use shoal_components::dtls::{CipherSuite, DtlsConfig, DtlsRole, NamedGroup, SrtpProfile};
 use shoal_systems::{Command, PeerDtls, PeerSpec, ShardConfig};
 
 const SRV: &str = "10.0.0.1:7100";

@@ -102,9 +102,9 @@ fn sim_media_fanout_nack_recovers() {
 /// up, not before: a keyframe sent earlier would reach no one.
 #[test]
 fn a_subscriber_that_connects_later_gets_its_keyframe_request_then() {
+    use shoal_components::dtls::DtlsRole;
     use shoal_components::peer::PeerId;
     use shoal_systems::Command;
-    use shoal_components::dtls::DtlsRole;
 
     let link = LinkConfig::lossy(Duration::from_millis(20), 0.0);
     let mut sim = media_sim(3, &link, 0);

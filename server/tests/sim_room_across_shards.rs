@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use room::{Got, Log, SRV, addr, cli, join, message, open_from_client, send_range};
 use shoal_components::peer::PeerId;
+use shoal_components::relay::Forwarded;
 use shoal_components::room::RoomId;
+use shoal_components::sctp::assoc::SctpLimits;
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_server::sim::{LinkConfig, Sim};
-use shoal_systems::relay::Forwarded;
-use shoal_components::sctp::assoc::SctpLimits;
 
 const RELIABLE: ChannelType = ChannelType {
     ordered: true,

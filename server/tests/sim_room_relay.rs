@@ -15,10 +15,10 @@ use room::{
 };
 use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
+use shoal_components::sctp::assoc::SctpLimits;
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_components::tick::RemoveReason;
 use shoal_server::sim::{LinkConfig, Sim};
-use shoal_components::sctp::assoc::SctpLimits;
 use shoal_systems::{Command, CommandError};
 
 const RELIABLE: ChannelType = ChannelType {
@@ -405,7 +405,7 @@ fn a_member_the_server_removes_is_told_at_once() {
 fn huge_labels_are_not_relayed_and_cost_no_one_their_membership() {
     let mut sim = slow_room(34);
     let mut log = Log::default();
-    let label = "x".repeat(shoal_systems::relay::MAX_RELAYED_NAME + 1);
+    let label = "x".repeat(shoal_systems::passes::datachannel::relay::MAX_RELAYED_NAME + 1);
     let ch = open_from_client(&mut sim, &mut log, 1, &label, "", RELIABLE);
     send_range(&mut sim, 1, ch, 0..3, false);
     sim.run_for(Duration::from_secs(2)).unwrap();

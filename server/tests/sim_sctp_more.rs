@@ -14,15 +14,15 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use shoal_components::dtls::DtlsRole;
 use shoal_components::net::Datagram;
 use shoal_components::peer::PeerId;
+use shoal_components::sctp::assoc::SctpLimits;
 use shoal_components::sctp::tx::{Reliability, SendError};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::SctpSendError;
-use shoal_components::dtls::DtlsRole;
-use shoal_components::sctp::assoc::SctpLimits;
 
 use pair::{CLI, PEER, Pair, SRV, addr};
 
@@ -736,7 +736,7 @@ fn sim_one_sack_per_tick() {
 #[test]
 fn a_tick_cut_short_goes_on_as_far_as_the_acks_allow() {
     use shoal_components::sctp::assoc::MAX_BURST;
-    let share = shoal_systems::sctp::pass::MAX_PACKETS_PER_TICK;
+    let share = shoal_systems::passes::sctp_tx::MAX_PACKETS_PER_TICK;
     let mut p = Pair::connect(11, SctpLimits::default(), Duration::from_millis(10), 0.0);
     // Warm-up: open the client's cwnd well past three shares. Each round trip here
     // is one tick at the server, so one SACK, and slow start adds one packet per SACK
@@ -998,7 +998,7 @@ fn a_message_over_the_peers_max_message_size_is_refused() {
     assert_eq!(
         p.cli
             .channel_send(PEER, c, true, Bytes::from(vec![1u8; max + 1])),
-        Err(shoal_systems::datachannel::ChannelError::TooLarge { size: max + 1, max })
+        Err(shoal_components::datachannel::ChannelError::TooLarge { size: max + 1, max })
     );
     p.cli
         .channel_send(PEER, c, true, Bytes::from(vec![2u8; max]))

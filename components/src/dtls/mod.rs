@@ -26,12 +26,12 @@ pub mod record;
 mod tests;
 
 pub use alert::{Alert, AlertDescription, AlertLevel};
+pub use codec::U16List;
 pub use conn::{
     CipherSuite, DtlsCertificate, DtlsConfig, DtlsConn, DtlsError, DtlsEvent, DtlsRole, DtlsStats,
     MAX_BUFFERED_BYTES, MAX_FUTURE_MESSAGES, MAX_MESSAGE_LEN, MAX_QUEUED_BYTES, NamedGroup,
     REPLAY_WINDOW, ReplayWindow, SrtpKeys, SrtpProfile, crypto,
 };
-pub use codec::U16List;
 pub use error::DtlsWireError;
 pub use extension::{Extension, Extensions, UseSrtp};
 pub use handshake::{HandshakeFragment, HandshakeFragments, HandshakeHeader, HandshakeType};

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
 use crate::sctp::chunk::{
     Abort, Chunk, CookieAck, CookieEcho, Data, EDMID_DTLS, ErrorCause, HeartbeatAck, Init, InitAck,
     InitParam, OperationError, ReConfig, ReconfigParam, ReconfigResult, ShutdownAck,
@@ -21,6 +20,7 @@ use crate::sctp::tx::{
 };
 use crate::sctp::{Ssn, StreamId, Tsn};
 use crate::time::Time;
+use bytes::{Bytes, BytesMut};
 
 use super::cookie::{CookieContents, CookieError, CookieKey, VALID_COOKIE_LIFE};
 
@@ -32,6 +32,9 @@ pub const STREAMS: u16 = 1024;
 pub const MAX_INIT_RETRANSMITS: u32 = 8;
 /// RFC 9260 §16: Association.Max.Retrans.
 pub const MAX_ASSOCIATION_RETRANSMITS: u32 = 10;
+/// RFC 9260 §16: RTO.Initial, which T1-init starts from (§5.1 A) before there is an
+/// RTT to measure.
+pub const RTO_INITIAL: Duration = Duration::from_secs(1);
 
 /// Where the association is (RFC 9260 §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

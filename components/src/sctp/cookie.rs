@@ -10,10 +10,10 @@
 
 use std::time::Duration;
 
-use bytes::{BufMut, BytesMut};
-use ring::hmac;
 use crate::sctp::Tsn;
 use crate::time::Time;
+use bytes::{BufMut, BytesMut};
+use ring::hmac;
 
 const VERSION: u8 = 1;
 const BODY_LEN: usize = 1 + 8 + 4 + 2 + 2 + 4 + 4 + 4 + 4 + 4 + 2 + 2 + 1;

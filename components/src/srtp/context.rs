@@ -5,8 +5,8 @@
 //! §3.2.3 ask: "separate replay lists and packet counters for each stream (SSRC) MUST
 //! still be maintained".
 
-use bytes::BytesMut;
 use crate::hash::FastMap;
+use bytes::BytesMut;
 
 use super::SrtpError;
 use super::cipher::{GCM_TAG_LEN, Transform};

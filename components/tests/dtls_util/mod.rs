@@ -12,8 +12,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
-use shoal_components::time::Time;
 use shoal_components::dtls::{DtlsCertificate, DtlsConfig, DtlsConn, DtlsEvent, DtlsRole};
+use shoal_components::time::Time;
 
 /// Two certificates, made once per test binary.
 pub fn certs() -> (Arc<DtlsCertificate>, Arc<DtlsCertificate>) {

@@ -4,6 +4,9 @@
 //! records of its choosing, or retransmit a flight.
 
 use bytes::{Bytes, BytesMut};
+use shoal_components::dtls::crypto::{
+    EphemeralKey, PrfHash, RecordCipher, extended_master_secret, key_block, verify_data,
+};
 use shoal_components::dtls::extension::{
     EXT_SIGNATURE_ALGORITHMS, EXT_SUPPORTED_GROUPS, write_ec_point_formats,
     write_extended_master_secret, write_renegotiation_info, write_u16_list_extension,
@@ -12,9 +15,6 @@ use shoal_components::dtls::{
     Alert, Certificate, CertificateRequest, ClientHello, ClientKeyExchange, ContentType, DTLS_1_2,
     DigitallySigned, Extensions, HandshakeFragments, HandshakeType, RecordHeader, Records,
     ServerHello, ServerKeyExchange, U16List, write_handshake,
-};
-use shoal_components::dtls::crypto::{
-    EphemeralKey, PrfHash, RecordCipher, extended_master_secret, key_block, verify_data,
 };
 use shoal_components::dtls::{CipherSuite, NamedGroup};
 

@@ -15,13 +15,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use ring::rand::SecureRandom;
+use shoal_components::dtls::DtlsRole;
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_components::room::RoomId;
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_components::sdp::{self, AnswerParams, Negotiation, SessionDescription, Setup};
 use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_proto::v1::{self, DisconnectReason, participant_event, signal_response};
-use shoal_components::dtls::DtlsRole;
 use shoal_systems::{CommandError, PeerDtls, PeerSpec};
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;

@@ -38,13 +38,13 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use mio::net::UdpSocket;
 use mio::{Interest, Poll, Waker};
 use ring::rand::SystemRandom;
+use shoal_components::dtls::DtlsCertificate;
 use shoal_components::peer::PeerId;
+use shoal_components::relay::Forwarded;
+use shoal_components::relay::MediaRelay;
 use shoal_components::room::RoomId;
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
-use shoal_components::dtls::DtlsCertificate;
-use shoal_systems::media::MediaRelay;
-use shoal_systems::relay::Forwarded;
 use shoal_systems::{Command, CommandError, PeerSpec, Shard, ShardConfig};
 
 use crate::config::Config;

@@ -10,13 +10,13 @@ use mio::net::UdpSocket;
 use crate::udp::UdpIo;
 use mio::{Events, Poll, Token};
 use shoal_components::net::Datagram;
+use shoal_components::relay::Forwarded;
 use shoal_components::time::Time;
-use shoal_systems::relay::Forwarded;
 use shoal_systems::{Command, Shard};
 
 use shoal_components::tick::ShardEvent;
 
-use shoal_systems::media::MediaRelay;
+use shoal_components::relay::MediaRelay;
 
 use super::{DriverError, DriverStats, ShardCommand, ShardEventSender, ShardReport, ShardSender};
 

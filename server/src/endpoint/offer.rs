@@ -12,13 +12,13 @@
 use std::net::SocketAddr;
 
 use rand_core::RngCore;
+use shoal_components::dtls::DtlsRole;
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_components::sdp::{
     Attribute, BUNDLE, Connection, FORMAT_DATACHANNEL, Fingerprint, Group, HashFunction,
     MAX_MESSAGE_SIZE, MediaDescription, MediaKind, Origin, PROTO_DTLS_SCTP, SCTP_PORT, SdpError,
     SessionDescription, Setup, remote_max_message_size,
 };
-use shoal_components::dtls::DtlsRole;
 use shoal_systems::{PeerDtls, PeerSpec};
 
 use super::{PWD_LEN, UFRAG_LEN, ice_chars};

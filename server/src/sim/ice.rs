@@ -5,9 +5,9 @@
 
 use std::net::SocketAddr;
 
+use shoal_components::dtls::DtlsRole;
 use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
-use shoal_components::dtls::DtlsRole;
 use shoal_systems::{Command, CommandError, PeerDtls, PeerSpec};
 
 use super::Sim;

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use shoal_components::dtls::DtlsRole;
 use shoal_components::media::{
     ExtensionIds, FeedbackKinds, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
 };
@@ -15,7 +16,6 @@ use shoal_components::peer::PeerId;
 use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::Command;
-use shoal_components::dtls::DtlsRole;
 
 pub const SRV: &str = "10.0.0.1:7100";
 /// Payload types as negotiated: VP8 and its RTX (RFC 4588).

@@ -8,13 +8,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use shoal_components::dtls::DtlsRole;
 use shoal_components::net::Datagram;
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
+use shoal_components::sctp::assoc::SctpLimits;
 use shoal_components::tick::ShardEvent;
 use shoal_components::time::Time;
 use shoal_server::sim::SimRng;
-use shoal_components::dtls::DtlsRole;
-use shoal_components::sctp::assoc::SctpLimits;
 use shoal_systems::{Command, PeerDtls, PeerSpec, Shard, ShardConfig};
 
 /// The server shard's address.

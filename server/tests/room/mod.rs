@@ -9,14 +9,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use shoal_components::dtls::DtlsRole;
 use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
+use shoal_components::sctp::assoc::SctpLimits;
 use shoal_components::sctp::dcep::ChannelType;
 use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::ShardConfig;
-use shoal_components::dtls::DtlsRole;
-use shoal_components::sctp::assoc::SctpLimits;
 
 /// The first server shard's address.
 pub const SRV: &str = "10.0.0.1:7100";

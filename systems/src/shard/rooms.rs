@@ -1,25 +1,23 @@
 //! The room half of the [`Shard`] surface: membership, which other shards share a
 //! room, messages from the owner to a room (`Command::SendData`), room messages
-//! to and from other shards, closing a peer, and the counts that show a shard let
-//! go of what departed peers had.
+//! to and from other shards, and the counts that show a shard let go of what
+//! departed peers had.
 
 use bevy_ecs::prelude::*;
 use bytes::Bytes;
-use shoal_components::net::Datagram;
-use shoal_components::peer::{Ice, PeerId, PeerIndex};
+use shoal_components::datachannel::{self, ChannelParams, DataChannels, PRIORITY_NORMAL};
+use shoal_components::peer::PeerId;
+use shoal_components::relay::{Forwarded, RelayOutbox};
 use shoal_components::room::{RoomId, RoomIndex, RoomMember, RoomPresence};
 use shoal_components::sctp::Ppid;
+use shoal_components::sctp::assoc::Sctp;
 use shoal_components::sctp::dcep::ChannelType;
 use shoal_components::stats::ShardStats;
-use shoal_components::tick::{Now, RemoveReason, Transmits};
+use shoal_components::tick::{Now, RemoveReason};
 use shoal_components::time::Time;
 
 use super::{CommandError, Shard};
-use crate::datachannel::{self, Channel, ChannelParams, DataChannels, PRIORITY_NORMAL};
-use crate::dtls::pass::DtlsSession;
-use crate::ice;
-use crate::relay::{self, Delivery, Forwarded, RelayOutbox};
-use shoal_components::sctp::assoc::Sctp;
+use crate::passes::datachannel::relay::{self, Delivery};
 
 impl Shard {
     /// Makes a new peer a member of `room`. Leaving needs no call: despawning the
@@ -172,66 +170,6 @@ impl Shard {
         self.room_targets = targets;
         self.collect_events();
         queued
-    }
-
-    /// Ends the peer's DTLS connection with close_notify (RFC 5246 §7.2.1: either
-    /// side may close this way) and removes the peer with everything it had, as
-    /// [`Command::RemovePeer`](super::Command::RemovePeer) does. The alert is ready
-    /// at the next [`Shard::poll_transmit`]; a peer without a DTLS connection is
-    /// just removed.
-    pub fn close_peer(&mut self, id: PeerId) -> Result<(), CommandError> {
-        let entity = self.peer_entity(id)?;
-        self.close_entity(entity, RemoveReason::Command);
-        Ok(())
-    }
-
-    /// [`Shard::close_peer`] for an entity, removed for `reason`. RFC 7675 §5.2 and
-    /// RFC 9725 (a server ending a session revokes consent at once, e.g. by an
-    /// authenticated closing alert): the peer learns it is gone now, not when its
-    /// consent checks go unanswered.
-    pub(crate) fn close_entity(&mut self, entity: Entity, reason: RemoveReason) {
-        let selected = self.world.get::<Ice>(entity).and_then(|i| i.selected);
-        let mut sealed = Vec::new();
-        let mut path = None;
-        if let Some(mut session) = self.world.get_mut::<DtlsSession>(entity) {
-            path = selected.or(session.reply_path);
-            if let Some(conn) = session.conn.as_deref_mut() {
-                conn.close();
-                while let Some(payload) = conn.poll_transmit() {
-                    sealed.push(payload);
-                }
-            }
-        }
-        if let Some(p) = path {
-            let count = sealed.len() as u64;
-            self.world
-                .resource_mut::<Transmits>()
-                .0
-                .extend(sealed.into_iter().map(|payload| Datagram {
-                    local: p.local,
-                    remote: p.remote,
-                    payload,
-                }));
-            self.world.resource_mut::<ShardStats>().datagrams_out += count;
-        }
-        ice::remove_peer_now(&mut self.world, entity, reason);
-        self.collect_events();
-    }
-
-    /// How many entities the shard's World holds: one per peer (with all of its
-    /// components), plus the ones bevy keeps for the shard's resources, so compare
-    /// it with a baseline. O(entities): for tests and reports.
-    pub fn entity_count(&self) -> usize {
-        self.world.entity_count() as usize
-    }
-
-    /// The peer's data channel `channel`: its label, protocol, type and state.
-    pub fn channel(&self, id: PeerId, channel: u16) -> Option<&Channel> {
-        let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
-        self.world
-            .get::<DataChannels>(entity)?
-            .channels
-            .get(&channel)
     }
 
     /// Rooms with at least one member on this shard.

@@ -16,17 +16,13 @@ use shoal_components::rtp::RtpHeader;
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
-use crate::media::{
-    MediaOut, MediaRelay, MediaRelayOut, MediaStart, PeerSrtp, REPORT_INTERVAL, fan_out,
-};
+use shoal_components::relay::{MediaRelay, MediaRelayOut};
+use shoal_components::shared::{MAX_SUBSCRIPTIONS_PER_PEER, MAX_TRACKS_PER_PEER};
+use shoal_components::tick::{MediaOut, MediaStart};
+use shoal_components::transport::PeerSrtp;
 
 use super::{CommandError, Shard};
-
-/// Tracks one peer may publish (RFC 8843 BUNDLE puts them on one transport; a
-/// browser publishes a handful): what negotiation accepts.
-pub const MAX_TRACKS_PER_PEER: usize = shoal_components::sdp::MAX_PUBLISHED;
-/// Tracks one peer may be sent.
-pub const MAX_SUBSCRIPTIONS_PER_PEER: usize = 128;
+use crate::passes::media::{REPORT_INTERVAL, fan_out};
 
 impl Shard {
     /// The peer's media index, created on first use.

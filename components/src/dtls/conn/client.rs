@@ -3,7 +3,6 @@
 //! then Certificate, ClientKeyExchange, CertificateVerify, ChangeCipherSpec, Finished,
 //! then the server's Finished.
 
-use bytes::BytesMut;
 use crate::dtls::extension::{
     EXT_EC_POINT_FORMATS, EXT_EXTENDED_MASTER_SECRET, EXT_RENEGOTIATION_INFO,
     EXT_SIGNATURE_ALGORITHMS, EXT_SUPPORTED_GROUPS, EXT_USE_SRTP, POINT_FORMAT_UNCOMPRESSED,
@@ -18,6 +17,7 @@ use crate::dtls::{
     Extensions, HandshakeType, HelloVerifyRequest, ServerHello, ServerKeyExchange, U16List,
 };
 use crate::time::Time;
+use bytes::BytesMut;
 
 use super::DtlsError;
 use super::connection::DtlsConn;

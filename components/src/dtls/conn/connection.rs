@@ -6,12 +6,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
 use crate::dtls::{
     Alert, AlertDescription, AlertLevel, ContentType, HandshakeFragments, HandshakeHeader,
     HandshakeType, RecordHeader, Records,
 };
 use crate::time::Time;
+use bytes::{Bytes, BytesMut};
 
 use super::crypto::{
     DtlsCertificate, EXPLICIT_NONCE_LEN, RECORD_HEADER_LEN, RecordCipher, SrtpKeys,

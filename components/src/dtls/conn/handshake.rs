@@ -2,10 +2,10 @@
 //! handshake messages that the signatures and Finished hashes cover, and the key
 //! derivations of RFC 5246 §6.3/§8.1 with the extended master secret of RFC 7627.
 
-use bytes::BytesMut;
-use ring::digest;
 use crate::dtls::messages::SIG_ECDSA_SHA256;
 use crate::dtls::{HandshakeType, write_handshake};
+use bytes::BytesMut;
+use ring::digest;
 
 use super::DtlsError;
 use super::crypto::{

@@ -4,11 +4,11 @@
 
 use std::collections::VecDeque;
 
-use bytes::{BufMut, Bytes, BytesMut};
 use crate::dtls::{
     Alert, AlertDescription, AlertLevel, ContentType, DTLS_1_2, HANDSHAKE_HEADER_LEN,
     HandshakeHeader, HandshakeType, MAX_PLAINTEXT_LEN, RECORD_HEADER_LEN, RecordHeader,
 };
+use bytes::{BufMut, Bytes, BytesMut};
 
 use super::DtlsError;
 use super::crypto::{EXPLICIT_NONCE_LEN, RECORD_OVERHEAD, RecordCipher};

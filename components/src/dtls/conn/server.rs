@@ -3,8 +3,6 @@
 //! ServerKeyExchange, CertificateRequest, ServerHelloDone; then the client's flight;
 //! then ChangeCipherSpec and Finished.
 
-use bytes::BytesMut;
-use ring::hmac;
 use crate::dtls::extension::{
     POINT_FORMAT_UNCOMPRESSED, write_ec_point_formats, write_extended_master_secret,
     write_renegotiation_info, write_use_srtp,
@@ -16,6 +14,8 @@ use crate::dtls::{
     ServerKeyExchange,
 };
 use crate::time::Time;
+use bytes::BytesMut;
+use ring::hmac;
 
 use super::DtlsError;
 use super::client::ring_eq;

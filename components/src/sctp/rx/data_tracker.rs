@@ -11,6 +11,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::sctp::chunk::GapAckBlock;
 use crate::sctp::num::Tsn;
 
 /// How far the tracker looks ahead and how much it reports.
@@ -82,16 +83,6 @@ pub enum ForwardTsnOutcome {
     /// The new cumulative TSN was at or behind ours: ignored, and a SACK is owed
     /// (RFC 3758 §3.6).
     Stale,
-}
-
-/// One Gap Ack Block (RFC 9260 §3.3.4): received TSNs from `cumulative + start` to
-/// `cumulative + end`, both included.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GapAckBlock {
-    /// Offset of the lowest received TSN of the block from the Cumulative TSN Ack.
-    pub start: u16,
-    /// Offset of the highest received TSN of the block from the Cumulative TSN Ack.
-    pub end: u16,
 }
 
 /// How soon the owed SACK must leave.

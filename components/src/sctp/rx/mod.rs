@@ -57,9 +57,7 @@ mod receiver;
 #[cfg(test)]
 mod tests;
 
-pub use data_tracker::{
-    AckUrgency, DataTracker, ForwardTsnOutcome, GapAckBlock, Observed, TrackerLimits,
-};
+pub use data_tracker::{AckUrgency, DataTracker, ForwardTsnOutcome, Observed, TrackerLimits};
 pub use reassembly::{Reassembly, ReassemblyError, ReassemblyLimits, ResetProgress};
 pub use receiver::{DataOutcome, DropReason, Receiver, RxLimits, SackFields};
 

@@ -7,11 +7,10 @@
 //! for lack of room never shows in a SACK (RFC 9260 §6.2: "The dropped DATA chunk(s)
 //! MUST NOT be included in the SACK chunk, as they were not accepted").
 
+use crate::sctp::chunk::GapAckBlock;
 use crate::sctp::num::{Ssn, StreamId, Tsn};
 
-use super::data_tracker::{
-    AckUrgency, DataTracker, ForwardTsnOutcome, GapAckBlock, Observed, TrackerLimits,
-};
+use super::data_tracker::{AckUrgency, DataTracker, ForwardTsnOutcome, Observed, TrackerLimits};
 use super::reassembly::{Reassembly, ReassemblyError, ReassemblyLimits, ResetProgress};
 use super::{DataIn, Message};
 

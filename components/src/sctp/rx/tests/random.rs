@@ -6,6 +6,7 @@
 //! its flight that no SACK has acknowledged, learns from the SACK, and (when asked to)
 //! abandons whole messages and sends FORWARD TSN as RFC 3758 §3.5 has it.
 
+use crate::sctp::chunk::GapAckBlock;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
@@ -14,7 +15,7 @@ use rand_core::{RngCore, SeedableRng};
 
 use crate::sctp::num::{Ppid, Ssn, StreamId, Tsn};
 use crate::sctp::rx::{
-    DataIn, DataOutcome, GapAckBlock, Message, ReassemblyLimits, Receiver, RxLimits, TrackerLimits,
+    DataIn, DataOutcome, Message, ReassemblyLimits, Receiver, RxLimits, TrackerLimits,
 };
 
 const STREAMS: u16 = 5;

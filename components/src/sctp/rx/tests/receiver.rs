@@ -1,10 +1,11 @@
 //! The tracker and reassembly driven together.
 
 use super::chunk;
+use crate::sctp::chunk::GapAckBlock;
 use crate::sctp::num::{Ssn, StreamId, Tsn};
 use crate::sctp::rx::{
-    AckUrgency, DataOutcome, DropReason, ForwardTsnOutcome, GapAckBlock, ReassemblyError,
-    ReassemblyLimits, Receiver, ResetProgress, RxLimits, SackFields,
+    AckUrgency, DataOutcome, DropReason, ForwardTsnOutcome, ReassemblyError, ReassemblyLimits,
+    Receiver, ResetProgress, RxLimits, SackFields,
 };
 
 fn receiver(initial: u32, window: u32) -> Receiver {

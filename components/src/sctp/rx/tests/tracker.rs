@@ -1,9 +1,8 @@
 //! The data tracker: cumulative TSN, gap ack blocks, duplicates, SACK urgency.
 
+use crate::sctp::chunk::GapAckBlock;
 use crate::sctp::num::Tsn;
-use crate::sctp::rx::{
-    AckUrgency, DataTracker, ForwardTsnOutcome, GapAckBlock, Observed, TrackerLimits,
-};
+use crate::sctp::rx::{AckUrgency, DataTracker, ForwardTsnOutcome, Observed, TrackerLimits};
 
 fn tracker(initial: u32) -> DataTracker {
     let mut t = DataTracker::new(Tsn(initial), TrackerLimits::default());

@@ -23,8 +23,8 @@ use bytes::{Bytes, BytesMut};
 use rand_core::RngCore;
 use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::{
-    Freshness, Ice, IceControlling, IceCredentials, IceRole, IceState, MAX_VALID_REMOTES, Peer,
-    PeerIndex, PendingCheck,
+    Freshness, Ice, IceControlling, IceCredentials, IceRole, IceState, Peer, PeerIndex,
+    PendingCheck,
 };
 use shoal_components::stats::ShardStats;
 use shoal_components::stun::{self, Class, StunError, StunMessage, StunWriter, TransactionId};
@@ -34,7 +34,9 @@ use shoal_components::tick::{
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
-use crate::shard::{ShardLimits, ShardRng};
+use shoal_components::shared::{ShardLimits, ShardRng};
+
+use crate::peer::remember_valid;
 
 /// RFC 7675 §5.1: consent expires 30 s after the last successful check.
 pub const CONSENT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -272,29 +274,6 @@ fn handle_request(ctx: &mut IceCtx, peers: &mut PeerQuery, d: &Datagram, msg: &S
         let at = consent_deadline(&ice, &ctx.limits);
         ctx.heap
             .arm(&mut timers, entity, TimerKind::ConsentExpiry, at);
-    }
-}
-
-/// Adds `path` to the peer's validated paths (bounded; the oldest unselected one
-/// makes room) and to the shard's path index.
-fn remember_valid(ice: &mut Ice, index: &mut PeerIndex, entity: Entity, path: FiveTuple) {
-    if !ice.valid.contains(&path) {
-        if ice.valid.len() >= MAX_VALID_REMOTES {
-            let selected = ice.selected;
-            if let Some(pos) = ice.valid.iter().position(|p| Some(*p) != selected) {
-                let old = ice.valid.remove(pos);
-                unindex_path(index, old, entity);
-            }
-        }
-        ice.valid.push(path);
-    }
-    index.by_path.entry(path).or_insert(entity);
-}
-
-/// Removes `path` from the index if, and only if, it maps to `entity`.
-fn unindex_path(index: &mut PeerIndex, path: FiveTuple, entity: Entity) {
-    if index.by_path.get(&path) == Some(&entity) {
-        index.by_path.remove(&path);
     }
 }
 
@@ -614,88 +593,9 @@ fn remove_peer(
     reason: RemoveReason,
 ) {
     let (index, events) = (&mut *ctx.index, &mut *ctx.events);
-    remove_peer_in_pass(
+    crate::peer::remove_in_pass(
         index, events, commands, entity, peer, creds, ice, ctl, reason,
     );
-}
-
-/// Removes a peer from inside any pass: its index entries now, the entity (and
-/// every component it had) when the pass's commands apply. Marks the peer Failed
-/// first, so later work in the same tick leaves it alone.
-pub(crate) fn remove_peer_in_pass(
-    index: &mut PeerIndex,
-    events: &mut Events,
-    commands: &mut Commands,
-    entity: Entity,
-    peer: &Peer,
-    creds: &IceCredentials,
-    ice: &mut Ice,
-    ctl: Option<&IceControlling>,
-    reason: RemoveReason,
-) {
-    if ice.state == IceState::Failed {
-        return;
-    }
-    ice.state = IceState::Failed;
-    unindex(index, entity, peer, ice, ctl);
-    index.by_ufrag.remove(&creds.local_ufrag);
-    commands.entity(entity).despawn();
-    events.0.push(ShardEvent::PeerRemoved {
-        peer: peer.id,
-        reason,
-    });
-}
-
-fn unindex(
-    index: &mut PeerIndex,
-    entity: Entity,
-    peer: &Peer,
-    ice: &Ice,
-    ctl: Option<&IceControlling>,
-) {
-    index.by_id.remove(&peer.id);
-    for p in &ice.valid {
-        unindex_path(index, *p, entity);
-    }
-    if let Some(ctl) = ctl {
-        if let Some(p) = ctl.pending {
-            index.by_transaction.remove(&p.tid);
-        }
-        for t in ctl.consent_tids.iter().flatten() {
-            index.by_transaction.remove(t);
-        }
-    }
-}
-
-/// Removes a peer outside the schedule (a command), at once.
-pub fn remove_peer_now(world: &mut World, entity: Entity, reason: RemoveReason) {
-    let Some(peer) = world.get::<Peer>(entity).copied() else {
-        return;
-    };
-    let ice = world.get::<Ice>(entity).cloned();
-    let ctl = world.get::<IceControlling>(entity).cloned();
-    let ufrag = world
-        .get::<IceCredentials>(entity)
-        .map(|c| c.local_ufrag.clone());
-    {
-        let mut index = world.resource_mut::<PeerIndex>();
-        if let Some(ice) = &ice {
-            unindex(&mut index, entity, &peer, ice, ctl.as_ref());
-        } else {
-            index.by_id.remove(&peer.id);
-        }
-        if let Some(u) = ufrag {
-            index.by_ufrag.remove(&u);
-        }
-    }
-    world.despawn(entity);
-    world
-        .resource_mut::<Events>()
-        .0
-        .push(ShardEvent::PeerRemoved {
-            peer: peer.id,
-            reason,
-        });
 }
 
 /// When the peer's consent lapses: the consent timeout after the last valid check

@@ -38,24 +38,24 @@
 //! and protocol; nothing is copied. At most [`MAX_FORWARDS_PER_TICK`] records leave
 //! a tick; the rest are dropped and counted (`ShardStats::relay_forwards_dropped`).
 
-use std::sync::Arc;
-
 use bevy_ecs::entity::EntityHashSet;
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
 use bytes::Bytes;
+use shoal_components::datachannel::{
+    self, ChannelError, ChannelParams, DataChannels, queue_user_message,
+};
 use shoal_components::peer::{Ice, IceState};
+use shoal_components::relay::{Forwarded, RelayOutbox};
 use shoal_components::room::{RoomId, RoomIndex, RoomPresence};
 use shoal_components::sctp::Ppid;
-use shoal_components::sctp::dcep::{ChannelType, Reliability};
+use shoal_components::sctp::assoc::{AssocState, Sctp};
+use shoal_components::sctp::dcep::Reliability;
 use shoal_components::stats::ShardStats;
-use shoal_components::tick::SctpWork;
+use shoal_components::tick::{SctpWork, SlowReceivers};
 use shoal_components::time::Time;
 
-use crate::datachannel::{
-    self, ChannelError, ChannelParams, ChannelsQuery, DataChannels, queue_user_message,
-};
-use shoal_components::sctp::assoc::{AssocState, Sctp};
+use super::ChannelsQuery;
 
 /// One message to relay: what a member sent on `stream`, in its wire form.
 #[derive(Debug)]
@@ -73,53 +73,13 @@ pub struct RelayJob {
 /// With 1024 datagrams a tick this is several small messages per datagram.
 pub const MAX_FORWARDS_PER_TICK: usize = 4096;
 
-/// A room message on its way to the room's members on another shard: what the
-/// relay passes to [`deliver`], owned and cheap to clone (reference counts only).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Forwarded {
-    /// The room.
-    pub room: RoomId,
-    /// The sender channel's label: receivers get it on their channel of this label.
-    pub label: Arc<str>,
-    /// The sender channel's sub-protocol.
-    pub protocol: Arc<str>,
-    /// The sender channel's ordering and reliability.
-    pub kind: ChannelType,
-    /// The sender channel's priority.
-    pub priority: u16,
-    /// The PPID the message came with.
-    pub ppid: Ppid,
-    /// The payload it came with (shared, never copied).
-    pub payload: Bytes,
-}
-
-impl Forwarded {
-    /// The channel parameters a receiver's channel is opened with if it has none.
-    pub fn params(&self) -> ChannelParams<'_> {
-        ChannelParams {
-            label: &self.label,
-            protocol: &self.protocol,
-            kind: self.kind,
-            priority: self.priority,
-        }
-    }
-}
-
-/// This tick's records for other shards, in the order the relay produced them.
-#[derive(Resource, Debug, Default)]
-pub struct RelayOutbox(pub Vec<Forwarded>);
-
-/// The relay's per-tick lists, reused tick after tick.
-#[derive(Resource, Debug, Default)]
+/// The relay's per-tick lists, the datachannel pass's own, reused tick after tick.
+#[derive(Debug, Default)]
 pub struct RelayScratch {
     /// Messages of the sender being handled.
     pub jobs: Vec<RelayJob>,
     /// Receivers already on this tick's work list.
     pub woken: EntityHashSet,
-    /// Receivers to disconnect as slow once the tick's passes are done
-    /// (`Shard::tick` closes their DTLS connections with close_notify and removes
-    /// them), each once.
-    pub slow: Vec<Entity>,
 }
 
 /// Which peers are leaving, as the datachannel pass sees them.
@@ -147,6 +107,7 @@ pub(crate) struct RelayCtx<'a, 'w, 's> {
     pub presence: &'a RoomPresence,
     pub outbox: &'a mut RelayOutbox,
     pub relay: &'a mut RelayScratch,
+    pub slow: &'a mut SlowReceivers,
     pub leave: &'a mut Leave<'w, 's>,
 }
 
@@ -167,6 +128,7 @@ pub(crate) fn fan_out(
         presence,
         outbox,
         relay,
+        slow,
         leave,
     } = ctx;
     let members = rooms.members(room);
@@ -176,7 +138,7 @@ pub(crate) fn fan_out(
             forward(outbox, stats, q, from, room, &job);
         }
         for &to in members {
-            if to == from || leave.is_leaving(to) || relay.slow.contains(&to) {
+            if to == from || leave.is_leaving(to) || slow.0.contains(&to) {
                 continue;
             }
             let Ok([(_, _, sender, _), (_, mut a, mut dc, _)]) = q.get_many_mut([from, to]) else {
@@ -201,7 +163,7 @@ pub(crate) fn fan_out(
                     }
                 }
                 Delivery::Skipped => {}
-                Delivery::SlowReceiver => relay.slow.push(to),
+                Delivery::SlowReceiver => slow.0.push(to),
             }
         }
     }

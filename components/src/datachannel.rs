@@ -1,36 +1,28 @@
 //! Data channels over an association (RFC 8831) with in-band setup by DCEP (RFC
-//! 8832), and the `datachannel` pass that turns reassembled SCTP messages into
-//! channel events.
+//! 8832): a peer's channels as a component, and the operations that open, use and
+//! close them on its association. The `datachannel` pass (in `shoal-systems`)
+//! turns reassembled SCTP messages into channel events with these.
 //!
 //! A channel is one SCTP stream. Whoever opens it picks the stream by DTLS role
 //! (RFC 8831 §6.5: the DTLS client even ids, the server odd ones), sends
 //! DATA_CHANNEL_OPEN on it with PPID 50, and may send data at once; the other side
 //! answers DATA_CHANNEL_ACK. User messages carry the WebRTC PPIDs (RFC 8831 §6.6):
 //! an empty message travels as one zero byte with an "empty" PPID.
-//!
-//! A message from a peer that is a room member is relayed to the other members
-//! (`crate::relay`) instead of being reported; other peers' messages become
-//! [`ShardEvent::ChannelMessage`] for the shard's owner.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bevy_ecs::prelude::*;
-use bevy_ecs::system::SystemParam;
+use bevy_ecs::prelude::Component;
 use bytes::{Bytes, BytesMut};
-use shoal_components::hash::FastMap;
-use shoal_components::peer::Peer;
-use shoal_components::room::{RoomIndex, RoomMember, RoomPresence};
-use shoal_components::sctp::Ppid;
-use shoal_components::sctp::StreamId;
-use shoal_components::sctp::dcep::{ChannelType, DataChannelOpen, DcepMessage, Reliability};
-use shoal_components::sctp::tx::{OutgoingMessage, Reliability as TxReliability};
-use shoal_components::stats::ShardStats;
-use shoal_components::tick::{Events, Now, SctpWork, ShardEvent};
-use shoal_components::time::Time;
 
-use crate::relay::{self, Leave, RelayJob, RelayOutbox, RelayScratch};
-use shoal_components::sctp::assoc::Sctp;
+use crate::hash::FastMap;
+use crate::peer::PeerId;
+use crate::sctp::assoc::Sctp;
+use crate::sctp::dcep::{ChannelType, DataChannelOpen, DcepMessage, Reliability};
+use crate::sctp::tx::{OutgoingMessage, Reliability as TxReliability};
+use crate::sctp::{Ppid, StreamId};
+use crate::tick::{Events, ShardEvent};
+use crate::time::Time;
 
 /// Where a channel is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,7 +91,9 @@ impl DataChannels {
         self.labels.get(label).copied()
     }
 
-    fn insert(&mut self, id: u16, channel: Channel) {
+    /// Adds a channel; its label maps to it unless an older channel holds the label
+    /// (see [`DataChannels`]).
+    pub fn insert(&mut self, id: u16, channel: Channel) {
         let ours = |stream: u16| stream % 2 == self.next_id % 2;
         match self.labels.get(&*channel.label) {
             None => {
@@ -116,7 +110,7 @@ impl DataChannels {
     fn allocate(&self) -> Option<u16> {
         // RFC 8831 §6.5 keeps our parity; the lowest free id is taken, so a stream
         // freed by a reset (RFC 8831 §6.7) is used again.
-        (self.next_id % 2..shoal_components::sctp::assoc::STREAMS)
+        (self.next_id % 2..crate::sctp::assoc::STREAMS)
             .step_by(2)
             .find(|id| !self.channels.contains_key(id))
     }
@@ -157,7 +151,7 @@ pub enum ChannelError {
 }
 
 /// The PPID and wire payload of a user message (RFC 8831 §6.6).
-pub(crate) fn encode(binary: bool, payload: Bytes) -> (Ppid, Bytes) {
+pub fn encode(binary: bool, payload: Bytes) -> (Ppid, Bytes) {
     match (binary, payload.is_empty()) {
         (true, false) => (Ppid::BINARY, payload),
         (false, false) => (Ppid::STRING, payload),
@@ -166,7 +160,8 @@ pub(crate) fn encode(binary: bool, payload: Bytes) -> (Ppid, Bytes) {
     }
 }
 
-pub(crate) fn tx_policy(kind: &ChannelType) -> TxReliability {
+/// The send queue's reliability for a channel of `kind` (RFC 8832 §5.1).
+pub fn tx_policy(kind: &ChannelType) -> TxReliability {
     match kind.reliability {
         Reliability::Reliable => TxReliability::Reliable,
         Reliability::MaxRetransmits(n) => {
@@ -179,7 +174,7 @@ pub(crate) fn tx_policy(kind: &ChannelType) -> TxReliability {
 }
 
 /// Queues a DCEP message on `stream`: ordered and reliable (RFC 8832 §6).
-fn send_dcep(a: &mut Sctp, now: Time, stream: u16, msg: &DcepMessage) -> bool {
+pub fn send_dcep(a: &mut Sctp, now: Time, stream: u16, msg: &DcepMessage) -> bool {
     let Some(tx) = a.tx.as_mut() else {
         return false;
     };
@@ -277,7 +272,7 @@ pub fn send(
 /// Queues a user message in its wire form (PPID and payload, RFC 8831 §6.6) on
 /// `stream`, whose channel is in `state`, with the ordering and reliability of
 /// `kind`.
-pub(crate) fn queue_user_message(
+pub fn queue_user_message(
     a: &mut Sctp,
     now: Time,
     stream: u16,
@@ -302,7 +297,7 @@ pub(crate) fn queue_user_message(
     tx.queue
         .send(now, StreamId(stream), m)
         .map_err(|e| match e {
-            shoal_components::sctp::tx::SendError::WouldBlock => ChannelError::WouldBlock,
+            crate::sctp::tx::SendError::WouldBlock => ChannelError::WouldBlock,
             other => ChannelError::Refused(format!("{other:?}")),
         })?;
     Ok(())
@@ -333,7 +328,7 @@ fn start_outgoing_reset(a: &mut Sctp, channel: u16) {
 /// Applies finished stream resets to the channels: a channel closes when both of
 /// its directions are reset; an incoming reset of an open channel makes us reset
 /// ours (RFC 8831 §6.7).
-fn on_resets(a: &mut Sctp, dc: &mut DataChannels, peer: &Peer, events: &mut Events) {
+pub fn apply_resets(a: &mut Sctp, dc: &mut DataChannels, peer: PeerId, events: &mut Events) {
     let incoming = std::mem::take(&mut a.reset.incoming_done);
     let outgoing = std::mem::take(&mut a.reset.outgoing_done);
     for s in incoming {
@@ -358,10 +353,9 @@ fn on_resets(a: &mut Sctp, dc: &mut DataChannels, peer: &Peer, events: &mut Even
     channels.retain(|&id, ch| {
         let done = ch.incoming_reset && ch.outgoing_reset;
         if done {
-            events.0.push(ShardEvent::ChannelClosed {
-                peer: peer.id,
-                channel: id,
-            });
+            events
+                .0
+                .push(ShardEvent::ChannelClosed { peer, channel: id });
             if labels.get(&*ch.label) == Some(&id)
                 && let Some((label, _)) = labels.remove_entry(&*ch.label)
             {
@@ -381,173 +375,6 @@ fn on_resets(a: &mut Sctp, dc: &mut DataChannels, peer: &Peer, events: &mut Even
         if let Some(id) = next {
             labels.insert(label, id);
         }
-    }
-}
-
-/// The channels of a peer as the datachannel pass sees them.
-pub(crate) type ChannelsQuery = (
-    &'static Peer,
-    &'static mut Sctp,
-    &'static mut DataChannels,
-    Option<&'static RoomMember>,
-);
-
-/// What the datachannel pass touches besides the channels.
-#[derive(SystemParam)]
-pub struct DataChannelCtx<'w, 's> {
-    now: Res<'w, Now>,
-    work: ResMut<'w, SctpWork>,
-    events: ResMut<'w, Events>,
-    stats: ResMut<'w, ShardStats>,
-    rooms: Res<'w, RoomIndex>,
-    presence: Res<'w, RoomPresence>,
-    outbox: ResMut<'w, RelayOutbox>,
-    relay: ResMut<'w, RelayScratch>,
-    leave: Leave<'w, 's>,
-}
-
-/// The datachannel pass: DCEP and user messages from what SCTP delivered this tick;
-/// room members' messages are relayed to the other members of their room.
-pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
-    // Receivers the relay wakes are appended to the work list (for sack_batch and
-    // sctp_tx); they got nothing this tick, so this loop need not visit them.
-    let senders = ctx.work.0.len();
-    for i in 0..senders {
-        let Some(&entity) = ctx.work.0.get(i) else {
-            break;
-        };
-        let Ok((peer, mut a, mut dc, member)) = q.get_mut(entity) else {
-            continue;
-        };
-        let room = member.map(|m| m.room);
-        // Messages first: what was sent before a stream's reset arrived before it.
-        let delivered = std::mem::take(&mut a.delivered);
-        for m in delivered {
-            let stream = m.stream.0;
-            match m.ppid {
-                Ppid::DCEP => on_dcep(&mut ctx, peer, &mut a, &mut dc, stream, &m.payload),
-                Ppid::STRING | Ppid::BINARY | Ppid::STRING_EMPTY | Ppid::BINARY_EMPTY
-                    if dc.channels.contains_key(&stream) =>
-                {
-                    if room.is_some() {
-                        // Relayed in its wire form: PPID and payload as they came.
-                        ctx.relay.jobs.push(RelayJob {
-                            stream,
-                            ppid: m.ppid,
-                            payload: m.payload,
-                        });
-                        continue;
-                    }
-                    let binary = m.ppid == Ppid::BINARY || m.ppid == Ppid::BINARY_EMPTY;
-                    // RFC 8831 §6.6: an "empty" PPID's one byte is ignored.
-                    let payload = if m.ppid == Ppid::STRING_EMPTY || m.ppid == Ppid::BINARY_EMPTY {
-                        Bytes::new()
-                    } else {
-                        m.payload
-                    };
-                    ctx.events.0.push(ShardEvent::ChannelMessage {
-                        peer: peer.id,
-                        channel: stream,
-                        binary,
-                        payload,
-                    });
-                }
-                // Not a data channel's: the raw SCTP user gets it.
-                ppid => ctx.events.0.push(ShardEvent::SctpMessage {
-                    peer: peer.id,
-                    stream,
-                    ppid: ppid.0,
-                    payload: m.payload,
-                }),
-            }
-        }
-        // Relayed before the resets apply, so a channel closed in this tick still
-        // names the label its last messages go out on.
-        if let Some(room) = room
-            && !ctx.relay.jobs.is_empty()
-        {
-            relay::fan_out(&mut ctx.relay_ctx(), &mut q, entity, room);
-        }
-        let Ok((peer, mut a, mut dc, _)) = q.get_mut(entity) else {
-            continue;
-        };
-        if !a.reset.incoming_done.is_empty() || !a.reset.outgoing_done.is_empty() {
-            on_resets(&mut a, &mut dc, peer, &mut ctx.events);
-        }
-    }
-    ctx.relay.woken.clear();
-}
-
-impl<'w, 's> DataChannelCtx<'w, 's> {
-    fn relay_ctx(&mut self) -> relay::RelayCtx<'_, 'w, 's> {
-        relay::RelayCtx {
-            now: self.now.0,
-            work: &mut self.work,
-            stats: &mut self.stats,
-            rooms: &self.rooms,
-            presence: &self.presence,
-            outbox: &mut self.outbox,
-            relay: &mut self.relay,
-            leave: &mut self.leave,
-        }
-    }
-}
-
-/// A DCEP message on `stream` (RFC 8832 §5, §6).
-fn on_dcep(
-    ctx: &mut DataChannelCtx,
-    peer: &Peer,
-    a: &mut Sctp,
-    dc: &mut DataChannels,
-    stream: u16,
-    payload: &[u8],
-) {
-    match DcepMessage::parse(payload) {
-        Ok(DcepMessage::Open(open)) => {
-            // RFC 8832 §6: create the channel and acknowledge it. An OPEN on a stream
-            // of our own parity (RFC 8831 §6.5) or on one in use is refused: no
-            // channel and no ACK.
-            let ours = stream % 2 == dc.next_id % 2;
-            if ours || dc.channels.contains_key(&stream) {
-                ctx.stats.dcep_refused += 1;
-                return;
-            }
-            dc.insert(
-                stream,
-                Channel {
-                    label: open.label().into(),
-                    protocol: open.protocol().into(),
-                    kind: open.channel_type,
-                    priority: open.priority,
-                    state: ChannelState::Open,
-                    incoming_reset: false,
-                    outgoing_reset: false,
-                },
-            );
-            ctx.events.0.push(ShardEvent::ChannelOpen {
-                peer: peer.id,
-                channel: stream,
-                label: open.label().to_owned(),
-                protocol: open.protocol().to_owned(),
-                kind: open.channel_type,
-            });
-            send_dcep(a, ctx.now.0, stream, &DcepMessage::Ack);
-        }
-        Ok(DcepMessage::Ack) => {
-            if let Some(ch) = dc.channels.get_mut(&stream)
-                && ch.state == ChannelState::Opening
-            {
-                ch.state = ChannelState::Open;
-                ctx.events.0.push(ShardEvent::ChannelOpen {
-                    peer: peer.id,
-                    channel: stream,
-                    label: ch.label.to_string(),
-                    protocol: ch.protocol.to_string(),
-                    kind: ch.kind,
-                });
-            }
-        }
-        Err(_) => ctx.stats.dcep_malformed += 1,
     }
 }
 

@@ -6,10 +6,8 @@ use bevy_ecs::prelude::*;
 use shoal_components::net::PacketClass;
 use shoal_components::peer::PeerIndex;
 use shoal_components::stats::ShardStats;
-use shoal_components::tick::{DtlsInbox, DueTimers, Inbox, Now, StunInbox};
+use shoal_components::tick::{DtlsInbox, DueTimers, Inbox, MediaInbox, Now, StunInbox};
 use shoal_components::timer::{TimerHeap, Timers};
-
-use crate::media::MediaInbox;
 
 /// Timers fired per tick at most; the rest wait for the next tick (which the heap's
 /// top then asks for at once).

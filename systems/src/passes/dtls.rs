@@ -12,67 +12,21 @@
 //! (the certificate's SHA-256 equals the fingerprint from its SDP); a failed or
 //! closed handshake removes the peer and every component it had.
 
-use std::sync::Arc;
-
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
-use bytes::Bytes;
-use shoal_components::net::{Datagram, FiveTuple};
+use rand_core::RngCore;
+use shoal_components::dtls::{DtlsConn, DtlsEvent, DtlsRole};
 use shoal_components::peer::{Ice, IceControlling, IceCredentials, IceState, Peer, PeerIndex};
+use shoal_components::shared::{ShardDtls, ShardRng};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{
-    DtlsInbox, DtlsStart, DueTimers, Events, Now, Outbox, RemoveReason, SctpInbox, SctpStart,
-    ShardEvent,
+    DtlsInbox, DtlsStart, DueTimers, Events, MediaStart, Now, Outbox, RemoveReason, SctpInbox,
+    SctpStart, ShardEvent,
 };
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
+use shoal_components::transport::{DtlsSession, PeerSrtp, flush_sealed};
 
-use shoal_components::dtls::{CipherSuite, DtlsCertificate, DtlsConfig, DtlsConn, DtlsEvent, DtlsRole, SrtpKeys};
-use crate::ice::remove_peer_in_pass;
-use crate::media::{MediaStart, PeerSrtp};
-use crate::shard::ShardRng;
-use rand_core::RngCore;
-
-/// A peer's DTLS: its role and expected fingerprint from signalling, the connection
-/// once started, and the SRTP keys once it is authenticated.
-#[derive(Component)]
-pub struct DtlsSession {
-    /// Which side of the handshake shoal plays for this peer.
-    pub role: DtlsRole,
-    /// SHA-256 of the certificate the peer must present (its SDP `a=fingerprint`).
-    pub remote_fingerprint: [u8; 32],
-    /// The connection, boxed: it is large and most of a peer's rows are touched
-    /// without it.
-    pub conn: Option<Box<DtlsConn>>,
-    /// Where records go while no path is selected.
-    pub reply_path: Option<FiveTuple>,
-    /// Keys exported for SRTP (RFC 5764 §4.2), once connected.
-    pub srtp: Option<SrtpKeys>,
-    /// The negotiated cipher suite, once connected.
-    pub suite: Option<CipherSuite>,
-}
-
-impl DtlsSession {
-    /// A session that has not started.
-    pub fn new(role: DtlsRole, remote_fingerprint: [u8; 32]) -> DtlsSession {
-        DtlsSession {
-            role,
-            remote_fingerprint,
-            conn: None,
-            reply_path: None,
-            srtp: None,
-            suite: None,
-        }
-    }
-}
-
-/// The DTLS setup every connection of a shard shares.
-#[derive(Resource, Clone)]
-pub struct ShardDtls {
-    /// Handshake parameters.
-    pub config: Arc<DtlsConfig>,
-    /// The shard's certificate, whose fingerprint signalling hands to peers.
-    pub certificate: Arc<DtlsCertificate>,
-}
+use crate::peer::remove_in_pass;
 
 /// Everything the dtls pass touches besides the peer tables.
 #[derive(SystemParam)]
@@ -199,10 +153,11 @@ fn drive(
 ) {
     let (peer, creds, mut ice, mut timers, ctl, mut session) = row;
     let session = &mut *session;
+    let path = session.path(ice.selected);
     let Some(conn) = session.conn.as_deref_mut() else {
         return;
     };
-    flush(conn, ice.selected.or(session.reply_path), &mut ctx.out);
+    flush_sealed(conn, path, &mut ctx.out);
     let mut end = None;
     while let Some(event) = conn.poll_event() {
         match event {
@@ -239,7 +194,7 @@ fn drive(
     if let Some(reason) = end {
         timers.cancel(TimerKind::Dtls);
         let (index, events) = (&mut *ctx.index, &mut *ctx.events);
-        remove_peer_in_pass(
+        remove_in_pass(
             index, events, commands, entity, peer, creds, &mut ice, ctl, reason,
         );
         return;
@@ -247,26 +202,5 @@ fn drive(
     match conn.poll_timeout() {
         Some(at) => ctx.heap.arm(&mut timers, entity, TimerKind::Dtls, at),
         None => timers.cancel(TimerKind::Dtls),
-    }
-}
-
-/// Moves what a connection sealed into the outbox, on `path` (the selected path, or
-/// before there is one, where the peer's DTLS last came from); without a path there
-/// is nowhere to send it.
-pub(crate) fn flush(conn: &mut DtlsConn, path: Option<FiveTuple>, out: &mut Outbox) {
-    while let Some(payload) = conn.poll_transmit() {
-        push_datagram(out, path, payload);
-    }
-}
-
-/// Queues one datagram a connection sealed on `path`; without a path there is
-/// nowhere to send it.
-pub(crate) fn push_datagram(out: &mut Outbox, path: Option<FiveTuple>, payload: Bytes) {
-    if let Some(p) = path {
-        out.0.push(Datagram {
-            local: p.local,
-            remote: p.remote,
-            payload,
-        });
     }
 }

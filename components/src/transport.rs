@@ -1,0 +1,89 @@
+//! A peer's secured transport as components: its DTLS session (role, pinned
+//! fingerprint, the connection once started, what it exported) and the SRTP contexts
+//! keyed from it. The dtls pass starts and drives the session; `sctp_tx` and closing a
+//! peer seal records through it; `srtp_in` and `egress` use the SRTP contexts.
+
+use bevy_ecs::prelude::Component;
+
+use crate::dtls::{CipherSuite, DtlsConn, DtlsRole, SrtpKeys};
+use crate::net::FiveTuple;
+use crate::shared::{MAX_SUBSCRIPTIONS_PER_PEER, MAX_TRACKS_PER_PEER};
+use crate::srtp::{SrtpConfig, SrtpSession};
+use crate::tick::Outbox;
+
+/// A peer's DTLS: its role and expected fingerprint from signalling, the connection
+/// once started, and the SRTP keys once it is authenticated.
+#[derive(Component)]
+pub struct DtlsSession {
+    /// Which side of the handshake shoal plays for this peer.
+    pub role: DtlsRole,
+    /// SHA-256 of the certificate the peer must present (its SDP `a=fingerprint`).
+    pub remote_fingerprint: [u8; 32],
+    /// The connection, boxed: it is large and most of a peer's rows are touched
+    /// without it.
+    pub conn: Option<Box<DtlsConn>>,
+    /// Where records go while no path is selected.
+    pub reply_path: Option<FiveTuple>,
+    /// Keys exported for SRTP (RFC 5764 §4.2), once connected.
+    pub srtp: Option<SrtpKeys>,
+    /// The negotiated cipher suite, once connected.
+    pub suite: Option<CipherSuite>,
+}
+
+impl DtlsSession {
+    /// A session that has not started.
+    pub fn new(role: DtlsRole, remote_fingerprint: [u8; 32]) -> DtlsSession {
+        DtlsSession {
+            role,
+            remote_fingerprint,
+            conn: None,
+            reply_path: None,
+            srtp: None,
+            suite: None,
+        }
+    }
+
+    /// Where the session's records go: the selected path, or before there is one,
+    /// the path the peer's DTLS last came from.
+    pub fn path(&self, selected: Option<FiveTuple>) -> Option<FiveTuple> {
+        selected.or(self.reply_path)
+    }
+
+    /// Whether the handshake has completed and authenticated the peer.
+    pub fn is_connected(&self) -> bool {
+        self.conn.as_deref().is_some_and(DtlsConn::is_connected)
+    }
+}
+
+/// Moves every datagram a connection sealed into the outbox, on `path`; without a
+/// path there is nowhere to send them.
+pub fn flush_sealed(conn: &mut DtlsConn, path: Option<FiveTuple>, out: &mut Outbox) {
+    while let Some(payload) = conn.poll_transmit() {
+        out.push_on(path, payload);
+    }
+}
+
+/// A peer's SRTP contexts (from its DTLS-SRTP export) and the SSRC shoal sends its
+/// own RTCP with on that session.
+#[derive(Component)]
+pub struct PeerSrtp {
+    /// Both directions.
+    pub session: SrtpSession,
+    /// shoal's RTCP sender SSRC in this session.
+    pub rtcp_ssrc: u32,
+}
+
+impl PeerSrtp {
+    /// Contexts keyed from `keys` for shoal's DTLS `role`. Retransmissions go as RTX
+    /// (new indices), so the sender never protects an index twice.
+    pub fn new(keys: &SrtpKeys, role: DtlsRole, rtcp_ssrc: u32) -> Option<PeerSrtp> {
+        // Room for every SSRC a peer may be sent at once (a subscription and its
+        // RTX) and its own, with the ones of ended subscriptions forgotten.
+        let config = SrtpConfig {
+            max_ssrcs: 2 * MAX_SUBSCRIPTIONS_PER_PEER + 2 * MAX_TRACKS_PER_PEER + 8,
+            ..SrtpConfig::default()
+        };
+        let session = SrtpSession::new(keys, role, config).ok()?;
+        Some(PeerSrtp { session, rtcp_ssrc })
+    }
+}

@@ -1,3 +1,0 @@
-//! The dtls pass.
-
-pub mod pass;

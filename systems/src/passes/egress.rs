@@ -1,0 +1,248 @@
+//! The `egress` pass: everything the passes queued this tick becomes one batch of
+//! datagrams for the driver: the records and packets already sealed where they were
+//! made, then the media half: each subscriber's copy (its SSRC, payload type,
+//! continuous sequence numbers and timestamps, its own mid header extension, the
+//! audio level carried over) written straight into the shared buffer and protected
+//! there with the subscriber's outbound SRTP context, and every RTCP compound
+//! protected likewise: one decrypt per incoming packet, one encrypt per copy, no
+//! allocation per packet once warm.
+
+use bevy_ecs::prelude::*;
+use rand_core::RngCore;
+use shoal_components::media::{RetiredSsrcs, Subscription};
+use shoal_components::net::Datagram;
+use shoal_components::peer::Ice;
+use shoal_components::rtp::{RtpFields, RtpWriter};
+use shoal_components::shared::ShardRng;
+use shoal_components::stats::ShardStats;
+use shoal_components::tick::{MediaOut, Now, Outbox, Outgoing, SharedRtp, Transmits, WriteBuffer};
+use shoal_components::time::Time;
+use shoal_components::transport::PeerSrtp;
+
+/// The egress pass.
+pub fn egress(
+    now: Res<Now>,
+    mut outbox: ResMut<Outbox>,
+    mut tx: ResMut<Transmits>,
+    mut stats: ResMut<ShardStats>,
+    mut media_out: ResMut<MediaOut>,
+    mut write: ResMut<WriteBuffer>,
+    mut rng: ResMut<ShardRng>,
+    mut subs: Query<&mut Subscription>,
+    mut peers: Query<(&Ice, &mut PeerSrtp)>,
+    mut retired: ResMut<RetiredSsrcs>,
+) {
+    stats.datagrams_out += outbox.0.len() as u64;
+    tx.0.append(&mut outbox.0);
+    // Ended subscriptions' SSRCs leave their subscriber's outbound context, so it
+    // does not fill up over a long session; the negotiation never gives one out again
+    // in that session (an SRTP index must not repeat under one key: the keystream,
+    // or the GCM nonce, would repeat).
+    for (peer, ssrc) in retired.0.drain(..) {
+        if let Ok((_, mut srtp)) = peers.get_mut(peer) {
+            srtp.session.outbound.forget_ssrc(ssrc);
+        }
+    }
+    if media_out.0.is_empty() {
+        return;
+    }
+    let before = tx.0.len();
+    egress_media(
+        &mut media_out,
+        &mut write,
+        &mut subs,
+        &mut peers,
+        &mut rng,
+        now.0,
+        &mut stats,
+        &mut tx.0,
+    );
+    stats.datagrams_out += (tx.0.len() - before) as u64;
+}
+
+/// The media half: every subscriber's copy written and protected into `write`,
+/// every RTCP compound protected, as datagrams on each peer's selected path.
+fn egress_media(
+    out: &mut MediaOut,
+    write: &mut WriteBuffer,
+    subs: &mut Query<&mut Subscription>,
+    peers: &mut Query<(&Ice, &mut PeerSrtp)>,
+    rng: &mut ShardRng,
+    now: Time,
+    stats: &mut ShardStats,
+    transmits: &mut Vec<Datagram>,
+) {
+    for item in out.0.drain(..) {
+        match item {
+            Outgoing::Rtp {
+                subscription,
+                packet,
+                retransmission,
+            } => {
+                let Ok(mut sub) = subs.get_mut(subscription) else {
+                    continue;
+                };
+                match send_copy(
+                    &mut sub,
+                    &packet,
+                    retransmission,
+                    write,
+                    peers,
+                    rng,
+                    now,
+                    transmits,
+                ) {
+                    Sent::Yes if retransmission => stats.rtp_retransmitted += 1,
+                    Sent::Yes => stats.rtp_forwarded += 1,
+                    Sent::NotReady => stats.media_receiver_not_ready += 1,
+                    Sent::Failed => stats.media_send_failed += 1,
+                }
+            }
+            Outgoing::Rtcp { peer, packet } => {
+                let Ok((ice, mut srtp)) = peers.get_mut(peer) else {
+                    stats.media_receiver_not_ready += 1;
+                    continue;
+                };
+                let Some(path) = ice.selected else {
+                    stats.media_receiver_not_ready += 1;
+                    continue;
+                };
+                reserve(write, packet.len());
+                write.0.extend_from_slice(&packet);
+                if srtp
+                    .session
+                    .outbound
+                    .protect_rtcp_tail(&mut write.0, 0)
+                    .is_err()
+                {
+                    write.0.clear();
+                    stats.media_send_failed += 1;
+                    continue;
+                }
+                let payload = write.0.split().freeze();
+                transmits.push(Datagram {
+                    local: path.local,
+                    remote: path.remote,
+                    payload,
+                });
+                stats.rtcp_sent += 1;
+            }
+        }
+    }
+}
+
+/// What became of a subscriber's copy.
+enum Sent {
+    /// Out.
+    Yes,
+    /// The subscriber cannot receive yet (no SRTP keys or no selected path).
+    NotReady,
+    /// Protection failed (an SSRC limit, an index the context refuses to repeat) or the
+    /// packet was not RTP.
+    Failed,
+}
+
+/// Room for one more packet in the shared write buffer (empty between packets: each
+/// is split off whole).
+fn reserve(write: &mut WriteBuffer, n: usize) {
+    const CHUNK: usize = 64 * 1024;
+    debug_assert!(write.0.is_empty());
+    if write.0.capacity() < n + 64 {
+        write.0.reserve(CHUNK.max(n + 64));
+    }
+}
+
+/// Writes the subscriber's copy and protects it; false if it could not be sent.
+fn send_copy(
+    sub: &mut Subscription,
+    rtp: &SharedRtp,
+    rtx: bool,
+    write: &mut WriteBuffer,
+    peers: &mut Query<(&Ice, &mut PeerSrtp)>,
+    rng: &mut ShardRng,
+    now: Time,
+    transmits: &mut Vec<Datagram>,
+) -> Sent {
+    let (h, seq) = (&rtp.header, rtp.seq);
+    let Some(payload) = rtp.packet.get(h.payload_range()) else {
+        return Sent::Failed;
+    };
+    // No keys or no path yet: the subscriber is still connecting.
+    let Ok((ice, mut srtp)) = peers.get_mut(sub.subscriber) else {
+        return Sent::NotReady;
+    };
+    let Some(path) = ice.selected else {
+        return Sent::NotReady;
+    };
+    if !sub.started {
+        if rtx {
+            return Sent::NotReady;
+        }
+        // RFC 3550 §5.1: random initial sequence numbers (the RTX stream's too) and
+        // timestamp.
+        sub.started = true;
+        sub.first_seq = seq;
+        let r = rng.0.next_u64();
+        sub.seq_offset = (r as u16).wrapping_sub((seq & 0xffff) as u16);
+        sub.ts_offset = ((r >> 16) as u32).wrapping_sub(h.timestamp);
+        sub.rtx_seq = (r >> 48) as u16;
+    }
+    let out_seq = ((seq & 0xffff) as u16).wrapping_add(sub.seq_offset);
+    let timestamp = h.timestamp.wrapping_add(sub.ts_offset);
+    let (ssrc, payload_type, sequence_number) = if rtx {
+        let (Some(ssrc), Some(pt)) = (sub.spec.rtx_ssrc, sub.spec.rtx_payload_type) else {
+            return Sent::Failed;
+        };
+        let n = sub.rtx_seq;
+        sub.rtx_seq = n.wrapping_add(1);
+        (ssrc, pt, n)
+    } else {
+        (sub.spec.ssrc, sub.spec.payload_type, out_seq)
+    };
+    let fields = RtpFields {
+        marker: h.marker,
+        payload_type,
+        sequence_number,
+        timestamp,
+        ssrc,
+    };
+    reserve(write, rtp.packet.len() + 32);
+    {
+        let mut w = RtpWriter::new(&mut write.0, &fields, &[]);
+        // The subscriber's own mid (RFC 8843 §9.2), never the publisher's.
+        if let Some(id) = sub.spec.extensions.mid {
+            let _ = w.extension(id, sub.spec.mid.as_bytes());
+        }
+        // RFC 6464's level, carried over under the subscriber's id.
+        if let (Some(id), Some(level)) = (sub.spec.extensions.audio_level, rtp.audio_level) {
+            let _ = w.extension(id, &[level]);
+        }
+        if rtx {
+            w.payload(&out_seq.to_be_bytes());
+        }
+        w.payload(payload);
+        w.finish(0);
+    }
+    if srtp
+        .session
+        .outbound
+        .protect_rtp_tail(&mut write.0, 0)
+        .is_err()
+    {
+        write.0.clear();
+        return Sent::Failed;
+    }
+    if !rtx {
+        // RFC 3550 §6.4.1: the SR's octet count is payload octets only, "not
+        // including header or padding" (nor SRTP's tag).
+        sub.packets_sent = sub.packets_sent.wrapping_add(1);
+        sub.octets_sent = sub.octets_sent.wrapping_add(payload.len() as u32);
+        sub.last_rtp_ts = Some((timestamp, now));
+    }
+    transmits.push(Datagram {
+        local: path.local,
+        remote: path.remote,
+        payload: write.0.split().freeze(),
+    });
+    Sent::Yes
+}

@@ -1,0 +1,377 @@
+//! The `media` pass: routes what `srtp_in` decrypted. An RTP packet finds its track
+//! by SSRC (or binds a new SSRC by its mid header extension, RFC 8843 §9.2), unwraps
+//! RTX (RFC 4588 §4), goes into the track's retransmission cache and out to every
+//! subscription as the same `Bytes` (and to the shards that mirror the track). Gaps
+//! in a publisher's sequence are NACKed back to it; keyframe requests reach a track's
+//! publisher, throttled, wherever it is.
+//!
+//! [`rtcp`] is the RTCP half: what arrives from publishers (SR) and subscribers
+//! (NACK, PLI, FIR) and the reports and feedback shoal writes back (RFC 3550 §6.4,
+//! RFC 4585), each on its own hop. `egress` writes and protects every copy.
+
+mod rtcp;
+
+use bevy_ecs::prelude::*;
+use bevy_ecs::system::SystemParam;
+use bytes::{Bytes, BytesMut};
+use shoal_components::media::{PeerMedia, ReceiveStats, Subscription, Track};
+use shoal_components::peer::Peer;
+use shoal_components::relay::{MediaRelay, MediaRelayOut};
+use shoal_components::rtcp::{NackEntry, ReportBlock};
+use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
+use shoal_components::stats::ShardStats;
+use shoal_components::tick::{
+    DueTimers, Events, MediaOut, MediaPlain, MediaStart, Now, Outgoing, ShardEvent, SharedRtp,
+};
+use shoal_components::time::Time;
+use shoal_components::timer::{TimerHeap, TimerKind, Timers};
+use shoal_components::transport::PeerSrtp;
+
+use rtcp::{on_rtcp, send_feedback, subscription_timer, track_timer};
+
+/// How often shoal reports: RR to publishers, SR to subscribers (RFC 3550 §6.2 sizes
+/// the interval by bandwidth; WebRTC stacks report about once a second).
+pub const REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// At most one keyframe request to a publisher per track this often.
+pub const KEYFRAME_REQUEST_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+/// Missing sequence numbers a track keeps NACKing at most.
+pub const MAX_MISSING: usize = 128;
+/// How often a missing packet is NACKed again.
+pub const NACK_RETRY: std::time::Duration = std::time::Duration::from_millis(40);
+/// How many times a missing packet is NACKed before shoal gives it up.
+pub const MAX_NACKS_PER_PACKET: u8 = 5;
+/// Packets one NACK can make shoal resend at most (RFC 4585 §6.2.1 lets one FCI
+/// entry name 17; a NACK of many entries is answered in part, and the subscriber asks
+/// again for the rest).
+pub const MAX_RETRANSMITS_PER_NACK: usize = 64;
+/// Retransmissions a subscription remembers, to ignore a NACK repeated within a round
+/// trip.
+pub const RECENT_RESENDS: usize = 128;
+/// A gap larger than this is a jump (the source restarted), not loss.
+pub const MAX_GAP: u64 = 512;
+/// Buffer grown at a time for decrypting.
+const SCRATCH_CHUNK: usize = 64 * 1024;
+/// The media pass's own buffers, reused tick after tick.
+#[derive(Debug, Default)]
+pub struct MediaScratch {
+    buf: BytesMut,
+    lost: Vec<u16>,
+    nack: Vec<NackEntry>,
+    blocks: Vec<ReportBlock>,
+}
+
+impl MediaScratch {
+    /// Room for `n` more bytes without reallocating what was split off.
+    fn reserve(&mut self, n: usize) {
+        if self.buf.capacity() - self.buf.len() < n {
+            self.buf.reserve(SCRATCH_CHUNK.max(n));
+        }
+    }
+}
+/// What the media pass reads and writes besides the tables.
+#[derive(SystemParam)]
+pub struct MediaCtx<'w, 's> {
+    now: Res<'w, Now>,
+    plain: ResMut<'w, MediaPlain>,
+    out: ResMut<'w, MediaOut>,
+    scratch: Local<'s, MediaScratch>,
+    stats: ResMut<'w, ShardStats>,
+    due: Res<'w, DueTimers>,
+    heap: ResMut<'w, TimerHeap>,
+    events: ResMut<'w, Events>,
+    start: ResMut<'w, MediaStart>,
+    relay: ResMut<'w, MediaRelayOut>,
+}
+
+/// The `media` pass.
+pub fn media(
+    mut ctx: MediaCtx,
+    mut peers: Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
+    mut tracks: Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    mut subs: Query<(&mut Subscription, &mut Timers), Without<Track>>,
+    ids: Query<&Peer>,
+) {
+    let now = ctx.now.0;
+    // A subscription made before its subscriber could receive (a WHEP answer, a new
+    // participant's own answer) gets its keyframe now: one sent earlier went nowhere.
+    let mut wanted = std::mem::take(&mut ctx.start.tracks);
+    for peer in ctx.start.peers.drain(..) {
+        let Ok((media, _)) = peers.get(peer) else {
+            continue;
+        };
+        wanted.extend(
+            media
+                .subscriptions
+                .iter()
+                .filter_map(|(_, sub)| subs.get(*sub).ok().map(|(s, _)| s.track)),
+        );
+    }
+    for &track in &wanted {
+        request_keyframe(&mut ctx, now, track, &mut tracks, &peers);
+    }
+    wanted.clear();
+    ctx.start.tracks = wanted;
+    let rtp = std::mem::take(&mut ctx.plain.rtp);
+    for (peer, packet) in &rtp {
+        on_rtp(&mut ctx, now, *peer, packet, &mut peers, &mut tracks, &ids);
+    }
+    ctx.plain.rtp = rtp;
+    ctx.plain.rtp.clear();
+    let rtcp = std::mem::take(&mut ctx.plain.rtcp);
+    for (peer, packet) in &rtcp {
+        on_rtcp(
+            &mut ctx,
+            now,
+            *peer,
+            packet,
+            &mut peers,
+            &mut tracks,
+            &mut subs,
+        );
+    }
+    ctx.plain.rtcp = rtcp;
+    ctx.plain.rtcp.clear();
+
+    for i in 0..ctx.due.0.len() {
+        let (entity, kind) = ctx.due.0[i];
+        if kind != TimerKind::MediaReport {
+            continue;
+        }
+        if let Ok((mut track, mut timers)) = tracks.get_mut(entity) {
+            let rtcp_ssrc = track
+                .publisher
+                .and_then(|p| peers.get(p).ok())
+                .and_then(|(_, s)| s.map(|s| s.rtcp_ssrc))
+                .unwrap_or(1);
+            track_timer(&mut ctx, now, entity, &mut track, &mut timers, rtcp_ssrc);
+        } else if let Ok((mut sub, mut timers)) = subs.get_mut(entity) {
+            subscription_timer(&mut ctx, now, entity, &mut sub, &mut timers, &tracks);
+        }
+    }
+}
+/// Queues `packet` (extended sequence number `seq`) for every subscription of `track`:
+/// the one `Bytes`, shared.
+pub(crate) fn fan_out(track: &Track, packet: &Bytes, seq: u64, out: &mut MediaOut) {
+    if track.subscribers.is_empty() {
+        return;
+    }
+    let Some(shared) = SharedRtp::of(track, packet, seq) else {
+        return;
+    };
+    out.0
+        .extend(track.subscribers.iter().map(|&subscription| Outgoing::Rtp {
+            subscription,
+            packet: shared.clone(),
+            retransmission: false,
+        }));
+}
+/// Asks `track`'s publisher for a keyframe (RFC 4585 §6.3.1 PLI): now if the throttle
+/// allows, else when it does (the track's timer); a local source's owner is told
+/// instead. Nothing for a publisher that did not negotiate `nack pli`.
+fn request_keyframe(
+    ctx: &mut MediaCtx,
+    now: Time,
+    track: Entity,
+    tracks: &mut Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    peers: &Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
+) {
+    let Ok((mut t, mut timers)) = tracks.get_mut(track) else {
+        return;
+    };
+    let Some(publisher) = t.publisher else {
+        match t.origin {
+            // A mirror: the publisher is on the origin shard.
+            Some(to) => ctx.relay.0.push(MediaRelay::Keyframe {
+                to,
+                track: t.spec.id,
+            }),
+            None => ctx
+                .events
+                .0
+                .push(ShardEvent::KeyframeRequested { track: t.spec.id }),
+        }
+        return;
+    };
+    if !t.spec.feedback.pli {
+        return;
+    }
+    t.keyframe_wanted = true;
+    if keyframe_allowed(&t, now) {
+        let rtcp_ssrc = peers
+            .get(publisher)
+            .ok()
+            .and_then(|(_, s)| s.map(|s| s.rtcp_ssrc))
+            .unwrap_or(1);
+        send_feedback(ctx, now, publisher, &mut t, rtcp_ssrc);
+    } else if let Some(at) = t.last_keyframe_request {
+        let when = at + KEYFRAME_REQUEST_INTERVAL;
+        if timers.get(TimerKind::MediaReport).is_none_or(|d| d > when) {
+            ctx.heap
+                .arm(&mut timers, track, TimerKind::MediaReport, when);
+        }
+    }
+}
+/// RFC 3550 Appendix A.8: the interarrival jitter estimate, in timestamp units × 16.
+fn update_jitter(stats: &mut ReceiveStats, now: Time, rtp_ts: u32, clock_rate: u32) {
+    let arrival = (u128::from(now.as_micros()) * u128::from(clock_rate) / 1_000_000) as i64;
+    let transit = arrival.wrapping_sub(i64::from(rtp_ts));
+    if stats.received > 1 {
+        let d = (transit - stats.transit)
+            .unsigned_abs()
+            .min(u64::from(u32::MAX)) as i64;
+        let j = i64::from(stats.jitter_q4);
+        stats.jitter_q4 = (j + d - ((j + 8) >> 4)).clamp(0, i64::from(u32::MAX)) as u32;
+    }
+    stats.transit = transit;
+}
+fn on_rtp(
+    ctx: &mut MediaCtx,
+    now: Time,
+    peer: Entity,
+    packet: &Bytes,
+    peers: &mut Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
+    tracks: &mut Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    ids: &Query<&Peer>,
+) {
+    let Ok(p) = RtpPacket::parse(packet) else {
+        ctx.stats.media_malformed += 1;
+        return;
+    };
+    let h = *p.header();
+    let Ok((mut media, srtp)) = peers.get_mut(peer) else {
+        ctx.stats.rtp_unknown_ssrc += 1;
+        return;
+    };
+    let rtcp_ssrc = srtp.map_or(1, |s| s.rtcp_ssrc);
+    let entity = match media.tracks_by_ssrc.get(&h.ssrc) {
+        Some(e) => *e,
+        None => {
+            // RFC 8843 §9.2: an SSRC not announced in SDP is bound by its mid.
+            // Only while the track has no SSRC of that kind: a second stream under
+            // the same mid (a simulcast layer, a restarted source) would otherwise
+            // mix into the first one's sequence space.
+            let bound = media.tracks_by_mid.iter().find_map(|(mid, e)| {
+                let (t, _) = tracks.get(*e).ok()?;
+                let id = t.spec.extensions.mid?;
+                let free = if Some(h.payload_type) == t.spec.rtx_payload_type {
+                    t.rtx_ssrc.is_none()
+                } else {
+                    t.ssrc.is_none()
+                };
+                (free && p.mid(id).ok()?? == mid.as_str()).then_some(*e)
+            });
+            let Some(e) = bound else {
+                ctx.stats.rtp_unknown_ssrc += 1;
+                return;
+            };
+            let Ok((mut t, _)) = tracks.get_mut(e) else {
+                return;
+            };
+            if Some(h.payload_type) == t.spec.rtx_payload_type {
+                t.rtx_ssrc.get_or_insert(h.ssrc);
+            } else {
+                t.ssrc.get_or_insert(h.ssrc);
+            }
+            media.tracks_by_ssrc.insert(h.ssrc, e);
+            e
+        }
+    };
+    let Ok((mut track, mut timers)) = tracks.get_mut(entity) else {
+        return;
+    };
+    let is_rtx = Some(h.ssrc) == track.rtx_ssrc && track.rtx_ssrc.is_some();
+    let (packet, seq) = if is_rtx {
+        // RFC 4588 §4: the original sequence number, then the original payload. A
+        // payload of padding only (a bandwidth probe) carries nothing to forward.
+        let payload = p.payload();
+        let (Some(osn), Some(original)) = (payload.get(..2), payload.get(2..)) else {
+            return;
+        };
+        let osn = u16::from_be_bytes([osn[0], osn[1]]);
+        let Some(ssrc) = track.ssrc else {
+            return;
+        };
+        let fields = RtpFields {
+            marker: h.marker,
+            payload_type: track.spec.payload_type,
+            sequence_number: osn,
+            timestamp: h.timestamp,
+            ssrc,
+        };
+        let mut unwrapped = BytesMut::with_capacity(packet.len());
+        let mut w = RtpWriter::new(&mut unwrapped, &fields, &[]);
+        w.payload(original);
+        w.finish(0);
+        (unwrapped.freeze(), osn)
+    } else {
+        if h.payload_type != track.spec.payload_type {
+            ctx.stats.media_malformed += 1;
+            return;
+        }
+        (packet.clone(), h.sequence_number)
+    };
+    let previous_max = track.stats.started.then_some(track.stats.max_seq);
+    let ext = track.stats.note(seq);
+    ctx.stats.rtp_received += 1;
+    if !is_rtx {
+        let clock = track.spec.clock_rate;
+        update_jitter(&mut track.stats, now, h.timestamp, clock);
+    }
+    if track.cache.get(ext).is_some() {
+        // A duplicate, or a retransmission of what arrived after all.
+        track.missing.retain(|(s, _, _)| *s != ext);
+        return;
+    }
+    match previous_max {
+        Some(max) if ext > max + 1 && ext - max <= MAX_GAP && track.spec.feedback.nack => {
+            for missing in (max + 1)..ext {
+                if track.missing.len() >= MAX_MISSING {
+                    track.missing.remove(0);
+                }
+                track.missing.push((missing, None, 0));
+            }
+        }
+        Some(max) if ext <= max => track.missing.retain(|(s, _, _)| *s != ext),
+        _ => {}
+    }
+    track.cache.insert(ext, packet.clone());
+    if track.report
+        && let Ok(id) = ids.get(peer)
+    {
+        ctx.events.0.push(ShardEvent::RtpReceived {
+            peer: id.id,
+            track: track.spec.id,
+            seq: ext,
+            packet: packet.clone(),
+        });
+    }
+    fan_out(&track, &packet, ext, &mut ctx.out);
+    for &to in &track.relay_to {
+        ctx.relay.0.push(MediaRelay::Packet {
+            to,
+            track: track.spec.id,
+            seq: ext,
+            packet: packet.clone(),
+        });
+    }
+    // Newly missing packets are NACKed at once; keyframe requests go out as soon as
+    // the throttle lets them.
+    let wants_feedback = track.missing.iter().any(|(_, at, _)| at.is_none())
+        || (track.keyframe_wanted && keyframe_allowed(&track, now));
+    if wants_feedback {
+        send_feedback(ctx, now, peer, &mut track, rtcp_ssrc);
+    }
+    if timers.get(TimerKind::MediaReport).is_none() {
+        ctx.heap.arm(
+            &mut timers,
+            entity,
+            TimerKind::MediaReport,
+            now + REPORT_INTERVAL,
+        );
+    }
+}
+fn keyframe_allowed(track: &Track, now: Time) -> bool {
+    track
+        .last_keyframe_request
+        .is_none_or(|at| now.saturating_since(at) >= KEYFRAME_REQUEST_INTERVAL)
+}

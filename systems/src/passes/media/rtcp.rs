@@ -1,0 +1,356 @@
+//! The RTCP half of the media pass. RTCP stays on its hop, never forwarded: a
+//! publisher's SR sets the LSR/DLSR of shoal's receiver reports and the clock of the
+//! SRs shoal sends that track's subscribers; a subscriber's NACK is answered from the
+//! track's cache as RTX (RFC 4585 §6.2.1, RFC 4588), its PLI or FIR (RFC 4585
+//! §6.3.1, RFC 5104 §4.3.1) becomes one throttled PLI to the publisher. Per-track
+//! and per-subscription timers send receiver reports with any feedback due to
+//! publishers, and sender reports to subscribers (RFC 3550 §6.4), so each side sees
+//! the loss and jitter of its own hop.
+
+use bevy_ecs::prelude::*;
+use bytes::Bytes;
+use shoal_components::media::{PeerMedia, ReceiveStats, Subscription, Track, extend_seq};
+use shoal_components::rtcp::{
+    Compound, Nack, Pli, ReceiverReport, ReportBlock, RtcpBody, SenderReport, WriteRtcp,
+    lost_to_nack_entries,
+};
+use shoal_components::tick::{Outgoing, SharedRtp};
+use shoal_components::time::Time;
+use shoal_components::timer::{TimerKind, Timers};
+use shoal_components::transport::PeerSrtp;
+
+use super::{
+    KEYFRAME_REQUEST_INTERVAL, MAX_NACKS_PER_PACKET, MAX_RETRANSMITS_PER_NACK, MediaCtx,
+    NACK_RETRY, RECENT_RESENDS, REPORT_INTERVAL, keyframe_allowed, request_keyframe,
+};
+
+/// One RTCP compound to the publisher: a receiver report, then what feedback is due:
+/// a PLI if a keyframe is wanted and allowed, a NACK for missing packets due again.
+pub(super) fn send_feedback(
+    ctx: &mut MediaCtx,
+    now: Time,
+    publisher: Entity,
+    track: &mut Track,
+    rtcp_ssrc: u32,
+) {
+    let Some(media_ssrc) = track.ssrc else {
+        return;
+    };
+    ctx.scratch.reserve(1500);
+    let mut blocks = std::mem::take(&mut ctx.scratch.blocks);
+    blocks.clear();
+    // RFC 3550 §6.4: a report block only for a source heard from since the last
+    // report (an RR with none still heads the feedback that follows).
+    let heard = track.stats.received > track.stats.received_prior;
+    if heard {
+        blocks.push(report_block(&mut track.stats, media_ssrc, now));
+    }
+    let start = ctx.scratch.buf.len();
+    ReceiverReport {
+        ssrc: rtcp_ssrc,
+        reports: blocks.as_slice(),
+        extension: Bytes::new(),
+    }
+    .write_to(&mut ctx.scratch.buf);
+    ctx.scratch.blocks = blocks;
+    // keyframe_wanted is only set for a track that takes PLI (request_keyframe).
+    if track.keyframe_wanted && keyframe_allowed(track, now) {
+        Pli {
+            sender_ssrc: rtcp_ssrc,
+            media_ssrc,
+        }
+        .write_to(&mut ctx.scratch.buf);
+        track.keyframe_wanted = false;
+        track.last_keyframe_request = Some(now);
+        ctx.stats.keyframe_requests_sent += 1;
+    }
+    let mut lost = std::mem::take(&mut ctx.scratch.lost);
+    lost.clear();
+    for (seq, at, count) in &mut track.missing {
+        let due = at.is_none_or(|t| now.saturating_since(t) >= NACK_RETRY);
+        if due && *count < MAX_NACKS_PER_PACKET {
+            lost.push((*seq & 0xffff) as u16);
+            *at = Some(now);
+            *count += 1;
+        }
+    }
+    track
+        .missing
+        .retain(|(_, _, count)| *count < MAX_NACKS_PER_PACKET);
+    if !lost.is_empty() {
+        let mut entries = std::mem::take(&mut ctx.scratch.nack);
+        entries.clear();
+        entries.extend(lost_to_nack_entries(lost.iter().copied()));
+        Nack {
+            sender_ssrc: rtcp_ssrc,
+            media_ssrc,
+            entries: entries.as_slice(),
+        }
+        .write_to(&mut ctx.scratch.buf);
+        ctx.scratch.nack = entries;
+        ctx.stats.nacks_sent += 1;
+    }
+    ctx.scratch.lost = lost;
+    // Nothing to report and no feedback: nothing to send.
+    if !heard && ctx.scratch.buf.len() - start == RR_HEADER_LEN {
+        ctx.scratch.buf.truncate(start);
+        return;
+    }
+    let packet = ctx.scratch.buf.split().freeze();
+    ctx.out.0.push(Outgoing::Rtcp {
+        peer: publisher,
+        packet,
+    });
+}
+
+/// An RR with no report blocks: the 4-byte header and the sender's SSRC.
+const RR_HEADER_LEN: usize = 8;
+
+/// RFC 3550 §6.4.1 and Appendix A.3: the report block for one received source.
+fn report_block(s: &mut ReceiveStats, ssrc: u32, now: Time) -> ReportBlock {
+    let expected = s.expected();
+    let lost = expected as i64 - s.received as i64;
+    let expected_interval = expected - s.expected_prior;
+    let received_interval = s.received - s.received_prior;
+    s.expected_prior = expected;
+    s.received_prior = s.received;
+    let lost_interval = expected_interval as i64 - received_interval as i64;
+    let fraction_lost = if expected_interval == 0 || lost_interval <= 0 {
+        0
+    } else {
+        ((lost_interval << 8) / expected_interval as i64).min(255) as u8
+    };
+    let dlsr = s.last_sr_at.map_or(0, |at| {
+        let d = now.saturating_since(at);
+        (d.as_micros() * 65_536 / 1_000_000).min(u128::from(u32::MAX)) as u32
+    });
+    ReportBlock {
+        ssrc,
+        fraction_lost,
+        cumulative_lost: lost.clamp(-0x80_0000, 0x7f_ffff) as i32,
+        // The extension started the cycle count at one (see `ReceiveStats::note`).
+        extended_highest_seq: s.max_seq.saturating_sub(1 << 16) as u32,
+        jitter: s.jitter_q4 >> 4,
+        last_sr: s.last_sr,
+        delay_since_last_sr: dlsr,
+    }
+}
+
+pub(super) fn track_timer(
+    ctx: &mut MediaCtx,
+    now: Time,
+    entity: Entity,
+    track: &mut Track,
+    timers: &mut Timers,
+    rtcp_ssrc: u32,
+) {
+    let Some(publisher) = track.publisher else {
+        // A local source has no one to report to.
+        return;
+    };
+    send_feedback(ctx, now, publisher, track, rtcp_ssrc);
+    let mut next = now + REPORT_INTERVAL;
+    if !track.missing.is_empty() {
+        next = next.min(now + NACK_RETRY);
+    }
+    if track.keyframe_wanted
+        && let Some(at) = track.last_keyframe_request
+    {
+        next = next.min(at + KEYFRAME_REQUEST_INTERVAL);
+    }
+    ctx.heap.arm(timers, entity, TimerKind::MediaReport, next);
+}
+
+/// RFC 3550 §6.4.1: a sender report for what shoal sent the subscriber. Its NTP and
+/// RTP times are the publisher's last SR moved on to now (the RTP time through the
+/// subscription's timestamp offset), so the subscriber lines a publisher's audio and
+/// video up by the publisher's own clock (§6.4.1: the pair is what "lip sync" needs).
+/// Before the publisher's first SR, the shard's clock and the last timestamp sent.
+/// Nothing once the stream stopped: an SR reports a sender.
+pub(super) fn subscription_timer(
+    ctx: &mut MediaCtx,
+    now: Time,
+    entity: Entity,
+    sub: &mut Subscription,
+    timers: &mut Timers,
+    tracks: &Query<(&mut Track, &mut Timers), Without<Subscription>>,
+) {
+    ctx.heap.arm(
+        timers,
+        entity,
+        TimerKind::MediaReport,
+        now + REPORT_INTERVAL,
+    );
+    let Some((ts, at)) = sub.last_rtp_ts else {
+        return;
+    };
+    // RFC 3550 §6.4: senders report; one silent for two intervals is not one.
+    if now.saturating_since(at) > 2 * REPORT_INTERVAL {
+        return;
+    }
+    let Ok((track, _)) = tracks.get(sub.track) else {
+        return;
+    };
+    let clock = u128::from(track.spec.clock_rate);
+    let units = |d: std::time::Duration| (d.as_micros() * clock / 1_000_000) as u32;
+    let (ntp_time, rtp_time) = match track.sender_report {
+        Some((sr_ntp, sr_rtp, sr_at)) => {
+            let elapsed = now.saturating_since(sr_at);
+            (
+                sr_ntp.wrapping_add(ntp_duration(elapsed)),
+                sr_rtp
+                    .wrapping_add(sub.ts_offset)
+                    .wrapping_add(units(elapsed)),
+            )
+        }
+        None => (ntp(now), ts.wrapping_add(units(now.saturating_since(at)))),
+    };
+    ctx.scratch.reserve(64);
+    SenderReport {
+        ssrc: sub.spec.ssrc,
+        ntp_time,
+        rtp_time,
+        packet_count: sub.packets_sent,
+        octet_count: sub.octets_sent,
+        reports: &[] as &[ReportBlock],
+        extension: Bytes::new(),
+    }
+    .write_to(&mut ctx.scratch.buf);
+    let packet = ctx.scratch.buf.split().freeze();
+    ctx.out.0.push(Outgoing::Rtcp {
+        peer: sub.subscriber,
+        packet,
+    });
+}
+
+/// A duration in 64-bit NTP units (32.32 fixed point seconds).
+fn ntp_duration(d: std::time::Duration) -> u64 {
+    (d.as_secs() << 32) | ((u64::from(d.subsec_nanos()) << 32) / 1_000_000_000)
+}
+
+/// The shard's time as a 64-bit NTP timestamp (RFC 3550 §4): seconds and fraction.
+fn ntp(now: Time) -> u64 {
+    let us = now.as_micros();
+    let secs = us / 1_000_000;
+    let frac = ((us % 1_000_000) << 32) / 1_000_000;
+    (secs << 32) | frac
+}
+pub(super) fn on_rtcp(
+    ctx: &mut MediaCtx,
+    now: Time,
+    peer: Entity,
+    packet: &Bytes,
+    peers: &mut Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
+    tracks: &mut Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    subs: &mut Query<(&mut Subscription, &mut Timers), Without<Track>>,
+) {
+    let Ok((media, _)) = peers.get(peer) else {
+        return;
+    };
+    // RTCP stays on its hop: each packet acts on this peer's own tracks or
+    // subscriptions, found by SSRC, and is never forwarded.
+    for item in Compound::new(packet.clone()) {
+        let Ok(p) = item else {
+            ctx.stats.media_malformed += 1;
+            break;
+        };
+        match p.body {
+            RtcpBody::SenderReport(sr) => {
+                if let Some(&track) = media.tracks_by_ssrc.get(&sr.ssrc)
+                    && let Ok((mut t, _)) = tracks.get_mut(track)
+                {
+                    // RFC 3550 §6.4.1 LSR: the middle 32 bits of the NTP timestamp.
+                    t.stats.last_sr = (sr.ntp_time >> 16) as u32;
+                    t.stats.last_sr_at = Some(now);
+                    t.sender_report = Some((sr.ntp_time, sr.rtp_time, now));
+                }
+            }
+            RtcpBody::Nack(n) => {
+                if let Some(&sub) = media.subscriptions_by_ssrc.get(&n.media_ssrc) {
+                    let mut lost = std::mem::take(&mut ctx.scratch.lost);
+                    lost.clear();
+                    lost.extend(n.entries.lost());
+                    answer_nack(ctx, now, sub, &mut lost, tracks, subs);
+                    ctx.scratch.lost = lost;
+                }
+            }
+            RtcpBody::Pli(p) => {
+                if let Some(&sub) = media.subscriptions_by_ssrc.get(&p.media_ssrc)
+                    && let Ok((s, _)) = subs.get(sub)
+                {
+                    request_keyframe(ctx, now, s.track, tracks, peers);
+                }
+            }
+            RtcpBody::Fir(f) => {
+                for e in f.entries.iter() {
+                    if let Some(&sub) = media.subscriptions_by_ssrc.get(&e.ssrc)
+                        && let Ok((s, _)) = subs.get(sub)
+                    {
+                        request_keyframe(ctx, now, s.track, tracks, peers);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A subscriber's NACK (RFC 4585 §6.2.1) for the sequence numbers in `lost` (its own
+/// numbering): each answered once from the track's cache as RTX, at most
+/// MAX_RETRANSMITS_PER_NACK of them, none from before the subscription started or
+/// resent within a round trip.
+fn answer_nack(
+    ctx: &mut MediaCtx,
+    now: Time,
+    sub: Entity,
+    lost: &mut Vec<u16>,
+    tracks: &Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    subs: &mut Query<(&mut Subscription, &mut Timers), Without<Track>>,
+) {
+    let Ok((mut s, _)) = subs.get_mut(sub) else {
+        return;
+    };
+    if !s.started {
+        return;
+    }
+    let (offset, track, first) = (s.seq_offset, s.track, s.first_seq);
+    let rtx = s.spec.rtx_ssrc.is_some() && s.spec.rtx_payload_type.is_some();
+    let Ok((t, _)) = tracks.get(track) else {
+        return;
+    };
+    // One NACK's entries may repeat a number.
+    lost.sort_unstable();
+    lost.dedup();
+    let mut budget = MAX_RETRANSMITS_PER_NACK;
+    for &seq in lost.iter() {
+        // The subscriber's number back to the publisher's, extended.
+        let original = seq.wrapping_sub(offset);
+        let ext = extend_seq(t.stats.max_seq, original);
+        let recent = s
+            .recent_resends
+            .iter()
+            .any(|(r, at)| *r == ext && now.saturating_since(*at) < NACK_RETRY);
+        if ext < first || recent || budget == 0 {
+            ctx.stats.nack_unanswered += 1;
+            continue;
+        }
+        match t.cache.get(ext).and_then(|p| SharedRtp::of(t, p, ext)) {
+            Some(packet) if rtx => {
+                budget -= 1;
+                if s.recent_resends.len() >= RECENT_RESENDS {
+                    s.recent_resends.remove(0);
+                }
+                s.recent_resends.push((ext, now));
+                ctx.out.0.push(Outgoing::Rtp {
+                    subscription: sub,
+                    packet: SharedRtp {
+                        audio_level: None,
+                        ..packet
+                    },
+                    retransmission: true,
+                });
+            }
+            _ => ctx.stats.nack_unanswered += 1,
+        }
+    }
+}

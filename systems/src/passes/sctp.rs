@@ -1,0 +1,244 @@
+//! The `sctp` pass: runs each association (`shoal_components::sctp::assoc`) over
+//! what DTLS decrypted this tick (SCTP packets), what started (associations whose
+//! DTLS just connected) and the SCTP timers that fell due (T1, T2, T3-rtx, delayed
+//! SACK, stream reset). It never sends: arriving chunks leave control chunks queued
+//! and a SACK owed for `sack_batch` and `sctp_tx`, which visit only the associations
+//! this pass (or the owner's sends) put on the work list (`SctpWork`).
+
+use bevy_ecs::prelude::*;
+use bevy_ecs::system::SystemParam;
+use shoal_components::peer::Peer;
+use shoal_components::sctp::assoc::{
+    AssocEnd, AssocState, Inputs, MAX_ASSOCIATION_RETRANSMITS, MAX_INIT_RETRANSMITS, RTO_INITIAL,
+    Sctp, handle_packet, resend_reset, sack_delay,
+};
+use shoal_components::sctp::rx::AckUrgency;
+use shoal_components::shared::{SctpShared, ShardRng};
+use shoal_components::stats::ShardStats;
+use shoal_components::tick::{DueTimers, Events, Now, SctpInbox, SctpStart, SctpWork, ShardEvent};
+use shoal_components::time::Time;
+use shoal_components::timer::{TimerHeap, TimerKind, Timers};
+
+/// What the sctp pass touches besides the associations.
+#[derive(SystemParam)]
+pub struct SctpCtx<'w> {
+    now: Res<'w, Now>,
+    shared: Res<'w, SctpShared>,
+    heap: ResMut<'w, TimerHeap>,
+    events: ResMut<'w, Events>,
+    stats: ResMut<'w, ShardStats>,
+    rng: ResMut<'w, ShardRng>,
+    work: ResMut<'w, SctpWork>,
+}
+
+/// The sctp pass.
+pub fn sctp(
+    mut ctx: SctpCtx,
+    mut start: ResMut<SctpStart>,
+    mut inbox: ResMut<SctpInbox>,
+    due: Res<DueTimers>,
+    mut q: Query<(&Peer, &mut Sctp, &mut Timers)>,
+) {
+    let now = ctx.now.0;
+    for entity in start.0.drain(..) {
+        let Ok((_, mut a, mut timers)) = q.get_mut(entity) else {
+            continue;
+        };
+        if a.initiator && a.state == AssocState::Closed {
+            let (vtag, tsn) = ctx.rng.sctp_tag_and_tsn();
+            let limits = ctx.shared.limits;
+            a.start(vtag, tsn, &limits);
+            // RFC 9260 §5.1 A: T1-init, from RTO.Initial (1 s).
+            ctx.heap
+                .arm(&mut timers, entity, TimerKind::SctpT1, now + RTO_INITIAL);
+            ctx.work.0.push(entity);
+        }
+    }
+    for (entity, bytes) in inbox.0.drain(..) {
+        let Ok((peer, mut a, mut timers)) = q.get_mut(entity) else {
+            continue;
+        };
+        let fresh = ctx.rng.sctp_tag_and_tsn();
+        let shared = &*ctx.shared;
+        let inp = Inputs {
+            now,
+            cookie_key: &shared.cookie_key,
+            limits: &shared.limits,
+            fresh,
+        };
+        let was = a.state;
+        let fx = handle_packet(&mut a, &bytes, &inp);
+        if fx.dropped {
+            ctx.stats.sctp_packets_dropped += 1;
+        }
+        if fx.established || (was != AssocState::Established && a.state == AssocState::Established)
+        {
+            timers.cancel(TimerKind::SctpT1);
+            if a.zero_checksum_tx {
+                ctx.stats.sctp_zero_checksum_associations += 1;
+            }
+            ctx.events
+                .0
+                .push(ShardEvent::SctpEstablished { peer: peer.id });
+        }
+        if fx.sack_processed {
+            rearm_t3(&mut ctx.heap, entity, &mut a, &mut timers, now);
+        }
+        if fx.shutdown_acked {
+            arm_t2(&mut ctx.heap, entity, &a, &mut timers, now);
+        }
+        after_input(&mut ctx, entity, peer, &mut a, &mut timers);
+    }
+    for &(entity, kind) in &due.0 {
+        let Ok((peer, mut a, mut timers)) = q.get_mut(entity) else {
+            continue;
+        };
+        match kind {
+            TimerKind::SctpT1 => on_t1(&mut ctx, entity, &mut a, &mut timers),
+            TimerKind::SctpT3 => on_t3(&mut ctx, entity, &mut a, &mut timers),
+            TimerKind::SctpT2 => on_t2(&mut ctx, entity, &mut a, &mut timers),
+            TimerKind::SctpDelayedAck => {
+                if let Some(rx) = a.rx.as_mut() {
+                    rx.delayed_ack_expired();
+                    a.sack_now = true;
+                }
+            }
+            TimerKind::SctpSend => {}
+            TimerKind::SctpReconfig => {
+                // RFC 6525 §5.1.1: the request is retransmitted until answered.
+                if resend_reset(&mut a) {
+                    let rto = a.tx.as_ref().map_or(RTO_INITIAL, |tx| tx.rto.rto());
+                    ctx.heap
+                        .arm(&mut timers, entity, TimerKind::SctpReconfig, now + rto);
+                }
+            }
+            _ => continue,
+        }
+        after_input(&mut ctx, entity, peer, &mut a, &mut timers);
+    }
+}
+
+fn after_input(ctx: &mut SctpCtx, entity: Entity, peer: &Peer, a: &mut Sctp, timers: &mut Timers) {
+    if a.reset.in_flight.is_none() {
+        timers.cancel(TimerKind::SctpReconfig);
+    }
+    if a.ended.is_some() && !a.closed_reported {
+        a.closed_reported = true;
+        for k in [
+            TimerKind::SctpT1,
+            TimerKind::SctpT2,
+            TimerKind::SctpT3,
+            TimerKind::SctpDelayedAck,
+        ] {
+            timers.cancel(k);
+        }
+        ctx.events.0.push(ShardEvent::SctpClosed { peer: peer.id });
+    }
+    // RFC 9260 §9.2: the last of our data acknowledged after a SHUTDOWN.
+    if a.ack_shutdown_when_drained() {
+        arm_t2(&mut ctx.heap, entity, a, timers, ctx.now.0);
+    }
+    // A delayed SACK gets its timer (RFC 9260 §6.2); an immediate one goes this tick.
+    if let Some(rx) = a.rx.as_ref()
+        && rx.ack_urgency() == Some(AckUrgency::Delayed)
+        && timers.get(TimerKind::SctpDelayedAck).is_none()
+    {
+        let at = ctx.now.0 + sack_delay();
+        ctx.heap.arm(timers, entity, TimerKind::SctpDelayedAck, at);
+    }
+    ctx.work.0.push(entity);
+}
+
+fn on_t1(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
+    if !matches!(a.state, AssocState::CookieWait | AssocState::CookieEchoed) {
+        return;
+    }
+    if a.init_transmissions > MAX_INIT_RETRANSMITS {
+        a.end(AssocEnd::SetupFailed);
+        return;
+    }
+    a.init_transmissions += 1;
+    let limits = ctx.shared.limits;
+    match a.state {
+        AssocState::CookieWait => a.queue_init(&limits),
+        _ => a.queue_cookie_echo(),
+    }
+    // RFC 9260 §6.3.3 applies to T1 too (§5.1 C): the timeout doubles.
+    let backoff = RTO_INITIAL.saturating_mul(1 << a.init_transmissions.min(6));
+    let cap = limits.max_timer_backoff;
+    ctx.heap.arm(
+        timers,
+        entity,
+        TimerKind::SctpT1,
+        ctx.now.0 + backoff.min(cap),
+    );
+}
+
+fn on_t3(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
+    let now = ctx.now.0;
+    let Some(tx) = a.tx.as_mut() else { return };
+    let data = tx.outstanding.has_outstanding_data();
+    // RFC 3758 §3.5 A5, C5: an unacknowledged FORWARD TSN goes again, even when no
+    // DATA is outstanding any more (else a lost one stalls the peer's ordered streams).
+    if !data && !tx.outstanding.forward_tsn_owed() {
+        return;
+    }
+    // RFC 9260 §6.3.3 E1-E3 and §7.2.3.
+    tx.rto.on_t3_expiry();
+    if data {
+        tx.cc.on_t3_expiry();
+        tx.outstanding.handle_t3_expiry(now);
+        tx.apply_discards();
+    }
+    tx.forward_tsn_due = tx.outstanding.forward_tsn_owed();
+    let rto = tx.rto.rto();
+    // RFC 9260 §6.1 A: unanswered zero window probes are not errors while SACKs come.
+    if tx.t3_expiry_is_error() {
+        a.error_count += 1;
+    }
+    // RFC 9260 §8.1: too many consecutive retransmissions: the peer is unreachable.
+    if a.error_count > MAX_ASSOCIATION_RETRANSMITS {
+        a.end(AssocEnd::PeerUnreachable);
+        return;
+    }
+    ctx.heap.arm(timers, entity, TimerKind::SctpT3, now + rto);
+}
+
+/// RFC 9260 §9.2: T2-shutdown runs one RTO ("The rules in Section 6.3 MUST be
+/// followed to determine the proper timer value for T2-shutdown").
+fn arm_t2(heap: &mut TimerHeap, entity: Entity, a: &Sctp, timers: &mut Timers, now: Time) {
+    let rto = a.tx.as_ref().map_or(RTO_INITIAL, |tx| tx.rto.rto());
+    heap.arm(timers, entity, TimerKind::SctpT2, now + rto);
+}
+
+/// T2-shutdown expired in SHUTDOWN-ACK-SENT: "If the timer expires, the endpoint MUST
+/// resend the SHUTDOWN ACK chunk", at most Association.Max.Retrans times, after which
+/// the peer is unreachable (RFC 9260 §9.2); the RTO backs off as for T3-rtx (§6.3.3).
+fn on_t2(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
+    if a.state != AssocState::ShutdownAckSent {
+        return;
+    }
+    a.error_count += 1;
+    if a.error_count > MAX_ASSOCIATION_RETRANSMITS {
+        a.end(AssocEnd::PeerUnreachable);
+        return;
+    }
+    if let Some(tx) = a.tx.as_mut() {
+        tx.rto.on_t3_expiry();
+    }
+    a.queue_shutdown_ack();
+    arm_t2(&mut ctx.heap, entity, a, timers, ctx.now.0);
+}
+
+/// RFC 9260 §6.3.2 R2-R4: stop T3 when nothing is outstanding, restart it when the
+/// cumulative ack advanced (here: whenever a SACK leaves data outstanding).
+fn rearm_t3(heap: &mut TimerHeap, entity: Entity, a: &mut Sctp, timers: &mut Timers, now: Time) {
+    let Some(tx) = a.tx.as_mut() else { return };
+    let forward_owed = tx.outstanding.forward_tsn_owed();
+    tx.forward_tsn_due = forward_owed;
+    if tx.outstanding.has_outstanding_data() || forward_owed {
+        heap.arm(timers, entity, TimerKind::SctpT3, now + tx.rto.rto());
+    } else {
+        timers.cancel(TimerKind::SctpT3);
+    }
+}

@@ -1,0 +1,161 @@
+//! A peer's life in the shard's tables: its index entries made when it is added and
+//! when ICE validates a path, and its removal, from inside a pass (the entity goes
+//! when the pass's commands apply) or from the shard's surface (at once, after a DTLS
+//! close_notify). Every way a peer leaves goes through here, so no index keeps an
+//! entry for an entity that is gone.
+
+use bevy_ecs::prelude::*;
+use shoal_components::net::{Datagram, FiveTuple};
+use shoal_components::peer::{
+    Ice, IceControlling, IceCredentials, IceState, MAX_VALID_REMOTES, Peer, PeerId, PeerIndex,
+};
+use shoal_components::stats::ShardStats;
+use shoal_components::tick::{Events, RemoveReason, ShardEvent, Transmits};
+use shoal_components::transport::DtlsSession;
+
+/// Indexes a new peer by its id and local ufrag.
+pub(crate) fn index_new(world: &mut World, entity: Entity, id: PeerId, ufrag: String) {
+    let mut index = world.resource_mut::<PeerIndex>();
+    index.by_id.insert(id, entity);
+    index.by_ufrag.insert(ufrag, entity);
+}
+
+/// Adds `path` to the peer's validated paths (bounded; the oldest unselected one
+/// makes room) and to the shard's path index.
+pub(crate) fn remember_valid(
+    ice: &mut Ice,
+    index: &mut PeerIndex,
+    entity: Entity,
+    path: FiveTuple,
+) {
+    if !ice.valid.contains(&path) {
+        if ice.valid.len() >= MAX_VALID_REMOTES {
+            let selected = ice.selected;
+            if let Some(pos) = ice.valid.iter().position(|p| Some(*p) != selected) {
+                let old = ice.valid.remove(pos);
+                unindex_path(index, old, entity);
+            }
+        }
+        ice.valid.push(path);
+    }
+    index.by_path.entry(path).or_insert(entity);
+}
+
+/// Removes `path` from the index if, and only if, it maps to `entity`.
+fn unindex_path(index: &mut PeerIndex, path: FiveTuple, entity: Entity) {
+    if index.by_path.get(&path) == Some(&entity) {
+        index.by_path.remove(&path);
+    }
+}
+
+/// Removes a peer from inside any pass: its index entries now, the entity (and
+/// every component it had) when the pass's commands apply. Marks the peer Failed
+/// first, so later work in the same tick leaves it alone.
+pub(crate) fn remove_in_pass(
+    index: &mut PeerIndex,
+    events: &mut Events,
+    commands: &mut Commands,
+    entity: Entity,
+    peer: &Peer,
+    creds: &IceCredentials,
+    ice: &mut Ice,
+    ctl: Option<&IceControlling>,
+    reason: RemoveReason,
+) {
+    if ice.state == IceState::Failed {
+        return;
+    }
+    ice.state = IceState::Failed;
+    unindex(index, entity, peer, ice, ctl);
+    index.by_ufrag.remove(&creds.local_ufrag);
+    commands.entity(entity).despawn();
+    events.0.push(ShardEvent::PeerRemoved {
+        peer: peer.id,
+        reason,
+    });
+}
+
+fn unindex(
+    index: &mut PeerIndex,
+    entity: Entity,
+    peer: &Peer,
+    ice: &Ice,
+    ctl: Option<&IceControlling>,
+) {
+    index.by_id.remove(&peer.id);
+    for p in &ice.valid {
+        unindex_path(index, *p, entity);
+    }
+    if let Some(ctl) = ctl {
+        if let Some(p) = ctl.pending {
+            index.by_transaction.remove(&p.tid);
+        }
+        for t in ctl.consent_tids.iter().flatten() {
+            index.by_transaction.remove(t);
+        }
+    }
+}
+
+/// Removes a peer outside the schedule (a command), at once.
+pub(crate) fn remove_now(world: &mut World, entity: Entity, reason: RemoveReason) {
+    let Some(peer) = world.get::<Peer>(entity).copied() else {
+        return;
+    };
+    let ice = world.get::<Ice>(entity).cloned();
+    let ctl = world.get::<IceControlling>(entity).cloned();
+    let ufrag = world
+        .get::<IceCredentials>(entity)
+        .map(|c| c.local_ufrag.clone());
+    {
+        let mut index = world.resource_mut::<PeerIndex>();
+        if let Some(ice) = &ice {
+            unindex(&mut index, entity, &peer, ice, ctl.as_ref());
+        } else {
+            index.by_id.remove(&peer.id);
+        }
+        if let Some(u) = ufrag {
+            index.by_ufrag.remove(&u);
+        }
+    }
+    world.despawn(entity);
+    world
+        .resource_mut::<Events>()
+        .0
+        .push(ShardEvent::PeerRemoved {
+            peer: peer.id,
+            reason,
+        });
+}
+
+/// Ends the peer's DTLS connection with close_notify (RFC 5246 §7.2.1: either side
+/// may close this way), queues the alert on its path, and removes the peer at once
+/// for `reason`. RFC 7675 §5.2 and RFC 9725 (a server ending a session revokes
+/// consent at once, e.g. by an authenticated closing alert): the peer learns it is
+/// gone now, not when its consent checks go unanswered.
+pub(crate) fn close_now(world: &mut World, entity: Entity, reason: RemoveReason) {
+    let selected = world.get::<Ice>(entity).and_then(|i| i.selected);
+    let mut sealed = Vec::new();
+    let mut path = None;
+    if let Some(mut session) = world.get_mut::<DtlsSession>(entity) {
+        path = session.path(selected);
+        if let Some(conn) = session.conn.as_deref_mut() {
+            conn.close();
+            while let Some(payload) = conn.poll_transmit() {
+                sealed.push(payload);
+            }
+        }
+    }
+    if let Some(p) = path {
+        let count = sealed.len() as u64;
+        world
+            .resource_mut::<Transmits>()
+            .0
+            .extend(sealed.into_iter().map(|payload| Datagram {
+                local: p.local,
+                remote: p.remote,
+                payload,
+            }));
+        world.resource_mut::<ShardStats>().datagrams_out += count;
+    }
+    remove_now(world, entity, reason);
+}

@@ -1,3 +1,0 @@
-//! The SCTP passes.
-
-pub mod pass;

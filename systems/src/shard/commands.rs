@@ -1,0 +1,378 @@
+//! What the owner asks of a shard: [`Command`], and adding a peer (its components,
+//! first timer and index entries).
+
+use std::net::SocketAddr;
+
+use bevy_ecs::prelude::*;
+use bytes::Bytes;
+use rand_core::RngCore;
+use shoal_components::datachannel::DataChannels;
+use shoal_components::dtls::DtlsRole;
+use shoal_components::media::{SubscriptionSpec, TrackId, TrackSpec};
+use shoal_components::peer::{
+    Ice, IceControlling, IceCredentials, IceRole, IceState, Peer, PeerId, PeerIndex,
+};
+use shoal_components::room::RoomId;
+use shoal_components::sctp::assoc::{DEFAULT_SCTP_PORT, Sctp};
+use shoal_components::shared::ShardRng;
+use shoal_components::tick::Now;
+use shoal_components::time::Time;
+use shoal_components::timer::{TimerHeap, TimerKind, Timers};
+use shoal_components::transport::DtlsSession;
+
+use super::Shard;
+use crate::passes::ice;
+use crate::peer;
+
+/// A peer to add: its id, role and the ICE credentials of both ends from signalling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerSpec {
+    /// The caller's name for the peer, unique in the shard.
+    pub id: PeerId,
+    /// Lite for the SFU side, controlling for a client endpoint.
+    pub role: IceRole,
+    /// Both ends' ufrags and passwords.
+    pub credentials: IceCredentials,
+    /// Controlling role only: where to send checks, in priority order.
+    pub remote_candidates: Vec<SocketAddr>,
+    /// DTLS for this peer, if it runs any: shoal's role (from `a=setup`) and the
+    /// peer's certificate fingerprint (from `a=fingerprint`).
+    pub dtls: Option<PeerDtls>,
+    /// The room the peer joins, if any: its data-channel messages are relayed to
+    /// the room's other members instead of being reported to the owner.
+    pub room: Option<RoomId>,
+}
+
+/// The DTLS half of a peer's signalling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerDtls {
+    /// Client or server: shoal answers a browser's `actpass` as `passive` (server).
+    pub role: DtlsRole,
+    /// SHA-256 of the certificate the peer must present.
+    pub remote_fingerprint: [u8; 32],
+    /// The largest message the peer takes, from its `a=max-message-size` (RFC 8841;
+    /// RFC 8829 §5.8.2 asks the value be stored and respected); `None`: the shard's
+    /// own `SctpLimits::max_message_size`.
+    pub max_message_size: Option<usize>,
+}
+
+/// What the owner of a shard can ask of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Create a peer entity.
+    AddPeer(PeerSpec),
+    /// Remove a peer and everything it had.
+    RemovePeer(PeerId),
+    /// Send a message to a room's members on this shard, or to one of them
+    /// ([`Shard::send_data`]).
+    SendData {
+        /// The room.
+        room: RoomId,
+        /// One member only; every member when `None`.
+        to: Option<PeerId>,
+        /// The label of the channel it goes on (opened reliable and ordered where a
+        /// member has none).
+        label: String,
+        /// Binary (else a UTF-8 string).
+        binary: bool,
+        /// The message (shared between the receivers, never copied).
+        payload: Bytes,
+    },
+    /// The peer publishes a track.
+    Publish {
+        /// The publisher.
+        peer: PeerId,
+        /// What negotiation agreed for it.
+        track: TrackSpec,
+    },
+    /// The peer no longer publishes a track; its subscriptions end.
+    Unpublish {
+        /// The publisher.
+        peer: PeerId,
+        /// The track.
+        track: TrackId,
+    },
+    /// The peer is sent a track published on this shard.
+    Subscribe {
+        /// The subscriber.
+        peer: PeerId,
+        /// What negotiation agreed for its copy.
+        subscription: SubscriptionSpec,
+    },
+    /// The peer is no longer sent a track.
+    Unsubscribe {
+        /// The subscriber.
+        peer: PeerId,
+        /// The track.
+        track: TrackId,
+    },
+    /// A client endpoint receives a track from the peer (an SFU) and reports each
+    /// packet (`ShardEvent::RtpReceived`), NACKing what goes missing.
+    Receive {
+        /// The peer it comes from.
+        peer: PeerId,
+        /// The stream as negotiated (the sender's SSRCs and payload types).
+        track: TrackSpec,
+    },
+    /// A copy of a track published on shard `origin`, for subscribers here; fed by
+    /// that shard's relay.
+    MirrorTrack {
+        /// The track as published.
+        track: TrackSpec,
+        /// The shard that holds its publisher.
+        origin: usize,
+    },
+    /// Each packet of a track published here goes to shard `to` as well.
+    RelayTrack {
+        /// The track.
+        track: TrackId,
+        /// The shard that mirrors it.
+        to: usize,
+    },
+    /// A mirrored track goes, with its subscriptions.
+    DropMirror {
+        /// The track.
+        track: TrackId,
+    },
+    /// A client endpoint sends a local source to the peer; packets are handed in with
+    /// [`Shard::send_rtp`].
+    AddSource {
+        /// The peer it goes to.
+        peer: PeerId,
+        /// The source (its id, kind, clock rate and the payload type of the packets
+        /// the owner hands in).
+        track: TrackSpec,
+        /// How it goes on the wire (SSRC, payload types, extension ids).
+        subscription: SubscriptionSpec,
+    },
+}
+
+/// Why a command was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CommandError {
+    /// A peer with this id exists already.
+    #[error("peer {0:?} exists already")]
+    DuplicatePeer(PeerId),
+    /// Another peer already answers to this local ufrag.
+    #[error("local ufrag {0:?} is in use")]
+    DuplicateUfrag(String),
+    /// No such peer.
+    #[error("no peer {0:?}")]
+    UnknownPeer(PeerId),
+    /// The shard holds `max_peers` already.
+    #[error("shard is full ({0} peers)")]
+    Full(usize),
+    /// A ufrag or password breaks RFC 8839 §5.4's length rules.
+    #[error("invalid ICE credential: {0}")]
+    InvalidCredential(&'static str),
+    /// A controlling peer needs at least one remote candidate.
+    #[error("a controlling peer needs a remote candidate")]
+    NoCandidate,
+    /// The peer is not a member of the room (on this shard).
+    #[error("peer {peer:?} is not a member of room {room:?}")]
+    NotMember {
+        /// The peer.
+        peer: PeerId,
+        /// The room.
+        room: RoomId,
+    },
+    /// A message over the shard's max-message-size (RFC 8841).
+    #[error("message of {size} bytes is over the {max}-byte limit")]
+    TooLarge {
+        /// The message's size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A channel label over 65535 bytes (RFC 8832 §5.1's length field).
+    #[error("channel label too long")]
+    LabelTooLong,
+    /// A track with this id exists already (or the peer is sent it already).
+    #[error("track {0:?} exists already")]
+    DuplicateTrack(TrackId),
+    /// No such track on this shard (or the peer does not publish or receive it).
+    #[error("no track {0:?}")]
+    UnknownTrack(TrackId),
+    /// A peer cannot be sent its own track.
+    #[error("track {0:?} is the peer's own")]
+    OwnTrack(TrackId),
+    /// The peer has as many tracks or subscriptions as allowed.
+    #[error("at most {0} tracks")]
+    TooManyTracks(usize),
+    /// The SSRC is in use by another of the peer's streams.
+    #[error("SSRC {0} is in use")]
+    SsrcInUse(u32),
+    /// The SSRC belonged to one of the peer's ended subscriptions: sending with it again
+    /// would repeat SRTP indices under the same keys.
+    #[error("SSRC {0} was used by an ended subscription")]
+    SsrcRetired(u32),
+    /// `send_rtp` was given bytes that are not an RTP packet.
+    #[error("not an RTP packet")]
+    MalformedRtp,
+    /// `send_rtp` on a track that is received, not a local source.
+    #[error("track {0:?} is not a local source")]
+    NotLocal(TrackId),
+}
+impl Shard {
+    /// Applies a command at `now`. Work it starts (a client's first check) happens in
+    /// the next tick, which [`Shard::poll_timeout`] asks for.
+    pub fn command(&mut self, now: Time, command: Command) -> Result<(), CommandError> {
+        let mut cur = self.world.resource_mut::<Now>();
+        if now > cur.0 {
+            cur.0 = now;
+        }
+        let now = cur.0;
+        match command {
+            Command::AddPeer(spec) => self.add_peer(now, spec),
+            // The peer is told: close_notify before it goes (RFC 7675 §5.2).
+            Command::RemovePeer(id) => self.close_peer(id),
+            Command::SendData {
+                room,
+                to,
+                label,
+                binary,
+                payload,
+            } => self
+                .send_data(room, to, &label, binary, payload)
+                .map(|_| ()),
+            Command::Publish { peer, track } => self.publish(peer, track),
+            Command::Unpublish { peer, track } => self.unpublish(peer, track),
+            Command::Subscribe { peer, subscription } => self.subscribe(peer, subscription),
+            Command::Unsubscribe { peer, track } => self.unsubscribe(peer, track),
+            Command::Receive { peer, track } => self.receive_track(peer, track, true),
+            Command::AddSource {
+                peer,
+                track,
+                subscription,
+            } => self.add_source(peer, track, subscription),
+            Command::MirrorTrack { track, origin } => self.mirror_track(track, origin),
+            Command::RelayTrack { track, to } => self.relay_track(track, to),
+            Command::DropMirror { track } => self.drop_mirror(track),
+        }
+    }
+
+    /// The entity of peer `id`.
+    pub(super) fn peer_entity(&self, id: PeerId) -> Result<Entity, CommandError> {
+        self.world
+            .resource::<PeerIndex>()
+            .by_id
+            .get(&id)
+            .copied()
+            .ok_or(CommandError::UnknownPeer(id))
+    }
+
+    fn add_peer(&mut self, now: Time, spec: PeerSpec) -> Result<(), CommandError> {
+        validate_credentials(&spec.credentials)?;
+        let index = self.world.resource::<PeerIndex>();
+        if index.by_id.contains_key(&spec.id) {
+            return Err(CommandError::DuplicatePeer(spec.id));
+        }
+        if index.by_ufrag.contains_key(&spec.credentials.local_ufrag) {
+            return Err(CommandError::DuplicateUfrag(spec.credentials.local_ufrag));
+        }
+        if index.by_id.len() >= self.config.max_peers {
+            return Err(CommandError::Full(self.config.max_peers));
+        }
+        if spec.role == IceRole::Controlling && spec.remote_candidates.is_empty() {
+            return Err(CommandError::NoCandidate);
+        }
+        let tie_breaker = self.world.resource_mut::<ShardRng>().0.next_u64();
+        let ice = Ice {
+            role: spec.role,
+            state: IceState::Checking,
+            tie_breaker,
+            selected: None,
+            valid: Vec::new(),
+            consent_at: now,
+            recent_transactions: [None; shoal_components::peer::RECENT_TRANSACTIONS],
+            recent_next: 0,
+        };
+        let ufrag = spec.credentials.local_ufrag.clone();
+        let dtls = spec.dtls;
+        let room = spec.room;
+        let mut timers = Timers::default();
+        let entity = match spec.role {
+            IceRole::Lite => self
+                .world
+                .spawn((Peer { id: spec.id }, spec.credentials, ice, timers))
+                .id(),
+            IceRole::Controlling => {
+                let ctl = IceControlling {
+                    local: self.config.local_addr,
+                    remote_candidates: spec.remote_candidates,
+                    next_candidate: 0,
+                    started_at: now,
+                    pending: None,
+                    consent_tids: [None; shoal_components::peer::CONSENT_IN_FLIGHT],
+                    priority: ice::PRFLX_PRIORITY,
+                };
+                self.world
+                    .spawn((Peer { id: spec.id }, spec.credentials, ice, timers, ctl))
+                    .id()
+            }
+        };
+        if let Some(d) = dtls {
+            // WebRTC data channels run SCTP over every DTLS connection (RFC 8831 §5);
+            // the DTLS client sends the INIT.
+            let initiator = d.role == DtlsRole::Client;
+            let mut channels = DataChannels::new(initiator);
+            channels.remote_max_message_size = d
+                .max_message_size
+                .unwrap_or(self.config.sctp.max_message_size);
+            self.world.entity_mut(entity).insert((
+                DtlsSession::new(d.role, d.remote_fingerprint),
+                Sctp::new(initiator, DEFAULT_SCTP_PORT, DEFAULT_SCTP_PORT),
+                channels,
+            ));
+        }
+        // A lite peer is lost if no valid check arrives within the consent timeout; a
+        // controlling one starts checking at once and fails when its checks run out
+        // (its consent starts when a pair is nominated).
+        let mut heap = self.world.resource_mut::<TimerHeap>();
+        match spec.role {
+            IceRole::Lite => {
+                let expiry = now + self.config.connect_timeout;
+                heap.arm(&mut timers, entity, TimerKind::ConsentExpiry, expiry);
+            }
+            IceRole::Controlling => heap.arm(&mut timers, entity, TimerKind::IceCheck, now),
+        }
+        if let Some(mut t) = self.world.get_mut::<Timers>(entity) {
+            *t = timers;
+        }
+        if let Some(room) = room {
+            self.join_room(entity, room);
+        }
+        peer::index_new(&mut self.world, entity, spec.id, ufrag);
+        Ok(())
+    }
+}
+
+/// RFC 8839 §5.4: ice-ufrag is 4 to 256 ice-chars, ice-pwd 22 to 256.
+fn validate_credentials(c: &IceCredentials) -> Result<(), CommandError> {
+    fn ice_chars(s: &str) -> bool {
+        // ice-char = ALPHA / DIGIT / "+" / "/"
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+    }
+    for ufrag in [&c.local_ufrag, &c.remote_ufrag] {
+        if !(4..=256).contains(&ufrag.len()) || !ice_chars(ufrag) {
+            return Err(CommandError::InvalidCredential(
+                "ufrag must be 4-256 ice-chars",
+            ));
+        }
+    }
+    // RFC 8489 §14.3: USERNAME ("ufrag:ufrag", RFC 8445 §7.2.2) is under 509 bytes.
+    if c.local_ufrag.len() + 1 + c.remote_ufrag.len() > 508 {
+        return Err(CommandError::InvalidCredential(
+            "the two ufrags make a USERNAME over 508 bytes",
+        ));
+    }
+    for pwd in [&c.local_pwd, &c.remote_pwd] {
+        if !(22..=256).contains(&pwd.len()) || !ice_chars(pwd) {
+            return Err(CommandError::InvalidCredential(
+                "password must be 22-256 ice-chars",
+            ));
+        }
+    }
+    Ok(())
+}

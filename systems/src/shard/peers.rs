@@ -1,0 +1,86 @@
+//! What the owner reads of a peer (ICE, DTLS), and closing one.
+
+use std::net::SocketAddr;
+
+use bevy_ecs::prelude::*;
+use shoal_components::dtls::{CipherSuite, SrtpKeys};
+use shoal_components::net::FiveTuple;
+use shoal_components::peer::{Ice, IceState, Peer, PeerId, PeerIndex};
+use shoal_components::tick::RemoveReason;
+use shoal_components::transport::DtlsSession;
+
+use super::{CommandError, Shard};
+use crate::peer;
+
+impl Shard {
+    /// The ICE state of a peer, if it exists.
+    pub fn ice_state(&self, id: PeerId) -> Option<IceState> {
+        let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
+        self.world.get::<Ice>(entity).map(|ice| ice.state)
+    }
+
+    /// The peer's address on its nominated path, if it has one.
+    pub fn selected_remote(&self, id: PeerId) -> Option<SocketAddr> {
+        let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
+        self.world.get::<Ice>(entity)?.selected.map(|p| p.remote)
+    }
+
+    /// The peer that has validated `path`, if any.
+    pub fn path_owner(&self, path: FiveTuple) -> Option<PeerId> {
+        let entity = *self.world.resource::<PeerIndex>().by_path.get(&path)?;
+        self.world.get::<Peer>(entity).map(|p| p.id)
+    }
+    /// Whether the peer's DTLS handshake has completed and authenticated it.
+    pub fn dtls_connected(&self, id: PeerId) -> bool {
+        let Some(&entity) = self.world.resource::<PeerIndex>().by_id.get(&id) else {
+            return false;
+        };
+        self.world
+            .get::<DtlsSession>(entity)
+            .and_then(|s| s.conn.as_deref())
+            .is_some_and(|c| c.is_connected())
+    }
+
+    /// The SRTP keys the peer's DTLS exported, once connected.
+    pub fn srtp_keys(&self, id: PeerId) -> Option<SrtpKeys> {
+        let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
+        self.world.get::<DtlsSession>(entity)?.srtp.clone()
+    }
+
+    /// The cipher suite the peer's DTLS negotiated, once connected.
+    pub fn dtls_cipher_suite(&self, id: PeerId) -> Option<CipherSuite> {
+        let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
+        self.world.get::<DtlsSession>(entity)?.suite
+    }
+    /// How many peers the shard holds.
+    pub fn peer_count(&self) -> usize {
+        self.world.resource::<PeerIndex>().by_id.len()
+    }
+
+    /// Ends the peer's DTLS connection with close_notify (RFC 5246 §7.2.1: either
+    /// side may close this way) and removes the peer with everything it had, as
+    /// [`Command::RemovePeer`](super::Command::RemovePeer) does. The alert is ready
+    /// at the next [`Shard::poll_transmit`]; a peer without a DTLS connection is
+    /// just removed.
+    pub fn close_peer(&mut self, id: PeerId) -> Result<(), CommandError> {
+        let entity = self.peer_entity(id)?;
+        self.close_entity(entity, RemoveReason::Command);
+        Ok(())
+    }
+
+    /// [`Shard::close_peer`] for an entity, removed for `reason`. RFC 7675 §5.2 and
+    /// RFC 9725 (a server ending a session revokes consent at once, e.g. by an
+    /// authenticated closing alert): the peer learns it is gone now, not when its
+    /// consent checks go unanswered.
+    pub(crate) fn close_entity(&mut self, entity: Entity, reason: RemoveReason) {
+        peer::close_now(&mut self.world, entity, reason);
+        self.collect_events();
+    }
+
+    /// How many entities the shard's World holds: one per peer (with all of its
+    /// components), plus the ones bevy keeps for the shard's resources, so compare
+    /// it with a baseline. O(entities): for tests and reports.
+    pub fn entity_count(&self) -> usize {
+        self.world.entity_count() as usize
+    }
+}

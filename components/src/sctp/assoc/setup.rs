@@ -1,0 +1,249 @@
+//! Setting an association up (RFC 9260 §5): our INIT (§5.1 A), INITs answered
+//! statelessly with a State Cookie (§5.1 B, §5.1.3), the INIT ACK turned into a COOKIE
+//! ECHO (§5.1 C), and the COOKIE ECHO that establishes the association or, where one
+//! exists, is sorted by the cases of §5.2.4.
+
+use bytes::{Bytes, BytesMut};
+
+use super::{
+    AssocEnd, AssocState, Effects, Inputs, STREAMS, Sctp, SctpLimits, TxSide, solo_packet,
+};
+use crate::sctp::Tsn;
+use crate::sctp::chunk::{
+    CookieAck, CookieEcho, EDMID_DTLS, ErrorCause, Init, InitAck, InitParam, OperationError,
+    WriteChunk, chunk_type,
+};
+use crate::sctp::cookie::{CookieContents, CookieError, VALID_COOKIE_LIFE};
+use crate::sctp::rx::{Receiver, RxLimits};
+
+impl Sctp {
+    /// Starts the association from this side: RFC 9260 §5.1 A, INIT with our tag.
+    pub fn start(&mut self, vtag: u32, initial_tsn: Tsn, limits: &SctpLimits) {
+        self.my_vtag = vtag;
+        self.my_initial_tsn = initial_tsn;
+        self.state = AssocState::CookieWait;
+        self.init_transmissions = 1;
+        self.queue_init(limits);
+    }
+    /// Queues our INIT again (first send or a T1-init retransmission).
+    pub fn queue_init(&mut self, limits: &SctpLimits) {
+        let params = our_init_params(None, limits);
+        let init = Init {
+            initiate_tag: self.my_vtag,
+            a_rwnd: limits.receive_window as u32,
+            outbound_streams: STREAMS,
+            inbound_streams: STREAMS,
+            initial_tsn: self.my_initial_tsn,
+            params: params.as_slice(),
+        };
+        // RFC 9260 §8.5.1 A: an INIT carries verification tag 0.
+        self.solo
+            .push(solo_packet(self.local_port, self.remote_port, 0, &init));
+    }
+    /// Queues the COOKIE ECHO again (T1-cookie retransmission).
+    pub fn queue_cookie_echo(&mut self) {
+        if let Some(cookie) = &self.cookie {
+            CookieEcho {
+                cookie: cookie.as_ref(),
+            }
+            .write_to(&mut self.control.scratch);
+            self.control.commit();
+        }
+    }
+    pub(super) fn establish(&mut self, c: &CookieContents, limits: &SctpLimits) {
+        self.peer_vtag = c.peer_vtag;
+        self.my_vtag = c.my_vtag;
+        self.my_initial_tsn = c.my_initial_tsn;
+        self.rx = Some(Receiver::new(
+            c.peer_initial_tsn,
+            rx_limits(limits, c.inbound_streams),
+        ));
+        self.tx = Some(TxSide::new(
+            c.my_initial_tsn,
+            c.peer_a_rwnd,
+            c.outbound_streams,
+            limits,
+        ));
+        self.state = AssocState::Established;
+        self.cookie = None;
+        self.zero_checksum_tx = limits.zero_checksum && c.peer_zero_checksum;
+        self.reset.next_request_seq = c.my_initial_tsn.0;
+        self.reset.peer_next_seq = c.peer_initial_tsn.0;
+    }
+}
+
+/// Receive limits; `inbound_streams` is what the handshake negotiated (RFC 9260
+/// §6.5: DATA on a higher stream is acknowledged and discarded).
+fn rx_limits(limits: &SctpLimits, inbound_streams: u16) -> RxLimits {
+    let mut rx = RxLimits::default();
+    rx.reassembly.inbound_streams = u32::from(inbound_streams);
+    rx.reassembly.receive_window_bytes = u32::try_from(limits.receive_window).unwrap_or(u32::MAX);
+    rx.reassembly.max_message_bytes = u32::try_from(limits.max_message_size).unwrap_or(u32::MAX);
+    rx
+}
+/// INIT and INIT ACK parameters: FORWARD TSN (RFC 3758 §3.1) and RE-CONFIG (RFC 6525
+/// §5) announced as supported extensions (RFC 5061 §4.2.7), zero checksums over DTLS
+/// (RFC 9653 §5.1) when configured, plus the cookie.
+fn our_init_params(cookie: Option<Bytes>, limits: &SctpLimits) -> Vec<InitParam> {
+    let mut params = vec![
+        InitParam::SupportedExtensions(Bytes::from_static(&[
+            chunk_type::FORWARD_TSN,
+            chunk_type::RE_CONFIG,
+        ])),
+        InitParam::ForwardTsnSupported,
+    ];
+    if limits.zero_checksum {
+        params.push(InitParam::ZeroChecksumAcceptable(EDMID_DTLS));
+    }
+    if let Some(c) = cookie {
+        params.push(InitParam::StateCookie(c));
+    }
+    params
+}
+pub(super) fn on_init(a: &mut Sctp, init: &Init, inp: &Inputs) {
+    if init.validate().is_err() {
+        return;
+    }
+    // RFC 9260 §5.2.1: in COOKIE-WAIT or COOKIE-ECHOED answer with our own tag and
+    // TSN unchanged; when closed, choose new ones (§5.1 B). An established
+    // association does not restart (§5.2.2 is not supported): the INIT is dropped.
+    let (my_vtag, my_tsn) = match a.state {
+        AssocState::Closed => inp.fresh,
+        AssocState::CookieWait | AssocState::CookieEchoed => (a.my_vtag, a.my_initial_tsn),
+        // RFC 9260 §9.2: in SHUTDOWN-ACK-SENT an INIT (our SHUTDOWN COMPLETE may be
+        // lost) is discarded and the SHUTDOWN ACK sent again.
+        AssocState::ShutdownAckSent => {
+            a.queue_shutdown_ack();
+            return;
+        }
+        _ => return,
+    };
+    if a.state == AssocState::Closed {
+        a.my_vtag = my_vtag;
+        a.my_initial_tsn = my_tsn;
+    }
+    let contents = CookieContents {
+        created: inp.now,
+        lifespan: VALID_COOKIE_LIFE,
+        src_port: a.local_port,
+        dst_port: a.remote_port,
+        my_vtag,
+        peer_vtag: init.initiate_tag,
+        my_initial_tsn: my_tsn,
+        peer_initial_tsn: init.initial_tsn,
+        peer_a_rwnd: init.a_rwnd,
+        outbound_streams: STREAMS.min(init.inbound_streams),
+        inbound_streams: STREAMS.min(init.outbound_streams),
+        peer_forward_tsn: init.forward_tsn_supported(),
+        peer_reconfig: init.supports_chunk(chunk_type::RE_CONFIG),
+        peer_zero_checksum: init.zero_checksum_method() == Some(EDMID_DTLS),
+    };
+    let mut cookie = BytesMut::new();
+    inp.cookie_key.write(&contents, &mut cookie);
+    let params = our_init_params(Some(cookie.freeze()), inp.limits);
+    let ack = InitAck {
+        initiate_tag: my_vtag,
+        a_rwnd: inp.limits.receive_window as u32,
+        outbound_streams: STREAMS,
+        inbound_streams: STREAMS,
+        initial_tsn: my_tsn,
+        params: params.as_slice(),
+    };
+    // §8.5.1: the INIT ACK carries the INIT's Initiate Tag.
+    a.solo.push(solo_packet(
+        a.local_port,
+        a.remote_port,
+        init.initiate_tag,
+        &ack,
+    ));
+}
+pub(super) fn on_init_ack(a: &mut Sctp, ack: &InitAck, inp: &Inputs) {
+    if a.state != AssocState::CookieWait || ack.validate().is_err() {
+        return; // §5.2.3: an INIT ACK anywhere else is discarded
+    }
+    let Some(cookie) = ack.state_cookie() else {
+        a.abort(AssocEnd::ProtocolViolation);
+        return;
+    };
+    a.peer_vtag = ack.initiate_tag;
+    a.rx = Some(Receiver::new(
+        ack.initial_tsn,
+        rx_limits(inp.limits, STREAMS.min(ack.outbound_streams)),
+    ));
+    a.tx = Some(TxSide::new(
+        a.my_initial_tsn,
+        ack.a_rwnd,
+        STREAMS.min(ack.inbound_streams),
+        inp.limits,
+    ));
+    a.cookie = Some(cookie);
+    // RFC 9653 §5.2: zero checksums go only to a peer that announced a method we use.
+    a.zero_checksum_tx = inp.limits.zero_checksum && ack.zero_checksum_method() == Some(EDMID_DTLS);
+    a.reset.next_request_seq = a.my_initial_tsn.0;
+    a.reset.peer_next_seq = ack.initial_tsn.0;
+    a.queue_cookie_echo();
+    a.state = AssocState::CookieEchoed;
+    a.init_transmissions = 1;
+}
+/// RFC 9260 §5.1.5 and the §5.2.4 cases shoal supports. False: drop the packet.
+pub(super) fn on_cookie_echo(
+    a: &mut Sctp,
+    vtag: u32,
+    cookie: &Bytes,
+    inp: &Inputs,
+    fx: &mut Effects,
+) -> bool {
+    let (c, stale) = match inp.cookie_key.read(cookie, inp.now) {
+        Ok(c) => (c, None),
+        Err(CookieError::Stale {
+            staleness_us,
+            contents,
+        }) => (contents, Some(staleness_us)),
+        Err(CookieError::BadMac) | Err(CookieError::Malformed) => {
+            fx.dropped = true;
+            return false;
+        }
+    };
+    // §5.1.5 step 3: ports and the packet's tag must match the cookie.
+    if c.my_vtag != vtag || c.src_port != a.local_port || c.dst_port != a.remote_port {
+        fx.dropped = true;
+        return false;
+    }
+    if let Some(staleness_us) = stale {
+        // §5.2.4 step 3: a stale cookie whose tags both match the association is
+        // case E, valid all the same.
+        let case_e = a.state == AssocState::Established
+            && c.my_vtag == a.my_vtag
+            && c.peer_vtag == a.peer_vtag;
+        if !case_e {
+            // §5.1.5 step 4 (and §5.2.4 step 3 for cases C and D): discard the
+            // packet, DATA included, and "MUST transmit an ERROR chunk with a Stale
+            // Cookie error cause", in a packet carrying the peer's tag from the
+            // cookie (§8.5).
+            let causes = [ErrorCause::stale_cookie(staleness_us)];
+            let error = OperationError {
+                causes: causes.as_slice(),
+            };
+            a.solo.push(solo_packet(
+                a.local_port,
+                a.remote_port,
+                c.peer_vtag,
+                &error,
+            ));
+            fx.dropped = true;
+            return false;
+        }
+    }
+    match a.state {
+        AssocState::Closed | AssocState::CookieWait | AssocState::CookieEchoed => {
+            a.establish(&c, inp.limits);
+            fx.established = true;
+        }
+        // §5.2.4 case D: tags match the existing association: just acknowledge.
+        AssocState::Established if c.my_vtag == a.my_vtag && c.peer_vtag == a.peer_vtag => {}
+        _ => return false,
+    }
+    CookieAck.write_to(&mut a.control.scratch);
+    a.control.commit();
+    true
+}

@@ -1,0 +1,378 @@
+//! The association's rules, exercised packet by packet between two associations.
+
+use super::reset::encode_reconfig;
+use super::*;
+use crate::sctp::Ppid;
+use crate::sctp::chunk::{GapAckBlock, Heartbeat, Sack, Shutdown, cause_code};
+use crate::sctp::packet::PacketWriter;
+use crate::sctp::tx::{OutgoingMessage, Reliability as TxReliability};
+
+use crate::sctp::chunk::{RawChunk, ReconfigParam, ReconfigResult, ShutdownAck, chunk_type};
+use crate::sctp::cookie::VALID_COOKIE_LIFE;
+
+const PORT: u16 = 5000;
+
+fn packet(vtag: u32, chunks: &[&[u8]]) -> Bytes {
+    let mut buf = BytesMut::new();
+    let mut w = PacketWriter::new(&mut buf, PORT, PORT, vtag);
+    for c in chunks {
+        w.push(&RawChunk(c));
+    }
+    w.finish()
+}
+
+/// The chunks of one packet, by type.
+fn chunk_types(p: &Bytes) -> Vec<u8> {
+    Packet::parse(p)
+        .unwrap()
+        .chunks()
+        .map(|c| c.unwrap().chunk_type())
+        .collect()
+}
+
+fn inputs<'a>(now: Time, key: &'a CookieKey, limits: &'a SctpLimits, tag: u32) -> Inputs<'a> {
+    Inputs {
+        now,
+        cookie_key: key,
+        limits,
+        fresh: (tag, Tsn(tag ^ 0x5555)),
+    }
+}
+
+/// Runs INIT and INIT ACK between a fresh client and server; returns both and the
+/// COOKIE ECHO packet the client would send next.
+fn up_to_cookie_echo(key: &CookieKey, limits: &SctpLimits) -> (Sctp, Sctp, Bytes) {
+    let mut client = Sctp::new(true, PORT, PORT);
+    let mut server = Sctp::new(false, PORT, PORT);
+    client.start(0x1111_1111, Tsn(100), limits);
+    let init = client.solo.pop().unwrap();
+    handle_packet(
+        &mut server,
+        &init,
+        &inputs(Time::ZERO, key, limits, 0x2222_2222),
+    );
+    let init_ack = server.solo.pop().unwrap();
+    handle_packet(
+        &mut client,
+        &init_ack,
+        &inputs(Time::ZERO, key, limits, 0x3333_3333),
+    );
+    assert_eq!(client.state, AssocState::CookieEchoed);
+    let echo = client.control.pop_fitting(usize::MAX, true).unwrap();
+    let echo = packet(client.peer_vtag, &[&echo]);
+    (client, server, echo)
+}
+
+#[test]
+fn a_stale_cookie_gets_a_stale_cookie_error_and_no_association() {
+    let key = CookieKey::new(&[9; 32]);
+    let limits = SctpLimits::default();
+    let (client, mut server, echo) = up_to_cookie_echo(&key, &limits);
+    // §5.1.5 step 4: past its lifespan the packet is discarded and an ERROR with
+    // a Stale Cookie cause goes back, under the client's tag.
+    let late = Time::ZERO + VALID_COOKIE_LIFE + Duration::from_millis(3);
+    let fx = handle_packet(&mut server, &echo, &inputs(late, &key, &limits, 1));
+    assert!(fx.dropped && !fx.established);
+    assert_eq!(server.state, AssocState::Closed);
+    let error = server.solo.pop().expect("an ERROR packet");
+    let p = Packet::parse(&error).unwrap();
+    assert_eq!(p.verification_tag, client.my_vtag);
+    let chunk = p.chunks().next().unwrap().unwrap();
+    assert_eq!(chunk.chunk_type(), chunk_type::ERROR);
+    let Chunk::Error(e) = chunk else {
+        panic!("{chunk:?}")
+    };
+    let cause = e.causes.iter().next().unwrap();
+    assert_eq!(cause.code, cause_code::STALE_COOKIE);
+    // Staleness in microseconds: 3 ms past the lifespan.
+    assert_eq!(cause.info.as_ref(), 3_000u32.to_be_bytes());
+    assert!(server.control.is_empty(), "no COOKIE ACK");
+    // The same cookie in time establishes.
+    let fx = handle_packet(&mut server, &echo, &inputs(Time::ZERO, &key, &limits, 1));
+    assert!(fx.established);
+    assert_eq!(server.state, AssocState::Established);
+}
+
+#[test]
+fn a_sack_for_a_tsn_never_sent_aborts() {
+    let key = CookieKey::new(&[9; 32]);
+    let limits = SctpLimits::default();
+    let (mut client, mut server, echo) = up_to_cookie_echo(&key, &limits);
+    handle_packet(&mut server, &echo, &inputs(Time::ZERO, &key, &limits, 1));
+    let ack = server.control.pop_fitting(usize::MAX, true).unwrap();
+    let ack = packet(client.my_vtag, &[&ack]);
+    handle_packet(&mut client, &ack, &inputs(Time::ZERO, &key, &limits, 1));
+    assert_eq!(client.state, AssocState::Established);
+    // Nothing was sent, yet the SACK acks 10 TSNs past the initial one.
+    let mut sack = BytesMut::new();
+    Sack {
+        cumulative_tsn_ack: Tsn(client.my_initial_tsn.0.wrapping_add(9)),
+        a_rwnd: 65_536,
+        gap_ack_blocks: &[] as &[GapAckBlock],
+        duplicate_tsns: &[] as &[Tsn],
+    }
+    .write_to(&mut sack);
+    let sack = packet(client.my_vtag, &[&sack]);
+    handle_packet(&mut client, &sack, &inputs(Time::ZERO, &key, &limits, 1));
+    // RFC 9260 §11.4: abort.
+    assert_eq!(client.ended, Some(AssocEnd::ProtocolViolation));
+    let abort = client.solo.pop().expect("an ABORT packet");
+    assert_eq!(chunk_types(&abort), vec![chunk_type::ABORT]);
+}
+
+/// Client and server with the association established.
+fn established(key: &CookieKey, limits: &SctpLimits) -> (Sctp, Sctp) {
+    let (mut client, mut server, echo) = up_to_cookie_echo(key, limits);
+    handle_packet(&mut server, &echo, &inputs(Time::ZERO, key, limits, 1));
+    let ack = server.control.pop_fitting(usize::MAX, true).unwrap();
+    let ack = packet(client.my_vtag, &[&ack]);
+    handle_packet(&mut client, &ack, &inputs(Time::ZERO, key, limits, 1));
+    assert_eq!(client.state, AssocState::Established);
+    assert_eq!(server.state, AssocState::Established);
+    (client, server)
+}
+
+fn shutdown(vtag: u32, cum: Tsn) -> Bytes {
+    let mut chunk = BytesMut::new();
+    Shutdown {
+        cumulative_tsn_ack: cum,
+    }
+    .write_to(&mut chunk);
+    packet(vtag, &[&chunk])
+}
+
+fn control_types(a: &mut Sctp) -> Vec<u8> {
+    std::iter::from_fn(|| a.control.pop_fitting(usize::MAX, true))
+        .map(|c| c[0])
+        .collect()
+}
+
+/// Queues one small message on stream 1 and puts it in flight, as `sctp_tx`
+/// would; returns its TSN.
+fn in_flight(a: &mut Sctp, policy: TxReliability) -> Tsn {
+    let tx = a.tx.as_mut().unwrap();
+    let msg = OutgoingMessage {
+        ppid: Ppid(53),
+        payload: Bytes::from_static(b"last words"),
+        unordered: false,
+        policy,
+    };
+    tx.queue.send(Time::ZERO, StreamId(1), msg).unwrap();
+    let d = tx.queue.produce(Time::ZERO, 1000).unwrap();
+    tx.outstanding.add(Time::ZERO, d).unwrap().0
+}
+
+#[test]
+fn a_shutdown_is_acked_only_once_our_data_is_acknowledged() {
+    let key = CookieKey::new(&[9; 32]);
+    let limits = SctpLimits::default();
+    let (client, mut server) = established(&key, &limits);
+    let inp = |t| inputs(t, &key, &limits, 1);
+    let tag = server.my_vtag;
+    // One message in flight from the server.
+    let tsn = in_flight(&mut server, TxReliability::Reliable);
+    // §9.2: a SHUTDOWN that does not cover it: SHUTDOWN-RECEIVED, no SHUTDOWN ACK.
+    let before = Tsn(tsn.0.wrapping_sub(1));
+    let fx = handle_packet(&mut server, &shutdown(tag, before), &inp(Time::ZERO));
+    assert!(!fx.dropped && !fx.shutdown_acked);
+    assert_eq!(server.state, AssocState::ShutdownReceived);
+    assert!(control_types(&mut server).is_empty());
+    // Its cumulative ack covering the message: SHUTDOWN ACK, SHUTDOWN-ACK-SENT.
+    let fx = handle_packet(&mut server, &shutdown(tag, tsn), &inp(Time::ZERO));
+    assert!(fx.sack_processed && fx.shutdown_acked);
+    assert_eq!(server.state, AssocState::ShutdownAckSent);
+    assert!(
+        !server
+            .tx
+            .as_ref()
+            .unwrap()
+            .outstanding
+            .has_outstanding_data()
+    );
+    assert_eq!(control_types(&mut server), vec![chunk_type::SHUTDOWN_ACK]);
+    // A repeated SHUTDOWN, or an INIT (our SHUTDOWN COMPLETE lost), gets it again.
+    handle_packet(&mut server, &shutdown(tag, tsn), &inp(Time::ZERO));
+    assert_eq!(control_types(&mut server), vec![chunk_type::SHUTDOWN_ACK]);
+    let mut restart = Sctp::new(true, PORT, PORT);
+    restart.start(client.my_vtag, Tsn(5), &limits);
+    let init = restart.solo.pop().unwrap();
+    handle_packet(&mut server, &init, &inp(Time::ZERO));
+    assert!(server.solo.is_empty(), "no INIT ACK");
+    assert_eq!(control_types(&mut server), vec![chunk_type::SHUTDOWN_ACK]);
+    // SHUTDOWN COMPLETE ends it.
+    let complete = solo_packet(PORT, PORT, tag, &ShutdownComplete { t_bit: false });
+    handle_packet(&mut server, &complete, &inp(Time::ZERO));
+    assert_eq!(server.ended, Some(AssocEnd::Shutdown));
+}
+
+#[test]
+fn shutdown_chunks_during_setup_are_discarded_or_completed() {
+    let key = CookieKey::new(&[9; 32]);
+    let limits = SctpLimits::default();
+    let (mut client, _server, _echo) = up_to_cookie_echo(&key, &limits);
+    let inp = inputs(Time::ZERO, &key, &limits, 1);
+    let tag = client.my_vtag;
+    // §9.2: SHUTDOWN in COOKIE-ECHOED is silently discarded.
+    let fx = handle_packet(&mut client, &shutdown(tag, Tsn(0)), &inp);
+    assert!(fx.dropped);
+    assert_eq!(client.state, AssocState::CookieEchoed);
+    // A SHUTDOWN ACK gets a stand-alone SHUTDOWN COMPLETE with the T bit and the
+    // packet's tag; the client stays in COOKIE-ECHOED.
+    let mut chunk = BytesMut::new();
+    ShutdownAck.write_to(&mut chunk);
+    handle_packet(&mut client, &packet(tag, &[&chunk]), &inp);
+    assert_eq!(client.state, AssocState::CookieEchoed);
+    assert!(client.ended.is_none());
+    let complete = client.solo.pop().expect("a SHUTDOWN COMPLETE");
+    let p = Packet::parse(&complete).unwrap();
+    assert_eq!(p.verification_tag, tag);
+    let Some(Ok(Chunk::ShutdownComplete(sc))) = p.chunks().next() else {
+        panic!("SHUTDOWN COMPLETE expected")
+    };
+    assert!(sc.t_bit);
+}
+
+#[test]
+fn a_reset_request_listing_no_streams_resets_them_all() {
+    let key = CookieKey::new(&[9; 32]);
+    let limits = SctpLimits::default();
+    let (mut client, server) = established(&key, &limits);
+    let tag = client.my_vtag;
+    // RFC 6525 §4.1/§5.2.2 E3: no stream numbers means every incoming stream.
+    let request = encode_reconfig(ReconfigParam::OutgoingSsnReset {
+        request_seq: client.reset.peer_next_seq,
+        response_seq: 0,
+        last_tsn: Tsn(server.my_initial_tsn.0.wrapping_sub(1)),
+        streams: &[],
+    });
+    handle_packet(
+        &mut client,
+        &packet(tag, &[&request]),
+        &inputs(Time::ZERO, &key, &limits, 1),
+    );
+    let done = std::mem::take(&mut client.reset.incoming_done);
+    assert_eq!(done.len(), usize::from(STREAMS));
+    assert!(done.iter().enumerate().all(|(i, s)| usize::from(s.0) == i));
+    let response = client.control.pop_fitting(usize::MAX, true).unwrap();
+    let Ok(Chunk::ReConfig(rc)) = packet_chunk(&response) else {
+        panic!("a RE-CONFIG response")
+    };
+    let Some(ReconfigParam::Response { result, .. }) = rc.params.iter().next() else {
+        panic!("{rc:?}")
+    };
+    assert_eq!(result, ReconfigResult::SUCCESS_PERFORMED);
+}
+
+/// §9.2: SHUTDOWN ACK waits until the SHUTDOWN's cumulative TSN covers everything
+/// we sent. With an abandoned (PR-SCTP) chunk below a gap-acked one, nothing is in
+/// flight, yet the peer still needs a FORWARD TSN.
+#[test]
+fn a_shutdown_ack_waits_for_the_forward_tsn_it_owes() {
+    let key = CookieKey::new(&[9; 32]);
+    let limits = SctpLimits::default();
+    let (_client, mut server) = established(&key, &limits);
+    let inp = |t| inputs(t, &key, &limits, 1);
+    let tag = server.my_vtag;
+    let tsn1 = in_flight(&mut server, TxReliability::MaxRetransmits(0));
+    in_flight(&mut server, TxReliability::MaxRetransmits(0));
+    // SACK: TSN 2 gap-acked, TSN 1 missing.
+    let mut sack = BytesMut::new();
+    Sack {
+        cumulative_tsn_ack: Tsn(tsn1.0.wrapping_sub(1)),
+        a_rwnd: 65_536,
+        gap_ack_blocks: &[GapAckBlock { start: 2, end: 2 }][..],
+        duplicate_tsns: &[] as &[Tsn],
+    }
+    .write_to(&mut sack);
+    handle_packet(&mut server, &packet(tag, &[&sack]), &inp(Time::ZERO));
+    // T3 expiry: TSN 1 (MaxRetransmits 0) is abandoned.
+    let tx = server.tx.as_mut().unwrap();
+    tx.outstanding.handle_t3_expiry(Time::ZERO);
+    tx.apply_discards();
+    assert!(tx.outstanding.forward_tsn_owed());
+    // The peer's SHUTDOWN still stops below TSN 1.
+    let fx = handle_packet(
+        &mut server,
+        &shutdown(tag, Tsn(tsn1.0.wrapping_sub(1))),
+        &inp(Time::ZERO),
+    );
+    assert!(
+        !fx.shutdown_acked && server.state == AssocState::ShutdownReceived,
+        "SHUTDOWN ACK sent while the peer's cumulative TSN is short of what we sent \
+         (FORWARD TSN owed); state {:?}",
+        server.state
+    );
+}
+
+/// RFC 9653 §5.3: zero checksums are accepted only by an end that announced the
+/// method; any other end drops them as corrupt.
+#[test]
+fn zero_checksums_are_accepted_only_when_announced() {
+    let key = CookieKey::new(&[9; 32]);
+    for announced in [true, false] {
+        let limits = SctpLimits {
+            zero_checksum: announced,
+            ..SctpLimits::default()
+        };
+        let (_client, mut server) = established(&key, &limits);
+        let mut hb = BytesMut::new();
+        Heartbeat {
+            info: Bytes::from_static(b"ping"),
+        }
+        .write_to(&mut hb);
+        let mut p = packet(server.my_vtag, &[&hb]).to_vec();
+        p[8..12].fill(0);
+        let fx = handle_packet(
+            &mut server,
+            &Bytes::from(p),
+            &inputs(Time::ZERO, &key, &limits, 1),
+        );
+        assert_eq!(fx.dropped, !announced, "announced: {announced}");
+    }
+}
+
+/// The one chunk of an encoded chunk, parsed.
+fn packet_chunk(chunk: &Bytes) -> Result<Chunk, crate::sctp::error::SctpError> {
+    let p = Packet::parse(&packet(1, &[chunk])).unwrap();
+    p.chunks().next().unwrap()
+}
+
+#[test]
+fn zero_window_probes_are_not_errors_while_sacks_arrive() {
+    let limits = SctpLimits::default();
+    let mut tx = TxSide::new(Tsn(1), 0, 16, &limits);
+    // Window closed from the start (a_rwnd 0), SACKs arriving between expiries:
+    // probing, not failure.
+    tx.sacks_since_t3 = true;
+    assert!(!tx.t3_expiry_is_error());
+    // No SACK since the last expiry: the peer may be gone; it counts.
+    assert!(tx.t3_expiry_is_error());
+    // An open window: every expiry counts, SACKs or not.
+    let mut open = TxSide::new(Tsn(1), 65_536, 16, &limits);
+    open.sacks_since_t3 = true;
+    assert!(open.t3_expiry_is_error());
+}
+
+#[test]
+fn control_queue_is_bounded_and_drops_what_cannot_fit_a_packet() {
+    let mut q = ControlQueue::default();
+    // A HEARTBEAT ACK too large for any packet is dropped, not left to block the
+    // chunks behind it.
+    q.push(Bytes::from(vec![0u8; 1208]));
+    q.push(Bytes::from(vec![1u8; 16]));
+    assert_eq!(q.pop_fitting(1123, true).map(|c| c.len()), Some(16));
+    assert!(q.is_empty());
+    // Chunks leave whole: one that does not fit a partly filled packet waits.
+    q.push(Bytes::from(vec![2u8; 100]));
+    assert_eq!(q.pop_fitting(50, false), None);
+    assert_eq!(q.pop_fitting(100, false).map(|c| c.len()), Some(100));
+    // A flood is bounded.
+    for _ in 0..10_000 {
+        q.push(Bytes::from(vec![3u8; 16]));
+    }
+    let mut held = 0;
+    while let Some(c) = q.pop_fitting(usize::MAX, true) {
+        held += c.len();
+    }
+    assert!(held <= ControlQueue::MAX_BYTES, "{held}");
+}

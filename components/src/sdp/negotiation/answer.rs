@@ -1,0 +1,374 @@
+//! Answering the participant's offers (RFC 8829 §5.3).
+
+use super::*;
+
+impl Negotiation {
+    /// Answers the participant's `offer` (RFC 8829 §5.3), giving its receiving sections
+    /// tracks from `tracks` that are not yet placed. `new_ssrc` yields random SSRCs;
+    /// shoal skips zero and any already in the session.
+    pub fn answer(
+        &mut self,
+        offer: &SessionDescription,
+        params: &AnswerParams<'_>,
+        tracks: &[TrackSource],
+        new_ssrc: &mut dyn FnMut() -> u32,
+    ) -> Result<Answered, NegotiationError> {
+        if offer.media.len() < self.sections.len() {
+            return Err(NegotiationError::SectionsRemoved);
+        }
+        let bundle = offer.bundle_mids().unwrap_or_default();
+        let tag = offerer_tagged(offer, bundle);
+        let data = offer
+            .media
+            .iter()
+            .position(|m| is_data_section(m, bundle, tag.is_some()));
+        let usable = |m: &MediaDescription| {
+            m.port != 0 && m.proto == PROTO_RTP_SAVPF && is_av(&m.kind) && !m.formats.is_empty()
+        };
+        let transport_index = tag
+            .or(data.filter(|i| offer.media[*i].port != 0))
+            .or_else(|| offer.media.iter().position(usable))
+            .ok_or(NegotiationError::NoUsableSection)?;
+        let transport = self.read_transport(offer, &offer.media[transport_index])?;
+        // RFC 8829 §4.1.10.2: the polite side rolls its own offer back on glare.
+        self.pending = None;
+        for m in &offer.media {
+            for e in m.extmaps() {
+                self.note_extension(&e.uri, e.id);
+            }
+            let codecs = Codec::read_all(m);
+            let forwarded: Vec<u8> = codecs.iter().flat_map(Codec::payload_types).collect();
+            for c in codecs {
+                if !self
+                    .offered_codecs
+                    .iter()
+                    .any(|o| o.payload_type == c.payload_type)
+                {
+                    self.offered_codecs.push(c);
+                }
+            }
+            for pt in m.payload_types() {
+                if !forwarded.contains(&pt) && !self.foreign_payload_types.contains(&pt) {
+                    self.foreign_payload_types.push(pt);
+                }
+            }
+        }
+
+        let old = self.sections.clone();
+        let mut sections: Vec<Section> = Vec::with_capacity(offer.media.len());
+        let mut placed: Vec<String> = Vec::new();
+        for (index, offered) in offer.media.iter().enumerate() {
+            let previous = old.get(index).filter(|s| s.mid.as_deref() == offered.mid());
+            let bundled_only = tag.is_some()
+                && offered.bundle_only()
+                && offered
+                    .mid()
+                    .is_some_and(|mid| bundle.iter().any(|b| b == mid));
+            let open = offered.port != 0 || bundled_only;
+            let state = if Some(index) == data {
+                SectionState::Data
+            } else if !open || !is_av(&offered.kind) || offered.proto != PROTO_RTP_SAVPF {
+                SectionState::Closed
+            } else {
+                self.answer_media(offered, previous, tracks, &sections, &mut placed, new_ssrc)
+            };
+            // RFC 8843 §7.3.3: the offerer-tagged section cannot be rejected; one shoal
+            // has no use for is kept open and inactive.
+            let state = match state {
+                SectionState::Closed if Some(index) == tag => SectionState::Media(Box::default()),
+                other => other,
+            };
+            sections.push(Section {
+                mid: offered.mid().map(str::to_owned),
+                kind: offered.kind.clone(),
+                proto: offered.proto.clone(),
+                state,
+            });
+        }
+        self.bundle = tag.is_some();
+        if let Some(d) = data {
+            self.remote_max_message_size = remote_max_message_size(&offer.media[d]);
+        }
+
+        let attributes = TransportAttributes {
+            params,
+            setup: transport.setup,
+            connection: Connection::new(params.candidate.ip()),
+        };
+        self.version += 1;
+        let mut sdp = SessionDescription::new(Origin::new(self.session_id, self.version));
+        sdp.push_attribute(Attribute::IceLite);
+        let mut written = Vec::with_capacity(sections.len());
+        for (section, offered) in sections.iter().zip(&offer.media) {
+            let m = match &section.state {
+                SectionState::Closed => rejected_section(offered),
+                SectionState::Data => attributes.data_section(offered),
+                SectionState::Media(media) if media_is_empty(media) => {
+                    if Codec::read_all(offered).is_empty() {
+                        attributes.inactive_section(offered)
+                    } else {
+                        self.media_section(&attributes, section, media)
+                    }
+                }
+                SectionState::Media(media) => self.media_section(&attributes, section, media),
+            };
+            written.push(m);
+        }
+        // RFC 8829 §5.3.1 and RFC 8843 §7.3.1: a BUNDLE group only when one was
+        // offered, the tagged section's mid first, then the other accepted mids.
+        if let Some(t) = tag {
+            let tag_mid = offer.media[t].mid();
+            let mids: Vec<&str> = tag_mid
+                .into_iter()
+                .chain(bundle.iter().map(String::as_str).filter(|mid| {
+                    Some(*mid) != tag_mid
+                        && sections.iter().any(|s| {
+                            s.mid.as_deref() == Some(*mid) && s.state != SectionState::Closed
+                        })
+                }))
+                .collect();
+            sdp.push_attribute(Attribute::Group(Group::new(BUNDLE, &mids)));
+        }
+        for m in written {
+            sdp.push_media(m);
+        }
+
+        // A section the participant stopped (port 0) turns its track down (JSEP
+        // §5.2.2: a stopped transceiver's section is not revived).
+        for (index, section) in sections.iter().enumerate() {
+            if section.state == SectionState::Closed
+                && let Some(Section {
+                    state: SectionState::Media(m),
+                    ..
+                }) = old.get(index)
+                && let Some(x) = &m.subscribe
+                && !self.declined.contains(&x.track)
+            {
+                self.declined.push(x.track.clone());
+            }
+        }
+        let changes = diff(&old, &sections);
+        self.retire(&sections);
+        self.sections = sections;
+        self.transport = Some(transport.clone());
+        Ok(Answered {
+            sdp,
+            transport,
+            changes,
+            data_mid: data.and_then(|d| offer.media[d].mid().map(str::to_owned)),
+            remote_max_message_size: self.remote_max_message_size,
+        })
+    }
+    /// Reads and checks the offerer's transport from `m` (RFC 8839 §5.4, RFC 8122 §5,
+    /// RFC 4145 §4). Later offers must keep it: shoal does no ICE restart and keeps one
+    /// DTLS association.
+    pub(super) fn read_transport(
+        &self,
+        offer: &SessionDescription,
+        m: &MediaDescription,
+    ) -> Result<RemoteTransport, NegotiationError> {
+        let (ufrag, pwd) = offer
+            .ice_credentials_for(m)
+            .ok_or(NegotiationError::MissingIceCredentials)?;
+        let fingerprint_sha256 = offer
+            .fingerprints_for(m)
+            .find(|f| f.hash == HashFunction::Sha256)
+            .and_then(|f| <[u8; 32]>::try_from(f.bytes.as_slice()).ok())
+            .ok_or(NegotiationError::MissingSha256Fingerprint)?;
+        let offered_setup = offer.setup_for(m).unwrap_or(Setup::Active);
+        if offered_setup == Setup::HoldConn {
+            return Err(NegotiationError::HoldConn);
+        }
+        if let Some(t) = &self.transport {
+            if t.ufrag != ufrag || t.pwd != pwd {
+                return Err(NegotiationError::IceRestart);
+            }
+            if t.fingerprint_sha256 != fingerprint_sha256 {
+                return Err(NegotiationError::FingerprintChanged);
+            }
+            // RFC 8829 §5.3.2: the answer keeps the role of the existing association.
+            return Ok(t.clone());
+        }
+        // RFC 4145 §4 (absent means active); shoal prefers to be the DTLS server.
+        let setup = match offered_setup {
+            Setup::ActPass | Setup::Active => Setup::Passive,
+            Setup::Passive | Setup::HoldConn => Setup::Active,
+        };
+        Ok(RemoteTransport {
+            ufrag: ufrag.to_owned(),
+            pwd: pwd.to_owned(),
+            fingerprint_sha256,
+            setup,
+        })
+    }
+    /// What an offered audio or video section becomes (RFC 3264 §6.1 directions).
+    pub(super) fn answer_media(
+        &mut self,
+        offered: &MediaDescription,
+        previous: Option<&Section>,
+        tracks: &[TrackSource],
+        earlier: &[Section],
+        placed: &mut Vec<String>,
+        new_ssrc: &mut dyn FnMut() -> u32,
+    ) -> SectionState {
+        let direction = offered.direction().unwrap_or(Direction::SendRecv);
+        let sends = matches!(direction, Direction::SendOnly | Direction::SendRecv);
+        let receives = matches!(direction, Direction::RecvOnly | Direction::SendRecv);
+        let codecs = Codec::read_all(offered);
+        let previous = match previous.map(|s| &s.state) {
+            Some(SectionState::Media(m)) => Some(m),
+            _ => None,
+        };
+        let extensions: Vec<Extmap> = offered
+            .extmaps()
+            .filter(|e| receivable(&offered.kind, &e.uri))
+            .map(|e| Extmap::new(e.id, &e.uri))
+            .collect();
+
+        // What the shard will take: at most MAX_PUBLISHED tracks, each with SSRCs no
+        // earlier section of this offer claims.
+        let published_before: Vec<&Published> = earlier
+            .iter()
+            .filter_map(|s| match &s.state {
+                SectionState::Media(m) => m.publish.as_ref(),
+                _ => None,
+            })
+            .collect();
+        let publish = sends
+            .then(|| {
+                if published_before.len() >= MAX_PUBLISHED {
+                    return None;
+                }
+                // Keep the codec already agreed while the offer still has it.
+                let kept = previous
+                    .and_then(|p| p.publish.as_ref())
+                    .and_then(|p| codecs.iter().find(|c| c.same_format(&p.codec)));
+                let mut codec = kept.or(codecs.first())?.clone();
+                codec.feedback = codec.feedback.intersect(crate::sdp::codec::Feedback::ALL);
+                let (ssrc, rtx_ssrc) = offered_ssrcs(offered);
+                let rtx_ssrc = rtx_ssrc.filter(|_| codec.rtx_payload_type.is_some());
+                let claimed = |x: Option<u32>| {
+                    x.is_some_and(|x| {
+                        published_before
+                            .iter()
+                            .any(|p| p.ssrc == Some(x) || p.rtx_ssrc == Some(x))
+                    })
+                };
+                if claimed(ssrc) || claimed(rtx_ssrc) {
+                    return None;
+                }
+                Some(Published {
+                    kind: offered.kind.clone(),
+                    codec,
+                    ssrc,
+                    rtx_ssrc,
+                    msid: offered.msids().next().cloned(),
+                    extensions: extensions.clone(),
+                })
+            })
+            .flatten();
+
+        let subscribe = if receives {
+            match previous.and_then(|p| p.subscribe.as_ref()) {
+                Some(s) if tracks.iter().any(|t| t.id == s.track) => {
+                    // The codec must still be offered with the payload type agreed.
+                    codecs
+                        .iter()
+                        .find(|c| c.same_format(&s.codec) && c.payload_type == s.codec.payload_type)
+                        .map(|_| s.clone())
+                }
+                _ => None,
+            }
+            .or_else(|| {
+                let used: Vec<u32> = self.used_ssrcs(earlier);
+                let track = tracks.iter().find(|t| {
+                    t.kind == offered.kind
+                        && !placed.contains(&t.id)
+                        && !self.declined.contains(&t.id)
+                        && !self.is_placed(&t.id)
+                        && codecs.iter().any(|c| c.same_format(&t.codec))
+                })?;
+                let codec = codecs.iter().find(|c| c.same_format(&track.codec))?;
+                let ssrc = fresh_ssrc(new_ssrc, &used);
+                let rtx_ssrc = codec
+                    .rtx_payload_type
+                    .map(|_| fresh_ssrc(new_ssrc, &[used.as_slice(), &[ssrc]].concat()));
+                let mut codec = codec.clone();
+                codec.fmtp = track.codec.fmtp.clone().or(codec.fmtp);
+                codec.feedback = codec.feedback.intersect(crate::sdp::codec::Feedback::ALL);
+                Some(Subscribed {
+                    track: track.id.clone(),
+                    stream_id: track.stream_id.clone(),
+                    codec,
+                    ssrc,
+                    rtx_ssrc,
+                    extensions: extensions
+                        .iter()
+                        .filter(|e| sendable(&offered.kind).contains(&e.uri.as_str()))
+                        .cloned()
+                        .collect(),
+                })
+            })
+        } else {
+            // A participant that stops receiving a track turns it down.
+            if let Some(s) = previous.and_then(|p| p.subscribe.as_ref())
+                && !self.declined.contains(&s.track)
+            {
+                self.declined.push(s.track.clone());
+            }
+            None
+        };
+        if let Some(s) = &subscribe {
+            placed.push(s.track.clone());
+        }
+        if publish.is_none() && subscribe.is_none() && codecs.is_empty() {
+            return SectionState::Closed;
+        }
+        SectionState::Media(Box::new(Media {
+            publish,
+            subscribe,
+            receivable: if receives { codecs } else { Vec::new() },
+            receives,
+            rtcp_mux: offered.rtcp_mux(),
+            rtcp_rsize: offered.rtcp_rsize(),
+        }))
+    }
+    /// Whether a track is already sent somewhere in the agreed session.
+    pub(super) fn is_placed(&self, track: &str) -> bool {
+        self.sections.iter().any(|s| match &s.state {
+            SectionState::Media(m) => m.subscribe.as_ref().is_some_and(|x| x.track == track),
+            _ => false,
+        })
+    }
+    /// Remembers `uri` as `id` unless the session names it already.
+    pub(super) fn note_extension(&mut self, uri: &str, id: u16) {
+        if !self.extension_ids.iter().any(|(u, _)| u == uri) {
+            self.extension_ids.push((uri.to_owned(), id));
+        }
+    }
+}
+
+/// The extensions shoal accepts from a publisher of `kind`: the mid (RFC 8843 §9.2
+/// demultiplexing), the audio level it forwards, and the stream ids (RFC 8852).
+pub(super) fn receivable(kind: &MediaKind, uri: &str) -> bool {
+    match uri {
+        EXT_MID => true,
+        EXT_AUDIO_LEVEL => *kind == MediaKind::Audio,
+        EXT_RID | EXT_REPAIRED_RID => *kind == MediaKind::Video,
+        _ => false,
+    }
+}
+pub(super) fn media_is_empty(m: &Media) -> bool {
+    m.publish.is_none() && m.subscribe.is_none()
+}
+/// The primary and RTX SSRCs an offered section announces: the first `FID` group
+/// (RFC 5576 §4.2, RFC 4588 §8.1), else the first `a=ssrc`.
+pub(super) fn offered_ssrcs(m: &MediaDescription) -> (Option<u32>, Option<u32>) {
+    if let Some(g) = m
+        .ssrc_groups()
+        .find(|g| g.semantics == "FID" && g.ssrcs.len() == 2)
+    {
+        return (g.ssrcs.first().copied(), g.ssrcs.get(1).copied());
+    }
+    (m.ssrcs().next().map(|s| s.ssrc), None)
+}

@@ -142,4 +142,9 @@ pub struct ShardStats {
     /// Media relay items (mirrored tracks' packets, keyframe requests) a sibling
     /// shard's full queue refused.
     pub media_relay_dropped: u64,
+    /// Packets of tracks published here put out for the sibling shards that mirror
+    /// them (one per packet and sibling).
+    pub media_relay_out: u64,
+    /// Packets of mirrored tracks taken from their origin shard.
+    pub media_relay_in: u64,
 }

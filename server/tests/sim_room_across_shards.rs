@@ -1,9 +1,8 @@
-//! A room whose members sit on two server shards, in the simulated network. The
-//! test plays the driver's part between the shards: after each step it drains what
-//! a shard put out for its room's other shards (`Shard::poll_forward`) and hands it
-//! to them (`Shard::deliver_forwarded`), as the shard threads do over their command
-//! channels. A member's messages reach the members on both shards once and in
-//! order; a forwarded message is delivered where it lands and goes no further.
+//! A room whose members sit on the two shards of one node (`Sim::add_node`), in the
+//! simulated network: the node carries what a shard puts out for its room's other
+//! shard, as the shard threads of a running node do over their command channels. A
+//! member's messages reach the members on both shards once and in order; a
+//! forwarded message is delivered where it lands and goes no further.
 
 mod room;
 
@@ -12,9 +11,7 @@ use std::time::Duration;
 
 use room::{Got, Log, SRV, addr, cli, join, message, open_from_client, send_range};
 use shoal_components::peer::PeerId;
-use shoal_components::relay::Forwarded;
 use shoal_components::room::RoomId;
-use shoal_components::sctp::assoc::SctpLimits;
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_server::sim::{LinkConfig, Sim};
 
@@ -31,15 +28,13 @@ fn servers() -> [SocketAddr; 2] {
     [addr(SRV), addr(SRV2)]
 }
 
-/// Server shards 0 and 1; members 1 and 2 of `ROOM` on shard 0, member 3 of `ROOM`
-/// and member 4 of `OTHER_ROOM` on shard 1; every association up. Each shard is
-/// told the other holds members of `ROOM`.
+/// A node of server shards 0 and 1; members 1 and 2 of `ROOM` on shard 0, member 3
+/// of `ROOM` and member 4 of `OTHER_ROOM` on shard 1; every association up. Each
+/// shard is told the other holds members of `ROOM`.
 fn two_shard_room(seed: u64) -> Sim {
     let link = LinkConfig::lossy(Duration::from_millis(10), 0.01);
     let mut sim = Sim::new(seed);
-    for s in servers() {
-        room::add_server(&mut sim, s, SctpLimits::default());
-    }
+    sim.add_node(&servers());
     for (i, shard, room) in [(1, 0, ROOM), (2, 0, ROOM), (3, 1, ROOM), (4, 1, OTHER_ROOM)] {
         join(&mut sim, servers()[shard], i, room, &link);
     }
@@ -59,31 +54,12 @@ fn two_shard_room(seed: u64) -> Sim {
     sim
 }
 
-/// The driver's part: what each server shard put out goes to the room's other
-/// shards, in order. Returns how many records moved.
-fn carry(sim: &mut Sim, scratch: &mut Vec<Forwarded>) -> usize {
-    let mut moved = 0;
-    for (from, at) in servers().into_iter().enumerate() {
-        sim.shard_mut(at).poll_forward(scratch);
-        let now = sim.now();
-        for f in scratch.drain(..) {
-            let siblings = sim.shard(at).room_siblings(f.room).to_vec();
-            for to in siblings.into_iter().filter(|&to| to != from) {
-                sim.shard_mut(servers()[to]).deliver_forwarded(now, &f);
-                moved += 1;
-            }
-        }
-    }
-    moved
-}
-
 #[test]
 fn sim_room_across_shards_every_member_hears_every_other_once_in_order() {
     const N: u32 = 80;
     for seed in 0..2 {
         let mut sim = two_shard_room(seed);
         let mut log = Log::default();
-        let mut scratch = Vec::new();
         let mut chat = [0u16; 5];
         for i in 1..=4 {
             chat[i as usize] = open_from_client(&mut sim, &mut log, i, "chat", "", RELIABLE);
@@ -92,20 +68,17 @@ fn sim_room_across_shards_every_member_hears_every_other_once_in_order() {
             send_range(&mut sim, i, chat[i as usize], 0..N, false);
         }
         let expected = 2 * N as usize;
-        let mut carried = 0;
         sim.run_until(
             |s| {
-                carried += carry(s, &mut scratch);
                 log.take(s);
                 (1..=3).all(|r| log.on(r, "chat").len() >= expected)
             },
             Duration::from_secs(120),
         )
-        .unwrap_or_else(|e| panic!("seed {seed}: {e}; carried {carried}"));
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         // Anything duplicated or late would show now.
         sim.run_until(
             |s| {
-                carried += carry(s, &mut scratch);
                 log.take(s);
                 false
             },
@@ -139,7 +112,6 @@ fn sim_room_across_shards_every_member_hears_every_other_once_in_order() {
         assert_eq!(s1.relay_forwards_out, u64::from(N), "seed {seed}");
         assert_eq!(s0.relay_forwards_in, u64::from(N), "seed {seed}");
         assert_eq!(s1.relay_forwards_in, 2 * u64::from(N), "seed {seed}");
-        assert_eq!(carried, 3 * N as usize, "seed {seed}");
         assert_eq!(s0.relay_forwards_dropped + s1.relay_forwards_dropped, 0);
     }
 }
@@ -149,41 +121,34 @@ fn sim_room_across_shards_a_forwarded_message_is_delivered_here_and_not_forwarde
     let mut sim = two_shard_room(7);
     let mut log = Log::default();
     let chat = open_from_client(&mut sim, &mut log, 3, "chat", "", RELIABLE);
-    // Member 3 (shard 1) speaks; shard 1 puts one record out for shard 0.
+    // Member 3 (shard 1) speaks; shard 1 puts one record out for shard 0, which
+    // delivers it to its two members of the room and puts nothing out, though
+    // shard 1 is its sibling for this room.
     let m = message(3, 0, false);
     sim.shard_mut(cli(3))
         .channel_send(PeerId(3), chat, m.binary, m.payload.clone())
         .unwrap();
-    let mut out = Vec::new();
     sim.run_until(
         |s| {
-            s.shard_mut(addr(SRV2)).poll_forward(&mut out);
-            !out.is_empty()
-        },
-        Duration::from_secs(10),
-    )
-    .expect("shard 1 forwards member 3's message");
-    assert_eq!(out.len(), 1);
-    assert_eq!((out[0].room, &*out[0].label), (ROOM, "chat"));
-    assert_eq!(out[0].payload, m.payload);
-    // Shard 0 delivers it to its two members of the room and puts nothing out,
-    // though shard 1 is its sibling for this room.
-    let now = sim.now();
-    let queued = sim.shard_mut(addr(SRV)).deliver_forwarded(now, &out[0]);
-    assert_eq!(queued, 2);
-    let mut again = Vec::new();
-    sim.run_until(
-        |s| {
-            s.shard_mut(addr(SRV)).poll_forward(&mut again);
-            assert!(again.is_empty(), "a forwarded message was forwarded again");
             log.take(s);
             log.on(1, "chat").len() == 1 && log.on(2, "chat").len() == 1
         },
         Duration::from_secs(10),
     )
     .expect("members 1 and 2 get member 3's message");
+    // Anything forwarded twice would arrive now.
+    sim.run_for(Duration::from_secs(3)).unwrap();
+    log.take(&mut sim);
     assert_eq!(log.on(1, "chat"), std::slice::from_ref(&m));
-    assert_eq!(sim.shard(addr(SRV)).stats().relay_forwards_out, 0);
+    assert_eq!(log.on(2, "chat"), std::slice::from_ref(&m));
+    assert!(log.on(3, "chat").is_empty(), "member 3 heard itself");
+    let (s0, s1) = (sim.shard(addr(SRV)).stats(), sim.shard(addr(SRV2)).stats());
+    assert_eq!((s1.relay_forwards_out, s0.relay_forwards_in), (1, 1));
+    assert_eq!(
+        s0.relay_forwards_out, 0,
+        "a forwarded message was forwarded again"
+    );
+    assert_eq!(s1.relay_forwards_in, 0);
 }
 
 #[test]
@@ -197,16 +162,17 @@ fn sim_room_across_shards_without_siblings_nothing_is_put_out() {
     let mut log = Log::default();
     let chat = open_from_client(&mut sim, &mut log, 1, "chat", "", RELIABLE);
     send_range(&mut sim, 1, chat, 0..5, false);
-    let mut out = Vec::new();
     sim.run_until(
         |s| {
-            s.shard_mut(addr(SRV)).poll_forward(&mut out);
             log.take(s);
             log.on(2, "chat").len() == 5
         },
         Duration::from_secs(30),
     )
     .expect("member 2 gets member 1's messages");
-    assert!(out.is_empty(), "{out:?}");
+    sim.run_for(Duration::from_secs(3)).unwrap();
+    log.take(&mut sim);
+    assert_eq!(sim.shard(addr(SRV)).stats().relay_forwards_out, 0);
+    assert_eq!(sim.shard(addr(SRV2)).stats().relay_forwards_in, 0);
     assert!(log.on(3, "chat").is_empty());
 }

@@ -7,10 +7,12 @@
 //! wants to be woken. The mio driver in `shoal-server` and the deterministic simulator
 //! drive the very same type.
 
+pub mod node;
 pub mod passes;
 pub mod peer;
 pub mod shard;
 
+pub use node::{Links, Node, SiblingBatch};
 pub use passes::Pass;
 pub use shard::{Command, CommandError, PeerDtls, PeerSpec, SctpSendError, Shard, ShardConfig};
 pub use shoal_components::tick::{RemoveReason, ShardEvent};

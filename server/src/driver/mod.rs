@@ -16,12 +16,13 @@
 //!
 //! Shards of a node meet over the same channels: when a room's members sit on
 //! several shards, the control plane tells each of them which others hold members
-//! ([`ShardCommand::RoomPresence`]), and after each tick a shard thread hands what
-//! its relay put out for those rooms to each sibling as one
-//! [`ShardCommand::Relay`] batch (one hop; the sibling delivers and forwards
-//! nothing). A sibling whose queue is full or gone misses that batch, counted in
-//! its sender's `ShardStats::relay_forwards_dropped`: a shard thread never blocks
-//! on another.
+//! ([`ShardCommand::RoomPresence`]), and after each tick a shard thread's
+//! [`Links`](shoal_systems::Links) gather what its passes put out for its siblings
+//! (room messages, media of mirrored tracks, keyframe requests) into one
+//! [`ShardCommand::Sibling`] batch per sibling (one hop; the sibling delivers and
+//! forwards nothing). A sibling whose queue is full or gone misses that batch,
+//! counted in its sender's `ShardStats::relay_forwards_dropped` and
+//! `media_relay_dropped`: a shard thread never blocks on another.
 //!
 //! [`Shard`]: shoal_systems::Shard
 
@@ -40,12 +41,10 @@ use mio::{Interest, Poll, Waker};
 use ring::rand::SystemRandom;
 use shoal_components::dtls::DtlsCertificate;
 use shoal_components::peer::PeerId;
-use shoal_components::relay::Forwarded;
-use shoal_components::relay::MediaRelay;
 use shoal_components::room::RoomId;
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
-use shoal_systems::{Command, CommandError, PeerSpec, Shard, ShardConfig};
+use shoal_systems::{Command, CommandError, PeerSpec, Shard, ShardConfig, SiblingBatch};
 
 use crate::config::Config;
 
@@ -95,12 +94,11 @@ pub enum ShardCommand {
         /// The other shards' indices.
         siblings: Vec<usize>,
     },
-    /// Room messages a sibling shard's relay put out in one tick, in its order, for
-    /// this shard's members of their rooms; delivered here and never forwarded.
-    Relay(Vec<Forwarded>),
-    /// Packets of tracks a sibling publishes and this shard mirrors, and keyframe
-    /// requests for tracks published here, from one tick of a sibling.
-    MediaRelay(Vec<MediaRelay>),
+    /// What a sibling shard's passes put out for this one in one tick, in their
+    /// order: room messages for this shard's members (delivered here, never
+    /// forwarded), packets of tracks mirrored here, keyframe requests for tracks
+    /// published here.
+    Sibling(SiblingBatch),
     /// A track published or unpublished, a subscription made or ended
     /// (`Command::Publish`, `Unpublish`, `Subscribe`, `Unsubscribe`), in the order the
     /// control plane negotiated them; no reply (a refusal is logged).
@@ -265,6 +263,22 @@ impl ShardSender {
             TrySendError::Disconnected(_) => DriverError::Disconnected { shard },
         })?;
         self.wake()
+    }
+
+    /// Queues a sibling's batch and wakes the shard without blocking, or gives the
+    /// batch back if the queue is full or the shard is gone.
+    pub fn try_send_sibling(&self, batch: SiblingBatch) -> Result<(), SiblingBatch> {
+        match self.commands.try_send(ShardCommand::Sibling(batch)) {
+            // Queued: a failed wake-up only delays it to the shard's next wake.
+            Ok(()) => {
+                let _ = self.wake();
+                Ok(())
+            }
+            Err(e) => match e.into_inner() {
+                ShardCommand::Sibling(batch) => Err(batch),
+                _ => Err(SiblingBatch::default()),
+            },
+        }
     }
 
     fn wake(&self) -> Result<(), DriverError> {

@@ -7,16 +7,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, TryRecvError};
 use mio::net::UdpSocket;
 
-use crate::udp::UdpIo;
 use mio::{Events, Poll, Token};
 use shoal_components::net::Datagram;
-use shoal_components::relay::Forwarded;
-use shoal_components::time::Time;
-use shoal_systems::{Command, Shard};
-
 use shoal_components::tick::ShardEvent;
+use shoal_components::time::Time;
+use shoal_systems::{Command, Links, Shard};
 
-use shoal_components::relay::MediaRelay;
+use crate::udp::UdpIo;
 
 use super::{DriverError, DriverStats, ShardCommand, ShardEventSender, ShardReport, ShardSender};
 
@@ -50,15 +47,10 @@ pub(super) struct ShardLoop {
     stats: DriverStats,
     events: ShardEventSender,
     /// Every shard's command handle, by index (this shard's own is never used):
-    /// where the relay's forwards go.
+    /// where the batches for siblings go.
     siblings: Vec<ShardSender>,
-    /// The relay's records drained after a tick, reused.
-    forwards: Vec<Forwarded>,
-    /// One batch per shard being filled from `forwards`.
-    relay_batches: Vec<Vec<Forwarded>>,
-    /// Media for siblings, as the shard put it out, then per sibling.
-    media_relay: Vec<MediaRelay>,
-    media_batches: Vec<Vec<MediaRelay>>,
+    /// This shard's side of the queues between the node's shards.
+    links: Links,
 }
 
 /// Whether the command queue asked the loop to stop.
@@ -102,10 +94,7 @@ impl ShardLoop {
             stats: DriverStats::default(),
             events,
             siblings: Vec::new(),
-            forwards: Vec::new(),
-            relay_batches: Vec::new(),
-            media_relay: Vec::new(),
-            media_batches: Vec::new(),
+            links: Links::new(index, 0),
         })
     }
 
@@ -113,8 +102,7 @@ impl ShardLoop {
     /// forwards. While these live, this shard's siblings keep its command channel
     /// open: shards stop on [`ShardCommand::Shutdown`].
     pub(super) fn set_siblings(&mut self, shards: Vec<ShardSender>) {
-        self.relay_batches = shards.iter().map(|_| Vec::new()).collect();
-        self.media_batches = shards.iter().map(|_| Vec::new()).collect();
+        self.links = Links::new(self.index, shards.len());
         self.siblings = shards;
     }
 
@@ -258,13 +246,8 @@ impl ShardLoop {
                 ShardCommand::RoomPresence { room, siblings } => {
                     self.shard.set_room_siblings(room, &siblings);
                 }
-                ShardCommand::Relay(batch) => {
-                    for message in &batch {
-                        self.shard.deliver_forwarded(now, message);
-                    }
-                }
-                ShardCommand::MediaRelay(batch) => {
-                    self.shard.deliver_media_relay(now, batch);
+                ShardCommand::Sibling(batch) => {
+                    self.shard.deliver_from_sibling(now, batch);
                 }
                 ShardCommand::Media(command) => {
                     if let Err(e) = self.shard.command(now, command) {
@@ -277,62 +260,21 @@ impl ShardLoop {
         Flow::MoreQueued
     }
 
-    /// Hands what the relay put out for other shards to each shard holding members
-    /// of the message's room: one batch per sibling, in the relay's order, without
-    /// blocking. A batch a sibling cannot take now is dropped and counted.
+    /// Hands what the shard put out for its siblings to each, one batch per sibling,
+    /// without blocking; a batch a sibling cannot take now is dropped and counted.
     fn forward(&mut self) {
-        self.shard.poll_forward(&mut self.forwards);
-        if self.forwards.is_empty() {
-            return;
-        }
-        for message in self.forwards.drain(..) {
-            for &to in self.shard.room_siblings(message.room) {
-                if to == self.index {
-                    continue;
-                }
-                if let Some(batch) = self.relay_batches.get_mut(to) {
-                    batch.push(message.clone());
-                }
-            }
-        }
-        let dropped = send_batches(&self.siblings, &mut self.relay_batches, ShardCommand::Relay);
-        if dropped > 0 {
-            self.shard.count_forwards_dropped(dropped);
-        }
-    }
-
-    /// Hands what the media pass put out for sibling shards (packets of mirrored
-    /// tracks, keyframe requests for their origins) to each, one batch per sibling,
-    /// without blocking; a batch a sibling cannot take now is dropped (its subscribers
-    /// NACK what they miss, and ask again for a keyframe).
-    fn forward_media(&mut self) {
-        self.shard.poll_media_relay(&mut self.media_relay);
-        if self.media_relay.is_empty() {
-            return;
-        }
-        for item in self.media_relay.drain(..) {
-            let to = item.to();
-            if to != self.index
-                && let Some(batch) = self.media_batches.get_mut(to)
-            {
-                batch.push(item);
-            }
-        }
-        let dropped = send_batches(
-            &self.siblings,
-            &mut self.media_batches,
-            ShardCommand::MediaRelay,
-        );
-        if dropped > 0 {
-            self.shard.count_media_relay_dropped(dropped);
-        }
+        let siblings = &self.siblings;
+        self.links
+            .collect(&mut self.shard, |to, batch| match siblings.get(to) {
+                Some(sibling) => sibling.try_send_sibling(batch),
+                None => Err(batch),
+            });
     }
 
     /// Sends what the shard produced, logs its events and reports the lifecycle ones
     /// to the control plane.
     fn flush(&mut self) {
         self.forward();
-        self.forward_media();
         self.shard.poll_transmit(&mut self.tx);
         if !self.tx.is_empty() {
             let sent = self.udp.send(&self.socket, &mut self.tx);
@@ -372,24 +314,4 @@ impl ShardLoop {
             driver: self.stats.clone(),
         }
     }
-}
-
-/// Hands each sibling its batch without blocking (`wrap` makes the command) and
-/// returns how many items were dropped because a sibling's queue was full.
-fn send_batches<T>(
-    siblings: &[ShardSender],
-    batches: &mut [Vec<T>],
-    wrap: fn(Vec<T>) -> ShardCommand,
-) -> u64 {
-    let mut dropped = 0;
-    for (sibling, batch) in siblings.iter().zip(batches) {
-        if batch.is_empty() {
-            continue;
-        }
-        let count = batch.len() as u64;
-        if sibling.try_send(wrap(std::mem::take(batch))).is_err() {
-            dropped += count;
-        }
-    }
-    dropped
 }

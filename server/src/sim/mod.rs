@@ -22,6 +22,11 @@
 //!   ([`Sim::add_shard`]). A datagram a shard sends from `local` to `remote` travels
 //!   the link `(local, remote)` and, if it survives, is handed to the node at
 //!   `remote`; a datagram for an address no node has is dropped and counted.
+//!   Several shards can form one shoal node ([`Sim::add_node`]): a
+//!   [`shoal_systems::Node`], whose shards hand each other what crosses between
+//!   them (room messages, mirrored media, keyframe requests) after each tick, to be
+//!   taken before the sibling's next tick at the same virtual instant, exactly as
+//!   the shard threads of a running node do over their channels.
 //! - **Links** are one-way and configured per direction ([`Sim::set_link`],
 //!   [`Sim::set_link_both`]) or by default ([`Sim::set_default_link`]); see
 //!   [`LinkConfig`] for latency, jitter, loss, duplication, reordering, bandwidth and
@@ -80,11 +85,12 @@ use shoal_components::net::Datagram;
 pub use ice::IcePair;
 pub use link::{LinkConfig, NetStats};
 pub use rng::SimRng;
+use shoal_components::dtls::DtlsCertificate;
 pub use shoal_components::peer::{IceCredentials, IceRole, IceState, PeerId};
 pub use shoal_components::room::RoomId;
 pub use shoal_components::time::Time;
 pub use shoal_systems::{
-    Command, CommandError, PeerSpec, RemoveReason, Shard, ShardConfig, ShardEvent,
+    Command, CommandError, Node, PeerSpec, RemoveReason, Shard, ShardConfig, ShardEvent,
 };
 
 use link::{LinkState, Outcome};
@@ -112,7 +118,11 @@ pub enum SimError {
 pub struct Sim {
     now: Time,
     rng: SimRng,
-    nodes: BTreeMap<SocketAddr, Node>,
+    /// Every node, each of one shard or several, with its shards' addresses in
+    /// address order.
+    nodes: Vec<(Node, Vec<SocketAddr>)>,
+    /// Each shard's address: its node, its index there, its wake-up.
+    slots: BTreeMap<SocketAddr, Slot>,
     default_link: LinkConfig,
     link_configs: HashMap<(SocketAddr, SocketAddr), LinkConfig>,
     links: HashMap<(SocketAddr, SocketAddr), LinkState>,
@@ -132,10 +142,13 @@ pub struct Sim {
     batch: Vec<Datagram>,
 }
 
-/// One shard and the wake-up the event queue holds for it.
-struct Node {
-    shard: Shard,
-    /// The time of this node's live wake-up entry in the queue, if any. Entries whose
+/// Where a shard is, and the wake-up the event queue holds for it.
+struct Slot {
+    /// Its node, in `Sim::nodes`.
+    node: usize,
+    /// Its index in the node.
+    shard: usize,
+    /// The time of this shard's live wake-up entry in the queue, if any. Entries whose
     /// time differs are stale and skipped.
     wake_at: Option<Time>,
 }
@@ -187,7 +200,8 @@ impl Sim {
         Sim {
             now: Time::ZERO,
             rng: SimRng::new(seed),
-            nodes: BTreeMap::new(),
+            nodes: Vec::new(),
+            slots: BTreeMap::new(),
             default_link: LinkConfig::default(),
             link_configs: HashMap::new(),
             links: HashMap::new(),
@@ -227,62 +241,108 @@ impl Sim {
         self.add_shard_with(ShardConfig::new(local_addr, seed))
     }
 
-    /// Adds a shard built from `config`, addressed by `config.local_addr`.
+    /// Adds a shard built from `config`, addressed by `config.local_addr`: a node of
+    /// one shard.
     ///
     /// # Panics
     /// If a node already has that address.
     pub fn add_shard_with(&mut self, config: ShardConfig) -> &mut Shard {
         let addr = config.local_addr;
-        assert!(
-            !self.nodes.contains_key(&addr),
-            "a node already has address {addr}"
-        );
-        self.nodes.insert(
-            addr,
-            Node {
-                shard: Shard::new(config),
-                wake_at: None,
-            },
-        );
+        self.add_node_with(vec![config]);
         self.shard_mut(addr)
     }
 
-    /// The addresses of all nodes, in address order.
-    pub fn nodes(&self) -> impl Iterator<Item = SocketAddr> + '_ {
-        self.nodes.keys().copied()
+    /// Adds one shoal node of a shard per address, in that order (shard `i` of the
+    /// node is `addrs[i]`, as room presence and mirrors name it), sharing one DTLS
+    /// certificate as a node's shards do, each seeded from the simulation's
+    /// generator.
+    ///
+    /// # Panics
+    /// If an address is taken, or the system cannot make a certificate.
+    pub fn add_node(&mut self, addrs: &[SocketAddr]) {
+        let certificate = match DtlsCertificate::generate() {
+            Ok(c) => std::sync::Arc::new(c),
+            Err(e) => panic!("cannot generate the DTLS certificate: {e}"),
+        };
+        let configs = addrs
+            .iter()
+            .map(|&a| ShardConfig::with_certificate(a, self.rng.next_u64(), certificate.clone()))
+            .collect();
+        self.add_node_with(configs);
     }
 
-    /// Whether a node has `addr`.
+    /// Adds one shoal node of a shard per configuration, in that order, each
+    /// addressed by its `local_addr`.
+    ///
+    /// # Panics
+    /// If an address is taken twice.
+    pub fn add_node_with(&mut self, configs: Vec<ShardConfig>) {
+        let node = self.nodes.len();
+        for (shard, c) in configs.iter().enumerate() {
+            let addr = c.local_addr;
+            assert!(
+                !self.slots.contains_key(&addr),
+                "a node already has address {addr}"
+            );
+            self.slots.insert(
+                addr,
+                Slot {
+                    node,
+                    shard,
+                    wake_at: None,
+                },
+            );
+        }
+        let mut addrs: Vec<SocketAddr> = configs.iter().map(|c| c.local_addr).collect();
+        addrs.sort_unstable();
+        self.nodes.push((Node::new(configs), addrs));
+    }
+
+    /// The addresses of all shards, in address order.
+    pub fn nodes(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.slots.keys().copied()
+    }
+
+    /// Whether a shard has `addr`.
     pub fn has_node(&self, addr: SocketAddr) -> bool {
-        self.nodes.contains_key(&addr)
+        self.slots.contains_key(&addr)
     }
 
     /// The shard at `addr`.
     ///
     /// # Panics
-    /// If no node has `addr`.
+    /// If no shard has `addr`.
     pub fn shard(&self, addr: SocketAddr) -> &Shard {
-        match self.nodes.get(&addr) {
-            Some(node) => &node.shard,
+        let shard = self
+            .slots
+            .get(&addr)
+            .and_then(|s| self.nodes.get(s.node)?.0.shard(s.shard));
+        match shard {
+            Some(shard) => shard,
             None => panic!("no node has address {addr}"),
         }
     }
 
-    /// The shard at `addr`, to drive directly. Whatever it transmits, reports or
-    /// schedules meanwhile is collected before the next step, at the current time.
+    /// The shard at `addr`, to drive directly. Whatever it transmits, reports,
+    /// schedules or puts out for its node's other shards meanwhile is collected
+    /// before the next step, at the current time.
     ///
     /// # Panics
-    /// If no node has `addr`.
+    /// If no shard has `addr`.
     pub fn shard_mut(&mut self, addr: SocketAddr) -> &mut Shard {
-        match self.nodes.get_mut(&addr) {
-            Some(node) => {
-                if !self.dirty.contains(&addr) {
-                    self.dirty.push(addr);
-                }
+        let now = self.now;
+        let Some(&Slot { node, shard, .. }) = self.slots.get(&addr) else {
+            panic!("no node has address {addr}");
+        };
+        if !self.dirty.contains(&addr) {
+            self.dirty.push(addr);
+        }
+        match self.nodes.get_mut(node).and_then(|n| n.0.shard_mut(shard)) {
+            Some(shard) => {
                 // What the caller does now happens at the virtual time, not at the
                 // shard's last tick (a message's lifetime starts when it is sent).
-                node.shard.advance_clock(self.now);
-                &mut node.shard
+                shard.advance_clock(now);
+                shard
             }
             None => panic!("no node has address {addr}"),
         }
@@ -423,10 +483,10 @@ impl Sim {
             match s.what {
                 What::Deliver { from, to, payload } => self.arrive(at, from, to, payload, &mut due),
                 What::Wake(addr) => {
-                    if let Some(node) = self.nodes.get_mut(&addr)
-                        && node.wake_at == Some(at)
+                    if let Some(slot) = self.slots.get_mut(&addr)
+                        && slot.wake_at == Some(at)
                     {
-                        node.wake_at = None;
+                        slot.wake_at = None;
                         woken.push(addr);
                     }
                 }
@@ -520,7 +580,7 @@ impl Sim {
         due: &mut Vec<Arrival>,
     ) {
         let link = self.links.entry((from, to)).or_default();
-        if self.nodes.contains_key(&to) {
+        if self.slots.contains_key(&to) {
             self.trace.datagram(Fate::Delivered, at, from, to, &payload);
             link.stats.delivered += 1;
             link.stats.last_delivered_at = Some(at);
@@ -535,50 +595,83 @@ impl Sim {
         }
     }
 
-    /// Runs one tick of the node at `addr` over `arrivals` (or its timers if none),
-    /// then collects its output.
+    /// Runs one tick of the shard at `addr` over `arrivals` (or its timers if none),
+    /// then collects the output of every shard of its node (what it put out for its
+    /// siblings wakes them at this instant).
     fn tick_node(&mut self, addr: SocketAddr, arrivals: &mut [Arrival]) {
         let now = self.now;
-        let Some(node) = self.nodes.get_mut(&addr) else {
+        let Some(&Slot { node, shard, .. }) = self.slots.get(&addr) else {
+            return;
+        };
+        let Some((n, _)) = self.nodes.get_mut(node) else {
             return;
         };
         if arrivals.is_empty() {
-            node.shard.handle_timeout(now);
+            n.handle_timeout(shard, now);
         } else {
             self.batch.extend(arrivals.iter_mut().map(|a| Datagram {
                 local: a.to,
                 remote: a.from,
                 payload: std::mem::take(&mut a.payload),
             }));
-            node.shard.handle_datagrams(now, self.batch.drain(..));
+            n.handle_datagrams(shard, now, self.batch.drain(..));
         }
-        self.collect(addr);
+        self.collect_node(node);
     }
 
-    /// Collects the output of every node handed out by `&mut`.
+    /// Collects the output of every shard handed out by `&mut`, after moving what it
+    /// put out for its siblings.
     fn flush_dirty(&mut self) {
         while let Some(addr) = self.dirty.pop() {
-            self.collect(addr);
+            let Some(&Slot { node, shard, .. }) = self.slots.get(&addr) else {
+                continue;
+            };
+            if let Some((n, _)) = self.nodes.get_mut(node) {
+                n.route(shard);
+            }
+            self.collect_node(node);
         }
     }
 
-    /// Takes a node's transmits onto the links, its events into the queue, and its
+    /// Collects every shard of node `node`, in address order.
+    fn collect_node(&mut self, node: usize) {
+        let Some((_, addrs)) = self.nodes.get_mut(node) else {
+            return;
+        };
+        let addrs = std::mem::take(addrs);
+        for &addr in &addrs {
+            self.collect(addr);
+        }
+        if let Some((_, slot)) = self.nodes.get_mut(node) {
+            *slot = addrs;
+        }
+    }
+
+    /// Takes a shard's transmits onto the links, its events into the queue, and its
     /// next wake-up into the schedule.
     fn collect(&mut self, addr: SocketAddr) {
         let now = self.now;
-        let Some(node) = self.nodes.get_mut(&addr) else {
+        let Some(slot) = self.slots.get_mut(&addr) else {
+            return;
+        };
+        let Some((node, _)) = self.nodes.get_mut(slot.node) else {
+            return;
+        };
+        let index = slot.shard;
+        let Some(shard) = node.shard_mut(index) else {
             return;
         };
         let mut out = std::mem::take(&mut self.transmits);
-        node.shard.poll_transmit(&mut out);
-        while let Some(event) = node.shard.poll_event() {
+        shard.poll_transmit(&mut out);
+        while let Some(event) = shard.poll_event() {
             self.trace.event(now, addr, &event);
             self.events.push_back((addr, event));
         }
-        // A deadline already past (or a stale heap top) wakes the node at once.
-        let wake = node.shard.poll_timeout().map(|t| t.max(now));
-        if wake != node.wake_at {
-            node.wake_at = wake;
+        // A deadline already past (or a stale heap top) wakes the shard at once; so
+        // do batches its siblings left for it.
+        let wake = node.poll_timeout(index).map(|t| t.max(now));
+        if wake != slot.wake_at {
+            slot.wake_at = wake;
             if let Some(at) = wake {
                 self.schedule(at, What::Wake(addr));
             }

@@ -96,6 +96,9 @@ pub struct Log {
     pub removed: Vec<(SocketAddr, PeerId, RemoveReason)>,
     /// Messages the server shards reported (peers without a room).
     pub server_messages: usize,
+    /// Per client: the RTP packets it received (`Command::Receive`), by extended
+    /// sequence number, in arrival order.
+    pub rtp: HashMap<u64, Vec<(u64, Bytes)>>,
 }
 
 impl Log {
@@ -110,6 +113,11 @@ impl Log {
                 }
                 ShardEvent::ChannelMessage { .. } if servers_are_not_clients(node) => {
                     self.server_messages += 1;
+                }
+                ShardEvent::RtpReceived {
+                    peer, seq, packet, ..
+                } if !servers_are_not_clients(node) => {
+                    self.rtp.entry(peer.0).or_default().push((seq, packet));
                 }
                 ShardEvent::ChannelOpen {
                     peer,

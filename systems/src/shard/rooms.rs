@@ -146,12 +146,12 @@ impl Shard {
     /// (appending, in the order the relay handled them). Send each to every shard of
     /// [`Shard::room_siblings`] for its room, and call
     /// [`Shard::count_forwards_dropped`] for those that could not be sent.
-    pub fn poll_forward(&mut self, out: &mut Vec<Forwarded>) {
+    pub(crate) fn poll_forward(&mut self, out: &mut Vec<Forwarded>) {
         out.append(&mut self.world.resource_mut::<RelayOutbox>().0);
     }
 
     /// Counts forwarded messages the owner could not hand to another shard.
-    pub fn count_forwards_dropped(&mut self, messages: u64) {
+    pub(crate) fn count_forwards_dropped(&mut self, messages: u64) {
         self.world
             .resource_mut::<ShardStats>()
             .relay_forwards_dropped += messages;
@@ -160,7 +160,7 @@ impl Shard {
     /// Delivers a room message that another shard's relay forwarded to this shard's
     /// members of its room, under the relay's back-pressure policy, and returns how
     /// many it was queued for. It is never forwarded again: one hop at most.
-    pub fn deliver_forwarded(&mut self, now: Time, message: &Forwarded) -> usize {
+    pub(crate) fn deliver_forwarded(&mut self, now: Time, message: &Forwarded) -> usize {
         self.advance_clock(now);
         self.world.resource_mut::<ShardStats>().relay_forwards_in += 1;
         let mut targets = std::mem::take(&mut self.room_targets);

@@ -315,12 +315,21 @@ impl Shard {
 
     /// Moves what the media pass put out for sibling shards (mirrored tracks' packets,
     /// keyframe requests for their origins) into `out`.
-    pub fn poll_media_relay(&mut self, out: &mut Vec<MediaRelay>) {
-        out.append(&mut self.world.resource_mut::<MediaRelayOut>().0);
+    pub(crate) fn poll_media_relay(&mut self, out: &mut Vec<MediaRelay>) {
+        let mut relay = self.world.resource_mut::<MediaRelayOut>();
+        let packets = relay
+            .0
+            .iter()
+            .filter(|m| matches!(m, MediaRelay::Packet { .. }))
+            .count() as u64;
+        out.append(&mut relay.0);
+        self.world
+            .resource_mut::<shoal_components::stats::ShardStats>()
+            .media_relay_out += packets;
     }
 
     /// Counts media relay items the owner could not hand to another shard.
-    pub fn count_media_relay_dropped(&mut self, items: u64) {
+    pub(crate) fn count_media_relay_dropped(&mut self, items: u64) {
         self.world
             .resource_mut::<shoal_components::stats::ShardStats>()
             .media_relay_dropped += items;
@@ -330,7 +339,14 @@ impl Shard {
     /// go to their subscribers (cached for their NACKs), keyframe requests for tracks
     /// published here go to the publisher (throttled as any). Unknown tracks are
     /// skipped (a mirror dropped while packets were on their way).
-    pub fn deliver_media_relay(&mut self, now: Time, batch: Vec<MediaRelay>) {
+    pub(crate) fn deliver_media_relay(&mut self, now: Time, batch: Vec<MediaRelay>) {
+        let packets = batch
+            .iter()
+            .filter(|m| matches!(m, MediaRelay::Packet { .. }))
+            .count() as u64;
+        self.world
+            .resource_mut::<shoal_components::stats::ShardStats>()
+            .media_relay_in += packets;
         for item in batch {
             let Ok(entity) = self.track_entity(item.track()) else {
                 continue;

@@ -1,0 +1,237 @@
+//! One shoal node of three shards in the simulated network (`Sim::add_node`, the
+//! same `shoal_systems::Node` logic the shard threads of a running node use): a room
+//! whose four members sit on all three shards. Every member's data-channel messages
+//! reach every other member once and in order, and one member's video reaches the
+//! three others, each shard's part crossing the node once.
+
+mod media_sim;
+mod room;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use media_sim::{PT, RTX_PT, intact, packet, subscription, track_spec};
+use room::{Got, Log, cli, join, message, open_from_client, send_range};
+use shoal_components::media::TrackId;
+use shoal_components::peer::PeerId;
+use shoal_components::room::RoomId;
+use shoal_components::rtp::RtpPacket;
+use shoal_components::sctp::dcep::{ChannelType, Reliability};
+use shoal_server::sim::{LinkConfig, Sim};
+use shoal_systems::Command;
+
+const ROOM: RoomId = RoomId(9);
+const RELIABLE: ChannelType = ChannelType {
+    ordered: true,
+    reliability: Reliability::Reliable,
+};
+/// Messages each member sends.
+const N: u32 = 60;
+/// Video packets the publisher (member 1) sends, one per 10 ms.
+const PACKETS: u16 = 400;
+/// The server's track, and the ids of the clients' own streams.
+const TRACK: TrackId = TrackId(70);
+const SOURCE: TrackId = TrackId(1);
+const RECEIVED: TrackId = TrackId(2);
+const PUB_SSRC: u32 = 0x5000;
+const PUB_RTX: u32 = 0x5001;
+
+/// The node's shards, by index.
+fn shards() -> [SocketAddr; 3] {
+    ["10.9.0.1:7100", "10.9.0.2:7100", "10.9.0.3:7100"].map(|a| a.parse().unwrap())
+}
+
+/// Member `i`'s shard: members 1 and 2 on shard 0, 3 on shard 1, 4 on shard 2.
+fn home(i: u64) -> usize {
+    match i {
+        1 | 2 => 0,
+        3 => 1,
+        _ => 2,
+    }
+}
+
+/// The node, the four members joined and connected over `link`, each shard told
+/// which others hold members of the room (as the control plane does).
+fn node_room(seed: u64, link: &LinkConfig) -> Sim {
+    let mut sim = Sim::new(seed);
+    sim.add_node(&shards());
+    for i in 1..=4 {
+        join(&mut sim, shards()[home(i)], i, ROOM, link);
+    }
+    for (s, at) in shards().into_iter().enumerate() {
+        let others: Vec<usize> = (0..3).filter(|&o| o != s).collect();
+        sim.shard_mut(at).set_room_siblings(ROOM, &others);
+    }
+    sim.run_until(
+        |s| {
+            (1..=4).all(|i| {
+                s.shard(shards()[home(i)]).sctp_established(PeerId(i))
+                    && s.shard(cli(i)).sctp_established(PeerId(i))
+            })
+        },
+        Duration::from_secs(90),
+    )
+    .unwrap_or_else(|e| panic!("seed {seed}: associations not up: {e}"));
+    sim.drain_events().count();
+    sim
+}
+
+/// Member 1 publishes video on shard 0; member 2 subscribes there, members 3 and 4
+/// through mirrors on shards 1 and 2 fed by shard 0: what negotiation and the
+/// control plane set up for such a room.
+fn publish_to_all(sim: &mut Sim) {
+    let [s0, s1, s2] = shards();
+    sim.command(
+        cli(1),
+        Command::AddSource {
+            peer: PeerId(1),
+            track: track_spec(SOURCE, 0xABCD, 0xABCE),
+            subscription: subscription(SOURCE, PUB_SSRC, PUB_RTX),
+        },
+    )
+    .unwrap();
+    sim.command(
+        s0,
+        Command::Publish {
+            peer: PeerId(1),
+            track: track_spec(TRACK, PUB_SSRC, PUB_RTX),
+        },
+    )
+    .unwrap();
+    for (to, at) in [(1, s1), (2, s2)] {
+        sim.command(
+            at,
+            Command::MirrorTrack {
+                track: track_spec(TRACK, PUB_SSRC, PUB_RTX),
+                origin: 0,
+            },
+        )
+        .unwrap();
+        sim.command(s0, Command::RelayTrack { track: TRACK, to })
+            .unwrap();
+    }
+    for i in 2..=4 {
+        let (ssrc, rtx) = (0x6000 + i as u32 * 2, 0x6001 + i as u32 * 2);
+        sim.command(
+            shards()[home(i)],
+            Command::Subscribe {
+                peer: PeerId(i),
+                subscription: subscription(TRACK, ssrc, rtx),
+            },
+        )
+        .unwrap();
+        sim.command(
+            cli(i),
+            Command::Receive {
+                peer: PeerId(i),
+                track: track_spec(RECEIVED, ssrc, rtx),
+            },
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn sim_node_cross_shard_room() {
+    assert_eq!((PT, RTX_PT), (96, 97));
+    let link = LinkConfig {
+        latency: Duration::from_millis(15),
+        jitter: Duration::from_millis(3),
+        loss: 0.03,
+        ..LinkConfig::default()
+    };
+    for seed in 0..20 {
+        let mut sim = node_room(seed, &link);
+        let mut log = Log::default();
+        let mut chat = [0u16; 5];
+        for i in 1..=4 {
+            chat[i as usize] = open_from_client(&mut sim, &mut log, i, "chat", "", RELIABLE);
+        }
+        publish_to_all(&mut sim);
+        for i in 1..=4 {
+            send_range(&mut sim, i, chat[i as usize], 0..N, false);
+        }
+        for p in 0..PACKETS {
+            let now = sim.now();
+            sim.shard_mut(cli(1))
+                .send_rtp(now, SOURCE, packet(p))
+                .unwrap();
+            sim.run_for(Duration::from_millis(10)).unwrap();
+            log.take(&mut sim);
+        }
+        let expected = 3 * N as usize;
+        sim.run_until(
+            |s| {
+                log.take(s);
+                (1..=4).all(|r| log.on(r, "chat").len() >= expected)
+            },
+            Duration::from_secs(120),
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: messages: {e}"));
+        // Retransmissions, and anything duplicated or late, land now.
+        sim.run_for(Duration::from_secs(3)).unwrap();
+        log.take(&mut sim);
+
+        // Every message once, in each sender's order, on every other member.
+        for r in 1..=4u64 {
+            let got = log.on(r, "chat");
+            assert_eq!(got.len(), expected, "seed {seed}: receiver {r}");
+            for s in (1..=4).filter(|&s| s != r) {
+                let want: Vec<Got> = (0..N).map(|k| message(s, k, false)).collect();
+                let from_s: Vec<Got> = got
+                    .iter()
+                    .filter(|g| room::header(&g.payload).is_some_and(|(f, _)| f == s))
+                    .cloned()
+                    .collect();
+                assert!(
+                    from_s == want,
+                    "seed {seed}: receiver {r} did not get sender {s}'s messages once, in order"
+                );
+            }
+        }
+        // The video on every other member: intact, each packet at most once.
+        for r in 2..=4u64 {
+            let rtp = log.rtp.get(&r).map_or(&[][..], Vec::as_slice);
+            let mut seen = vec![false; usize::from(PACKETS)];
+            for (_, p) in rtp {
+                let p = RtpPacket::parse(p).unwrap();
+                let i = intact(&p)
+                    .unwrap_or_else(|| panic!("seed {seed}: member {r} got a corrupt packet"));
+                assert!(
+                    !seen[usize::from(i)],
+                    "seed {seed}: member {r} got {i} twice"
+                );
+                seen[usize::from(i)] = true;
+            }
+            let got = seen.iter().filter(|&&s| s).count();
+            assert!(
+                got * 100 >= usize::from(PACKETS) * 99,
+                "seed {seed}: member {r} got {got} of {PACKETS} packets"
+            );
+        }
+
+        // One hop: each shard puts out its own members' messages, once each, and
+        // takes the others'; shard 0 alone puts video out, one copy per mirror, and
+        // the mirrors take it all and send none on.
+        let stats: Vec<_> = shards()
+            .iter()
+            .map(|&a| sim.shard(a).stats().clone())
+            .collect();
+        let n = u64::from(N);
+        let out: Vec<u64> = stats.iter().map(|s| s.relay_forwards_out).collect();
+        let inn: Vec<u64> = stats.iter().map(|s| s.relay_forwards_in).collect();
+        assert_eq!(out, [2 * n, n, n], "seed {seed}: forwards out");
+        assert_eq!(inn, [2 * n, 3 * n, 3 * n], "seed {seed}: forwards in");
+        let relayed = stats[0].media_relay_out;
+        assert!(relayed >= 2 * u64::from(PACKETS) * 99 / 100, "seed {seed}");
+        assert_eq!((stats[1].media_relay_out, stats[2].media_relay_out), (0, 0));
+        assert_eq!(
+            stats[1].media_relay_in + stats[2].media_relay_in,
+            relayed,
+            "seed {seed}: media in"
+        );
+        for s in &stats {
+            assert_eq!(s.relay_forwards_dropped + s.media_relay_dropped, 0);
+        }
+    }
+}

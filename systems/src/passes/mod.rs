@@ -16,6 +16,7 @@ pub mod timers;
 
 use bevy_ecs::prelude::*;
 use bevy_ecs::schedule::{ScheduleLabel, SingleThreadedExecutor};
+use bevy_ecs::system::ScheduleSystem;
 
 /// The schedule label of a shard tick.
 #[derive(ScheduleLabel, Clone, Debug, PartialEq, Eq, Hash)]
@@ -65,21 +66,21 @@ impl Pass {
         Pass::Timers,
     ];
 
-    /// Adds this pass's system to `schedule`, in its set.
-    fn add_to(self, schedule: &mut Schedule) {
+    /// This pass's system: the one place a pass is tied to its code.
+    pub fn system(self) -> ScheduleSystem {
         match self {
-            Pass::Ingest => schedule.add_systems(ingest::ingest.in_set(self)),
-            Pass::Ice => schedule.add_systems(ice::ice.in_set(self)),
-            Pass::Dtls => schedule.add_systems(dtls::dtls.in_set(self)),
-            Pass::SrtpIn => schedule.add_systems(srtp_in::srtp_in.in_set(self)),
-            Pass::Sctp => schedule.add_systems(sctp::sctp.in_set(self)),
-            Pass::DataChannel => schedule.add_systems(datachannel::datachannel.in_set(self)),
-            Pass::Media => schedule.add_systems(media::media.in_set(self)),
-            Pass::SackBatch => schedule.add_systems(sack_batch::sack_batch.in_set(self)),
-            Pass::SctpTx => schedule.add_systems(sctp_tx::sctp_tx.in_set(self)),
-            Pass::Egress => schedule.add_systems(egress::egress.in_set(self)),
-            Pass::Timers => schedule.add_systems(timers::timers.in_set(self)),
-        };
+            Pass::Ingest => Box::new(IntoSystem::into_system(ingest::ingest)),
+            Pass::Ice => Box::new(IntoSystem::into_system(ice::ice)),
+            Pass::Dtls => Box::new(IntoSystem::into_system(dtls::dtls)),
+            Pass::SrtpIn => Box::new(IntoSystem::into_system(srtp_in::srtp_in)),
+            Pass::Sctp => Box::new(IntoSystem::into_system(sctp::sctp)),
+            Pass::DataChannel => Box::new(IntoSystem::into_system(datachannel::datachannel)),
+            Pass::Media => Box::new(IntoSystem::into_system(media::media)),
+            Pass::SackBatch => Box::new(IntoSystem::into_system(sack_batch::sack_batch)),
+            Pass::SctpTx => Box::new(IntoSystem::into_system(sctp_tx::sctp_tx)),
+            Pass::Egress => Box::new(IntoSystem::into_system(egress::egress)),
+            Pass::Timers => Box::new(IntoSystem::into_system(timers::timers)),
+        }
     }
 }
 
@@ -92,7 +93,7 @@ pub fn build_schedule() -> Schedule {
         schedule.configure_sets(pair[0].before(pair[1]));
     }
     for pass in Pass::ORDER {
-        pass.add_to(&mut schedule);
+        schedule.add_systems(pass.system().in_set(pass));
     }
     schedule
 }

@@ -286,3 +286,44 @@ impl Shard {
         self.world.resource::<Now>().0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Pass;
+
+    /// The passes a tick ran, in order.
+    #[derive(Resource, Default)]
+    struct PassTrace(Vec<Pass>);
+
+    #[test]
+    fn pass_order_is_declared_once() {
+        let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7100".parse().unwrap(), 1));
+        // The executor's order of the systems a shard built, each known by its
+        // system: exactly one per pass, in Pass::ORDER (bevy's own sync points,
+        // which apply a pass's commands, aside).
+        let sync = std::any::TypeId::of::<bevy_ecs::schedule::ApplyDeferred>();
+        let ran: Vec<Option<Pass>> = shard
+            .schedule
+            .systems()
+            .unwrap()
+            .filter(|(_, s)| s.system_type() != sync)
+            .map(|(_, s)| {
+                Pass::ORDER
+                    .into_iter()
+                    .find(|p| p.system().system_type() == s.system_type())
+            })
+            .collect();
+        let want: Vec<Option<Pass>> = Pass::ORDER.into_iter().map(Some).collect();
+        assert_eq!(ran, want);
+        // A tick traced pass by pass runs the sets in that order.
+        shard.world.init_resource::<PassTrace>();
+        for pass in Pass::ORDER {
+            shard
+                .schedule
+                .add_systems((move |mut t: ResMut<PassTrace>| t.0.push(pass)).in_set(pass));
+        }
+        shard.handle_timeout(Time::from_micros(1));
+        assert_eq!(shard.world.resource::<PassTrace>().0, Pass::ORDER);
+    }
+}

@@ -19,6 +19,8 @@
 //! subscribers must be told), and a peer's despawn takes its tracks and subscriptions
 //! with it.
 
+use std::collections::VecDeque;
+
 use bevy_ecs::lifecycle::HookContext;
 use bevy_ecs::prelude::{Component, Entity, Resource};
 use bevy_ecs::world::DeferredWorld;
@@ -273,7 +275,7 @@ pub struct Track {
     pub keyframe_wanted: bool,
     /// Sequence numbers missing, oldest first, with when shoal last NACKed each and
     /// how often.
-    pub missing: Vec<(u64, Option<Time>, u8)>,
+    pub missing: VecDeque<(u64, Option<Time>, u8)>,
     /// The publisher's last sender report: its NTP and RTP times, and when it came
     /// (RFC 3550 §6.4.1), for the reports shoal sends subscribers.
     pub sender_report: Option<(u64, u32, Time)>,
@@ -314,7 +316,7 @@ pub struct Subscription {
     pub first_seq: u64,
     /// Sequence numbers recently retransmitted and when (bounded), so a NACK repeated
     /// within a round trip does not resend again.
-    pub recent_resends: Vec<(u64, Time)>,
+    pub recent_resends: VecDeque<(u64, Time)>,
 }
 
 /// A peer's media index. Removing it (the peer's despawn) despawns the peer's tracks

@@ -20,6 +20,12 @@ use crate::sctp::cookie::CookieKey;
 pub const MAX_TRACKS_PER_PEER: usize = crate::sdp::MAX_PUBLISHED;
 /// Tracks one peer may be sent.
 pub const MAX_SUBSCRIPTIONS_PER_PEER: usize = 128;
+/// SSRCs of ended subscriptions one peer's SRTP session remembers, so none is sent
+/// with again under the same keys. A subscription ends with two (its stream and its
+/// RTX), so this allows about 2 000 subscriptions over a session; then no new one
+/// is made until the peer connects again (a new DTLS session, new keys), rather
+/// than the list growing with churn or an SSRC being reused.
+pub const MAX_RETIRED_SSRCS: usize = 4096;
 
 /// The shard's random generator: ChaCha, so ids are unpredictable off the wire yet
 /// reproducible from a seed in simulation.

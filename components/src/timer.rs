@@ -43,9 +43,52 @@ pub enum TimerKind {
 }
 
 impl TimerKind {
-    /// How many kinds there are.
-    pub const COUNT: usize = 11;
+    /// Every kind, in slot order.
+    pub const ALL: [TimerKind; 11] = [
+        TimerKind::IceCheck,
+        TimerKind::ConsentCheck,
+        TimerKind::ConsentExpiry,
+        TimerKind::Dtls,
+        TimerKind::SctpT1,
+        TimerKind::SctpT3,
+        TimerKind::SctpDelayedAck,
+        TimerKind::SctpSend,
+        TimerKind::SctpReconfig,
+        TimerKind::SctpT2,
+        TimerKind::MediaReport,
+    ];
+    /// How many kinds there are: the size of the table.
+    pub const COUNT: usize = TimerKind::ALL.len();
+
+    /// The kind's slot in [`Timers`]. The match has no wildcard: a kind added later
+    /// does not compile until it is named here, beside [`TimerKind::ALL`], which the
+    /// check below holds to one slot per kind.
+    const fn slot(self) -> usize {
+        match self {
+            TimerKind::IceCheck
+            | TimerKind::ConsentCheck
+            | TimerKind::ConsentExpiry
+            | TimerKind::Dtls
+            | TimerKind::SctpT1
+            | TimerKind::SctpT3
+            | TimerKind::SctpDelayedAck
+            | TimerKind::SctpSend
+            | TimerKind::SctpReconfig
+            | TimerKind::SctpT2
+            | TimerKind::MediaReport => self as usize,
+        }
+    }
 }
+
+// The table fits the enum, at compile time: the kinds of `ALL` take the slots 0 to
+// COUNT - 1, each its own.
+const _: () = {
+    let mut i = 0;
+    while i < TimerKind::COUNT {
+        assert!(TimerKind::ALL[i].slot() == i);
+        i += 1;
+    }
+};
 
 /// One entity's timer table.
 #[derive(Component, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -56,12 +99,12 @@ pub struct Timers {
 impl Timers {
     /// The deadline of `kind`, if armed.
     pub fn get(&self, kind: TimerKind) -> Option<Time> {
-        self.deadlines[kind as usize]
+        self.deadlines[kind.slot()]
     }
 
     /// Disarms `kind`.
     pub fn cancel(&mut self, kind: TimerKind) {
-        self.deadlines[kind as usize] = None;
+        self.deadlines[kind.slot()] = None;
     }
 
     /// The earliest armed deadline.
@@ -79,7 +122,7 @@ pub struct TimerHeap {
 impl TimerHeap {
     /// Arms `kind` of `entity` (whose table is `timers`) to fire at `at`.
     pub fn arm(&mut self, timers: &mut Timers, entity: Entity, kind: TimerKind, at: Time) {
-        let slot = &mut timers.deadlines[kind as usize];
+        let slot = &mut timers.deadlines[kind.slot()];
         if *slot == Some(at) {
             return;
         }
@@ -98,7 +141,7 @@ impl TimerHeap {
 
     /// True, and the slot disarmed, when `timers` still holds deadline `at` for `kind`.
     pub fn take_if_live(timers: &mut Timers, kind: TimerKind, at: Time) -> bool {
-        let slot = &mut timers.deadlines[kind as usize];
+        let slot = &mut timers.deadlines[kind.slot()];
         if *slot == Some(at) {
             *slot = None;
             true

@@ -727,3 +727,45 @@ fn a_narrower_answer_does_not_resubscribe_the_same_ssrc() {
         "T1 is unsubscribed and subscribed again with the same SSRC {old_ssrc:?}: {changes:?}"
     );
 }
+
+#[test]
+fn a_session_places_streams_only_while_it_has_ssrcs_to_retire() {
+    use shoal_components::shared::MAX_RETIRED_SSRCS;
+    let tracks = chromium_tracks();
+    let video = &tracks[1..];
+    let mut n = Negotiation::new(9);
+    let mut new_ssrc = ssrcs();
+    n.answer(
+        &fixture("chromium156_data_offer.sdp"),
+        &params(),
+        &[],
+        &mut new_ssrc,
+    )
+    .unwrap();
+    // A video track comes and goes, again and again, each time under a new id:
+    // each stream retires its SSRC and its RTX SSRC when it goes.
+    let mut placed = 0usize;
+    for round in 0..MAX_RETIRED_SSRCS {
+        let mut t = video[0].clone();
+        t.id = format!("V{round}");
+        let Some(offer) = n.offer(&params(), std::slice::from_ref(&t), &mut new_ssrc) else {
+            break;
+        };
+        let changes = n.accept(&answer_as_participant(&offer)).unwrap();
+        if subscribed(&changes).is_empty() {
+            break;
+        }
+        placed += 1;
+        let offer = n.offer(&params(), &[], &mut new_ssrc).unwrap();
+        n.accept(&answer_as_participant(&offer)).unwrap();
+    }
+    assert_eq!(
+        placed,
+        MAX_RETIRED_SSRCS / 2,
+        "the bound holds, and only it"
+    );
+    // Past it nothing new is offered: the track waits for a new session.
+    let mut t = video[0].clone();
+    t.id = "late".into();
+    assert!(n.offer(&params(), &[t], &mut new_ssrc).is_none());
+}

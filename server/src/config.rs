@@ -119,8 +119,8 @@ pub struct Config {
     )]
     pub room_empty_timeout: u32,
 
-    /// TEST ONLY, until signalling exists: registers an ICE-lite peer with these
-    /// credentials on every shard at start-up. Repeatable; the n-th flag (from 0) is
+    /// TEST ONLY: registers an ICE-lite peer with these credentials on every shard at
+    /// start-up, for tests that reach a shard without signalling. Repeatable; the n-th flag (from 0) is
     /// peer id n. Format LOCAL_UFRAG:LOCAL_PWD:REMOTE_UFRAG:REMOTE_PWD (RFC 8839 §5.4:
     /// ufrags 4-256 and passwords 22-256 ice-chars).
     #[arg(long = "static-peer", value_name = "CREDENTIALS")]

@@ -2,10 +2,11 @@
 //! loss, one SACK per association per tick, and back-pressure with a bounded send
 //! buffer and receive window.
 //!
-//! The first test runs in the simulated network, one server shard sending to two
-//! client shards. The other two drive two shards by hand over a small wire of their
-//! own (`pair::Pair`), because they must hold datagrams back and hand a whole burst
-//! to one tick, and must see what is on the wire.
+//! `sim_unordered_partial_reliability` runs in the simulated network, one server
+//! shard sending to two client shards. The others drive two shards by hand over a
+//! small wire of their own (`pair::Pair`), because they must hold datagrams back and
+//! hand a whole burst to one tick, see what is on the wire, or set each end up
+//! differently.
 
 mod pair;
 

@@ -326,9 +326,9 @@ fn on_rtp(
         Some(max) if ext > max + 1 && ext - max <= MAX_GAP && track.spec.feedback.nack => {
             for missing in (max + 1)..ext {
                 if track.missing.len() >= MAX_MISSING {
-                    track.missing.remove(0);
+                    track.missing.pop_front();
                 }
-                track.missing.push((missing, None, 0));
+                track.missing.push_back((missing, None, 0));
             }
         }
         Some(max) if ext <= max => track.missing.retain(|(s, _, _)| *s != ext),

@@ -10,7 +10,7 @@ use bevy_ecs::system::SystemParam;
 use shoal_components::peer::Peer;
 use shoal_components::sctp::assoc::{
     AssocEnd, AssocState, Inputs, MAX_ASSOCIATION_RETRANSMITS, MAX_INIT_RETRANSMITS, RTO_INITIAL,
-    Sctp, handle_packet, resend_reset, sack_delay,
+    Sctp, handle_packet, resend_reset,
 };
 use shoal_components::sctp::rx::AckUrgency;
 use shoal_components::shared::{SctpShared, ShardRng};
@@ -143,7 +143,7 @@ fn after_input(ctx: &mut SctpCtx, entity: Entity, peer: &Peer, a: &mut Sctp, tim
         && rx.ack_urgency() == Some(AckUrgency::Delayed)
         && timers.get(TimerKind::SctpDelayedAck).is_none()
     {
-        let at = ctx.now.0 + sack_delay();
+        let at = ctx.now.0 + rx.tracker().limits().sack_delay;
         ctx.heap.arm(timers, entity, TimerKind::SctpDelayedAck, at);
     }
     ctx.work.0.push(entity);

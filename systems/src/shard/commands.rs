@@ -206,6 +206,10 @@ pub enum CommandError {
     /// would repeat SRTP indices under the same keys.
     #[error("SSRC {0} was used by an ended subscription")]
     SsrcRetired(u32),
+    /// The peer's session has ended as many subscriptions as its SSRCs allow
+    /// (`MAX_RETIRED_SSRCS`): a new one needs a new session.
+    #[error("the session's SSRCs are used up ({0} retired)")]
+    SsrcsUsedUp(usize),
     /// `send_rtp` was given bytes that are not an RTP packet.
     #[error("not an RTP packet")]
     MalformedRtp,

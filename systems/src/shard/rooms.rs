@@ -133,7 +133,7 @@ impl Shard {
     }
 
     /// The other shards holding members of `room`, as last set.
-    pub fn room_siblings(&self, room: RoomId) -> &[usize] {
+    pub(crate) fn room_siblings(&self, room: RoomId) -> &[usize] {
         self.world.resource::<RoomPresence>().siblings(room)
     }
 

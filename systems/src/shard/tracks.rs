@@ -17,7 +17,9 @@ use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
 use shoal_components::relay::{MediaRelay, MediaRelayOut};
-use shoal_components::shared::{MAX_SUBSCRIPTIONS_PER_PEER, MAX_TRACKS_PER_PEER};
+use shoal_components::shared::{
+    MAX_RETIRED_SSRCS, MAX_SUBSCRIPTIONS_PER_PEER, MAX_TRACKS_PER_PEER,
+};
 use shoal_components::tick::{MediaOut, MediaStart};
 use shoal_components::transport::PeerSrtp;
 
@@ -87,7 +89,7 @@ impl Shard {
                 stats: ReceiveStats::default(),
                 last_keyframe_request: None,
                 keyframe_wanted: false,
-                missing: Vec::new(),
+                missing: Default::default(),
                 sender_report: None,
                 relay_to: Vec::new(),
                 origin: None,
@@ -189,6 +191,11 @@ impl Shard {
         if media.subscriptions.len() >= MAX_SUBSCRIPTIONS_PER_PEER {
             return Err(CommandError::TooManyTracks(MAX_SUBSCRIPTIONS_PER_PEER));
         }
+        // Every live subscription retires up to two SSRCs when it ends: the list
+        // stays within its bound whatever ends when.
+        if media.retired_ssrcs.len() + 2 * (media.subscriptions.len() + 1) > MAX_RETIRED_SSRCS {
+            return Err(CommandError::SsrcsUsedUp(media.retired_ssrcs.len()));
+        }
         for ssrc in std::iter::once(&spec.ssrc).chain(&spec.rtx_ssrc) {
             if media.subscriptions_by_ssrc.contains_key(ssrc) {
                 return Err(CommandError::SsrcInUse(*ssrc));
@@ -213,7 +220,7 @@ impl Shard {
                 last_rtp_ts: None,
                 started: false,
                 first_seq: 0,
-                recent_resends: Vec::new(),
+                recent_resends: Default::default(),
             })
             .id();
         // Sender reports start a report interval after the subscription.
@@ -376,7 +383,8 @@ impl Shard {
     }
 
     /// How many tracks and subscriptions the shard holds (for tests and reports).
-    pub fn media_counts(&mut self) -> (usize, usize) {
+    #[cfg(test)]
+    pub(crate) fn media_counts(&mut self) -> (usize, usize) {
         self.world.flush();
         let tracks = self.world.query::<&Track>().iter(&self.world).count();
         let subs = self
@@ -523,5 +531,46 @@ mod tests {
             baseline,
             "the three peers and nothing else"
         );
+    }
+
+    #[test]
+    fn a_session_retires_at_most_its_bound_of_ssrcs() {
+        let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7000".parse().unwrap(), 1));
+        let t = Time::ZERO;
+        for id in 1..=2 {
+            shard.command(t, Command::AddPeer(lite(id))).unwrap();
+        }
+        shard
+            .command(
+                t,
+                Command::Publish {
+                    peer: PeerId(1),
+                    track: track(10, 100),
+                },
+            )
+            .unwrap();
+        let mut made = 0u32;
+        let refused = loop {
+            let spec = SubscriptionSpec {
+                rtx_ssrc: Some(3 * made + 2),
+                ..sub(10, 3 * made + 1)
+            };
+            let subscribe = Command::Subscribe {
+                peer: PeerId(2),
+                subscription: spec,
+            };
+            match shard.command(t, subscribe) {
+                Ok(()) => made += 1,
+                Err(e) => break e,
+            }
+            let unsubscribe = Command::Unsubscribe {
+                peer: PeerId(2),
+                track: TrackId(10),
+            };
+            shard.command(t, unsubscribe).unwrap();
+            assert!(made < 10_000, "no bound");
+        };
+        assert_eq!(made as usize, MAX_RETIRED_SSRCS / 2);
+        assert_eq!(refused, CommandError::SsrcsUsedUp(MAX_RETIRED_SSRCS));
     }
 }

@@ -619,8 +619,3 @@ fn drain_messages(a: &mut Sctp) {
         }
     }
 }
-
-/// The delay of the delayed-ack timer.
-pub fn sack_delay() -> Duration {
-    Duration::from_millis(200)
-}

@@ -46,6 +46,8 @@ mod types;
 
 pub use types::*;
 
+use crate::shared::MAX_RETIRED_SSRCS;
+
 use super::answer::{
     TransportAttributes, is_data_section, offerer_tagged, rejected_section, remote_max_message_size,
 };
@@ -157,6 +159,17 @@ impl Negotiation {
         &self.declined
     }
     /// Every SSRC in `sections` and the agreed session.
+    /// Whether one more stream (two SSRCs) may be placed: with every stream placed
+    /// in `sections` retired too, the session's retired SSRCs stay within
+    /// [`MAX_RETIRED_SSRCS`].
+    pub(super) fn ssrcs_to_spare(&self, sections: &[Section]) -> bool {
+        let live = sections
+            .iter()
+            .filter(|s| matches!(&s.state, SectionState::Media(m) if m.subscribe.is_some()))
+            .count();
+        self.retired_ssrcs.len() + 2 * (live + 1) <= MAX_RETIRED_SSRCS
+    }
+
     pub(super) fn used_ssrcs(&self, sections: &[Section]) -> Vec<u32> {
         sections
             .iter()

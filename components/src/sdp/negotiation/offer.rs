@@ -39,10 +39,14 @@ impl Negotiation {
                 }
             }
         }
-        // Place what is new.
+        // Place what is new, while the session has SSRCs to spare: every stream
+        // placed retires its SSRCs when it ends, and none is used twice.
         for track in tracks {
             if self.declined.contains(&track.id) || placed_in(&sections, &track.id) {
                 continue;
+            }
+            if !self.ssrcs_to_spare(&sections) {
+                break;
             }
             let used = self.used_ssrcs(&sections);
             // An open section of the participant's that receives this kind and codec.

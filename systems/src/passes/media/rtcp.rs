@@ -338,9 +338,9 @@ fn answer_nack(
             Some(packet) if rtx => {
                 budget -= 1;
                 if s.recent_resends.len() >= RECENT_RESENDS {
-                    s.recent_resends.remove(0);
+                    s.recent_resends.pop_front();
                 }
-                s.recent_resends.push((ext, now));
+                s.recent_resends.push_back((ext, now));
                 ctx.out.0.push(Outgoing::Rtp {
                     subscription: sub,
                     packet: SharedRtp {

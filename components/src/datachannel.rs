@@ -86,6 +86,20 @@ impl DataChannels {
         }
     }
 
+    /// Closes every channel at once, lowest id first, each with
+    /// [`ShardEvent::ChannelClosed`]: the association under them is gone (the peer
+    /// restarted it, RFC 9260 §5.2.4 A, or its state was dropped) and a new one
+    /// starts with no streams open.
+    pub fn close_all(&mut self, peer: PeerId, events: &mut Events) {
+        let mut ids: Vec<u16> = self.channels.keys().copied().collect();
+        ids.sort_unstable();
+        for channel in ids {
+            events.0.push(ShardEvent::ChannelClosed { peer, channel });
+        }
+        self.channels.clear();
+        self.labels.clear();
+    }
+
     /// The stream of the channel labelled `label`, if the peer has one.
     pub fn by_label(&self, label: &str) -> Option<u16> {
         self.labels.get(label).copied()

@@ -81,6 +81,12 @@ pub struct Ice {
     pub recent_transactions: [Option<SeenTransaction>; RECENT_TRANSACTIONS],
     /// Where the next one goes in `recent_transactions`.
     pub recent_next: u8,
+    /// The peer has a DTLS session that has not connected yet. Until it has, consent
+    /// waits the connect timeout, not RFC 7675's 30 s: no media flows yet, and the
+    /// controlling side may still be retrying its nomination (one STUN transaction
+    /// retransmits for 39.5 s, RFC 8489 §6.2.1), which would otherwise outlive the
+    /// lite side's consent and leave the two sides disagreeing about the session.
+    pub awaiting_session: bool,
 }
 
 /// A check the agent accepted: its transaction id, the path it came on, and when.
@@ -106,6 +112,20 @@ pub enum Freshness {
 }
 
 impl Ice {
+    /// When the peer's consent lapses: the consent timeout after the last valid
+    /// check once a pair is nominated and the session is up (RFC 7675 §5.1); before
+    /// that, the longer connect timeout, so a client on a lossy path has as long to
+    /// get through as its checks keep trying.
+    pub fn consent_deadline(&self, limits: &crate::shared::ShardLimits) -> Time {
+        match self.state {
+            IceState::Connected if !self.awaiting_session => {
+                self.consent_at + limits.consent_timeout
+            }
+            IceState::Failed => self.consent_at + limits.consent_timeout,
+            IceState::Checking | IceState::Connected => self.consent_at + limits.connect_timeout,
+        }
+    }
+
     /// Classifies a check with `tid` arriving on `path` at `now`, remembering it when
     /// new. `lifetime` is how long a STUN transaction can keep retransmitting.
     pub fn note_transaction(

@@ -67,6 +67,8 @@ pub struct ShardStats {
     pub sctp_zero_checksum_associations: u64,
     /// SCTP packets DTLS refused (not connected, or its queue full).
     pub sctp_packets_unsent: u64,
+    /// Associations a peer restarted (RFC 9260 §5.2.4 A).
+    pub sctp_restarts: u64,
     /// SACK chunks put into packets: at most one per association per tick.
     pub sctp_sacks_sent: u64,
     /// Of those, the SACKs that shared their packet with DATA (RFC 9260 §6.2).

@@ -275,10 +275,13 @@ pub enum ShardEvent {
         /// Which channel.
         channel: u16,
     },
-    /// The peer's SCTP association ended.
+    /// The peer's SCTP association ended (after a restart, `SctpEstablished`
+    /// follows for the new one).
     SctpClosed {
         /// Which peer.
         peer: PeerId,
+        /// Why.
+        reason: crate::sctp::assoc::AssocEnd,
     },
     /// An RTP packet arrived on a track the owner receives (`Command::Receive`),
     /// in arrival order, retransmissions included, duplicates not.

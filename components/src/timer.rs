@@ -40,11 +40,14 @@ pub enum TimerKind {
     /// A track's or a subscription's RTCP: reports (RFC 3550 §6.4), NACKs due again
     /// and throttled keyframe requests.
     MediaReport = 10,
+    /// SCTP path heartbeat (RFC 9260 §8.3): the next HEARTBEAT, or the answer to the
+    /// one in flight is overdue.
+    SctpHeartbeat = 11,
 }
 
 impl TimerKind {
     /// Every kind, in slot order.
-    pub const ALL: [TimerKind; 11] = [
+    pub const ALL: [TimerKind; 12] = [
         TimerKind::IceCheck,
         TimerKind::ConsentCheck,
         TimerKind::ConsentExpiry,
@@ -56,6 +59,7 @@ impl TimerKind {
         TimerKind::SctpReconfig,
         TimerKind::SctpT2,
         TimerKind::MediaReport,
+        TimerKind::SctpHeartbeat,
     ];
     /// How many kinds there are: the size of the table.
     pub const COUNT: usize = TimerKind::ALL.len();
@@ -75,7 +79,8 @@ impl TimerKind {
             | TimerKind::SctpSend
             | TimerKind::SctpReconfig
             | TimerKind::SctpT2
-            | TimerKind::MediaReport => self as usize,
+            | TimerKind::MediaReport
+            | TimerKind::SctpHeartbeat => self as usize,
         }
     }
 }

@@ -6,7 +6,7 @@
 //! Layout (big-endian), then a 32-byte HMAC over all of it:
 //! `version(1) created_us(8) lifespan_ms(4) src_port(2) dst_port(2) my_vtag(4)
 //!  peer_vtag(4) my_initial_tsn(4) peer_initial_tsn(4) peer_a_rwnd(4)
-//!  outbound_streams(2) inbound_streams(2) flags(1)`.
+//!  outbound_streams(2) inbound_streams(2) flags(1) tie_tags(8)`.
 
 use std::time::Duration;
 
@@ -15,8 +15,8 @@ use crate::time::Time;
 use bytes::{BufMut, BytesMut};
 use ring::hmac;
 
-const VERSION: u8 = 1;
-const BODY_LEN: usize = 1 + 8 + 4 + 2 + 2 + 4 + 4 + 4 + 4 + 4 + 2 + 2 + 1;
+const VERSION: u8 = 2;
+const BODY_LEN: usize = 1 + 8 + 4 + 2 + 2 + 4 + 4 + 4 + 4 + 4 + 2 + 2 + 1 + 8;
 const MAC_LEN: usize = 32;
 /// The length of every cookie shoal makes.
 pub const COOKIE_LEN: usize = BODY_LEN + MAC_LEN;
@@ -59,6 +59,11 @@ pub struct CookieContents {
     pub peer_reconfig: bool,
     /// The peer accepts zero checksums with the DTLS method (RFC 9653).
     pub peer_zero_checksum: bool,
+    /// The Tie-Tags of the association that existed when the INIT came (RFC 9260
+    /// §5.2.2: a 64-bit random nonce, the Local-Tie-Tag and the Peer's-Tie-Tag); 0
+    /// when none did. A COOKIE ECHO carrying the existing association's Tie-Tags
+    /// but other Verification Tags is the peer restarting (§5.2.4 A).
+    pub tie_tags: u64,
 }
 
 /// Why a COOKIE ECHO was not accepted.
@@ -120,6 +125,7 @@ impl CookieKey {
             flags |= FLAG_ZERO_CHECKSUM;
         }
         out.put_u8(flags);
+        out.put_u64(c.tie_tags);
         let tag = hmac::sign(&self.0, &out[start..]);
         out.put_slice(tag.as_ref());
     }
@@ -153,12 +159,14 @@ impl CookieKey {
             peer_forward_tsn: false,
             peer_reconfig: false,
             peer_zero_checksum: false,
+            tie_tags: 0,
         };
         let flags = r.u8();
         let c = CookieContents {
             peer_forward_tsn: flags & FLAG_FORWARD_TSN != 0,
             peer_reconfig: flags & FLAG_RECONFIG != 0,
             peer_zero_checksum: flags & FLAG_ZERO_CHECKSUM != 0,
+            tie_tags: r.u64(),
             ..c
         };
         let expires = created + lifespan;
@@ -219,6 +227,7 @@ mod tests {
             peer_forward_tsn: true,
             peer_reconfig: false,
             peer_zero_checksum: true,
+            tie_tags: 0x0a0b_0c0d_1122_3344,
         }
     }
 

@@ -96,6 +96,10 @@ pub use shoal_systems::{
 use link::{LinkState, Outcome};
 use trace::{Fate, Trace};
 
+/// Picks datagrams for [`Sim::set_drop_filter`] to drop: given the virtual time and
+/// the payload, true to drop.
+pub type DropFilter = Box<dyn FnMut(Time, &[u8]) -> bool>;
+
 /// Steps one [`Sim::run_until`] or [`Sim::run_for`] call may take unless
 /// [`Sim::set_step_limit`] says otherwise.
 pub const DEFAULT_STEP_LIMIT: u64 = 10_000_000;
@@ -126,6 +130,7 @@ pub struct Sim {
     default_link: LinkConfig,
     link_configs: HashMap<(SocketAddr, SocketAddr), LinkConfig>,
     links: HashMap<(SocketAddr, SocketAddr), LinkState>,
+    drop_filters: HashMap<(SocketAddr, SocketAddr), DropFilter>,
     queue: BinaryHeap<Reverse<Scheduled>>,
     next_seq: u64,
     events: VecDeque<(SocketAddr, ShardEvent)>,
@@ -205,6 +210,7 @@ impl Sim {
             default_link: LinkConfig::default(),
             link_configs: HashMap::new(),
             links: HashMap::new(),
+            drop_filters: HashMap::new(),
             queue: BinaryHeap::new(),
             next_seq: 0,
             events: VecDeque::new(),
@@ -392,6 +398,26 @@ impl Sim {
     pub fn set_link_both(&mut self, a: SocketAddr, b: SocketAddr, config: LinkConfig) {
         self.set_link(a, b, config.clone());
         self.set_link(b, a, config);
+    }
+
+    /// Drops every datagram on `from -> to` that `filter` picks (it sees the
+    /// virtual time and the payload), before the link's own fate: targeted loss, such
+    /// as every small DTLS record for a while, where random loss would take many seeds
+    /// to hit. Dropped datagrams count and trace as lost. `None` removes the filter.
+    pub fn set_drop_filter(
+        &mut self,
+        from: SocketAddr,
+        to: SocketAddr,
+        filter: Option<DropFilter>,
+    ) {
+        match filter {
+            Some(f) => {
+                self.drop_filters.insert((from, to), f);
+            }
+            None => {
+                self.drop_filters.remove(&(from, to));
+            }
+        }
     }
 
     /// The configuration in force for `from -> to`.
@@ -692,6 +718,13 @@ impl Sim {
         let link = self.links.entry((from, to)).or_default();
         self.trace.datagram(Fate::Sent, now, from, to, &d.payload);
         self.stats.sent += 1;
+        if let Some(filter) = self.drop_filters.get_mut(&(from, to))
+            && filter(now, &d.payload)
+        {
+            self.stats.lost += 1;
+            self.trace.datagram(Fate::Lost, now, from, to, &d.payload);
+            return;
+        }
         match link.transmit(cfg, now, d.payload.len(), &mut self.rng) {
             Outcome::QueueDropped => {
                 self.stats.queue_dropped += 1;

@@ -17,7 +17,7 @@ use bevy_ecs::system::SystemParam;
 use rand_core::RngCore;
 use shoal_components::dtls::{DtlsConn, DtlsEvent, DtlsRole};
 use shoal_components::peer::{Ice, IceControlling, IceCredentials, IceState, Peer, PeerIndex};
-use shoal_components::shared::{ShardDtls, ShardRng};
+use shoal_components::shared::{ShardDtls, ShardLimits, ShardRng};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{
     DtlsInbox, DtlsStart, DueTimers, Events, MediaStart, Now, Outbox, RemoveReason, SctpInbox,
@@ -33,6 +33,7 @@ use crate::peer::remove_in_pass;
 pub struct DtlsCtx<'w> {
     now: Res<'w, Now>,
     setup: Res<'w, ShardDtls>,
+    limits: Res<'w, ShardLimits>,
     index: ResMut<'w, PeerIndex>,
     heap: ResMut<'w, TimerHeap>,
     out: ResMut<'w, Outbox>,
@@ -164,6 +165,17 @@ fn drive(
             DtlsEvent::Connected { srtp, suite, .. } => {
                 ctx.stats.dtls_connected += 1;
                 session.suite = Some(suite);
+                // The session is up: consent now runs on RFC 7675's timeout, from
+                // the last valid check.
+                ice.awaiting_session = false;
+                let expiry = ice.consent_deadline(&ctx.limits);
+                if timers
+                    .get(TimerKind::ConsentExpiry)
+                    .is_none_or(|at| at > expiry)
+                {
+                    ctx.heap
+                        .arm(&mut timers, entity, TimerKind::ConsentExpiry, expiry);
+                }
                 let srtp_profile = srtp.as_ref().map(|k| k.profile as u16);
                 // RFC 5764 §4.2: the exported keys key SRTP both ways from now on.
                 if let Some(keys) = &srtp {

@@ -31,7 +31,6 @@ use shoal_components::stun::{self, Class, StunError, StunMessage, StunWriter, Tr
 use shoal_components::tick::{
     DtlsStart, DueTimers, Events, Now, Outbox, RemoveReason, ShardEvent, StunInbox, WriteBuffer,
 };
-use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
 use shoal_components::shared::{ShardLimits, ShardRng};
@@ -189,7 +188,7 @@ fn handle_request(ctx: &mut IceCtx, peers: &mut PeerQuery, d: &Datagram, msg: &S
     let now = ctx.now.0;
     // RFC 7675 §5.1: once consent has lapsed it is not re-established; the expiry
     // timer, due in this tick at the latest, removes the peer.
-    if now >= consent_deadline(&ice, &ctx.limits) {
+    if now >= ice.consent_deadline(&ctx.limits) {
         ctx.stats.stun_after_consent_expiry += 1;
         return;
     }
@@ -255,13 +254,14 @@ fn handle_request(ctx: &mut IceCtx, peers: &mut PeerQuery, d: &Datagram, msg: &S
     // the selection there.
     if msg.use_candidate() && ice.selected != Some(path) {
         ice.selected = Some(path);
-        if ice.state == IceState::Checking {
-            // From here consent runs on the shorter consent timeout.
-            let at = now + ctx.limits.consent_timeout;
+        let was = ice.state;
+        ice.state = IceState::Connected;
+        if was == IceState::Checking {
+            // From here consent runs on the consent timeout (once the session is up).
+            let at = ice.consent_deadline(&ctx.limits);
             ctx.heap
                 .arm(&mut timers, entity, TimerKind::ConsentExpiry, at);
         }
-        ice.state = IceState::Connected;
         ctx.events.0.push(ShardEvent::IceConnected {
             peer: peer.id,
             remote: path.remote,
@@ -271,7 +271,7 @@ fn handle_request(ctx: &mut IceCtx, peers: &mut PeerQuery, d: &Datagram, msg: &S
     // Consent is re-armed lazily: the expiry timer, when it fires, looks at
     // `consent_at` and re-arms itself if consent was refreshed meanwhile.
     if timers.get(TimerKind::ConsentExpiry).is_none() {
-        let at = consent_deadline(&ice, &ctx.limits);
+        let at = ice.consent_deadline(&ctx.limits);
         ctx.heap
             .arm(&mut timers, entity, TimerKind::ConsentExpiry, at);
     }
@@ -316,7 +316,7 @@ fn handle_response(
     if let Some(slot) = ctl.consent_tids.iter_mut().find(|t| **t == Some(tid)) {
         *slot = None;
         // RFC 7675 §5.1: consent responses after expiry do not re-establish consent.
-        let lapsed = ctx.now.0 >= consent_deadline(&ice, &ctx.limits);
+        let lapsed = ctx.now.0 >= ice.consent_deadline(&ctx.limits);
         if !failed && !lapsed && ice.selected == Some(path) {
             ice.consent_at = ctx.now.0;
         }
@@ -367,7 +367,7 @@ fn handle_response(
     let next = ctx.now.0 + consent_interval(&mut ctx.rng);
     ctx.heap
         .arm(&mut timers, entity, TimerKind::ConsentCheck, next);
-    let expiry = ctx.now.0 + ctx.limits.consent_timeout;
+    let expiry = ice.consent_deadline(&ctx.limits);
     ctx.heap
         .arm(&mut timers, entity, TimerKind::ConsentExpiry, expiry);
 }
@@ -387,7 +387,7 @@ fn handle_timer(
     }
     match kind {
         TimerKind::ConsentExpiry => {
-            let expires = consent_deadline(&ice, &ctx.limits);
+            let expires = ice.consent_deadline(&ctx.limits);
             if ctx.now.0 >= expires {
                 ctx.stats.consent_expired += 1;
                 remove_peer(
@@ -454,6 +454,7 @@ fn handle_timer(
         | TimerKind::SctpSend
         | TimerKind::SctpReconfig
         | TimerKind::SctpT2
+        | TimerKind::SctpHeartbeat
         | TimerKind::MediaReport => {}
         TimerKind::ConsentCheck => {
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
@@ -596,16 +597,6 @@ fn remove_peer(
     crate::peer::remove_in_pass(
         index, events, commands, entity, peer, creds, ice, ctl, reason,
     );
-}
-
-/// When the peer's consent lapses: the consent timeout after the last valid check
-/// once a pair is nominated (RFC 7675 §5.1); before that, the longer connect timeout,
-/// so a client on a lossy path has as long to get through as its checks keep trying.
-pub(crate) fn consent_deadline(ice: &Ice, limits: &ShardLimits) -> Time {
-    match ice.state {
-        IceState::Checking => ice.consent_at + limits.connect_timeout,
-        IceState::Connected | IceState::Failed => ice.consent_at + limits.consent_timeout,
-    }
 }
 
 /// How long to wait after the `transmissions`-th send of a check (RFC 8489 §6.2.1):

@@ -1,16 +1,17 @@
 //! The `sctp` pass: runs each association (`shoal_components::sctp::assoc`) over
 //! what DTLS decrypted this tick (SCTP packets), what started (associations whose
 //! DTLS just connected) and the SCTP timers that fell due (T1, T2, T3-rtx, delayed
-//! SACK, stream reset). It never sends: arriving chunks leave control chunks queued
+//! SACK, stream reset, heartbeat). It never sends: arriving chunks leave control chunks queued
 //! and a SACK owed for `sack_batch` and `sctp_tx`, which visit only the associations
 //! this pass (or the owner's sends) put on the work list (`SctpWork`).
 
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
+use rand_core::RngCore;
 use shoal_components::peer::Peer;
 use shoal_components::sctp::assoc::{
-    AssocEnd, AssocState, Inputs, MAX_ASSOCIATION_RETRANSMITS, MAX_INIT_RETRANSMITS, RTO_INITIAL,
-    Sctp, handle_packet, resend_reset,
+    AssocEnd, AssocState, Inputs, MAX_ASSOCIATION_RETRANSMITS, RTO_INITIAL, Sctp, handle_packet,
+    next_after_answer, on_heartbeat_timer, resend_reset,
 };
 use shoal_components::sctp::rx::AckUrgency;
 use shoal_components::shared::{SctpShared, ShardRng};
@@ -18,6 +19,15 @@ use shoal_components::stats::ShardStats;
 use shoal_components::tick::{DueTimers, Events, Now, SctpInbox, SctpStart, SctpWork, ShardEvent};
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
+
+/// The timers of an association's setup and data transfer, which end with it.
+const SETUP_AND_DATA_TIMERS: [TimerKind; 5] = [
+    TimerKind::SctpT1,
+    TimerKind::SctpT2,
+    TimerKind::SctpT3,
+    TimerKind::SctpDelayedAck,
+    TimerKind::SctpReconfig,
+];
 
 /// What the sctp pass touches besides the associations.
 #[derive(SystemParam)]
@@ -59,20 +69,36 @@ pub fn sctp(
             continue;
         };
         let fresh = ctx.rng.sctp_tag_and_tsn();
+        let nonce = ctx.rng.0.next_u64();
         let shared = &*ctx.shared;
         let inp = Inputs {
             now,
             cookie_key: &shared.cookie_key,
             limits: &shared.limits,
             fresh,
+            nonce,
         };
         let was = a.state;
         let fx = handle_packet(&mut a, &bytes, &inp);
         if fx.dropped {
             ctx.stats.sctp_packets_dropped += 1;
         }
-        if fx.established || (was != AssocState::Established && a.state == AssocState::Established)
-        {
+        if fx.restarted {
+            // RFC 9260 §5.2.4 A: the old association is over (its timers with it) and
+            // a new one is up in its place.
+            ctx.stats.sctp_restarts += 1;
+            for k in SETUP_AND_DATA_TIMERS {
+                timers.cancel(k);
+            }
+            ctx.events.0.push(ShardEvent::SctpClosed {
+                peer: peer.id,
+                reason: AssocEnd::PeerRestarted,
+            });
+        }
+        let up = fx.established
+            || fx.restarted
+            || (was != AssocState::Established && a.state == AssocState::Established);
+        if up {
             timers.cancel(TimerKind::SctpT1);
             if a.zero_checksum_tx {
                 ctx.stats.sctp_zero_checksum_associations += 1;
@@ -80,6 +106,16 @@ pub fn sctp(
             ctx.events
                 .0
                 .push(ShardEvent::SctpEstablished { peer: peer.id });
+        }
+        if up || fx.heartbeat_acked {
+            // RFC 9260 §8.3: the next HEARTBEAT a whole interval from now.
+            let random = ctx.rng.0.next_u64();
+            match next_after_answer(&a, now, random, &ctx.shared.limits) {
+                Some(at) => ctx
+                    .heap
+                    .arm(&mut timers, entity, TimerKind::SctpHeartbeat, at),
+                None => timers.cancel(TimerKind::SctpHeartbeat),
+            }
         }
         if fx.sack_processed {
             rearm_t3(&mut ctx.heap, entity, &mut a, &mut timers, now);
@@ -104,6 +140,15 @@ pub fn sctp(
                 }
             }
             TimerKind::SctpSend => {}
+            TimerKind::SctpHeartbeat => {
+                let random = ctx.rng.0.next_u64();
+                match on_heartbeat_timer(&mut a, now, random, &ctx.shared.limits) {
+                    Some(at) => ctx
+                        .heap
+                        .arm(&mut timers, entity, TimerKind::SctpHeartbeat, at),
+                    None => timers.cancel(TimerKind::SctpHeartbeat),
+                }
+            }
             TimerKind::SctpReconfig => {
                 // RFC 6525 §5.1.1: the request is retransmitted until answered.
                 if resend_reset(&mut a) {
@@ -122,17 +167,18 @@ fn after_input(ctx: &mut SctpCtx, entity: Entity, peer: &Peer, a: &mut Sctp, tim
     if a.reset.in_flight.is_none() {
         timers.cancel(TimerKind::SctpReconfig);
     }
-    if a.ended.is_some() && !a.closed_reported {
+    if let Some(reason) = a.ended
+        && !a.closed_reported
+    {
         a.closed_reported = true;
-        for k in [
-            TimerKind::SctpT1,
-            TimerKind::SctpT2,
-            TimerKind::SctpT3,
-            TimerKind::SctpDelayedAck,
-        ] {
+        for k in SETUP_AND_DATA_TIMERS {
             timers.cancel(k);
         }
-        ctx.events.0.push(ShardEvent::SctpClosed { peer: peer.id });
+        timers.cancel(TimerKind::SctpHeartbeat);
+        ctx.events.0.push(ShardEvent::SctpClosed {
+            peer: peer.id,
+            reason,
+        });
     }
     // RFC 9260 §9.2: the last of our data acknowledged after a SHUTDOWN.
     if a.ack_shutdown_when_drained() {
@@ -153,8 +199,16 @@ fn on_t1(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
     if !matches!(a.state, AssocState::CookieWait | AssocState::CookieEchoed) {
         return;
     }
-    if a.init_transmissions > MAX_INIT_RETRANSMITS {
-        a.end(AssocEnd::SetupFailed);
+    // RFC 9260 §4 notes 2 and 3: past Max.Init.Retransmits the setup gives up, here
+    // only when configured (`SctpLimits::max_init_retransmits`); telling the peer,
+    // which may have established from an earlier COOKIE ECHO.
+    if ctx
+        .shared
+        .limits
+        .max_init_retransmits
+        .is_some_and(|max| a.init_transmissions > max)
+    {
+        a.give_up(AssocEnd::SetupFailed);
         return;
     }
     a.init_transmissions += 1;
@@ -198,7 +252,7 @@ fn on_t3(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
     }
     // RFC 9260 §8.1: too many consecutive retransmissions: the peer is unreachable.
     if a.error_count > MAX_ASSOCIATION_RETRANSMITS {
-        a.end(AssocEnd::PeerUnreachable);
+        a.give_up(AssocEnd::PeerUnreachable);
         return;
     }
     ctx.heap.arm(timers, entity, TimerKind::SctpT3, now + rto);
@@ -220,7 +274,7 @@ fn on_t2(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
     }
     a.error_count += 1;
     if a.error_count > MAX_ASSOCIATION_RETRANSMITS {
-        a.end(AssocEnd::PeerUnreachable);
+        a.give_up(AssocEnd::PeerUnreachable);
         return;
     }
     if let Some(tx) = a.tx.as_mut() {

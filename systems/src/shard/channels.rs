@@ -9,11 +9,11 @@ use shoal_components::sctp::assoc::{AssocState, Sctp};
 use shoal_components::sctp::dcep::ChannelType;
 use shoal_components::sctp::tx::{OutgoingMessage, Reliability, SendError};
 use shoal_components::sctp::{Ppid, StreamId};
-use shoal_components::tick::Now;
+use shoal_components::tick::{Events, Now, SctpStart};
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
-use super::Shard;
+use super::{CommandError, Shard};
 
 /// Why [`Shard::sctp_send`] refused a message.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -209,5 +209,46 @@ impl Shard {
             .get::<DataChannels>(entity)?
             .channels
             .get(&channel)
+    }
+
+    /// Drops the peer's SCTP association without a word to the peer, as a peer
+    /// whose SCTP stack lost its state would: the association is closed and not
+    /// started, its channels closed (each with `ChannelClosed`), its timers off.
+    /// With `restart`, the DTLS client side starts a new association at once (the
+    /// peer sees a restart, RFC 9260 §5.2.4 A); without, this side answers what the
+    /// peer still sends with ABORT (§8.4), and the peer learns that way. For fault
+    /// injection in tests and simulations: shoal never does this by itself.
+    pub fn forget_sctp(&mut self, id: PeerId, restart: bool) -> Result<(), CommandError> {
+        let entity = self.peer_entity(id)?;
+        let now = self.world.resource::<Now>().0;
+        let Some(mut a) = self.world.get_mut::<Sctp>(entity) else {
+            return Ok(());
+        };
+        let initiator = a.initiator;
+        *a = Sctp::new(initiator, a.local_port, a.remote_port);
+        self.world.resource_scope(|world, mut events: Mut<Events>| {
+            if let Some(mut dc) = world.get_mut::<DataChannels>(entity) {
+                dc.close_all(id, &mut events);
+            }
+        });
+        if let Some(mut timers) = self.world.get_mut::<Timers>(entity) {
+            for kind in [
+                TimerKind::SctpT1,
+                TimerKind::SctpT2,
+                TimerKind::SctpT3,
+                TimerKind::SctpDelayedAck,
+                TimerKind::SctpSend,
+                TimerKind::SctpReconfig,
+                TimerKind::SctpHeartbeat,
+            ] {
+                timers.cancel(kind);
+            }
+        }
+        if restart && initiator && self.dtls_connected(id) {
+            self.world.resource_mut::<SctpStart>().0.push(entity);
+            self.wake_sctp(entity, now);
+        }
+        self.collect_events();
+        Ok(())
     }
 }

@@ -290,6 +290,7 @@ impl Shard {
             consent_at: now,
             recent_transactions: [None; shoal_components::peer::RECENT_TRANSACTIONS],
             recent_next: 0,
+            awaiting_session: spec.dtls.is_some(),
         };
         let ufrag = spec.credentials.local_ufrag.clone();
         let dtls = spec.dtls;

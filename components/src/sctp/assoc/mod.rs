@@ -1,16 +1,33 @@
 //! One SCTP association's state, a component of its peer, and the rules the `sctp`
 //! pass applies to what arrives: this file the state and the dispatch of a packet's
 //! chunks (§6 data and SACKs, §8.5 verification tags); `setup` RFC 9260 §5 (INIT to
-//! COOKIE ACK), `shutdown` §9.2, `reset` RFC 6525 stream resets. Nothing here sends:
-//! arriving chunks leave work behind (control chunks queued, a SACK owed, delivered
-//! messages) for `sack_batch` and `sctp_tx`.
+//! COOKIE ACK, and a peer's restart), `shutdown` §9.2, `reset` RFC 6525 stream resets,
+//! `heartbeat` §8.3 path heartbeats. Nothing here sends: arriving chunks leave work
+//! behind (control chunks queued, a SACK owed, delivered messages) for `sack_batch`
+//! and `sctp_tx`.
+//!
+//! # Never half-open
+//!
+//! An association must not stay up on one side while the other has none. WebRTC
+//! runs it over an ICE-checked, DTLS-authenticated path, so shoal, like libwebrtc's
+//! dcsctp transport, Firefox and str0m, sets up without a retransmission limit by
+//! default: the handshake goes on while the peer's DTLS lives
+//! ([`SctpLimits::max_init_retransmits`]). An established association heartbeats when
+//! idle (§8.3), answers a packet for an association it does not have with ABORT
+//! (§8.4, out of the blue), and takes a peer's restart (§5.2.2, §5.2.4 A); when it
+//! gives up (retransmissions or heartbeats unanswered past Association.Max.Retrans,
+//! §8.1, or a configured setup limit) it sends ABORT. So whichever side loses its
+//! state, the other learns within a heartbeat interval, and every end is reported
+//! with its [`AssocEnd`].
 
+mod heartbeat;
 mod reset;
 mod setup;
 mod shutdown;
 #[cfg(test)]
 mod tests;
 
+pub use heartbeat::{HeartbeatSent, next_after_answer, on_heartbeat_timer};
 use reset::on_reconfig;
 pub use reset::{maybe_request_reset, resend_reset};
 use setup::{on_cookie_echo, on_init, on_init_ack};
@@ -37,9 +54,8 @@ use bytes::{Bytes, BytesMut};
 pub const DEFAULT_SCTP_PORT: u16 = 5000;
 /// Streams offered each way: the most RFC 8831 §6.2 lets a channel id take.
 pub const STREAMS: u16 = 1024;
-/// RFC 9260 §16: Max.Init.Retransmits.
-pub const MAX_INIT_RETRANSMITS: u32 = 8;
-/// RFC 9260 §16: Association.Max.Retrans.
+/// RFC 9260 §16: Association.Max.Retrans: consecutive unanswered retransmissions
+/// and heartbeats (§8.1) before the peer is unreachable.
 pub const MAX_ASSOCIATION_RETRANSMITS: u32 = 10;
 /// RFC 9260 §16: RTO.Initial, which T1-init starts from (§5.1 A) before there is an
 /// RTT to measure.
@@ -68,12 +84,18 @@ pub enum AssocState {
 /// Why an association ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AssocEnd {
-    /// The peer sent ABORT.
+    /// The peer sent ABORT: it gave up, or had no association for what we sent
+    /// (RFC 9260 §8.4 rule 8).
     AbortedByPeer,
-    /// INIT or COOKIE ECHO went unanswered (RFC 9260 §5.1.6).
+    /// INIT or COOKIE ECHO went unanswered [`SctpLimits::max_init_retransmits`] times
+    /// (RFC 9260 §4 notes 2 and 3); we sent ABORT.
     SetupFailed,
-    /// Retransmissions ran out (RFC 9260 §8.2).
+    /// Retransmissions or heartbeats went unanswered more than
+    /// [`MAX_ASSOCIATION_RETRANSMITS`] times in a row (RFC 9260 §8.1); we sent ABORT.
     PeerUnreachable,
+    /// The peer restarted the association (RFC 9260 §5.2.4 A): this one is gone with
+    /// what it carried, and a new one took its place.
+    PeerRestarted,
     /// The peer broke the protocol; we sent ABORT.
     ProtocolViolation,
     /// SHUTDOWN completed.
@@ -249,6 +271,18 @@ pub struct SctpLimits {
     /// corrupted byte, so the CRC32c would cost two passes over each packet (one per
     /// side) for nothing; off only to test a peer's checksum path.
     pub zero_checksum: bool,
+    /// INIT or COOKIE ECHO transmissions after the first before the setup gives up
+    /// (RFC 9260 §16's Max.Init.Retransmits is 8). `None`, the default: no limit,
+    /// setup goes on while the peer's DTLS lives, as in libwebrtc's dcsctp transport,
+    /// Firefox and str0m: ICE consent and DTLS already watch the path, and a setup
+    /// that gave up while the peer's COOKIE ACKs were lost would leave the peer up
+    /// alone. A limited setup that gives up sends ABORT.
+    pub max_init_retransmits: Option<u32>,
+    /// An idle association sends HEARTBEAT this often, plus one RTO with ±50 %
+    /// jitter (RFC 9260 §8.3, HB.interval: 30 s, as dcsctp), so a peer that lost
+    /// its association is found (it answers ABORT, §8.4) and one that stopped
+    /// answering counts towards [`MAX_ASSOCIATION_RETRANSMITS`]. Zero: none.
+    pub heartbeat_interval: Duration,
 }
 
 impl Default for SctpLimits {
@@ -260,6 +294,8 @@ impl Default for SctpLimits {
             mtu: DEFAULT_SCTP_MTU,
             max_timer_backoff: Duration::from_secs(3),
             zero_checksum: true,
+            max_init_retransmits: None,
+            heartbeat_interval: Duration::from_secs(30),
         }
     }
 }
@@ -312,6 +348,18 @@ pub struct Sctp {
     /// The peer announced zero checksums with the DTLS method and so do we (RFC 9653
     /// §5.2): packets other than INIT and COOKIE ECHO go with checksum zero.
     pub zero_checksum_tx: bool,
+    /// Consecutive T3-rtx expiries and unanswered heartbeats without progress
+    /// (RFC 9260 §8.1) is `error_count`; this is the HEARTBEAT in flight, if any.
+    pub heartbeat: Option<HeartbeatSent>,
+    /// The Tie-Tags of this association (RFC 9260 §5.2.2: a random nonce, made when
+    /// a restart's INIT first needs them); 0 until then.
+    pub tie_tags: u64,
+    /// The peer restarted the association (§5.2.4 A) since the datachannel pass last
+    /// looked: the channels of the old one are gone.
+    pub restarted: bool,
+    /// When an ABORT last answered a packet out of the blue (§8.4): at most one per
+    /// instant, so a flood of stale packets is not answered packet for packet.
+    pub last_ootb_abort: Option<Time>,
 }
 
 /// Stream reconfiguration state (RFC 6525), used to close data channels (RFC 8831
@@ -360,6 +408,10 @@ impl Sctp {
             error_count: 0,
             reset: StreamReset::default(),
             zero_checksum_tx: false,
+            heartbeat: None,
+            tie_tags: 0,
+            restarted: false,
+            last_ootb_abort: None,
         }
     }
     fn abort(&mut self, end: AssocEnd) {
@@ -377,10 +429,27 @@ impl Sctp {
         self.end(end);
     }
 
-    /// Marks the association over.
+    /// Gives up on the association for `end`, telling the peer with ABORT when its
+    /// tag is known (RFC 9260 §8.1 stops data; an ABORT is not data, and without it
+    /// a peer that still thinks the association is up learns only from our answers
+    /// to its packets, §8.4).
+    pub fn give_up(&mut self, end: AssocEnd) {
+        if self.peer_vtag != 0 {
+            self.abort(end);
+        } else {
+            self.end(end);
+        }
+    }
+
+    /// Marks the association over. Nothing queued for it goes out any more but the
+    /// whole packets already made (an ABORT, a SHUTDOWN COMPLETE).
     pub fn end(&mut self, end: AssocEnd) {
         self.state = AssocState::Closed;
         self.ended.get_or_insert(end);
+        self.control = ControlQueue::default();
+        self.pending_sack.clear();
+        self.sack_now = false;
+        self.heartbeat = None;
     }
 }
 fn solo_packet(src: u16, dst: u16, vtag: u32, chunk: &impl WriteChunk) -> Bytes {
@@ -399,6 +468,8 @@ pub struct Inputs<'a> {
     pub limits: &'a SctpLimits,
     /// A fresh random tag and initial TSN, should this packet need them.
     pub fresh: (u32, Tsn),
+    /// A fresh random 64-bit nonce (Tie-Tags), should this packet need one.
+    pub nonce: u64,
 }
 
 /// What handling a packet asks of the pass.
@@ -412,22 +483,29 @@ pub struct Effects {
     pub dropped: bool,
     /// A SHUTDOWN ACK was queued: (re)start T2-shutdown.
     pub shutdown_acked: bool,
+    /// The peer restarted (§5.2.4 A): the old association ended and a new one is
+    /// established in its place.
+    pub restarted: bool,
+    /// Our HEARTBEAT was answered: the next one waits a whole interval.
+    pub heartbeat_acked: bool,
 }
 /// Handles one SCTP packet that arrived on the association (decrypted from DTLS).
 pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
     let mut fx = Effects::default();
-    // An association that ended stays ended: nothing revives it on this DTLS
-    // session, and no DATA is delivered after an ABORT.
-    if a.ended.is_some() {
-        fx.dropped = true;
-        return fx;
-    }
     // RFC 9653 §5.3: having announced the DTLS method in our INIT or INIT ACK (every
     // INIT or INIT ACK we send carries it when configured), zero checksums are accepted.
     let Ok(packet) = Packet::parse_with(bytes, inp.limits.zero_checksum) else {
         fx.dropped = true;
         return fx;
     };
+    // No association here: the packet is out of the blue (§8.4), bar the INIT or
+    // COOKIE ECHO that sets one up. An association that ended stays ended: nothing
+    // revives it on this DTLS session, and no DATA is delivered after an ABORT.
+    if a.state == AssocState::Closed && (a.ended.is_some() || !starts_setup(&packet)) {
+        out_of_the_blue(a, &packet, inp.now);
+        fx.dropped = true;
+        return fx;
+    }
     let vtag = packet.verification_tag;
     let mut has_data = false;
     for chunk in packet.chunks() {
@@ -526,7 +604,11 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
                 .write_to(&mut a.control.scratch);
                 a.control.commit();
             }
-            Chunk::HeartbeatAck(_) => {}
+            Chunk::HeartbeatAck(ack) => {
+                if heartbeat::on_ack(a, &ack.info, inp.now) {
+                    fx.heartbeat_acked = true;
+                }
+            }
             Chunk::Abort(_) => {
                 a.end(AssocEnd::AbortedByPeer);
                 return fx;
@@ -618,4 +700,70 @@ fn drain_messages(a: &mut Sctp) {
             a.delivered.push(m);
         }
     }
+}
+
+/// Whether a packet for an association that does not exist yet may set one up: an
+/// INIT (RFC 9260 §8.4 rule 3) or a COOKIE ECHO (rule 4) first.
+fn starts_setup(packet: &Packet) -> bool {
+    matches!(
+        packet.chunks().next(),
+        Some(Ok(Chunk::Init(_) | Chunk::CookieEcho(_)))
+    )
+}
+
+/// A packet for an association this side does not have (RFC 9260 §8.4): never set
+/// up here, ended, or (the peer's INIT or COOKIE ECHO after an end) one shoal does
+/// not set up again on the same DTLS session.
+fn out_of_the_blue(a: &mut Sctp, packet: &Packet, now: Time) {
+    let vtag = packet.verification_tag;
+    let chunks = || packet.chunks().map_while(Result::ok);
+    // Rule 2: "If the OOTB packet contains an ABORT chunk, the receiver MUST silently
+    // discard the OOTB packet and take no further action."
+    if chunks().any(|c| matches!(c, Chunk::Abort(_))) {
+        return;
+    }
+    // Rule 5: a SHUTDOWN ACK is answered with SHUTDOWN COMPLETE, "the Verification
+    // Tag from the received SHUTDOWN ACK chunk" and the T bit set.
+    if chunks().any(|c| matches!(c, Chunk::ShutdownAck(_))) {
+        let sc = ShutdownComplete { t_bit: true };
+        a.solo
+            .push(solo_packet(a.local_port, a.remote_port, vtag, &sc));
+        return;
+    }
+    // Rules 6 and 7: SHUTDOWN COMPLETE, COOKIE ACK and a Stale Cookie ERROR are
+    // discarded.
+    let quiet = chunks().any(|c| match c {
+        Chunk::ShutdownComplete(_) | Chunk::CookieAck(_) => true,
+        Chunk::Error(e) => e
+            .causes
+            .iter()
+            .any(|c| c.code == crate::sctp::chunk::cause_code::STALE_COOKIE),
+        _ => false,
+    });
+    if quiet || a.last_ootb_abort == Some(now) {
+        return;
+    }
+    a.last_ootb_abort = Some(now);
+    let causes: &[ErrorCause] = &[];
+    let abort = match chunks().next() {
+        // Rule 3: an INIT (here: after our association ended) is refused with the
+        // INIT's Initiate Tag and the T bit clear.
+        Some(Chunk::Init(init)) => {
+            let abort = Abort {
+                t_bit: false,
+                causes,
+            };
+            solo_packet(a.local_port, a.remote_port, init.initiate_tag, &abort)
+        }
+        // Rule 8: anything else gets ABORT with the packet's own Verification Tag
+        // and the T bit set.
+        _ => {
+            let abort = Abort {
+                t_bit: true,
+                causes,
+            };
+            solo_packet(a.local_port, a.remote_port, vtag, &abort)
+        }
+    };
+    a.solo.push(abort);
 }

@@ -11,12 +11,36 @@ use super::{
 use crate::sctp::Tsn;
 use crate::sctp::chunk::{
     CookieAck, CookieEcho, EDMID_DTLS, ErrorCause, Init, InitAck, InitParam, OperationError,
-    WriteChunk, chunk_type,
+    WriteChunk, cause_code, chunk_type,
 };
 use crate::sctp::cookie::{CookieContents, CookieError, VALID_COOKIE_LIFE};
 use crate::sctp::rx::{Receiver, RxLimits};
 
 impl Sctp {
+    /// The association's Tie-Tags (§5.2.2), made from `nonce` the first time they
+    /// are needed.
+    fn tie_tags(&mut self, nonce: u64) -> u64 {
+        if self.tie_tags == 0 {
+            self.tie_tags = nonce.max(1);
+        }
+        self.tie_tags
+    }
+
+    /// §5.2.4 A: the existing association "is treated the same as if it received an
+    /// ABORT chunk followed by a new COOKIE ECHO chunk". Its DATA "MAY be retained";
+    /// shoal keeps none, since the streams (and the data channels on them) go with
+    /// it. Congestion control starts from its initial values, as §5.2.4 asks, and
+    /// the owner is told (`restarted`).
+    fn restart(&mut self, c: &CookieContents, limits: &SctpLimits) {
+        let mut fresh = Sctp::new(self.initiator, self.local_port, self.remote_port);
+        // The delivery list keeps its capacity, and nothing else carries over.
+        std::mem::swap(&mut fresh.delivered, &mut self.delivered);
+        fresh.delivered.clear();
+        *self = fresh;
+        self.establish(c, limits);
+        self.restarted = true;
+    }
+
     /// Starts the association from this side: RFC 9260 §5.1 A, INIT with our tag.
     pub fn start(&mut self, vtag: u32, initial_tsn: Tsn, limits: &SctpLimits) {
         self.my_vtag = vtag;
@@ -104,19 +128,24 @@ pub(super) fn on_init(a: &mut Sctp, init: &Init, inp: &Inputs) {
     if init.validate().is_err() {
         return;
     }
-    // RFC 9260 §5.2.1: in COOKIE-WAIT or COOKIE-ECHOED answer with our own tag and
-    // TSN unchanged; when closed, choose new ones (§5.1 B). An established
-    // association does not restart (§5.2.2 is not supported): the INIT is dropped.
-    let (my_vtag, my_tsn) = match a.state {
-        AssocState::Closed => inp.fresh,
-        AssocState::CookieWait | AssocState::CookieEchoed => (a.my_vtag, a.my_initial_tsn),
+    // RFC 9260 §5.1 B: when closed, a new tag and TSN and no Tie-Tags. §5.2.1: in
+    // COOKIE-WAIT or COOKIE-ECHOED our own tag and TSN unchanged, and in COOKIE-ECHOED
+    // our Tie-Tags. §5.2.2: with an association up, a new Initiate Tag and our
+    // Tie-Tags in the cookie, and the association itself unchanged ("MUST NOT be
+    // changed"): the COOKIE ECHO of that cookie is the peer's restart (§5.2.4 A).
+    let (my_vtag, my_tsn, tie_tags) = match a.state {
+        AssocState::Closed => (inp.fresh.0, inp.fresh.1, 0),
+        AssocState::CookieWait => (a.my_vtag, a.my_initial_tsn, 0),
+        AssocState::CookieEchoed => (a.my_vtag, a.my_initial_tsn, a.tie_tags(inp.nonce)),
+        AssocState::Established | AssocState::ShutdownSent | AssocState::ShutdownReceived => {
+            (inp.fresh.0, inp.fresh.1, a.tie_tags(inp.nonce))
+        }
         // RFC 9260 §9.2: in SHUTDOWN-ACK-SENT an INIT (our SHUTDOWN COMPLETE may be
         // lost) is discarded and the SHUTDOWN ACK sent again.
         AssocState::ShutdownAckSent => {
             a.queue_shutdown_ack();
             return;
         }
-        _ => return,
     };
     if a.state == AssocState::Closed {
         a.my_vtag = my_vtag;
@@ -137,6 +166,7 @@ pub(super) fn on_init(a: &mut Sctp, init: &Init, inp: &Inputs) {
         peer_forward_tsn: init.forward_tsn_supported(),
         peer_reconfig: init.supports_chunk(chunk_type::RE_CONFIG),
         peer_zero_checksum: init.zero_checksum_method() == Some(EDMID_DTLS),
+        tie_tags,
     };
     let mut cookie = BytesMut::new();
     inp.cookie_key.write(&contents, &mut cookie);
@@ -234,13 +264,43 @@ pub(super) fn on_cookie_echo(
             return false;
         }
     }
+    // §5.2.4 A: neither tag is the association's, but its Tie-Tags are.
+    let restart = c.my_vtag != a.my_vtag
+        && c.peer_vtag != a.peer_vtag
+        && c.tie_tags != 0
+        && c.tie_tags == a.tie_tags;
     match a.state {
         AssocState::Closed | AssocState::CookieWait | AssocState::CookieEchoed => {
             a.establish(&c, inp.limits);
             fx.established = true;
         }
+        AssocState::Established | AssocState::ShutdownSent | AssocState::ShutdownReceived
+            if restart =>
+        {
+            a.restart(&c, inp.limits);
+            fx.restarted = true;
+        }
+        // "If the endpoint is in the SHUTDOWN-ACK-SENT state and recognizes that the
+        // peer has restarted (Action A), it MUST NOT set up a new association but
+        // instead resend the SHUTDOWN ACK chunk and send an ERROR chunk with a
+        // 'Cookie Received While Shutting Down' error cause to its peer."
+        AssocState::ShutdownAckSent if restart => {
+            a.queue_shutdown_ack();
+            let causes = [ErrorCause::new(
+                cause_code::COOKIE_RECEIVED_WHILE_SHUTTING_DOWN,
+                Bytes::new(),
+            )];
+            OperationError {
+                causes: causes.as_slice(),
+            }
+            .write_to(&mut a.control.scratch);
+            a.control.commit();
+            fx.shutdown_acked = true;
+            return false;
+        }
         // §5.2.4 case D: tags match the existing association: just acknowledge.
         AssocState::Established if c.my_vtag == a.my_vtag && c.peer_vtag == a.peer_vtag => {}
+        // Any other case "SHOULD be silently discarded".
         _ => return false,
     }
     CookieAck.write_to(&mut a.control.scratch);

@@ -36,6 +36,7 @@ fn inputs<'a>(now: Time, key: &'a CookieKey, limits: &'a SctpLimits, tag: u32) -
         cookie_key: key,
         limits,
         fresh: (tag, Tsn(tag ^ 0x5555)),
+        nonce: u64::from(tag) << 32 | 0x7e,
     }
 }
 
@@ -375,4 +376,161 @@ fn control_queue_is_bounded_and_drops_what_cannot_fit_a_packet() {
         held += c.len();
     }
     assert!(held <= ControlQueue::MAX_BYTES, "{held}");
+}
+
+/// The one chunk of `p` and the packet's tag.
+fn sole_chunk(p: &Bytes) -> (u32, Chunk) {
+    let parsed = Packet::parse(p).unwrap();
+    let mut chunks = parsed.chunks();
+    let chunk = chunks.next().unwrap().unwrap();
+    assert!(chunks.next().is_none(), "one chunk");
+    (parsed.verification_tag, chunk)
+}
+
+fn sack_chunk(cum: Tsn) -> BytesMut {
+    let mut sack = BytesMut::new();
+    Sack {
+        cumulative_tsn_ack: cum,
+        a_rwnd: 65_536,
+        gap_ack_blocks: &[] as &[GapAckBlock],
+        duplicate_tsns: &[] as &[Tsn],
+    }
+    .write_to(&mut sack);
+    sack
+}
+
+#[test]
+fn packets_for_no_association_get_the_out_of_the_blue_answers() {
+    let key = CookieKey::new(&[3; 32]);
+    let limits = SctpLimits::default();
+    let t = Time::from_millis(5);
+    // Never set up here (a peer that lost its state, seen from the other side).
+    let mut z = Sctp::new(false, PORT, PORT);
+    let sack = sack_chunk(Tsn(7));
+    // §8.4 rule 8: ABORT, the packet's own tag, the T bit set.
+    let fx = handle_packet(
+        &mut z,
+        &packet(0xabcd, &[&sack]),
+        &inputs(t, &key, &limits, 1),
+    );
+    assert!(fx.dropped);
+    let (tag, chunk) = sole_chunk(&z.solo.pop().expect("an ABORT"));
+    assert_eq!(tag, 0xabcd);
+    assert!(matches!(chunk, Chunk::Abort(a) if a.t_bit));
+    // One per instant, however many packets come.
+    handle_packet(
+        &mut z,
+        &packet(0xabcd, &[&sack]),
+        &inputs(t, &key, &limits, 1),
+    );
+    assert!(z.solo.is_empty());
+    // Rule 2: a packet carrying an ABORT gets nothing.
+    let mut abort = BytesMut::new();
+    Abort {
+        t_bit: false,
+        causes: &[] as &[ErrorCause],
+    }
+    .write_to(&mut abort);
+    let later = t + Duration::from_millis(1);
+    handle_packet(
+        &mut z,
+        &packet(0xabcd, &[&sack, &abort]),
+        &inputs(later, &key, &limits, 1),
+    );
+    assert!(z.solo.is_empty());
+    // Rule 5: a SHUTDOWN ACK gets SHUTDOWN COMPLETE with its tag and the T bit.
+    let mut ack = BytesMut::new();
+    ShutdownAck.write_to(&mut ack);
+    handle_packet(
+        &mut z,
+        &packet(0x77, &[&ack]),
+        &inputs(later, &key, &limits, 1),
+    );
+    let (tag, chunk) = sole_chunk(&z.solo.pop().expect("a SHUTDOWN COMPLETE"));
+    assert_eq!(tag, 0x77);
+    assert!(matches!(chunk, Chunk::ShutdownComplete(c) if c.t_bit));
+    assert_eq!((z.state, z.ended), (AssocState::Closed, None));
+}
+
+#[test]
+fn an_ended_association_refuses_a_new_init_with_abort() {
+    let key = CookieKey::new(&[4; 32]);
+    let limits = SctpLimits::default();
+    let (_, mut server) = established(&key, &limits);
+    server.end(AssocEnd::AbortedByPeer);
+    let mut again = Sctp::new(true, PORT, PORT);
+    again.start(0x5151_5151, Tsn(9), &limits);
+    let init = again.solo.pop().unwrap();
+    let t = Time::from_millis(1);
+    handle_packet(&mut server, &init, &inputs(t, &key, &limits, 2));
+    // §8.4 rule 3: the INIT's Initiate Tag, the T bit clear; no new association.
+    let (tag, chunk) = sole_chunk(&server.solo.pop().expect("an ABORT"));
+    assert_eq!(tag, 0x5151_5151);
+    assert!(matches!(chunk, Chunk::Abort(a) if !a.t_bit));
+    assert_eq!(server.ended, Some(AssocEnd::AbortedByPeer));
+    // The ABORT ends the new side's setup.
+    let abort = packet(
+        0x5151_5151,
+        &[&{
+            let mut b = BytesMut::new();
+            Abort {
+                t_bit: false,
+                causes: &[] as &[ErrorCause],
+            }
+            .write_to(&mut b);
+            b
+        }],
+    );
+    handle_packet(&mut again, &abort, &inputs(t, &key, &limits, 3));
+    assert_eq!(again.ended, Some(AssocEnd::AbortedByPeer));
+}
+
+#[test]
+fn heartbeats_go_when_idle_and_count_when_unanswered() {
+    let key = CookieKey::new(&[5; 32]);
+    let limits = SctpLimits::default();
+    let (mut a, mut b) = established(&key, &limits);
+    let t0 = Time::from_millis(40_000);
+    let rto = a.tx.as_ref().unwrap().rto.rto();
+    // §8.3: an idle association sends HEARTBEAT; its answer is due one RTO later.
+    let due = on_heartbeat_timer(&mut a, t0, 42, &limits).unwrap();
+    assert_eq!(due, t0 + rto);
+    let hb = a.control.pop_fitting(usize::MAX, true).unwrap();
+    assert_eq!(hb[0], chunk_type::HEARTBEAT);
+    let hb = packet(b.my_vtag, &[&hb]);
+    handle_packet(&mut b, &hb, &inputs(t0, &key, &limits, 1));
+    let answer = b.control.pop_fitting(usize::MAX, true).unwrap();
+    assert_eq!(answer[0], chunk_type::HEARTBEAT_ACK);
+    a.error_count = 3;
+    let answer = packet(a.my_vtag, &[&answer]);
+    let fx = handle_packet(
+        &mut a,
+        &answer,
+        &inputs(t0 + Duration::from_millis(30), &key, &limits, 1),
+    );
+    // The answer clears the error count and the one in flight.
+    assert!(fx.heartbeat_acked);
+    assert_eq!((a.error_count, a.heartbeat), (0, None));
+    // An answer that echoes something else changes nothing.
+    let sent = on_heartbeat_timer(&mut a, t0 + limits.heartbeat_interval, 7, &limits).unwrap();
+    let fx = handle_packet(&mut a, &answer, &inputs(sent, &key, &limits, 1));
+    assert!(!fx.heartbeat_acked && a.heartbeat.is_some());
+    // Unanswered by the deadline: an error, and the next one a whole interval on.
+    let next = on_heartbeat_timer(&mut a, sent, 7, &limits).unwrap();
+    assert_eq!(a.error_count, 1);
+    assert!(a.heartbeat.is_none());
+    assert!(next >= sent + limits.heartbeat_interval);
+    // Past Association.Max.Retrans unanswered: unreachable, and the peer is told.
+    let mut at = next;
+    for _ in 0..2 * (MAX_ASSOCIATION_RETRANSMITS + 2) {
+        a.control = ControlQueue::default();
+        match on_heartbeat_timer(&mut a, at, 7, &limits) {
+            Some(t) => at = t,
+            None => break,
+        }
+    }
+    assert_eq!(a.ended, Some(AssocEnd::PeerUnreachable));
+    let (tag, chunk) = sole_chunk(&a.solo.pop().expect("an ABORT"));
+    assert_eq!(tag, a.peer_vtag);
+    assert!(matches!(chunk, Chunk::Abort(x) if !x.t_bit));
 }

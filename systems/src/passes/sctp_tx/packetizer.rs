@@ -385,6 +385,7 @@ mod tests {
             cookie_key: &key,
             limits: &limits,
             fresh: (tag, Tsn(tag ^ 0x5555)),
+            nonce: u64::from(tag) << 32 | 0x7e,
         };
         let mut a = Sctp::new(true, PORT, PORT);
         let mut b = Sctp::new(true, PORT, PORT);

@@ -68,6 +68,7 @@ impl MediaScratch {
         }
     }
 }
+
 /// What the media pass reads and writes besides the tables.
 #[derive(SystemParam)]
 pub struct MediaCtx<'w, 's> {
@@ -149,6 +150,7 @@ pub fn media(
         }
     }
 }
+
 /// Queues `packet` (extended sequence number `seq`) for every subscription of `track`:
 /// the one `Bytes`, shared.
 pub(crate) fn fan_out(track: &Track, packet: &Bytes, seq: u64, out: &mut MediaOut) {
@@ -165,6 +167,7 @@ pub(crate) fn fan_out(track: &Track, packet: &Bytes, seq: u64, out: &mut MediaOu
             retransmission: false,
         }));
 }
+
 /// Asks `track`'s publisher for a keyframe (RFC 4585 §6.3.1 PLI): now if the throttle
 /// allows, else when it does (the track's timer); a local source's owner is told
 /// instead. Nothing for a publisher that did not negotiate `nack pli`.
@@ -211,6 +214,7 @@ fn request_keyframe(
         }
     }
 }
+
 /// RFC 3550 Appendix A.8: the interarrival jitter estimate, in timestamp units × 16.
 fn update_jitter(stats: &mut ReceiveStats, now: Time, rtp_ts: u32, clock_rate: u32) {
     let arrival = (u128::from(now.as_micros()) * u128::from(clock_rate) / 1_000_000) as i64;
@@ -224,6 +228,7 @@ fn update_jitter(stats: &mut ReceiveStats, now: Time, rtp_ts: u32, clock_rate: u
     }
     stats.transit = transit;
 }
+
 fn on_rtp(
     ctx: &mut MediaCtx,
     now: Time,
@@ -370,6 +375,7 @@ fn on_rtp(
         );
     }
 }
+
 fn keyframe_allowed(track: &Track, now: Time) -> bool {
     track
         .last_keyframe_request

@@ -25,6 +25,7 @@ pub enum SctpSendError {
     #[error("send queue: {0:?}")]
     Queue(SendError),
 }
+
 impl Shard {
     /// Queues a user message on one of the peer's SCTP streams. It goes out in the
     /// next tick, which [`Shard::poll_timeout`] asks for at once.

@@ -217,6 +217,7 @@ pub enum CommandError {
     #[error("track {0:?} is not a local source")]
     NotLocal(TrackId),
 }
+
 impl Shard {
     /// Applies a command at `now`. Work it starts (a client's first check) happens in
     /// the next tick, which [`Shard::poll_timeout`] asks for.

@@ -118,6 +118,7 @@ pub struct Shard {
     /// Scratch for `send_data`'s receivers, reused.
     room_targets: Vec<Entity>,
 }
+
 impl Shard {
     /// A shard with no peers.
     ///
@@ -245,6 +246,7 @@ impl Shard {
         let mut ev = self.world.resource_mut::<Events>();
         self.events.extend(ev.0.drain(..));
     }
+
     /// Moves every datagram ready to send into `out` (appending; the caller owns and
     /// reuses the batch).
     pub fn poll_transmit(&mut self, out: &mut Vec<Datagram>) {
@@ -267,10 +269,12 @@ impl Shard {
     pub fn stats(&self) -> &ShardStats {
         self.world.resource::<ShardStats>()
     }
+
     /// SHA-256 of the shard's DTLS certificate, for `a=fingerprint`.
     pub fn fingerprint(&self) -> [u8; 32] {
         self.config.certificate.fingerprint_sha256()
     }
+
     /// Moves the shard's clock to `now` without running a tick, so that calls made
     /// between ticks ([`Shard::sctp_send`], [`Shard::channel_send`], …) happen at
     /// `now`: a message's lifetime, for one, starts there. Time never runs backwards.

@@ -30,6 +30,7 @@ impl Shard {
         let entity = *self.world.resource::<PeerIndex>().by_path.get(&path)?;
         self.world.get::<Peer>(entity).map(|p| p.id)
     }
+
     /// Whether the peer's DTLS handshake has completed and authenticated it.
     pub fn dtls_connected(&self, id: PeerId) -> bool {
         let Some(&entity) = self.world.resource::<PeerIndex>().by_id.get(&id) else {
@@ -52,6 +53,7 @@ impl Shard {
         let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
         self.world.get::<DtlsSession>(entity)?.suite
     }
+
     /// How many peers the shard holds.
     pub fn peer_count(&self) -> usize {
         self.world.resource::<PeerIndex>().by_id.len()

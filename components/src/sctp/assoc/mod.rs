@@ -383,6 +383,7 @@ pub struct StreamReset {
     /// The last response we sent, re-sent if the peer repeats its request.
     pub last_response: Option<(u32, Bytes)>,
 }
+
 impl Sctp {
     /// A closed association; `initiator` sends the INIT when DTLS is up.
     pub fn new(initiator: bool, local_port: u16, remote_port: u16) -> Sctp {
@@ -414,6 +415,7 @@ impl Sctp {
             last_ootb_abort: None,
         }
     }
+
     fn abort(&mut self, end: AssocEnd) {
         let causes: &[crate::sctp::chunk::ErrorCause] = &[];
         let abort = Abort {
@@ -452,12 +454,14 @@ impl Sctp {
         self.heartbeat = None;
     }
 }
+
 fn solo_packet(src: u16, dst: u16, vtag: u32, chunk: &impl WriteChunk) -> Bytes {
     let mut buf = BytesMut::with_capacity(chunk.padded_len() + 12);
     let mut w = PacketWriter::new(&mut buf, src, dst, vtag);
     w.push(chunk);
     w.finish()
 }
+
 /// What the pass needs besides the association to handle a packet.
 pub struct Inputs<'a> {
     /// The current time.
@@ -489,6 +493,7 @@ pub struct Effects {
     /// Our HEARTBEAT was answered: the next one waits a whole interval.
     pub heartbeat_acked: bool,
 }
+
 /// Handles one SCTP packet that arrived on the association (decrypted from DTLS).
 pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
     let mut fx = Effects::default();
@@ -658,6 +663,7 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
     }
     fx
 }
+
 fn on_data(a: &mut Sctp, d: Data, fx: &mut Effects) {
     let Some(rx) = a.rx.as_mut() else {
         fx.dropped = true;
@@ -694,6 +700,7 @@ fn on_data(a: &mut Sctp, d: Data, fx: &mut Effects) {
         Err(_) => a.abort(AssocEnd::ProtocolViolation),
     }
 }
+
 fn drain_messages(a: &mut Sctp) {
     if let Some(rx) = a.rx.as_mut() {
         while let Some(m) = rx.pop_message() {

@@ -49,6 +49,7 @@ impl Sctp {
         self.init_transmissions = 1;
         self.queue_init(limits);
     }
+
     /// Queues our INIT again (first send or a T1-init retransmission).
     pub fn queue_init(&mut self, limits: &SctpLimits) {
         let params = our_init_params(None, limits);
@@ -64,6 +65,7 @@ impl Sctp {
         self.solo
             .push(solo_packet(self.local_port, self.remote_port, 0, &init));
     }
+
     /// Queues the COOKIE ECHO again (T1-cookie retransmission).
     pub fn queue_cookie_echo(&mut self) {
         if let Some(cookie) = &self.cookie {
@@ -74,6 +76,7 @@ impl Sctp {
             self.control.commit();
         }
     }
+
     pub(super) fn establish(&mut self, c: &CookieContents, limits: &SctpLimits) {
         self.peer_vtag = c.peer_vtag;
         self.my_vtag = c.my_vtag;
@@ -105,6 +108,7 @@ fn rx_limits(limits: &SctpLimits, inbound_streams: u16) -> RxLimits {
     rx.reassembly.max_message_bytes = u32::try_from(limits.max_message_size).unwrap_or(u32::MAX);
     rx
 }
+
 /// INIT and INIT ACK parameters: FORWARD TSN (RFC 3758 §3.1) and RE-CONFIG (RFC 6525
 /// §5) announced as supported extensions (RFC 5061 §4.2.7), zero checksums over DTLS
 /// (RFC 9653 §5.1) when configured, plus the cookie.
@@ -124,6 +128,7 @@ fn our_init_params(cookie: Option<Bytes>, limits: &SctpLimits) -> Vec<InitParam>
     }
     params
 }
+
 pub(super) fn on_init(a: &mut Sctp, init: &Init, inp: &Inputs) {
     if init.validate().is_err() {
         return;
@@ -187,6 +192,7 @@ pub(super) fn on_init(a: &mut Sctp, init: &Init, inp: &Inputs) {
         &ack,
     ));
 }
+
 pub(super) fn on_init_ack(a: &mut Sctp, ack: &InitAck, inp: &Inputs) {
     if a.state != AssocState::CookieWait || ack.validate().is_err() {
         return; // §5.2.3: an INIT ACK anywhere else is discarded
@@ -215,6 +221,7 @@ pub(super) fn on_init_ack(a: &mut Sctp, ack: &InitAck, inp: &Inputs) {
     a.state = AssocState::CookieEchoed;
     a.init_transmissions = 1;
 }
+
 /// RFC 9260 §5.1.5 and the §5.2.4 cases shoal supports. False: drop the packet.
 pub(super) fn on_cookie_echo(
     a: &mut Sctp,

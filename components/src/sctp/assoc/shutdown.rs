@@ -15,6 +15,7 @@ impl Sctp {
         ShutdownAck.write_to(&mut self.control.scratch);
         self.control.commit();
     }
+
     /// RFC 9260 §9.2: in SHUTDOWN-RECEIVED, once no DATA is queued or outstanding,
     /// "the SHUTDOWN chunk receiver MUST send a SHUTDOWN ACK chunk and start a
     /// T2-shutdown timer of its own, entering the SHUTDOWN-ACK-SENT state". True when

@@ -159,6 +159,7 @@ impl Negotiation {
             remote_max_message_size: self.remote_max_message_size,
         })
     }
+
     /// Reads and checks the offerer's transport from `m` (RFC 8839 §5.4, RFC 8122 §5,
     /// RFC 4145 §4). Later offers must keep it: shoal does no ICE restart and keeps one
     /// DTLS association.
@@ -201,6 +202,7 @@ impl Negotiation {
             setup,
         })
     }
+
     /// What an offered audio or video section becomes (RFC 3264 §6.1 directions).
     pub(super) fn answer_media(
         &mut self,
@@ -333,6 +335,7 @@ impl Negotiation {
             rtcp_rsize: offered.rtcp_rsize(),
         }))
     }
+
     /// Whether a track is already sent somewhere in the agreed session.
     pub(super) fn is_placed(&self, track: &str) -> bool {
         self.sections.iter().any(|s| match &s.state {
@@ -340,6 +343,7 @@ impl Negotiation {
             _ => false,
         })
     }
+
     /// Remembers `uri` as `id` unless the session names it already.
     pub(super) fn note_extension(&mut self, uri: &str, id: u16) {
         if !self.extension_ids.iter().any(|(u, _)| u == uri) {
@@ -358,9 +362,11 @@ pub(super) fn receivable(kind: &MediaKind, uri: &str) -> bool {
         _ => false,
     }
 }
+
 pub(super) fn media_is_empty(m: &Media) -> bool {
     m.publish.is_none() && m.subscribe.is_none()
 }
+
 /// The primary and RTX SSRCs an offered section announces: the first `FID` group
 /// (RFC 5576 §4.2, RFC 4588 §8.1), else the first `a=ssrc`.
 pub(super) fn offered_ssrcs(m: &MediaDescription) -> (Option<u32>, Option<u32>) {

@@ -83,6 +83,7 @@ fn sendable(kind: &MediaKind) -> &'static [&'static str] {
         _ => &[EXT_MID],
     }
 }
+
 /// Negotiation with one participant.
 #[derive(Clone, Debug)]
 pub struct Negotiation {
@@ -118,6 +119,7 @@ pub struct Negotiation {
     /// RED, telephone-event…): taken, for shoal's own sections (RFC 8843 §9.1).
     foreign_payload_types: Vec<u8>,
 }
+
 impl Negotiation {
     /// A session with no description yet; `session_id` below 2^62 (RFC 8829 §5.2.1).
     pub fn new(session_id: u64) -> Self {
@@ -158,6 +160,7 @@ impl Negotiation {
     pub fn declined(&self) -> &[String] {
         &self.declined
     }
+
     /// Every SSRC in `sections` and the agreed session.
     /// Whether one more stream (two SSRCs) may be placed: with every stream placed
     /// in `sections` retired too, the session's retired SSRCs stay within
@@ -192,6 +195,7 @@ impl Negotiation {
             .chain(self.retired_ssrcs.iter().copied())
             .collect()
     }
+
     /// Writes one audio or video section shoal answers or offers.
     pub(super) fn media_section(
         &self,
@@ -268,6 +272,7 @@ impl Negotiation {
         }
         m
     }
+
     /// Remembers the SSRCs of subscriptions in the agreed sections that `new` no
     /// longer has: they are never given out again in this session (an SRTP index must
     /// not repeat under one key, and the receiver's context forgets them).
@@ -299,6 +304,7 @@ impl Negotiation {
 pub(super) fn is_av(kind: &MediaKind) -> bool {
     matches!(kind, MediaKind::Audio | MediaKind::Video)
 }
+
 /// A random SSRC that is neither zero nor in `used`.
 pub(super) fn fresh_ssrc(new_ssrc: &mut dyn FnMut() -> u32, used: &[u32]) -> u32 {
     loop {
@@ -308,6 +314,7 @@ pub(super) fn fresh_ssrc(new_ssrc: &mut dyn FnMut() -> u32, used: &[u32]) -> u32
         }
     }
 }
+
 /// Whether two subscriptions are one stream: the same track on the same SSRC. An
 /// answer that narrows one (drops its RTX or an extension) does not re-make it: the
 /// shard keeps its sequence numbering and SRTP state, and what the answer dropped is
@@ -315,6 +322,7 @@ pub(super) fn fresh_ssrc(new_ssrc: &mut dyn FnMut() -> u32, used: &[u32]) -> u32
 pub(super) fn same_stream(a: &Subscribed, b: &Subscribed) -> bool {
     a.track == b.track && a.ssrc == b.ssrc
 }
+
 /// The changes from `old` to `new`, removals first.
 pub(super) fn diff(old: &[Section], new: &[Section]) -> Vec<Change> {
     let media = |s: &Section| match &s.state {

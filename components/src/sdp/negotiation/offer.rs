@@ -175,6 +175,7 @@ impl Negotiation {
         self.pending = Some(sections);
         Some(sdp)
     }
+
     /// A codec for a section shoal adds: the track's format with the publisher's payload
     /// types where this session does not use them for something else (RFC 8843 §9.1:
     /// one payload type, one format, across the BUNDLE group), else free ones.
@@ -229,6 +230,7 @@ impl Negotiation {
         });
         out
     }
+
     /// A mid no section of the session has.
     pub(super) fn new_mid(&mut self, sections: &[Section]) -> String {
         loop {
@@ -244,6 +246,7 @@ impl Negotiation {
             }
         }
     }
+
     /// The session's id for `uri`, allocating the lowest free one-byte id.
     pub(super) fn extension_id(&mut self, uri: &str) -> Option<u16> {
         if let Some((_, id)) = self.extension_ids.iter().find(|(u, _)| u == uri) {
@@ -254,6 +257,7 @@ impl Negotiation {
         self.extension_ids.push((uri.to_owned(), id));
         Some(id)
     }
+
     /// Applies the participant's answer to shoal's outstanding offer. An answer shoal
     /// cannot take ends the offer too (rolled back): the session stays as it was agreed,
     /// and the next change offers again.
@@ -262,6 +266,7 @@ impl Negotiation {
         self.pending = None;
         result
     }
+
     pub(super) fn accept_pending(
         &mut self,
         answer: &SessionDescription,
@@ -349,6 +354,7 @@ impl Negotiation {
         self.sections = sections;
         Ok(changes)
     }
+
     /// Drops shoal's outstanding offer (the participant rejected it, or it was lost).
     pub fn rollback(&mut self) {
         self.pending = None;
@@ -361,6 +367,7 @@ pub(super) fn placed_in(sections: &[Section], track: &str) -> bool {
         _ => false,
     })
 }
+
 /// A format for a disabled section's `m=` line (RFC 8866 §5.14 needs one).
 pub(super) fn closed_format(s: &Section) -> &'static str {
     if s.kind == MediaKind::Application {

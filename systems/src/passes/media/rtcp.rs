@@ -235,6 +235,7 @@ fn ntp(now: Time) -> u64 {
     let frac = ((us % 1_000_000) << 32) / 1_000_000;
     (secs << 32) | frac
 }
+
 pub(super) fn on_rtcp(
     ctx: &mut MediaCtx,
     now: Time,

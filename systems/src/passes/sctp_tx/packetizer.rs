@@ -27,6 +27,7 @@ pub struct FillScratch {
     fwd: Vec<(StreamId, Ssn)>,
     skipped: Vec<SkippedStream>,
 }
+
 /// Why a connection refused a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Refused {

@@ -78,6 +78,18 @@ fn up(sim: &Sim) -> bool {
     sides().iter().all(|&s| sim.shard(s).sctp_established(ID))
 }
 
+/// Runs until both sides are established, at most `limit`.
+fn wait_up(sim: &mut Sim, log: &mut [Side; 2], limit: Duration, what: &str) {
+    sim.run_until(
+        |s| {
+            take(s, log);
+            up(s)
+        },
+        limit,
+    )
+    .unwrap_or_else(|e| panic!("{what}: not up: {e}"));
+}
+
 /// Sends `n` messages each way and runs until both sides got them all, in order.
 fn exchange(sim: &mut Sim, log: &mut [Side; 2], n: usize, what: &str) {
     let before = [log[0].got.len(), log[1].got.len()];
@@ -259,14 +271,7 @@ fn state_lost_mid_session(forgetting: SocketAddr, restart: bool) {
     sim.connect_dtls(addr(SRV), addr(CLI), ID, DtlsRole::Server)
         .unwrap();
     let mut log: [Side; 2] = Default::default();
-    sim.run_until(
-        |s| {
-            take(s, &mut log);
-            up(s)
-        },
-        Duration::from_secs(60),
-    )
-    .unwrap_or_else(|e| panic!("{what}: not up: {e}"));
+    wait_up(&mut sim, &mut log, Duration::from_secs(60), &what);
     exchange(&mut sim, &mut log, 10, "before");
     // Idle for a while, as a session between messages is.
     sim.run_for(interval / 3).unwrap();
@@ -296,14 +301,7 @@ fn state_lost_mid_session(forgetting: SocketAddr, restart: bool) {
     assert!(noticed.saturating_since(lost_at) <= 2 * interval, "{what}");
     if restarts {
         // The restarted association carries messages both ways.
-        sim.run_until(
-            |s| {
-                take(s, &mut log);
-                up(s)
-            },
-            Duration::from_secs(30),
-        )
-        .unwrap_or_else(|e| panic!("{what}: not up again: {e}"));
+        wait_up(&mut sim, &mut log, Duration::from_secs(30), &what);
         exchange(&mut sim, &mut log, 10, "after");
     } else {
         // Nobody is left half-open: neither side has an association.

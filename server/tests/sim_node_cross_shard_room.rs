@@ -10,8 +10,8 @@ mod room;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use media_sim::{PT, RTX_PT, intact, packet, subscription, track_spec};
-use room::{Got, Log, cli, join, message, open_from_client, send_range};
+use media_sim::{PT, RTX_PT, intact, packet, subscribe_and_receive, subscription, track_spec};
+use room::{Log, cli, join, open_from_client, send_range};
 use shoal_components::media::TrackId;
 use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
@@ -32,7 +32,6 @@ const PACKETS: u16 = 400;
 /// The server's track, and the ids of the clients' own streams.
 const TRACK: TrackId = TrackId(70);
 const SOURCE: TrackId = TrackId(1);
-const RECEIVED: TrackId = TrackId(2);
 const PUB_SSRC: u32 = 0x5000;
 const PUB_RTX: u32 = 0x5001;
 
@@ -111,23 +110,8 @@ fn publish_to_all(sim: &mut Sim) {
             .unwrap();
     }
     for i in 2..=4 {
-        let (ssrc, rtx) = (0x6000 + i as u32 * 2, 0x6001 + i as u32 * 2);
-        sim.command(
-            shards()[home(i)],
-            Command::Subscribe {
-                peer: PeerId(i),
-                subscription: subscription(TRACK, ssrc, rtx),
-            },
-        )
-        .unwrap();
-        sim.command(
-            cli(i),
-            Command::Receive {
-                peer: PeerId(i),
-                track: track_spec(RECEIVED, ssrc, rtx),
-            },
-        )
-        .unwrap();
+        let ssrcs = (0x6000 + i as u32 * 2, 0x6001 + i as u32 * 2);
+        subscribe_and_receive(sim, shards()[home(i)], cli(i), PeerId(i), TRACK, ssrcs);
     }
 }
 
@@ -173,22 +157,7 @@ fn sim_node_cross_shard_room() {
         log.take(&mut sim);
 
         // Every message once, in each sender's order, on every other member.
-        for r in 1..=4u64 {
-            let got = log.on(r, "chat");
-            assert_eq!(got.len(), expected, "seed {seed}: receiver {r}");
-            for s in (1..=4).filter(|&s| s != r) {
-                let want: Vec<Got> = (0..N).map(|k| message(s, k, false)).collect();
-                let from_s: Vec<Got> = got
-                    .iter()
-                    .filter(|g| room::header(&g.payload).is_some_and(|(f, _)| f == s))
-                    .cloned()
-                    .collect();
-                assert!(
-                    from_s == want,
-                    "seed {seed}: receiver {r} did not get sender {s}'s messages once, in order"
-                );
-            }
-        }
+        room::assert_heard_once_in_order(&log, &[1, 2, 3, 4], "chat", N, seed);
         // The video on every other member: intact, each packet at most once.
         for r in 2..=4u64 {
             let rtp = log.rtp.get(&r).map_or(&[][..], Vec::as_slice);

@@ -164,26 +164,47 @@ pub fn media_sim(seed: u64, link: &LinkConfig, subscribers: u64) -> Sim {
     )
     .unwrap();
     for i in 2..=last {
-        let (ssrc, rtx) = subscriber_ssrcs(i);
-        sim.command(
+        subscribe_and_receive(
+            &mut sim,
             addr(SRV),
-            Command::Subscribe {
-                peer: PeerId(i),
-                subscription: subscription(TRACK, ssrc, rtx),
-            },
-        )
-        .unwrap();
-        sim.command(
             cli(i),
-            Command::Receive {
-                peer: PeerId(i),
-                track: track_spec(RECEIVED, ssrc, rtx),
-            },
-        )
-        .unwrap();
+            PeerId(i),
+            TRACK,
+            subscriber_ssrcs(i),
+        );
     }
     sim.drain_events().count();
     sim
+}
+
+/// What negotiation sets up for one subscriber: the server shard `server` sends
+/// `track` to `peer` on `ssrcs` (primary, RTX), and the peer's client shard `client`
+/// receives it as [`RECEIVED`], reporting each packet.
+pub fn subscribe_and_receive(
+    sim: &mut Sim,
+    server: SocketAddr,
+    client: SocketAddr,
+    peer: PeerId,
+    track: TrackId,
+    ssrcs: (u32, u32),
+) {
+    let (ssrc, rtx) = ssrcs;
+    sim.command(
+        server,
+        Command::Subscribe {
+            peer,
+            subscription: subscription(track, ssrc, rtx),
+        },
+    )
+    .unwrap();
+    sim.command(
+        client,
+        Command::Receive {
+            peer,
+            track: track_spec(RECEIVED, ssrc, rtx),
+        },
+    )
+    .unwrap();
 }
 
 /// The client index of a client shard's address.

@@ -259,3 +259,30 @@ pub fn send_paced(
         k = end;
     }
 }
+
+/// Asserts that each of `members` got, on `label`, the `n` messages of every other
+/// member (`message(s, 0..n, false)`) once and in that member's order, and nothing
+/// else.
+pub fn assert_heard_once_in_order(log: &Log, members: &[u64], label: &str, n: u32, seed: u64) {
+    for &r in members {
+        let got = log.on(r, label);
+        let others = members.iter().filter(|&&s| s != r);
+        assert_eq!(
+            got.len(),
+            others.clone().count() * n as usize,
+            "seed {seed}: receiver {r}"
+        );
+        for &s in others {
+            let want: Vec<Got> = (0..n).map(|k| message(s, k, false)).collect();
+            let from_s: Vec<Got> = got
+                .iter()
+                .filter(|g| header(&g.payload).is_some_and(|(f, _)| f == s))
+                .cloned()
+                .collect();
+            assert!(
+                from_s == want,
+                "seed {seed}: receiver {r} did not get sender {s}'s messages once and in order"
+            );
+        }
+    }
+}

@@ -35,7 +35,7 @@ use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
 use shoal_components::shared::{ShardLimits, ShardRng};
 
-use crate::peer::remember_valid;
+use crate::peer::{remember_valid, remove_in_pass};
 
 /// RFC 7675 §5.1: consent expires 30 s after the last successful check.
 pub const CONSENT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -390,8 +390,9 @@ fn handle_timer(
             let expires = ice.consent_deadline(&ctx.limits);
             if ctx.now.0 >= expires {
                 ctx.stats.consent_expired += 1;
-                remove_peer(
-                    ctx,
+                remove_in_pass(
+                    &mut ctx.index,
+                    &mut ctx.events,
                     commands,
                     entity,
                     peer,
@@ -515,8 +516,9 @@ fn next_candidate(
     if ctl.next_candidate < ctl.remote_candidates.len() {
         ctx.heap.arm(timers, entity, TimerKind::IceCheck, now);
     } else {
-        remove_peer(
-            ctx,
+        remove_in_pass(
+            &mut ctx.index,
+            &mut ctx.events,
             commands,
             entity,
             peer,
@@ -579,24 +581,6 @@ fn send_check(
         remote: check.path.remote,
         payload,
     });
-}
-
-/// Removes a peer from inside a pass: index entries now, the entity when the
-/// pass's commands apply.
-fn remove_peer(
-    ctx: &mut IceCtx,
-    commands: &mut Commands,
-    entity: Entity,
-    peer: &Peer,
-    creds: &IceCredentials,
-    ice: &mut Ice,
-    ctl: Option<&IceControlling>,
-    reason: RemoveReason,
-) {
-    let (index, events) = (&mut *ctx.index, &mut *ctx.events);
-    crate::peer::remove_in_pass(
-        index, events, commands, entity, peer, creds, ice, ctl, reason,
-    );
 }
 
 /// How long to wait after the `transmissions`-th send of a check (RFC 8489 §6.2.1):

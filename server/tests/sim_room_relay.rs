@@ -15,9 +15,9 @@ use room::{
 };
 use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
-use shoal_components::sctp::assoc::SctpLimits;
+use shoal_components::sctp::assoc::{AssocEnd, SctpLimits};
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
-use shoal_components::tick::RemoveReason;
+use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::{Command, CommandError};
 
@@ -418,4 +418,69 @@ fn huge_labels_are_not_relayed_and_cost_no_one_their_membership() {
         "3 messages, 2 receivers"
     );
     assert_eq!(srv.room_member_count(ROOM), 3);
+}
+
+#[test]
+fn a_member_that_restarts_its_association_gets_nothing_on_its_old_channels() {
+    let room = RoomId(1);
+    let link = LinkConfig::default();
+    let mut sim = room_sim(1, &link, SctpLimits::default(), &[(1, room), (2, room)]);
+    let mut log = Log::default();
+    let chat = open_from_client(&mut sim, &mut log, 1, "chat", "", RELIABLE);
+    send_range(&mut sim, 1, chat, 0..1, false);
+    sim.run_until(
+        |s| {
+            log.take(s);
+            log.on(2, "chat").len() == 1
+        },
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    sim.run_for(Duration::from_millis(500)).unwrap();
+    log.take(&mut sim);
+    // Member 1's next message is slow to reach the server: it arrives in the tick
+    // of member 2's restart (INIT, INIT ACK, COOKIE ECHO: 30 ms).
+    let slow = LinkConfig {
+        latency: Duration::from_millis(30),
+        ..LinkConfig::default()
+    };
+    sim.set_link(cli(1), addr(SRV), slow);
+    send_range(&mut sim, 1, chat, 1..2, false);
+    sim.shard_mut(cli(2)).forget_sctp(PeerId(2), true).unwrap();
+    let mut server = Vec::new();
+    let mut stray = 0;
+    sim.run_until(
+        |s| {
+            for (node, e) in s.drain_events() {
+                match e {
+                    ShardEvent::SctpMessage { .. } if node == cli(2) => stray += 1,
+                    e if node == addr(SRV) => server.push(e),
+                    e => log.take_one(node, e),
+                }
+            }
+            log.on(2, "chat").len() == 2
+        },
+        Duration::from_secs(10),
+    )
+    .expect("member 2 gets the message on a channel opened anew");
+    // Nothing reached member 2 on a stream of the old association.
+    assert_eq!(stray, 0);
+    assert_eq!(log.on(2, "chat")[1], message(1, 1, false));
+    // The server reported the restart in order: the old association and its channel
+    // ended before the new association came up.
+    let at = |f: &dyn Fn(&ShardEvent) -> bool| server.iter().position(f).unwrap();
+    let closed = at(
+        &|e| matches!(e, ShardEvent::SctpClosed { peer: PeerId(2), reason } if *reason == AssocEnd::PeerRestarted),
+    );
+    let channel = at(&|e| {
+        matches!(
+            e,
+            ShardEvent::ChannelClosed {
+                peer: PeerId(2),
+                ..
+            }
+        )
+    });
+    let up = at(&|e| matches!(e, ShardEvent::SctpEstablished { peer: PeerId(2) }));
+    assert!(closed < channel && channel < up, "{server:?}");
 }

@@ -77,8 +77,8 @@ impl Links {
     /// per sibling, and hands each batch that has anything to `send`, which gives it
     /// back if the sibling cannot take it now; a batch given back is dropped and
     /// counted. A room message goes to every shard its room's presence names
-    /// ([`Shard::room_siblings`]); a media item to the shard it names. Nothing goes
-    /// to the shard itself or to an index outside the node.
+    /// (`Shard::room_siblings`); a media item to the shard it names. What names the
+    /// shard itself or an index outside the node goes nowhere, counted as dropped.
     pub fn collect(
         &mut self,
         shard: &mut Shard,
@@ -89,24 +89,22 @@ impl Links {
         if self.forwards.is_empty() && self.media.is_empty() {
             return;
         }
+        let (mut room_dropped, mut media_dropped) = (0u64, 0u64);
         for message in self.forwards.drain(..) {
             for &to in shard.room_siblings(message.room) {
-                if to != self.index
-                    && let Some(batch) = self.batches.get_mut(to)
-                {
-                    batch.room.push(message.clone());
+                match self.batches.get_mut(to).filter(|_| to != self.index) {
+                    Some(batch) => batch.room.push(message.clone()),
+                    None => room_dropped += 1,
                 }
             }
         }
         for item in self.media.drain(..) {
             let to = item.to();
-            if to != self.index
-                && let Some(batch) = self.batches.get_mut(to)
-            {
-                batch.media.push(item);
+            match self.batches.get_mut(to).filter(|_| to != self.index) {
+                Some(batch) => batch.media.push(item),
+                None => media_dropped += 1,
             }
         }
-        let (mut room_dropped, mut media_dropped) = (0u64, 0u64);
         for (to, batch) in self.batches.iter_mut().enumerate() {
             if batch.is_empty() {
                 continue;

@@ -105,8 +105,15 @@ impl Log {
     /// Takes the simulation's events into the log. A client's event is on its own
     /// shard (`cli(i)`), where its peer is `PeerId(i)`.
     pub fn take(&mut self, sim: &mut Sim) {
-        let servers_are_not_clients = |node: SocketAddr| node.port() != 50_000;
         for (node, e) in sim.drain_events() {
+            self.take_one(node, e);
+        }
+    }
+
+    /// Takes one event that `node` reported into the log.
+    pub fn take_one(&mut self, node: SocketAddr, e: ShardEvent) {
+        let servers_are_not_clients = |node: SocketAddr| node.port() != 50_000;
+        {
             match e {
                 ShardEvent::PeerRemoved { peer, reason } if servers_are_not_clients(node) => {
                     self.removed.push((node, peer, reason));

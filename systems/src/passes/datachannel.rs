@@ -58,10 +58,6 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
             continue;
         };
         let room = member.map(|m| m.room);
-        // The peer restarted the association: the channels were the old one's.
-        if std::mem::take(&mut a.restarted) {
-            dc.close_all(peer.id, &mut ctx.events);
-        }
         // Messages first: what was sent before a stream's reset arrived before it.
         // The list is taken out while `a` is lent to DCEP and put back empty, so its
         // capacity serves the next tick.

@@ -37,6 +37,10 @@ pub fn sack_batch(
             continue;
         };
         let a = &mut *a;
+        // An association that ended acknowledges nothing more.
+        if a.ended.is_some() {
+            continue;
+        }
         let Some(rx) = a.rx.as_mut() else { continue };
         let data_going_out =
             a.tx.as_ref()

@@ -8,6 +8,7 @@
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
 use rand_core::RngCore;
+use shoal_components::datachannel::DataChannels;
 use shoal_components::peer::Peer;
 use shoal_components::sctp::assoc::{
     AssocEnd, AssocState, Inputs, MAX_ASSOCIATION_RETRANSMITS, RTO_INITIAL, Sctp, handle_packet,
@@ -47,11 +48,11 @@ pub fn sctp(
     mut start: ResMut<SctpStart>,
     mut inbox: ResMut<SctpInbox>,
     due: Res<DueTimers>,
-    mut q: Query<(&Peer, &mut Sctp, &mut Timers)>,
+    mut q: Query<(&Peer, &mut Sctp, &mut Timers, Option<&mut DataChannels>)>,
 ) {
     let now = ctx.now.0;
     for entity in start.0.drain(..) {
-        let Ok((_, mut a, mut timers)) = q.get_mut(entity) else {
+        let Ok((_, mut a, mut timers, _)) = q.get_mut(entity) else {
             continue;
         };
         if a.initiator && a.state == AssocState::Closed {
@@ -65,7 +66,7 @@ pub fn sctp(
         }
     }
     for (entity, bytes) in inbox.0.drain(..) {
-        let Ok((peer, mut a, mut timers)) = q.get_mut(entity) else {
+        let Ok((peer, mut a, mut timers, channels)) = q.get_mut(entity) else {
             continue;
         };
         let fresh = ctx.rng.sctp_tag_and_tsn();
@@ -94,6 +95,11 @@ pub fn sctp(
                 peer: peer.id,
                 reason: AssocEnd::PeerRestarted,
             });
+            // Its channels go with it, now: no room message of this tick may be
+            // queued on a stream of the old association.
+            if let Some(mut dc) = channels {
+                dc.close_all(peer.id, &mut ctx.events);
+            }
         }
         let up = fx.established
             || fx.restarted
@@ -126,9 +132,14 @@ pub fn sctp(
         after_input(&mut ctx, entity, peer, &mut a, &mut timers);
     }
     for &(entity, kind) in &due.0 {
-        let Ok((peer, mut a, mut timers)) = q.get_mut(entity) else {
+        let Ok((peer, mut a, mut timers, _)) = q.get_mut(entity) else {
             continue;
         };
+        // An association that ended (maybe by a packet of this very tick, after
+        // ingest took its timers) has nothing left to time.
+        if a.ended.is_some() {
+            continue;
+        }
         match kind {
             TimerKind::SctpT1 => on_t1(&mut ctx, entity, &mut a, &mut timers),
             TimerKind::SctpT3 => on_t3(&mut ctx, entity, &mut a, &mut timers),

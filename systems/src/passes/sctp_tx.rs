@@ -11,7 +11,7 @@ use bevy_ecs::system::SystemParam;
 use bytes::BytesMut;
 use shoal_components::peer::{Ice, Peer};
 use shoal_components::sctp::StreamId;
-use shoal_components::sctp::assoc::{RTO_INITIAL, Sctp, maybe_request_reset};
+use shoal_components::sctp::assoc::{AssocState, RTO_INITIAL, Sctp, maybe_request_reset};
 use shoal_components::shared::SctpShared;
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{Events, Now, Outbox, SctpWork, ShardEvent};
@@ -74,6 +74,13 @@ pub fn sctp_tx(
         };
         for p in a.solo.drain(..) {
             sink.solo(&p, &mut ctx.stats);
+        }
+        // Once an association has ended (or before it has started), only whole
+        // packets go: an ABORT, a SHUTDOWN COMPLETE, an answer out of the blue.
+        if a.state == AssocState::Closed {
+            sink.flush();
+            timers.cancel(TimerKind::SctpSend);
+            continue;
         }
         let mut probe_at = build_packets(a, now, mtu, &mut scratch.fill, &mut sink, &mut ctx.stats);
         // Streams to reset whose queued data has just gone: ask now (RFC 6525 §5.1.2).

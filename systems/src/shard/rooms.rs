@@ -143,9 +143,8 @@ impl Shard {
     }
 
     /// Moves the room messages the last ticks put out for other shards into `out`
-    /// (appending, in the order the relay handled them). Send each to every shard of
-    /// [`Shard::room_siblings`] for its room, and call
-    /// [`Shard::count_forwards_dropped`] for those that could not be sent.
+    /// (appending, in the order the relay handled them), for the node's `Links`,
+    /// which batch them per sibling and count what could not be sent.
     pub(crate) fn poll_forward(&mut self, out: &mut Vec<Forwarded>) {
         out.append(&mut self.world.resource_mut::<RelayOutbox>().0);
     }

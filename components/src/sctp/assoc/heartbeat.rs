@@ -14,13 +14,16 @@ use crate::time::Time;
 /// §8.3 lets the sender put in what it likes; only an echo of ours counts.
 const INFO_LEN: usize = 16;
 
-/// The HEARTBEAT in flight.
+/// The last HEARTBEAT sent, until it is answered or the next one goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeartbeatSent {
     /// Its nonce: an answer must echo it.
     pub nonce: u64,
     /// When it went, for the RTT its answer measures.
     pub sent_at: Time,
+    /// No answer came within an RTO: counted as an error. A late answer still clears
+    /// the count (§8.3), so a path slower than the RTO's cap is not torn down for it.
+    pub overdue: bool,
 }
 
 /// The heartbeat timer fired at `now` (`random` is fresh randomness from the shard:
@@ -40,7 +43,10 @@ pub fn on_heartbeat_timer(
     let rto = a.tx.as_ref().map(|tx| tx.rto.rto())?;
     // One RTO has passed since the last HEARTBEAT went, unanswered (§8.3): an error,
     // and the RTO backs off as for T3-rtx.
-    if a.heartbeat.take().is_some() {
+    if let Some(sent) = a.heartbeat.as_mut()
+        && !sent.overdue
+    {
+        sent.overdue = true;
         a.error_count += 1;
         if let Some(tx) = a.tx.as_mut() {
             tx.rto.on_t3_expiry();
@@ -71,6 +77,7 @@ pub fn on_heartbeat_timer(
     a.heartbeat = Some(HeartbeatSent {
         nonce: random,
         sent_at: now,
+        overdue: false,
     });
     let rto = a.tx.as_ref().map_or(rto, |tx| tx.rto.rto());
     Some(now + rto)
@@ -92,9 +99,9 @@ fn next_interval(now: Time, rto: std::time::Duration, random: u64, limits: &Sctp
     now + limits.heartbeat_interval + jitter
 }
 
-/// A HEARTBEAT ACK with `info`: true when it answers the HEARTBEAT in flight, which
-/// then clears the error count (§8.3: "SHOULD also clear the association overall
-/// error count") and measures the RTT.
+/// A HEARTBEAT ACK with `info`: true when it answers the last HEARTBEAT, in time or
+/// late, which then clears the error count (§8.3: "SHOULD also clear the association
+/// overall error count") and measures the RTT.
 pub(super) fn on_ack(a: &mut Sctp, info: &[u8], now: Time) -> bool {
     let Some(sent) = a.heartbeat else {
         return false;

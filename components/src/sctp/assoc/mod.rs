@@ -30,7 +30,8 @@ mod tests;
 pub use heartbeat::{HeartbeatSent, next_after_answer, on_heartbeat_timer};
 use reset::on_reconfig;
 pub use reset::{maybe_request_reset, resend_reset};
-use setup::{on_cookie_echo, on_init, on_init_ack};
+pub use setup::MAX_STALE_COOKIES;
+use setup::{on_cookie_echo, on_init, on_init_ack, on_stale_cookie};
 use shutdown::on_shutdown;
 
 use std::time::Duration;
@@ -354,12 +355,11 @@ pub struct Sctp {
     /// The Tie-Tags of this association (RFC 9260 §5.2.2: a random nonce, made when
     /// a restart's INIT first needs them); 0 until then.
     pub tie_tags: u64,
-    /// The peer restarted the association (§5.2.4 A) since the datachannel pass last
-    /// looked: the channels of the old one are gone.
-    pub restarted: bool,
     /// When an ABORT last answered a packet out of the blue (§8.4): at most one per
     /// instant, so a flood of stale packets is not answered packet for packet.
     pub last_ootb_abort: Option<Time>,
+    /// Stale Cookie errors this setup answered with a new INIT (§5.2.6).
+    pub stale_cookies: u8,
 }
 
 /// Stream reconfiguration state (RFC 6525), used to close data channels (RFC 8831
@@ -411,8 +411,8 @@ impl Sctp {
             zero_checksum_tx: false,
             heartbeat: None,
             tie_tags: 0,
-            restarted: false,
             last_ootb_abort: None,
+            stale_cookies: 0,
         }
     }
 
@@ -503,6 +503,13 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
         fx.dropped = true;
         return fx;
     };
+    // RFC 9260 §5.1: "An INIT or INIT ACK chunk MUST NOT be bundled with any other
+    // chunk"; §8.5.1 A: a packet with tag 0 that is not an INIT alone "MUST" be
+    // discarded. (So a packet of many INITs costs one answer at most.)
+    if !init_alone_or_absent(&packet) {
+        fx.dropped = true;
+        return fx;
+    }
     // No association here: the packet is out of the blue (§8.4), bar the INIT or
     // COOKIE ECHO that sets one up. An association that ended stays ended: nothing
     // revives it on this DTLS session, and no DATA is delivered after an ABORT.
@@ -648,7 +655,15 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
                 }
             }
             Chunk::ReConfig(rc) => on_reconfig(a, &rc),
-            Chunk::Error(_) => {}
+            Chunk::Error(e) => {
+                let stale = e
+                    .causes
+                    .iter()
+                    .any(|c| c.code == crate::sctp::chunk::cause_code::STALE_COOKIE);
+                if stale {
+                    on_stale_cookie(a, inp.limits);
+                }
+            }
             Chunk::Unknown { typ, .. } => match unknown_chunk_action(typ) {
                 UnknownAction::Stop | UnknownAction::StopAndReport => break,
                 UnknownAction::Skip | UnknownAction::SkipAndReport => {}
@@ -707,6 +722,22 @@ fn drain_messages(a: &mut Sctp) {
             a.delivered.push(m);
         }
     }
+}
+
+/// Whether the packet's INIT or INIT ACK, if it has one, is its only chunk, and a
+/// packet with tag 0 is an INIT alone.
+fn init_alone_or_absent(packet: &Packet) -> bool {
+    let mut chunks = packet.chunks();
+    let first = chunks.next();
+    let alone = chunks.next().is_none();
+    let init = |c: &Option<Result<Chunk, _>>| matches!(c, Some(Ok(Chunk::Init(_))));
+    if packet.verification_tag == 0 {
+        return alone && init(&first);
+    }
+    alone
+        || !packet
+            .chunks()
+            .any(|c| matches!(c, Ok(Chunk::Init(_) | Chunk::InitAck(_))))
 }
 
 /// Whether a packet for an association that does not exist yet may set one up: an

@@ -29,8 +29,8 @@ impl Sctp {
     /// §5.2.4 A: the existing association "is treated the same as if it received an
     /// ABORT chunk followed by a new COOKIE ECHO chunk". Its DATA "MAY be retained";
     /// shoal keeps none, since the streams (and the data channels on them) go with
-    /// it. Congestion control starts from its initial values, as §5.2.4 asks, and
-    /// the owner is told (`restarted`).
+    /// it. Congestion control starts from its initial values, as §5.2.4 asks; the
+    /// caller tells the owner (`Effects::restarted`).
     fn restart(&mut self, c: &CookieContents, limits: &SctpLimits) {
         let mut fresh = Sctp::new(self.initiator, self.local_port, self.remote_port);
         // The delivery list keeps its capacity, and nothing else carries over.
@@ -38,7 +38,6 @@ impl Sctp {
         fresh.delivered.clear();
         *self = fresh;
         self.establish(c, limits);
-        self.restarted = true;
     }
 
     /// Starts the association from this side: RFC 9260 §5.1 A, INIT with our tag.
@@ -307,10 +306,42 @@ pub(super) fn on_cookie_echo(
         }
         // §5.2.4 case D: tags match the existing association: just acknowledge.
         AssocState::Established if c.my_vtag == a.my_vtag && c.peer_vtag == a.peer_vtag => {}
-        // Any other case "SHOULD be silently discarded".
+        // §5.2.4 case B: our tag, another of the peer's (a collision's late cookie):
+        // "MUST update its peer's Verification Tag from the State Cookie, stop any
+        // T1-init or T1-cookie timers that might be running, and send a COOKIE ACK".
+        AssocState::Established if c.my_vtag == a.my_vtag => a.peer_vtag = c.peer_vtag,
+        // Any other case (C, and A or B in SHUTDOWN-SENT or SHUTDOWN-RECEIVED beyond
+        // the restart above) "SHOULD be silently discarded".
         _ => return false,
     }
     CookieAck.write_to(&mut a.control.scratch);
     a.control.commit();
     true
+}
+
+/// Stale Cookie errors one setup answers with a new INIT before it gives up.
+pub const MAX_STALE_COOKIES: u8 = 4;
+
+/// §5.2.6: an ERROR with a Stale Cookie cause while COOKIE-ECHOED ("In all cases, if
+/// the association is not in the COOKIE-ECHOED state, the ERROR chunk SHOULD be
+/// silently discarded"). The first alternative: a new INIT for a new cookie; after
+/// [`MAX_STALE_COOKIES`] of them the second: the setup fails and is reported, so a
+/// peer whose cookies always go stale cannot keep the setup going forever.
+pub(super) fn on_stale_cookie(a: &mut Sctp, limits: &SctpLimits) {
+    if a.state != AssocState::CookieEchoed {
+        return;
+    }
+    a.stale_cookies = a.stale_cookies.saturating_add(1);
+    if a.stale_cookies > MAX_STALE_COOKIES {
+        a.give_up(AssocEnd::SetupFailed);
+        return;
+    }
+    // Back to COOKIE-WAIT with our tag and TSN; the INIT ACK makes both sides anew.
+    a.state = AssocState::CookieWait;
+    a.cookie = None;
+    a.peer_vtag = 0;
+    a.rx = None;
+    a.tx = None;
+    a.control = super::ControlQueue::default();
+    a.queue_init(limits);
 }

@@ -4,7 +4,7 @@ use super::reset::encode_reconfig;
 use super::*;
 use crate::sctp::Ppid;
 use crate::sctp::chunk::{GapAckBlock, Heartbeat, Sack, Shutdown, cause_code};
-use crate::sctp::packet::PacketWriter;
+use crate::sctp::packet::{COMMON_HEADER_LEN, PacketWriter};
 use crate::sctp::tx::{OutgoingMessage, Reliability as TxReliability};
 
 use crate::sctp::chunk::{RawChunk, ReconfigParam, ReconfigResult, ShutdownAck, chunk_type};
@@ -518,8 +518,21 @@ fn heartbeats_go_when_idle_and_count_when_unanswered() {
     // Unanswered by the deadline: an error, and the next one a whole interval on.
     let next = on_heartbeat_timer(&mut a, sent, 7, &limits).unwrap();
     assert_eq!(a.error_count, 1);
-    assert!(a.heartbeat.is_none());
+    assert!(a.heartbeat.is_some_and(|h| h.overdue));
     assert!(next >= sent + limits.heartbeat_interval);
+    // A late answer still counts: the path is slow, not gone.
+    let hb = packet(
+        b.my_vtag,
+        &[&a.control.pop_fitting(usize::MAX, true).unwrap()],
+    );
+    handle_packet(&mut b, &hb, &inputs(sent, &key, &limits, 1));
+    let late = packet(
+        a.my_vtag,
+        &[&b.control.pop_fitting(usize::MAX, true).unwrap()],
+    );
+    let fx = handle_packet(&mut a, &late, &inputs(next, &key, &limits, 1));
+    assert!(fx.heartbeat_acked);
+    assert_eq!((a.error_count, a.heartbeat), (0, None));
     // Past Association.Max.Retrans unanswered: unreachable, and the peer is told.
     let mut at = next;
     for _ in 0..2 * (MAX_ASSOCIATION_RETRANSMITS + 2) {
@@ -533,4 +546,104 @@ fn heartbeats_go_when_idle_and_count_when_unanswered() {
     let (tag, chunk) = sole_chunk(&a.solo.pop().expect("an ABORT"));
     assert_eq!(tag, a.peer_vtag);
     assert!(matches!(chunk, Chunk::Abort(x) if !x.t_bit));
+}
+
+#[test]
+fn an_init_bundled_with_anything_is_discarded() {
+    let key = CookieKey::new(&[6; 32]);
+    let limits = SctpLimits::default();
+    let (_, mut server) = established(&key, &limits);
+    let mut client = Sctp::new(true, PORT, PORT);
+    client.start(0x0a0a_0a0a, Tsn(1), &limits);
+    let init = client.solo.pop().unwrap();
+    let init_chunk = &init[COMMON_HEADER_LEN..];
+    let t = Time::from_millis(1);
+    // RFC 9260 §5.1: an INIT alone; many in one packet get nothing at all.
+    // (One raw push, so the writer does not refuse to bundle them.)
+    let many = packet(0, &[&[init_chunk, init_chunk, init_chunk].concat()]);
+    let fx = handle_packet(&mut server, &many, &inputs(t, &key, &limits, 7));
+    assert!(fx.dropped);
+    assert!(server.solo.is_empty());
+    // §8.5.1 A: tag 0 carries an INIT alone, nothing else, nor with anything.
+    let sack = sack_chunk(server.my_initial_tsn);
+    let with_sack = packet(0, &[&[init_chunk, &sack[..]].concat()]);
+    let fx = handle_packet(&mut server, &with_sack, &inputs(t, &key, &limits, 7));
+    assert!(fx.dropped);
+    let fx = handle_packet(
+        &mut server,
+        &packet(0, &[&sack]),
+        &inputs(t, &key, &limits, 7),
+    );
+    assert!(fx.dropped);
+    // One INIT while established: one INIT ACK (§5.2.2), the association unchanged.
+    let (my_vtag, peer_vtag) = (server.my_vtag, server.peer_vtag);
+    handle_packet(&mut server, &init, &inputs(t, &key, &limits, 7));
+    assert_eq!(server.solo.len(), 1);
+    assert_eq!((server.my_vtag, server.peer_vtag), (my_vtag, peer_vtag));
+    assert_eq!(server.state, AssocState::Established);
+}
+
+#[test]
+fn a_stale_cookie_error_starts_the_setup_again_a_few_times() {
+    let key = CookieKey::new(&[8; 32]);
+    let limits = SctpLimits::default();
+    let (mut client, mut server, echo) = up_to_cookie_echo(&key, &limits);
+    let late = Time::ZERO + VALID_COOKIE_LIFE + Duration::from_millis(3);
+    for round in 1..=MAX_STALE_COOKIES + 1 {
+        // The server finds the cookie stale and says so (§5.1.5 step 4).
+        handle_packet(&mut server, &echo, &inputs(late, &key, &limits, 1));
+        let error = server.solo.pop().expect("a Stale Cookie error");
+        handle_packet(&mut client, &error, &inputs(late, &key, &limits, 1));
+        if round <= MAX_STALE_COOKIES {
+            // §5.2.6, first alternative: a new INIT for a new cookie.
+            assert_eq!(client.state, AssocState::CookieWait, "round {round}");
+            let init = client.solo.pop().expect("a new INIT");
+            assert_eq!(chunk_types(&init), [chunk_type::INIT]);
+            client.state = AssocState::CookieEchoed;
+        } else {
+            // Then the second: the setup fails, reported.
+            assert_eq!(client.ended, Some(AssocEnd::SetupFailed));
+        }
+    }
+}
+
+#[test]
+fn a_late_cookie_from_a_collision_updates_the_peers_tag() {
+    let key = CookieKey::new(&[2; 32]);
+    let limits = SctpLimits::default();
+    let (_, mut server) = established(&key, &limits);
+    // A cookie of ours with our tag and another of the peer's (§5.2.4 B).
+    let mut cookie = BytesMut::new();
+    let contents = crate::sctp::cookie::CookieContents {
+        created: Time::ZERO,
+        lifespan: VALID_COOKIE_LIFE,
+        src_port: PORT,
+        dst_port: PORT,
+        my_vtag: server.my_vtag,
+        peer_vtag: 0x0bad_cafe,
+        my_initial_tsn: server.my_initial_tsn,
+        peer_initial_tsn: Tsn(5),
+        peer_a_rwnd: 65_536,
+        outbound_streams: 16,
+        inbound_streams: 16,
+        peer_forward_tsn: true,
+        peer_reconfig: true,
+        peer_zero_checksum: false,
+        tie_tags: 0,
+    };
+    key.write(&contents, &mut cookie);
+    let mut echo = BytesMut::new();
+    crate::sctp::chunk::CookieEcho {
+        cookie: cookie.as_ref(),
+    }
+    .write_to(&mut echo);
+    let echo = packet(server.my_vtag, &[&echo]);
+    let t = Time::from_millis(1);
+    handle_packet(&mut server, &echo, &inputs(t, &key, &limits, 1));
+    assert_eq!(server.peer_vtag, 0x0bad_cafe);
+    assert_eq!(server.state, AssocState::Established);
+    assert_eq!(
+        server.control.pop_fitting(usize::MAX, true).unwrap()[0],
+        chunk_type::COOKIE_ACK
+    );
 }

@@ -98,6 +98,7 @@ impl<'a> RtpWriter<'a> {
     }
 
     /// Appends payload bytes (closing the header extension first).
+    #[inline]
     pub fn payload(&mut self, payload: &[u8]) -> &mut Self {
         self.close_extension();
         self.out.put_slice(payload);

@@ -10,9 +10,10 @@ use bevy_ecs::system::SystemParam;
 use rand_core::RngCore;
 use shoal_components::datachannel::DataChannels;
 use shoal_components::peer::Peer;
+use shoal_components::sctp::Tsn;
 use shoal_components::sctp::assoc::{
     AssocEnd, AssocState, Inputs, MAX_ASSOCIATION_RETRANSMITS, RTO_INITIAL, Sctp, handle_packet,
-    next_after_answer, on_heartbeat_timer, resend_reset,
+    next_after_answer, on_heartbeat_timer, resend_reset, wants_fresh_values,
 };
 use shoal_components::sctp::rx::AckUrgency;
 use shoal_components::shared::{SctpShared, ShardRng};
@@ -48,11 +49,12 @@ pub fn sctp(
     mut start: ResMut<SctpStart>,
     mut inbox: ResMut<SctpInbox>,
     due: Res<DueTimers>,
-    mut q: Query<(&Peer, &mut Sctp, &mut Timers, Option<&mut DataChannels>)>,
+    mut q: Query<(&Peer, &mut Sctp, &mut Timers)>,
+    mut channels: Query<&mut DataChannels>,
 ) {
     let now = ctx.now.0;
     for entity in start.0.drain(..) {
-        let Ok((_, mut a, mut timers, _)) = q.get_mut(entity) else {
+        let Ok((_, mut a, mut timers)) = q.get_mut(entity) else {
             continue;
         };
         if a.initiator && a.state == AssocState::Closed {
@@ -66,11 +68,15 @@ pub fn sctp(
         }
     }
     for (entity, bytes) in inbox.0.drain(..) {
-        let Ok((peer, mut a, mut timers, channels)) = q.get_mut(entity) else {
+        let Ok((peer, mut a, mut timers)) = q.get_mut(entity) else {
             continue;
         };
-        let fresh = ctx.rng.sctp_tag_and_tsn();
-        let nonce = ctx.rng.0.next_u64();
+        // Only an INIT's answer needs fresh random values.
+        let (fresh, nonce) = if wants_fresh_values(&bytes) {
+            (ctx.rng.sctp_tag_and_tsn(), ctx.rng.0.next_u64())
+        } else {
+            ((0, Tsn(0)), 0)
+        };
         let shared = &*ctx.shared;
         let inp = Inputs {
             now,
@@ -97,7 +103,7 @@ pub fn sctp(
             });
             // Its channels go with it, now: no room message of this tick may be
             // queued on a stream of the old association.
-            if let Some(mut dc) = channels {
+            if let Ok(mut dc) = channels.get_mut(entity) {
                 dc.close_all(peer.id, &mut ctx.events);
             }
         }
@@ -132,7 +138,7 @@ pub fn sctp(
         after_input(&mut ctx, entity, peer, &mut a, &mut timers);
     }
     for &(entity, kind) in &due.0 {
-        let Ok((peer, mut a, mut timers, _)) = q.get_mut(entity) else {
+        let Ok((peer, mut a, mut timers)) = q.get_mut(entity) else {
             continue;
         };
         // An association that ended (maybe by a packet of this very tick, after

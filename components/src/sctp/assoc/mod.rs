@@ -38,10 +38,10 @@ use std::time::Duration;
 
 use crate::sctp::chunk::{
     Abort, Chunk, Data, ErrorCause, HeartbeatAck, OperationError, ShutdownComplete, UnknownAction,
-    WriteChunk, unknown_chunk_action,
+    WriteChunk, chunk_type, unknown_chunk_action,
 };
 use crate::sctp::cookie::CookieKey;
-use crate::sctp::packet::{Packet, PacketWriter};
+use crate::sctp::packet::{COMMON_HEADER_LEN, Packet, PacketWriter};
 use crate::sctp::rx::{AckUrgency, DataIn, DataOutcome, Message, Receiver};
 use crate::sctp::tx::{
     CongestionConfig, CongestionControl, DEFAULT_SCTP_MTU, MessageId, RetransmissionQueue,
@@ -470,9 +470,10 @@ pub struct Inputs<'a> {
     pub cookie_key: &'a CookieKey,
     /// Limits for new associations.
     pub limits: &'a SctpLimits,
-    /// A fresh random tag and initial TSN, should this packet need them.
+    /// A fresh random tag and initial TSN for an INIT's answer (drawn only for a
+    /// packet that [`wants_fresh_values`]).
     pub fresh: (u32, Tsn),
-    /// A fresh random 64-bit nonce (Tie-Tags), should this packet need one.
+    /// A fresh random 64-bit nonce for Tie-Tags, likewise.
     pub nonce: u64,
 }
 
@@ -520,11 +521,12 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
     }
     let vtag = packet.verification_tag;
     let mut has_data = false;
-    for chunk in packet.chunks() {
+    for (i, chunk) in packet.chunks().enumerate() {
         let Ok(chunk) = chunk else {
             fx.dropped = true;
             break;
         };
+
         // RFC 9260 §8.5: every packet but one carrying INIT must carry our tag;
         // §8.5.1 B: ABORT with the T bit carries the peer's.
         let tag_ok = match &chunk {
@@ -539,6 +541,12 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
             return fx;
         }
         match chunk {
+            // §5.1: an INIT or INIT ACK travels alone; one behind other chunks ends
+            // the packet's handling.
+            Chunk::Init(_) | Chunk::InitAck(_) if i > 0 => {
+                fx.dropped = true;
+                break;
+            }
             Chunk::Init(init) => on_init(a, &init, inp),
             Chunk::InitAck(ack) => on_init_ack(a, &ack, inp),
             Chunk::CookieEcho(echo) => {
@@ -724,20 +732,29 @@ fn drain_messages(a: &mut Sctp) {
     }
 }
 
-/// Whether the packet's INIT or INIT ACK, if it has one, is its only chunk, and a
-/// packet with tag 0 is an INIT alone.
+/// Whether the packet's INIT or INIT ACK, if it leads, is its only chunk, and a
+/// packet with tag 0 is an INIT alone (one further along is refused in the chunk
+/// loop). Read from the first chunk's header, without parsing the packet's chunks.
 fn init_alone_or_absent(packet: &Packet) -> bool {
-    let mut chunks = packet.chunks();
-    let first = chunks.next();
-    let alone = chunks.next().is_none();
-    let init = |c: &Option<Result<Chunk, _>>| matches!(c, Some(Ok(Chunk::Init(_))));
+    let raw = packet.raw();
+    let Some(&typ) = raw.get(COMMON_HEADER_LEN) else {
+        return packet.verification_tag != 0;
+    };
+    let alone = raw
+        .get(COMMON_HEADER_LEN + 2..COMMON_HEADER_LEN + 4)
+        .map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
+        .is_some_and(|len| COMMON_HEADER_LEN + len.next_multiple_of(4) >= raw.len());
     if packet.verification_tag == 0 {
-        return alone && init(&first);
+        return typ == chunk_type::INIT && alone;
     }
-    alone
-        || !packet
-            .chunks()
-            .any(|c| matches!(c, Ok(Chunk::Init(_) | Chunk::InitAck(_))))
+    !(typ == chunk_type::INIT || typ == chunk_type::INIT_ACK) || alone
+}
+
+/// Whether an SCTP packet would take fresh random values ([`Inputs::fresh`],
+/// [`Inputs::nonce`]): it leads with an INIT (no other chunk may carry one), so the
+/// caller draws them for that packet alone.
+pub fn wants_fresh_values(packet: &[u8]) -> bool {
+    packet.get(COMMON_HEADER_LEN) == Some(&chunk_type::INIT)
 }
 
 /// Whether a packet for an association that does not exist yet may set one up: an

@@ -69,6 +69,10 @@ pub struct ShardStats {
     pub sctp_packets_unsent: u64,
     /// Associations a peer restarted (RFC 9260 §5.2.4 A).
     pub sctp_restarts: u64,
+    /// HEARTBEATs idle associations sent (RFC 9260 §8.3).
+    pub sctp_heartbeats_sent: u64,
+    /// HEARTBEAT ACKs that answered ours, in time or late.
+    pub sctp_heartbeats_acked: u64,
     /// SACK chunks put into packets: at most one per association per tick.
     pub sctp_sacks_sent: u64,
     /// Of those, the SACKs that shared their packet with DATA (RFC 9260 §6.2).

@@ -35,6 +35,8 @@ pub const DEFAULT_MAX_ROOMS: u32 = 10_000;
 pub const DEFAULT_MAX_PARTICIPANTS_PER_ROOM: u32 = 1_000;
 /// The default number of seconds an empty room stays open.
 pub const DEFAULT_ROOM_EMPTY_TIMEOUT_SECS: u32 = 300;
+/// Default `--sctp-heartbeat-interval`: RFC 9260 §16's HB.interval.
+pub const DEFAULT_SCTP_HEARTBEAT_INTERVAL_SECS: u32 = 30;
 
 /// shoal: a WebRTC selective forwarding unit. One process is one cluster node; it runs
 /// one shard per core, each with its own UDP port.
@@ -119,6 +121,24 @@ pub struct Config {
     )]
     pub room_empty_timeout: u32,
 
+    /// Seconds between the HEARTBEATs of an idle SCTP association (RFC 9260 §8.3's
+    /// HB.interval; each waits one RTO more, jittered), 0 to 3600; 0 turns them off.
+    /// A peer that lost its association is found within one interval.
+    #[arg(
+        long,
+        env = "SHOAL_SCTP_HEARTBEAT_INTERVAL",
+        value_name = "SECONDS",
+        default_value_t = DEFAULT_SCTP_HEARTBEAT_INTERVAL_SECS,
+        value_parser = clap::value_parser!(u32).range(0..=3600),
+    )]
+    pub sctp_heartbeat_interval: u32,
+
+    /// INIT or COOKIE ECHO retransmissions before an SCTP setup gives up (RFC 9260
+    /// §16's Max.Init.Retransmits). Unset, the default: no limit; the setup goes on
+    /// while the peer's DTLS lives, as WebRTC stacks set it.
+    #[arg(long, env = "SHOAL_SCTP_MAX_INIT_RETRANSMITS", value_name = "N")]
+    pub sctp_max_init_retransmits: Option<u32>,
+
     /// TEST ONLY: registers an ICE-lite peer with these credentials on every shard at
     /// start-up, for tests that reach a shard without signalling. Repeatable; the n-th flag (from 0) is
     /// peer id n. Format LOCAL_UFRAG:LOCAL_PWD:REMOTE_UFRAG:REMOTE_PWD (RFC 8839 §5.4:
@@ -142,6 +162,8 @@ impl Default for Config {
             max_rooms: DEFAULT_MAX_ROOMS,
             max_participants_per_room: DEFAULT_MAX_PARTICIPANTS_PER_ROOM,
             room_empty_timeout: DEFAULT_ROOM_EMPTY_TIMEOUT_SECS,
+            sctp_heartbeat_interval: DEFAULT_SCTP_HEARTBEAT_INTERVAL_SECS,
+            sctp_max_init_retransmits: None,
             static_peers: Vec::new(),
         }
     }
@@ -444,6 +466,8 @@ mod tests {
             &["shoal", "--max-participants-per-room", "0"],
             &["shoal", "--room-empty-timeout", "0"],
             &["shoal", "--room-empty-timeout", "86401"],
+            &["shoal", "--sctp-heartbeat-interval", "3601"],
+            &["shoal", "--sctp-max-init-retransmits", "-1"],
         ] {
             assert!(Config::try_parse_from(args).is_err(), "{args:?}");
         }
@@ -492,6 +516,25 @@ mod tests {
         assert_eq!(c.max_rooms, 4, "the flag wins");
         assert_eq!(c.static_peers.len(), 1);
         assert_eq!(c.grpc_addr.addr(), Some(DEFAULT_GRPC_ADDR), "the default");
+    }
+
+    #[test]
+    fn sctp_settings_default_to_webrtc_practice() {
+        let c = Config::try_parse_from(["shoal"]).unwrap();
+        assert_eq!(
+            (c.sctp_heartbeat_interval, c.sctp_max_init_retransmits),
+            (30, None)
+        );
+        let (_dir, path) = config_file(
+            "sctp-heartbeat-interval = 0
+sctp-max-init-retransmits = 8
+",
+        );
+        let c = Config::load_from(["shoal", "--config", &path]).unwrap();
+        assert_eq!(
+            (c.sctp_heartbeat_interval, c.sctp_max_init_retransmits),
+            (0, Some(8))
+        );
     }
 
     #[test]

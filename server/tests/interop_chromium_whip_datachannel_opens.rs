@@ -6,7 +6,9 @@
 //! drives it over the DevTools protocol (`chromium` module) and runs JavaScript
 //! there. When the page closes its RTCPeerConnection, Chromium sends a
 //! DTLS close_notify, the shard removes the peer and reports it, and the participant
-//! leaves the room directory: checked over gRPC.
+//! leaves the room directory: checked over gRPC. Before that, the open and idle
+//! association heartbeats (RFC 9260 §8.3, every second here) and Chromium's SCTP
+//! (dcsctp) answers each.
 //!
 //! Needs `/usr/bin/chromium` (`scripts/test-all` installs it).
 
@@ -55,7 +57,14 @@ fn interop_chromium_whip_datachannel_opens() {
         runtime,
         mut rooms,
         control: _control,
-    } = grpc_node::node_with_room("interop");
+    } = grpc_node::node_with_room_in(
+        "interop",
+        shoal_server::config::Config {
+            shards: std::num::NonZeroUsize::new(1).expect("non-zero"),
+            sctp_heartbeat_interval: 1,
+            ..shoal_server::config::Config::default()
+        },
+    );
     let page = format!("http://{http}/");
     let browser = launch(&page);
     runtime.block_on(async {
@@ -74,6 +83,24 @@ fn interop_chromium_whip_datachannel_opens() {
         let report = report.expect("the shard reports");
         assert_eq!(report.shard.sctp_packets_dropped, 0, "{:?}", report.shard);
         assert_eq!(grpc_node::participants(&mut rooms, "interop").await, 1);
+
+        // Idle, the association heartbeats and Chromium answers: three answered,
+        // at most the one in flight not yet.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let shard = loop {
+            let s = server.command_sender(0).and_then(|s| s.stats().ok());
+            let s = s.expect("the shard reports").shard;
+            if s.sctp_heartbeats_acked >= 3 {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "heartbeats unanswered: {s:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(
+            shard.sctp_heartbeats_sent <= shard.sctp_heartbeats_acked + 1,
+            "{shard:?}"
+        );
+        assert_eq!(shard.sctp_restarts, 0, "{shard:?}");
 
         // Closing the connection sends close_notify: the participant leaves.
         cdp.evaluate(&session, "window.shoalTest.pc.close(); 'closed'")

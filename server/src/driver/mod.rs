@@ -561,6 +561,9 @@ fn prepare_shard(
     let mut shard_config = ShardConfig::with_certificate(local_addr, seed, certificate);
     shard_config.max_datagrams_per_tick = config.max_datagrams_per_tick;
     shard_config.max_peers = config.max_peers_per_shard;
+    shard_config.sctp.heartbeat_interval =
+        std::time::Duration::from_secs(config.sctp_heartbeat_interval.into());
+    shard_config.sctp.max_init_retransmits = config.sctp_max_init_retransmits;
     let shard_loop = shard_loop::ShardLoop::new(
         index,
         Shard::new(shard_config),

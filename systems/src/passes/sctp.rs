@@ -119,6 +119,9 @@ pub fn sctp(
                 .0
                 .push(ShardEvent::SctpEstablished { peer: peer.id });
         }
+        if fx.heartbeat_acked {
+            ctx.stats.sctp_heartbeats_acked += 1;
+        }
         if up || fx.heartbeat_acked {
             // RFC 9260 §8.3: the next HEARTBEAT a whole interval from now.
             let random = ctx.rng.0.next_u64();
@@ -159,7 +162,11 @@ pub fn sctp(
             TimerKind::SctpSend => {}
             TimerKind::SctpHeartbeat => {
                 let random = ctx.rng.0.next_u64();
-                match on_heartbeat_timer(&mut a, now, random, &ctx.shared.limits) {
+                let next = on_heartbeat_timer(&mut a, now, random, &ctx.shared.limits);
+                if a.heartbeat.is_some_and(|h| h.sent_at == now) {
+                    ctx.stats.sctp_heartbeats_sent += 1;
+                }
+                match next {
                     Some(at) => ctx
                         .heap
                         .arm(&mut timers, entity, TimerKind::SctpHeartbeat, at),

@@ -53,6 +53,21 @@ fn answer_fixture(
     n.answer(&fixture(name), &params(), tracks, &mut ssrcs())
 }
 
+/// A negotiation (session `id`) that answered Chromium's data-only offer with no
+/// tracks in the room, and its SSRC counter.
+fn data_only_session(id: u64) -> (Negotiation, impl FnMut() -> u32) {
+    let mut n = Negotiation::new(id);
+    let mut new_ssrc = ssrcs();
+    n.answer(
+        &fixture("chromium156_data_offer.sdp"),
+        &params(),
+        &[],
+        &mut new_ssrc,
+    )
+    .unwrap();
+    (n, new_ssrc)
+}
+
 /// What shoal writes, its own parser reads back to the same model.
 fn reparsed(sdp: &SessionDescription) -> SessionDescription {
     let text = sdp.to_sdp_string();
@@ -381,15 +396,7 @@ fn shoal_offers_new_tracks_then_stops_and_recycles_their_sections() {
 #[test]
 fn a_section_answered_with_port_zero_declines_its_track() {
     let tracks = chromium_tracks();
-    let mut n = Negotiation::new(10);
-    let mut new_ssrc = ssrcs();
-    n.answer(
-        &fixture("chromium156_data_offer.sdp"),
-        &params(),
-        &[],
-        &mut new_ssrc,
-    )
-    .unwrap();
+    let (mut n, mut new_ssrc) = data_only_session(10);
     let offer = n.offer(&params(), &tracks, &mut new_ssrc).unwrap();
     let mut answer = answer_as_participant(&offer);
     answer.media[2].port = 0;
@@ -733,15 +740,7 @@ fn a_session_places_streams_only_while_it_has_ssrcs_to_retire() {
     use shoal_components::shared::MAX_RETIRED_SSRCS;
     let tracks = chromium_tracks();
     let video = &tracks[1..];
-    let mut n = Negotiation::new(9);
-    let mut new_ssrc = ssrcs();
-    n.answer(
-        &fixture("chromium156_data_offer.sdp"),
-        &params(),
-        &[],
-        &mut new_ssrc,
-    )
-    .unwrap();
+    let (mut n, mut new_ssrc) = data_only_session(9);
     // A video track comes and goes, again and again, each time under a new id:
     // each stream retires its SSRC and its RTX SSRC when it goes.
     let mut placed = 0usize;

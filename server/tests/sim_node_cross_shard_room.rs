@@ -10,7 +10,10 @@ mod room;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use media_sim::{PT, RTX_PT, intact, packet, subscribe_and_receive, subscription, track_spec};
+use media_sim::{
+    PT, PUB_RTX, PUB_SSRC, RTX_PT, SOURCE, intact, packet, publish_source, subscribe_and_receive,
+    track_spec,
+};
 use room::{Log, cli, join, open_from_client, send_range};
 use shoal_components::media::TrackId;
 use shoal_components::peer::PeerId;
@@ -29,11 +32,8 @@ const RELIABLE: ChannelType = ChannelType {
 const N: u32 = 60;
 /// Video packets the publisher (member 1) sends, one per 10 ms.
 const PACKETS: u16 = 400;
-/// The server's track, and the ids of the clients' own streams.
+/// The server's track.
 const TRACK: TrackId = TrackId(70);
-const SOURCE: TrackId = TrackId(1);
-const PUB_SSRC: u32 = 0x5000;
-const PUB_RTX: u32 = 0x5001;
 
 /// The node's shards, by index.
 fn shards() -> [SocketAddr; 3] {
@@ -80,23 +80,7 @@ fn node_room(seed: u64, link: &LinkConfig) -> Sim {
 /// control plane set up for such a room.
 fn publish_to_all(sim: &mut Sim) {
     let [s0, s1, s2] = shards();
-    sim.command(
-        cli(1),
-        Command::AddSource {
-            peer: PeerId(1),
-            track: track_spec(SOURCE, 0xABCD, 0xABCE),
-            subscription: subscription(SOURCE, PUB_SSRC, PUB_RTX),
-        },
-    )
-    .unwrap();
-    sim.command(
-        s0,
-        Command::Publish {
-            peer: PeerId(1),
-            track: track_spec(TRACK, PUB_SSRC, PUB_RTX),
-        },
-    )
-    .unwrap();
+    publish_source(sim, cli(1), s0, TRACK);
     for (to, at) in [(1, s1), (2, s2)] {
         sim.command(
             at,

@@ -146,23 +146,7 @@ pub fn media_sim(seed: u64, link: &LinkConfig, subscribers: u64) -> Sim {
         Duration::from_secs(60),
     )
     .unwrap_or_else(|e| panic!("seed {seed}: DTLS not up: {e}"));
-    sim.command(
-        cli(1),
-        Command::AddSource {
-            peer: PeerId(1),
-            track: track_spec(SOURCE, 0xABCD, 0xABCE),
-            subscription: subscription(SOURCE, PUB_SSRC, PUB_RTX),
-        },
-    )
-    .unwrap();
-    sim.command(
-        addr(SRV),
-        Command::Publish {
-            peer: PeerId(1),
-            track: track_spec(TRACK, PUB_SSRC, PUB_RTX),
-        },
-    )
-    .unwrap();
+    publish_source(&mut sim, cli(1), addr(SRV), TRACK);
     for i in 2..=last {
         subscribe_and_receive(
             &mut sim,
@@ -175,6 +159,29 @@ pub fn media_sim(seed: u64, link: &LinkConfig, subscribers: u64) -> Sim {
     }
     sim.drain_events().count();
     sim
+}
+
+/// What negotiation sets up for a publisher: `client` (peer 1) sends its local
+/// source [`SOURCE`] on [`PUB_SSRC`] and [`PUB_RTX`], and `server` publishes it as
+/// `track`.
+pub fn publish_source(sim: &mut Sim, client: SocketAddr, server: SocketAddr, track: TrackId) {
+    sim.command(
+        client,
+        Command::AddSource {
+            peer: PeerId(1),
+            track: track_spec(SOURCE, 0xABCD, 0xABCE),
+            subscription: subscription(SOURCE, PUB_SSRC, PUB_RTX),
+        },
+    )
+    .unwrap();
+    sim.command(
+        server,
+        Command::Publish {
+            peer: PeerId(1),
+            track: track_spec(track, PUB_SSRC, PUB_RTX),
+        },
+    )
+    .unwrap();
 }
 
 /// What negotiation sets up for one subscriber: the server shard `server` sends

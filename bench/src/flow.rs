@@ -352,7 +352,7 @@ impl Node {
         let config = Config {
             shards,
             udp_port_base: 0,
-            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            bind: vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
             grpc_addr: Listen::Addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
             http_addr: Listen::Off,
             ..Config::default()

@@ -26,6 +26,19 @@ pub struct FiveTuple {
     pub remote: SocketAddr,
 }
 
+impl FiveTuple {
+    /// Whether a response that arrived on `arrived` answers a request sent on `self`
+    /// with symmetric addresses (RFC 8445 §7.2.5.2.1). A request sent from a wildcard
+    /// socket (`self.local` unspecified) names no source address, so the kernel chose
+    /// one; the response's destination is that choice, and only its port is known
+    /// in advance.
+    pub fn answered_on(&self, arrived: &FiveTuple) -> bool {
+        self.remote == arrived.remote
+            && (self.local == arrived.local
+                || (self.local.ip().is_unspecified() && self.local.port() == arrived.local.port()))
+    }
+}
+
 impl Datagram {
     /// The 5-tuple this datagram travels on.
     pub fn five_tuple(&self) -> FiveTuple {

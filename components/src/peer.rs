@@ -59,8 +59,9 @@ pub enum IceState {
 /// retransmission or a replay from a fresh check.
 pub const RECENT_TRANSACTIONS: usize = 8;
 
-/// At most this many remote addresses are remembered as validated per peer.
-pub const MAX_VALID_REMOTES: usize = 4;
+/// At most this many paths are remembered as validated per peer: as many as a shard
+/// can announce addresses (a client may check, and use, a pair with each).
+pub const MAX_VALID_REMOTES: usize = 16;
 
 /// ICE agent state shared by both roles.
 #[derive(Component, Clone, Debug)]

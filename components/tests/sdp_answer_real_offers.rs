@@ -32,9 +32,9 @@ fn fixture(name: &str) -> SessionDescription {
     SessionDescription::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
-fn params(candidate: SocketAddr) -> AnswerParams<'static> {
+fn params(candidates: &[SocketAddr]) -> AnswerParams<'_> {
     AnswerParams {
-        candidate,
+        candidates,
         ice_ufrag: UFRAG,
         ice_pwd: PWD,
         fingerprint_sha256: FINGERPRINT,
@@ -45,7 +45,7 @@ fn params(candidate: SocketAddr) -> AnswerParams<'static> {
 fn answer_to(name: &str) -> (SessionDescription, Answered) {
     let offer = fixture(name);
     let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
-    let a = answer(&offer, &params(addr)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let a = answer(&offer, &params(&[addr])).unwrap_or_else(|e| panic!("{name}: {e}"));
     // What shoal writes, its own parser reads back to the same model.
     let text = a.sdp.to_sdp_string();
     let back = SessionDescription::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
@@ -167,7 +167,7 @@ fn media_only_offers_are_taken() {
     // sender sends one stream.
     let offer = fixture("chromium156_simulcast_offer.sdp");
     let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
-    let a = answer(&offer, &params(addr)).unwrap();
+    let a = answer(&offer, &params(&[addr])).unwrap();
     assert_eq!(a.data_mid, None);
     assert!(a.sdp.media.iter().all(|m| m.simulcast().is_none()));
     assert!(a.sdp.media.iter().all(|m| m.port == 7100));
@@ -177,7 +177,7 @@ fn media_only_offers_are_taken() {
         m.port = 0;
     }
     assert_eq!(
-        answer(&none, &params(addr)),
+        answer(&none, &params(&[addr])),
         Err(NegotiationError::NoUsableSection)
     );
 }
@@ -193,11 +193,63 @@ fn a_data_section_first_is_the_bundle_tag() {
         }
     }
     let addr: SocketAddr = "[::1]:7101".parse().unwrap();
-    let a = answer(&offer, &params(addr)).unwrap();
+    let a = answer(&offer, &params(&[addr])).unwrap();
     assert_eq!(a.sdp.bundle_mids().unwrap(), ["2", "0", "1"]);
     assert_eq!(a.sdp.media[0].port, 7101);
     assert_eq!(a.sdp.media[0].connections[0].addr_type, "IP6");
     assert_eq!(a.sdp.media[0].kind, MediaKind::Application);
+}
+
+/// A shard with several addresses (dual-stack, or several interfaces) answers with a
+/// host candidate for each, in the order given: a foundation of its own each (RFC 8445
+/// §5.1.1.3: different base addresses), priorities falling with the order (unique local
+/// preferences, §5.1.2.1), the first on the `m=` and `c=` lines; and with no address
+/// at all, the discard port of 0.0.0.0 and no candidate.
+#[test]
+fn several_addresses_give_a_candidate_each_in_order() {
+    let offer = fixture("chromium156_av_data_offer.sdp");
+    let addrs: [SocketAddr; 3] = [
+        "[2001:db8::7]:7100".parse().unwrap(),
+        "198.51.100.7:7100".parse().unwrap(),
+        "[2001:db8:1::7]:7100".parse().unwrap(),
+    ];
+    let a = answer(&offer, &params(&addrs)).unwrap();
+    let text = a.sdp.to_sdp_string();
+    assert_eq!(SessionDescription::parse(&text).unwrap(), a.sdp);
+    for m in a.sdp.media.iter().filter(|m| m.port != 0) {
+        let found: Vec<(String, String, u16, u32)> = m
+            .candidates()
+            .map(|c| (c.foundation.clone(), c.address.clone(), c.port, c.priority))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("1".into(), "2001:db8::7".into(), 7100, HOST_PRIORITY),
+                ("2".into(), "198.51.100.7".into(), 7100, HOST_PRIORITY - 256),
+                (
+                    "3".into(),
+                    "2001:db8:1::7".into(),
+                    7100,
+                    HOST_PRIORITY - 512
+                ),
+            ],
+            "{text}"
+        );
+        assert_eq!(
+            (
+                m.connections[0].addr_type.as_str(),
+                m.connections[0].address.as_str()
+            ),
+            ("IP6", "2001:db8::7")
+        );
+        assert!(m.end_of_candidates());
+    }
+    let none = answer(&offer, &params(&[])).unwrap();
+    for m in &none.sdp.media {
+        assert_eq!(m.candidates().count(), 0);
+        assert_eq!(m.port, 9);
+        assert_eq!(m.connections[0].address, "0.0.0.0");
+    }
 }
 
 fn edited(name: &str, keep: impl Fn(&Attribute) -> bool) -> SessionDescription {
@@ -218,13 +270,13 @@ fn offers_missing_what_shoal_needs_are_refused() {
             |a| !matches!(a, Attribute::Fingerprint(f) if f.hash == HashFunction::Sha256),
         );
         assert_eq!(
-            answer(&no_sha256, &params(addr)),
+            answer(&no_sha256, &params(&[addr])),
             Err(NegotiationError::MissingSha256Fingerprint),
             "{name}"
         );
         let no_pwd = edited(name, |a| !matches!(a, Attribute::IcePwd(_)));
         assert_eq!(
-            answer(&no_pwd, &params(addr)),
+            answer(&no_pwd, &params(&[addr])),
             Err(NegotiationError::MissingIceCredentials),
             "{name}"
         );
@@ -240,7 +292,7 @@ fn offers_missing_what_shoal_needs_are_refused() {
             o
         };
         assert_eq!(
-            answer(&hold, &params(addr)),
+            answer(&hold, &params(&[addr])),
             Err(NegotiationError::HoldConn)
         );
     }
@@ -258,7 +310,7 @@ fn a_passive_offer_makes_shoal_the_dtls_client() {
             *s = Setup::Passive;
         }
     }
-    let a = answer(&offer, &params(addr)).unwrap();
+    let a = answer(&offer, &params(&[addr])).unwrap();
     assert_eq!(a.transport.setup, Setup::Active);
     assert_eq!(a.sdp.media[0].setup(), Some(Setup::Active));
 }
@@ -307,7 +359,7 @@ fn an_absent_max_message_size_means_64k_and_zero_means_no_limit() {
         ];
         for (size, expected) in cases {
             let offer = with_max_message_size(name, size);
-            let a = answer(&offer, &params(addr)).unwrap();
+            let a = answer(&offer, &params(&[addr])).unwrap();
             assert_eq!(a.remote_max_message_size, expected, "{name}: {size:?}");
         }
     }
@@ -330,7 +382,7 @@ fn a_disabled_first_bundle_mid_is_answered_with_port_0_and_not_tagged() {
     // Audio (the first mid) disabled: RFC 3264 §8.2 answers it with port 0, and RFC
     // 8843 §7.3.1 passes over it to video, which becomes the tag.
     let offer = with_disabled(&["0"]);
-    let a = answer(&offer, &params(addr)).unwrap();
+    let a = answer(&offer, &params(&[addr])).unwrap();
     assert_eq!(a.sdp.bundle_mids().unwrap(), ["1", "2"]);
     let audio = &a.sdp.media[0];
     assert_eq!(
@@ -349,7 +401,7 @@ fn a_disabled_first_bundle_mid_is_answered_with_port_0_and_not_tagged() {
 
     // Audio and video both disabled: the data section is the tag, alone in the group.
     let offer = with_disabled(&["0", "1"]);
-    let a = answer(&offer, &params(addr)).unwrap();
+    let a = answer(&offer, &params(&[addr])).unwrap();
     assert_eq!(a.sdp.bundle_mids().unwrap(), ["2"]);
     assert_eq!((a.sdp.media[0].port, a.sdp.media[1].port), (0, 0));
     assert_data_section("data", &a.sdp.media[2], &offer.media[2]);
@@ -387,7 +439,7 @@ fn a_bundle_only_data_section_is_accepted_with_a_real_port() {
     let offer = SessionDescription::parse(MAX_BUNDLE_OFFER).unwrap();
     assert!(offer.media[1].bundle_only() && offer.media[1].port == 0);
     let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
-    let a = answer(&offer, &params(addr)).unwrap();
+    let a = answer(&offer, &params(&[addr])).unwrap();
     // The audio section is the tag (and published); the data section rides on it.
     assert_eq!(a.sdp.bundle_mids().unwrap(), ["a0", "d1"]);
     assert_eq!(a.sdp.media[0].port, 7100);
@@ -411,7 +463,7 @@ fn a_port_0_data_section_is_rejected_unless_bundle_only_with_a_tag() {
     // the audio is answered, the data section rejected.
     let disabled = MAX_BUNDLE_OFFER.replace("a=bundle-only\r\n", "");
     let offer = SessionDescription::parse(&disabled).unwrap();
-    let a = answer(&offer, &params(addr)).unwrap();
+    let a = answer(&offer, &params(&[addr])).unwrap();
     assert_eq!(a.data_mid, None);
     assert_eq!(a.sdp.media[1].port, 0);
     assert_eq!(a.sdp.bundle_mids().unwrap(), ["a0"]);
@@ -419,13 +471,13 @@ fn a_port_0_data_section_is_rejected_unless_bundle_only_with_a_tag() {
     let no_tag = MAX_BUNDLE_OFFER.replace("m=audio 9 ", "m=audio 0 ");
     let offer = SessionDescription::parse(&no_tag).unwrap();
     assert_eq!(
-        answer(&offer, &params(addr)),
+        answer(&offer, &params(&[addr])),
         Err(NegotiationError::NoUsableSection)
     );
     // Bundle-only, but out of the BUNDLE group: rejected.
     let unbundled = MAX_BUNDLE_OFFER.replace("a=group:BUNDLE a0 d1", "a=group:BUNDLE a0");
     let offer = SessionDescription::parse(&unbundled).unwrap();
-    let a = answer(&offer, &params(addr)).unwrap();
+    let a = answer(&offer, &params(&[addr])).unwrap();
     assert_eq!(a.data_mid, None);
     assert_eq!(a.sdp.media[1].port, 0);
 }

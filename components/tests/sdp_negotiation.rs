@@ -7,7 +7,7 @@
 //! shoal's new sections do not reuse the participant's payload types for other
 //! formats (RFC 8843 §9.1), and a narrower answer does not re-make a subscription.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use shoal_components::sdp::{
     AnswerParams, Answered, Attribute, Change, Codec, CodecName, Direction, EXT_AUDIO_LEVEL,
@@ -25,9 +25,12 @@ fn fixture(name: &str) -> SessionDescription {
     SessionDescription::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
+/// The one host candidate of these answers.
+const LOOPBACK: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 7100);
+
 fn params() -> AnswerParams<'static> {
     AnswerParams {
-        candidate: "127.0.0.1:7100".parse::<SocketAddr>().unwrap(),
+        candidates: &[LOOPBACK],
         ice_ufrag: UFRAG,
         ice_pwd: PWD,
         fingerprint_sha256: [0xA5; 32],

@@ -15,6 +15,8 @@ use clap::builder::TypedValueParser;
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_systems::PeerSpec;
 
+use crate::addresses::Family;
+
 /// The default first UDP port: shard `i` binds `DEFAULT_UDP_PORT_BASE + i`.
 pub const DEFAULT_UDP_PORT_BASE: u16 = 7100;
 /// The default number of datagrams read from the socket and fed to a shard per tick.
@@ -59,9 +61,32 @@ pub struct Config {
     #[arg(long, env = "SHOAL_UDP_PORT_BASE", value_name = "PORT", default_value_t = DEFAULT_UDP_PORT_BASE)]
     pub udp_port_base: u16,
 
-    /// IP address the shards' UDP sockets bind to.
-    #[arg(long, env = "SHOAL_BIND", value_name = "IP", default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
-    pub bind: IpAddr,
+    /// IP addresses the shards' UDP sockets bind to, at most one per family: repeat
+    /// the flag (or separate with commas) for IPv4 and IPv6, e.g. `--bind 0.0.0.0
+    /// --bind ::`. Each shard binds one socket per address, all on its port. A socket
+    /// bound to 0.0.0.0 or :: receives on every interface of its family, and the shard
+    /// announces every usable address of it (interfaces up; no link-local; loopback
+    /// only when the host has nothing else), unless --announce says otherwise.
+    #[arg(
+        long,
+        env = "SHOAL_BIND",
+        value_name = "IP",
+        value_delimiter = ',',
+        default_value = "127.0.0.1"
+    )]
+    pub bind: Vec<IpAddr>,
+
+    /// Addresses the shards' candidates carry instead of their sockets' own: a 1:1
+    /// NAT's public address, a container host's. Repeatable or comma-separated, IPv4
+    /// and IPv6; each goes with the port of the shard's socket of its family (there
+    /// must be one). Given, the candidates are exactly these.
+    #[arg(long, env = "SHOAL_ANNOUNCE", value_name = "IP", value_delimiter = ',')]
+    pub announce: Vec<IpAddr>,
+
+    /// The family whose candidates lead when a shard announces both; after the first,
+    /// the families alternate (RFC 8421 §4).
+    #[arg(long, env = "SHOAL_PREFER_FAMILY", value_name = "FAMILY", default_value_t = Family::Ipv6)]
+    pub prefer_family: Family,
 
     /// Datagrams a shard reads from its socket and handles in one tick; the batch is the
     /// unit of work, so larger batches amortise more per-tick cost.
@@ -154,7 +179,9 @@ impl Default for Config {
             config: None,
             shards: default_shards(),
             udp_port_base: DEFAULT_UDP_PORT_BASE,
-            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            bind: vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+            announce: Vec::new(),
+            prefer_family: Family::Ipv6,
             max_datagrams_per_tick: DEFAULT_MAX_DATAGRAMS_PER_TICK,
             max_peers_per_shard: DEFAULT_MAX_PEERS_PER_SHARD,
             grpc_addr: Listen::Addr(DEFAULT_GRPC_ADDR),
@@ -440,7 +467,8 @@ mod tests {
         .unwrap();
         assert_eq!(c.shards.get(), 3);
         assert_eq!(c.udp_port_base, 0);
-        assert_eq!(c.bind, IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        assert_eq!(c.bind, [IpAddr::V4(Ipv4Addr::UNSPECIFIED)]);
+        assert_eq!(c.prefer_family, Family::Ipv6);
         assert_eq!(c.grpc_addr, Listen::Addr("[::1]:0".parse().unwrap()));
         assert_eq!((c.max_rooms, c.max_participants_per_room), (7, 12));
         assert_eq!(c.room_empty_timeout(), Duration::from_secs(45));
@@ -450,6 +478,41 @@ mod tests {
         assert_eq!(specs[1].role, IceRole::Lite);
         assert_eq!(specs[1].credentials.local_ufrag, "efgh");
         assert_eq!(specs[1].credentials.remote_pwd, "abcdefghijklmnopqrstuv");
+    }
+
+    #[test]
+    fn binds_and_announcements_repeat_and_split_on_commas() {
+        let c = Config::try_parse_from([
+            "shoal",
+            "--bind",
+            "0.0.0.0",
+            "--bind",
+            "::",
+            "--announce",
+            "203.0.113.9,2001:db8::9",
+            "--prefer-family",
+            "ipv4",
+        ])
+        .unwrap();
+        assert_eq!(c.bind, [IpAddr::from([0, 0, 0, 0]), "::".parse().unwrap()]);
+        assert_eq!(
+            c.announce,
+            [
+                IpAddr::from([203, 0, 113, 9]),
+                "2001:db8::9".parse().unwrap()
+            ]
+        );
+        assert_eq!(c.prefer_family, Family::Ipv4);
+        let d = Config::try_parse_from(["shoal"]).unwrap();
+        assert_eq!(
+            (d.bind, d.announce),
+            (vec![IpAddr::from([127, 0, 0, 1])], vec![])
+        );
+        let (_dir, path) =
+            config_file("bind = [\"0.0.0.0\", \"::\"]\nannounce = \"198.51.100.4\"\n");
+        let f = Config::load_from(["shoal", "--config", &path]).unwrap();
+        assert_eq!(f.bind.len(), 2);
+        assert_eq!(f.announce, [IpAddr::from([198, 51, 100, 4])]);
     }
 
     #[test]
@@ -468,6 +531,9 @@ mod tests {
             &["shoal", "--room-empty-timeout", "86401"],
             &["shoal", "--sctp-heartbeat-interval", "3601"],
             &["shoal", "--sctp-max-init-retransmits", "-1"],
+            &["shoal", "--bind", "localhost"],
+            &["shoal", "--announce", "example.com"],
+            &["shoal", "--prefer-family", "ipx"],
         ] {
             assert!(Config::try_parse_from(args).is_err(), "{args:?}");
         }

@@ -4,6 +4,7 @@
 //! simulated network that tests, benchmarks and embedding users drive the very same
 //! shards through.
 
+pub mod addresses;
 pub mod config;
 pub mod control;
 pub mod driver;

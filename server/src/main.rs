@@ -64,10 +64,24 @@ fn run(config: &Config) -> Result<(), MainError> {
         Some(settings) => Some(ControlPlane::start(settings, server.control_handles())?),
         None => None,
     };
-    // Tests and scripts read the bound addresses from here (port base 0 is ephemeral).
+    // Tests and scripts read the bound addresses from here (port base 0 is
+    // ephemeral), operators what clients are told to reach.
     let mut stdout = std::io::stdout().lock();
-    for (index, addr) in server.local_addrs().enumerate() {
-        writeln!(stdout, "shoal: shard {index} udp {addr}")?;
+    let list = |addrs: Option<&[std::net::SocketAddr]>| {
+        let addrs: Vec<String> = addrs
+            .unwrap_or_default()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        addrs.join(" ")
+    };
+    for index in 0..server.shard_count() {
+        let bound = list(server.bound_addrs(index));
+        writeln!(stdout, "shoal: shard {index} udp {bound}")?;
+    }
+    for index in 0..server.shard_count() {
+        let announced = list(server.candidates(index));
+        writeln!(stdout, "shoal: shard {index} announces {announced}")?;
     }
     let fingerprint: Vec<String> = server
         .fingerprint()

@@ -30,7 +30,7 @@
 //! chunk and should copy what it keeps.
 
 use std::io::{self, IoSliceMut};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use bytes::{Bytes, BytesMut};
 use std::os::fd::AsFd;
@@ -74,6 +74,16 @@ pub struct SendOutcome {
 /// by the thread that drives it.
 pub struct UdpIo {
     state: UdpSocketState,
+    /// The socket is bound to 0.0.0.0 or `::`: received datagrams take their local
+    /// address from the packet info, and sends name their source address.
+    wildcard: bool,
+    /// For a wildcard socket, the host's addresses a datagram may be addressed to
+    /// (empty: any; see [`destination_allowed`]). One sent to another (a broadcast or
+    /// multicast address, one the host no longer has) is dropped: a reply could not
+    /// name it as its source.
+    destinations: Vec<IpAddr>,
+    /// Datagrams dropped for their destination (see `destinations`).
+    misaddressed: u64,
     chunk: BytesMut,
     scratch: Vec<u8>,
     meta: [RecvMeta; RECV_SLOTS],
@@ -90,18 +100,40 @@ impl UdpIo {
     /// If the socket's options cannot be read or set as `quinn-udp` requires.
     pub fn new(socket: &impl AsFd) -> io::Result<UdpIo> {
         let state = UdpSocketState::new(socket.into())?;
+        let wildcard = socket2::SockRef::from(socket)
+            .local_addr()?
+            .as_socket()
+            .is_some_and(|a| a.ip().is_unspecified());
         // Best effort: a smaller buffer only means drops under bursts, which the
         // protocols above recover from.
         let _ = state.set_recv_buffer_size(socket.into(), SOCKET_BUFFER_BYTES);
         let _ = state.set_send_buffer_size(socket.into(), SOCKET_BUFFER_BYTES);
         Ok(UdpIo {
             state,
+            wildcard,
+            destinations: Vec::new(),
+            misaddressed: 0,
             chunk: BytesMut::new(),
             // Zeroed pages are mapped lazily: only what the kernel writes is resident.
             scratch: vec![0; (RECV_SLOTS - 1) * SLOT_LEN],
             meta: [RecvMeta::default(); RECV_SLOTS],
             gso: Vec::new(),
         })
+    }
+
+    /// Limits what a wildcard socket accepts to datagrams addressed to one of
+    /// `addresses` (the host's interface addresses), as [`destination_allowed`] says.
+    /// No effect on a socket bound to one address, which the kernel filters.
+    pub fn accept_destinations(&mut self, addresses: &[IpAddr]) {
+        if self.wildcard {
+            self.destinations = addresses.iter().map(|a| a.to_canonical()).collect();
+        }
+    }
+
+    /// Datagrams a wildcard socket dropped because they were addressed to none of
+    /// the host's addresses ([`UdpIo::accept_destinations`]).
+    pub fn misaddressed(&self) -> u64 {
+        self.misaddressed
     }
 
     /// Datagrams the kernel may take in one `sendmsg` (1 without GSO).
@@ -114,8 +146,11 @@ impl UdpIo {
         self.state.gro_segments() > 1
     }
 
-    /// One `recvmmsg`: appends what arrived to `out` as datagrams to `local`, one per
-    /// UDP datagram (GRO bursts split at their stride), and returns how many.
+    /// One `recvmmsg`: appends what arrived to `out`, one datagram per UDP datagram
+    /// (GRO bursts split at their stride), and returns how many. Each is addressed to
+    /// `bound`, the socket's address, or for a socket bound to 0.0.0.0 or `::` to the
+    /// destination address the packet info reports (the interface address the client
+    /// sent to) on `bound`'s port.
     ///
     /// # Errors
     /// `WouldBlock` when nothing was waiting; any other receive error (the socket's
@@ -123,7 +158,7 @@ impl UdpIo {
     pub fn recv(
         &mut self,
         socket: &impl AsFd,
-        local: SocketAddr,
+        bound: SocketAddr,
         out: &mut Vec<Datagram>,
     ) -> io::Result<usize> {
         if self.chunk.len() < SLOT_LEN {
@@ -154,6 +189,17 @@ impl UdpIo {
                 self.chunk[..len].copy_from_slice(&self.scratch[start..start + len]);
                 self.chunk.split_to(len).freeze()
             };
+            let local = match meta.dst_ip {
+                Some(ip) if self.wildcard => {
+                    let ip = ip.to_canonical();
+                    if !destination_allowed(&self.destinations, ip) {
+                        self.misaddressed += 1;
+                        continue;
+                    }
+                    SocketAddr::new(ip, bound.port())
+                }
+                _ => bound,
+            };
             let mut remote = meta.addr;
             // A dual-stack socket reports IPv4 peers as ::ffff:a.b.c.d; the shard sees
             // (and XOR-MAPPED-ADDRESS reports) their IPv4 form.
@@ -169,9 +215,11 @@ impl UdpIo {
         Ok(out.len() - before)
     }
 
-    /// Sends and drains `tx`: each run of datagrams to one destination whose sizes
-    /// are equal but for a shorter last one goes out as one GSO `sendmsg`; the rest
-    /// one call each. UDP may drop, so nothing is retried.
+    /// Sends and drains `tx`: each run of datagrams from one local address to one
+    /// destination whose sizes are equal but for a shorter last one goes out as one
+    /// GSO `sendmsg`; the rest one call each. From a socket bound to 0.0.0.0 or `::`,
+    /// each names its `local` address as its source (packet info), so a reply leaves
+    /// from the address the client sent to. UDP may drop, so nothing is retried.
     pub fn send(&mut self, socket: &impl AsFd, tx: &mut Vec<Datagram>) -> SendOutcome {
         let mut outcome = SendOutcome::default();
         let mut i = 0;
@@ -181,14 +229,15 @@ impl UdpIo {
             let run = gso_run(&tx[i..], max_segments);
             let first = &tx[i];
             let size = first.payload.len();
+            let source = self.source(first.local);
             let result = if run == 1 {
-                transmit(&self.state, socket, first.remote, &first.payload, None)
+                transmit(&self.state, socket, first, &first.payload, None, source)
             } else {
                 self.gso.clear();
                 for d in &tx[i..i + run] {
                     self.gso.extend_from_slice(&d.payload);
                 }
-                transmit(&self.state, socket, first.remote, &self.gso, Some(size))
+                transmit(&self.state, socket, first, &self.gso, Some(size), source)
             };
             outcome.calls += 1;
             let n = run as u64;
@@ -200,7 +249,7 @@ impl UdpIo {
                 Err(_) if run > 1 => {
                     for d in &tx[i..i + run] {
                         outcome.calls += 1;
-                        match transmit(&self.state, socket, d.remote, &d.payload, None) {
+                        match transmit(&self.state, socket, d, &d.payload, None, source) {
                             Ok(()) => outcome.sent += 1,
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                                 outcome.would_block += 1;
@@ -218,23 +267,50 @@ impl UdpIo {
     }
 }
 
-/// One `sendmsg`: `contents` to `destination`, as GSO segments of `segment_size`
-/// when given.
+impl UdpIo {
+    /// The source address a send from `local` names: none from a socket bound to one
+    /// address (the kernel uses it), `local`'s from a wildcard socket unless that is
+    /// unspecified too (then the kernel picks by route).
+    fn source(&self, local: SocketAddr) -> Option<IpAddr> {
+        (self.wildcard && !local.ip().is_unspecified()).then_some(local.ip())
+    }
+}
+
+/// One `sendmsg`: `contents` to `datagram`'s destination, as GSO segments of
+/// `segment_size` when given, from `source` when given.
 fn transmit(
     state: &UdpSocketState,
     socket: &impl AsFd,
-    destination: SocketAddr,
+    datagram: &Datagram,
     contents: &[u8],
     segment_size: Option<usize>,
+    source: Option<IpAddr>,
 ) -> io::Result<()> {
     let transmit = Transmit {
-        destination,
+        destination: datagram.remote,
         ecn: None,
         contents,
         segment_size,
-        src_ip: None,
+        src_ip: source,
     };
     state.try_send(socket.into(), &transmit)
+}
+
+/// Whether a wildcard socket takes a datagram addressed to `ip`, given the host's
+/// addresses `host`: any when `host` is empty; else one of them, or any loopback
+/// address of a family whose loopback `host` holds (Linux delivers all of 127.0.0.0/8
+/// locally, to the one address lo carries). Never a multicast or broadcast address,
+/// which no reply can come from.
+pub fn destination_allowed(host: &[IpAddr], ip: IpAddr) -> bool {
+    if ip.is_multicast() || ip == IpAddr::from([255, 255, 255, 255]) {
+        return false;
+    }
+    host.is_empty()
+        || host.contains(&ip)
+        || (ip.is_loopback()
+            && host
+                .iter()
+                .any(|h| h.is_loopback() && h.is_ipv4() == ip.is_ipv4()))
 }
 
 /// Replaces the receive chunk: `reserve` takes the old allocation back when every
@@ -260,8 +336,8 @@ fn split_stride(mut payload: Bytes, stride: usize, mut each: impl FnMut(Bytes)) 
     each(payload);
 }
 
-/// How many datagrams from the start of `tx` one GSO send may carry: same
-/// destination, the same size as the first (a shorter one ends the run), at most
+/// How many datagrams from the start of `tx` one GSO send may carry: same source
+/// and destination, the same size as the first (a shorter one ends the run), at most
 /// `max_segments` and [`MAX_GSO_BYTES`] in all. Empty datagrams go alone.
 fn gso_run(tx: &[Datagram], max_segments: usize) -> usize {
     let Some(first) = tx.first() else {
@@ -277,6 +353,7 @@ fn gso_run(tx: &[Datagram], max_segments: usize) -> usize {
         let len = d.payload.len();
         if run == max_segments
             || d.remote != first.remote
+            || d.local != first.local
             || len == 0
             || len > size
             || total + len > MAX_GSO_BYTES
@@ -386,6 +463,112 @@ mod tests {
             let fills: Vec<u8> = got.iter().map(|d| d.payload[0]).collect();
             assert_eq!(fills, want);
         }
+    }
+
+    /// A socket bound to 0.0.0.0 (and one to `::`) addresses what it receives to the
+    /// address the client sent to, and its replies name that address as their source.
+    #[test]
+    fn a_wildcard_socket_learns_and_answers_from_the_destination() {
+        // 127.0.0.2 from 127.0.0.1: by route the kernel would answer from 127.0.0.1,
+        // so the reply's source shows the packet info at work.
+        for (wildcard, client, to) in [
+            ("0.0.0.0:0", "127.0.0.1:0", "127.0.0.2"),
+            ("[::]:0", "[::1]:0", "::1"),
+        ] {
+            let Ok(server) = StdUdpSocket::bind(wildcard) else {
+                continue; // no IPv6 here
+            };
+            let Ok(client) = StdUdpSocket::bind(client) else {
+                continue;
+            };
+            server.set_nonblocking(true).unwrap();
+            let bound = server.local_addr().unwrap();
+            let server = UdpSocket::from_std(server);
+            let mut io = UdpIo::new(&server).unwrap();
+            let to: std::net::IpAddr = to.parse().unwrap();
+            client.send_to(b"ping", (to, bound.port())).unwrap();
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while got.is_empty() {
+                assert!(Instant::now() < deadline, "nothing arrived on {bound}");
+                let _ = io.recv(&server, bound, &mut got);
+            }
+            assert_eq!(
+                got[0].local,
+                SocketAddr::new(to, bound.port()),
+                "{wildcard}"
+            );
+            assert_eq!(got[0].remote, client.local_addr().unwrap());
+            let mut tx = vec![Datagram {
+                local: got[0].local,
+                remote: got[0].remote,
+                payload: Bytes::from_static(b"pong"),
+            }];
+            assert_eq!(io.send(&server, &mut tx).sent, 1);
+            let mut buf = [0u8; 16];
+            client
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let (n, from) = client.recv_from(&mut buf).unwrap();
+            assert_eq!((&buf[..n], from), (&b"pong"[..], got[0].local));
+        }
+    }
+
+    /// What a wildcard socket takes: the host's addresses, loopback where the host
+    /// has it, anything when it was told nothing; never a broadcast or multicast
+    /// destination, nor an address the host does not have.
+    #[test]
+    fn wildcard_destinations() {
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let host = [ip("127.0.0.1"), ip("10.1.0.1"), ip("fd00:a::1")];
+        for (to, allowed) in [
+            ("10.1.0.1", true),
+            ("fd00:a::1", true),
+            ("127.0.0.1", true),
+            ("127.0.0.2", true),
+            ("10.1.0.2", false),
+            ("10.1.0.255", false),
+            ("255.255.255.255", false),
+            ("224.0.0.1", false),
+            ("ff02::1", false),
+            ("::1", false),
+            ("fd00:a::2", false),
+        ] {
+            assert_eq!(destination_allowed(&host, ip(to)), allowed, "{to}");
+        }
+        assert!(destination_allowed(&[], ip("10.9.9.9")));
+        assert!(!destination_allowed(&[], ip("224.0.0.251")));
+    }
+
+    /// A wildcard socket drops, and counts, what it is not to take.
+    #[test]
+    fn a_wildcard_socket_drops_datagrams_to_other_addresses() {
+        let server = StdUdpSocket::bind("[::]:0").unwrap();
+        server.set_nonblocking(true).unwrap();
+        let bound = server.local_addr().unwrap();
+        let server = UdpSocket::from_std(server);
+        let mut io = UdpIo::new(&server).unwrap();
+        // A host list without IPv6 loopback: ::1 is not the host's here.
+        io.accept_destinations(&["fd00:a::1".parse().unwrap()]);
+        let client = StdUdpSocket::bind("[::1]:0").unwrap();
+        client.send_to(b"stray", ("::1", bound.port())).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while io.misaddressed() == 0 {
+            assert!(Instant::now() < deadline, "nothing arrived");
+            let mut got = Vec::new();
+            let _ = io.recv(&server, bound, &mut got);
+            assert!(got.is_empty(), "{got:?}");
+        }
+        // Told the host has it, the socket takes it.
+        io.accept_destinations(&["::1".parse().unwrap()]);
+        client.send_to(b"ok", ("::1", bound.port())).unwrap();
+        let mut got = Vec::new();
+        while got.is_empty() {
+            assert!(Instant::now() < deadline, "nothing arrived");
+            let _ = io.recv(&server, bound, &mut got);
+        }
+        assert_eq!(&got[0].payload[..], b"ok");
+        assert_eq!(io.misaddressed(), 1);
     }
 
     /// Every datagram sent in mixed runs (GSO bursts, odd sizes, empty ones) arrives

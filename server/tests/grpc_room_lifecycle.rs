@@ -334,6 +334,9 @@ fn grpc_room_lifecycle() {
             assert_eq!(shard.index as usize, i);
             let udp: SocketAddr = shard.udp_addr.parse().expect("a socket address");
             assert_eq!(Some(udp), server.local_addr(i));
+            assert_eq!(shard.bound_addrs, [udp.to_string()]);
+            // Bound to 127.0.0.1, the shard announces just that.
+            assert_eq!(shard.announced_addrs, [udp.to_string()]);
             assert_eq!(shard.peers, 0);
             assert_eq!(shard.load, 0.0);
         }

@@ -11,7 +11,7 @@
 mod chromium;
 mod grpc_node;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use chromium::{attach, devtools, launch};
 use serde_json::Value;
@@ -20,10 +20,12 @@ use shoal_components::sdp::{AnswerParams, Change, Negotiation, SessionDescriptio
 const UFRAG: &str = "sHoAlUfRaG012345";
 const PWD: &str = "sHoAlPaSsWoRd+/0123456789abcd";
 
+/// Port 9 (discard): nothing answers, which is all this test needs.
+const DEAD_PORT: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9);
+
 fn params() -> AnswerParams<'static> {
     AnswerParams {
-        // Port 9 (discard): nothing answers, which is all this test needs.
-        candidate: "127.0.0.1:9".parse::<SocketAddr>().unwrap(),
+        candidates: &[DEAD_PORT],
         ice_ufrag: UFRAG,
         ice_pwd: PWD,
         fingerprint_sha256: [0xA5; 32],

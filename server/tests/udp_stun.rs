@@ -40,6 +40,8 @@ fn shoal() -> Command {
         "SHOAL_SHARDS",
         "SHOAL_UDP_PORT_BASE",
         "SHOAL_BIND",
+        "SHOAL_ANNOUNCE",
+        "SHOAL_PREFER_FAMILY",
         "SHOAL_MAX_DATAGRAMS_PER_TICK",
         "SHOAL_MAX_PEERS_PER_SHARD",
         "SHOAL_GRPC_ADDR",
@@ -81,10 +83,11 @@ fn start(args: &[&str], shards: usize) -> (ChildGuard, mpsc::Receiver<String>, V
         let line = lines
             .recv_timeout(left)
             .expect("shoal printed its addresses");
-        // "shoal: shard 0 udp 127.0.0.1:7100"
+        // "shoal: shard 0 udp 127.0.0.1:7100", one address per socket: the first.
         let prefix = format!("shoal: shard {} udp ", addrs.len());
         let addr = line
             .strip_prefix(&prefix)
+            .and_then(|a| a.split_whitespace().next())
             .unwrap_or_else(|| panic!("unexpected line {line:?}"));
         addrs.push(addr.parse().expect("a socket address"));
     }
@@ -249,6 +252,67 @@ fn udp_stun_binding_real_socket() {
     );
 }
 
+/// Bound to 0.0.0.0 and `::`, a shard has a socket per family on one port, answers
+/// checks on both, and answers each from the address it was sent to (127.0.0.2 is
+/// local but not the address the kernel would pick for 127.0.0.1); it announces
+/// neither wildcard.
+#[test]
+fn udp_stun_binding_on_both_families_of_a_wildcard_bind() {
+    let peer = format!("{SERVER_UFRAG}:{SERVER_PWD}:{CLIENT_UFRAG}:{CLIENT_PWD}");
+    let args = [
+        "--shards",
+        "1",
+        "--bind",
+        "0.0.0.0",
+        "--bind",
+        "::",
+        "--udp-port-base",
+        "0",
+        "--grpc-addr",
+        "off",
+        "--http-addr",
+        "off",
+        "--static-peer",
+        &peer,
+    ];
+    let (mut child, lines, addrs) = start(&args, 1);
+    let port = addrs[0].port();
+    assert!(addrs[0].ip().is_unspecified() && port != 0, "{}", addrs[0]);
+    let announced = lines
+        .recv_timeout(START_TIMEOUT)
+        .expect("shoal printed what it announces");
+    let list = announced
+        .strip_prefix("shoal: shard 0 announces ")
+        .unwrap_or_else(|| panic!("unexpected line {announced:?}"));
+    let list: Vec<SocketAddr> = list
+        .split_whitespace()
+        .map(|a| a.parse().expect("a socket address"))
+        .collect();
+    assert!(!list.is_empty());
+    for a in &list {
+        assert!(!a.ip().is_unspecified() && a.port() == port, "{announced}");
+    }
+
+    for (n, (client, shard)) in [
+        ("127.0.0.1:0", SocketAddr::from(([127, 0, 0, 2], port))),
+        ("127.0.0.1:0", SocketAddr::from(([127, 0, 0, 1], port))),
+        (
+            "[::1]:0",
+            SocketAddr::new("::1".parse().expect("::1"), port),
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let socket = UdpSocket::bind(client).expect("bind client socket");
+        socket.set_read_timeout(Some(START_TIMEOUT)).unwrap();
+        // `exchange` checks that the answer comes from `shard` itself.
+        assert_answered(&socket, shard, TransactionId([5 + n as u8; 12]));
+    }
+    let status = interrupt_and_wait(&mut child);
+    assert!(status.success(), "shoal exited with {status}");
+}
+
 #[test]
 fn help_documents_every_flag() {
     let out = shoal().arg("--help").output().expect("run shoal --help");
@@ -262,6 +326,8 @@ fn help_documents_every_flag() {
         "--shards",
         "--udp-port-base",
         "--bind",
+        "--announce",
+        "--prefer-family",
         "--max-datagrams-per-tick",
         "--max-peers-per-shard",
         "--static-peer",
@@ -272,6 +338,7 @@ fn help_documents_every_flag() {
         "SHOAL_SHARDS",
         "SHOAL_UDP_PORT_BASE",
         "SHOAL_BIND",
+        "SHOAL_ANNOUNCE",
         "SHOAL_GRPC_ADDR",
         "SHOAL_MAX_ROOMS",
     ] {

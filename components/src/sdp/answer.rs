@@ -3,13 +3,14 @@
 //! channel section, and the shapes of a rejected or transport-only section. The
 //! descriptions themselves come from [`super::Negotiation`].
 //!
-//! shoal is an ICE-lite (RFC 8445 §2.5) DTLS server with one UDP host candidate per
-//! shard, so an accepted section carries:
+//! shoal is an ICE-lite (RFC 8445 §2.5) DTLS server whose shard hands out a UDP host
+//! candidate per address it announces, so an accepted section carries:
 //! - ice-ufrag/ice-pwd, the node's `sha-256` fingerprint (RFC 8122 §5), `a=setup`
 //!   (`passive` for an `actpass` or `active` offer, `active` for a `passive` one: RFC
 //!   8829 §5.3.1 makes the answer's role `active` or `passive` and consistent with the
-//!   offer; shoal prefers to be the DTLS server), the shard's host candidate and
-//!   `a=end-of-candidates` (RFC 8840: nothing trickles from shoal), and `a=rtcp-mux`
+//!   offer; shoal prefers to be the DTLS server), the shard's host candidates (the
+//!   first, the most preferred, also on the `m=` and `c=` lines as the default
+//!   candidate, RFC 8839 §4.2.1.2) and `a=end-of-candidates` (RFC 8840: nothing trickles from shoal), and `a=rtcp-mux`
 //!   when offered (RFC 8829 §5.3.1); `a=ice-lite` goes at session level (RFC 8839
 //!   §4.2.1.4, "a lite implementation MUST include an SDP ice-lite attribute");
 //! - for the data channel (`m=application … UDP/DTLS/SCTP webrtc-datachannel`),
@@ -21,7 +22,7 @@
 //! it, it stays in the group as `a=inactive` with one of the offered formats (RFC 3264
 //! §6.1), carrying the shared transport and no media.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use super::{
     Attribute, Candidate, Connection, Direction, FORMAT_DATACHANNEL, Fingerprint, HashFunction,
@@ -36,15 +37,39 @@ pub const MAX_MESSAGE_SIZE: u64 = 262_144;
 /// RFC 8841 §6's default of 64K (65536 bytes), which RFC 8829 §5.8.2 ("Otherwise,
 /// use the specified default") applies to an offer.
 pub const DEFAULT_REMOTE_MAX_MESSAGE_SIZE: usize = 65_536;
-/// The host candidate's priority: RFC 8445 §5.1.2.1 with type preference 126 (host),
-/// local preference 65535 and component 1.
-pub const HOST_PRIORITY: u32 = (126 << 24) | (65_535 << 8) | (256 - 1);
+/// The first host candidate's priority: RFC 8445 §5.1.2.1 with type preference 126
+/// (host), local preference 65535 and component 1.
+pub const HOST_PRIORITY: u32 = host_priority(0);
+/// Where a description with no candidate points its `m=` and `c=` lines: RFC 8839
+/// §4.3.2 lets an answer carry no candidate with the default destination 0.0.0.0,
+/// port 9.
+const NO_CANDIDATE: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 9);
+
+/// The priority of the host candidate at `index` in an answer's list (0 is the most
+/// preferred). RFC 8445 §5.1.2.1: priority = 2^24 × type preference + 2^8 × local
+/// preference + (256 − component ID), here type preference 126 (§5.1.2.2's host
+/// value), component 1, and local preference 65535 − `index`: §5.1.2.1 makes the
+/// local preference of same-type candidates of one component unique, and the order
+/// of the list (IPv6 and IPv4 intermingled, RFC 8421 §4) is the caller's. Past 65 535
+/// candidates the local preference stays 0.
+pub const fn host_priority(index: usize) -> u32 {
+    let local = if index < 65_535 {
+        65_535 - index as u32
+    } else {
+        0
+    };
+    (126 << 24) | (local << 8) | (256 - 1)
+}
 
 /// What shoal puts into an answer besides what the offer dictates.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AnswerParams<'a> {
-    /// The shard's UDP address: the single host candidate.
-    pub candidate: SocketAddr,
+    /// The shard's UDP host candidates, the most preferred first; each gets the
+    /// priority [`host_priority`] gives its index, and a foundation of its own (RFC
+    /// 8445 §5.1.1.3: candidates of different base addresses never share one). The
+    /// first is also the `m=`/`c=` default destination; with none, the description
+    /// points at `0.0.0.0:9` and carries no candidate.
+    pub candidates: &'a [SocketAddr],
     /// shoal's ICE ufrag for this peer (RFC 8839 §5.4: 4 to 256 ice-chars).
     pub ice_ufrag: &'a str,
     /// shoal's ICE password for this peer (RFC 8839 §5.4: 22 to 256 ice-chars).
@@ -53,6 +78,14 @@ pub struct AnswerParams<'a> {
     pub fingerprint_sha256: [u8; 32],
     /// The `o=` session id (RFC 8829 §5.2.1: random, below 2^63).
     pub session_id: u64,
+}
+
+impl AnswerParams<'_> {
+    /// The address of the `m=` and `c=` lines: the most preferred candidate (the
+    /// default candidate, RFC 8839 §4.2.1.2), or `0.0.0.0:9` when there is none.
+    pub fn default_destination(&self) -> SocketAddr {
+        self.candidates.first().copied().unwrap_or(NO_CANDIDATE)
+    }
 }
 
 /// A data section's `a=max-message-size` as the limit for sending to its author (RFC 8841 §6;
@@ -126,22 +159,29 @@ impl TransportAttributes<'_> {
         formats: &[&str],
     ) -> MediaDescription {
         let p = self.params;
-        let mut m = MediaDescription::new(kind.clone(), p.candidate.port(), proto, formats);
+        let mut m =
+            MediaDescription::new(kind.clone(), p.default_destination().port(), proto, formats);
         m.connections.push(self.connection.clone());
         if let Some(mid) = mid {
             m.push_attribute(Attribute::Mid(mid.to_owned()));
         }
-        let candidate =
-            Candidate::host_udp("1", HOST_PRIORITY, p.candidate.ip(), p.candidate.port());
         m.push_attribute(Attribute::IceUfrag(p.ice_ufrag.to_owned()))
             .push_attribute(Attribute::IcePwd(p.ice_pwd.to_owned()))
             .push_attribute(Attribute::Fingerprint(Fingerprint::new(
                 HashFunction::Sha256,
                 &p.fingerprint_sha256,
             )))
-            .push_attribute(Attribute::Setup(self.setup))
-            .push_attribute(Attribute::Candidate(candidate))
-            .push_attribute(Attribute::EndOfCandidates);
+            .push_attribute(Attribute::Setup(self.setup));
+        for (i, addr) in p.candidates.iter().enumerate() {
+            let foundation = (i + 1).to_string();
+            m.push_attribute(Attribute::Candidate(Candidate::host_udp(
+                &foundation,
+                host_priority(i),
+                addr.ip(),
+                addr.port(),
+            )));
+        }
+        m.push_attribute(Attribute::EndOfCandidates);
         if rtcp_mux {
             m.push_attribute(Attribute::RtcpMux);
         }

@@ -35,7 +35,7 @@ mod tests_attributes;
 
 pub use answer::{
     AnswerParams, DEFAULT_REMOTE_MAX_MESSAGE_SIZE, HOST_PRIORITY, MAX_MESSAGE_SIZE, SCTP_PORT,
-    remote_max_message_size,
+    host_priority, remote_max_message_size,
 };
 pub use attribute::Attribute;
 pub use candidate::{Candidate, CandidateType, TcpType};

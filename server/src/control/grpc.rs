@@ -76,7 +76,7 @@ pub struct ControlState {
     rooms: Mutex<RoomDirectory>,
     members: Mutex<Members>,
     shards: Vec<ShardSender>,
-    udp_addrs: Vec<SocketAddr>,
+    candidates: Vec<Arc<[SocketAddr]>>,
     fingerprint_sha256: [u8; 32],
     clock: Clock,
     max_peers_per_shard: usize,
@@ -98,7 +98,7 @@ impl ControlState {
             rooms: Mutex::new(directory),
             members: Mutex::new(Members::new(shards.len())),
             shards,
-            udp_addrs: Vec::new(),
+            candidates: Vec::new(),
             fingerprint_sha256: [0; 32],
             clock: Clock::start(),
             max_peers_per_shard,
@@ -109,14 +109,14 @@ impl ControlState {
         }
     }
 
-    /// The same, with what answers need: each shard's UDP address (its host
-    /// candidate) and the node's certificate fingerprint.
+    /// The same, with what answers need: each shard's host candidates (in priority
+    /// order) and the node's certificate fingerprint.
     pub fn with_transport(
         mut self,
-        udp_addrs: Vec<SocketAddr>,
+        candidates: Vec<Arc<[SocketAddr]>>,
         fingerprint_sha256: [u8; 32],
     ) -> ControlState {
-        self.udp_addrs = udp_addrs;
+        self.candidates = candidates;
         self.fingerprint_sha256 = fingerprint_sha256;
         self
     }
@@ -131,9 +131,9 @@ impl ControlState {
         &self.shards
     }
 
-    /// Each shard's UDP address, by index.
-    pub fn udp_addrs(&self) -> &[SocketAddr] {
-        &self.udp_addrs
+    /// Shard `index`'s host candidates, in priority order.
+    pub fn candidates(&self, index: usize) -> Option<Arc<[SocketAddr]>> {
+        self.candidates.get(index).cloned()
     }
 
     /// SHA-256 of the node's DTLS certificate.
@@ -453,6 +453,14 @@ impl NodeService for ControlApi {
                 load: load(r.peers, max_peers),
                 datagrams_received: r.driver.datagrams_received,
                 datagrams_sent: r.driver.datagrams_sent,
+                bound_addrs: r.bound.iter().map(ToString::to_string).collect(),
+                announced_addrs: self
+                    .state
+                    .candidates(r.index)
+                    .iter()
+                    .flat_map(|c| c.iter())
+                    .map(ToString::to_string)
+                    .collect(),
             })
             .collect();
         let peers: usize = reports.iter().map(|r| r.peers).sum();

@@ -39,8 +39,8 @@ use crate::driver::ShardCommand;
 /// What shoal put in its own side of a participant's session.
 #[derive(Clone, Debug)]
 pub struct LocalTransport {
-    /// The shard's UDP address: shoal's one candidate.
-    pub candidate: SocketAddr,
+    /// The shard's host candidates, in priority order.
+    pub candidates: Arc<[SocketAddr]>,
     /// shoal's ICE ufrag for this participant.
     pub ufrag: String,
     /// shoal's ICE password for this participant.
@@ -52,7 +52,7 @@ pub struct LocalTransport {
 impl LocalTransport {
     fn params(&self, fingerprint_sha256: [u8; 32]) -> AnswerParams<'_> {
         AnswerParams {
-            candidate: self.candidate,
+            candidates: &self.candidates,
             ice_ufrag: &self.ufrag,
             ice_pwd: &self.pwd,
             fingerprint_sha256,

@@ -290,7 +290,7 @@ impl Services {
                 shards.senders,
                 settings.max_peers_per_shard,
             )
-            .with_transport(shards.udp_addrs, shards.fingerprint_sha256),
+            .with_transport(shards.candidates, shards.fingerprint_sha256),
         );
         let api = ControlApi::new(state.clone());
         let (health, health_service) = tonic_health::server::health_reporter();

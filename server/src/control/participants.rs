@@ -170,7 +170,7 @@ pub fn check_offer(bytes: &[u8]) -> Result<SessionDescription, Status> {
     let offer = SessionDescription::parse_bytes(bytes)
         .map_err(|e| Status::invalid_argument(format!("invalid SDP offer: {e}")))?;
     let probe = AnswerParams {
-        candidate: std::net::SocketAddr::from(([127, 0, 0, 1], 9)),
+        candidates: &[std::net::SocketAddr::from(([127, 0, 0, 1], 9))],
         ice_ufrag: "probe",
         ice_pwd: "probeprobeprobeprobeprobe",
         fingerprint_sha256: [0; 32],
@@ -304,15 +304,14 @@ impl ControlState {
         who: &Admitted,
         offer: &SessionDescription,
     ) -> Result<String, Status> {
-        let addr = *self
-            .udp_addrs()
-            .get(who.shard)
+        let candidates = self
+            .candidates(who.shard)
             .ok_or_else(|| Status::internal(format!("shard {} has no address", who.shard)))?;
         let ufrag = self.random_ice_chars(UFRAG_CHARS)?;
         let pwd = self.random_ice_chars(PWD_CHARS)?;
         let session_id = u64::from_be_bytes(self.random_bytes::<8>()?) >> 2;
         let local = LocalTransport {
-            candidate: addr,
+            candidates,
             ufrag: ufrag.clone(),
             pwd: pwd.clone(),
             session_id,

@@ -1,14 +1,15 @@
 //! The mio driver: the only place where shards meet sockets and clocks.
 //!
 //! Thread-per-core: each shard runs on its own thread (`shoal-shard-{i}`) and owns
-//! everything it touches there: a mio `Poll`, one non-blocking UDP socket on its own
-//! port (so signalling pins a connection to a shard by the candidate it hands out), a
-//! `Waker`, the receiving end of its command channel and the sans-I/O [`Shard`]
+//! everything it touches there: a mio `Poll`, its non-blocking UDP sockets on a port
+//! of its own (so signalling pins a connection to a shard by the candidates it hands
+//! out), one per `--bind` address and so one per family ([`crate::addresses`] says
+//! which addresses they announce), a `Waker`, the receiving end of its command channel and the sans-I/O [`Shard`]
 //! itself. Nothing is shared between shards, so there are no locks on the packet path
 //! and a shard's tables stay in its core's cache. Everything else talks to a shard by
 //! message: a [`ShardCommand`] over a crossbeam channel, followed by a wake-up.
 //!
-//! The loop of a shard thread (see `shard_loop`): wait for the socket, a command or
+//! The loop of a shard thread (see `shard_loop`): wait for a socket, a command or
 //! the shard's next deadline; read about `max_datagrams_per_tick` datagrams into one
 //! batch with batched system calls ([`crate::udp`]: `recvmmsg` and GRO) and run one
 //! tick over it; fire due timers; apply commands; send what the shard produced (GSO
@@ -29,7 +30,7 @@
 mod shard_loop;
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -46,7 +47,9 @@ use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
 use shoal_systems::{Command, CommandError, PeerSpec, Shard, ShardConfig, SiblingBatch};
 
+use crate::addresses::{self, AddressError};
 use crate::config::Config;
+use shard_loop::ShardSocket;
 
 /// Commands queued for one shard before senders block (the control plane's back-pressure).
 pub const COMMAND_QUEUE_LEN: usize = 1024;
@@ -61,13 +64,13 @@ pub type ShardEventSender = tokio::sync::mpsc::UnboundedSender<(usize, ShardEven
 pub type ShardEventReceiver = tokio::sync::mpsc::UnboundedReceiver<(usize, ShardEvent)>;
 
 /// What the control plane needs from the running shards: their command handles and
-/// UDP addresses (by shard index), the node's DTLS fingerprint, and their events.
+/// candidates (by shard index), the node's DTLS fingerprint, and their events.
 #[derive(Debug)]
 pub struct ShardHandles {
     /// A command handle per shard.
     pub senders: Vec<ShardSender>,
-    /// Each shard's UDP address: the host candidate signalling hands out.
-    pub udp_addrs: Vec<SocketAddr>,
+    /// Each shard's host candidates, in priority order: what signalling hands out.
+    pub candidates: Vec<Arc<[SocketAddr]>>,
     /// SHA-256 of the certificate every shard presents.
     pub fingerprint_sha256: [u8; 32],
     /// The shards' lifecycle events; `None` once taken.
@@ -135,6 +138,9 @@ pub struct DriverStats {
     pub send_errors: u64,
     /// Receive calls that failed with something other than "would block".
     pub recv_errors: u64,
+    /// Datagrams a wildcard socket dropped because they were addressed to none of
+    /// the host's interface addresses (a broadcast or multicast address, say).
+    pub datagrams_misaddressed: u64,
     /// Receive system calls that returned datagrams (each `recvmmsg` can return
     /// several buffers, each GRO buffer several datagrams).
     pub recv_calls: u64,
@@ -149,8 +155,10 @@ pub struct DriverStats {
 pub struct ShardReport {
     /// The shard's index.
     pub index: usize,
-    /// The shard's socket address.
+    /// The shard's first socket address (of the first `--bind` address).
     pub local_addr: SocketAddr,
+    /// Every address the shard's sockets are bound to, in `--bind` order.
+    pub bound: Vec<SocketAddr>,
     /// Peers the shard holds.
     pub peers: usize,
     /// Entities in the shard's World (every peer is one; what departed peers had
@@ -176,6 +184,12 @@ pub enum DriverError {
         /// The configured shard count.
         shards: usize,
     },
+    /// `--bind` and `--announce` do not fit together, or leave nothing to announce.
+    #[error(transparent)]
+    Addresses(#[from] AddressError),
+    /// The host's interface addresses could not be listed (for a wildcard bind).
+    #[error("cannot list the interface addresses: {0}")]
+    Interfaces(io::Error),
     /// The system random generator failed to give a shard seed.
     #[error("the system random generator failed")]
     Seed,
@@ -337,7 +351,10 @@ impl ShardSender {
 
 /// One running shard as the owner sees it.
 struct ShardHandle {
-    local_addr: SocketAddr,
+    /// Its sockets' addresses, in `--bind` order.
+    bound: Vec<SocketAddr>,
+    /// Its host candidates, in priority order.
+    candidates: Arc<[SocketAddr]>,
     sender: ShardSender,
     thread: Option<JoinHandle<Result<ShardReport, DriverError>>>,
 }
@@ -353,6 +370,19 @@ impl Server {
     /// Binds every shard's socket, starts its thread and registers the config's static
     /// peers on every shard. On error, the shards started so far are shut down.
     pub fn start(config: &Config) -> Result<Server, DriverError> {
+        addresses::check(&config.bind, &config.announce)?;
+        // Listed once: what a wildcard socket accepts datagrams for, and (without
+        // --announce) what it announces.
+        let host = if config.bind.iter().any(IpAddr::is_unspecified) {
+            addresses::interface_addresses().map_err(DriverError::Interfaces)?
+        } else {
+            Vec::new()
+        };
+        let usable = addresses::usable_interface_addresses(&host);
+        let interfaces = Interfaces {
+            host: &host,
+            usable: &usable,
+        };
         let count = config.shards.get();
         let epoch = Instant::now();
         let rng = SystemRandom::new();
@@ -384,11 +414,11 @@ impl Server {
             let seed = ring::rand::generate::<[u8; 8]>(&rng)
                 .map_err(|_| DriverError::Seed)?
                 .expose();
-            let addr = SocketAddr::new(config.bind, port);
             prepared.push(prepare_shard(
                 config,
                 index,
-                addr,
+                port,
+                interfaces,
                 u64::from_le_bytes(seed),
                 certificate.clone(),
                 epoch,
@@ -417,14 +447,26 @@ impl Server {
         self.shards.len()
     }
 
-    /// Shard `index`'s bound socket address.
+    /// Shard `index`'s first bound socket address (of the first `--bind` address).
     pub fn local_addr(&self, index: usize) -> Option<SocketAddr> {
-        self.shards.get(index).map(|s| s.local_addr)
+        self.shards
+            .get(index)
+            .and_then(|s| s.bound.first().copied())
     }
 
-    /// Every shard's bound socket address, by index.
+    /// Every shard's first bound socket address, by index.
     pub fn local_addrs(&self) -> impl Iterator<Item = SocketAddr> + '_ {
-        self.shards.iter().map(|s| s.local_addr)
+        self.shards.iter().filter_map(|s| s.bound.first().copied())
+    }
+
+    /// Shard `index`'s bound socket addresses, in `--bind` order.
+    pub fn bound_addrs(&self, index: usize) -> Option<&[SocketAddr]> {
+        self.shards.get(index).map(|s| &s.bound[..])
+    }
+
+    /// Shard `index`'s host candidates, in priority order.
+    pub fn candidates(&self, index: usize) -> Option<&[SocketAddr]> {
+        self.shards.get(index).map(|s| &s.candidates[..])
     }
 
     /// A handle that sends commands to shard `index`.
@@ -443,7 +485,7 @@ impl Server {
     pub fn control_handles(&mut self) -> ShardHandles {
         ShardHandles {
             senders: self.command_senders(),
-            udp_addrs: self.local_addrs().collect(),
+            candidates: self.shards.iter().map(|s| s.candidates.clone()).collect(),
             fingerprint_sha256: self.fingerprint(),
             events: self.events.take(),
         }
@@ -500,7 +542,8 @@ fn shard_port(base: u16, index: usize) -> Option<u16> {
 /// A shard set up on the starting thread, not yet running.
 struct Prepared {
     index: usize,
-    local_addr: SocketAddr,
+    bound: Vec<SocketAddr>,
+    candidates: Arc<[SocketAddr]>,
     sender: ShardSender,
     shard_loop: shard_loop::ShardLoop,
 }
@@ -520,19 +563,32 @@ impl Prepared {
                 source,
             })?;
         Ok(ShardHandle {
-            local_addr: self.local_addr,
+            bound: self.bound,
+            candidates: self.candidates,
             sender: self.sender,
             thread: Some(thread),
         })
     }
 }
 
-/// Sets up shard `index`'s socket, poll and channel on this thread, so set-up errors
-/// surface here; [`Prepared::spawn`] then moves them onto the shard's own thread.
+/// The host's interface addresses, as a wildcard socket needs them.
+#[derive(Clone, Copy)]
+struct Interfaces<'a> {
+    /// Every address of an interface that is up: what it accepts datagrams for.
+    host: &'a [IpAddr],
+    /// Those a client can be handed: what it announces without `--announce`.
+    usable: &'a [IpAddr],
+}
+
+/// Sets up shard `index`'s sockets (one per `--bind` address, all on `port`, or all
+/// on the port the first one got when `port` is 0), poll and channel on this thread,
+/// so set-up errors surface here; [`Prepared::spawn`] then moves them onto the
+/// shard's own thread.
 fn prepare_shard(
     config: &Config,
     index: usize,
-    addr: SocketAddr,
+    port: u16,
+    interfaces: Interfaces<'_>,
     seed: u64,
     certificate: Arc<DtlsCertificate>,
     epoch: Instant,
@@ -545,16 +601,39 @@ fn prepare_shard(
             source,
         }
     };
-    let mut socket = UdpSocket::bind(addr).map_err(|source| DriverError::Bind {
-        shard: index,
-        addr,
-        source,
-    })?;
-    let local_addr = socket.local_addr().map_err(io_err("local_addr"))?;
     let poll = Poll::new().map_err(io_err("poll"))?;
-    poll.registry()
-        .register(&mut socket, shard_loop::SOCKET, Interest::READABLE)
-        .map_err(io_err("register socket"))?;
+    let mut sockets = Vec::with_capacity(config.bind.len());
+    let mut bound = Vec::with_capacity(config.bind.len());
+    let mut port = port;
+    for (i, &ip) in config.bind.iter().enumerate() {
+        let addr = SocketAddr::new(ip, port);
+        let socket = bind_udp(addr).map_err(|source| DriverError::Bind {
+            shard: index,
+            addr,
+            source,
+        })?;
+        let local = socket.local_addr().map_err(io_err("local_addr"))?;
+        port = local.port();
+        let mut socket = ShardSocket::new(socket, local, interfaces.host)
+            .map_err(io_err("batched socket I/O"))?;
+        poll.registry()
+            .register(
+                socket.socket_mut(),
+                shard_loop::socket_token(i),
+                Interest::READABLE,
+            )
+            .map_err(io_err("register socket"))?;
+        sockets.push(socket);
+        bound.push(local);
+    }
+    let candidates: Arc<[SocketAddr]> = addresses::candidates(
+        &bound,
+        &config.announce,
+        interfaces.usable,
+        config.prefer_family,
+    )?
+    .into();
+    let local_addr = *bound.first().ok_or(AddressError::NoBind)?;
     let waker = Waker::new(poll.registry(), shard_loop::WAKER).map_err(io_err("waker"))?;
     let (commands, inbox) = crossbeam_channel::bounded(COMMAND_QUEUE_LEN);
 
@@ -568,16 +647,16 @@ fn prepare_shard(
         index,
         Shard::new(shard_config),
         poll,
-        socket,
+        sockets,
         inbox,
         epoch,
         config.max_datagrams_per_tick,
         events,
-    )
-    .map_err(io_err("batched socket I/O"))?;
+    );
     Ok(Prepared {
         index,
-        local_addr,
+        bound,
+        candidates,
         sender: ShardSender {
             index,
             commands,
@@ -585,6 +664,19 @@ fn prepare_shard(
         },
         shard_loop,
     })
+}
+
+/// A non-blocking UDP socket bound to `addr`; an IPv6 one is IPv6-only, so that a
+/// shard's IPv4 socket can share its port (IPv4 clients reach the IPv4 socket).
+fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(UdpSocket::from_std(socket.into()))
 }
 
 /// An ICE-lite peer with fixed credentials and no DTLS, for tests that only need a

@@ -17,10 +17,61 @@ use crate::udp::UdpIo;
 
 use super::{DriverError, DriverStats, ShardCommand, ShardEventSender, ShardReport, ShardSender};
 
-/// The token of the shard's UDP socket.
-pub(super) const SOCKET: Token = Token(0);
 /// The token of the shard's waker (commands are waiting).
-pub(super) const WAKER: Token = Token(1);
+pub(super) const WAKER: Token = Token(0);
+
+/// The token of the shard's `index`-th UDP socket.
+pub(super) fn socket_token(index: usize) -> Token {
+    Token(1 + index)
+}
+
+/// One of a shard's UDP sockets (one per bound address, so one per family) and its
+/// batched I/O.
+pub(super) struct ShardSocket {
+    socket: UdpSocket,
+    /// The address it is bound to (0.0.0.0 or `::` receives on every interface).
+    bound: SocketAddr,
+    udp: UdpIo,
+    /// Readable and not yet read until WouldBlock (readiness is edge-triggered).
+    pending: bool,
+    /// Datagrams to send from it, sorted out of the shard's output.
+    tx: Vec<Datagram>,
+}
+
+impl ShardSocket {
+    /// `socket`, bound to `bound`, set up for batched I/O; bound to a wildcard
+    /// address, it accepts only datagrams addressed to one of `host` (the host's
+    /// interface addresses).
+    ///
+    /// # Errors
+    /// If the socket cannot be set up for batched I/O.
+    pub(super) fn new(
+        socket: UdpSocket,
+        bound: SocketAddr,
+        host: &[std::net::IpAddr],
+    ) -> io::Result<ShardSocket> {
+        let mut udp = UdpIo::new(&socket)?;
+        udp.accept_destinations(host);
+        Ok(ShardSocket {
+            socket,
+            bound,
+            udp,
+            pending: false,
+            tx: Vec::new(),
+        })
+    }
+
+    /// The socket, to register with a poll.
+    pub(super) fn socket_mut(&mut self) -> &mut UdpSocket {
+        &mut self.socket
+    }
+
+    /// Whether a datagram to `remote` leaves through this socket: the one of its
+    /// family (a path's two ends are of one family; its local end may be a wildcard).
+    fn sends_to(&self, remote: SocketAddr) -> bool {
+        remote.is_ipv4() == self.bound.is_ipv4()
+    }
+}
 
 /// Batches read per wake-up before timers and commands get a turn; the socket is
 /// revisited at once (zero poll timeout) if it still had data.
@@ -36,12 +87,11 @@ pub(super) struct ShardLoop {
     index: usize,
     shard: Shard,
     poll: Poll,
-    socket: UdpSocket,
+    sockets: Vec<ShardSocket>,
     commands: Receiver<ShardCommand>,
     epoch: Instant,
     batch_limit: usize,
     local_addr: SocketAddr,
-    udp: UdpIo,
     batch: Vec<Datagram>,
     tx: Vec<Datagram>,
     stats: DriverStats,
@@ -63,39 +113,35 @@ enum Flow {
 }
 
 impl ShardLoop {
-    /// A loop over `shard`, whose socket is registered with `poll` under [`SOCKET`].
-    ///
-    /// # Errors
-    /// If the socket cannot be set up for batched I/O.
+    /// A loop over `shard`, whose sockets are registered with `poll` under
+    /// [`socket_token`] of their index.
     pub(super) fn new(
         index: usize,
         shard: Shard,
         poll: Poll,
-        socket: UdpSocket,
+        sockets: Vec<ShardSocket>,
         commands: Receiver<ShardCommand>,
         epoch: Instant,
         batch_limit: usize,
         events: ShardEventSender,
-    ) -> io::Result<ShardLoop> {
+    ) -> ShardLoop {
         let local_addr = shard.local_addr();
-        let udp = UdpIo::new(&socket)?;
-        Ok(ShardLoop {
+        ShardLoop {
             index,
             shard,
             poll,
-            socket,
+            sockets,
             commands,
             epoch,
             batch_limit,
             local_addr,
-            udp,
             batch: Vec::with_capacity(batch_limit),
             tx: Vec::new(),
             stats: DriverStats::default(),
             events,
             siblings: Vec::new(),
             links: Links::new(index, 0),
-        })
+        }
     }
 
     /// Gives the loop every shard's command handle, by index, for the room relay's
@@ -111,13 +157,13 @@ impl ShardLoop {
     /// thread with its error.
     pub(super) fn run(mut self) -> Result<ShardReport, DriverError> {
         let mut events = Events::with_capacity(8);
-        // Readiness is edge-triggered: once the socket is readable it must be read
-        // until WouldBlock, or no new event comes. These flags carry unfinished work
-        // into the next round, which then polls without waiting.
-        let mut socket_pending = false;
+        // Readiness is edge-triggered: once a socket is readable it must be read
+        // until WouldBlock, or no new event comes. Its `pending` flag and this one
+        // carry unfinished work into the next round, which then polls without waiting.
         let mut commands_pending = false;
         loop {
-            let wait = if socket_pending || commands_pending {
+            let sockets_pending = self.sockets.iter().any(|s| s.pending);
+            let wait = if sockets_pending || commands_pending {
                 Some(Duration::ZERO)
             } else {
                 self.poll_wait()
@@ -133,9 +179,16 @@ impl ShardLoop {
                     source,
                 });
             }
-            socket_pending |= events.iter().any(|e| e.token() == SOCKET);
-            if socket_pending {
-                socket_pending = self.read_socket();
+            for event in &events {
+                let index = event.token().0.wrapping_sub(1);
+                if let Some(socket) = self.sockets.get_mut(index) {
+                    socket.pending = true;
+                }
+            }
+            for index in 0..self.sockets.len() {
+                if self.sockets[index].pending {
+                    self.sockets[index].pending = self.read_socket(index);
+                }
             }
             self.fire_timers();
             let flow = self.apply_commands();
@@ -159,10 +212,11 @@ impl ShardLoop {
         Time::from_micros(us)
     }
 
-    /// Reads batches and runs a tick over each; true if the socket may still hold data.
-    fn read_socket(&mut self) -> bool {
+    /// Reads batches from socket `index` and runs a tick over each; true if the
+    /// socket may still hold data.
+    fn read_socket(&mut self, index: usize) -> bool {
         for _ in 0..MAX_BATCHES_PER_WAKE {
-            let drained = self.read_batch();
+            let drained = self.read_batch(index);
             // A GRO burst can take the batch past what one tick accepts.
             while !self.batch.is_empty() {
                 let now = self.now();
@@ -178,18 +232,18 @@ impl ShardLoop {
         true
     }
 
-    /// Fills the batch with about `batch_limit` datagrams (a GRO burst is taken
-    /// whole); true once the socket reported WouldBlock.
-    fn read_batch(&mut self) -> bool {
+    /// Fills the batch from socket `index` with about `batch_limit` datagrams (a GRO
+    /// burst is taken whole); true once the socket reported WouldBlock.
+    fn read_batch(&mut self, index: usize) -> bool {
+        let Some(s) = self.sockets.get_mut(index) else {
+            return true;
+        };
         // Bounded in calls too, so that a socket failing every call cannot hold the loop.
         for _ in 0..self.batch_limit {
             if self.batch.len() >= self.batch_limit {
                 return false;
             }
-            match self
-                .udp
-                .recv(&self.socket, self.local_addr, &mut self.batch)
-            {
+            match s.udp.recv(&s.socket, s.bound, &mut self.batch) {
                 Ok(n) => {
                     self.stats.datagrams_received += n as u64;
                     self.stats.recv_calls += 1;
@@ -277,12 +331,29 @@ impl ShardLoop {
         self.forward();
         self.shard.poll_transmit(&mut self.tx);
         if !self.tx.is_empty() {
-            let sent = self.udp.send(&self.socket, &mut self.tx);
-            self.stats.datagrams_sent += sent.sent;
-            self.stats.send_calls += sent.calls;
-            // UDP may drop; a full send buffer is congestion, not a failure.
-            self.stats.send_would_block += sent.would_block;
-            self.stats.send_errors += sent.errors;
+            // Each datagram leaves through the socket of its family;
+            // with one socket, the whole batch does.
+            if let [only] = &mut self.sockets[..] {
+                std::mem::swap(&mut only.tx, &mut self.tx);
+            } else {
+                for d in self.tx.drain(..) {
+                    match self.sockets.iter_mut().find(|s| s.sends_to(d.remote)) {
+                        Some(s) => s.tx.push(d),
+                        None => self.stats.send_errors += 1,
+                    }
+                }
+            }
+            for s in &mut self.sockets {
+                if s.tx.is_empty() {
+                    continue;
+                }
+                let sent = s.udp.send(&s.socket, &mut s.tx);
+                self.stats.datagrams_sent += sent.sent;
+                self.stats.send_calls += sent.calls;
+                // UDP may drop; a full send buffer is congestion, not a failure.
+                self.stats.send_would_block += sent.would_block;
+                self.stats.send_errors += sent.errors;
+            }
         }
         while let Some(event) = self.shard.poll_event() {
             match event {
@@ -307,11 +378,15 @@ impl ShardLoop {
         ShardReport {
             index: self.index,
             local_addr: self.local_addr,
+            bound: self.sockets.iter().map(|s| s.bound).collect(),
             peers: self.shard.peer_count(),
             entities: self.shard.entity_count(),
             shared_rooms: self.shard.shared_room_count(),
             shard: self.shard.stats().clone(),
-            driver: self.stats.clone(),
+            driver: DriverStats {
+                datagrams_misaddressed: self.sockets.iter().map(|s| s.udp.misaddressed()).sum(),
+                ..self.stats.clone()
+            },
         }
     }
 }

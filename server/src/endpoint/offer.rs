@@ -199,7 +199,7 @@ mod tests {
     /// shoal's own answer to `offer`.
     fn answer(offer: &DataOffer, node: SocketAddr) -> String {
         let params = AnswerParams {
-            candidate: node,
+            candidates: &[node],
             ice_ufrag: "nodeufrag",
             ice_pwd: "nodepasswordnodepassword",
             fingerprint_sha256: NODE_FINGERPRINT,

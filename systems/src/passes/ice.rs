@@ -327,8 +327,9 @@ fn handle_response(
         return;
     };
     // §7.2.5.2.1: a response from another address than the request went to is a
-    // failure (non-symmetric transport addresses).
-    if pending.path != path || failed {
+    // failure (non-symmetric transport addresses). The path is the response's, whose
+    // local address is a concrete one where the request's was a wildcard.
+    if !pending.path.answered_on(&path) || failed {
         ctl.pending = None;
         next_candidate(
             ctx,

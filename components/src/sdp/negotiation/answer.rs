@@ -93,7 +93,7 @@ impl Negotiation {
         let attributes = TransportAttributes {
             params,
             setup: transport.setup,
-            connection: Connection::new(params.candidate.ip()),
+            connection: Connection::new(params.default_destination().ip()),
         };
         self.version += 1;
         let mut sdp = SessionDescription::new(Origin::new(self.session_id, self.version));

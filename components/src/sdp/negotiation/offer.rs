@@ -131,7 +131,7 @@ impl Negotiation {
         let attributes = TransportAttributes {
             params,
             setup: Setup::ActPass,
-            connection: Connection::new(params.candidate.ip()),
+            connection: Connection::new(params.default_destination().ip()),
         };
         self.version += 1;
         let mut sdp = SessionDescription::new(Origin::new(self.session_id, self.version));

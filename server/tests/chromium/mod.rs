@@ -1,6 +1,9 @@
 //! Headless Chromium for the interop tests: launched with the flags WebRTC on
 //! loopback needs, driven over the DevTools protocol (the port it picked is read from
-//! `DevToolsActivePort` in a fresh user-data-dir), JavaScript run in its pages.
+//! `DevToolsActivePort` in a fresh user-data-dir), JavaScript run in its pages. It can
+//! run inside a network namespace of the test's network lab ([`launch_in`]); its
+//! DevTools port is then reached over a stream the lab connected from inside
+//! ([`devtools_over`]).
 //!
 //! Needs `/usr/bin/chromium` (Debian package `chromium`; `scripts/test-all` installs
 //! it).
@@ -36,6 +39,12 @@ impl Drop for Browser {
 
 /// Starts Chromium on `url` with a fresh profile.
 pub fn launch(url: &str) -> Browser {
+    launch_in(None, url, &[])
+}
+
+/// Starts Chromium on `url` with a fresh profile, in network namespace `netns` (`ip
+/// netns exec`) when given, with `extra` flags.
+pub fn launch_in(netns: Option<&str>, url: &str, extra: &[&str]) -> Browser {
     assert!(
         Path::new(CHROMIUM).exists(),
         "{CHROMIUM} is missing: install the Debian package chromium (scripts/test-all does)"
@@ -45,7 +54,15 @@ pub fn launch(url: &str) -> Browser {
     let profile = std::env::temp_dir().join(format!("shoal-chromium-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&profile);
     std::fs::create_dir_all(&profile).expect("a profile directory");
-    let child = Command::new(CHROMIUM)
+    let mut command = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, CHROMIUM]);
+            c
+        }
+        None => Command::new(CHROMIUM),
+    };
+    let child = command
         .args([
             "--headless",
             "--no-sandbox",
@@ -60,6 +77,7 @@ pub fn launch(url: &str) -> Browser {
             "--use-fake-ui-for-media-stream",
             "--remote-debugging-port=0",
         ])
+        .args(extra)
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(url)
         .stdin(Stdio::null())
@@ -72,13 +90,19 @@ pub fn launch(url: &str) -> Browser {
 
 /// The browser's DevTools WebSocket URL, from `DevToolsActivePort` (port, then path).
 pub fn devtools_url(profile: &Path) -> String {
+    let (port, path) = devtools_port(profile);
+    format!("ws://127.0.0.1:{port}{path}")
+}
+
+/// The browser's DevTools port and WebSocket path, from `DevToolsActivePort`.
+pub fn devtools_port(profile: &Path) -> (u16, String) {
     let file = profile.join("DevToolsActivePort");
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if let Ok(text) = std::fs::read_to_string(&file) {
             let mut lines = text.lines();
-            if let (Some(port), Some(path)) = (lines.next(), lines.next()) {
-                return format!("ws://127.0.0.1:{port}{path}");
+            if let (Some(Ok(port)), Some(path)) = (lines.next().map(str::parse), lines.next()) {
+                return (port, path.to_owned());
             }
         }
         assert!(
@@ -226,5 +250,20 @@ pub async fn devtools(browser: &Browser) -> Cdp {
     let (ws, _) = tokio_tungstenite::connect_async(url.as_str())
         .await
         .expect("connect to DevTools");
+    Cdp { ws, next_id: 0 }
+}
+
+/// A DevTools connection to `browser` over `stream`, a connection to its DevTools
+/// port made elsewhere (from inside its network namespace).
+pub async fn devtools_over(browser: &Browser, stream: std::net::TcpStream) -> Cdp {
+    let url = devtools_url(&browser.profile);
+    stream.set_nonblocking(true).expect("a non-blocking stream");
+    let stream = tokio::net::TcpStream::from_std(stream).expect("a tokio stream");
+    let (ws, _) = tokio_tungstenite::client_async(
+        url.as_str(),
+        tokio_tungstenite::MaybeTlsStream::Plain(stream),
+    )
+    .await
+    .expect("the DevTools handshake");
     Cdp { ws, next_id: 0 }
 }

@@ -1,0 +1,107 @@
+//! WHIP and WHEP from a Chromium page (RFC 9725): a publisher of the fake camera and
+//! microphone, a player of a room's tracks, and what each sees in getStats(). The
+//! page is shoal's own `/`, so `fetch("/whip/…")` is same-origin.
+
+#![allow(dead_code)]
+
+/// How long a page waits for its connection, in milliseconds.
+pub const CONNECT_TIMEOUT_MS: u64 = 20_000;
+
+/// The JavaScript that waits (at most [`CONNECT_TIMEOUT_MS`]) for `pc` to connect.
+const WAIT_CONNECTED: &str = r#"await new Promise((ok, fail) => {
+    const started = Date.now();
+    const check = () => {
+      if (pc.connectionState === "connected") return ok();
+      if (pc.connectionState === "failed" || Date.now() - started > TIMEOUT)
+        return fail(new Error("connection " + pc.connectionState + ", ice " + pc.iceConnectionState));
+      setTimeout(check, 50);
+    };
+    check();
+  });"#;
+
+/// POSTs the page's offer to `path`, applies the answer and waits for the
+/// connection; resolves with the answer's SDP.
+fn exchange(setup: &str, path: &str) -> String {
+    let wait = WAIT_CONNECTED.replace("TIMEOUT", &CONNECT_TIMEOUT_MS.to_string());
+    format!(
+        r#"(async () => {{
+  const pc = new RTCPeerConnection({{ iceServers: [] }});
+  const state = {{ tracks: [] }};
+  pc.ontrack = (e) => state.tracks.push(e.track.kind);
+  {setup}
+  await pc.setLocalDescription(await pc.createOffer());
+  const response = await fetch("{path}", {{
+    method: "POST", headers: {{ "Content-Type": "application/sdp" }}, body: pc.localDescription.sdp,
+  }});
+  const answer = await response.text();
+  if (response.status !== 201) throw new Error("POST {path}: " + response.status + ": " + answer);
+  window.shoal = {{ pc, state, answer, location: response.headers.get("Location") }};
+  await pc.setRemoteDescription({{ type: "answer", sdp: answer }});
+  {wait}
+  return answer;
+}})()"#
+    )
+}
+
+/// Publishes the fake camera and microphone into `room` over WHIP as `identity`;
+/// resolves with shoal's answer once connected.
+pub fn publish_script(room: &str, identity: &str) -> String {
+    exchange(
+        r#"const stream = await navigator.mediaDevices.getUserMedia({ audio: true, video: { width: 320, height: 240 } });
+  for (const t of stream.getTracks()) pc.addTransceiver(t, { direction: "sendonly", streams: [stream] });"#,
+        &format!("/whip/{room}?identity={identity}"),
+    )
+}
+
+/// Plays `room` over WHEP as `identity` (an audio and a video transceiver,
+/// receive-only); resolves with shoal's answer once connected.
+pub fn play_script(room: &str, identity: &str) -> String {
+    exchange(
+        r#"pc.addTransceiver("audio", { direction: "recvonly" });
+  pc.addTransceiver("video", { direction: "recvonly" });"#,
+        &format!("/whep/{room}?identity={identity}"),
+    )
+}
+
+/// What the page's connection reports: video frames decoded and audio packets
+/// received, its state, and the selected candidate pair's remote (shoal's) and local
+/// addresses.
+pub const STATS: &str = r#"(async () => {
+  const pc = window.shoal.pc;
+  const r = { framesDecoded: 0, audioPackets: 0, connection: pc.connectionState, remote: null, local: null };
+  const stats = await pc.getStats();
+  stats.forEach((s) => {
+    if (s.type === "inbound-rtp" && s.kind === "video") r.framesDecoded += s.framesDecoded || 0;
+    if (s.type === "inbound-rtp" && s.kind === "audio") r.audioPackets += s.packetsReceived || 0;
+    if (s.type === "transport" && s.selectedCandidatePairId) {
+      const pair = stats.get(s.selectedCandidatePairId);
+      const remote = pair && stats.get(pair.remoteCandidateId);
+      const local = pair && stats.get(pair.localCandidateId);
+      if (remote) r.remote = remote.address + " " + remote.port;
+      if (local) r.local = local.address;
+    }
+  });
+  r.tracks = window.shoal.state.tracks.slice().sort();
+  return r;
+})()"#;
+
+/// The addresses and ports of an SDP's `a=candidate` lines, and the addresses of its
+/// `c=` lines.
+pub fn sdp_addresses(sdp: &str) -> (Vec<(String, u16)>, Vec<String>) {
+    let mut candidates = Vec::new();
+    let mut connections = Vec::new();
+    for line in sdp.lines() {
+        if let Some(c) = line.strip_prefix("a=candidate:") {
+            let fields: Vec<&str> = c.split_whitespace().collect();
+            let (Some(addr), Some(port)) = (fields.get(4), fields.get(5)) else {
+                panic!("a short candidate line: {line}");
+            };
+            candidates.push(((*addr).to_owned(), port.parse().expect("a port")));
+        }
+        if let Some(c) = line.strip_prefix("c=") {
+            let addr = c.split_whitespace().nth(2).expect("c=IN IP4 ADDR");
+            connections.push(addr.to_owned());
+        }
+    }
+    (candidates, connections)
+}

@@ -16,6 +16,9 @@ use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_systems::PeerSpec;
 
 use crate::addresses::Family;
+use crate::ice_servers::{
+    DEFAULT_TURN_TTL_SECS, IceServerUri, IceServers, IceServersError, Secret, Username,
+};
 
 /// The default first UDP port: shard `i` binds `DEFAULT_UDP_PORT_BASE + i`.
 pub const DEFAULT_UDP_PORT_BASE: u16 = 7100;
@@ -164,6 +167,50 @@ pub struct Config {
     #[arg(long, env = "SHOAL_SCTP_MAX_INIT_RETRANSMITS", value_name = "N")]
     pub sctp_max_init_retransmits: Option<u32>,
 
+    /// A STUN or TURN server clients may use: `stun:HOST[:PORT]`, `stuns:…`,
+    /// `turn:HOST[:PORT][?transport=udp|tcp]`, `turns:…` (RFC 7064, RFC 7065).
+    /// Repeatable or comma-separated, at most 8. shoal hands them to every client in
+    /// WHIP/WHEP `Link` headers and the signalling join response; it uses none
+    /// itself. A turn: URI needs --turn-secret, or --turn-username and
+    /// --turn-password.
+    #[arg(
+        long = "ice-server",
+        env = "SHOAL_ICE_SERVER",
+        value_name = "URI",
+        value_delimiter = ','
+    )]
+    pub ice_servers: Vec<IceServerUri>,
+
+    /// The secret shared with the TURN servers (coturn: `use-auth-secret` and
+    /// `static-auth-secret`): each client gets a username `EXPIRY:IDENTITY` and the
+    /// password HMAC-SHA1(secret, username) in base64, valid for --turn-ttl.
+    #[arg(
+        long,
+        env = "SHOAL_TURN_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    pub turn_secret: Option<Secret>,
+
+    /// Seconds the credentials minted from --turn-secret work. A TURN server checks
+    /// them on every refresh, so this bounds a relayed session's length.
+    #[arg(long, env = "SHOAL_TURN_TTL", value_name = "SECONDS", default_value_t = DEFAULT_TURN_TTL_SECS)]
+    pub turn_ttl: u32,
+
+    /// A TURN username every client gets (with --turn-password; instead of
+    /// --turn-secret).
+    #[arg(long, env = "SHOAL_TURN_USERNAME", value_name = "NAME")]
+    pub turn_username: Option<Username>,
+
+    /// The TURN password that goes with --turn-username.
+    #[arg(
+        long,
+        env = "SHOAL_TURN_PASSWORD",
+        value_name = "PASSWORD",
+        hide_env_values = true
+    )]
+    pub turn_password: Option<Secret>,
+
     /// TEST ONLY: registers an ICE-lite peer with these credentials on every shard at
     /// start-up, for tests that reach a shard without signalling. Repeatable; the n-th flag (from 0) is
     /// peer id n. Format LOCAL_UFRAG:LOCAL_PWD:REMOTE_UFRAG:REMOTE_PWD (RFC 8839 §5.4:
@@ -191,6 +238,11 @@ impl Default for Config {
             room_empty_timeout: DEFAULT_ROOM_EMPTY_TIMEOUT_SECS,
             sctp_heartbeat_interval: DEFAULT_SCTP_HEARTBEAT_INTERVAL_SECS,
             sctp_max_init_retransmits: None,
+            ice_servers: Vec::new(),
+            turn_secret: None,
+            turn_ttl: DEFAULT_TURN_TTL_SECS,
+            turn_username: None,
+            turn_password: None,
             static_peers: Vec::new(),
         }
     }
@@ -221,6 +273,9 @@ pub enum ConfigError {
         /// Where and why parsing failed.
         source: toml::de::Error,
     },
+    /// The ICE server settings do not fit together.
+    #[error("{0}")]
+    IceServers(#[from] IceServersError),
     /// A key names no setting, or its value has the wrong shape.
     #[error("{path}: {key}: {reason}")]
     Key {
@@ -258,6 +313,7 @@ impl Config {
         let matches = Config::command().try_get_matches_from(&args)?;
         let config = Config::from_arg_matches(&matches)?;
         let Some(path) = config.config.clone() else {
+            config.ice_servers()?;
             return Ok(config);
         };
         let table = read_table(&path)?;
@@ -291,7 +347,21 @@ impl Config {
         }
         merged.extend(args.into_iter().skip(1));
         let matches = Config::command().try_get_matches_from(merged)?;
-        Ok(Config::from_arg_matches(&matches)?)
+        let config = Config::from_arg_matches(&matches)?;
+        config.ice_servers()?;
+        Ok(config)
+    }
+
+    /// The STUN and TURN servers for clients, with their credentials; an error when
+    /// the settings do not fit together ([`Config::load_from`] refuses those).
+    pub fn ice_servers(&self) -> Result<IceServers, IceServersError> {
+        IceServers::new(
+            self.ice_servers.clone(),
+            self.turn_username.clone(),
+            self.turn_password.clone(),
+            self.turn_secret.clone(),
+            self.turn_ttl,
+        )
     }
 
     /// The static peers as shard commands: ICE-lite, id = position on the command line.
@@ -582,6 +652,76 @@ mod tests {
         assert_eq!(c.max_rooms, 4, "the flag wins");
         assert_eq!(c.static_peers.len(), 1);
         assert_eq!(c.grpc_addr.addr(), Some(DEFAULT_GRPC_ADDR), "the default");
+    }
+
+    #[test]
+    fn ice_servers_come_from_flags_or_the_file_and_must_fit_together() {
+        let c = Config::load_from([
+            "shoal",
+            "--ice-server",
+            "stun:192.0.2.1:3478,turn:192.0.2.1:3478?transport=udp",
+            "--ice-server",
+            "turns:turn.example.org:443?transport=tcp",
+            "--turn-secret",
+            "s3cret",
+        ])
+        .unwrap();
+        let uris: Vec<&str> = c.ice_servers.iter().map(IceServerUri::as_str).collect();
+        assert_eq!(
+            uris,
+            [
+                "stun:192.0.2.1:3478",
+                "turn:192.0.2.1:3478?transport=udp",
+                "turns:turn.example.org:443?transport=tcp"
+            ]
+        );
+        assert_eq!(c.turn_ttl, DEFAULT_TURN_TTL_SECS);
+        assert!(!c.ice_servers().unwrap().is_empty());
+        assert!(
+            !format!("{c:?}").contains("s3cret"),
+            "the secret stays hidden"
+        );
+
+        let (_dir, path) = config_file(
+            "ice-server = [\"turn:192.0.2.9\"]\nturn-username = \"u\"\nturn-password = \"p\"\n",
+        );
+        let c = Config::load_from(["shoal", "--config", &path]).unwrap();
+        assert_eq!(c.ice_servers.len(), 1);
+        assert_eq!(c.turn_username, Some(Username("u".into())));
+
+        for (args, why) in [
+            (
+                &["shoal", "--ice-server", "turn:192.0.2.1"][..],
+                "needs credentials",
+            ),
+            (&["shoal", "--turn-secret", "s"], "no turn: or turns:"),
+            (
+                &[
+                    "shoal",
+                    "--ice-server",
+                    "turn:h",
+                    "--turn-secret",
+                    "s",
+                    "--turn-username",
+                    "u",
+                    "--turn-password",
+                    "p",
+                ],
+                "exclude each other",
+            ),
+            (
+                &["shoal", "--ice-server", "turn:h", "--turn-username", "u"],
+                "go together",
+            ),
+            (&["shoal", "--ice-server", "http://h"], "scheme"),
+            (
+                &["shoal", "--ice-server", "turn:h", "--turn-secret", ""],
+                "printable",
+            ),
+        ] {
+            let err = Config::load_from(args).expect_err("refused").to_string();
+            assert!(err.contains(why), "{args:?}: {err}");
+        }
     }
 
     #[test]

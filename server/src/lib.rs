@@ -9,5 +9,6 @@ pub mod config;
 pub mod control;
 pub mod driver;
 pub mod endpoint;
+pub mod ice_servers;
 pub mod sim;
 pub mod udp;

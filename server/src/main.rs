@@ -83,6 +83,15 @@ fn run(config: &Config) -> Result<(), MainError> {
         let announced = list(server.candidates(index));
         writeln!(stdout, "shoal: shard {index} announces {announced}")?;
     }
+    // The URIs only: the credentials are minted per client and never printed.
+    let ice_servers: Vec<&str> = config.ice_servers.iter().map(|u| u.as_str()).collect();
+    if !ice_servers.is_empty() {
+        writeln!(
+            stdout,
+            "shoal: ice servers for clients {}",
+            ice_servers.join(" ")
+        )?;
+    }
     let fingerprint: Vec<String> = server
         .fingerprint()
         .iter()

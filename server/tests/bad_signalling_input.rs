@@ -53,7 +53,7 @@ fn assert_cors(reply: &http_client::Reply) {
     );
     assert_eq!(
         reply.header("access-control-expose-headers"),
-        Some("Location"),
+        Some("Location, Link"),
         "{reply:?}"
     );
 }
@@ -314,6 +314,8 @@ fn bad_signalling_input() {
     assert!(created.body.contains("a=ice-lite"), "{}", created.body);
     let location = created.header("location").expect("a Location").to_owned();
     assert!(location.starts_with("/whip/lobby/"), "{location}");
+    // No --ice-server: no Link header (RFC 9725 §4.6 makes them optional).
+    assert_eq!(created.header("link"), None, "{created:?}");
     // RFC 9725 §4.2 CORS: a page on another origin reads the answer and its Location.
     assert_cors(&created);
     for (path, methods) in [

@@ -26,6 +26,7 @@ use super::rooms::{
 };
 use super::shards::{self, SHARD_REPLY_TIMEOUT, ShardError};
 use crate::driver::{SendData, ShardReport, ShardSender};
+use crate::ice_servers::IceServers;
 use shoal_systems::PeerSpec;
 
 /// Bytes a SendData payload holds at most: a message every WebRTC stack accepts
@@ -78,6 +79,7 @@ pub struct ControlState {
     shards: Vec<ShardSender>,
     candidates: Vec<Arc<[SocketAddr]>>,
     fingerprint_sha256: [u8; 32],
+    ice_servers: IceServers,
     clock: Clock,
     max_peers_per_shard: usize,
     shard_queries: Semaphore,
@@ -100,6 +102,7 @@ impl ControlState {
             shards,
             candidates: Vec::new(),
             fingerprint_sha256: [0; 32],
+            ice_servers: IceServers::default(),
             clock: Clock::start(),
             max_peers_per_shard,
             shard_queries: Semaphore::new(MAX_SHARD_QUERIES),
@@ -119,6 +122,18 @@ impl ControlState {
         self.candidates = candidates;
         self.fingerprint_sha256 = fingerprint_sha256;
         self
+    }
+
+    /// The same, handing clients `ice_servers`.
+    pub fn with_ice_servers(mut self, ice_servers: IceServers) -> ControlState {
+        self.ice_servers = ice_servers;
+        self
+    }
+
+    /// The STUN and TURN servers for the client `identity`, with its credentials
+    /// (see [`crate::ice_servers`]).
+    pub fn ice_servers_for(&self, identity: &str) -> Vec<v1::IceServer> {
+        self.ice_servers.for_client(identity, SystemTime::now())
     }
 
     /// Signalling's tables (taken after [`ControlState::rooms`] when both are held).

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `GET /healthz` | 200 while serving |
 //! | `GET /` | the demo page: join a room, see who is there, chat on a data channel |
-//! | `POST /whip/{room}`, `POST /whep/{room}` | an SDP offer in, 201 with the answer and a `Location` (RFC 9725 §4.2) |
+//! | `POST /whip/{room}`, `POST /whep/{room}` | an SDP offer in, 201 with the answer, a `Location` (RFC 9725 §4.2) and a `Link` per configured STUN/TURN server (§4.6) |
 //! | `DELETE /whip/{room}/{session}` (and `/whep/…`) | ends the session (RFC 9725 §4.2) |
 //! | `PATCH /whip/{room}/{session}` (and `/whep/…`) | 405: no trickle ICE or ICE restarts |
 //! | `OPTIONS /whip/{room}` (and `/whep/…`) | 200 with `Accept-Post: application/sdp` and the CORS preflight headers (RFC 9725 §4.2) |
@@ -20,8 +20,8 @@
 //! Cross-Origin Resource Sharing (CORS) as defined in [FETCH]", so that a page on
 //! another origin can publish. Every WHIP/WHEP response says
 //! `Access-Control-Allow-Origin: *` (nothing is behind cookies) and exposes
-//! `Location`, which Fetch does not let a script read otherwise and which the client
-//! needs to end its session; an OPTIONS answers a preflight for the methods the
+//! `Location` and `Link`, which Fetch does not let a script read otherwise and which
+//! the client needs to end its session and to reach its TURN servers; an OPTIONS answers a preflight for the methods the
 //! resource allows and the `Content-Type` and `Authorization` request headers (a
 //! client with a bearer token sends it, RFC 9725 §4.7.1).
 //!
@@ -50,6 +50,7 @@ use tonic::{Code, Status};
 use super::grpc::ControlState;
 use super::participants::{Admission, SIGNAL_QUEUE_LEN, check_offer};
 use super::signal::{Inbound, error_message, run_session};
+use crate::ice_servers::link_headers;
 
 /// Largest request body accepted (an offer; RFC 8866 has no limit, shoal's SDP
 /// parser stops at the same size).
@@ -246,6 +247,14 @@ async fn create(
     if let Ok(location) = HeaderValue::from_str(&location) {
         headers.insert(header::LOCATION, location);
     }
+    // RFC 9725 §4.6: the STUN/TURN servers, one Link each. Their texts are printable
+    // ASCII (checked at start-up, minted ones by construction), so each is a valid
+    // header value.
+    for link in link_headers(&state.ice_servers_for(&admitted.identity)) {
+        if let Ok(link) = HeaderValue::from_str(&link) {
+            headers.append(header::LINK, link);
+        }
+    }
     response
 }
 
@@ -323,7 +332,8 @@ fn preflight(methods: &'static str) -> Response {
 }
 
 /// Adds to every WHIP/WHEP response (errors too, so a page can read them) what lets a
-/// cross-origin page read it: any origin, and the `Location` of a new session.
+/// cross-origin page read it: any origin, and the `Location` and `Link` headers of a
+/// new session.
 async fn cors(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
@@ -332,7 +342,7 @@ async fn cors(mut response: Response) -> Response {
     );
     headers.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("Location"),
+        HeaderValue::from_static("Location, Link"),
     );
     response
 }

@@ -49,6 +49,7 @@ use self::grpc::{ControlApi, ControlState};
 use self::rooms::{RoomDirectory, RoomLimits};
 use crate::config::Config;
 use crate::driver::{ShardEventReceiver, ShardHandles};
+use crate::ice_servers::IceServers;
 
 /// How often empty rooms are checked for expiry; rooms close at most this late.
 pub const EXPIRY_INTERVAL: Duration = Duration::from_secs(1);
@@ -86,6 +87,8 @@ pub struct ControlSettings {
     pub limits: RoomLimits,
     /// Peers one shard holds at most, to report load.
     pub max_peers_per_shard: usize,
+    /// The STUN and TURN servers handed to clients.
+    pub ice_servers: IceServers,
 }
 
 impl ControlSettings {
@@ -105,6 +108,8 @@ impl ControlSettings {
                 default_empty_timeout: config.room_empty_timeout(),
             },
             max_peers_per_shard: config.max_peers_per_shard,
+            // Config::load_from refuses ICE server settings that do not fit.
+            ice_servers: config.ice_servers().unwrap_or_default(),
         })
     }
 }
@@ -290,7 +295,8 @@ impl Services {
                 shards.senders,
                 settings.max_peers_per_shard,
             )
-            .with_transport(shards.candidates, shards.fingerprint_sha256),
+            .with_transport(shards.candidates, shards.fingerprint_sha256)
+            .with_ice_servers(settings.ice_servers),
         );
         let api = ControlApi::new(state.clone());
         let (health, health_service) = tonic_health::server::health_reporter();

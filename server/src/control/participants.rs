@@ -248,6 +248,7 @@ impl ControlState {
                 room: Some(self.room_message(room)),
                 participant: Some(me.clone()),
                 others,
+                ice_servers: self.ice_servers_for(&me.identity),
             });
             // The queue is new and empty: this cannot be full.
             let _ = link.events.try_send(joined);

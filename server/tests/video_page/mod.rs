@@ -50,9 +50,17 @@ pub async fn stats_until(
 /// Joins the room over `/signal` with fake camera and microphone, answers every offer
 /// shoal sends, and keeps `window.shoal` up to date.
 pub fn join_script(room: &str, me: &str) -> String {
+    join_script_with(room, me, false)
+}
+
+/// [`join_script`]; with `relay`, the page waits for the join response and
+/// connects only through the TURN servers it names (`iceServers`,
+/// `iceTransportPolicy: "relay"`), set before its offer starts gathering.
+pub fn join_script_with(room: &str, me: &str, relay: bool) -> String {
     format!(
         r#"(async () => {{
   const me = "{me}";
+  const relay = {relay};
   const pc = new RTCPeerConnection({{ iceServers: [] }});
   const stream = await navigator.mediaDevices.getUserMedia({{ audio: true, video: {{ width: 320, height: 240 }} }});
   for (const t of stream.getTracks()) pc.addTrack(t, stream);
@@ -66,8 +74,11 @@ pub fn join_script(room: &str, me: &str) -> String {
   let chain = Promise.resolve();
   let answered;
   const gotAnswer = new Promise((ok) => (answered = ok));
+  let joined;
+  const gotJoin = new Promise((ok) => (joined = ok));
   ws.onmessage = (e) => {{
     const m = JSON.parse(e.data);
+    if (m.join) joined(m.join);
     if (m.error) state.errors.push(JSON.stringify(m.error));
     if (m.answer) chain = chain.then(() => pc.setRemoteDescription({{ type: "answer", sdp: m.answer.sdp }})).then(answered);
     if (m.offer) chain = chain.then(async () => {{
@@ -78,6 +89,11 @@ pub fn join_script(room: &str, me: &str) -> String {
     }}).catch((err) => state.errors.push(String(err)));
   }};
   ws.send(JSON.stringify({{ join: {{ room: "{room}", identity: me }} }}));
+  if (relay) {{
+    const join = await gotJoin;
+    state.iceServers = join.iceServers || [];
+    pc.setConfiguration({{ iceServers: state.iceServers, iceTransportPolicy: "relay" }});
+  }}
   await pc.setLocalDescription(await pc.createOffer());
   ws.send(JSON.stringify({{ offer: {{ sdp: pc.localDescription.sdp }} }}));
   await gotAnswer;

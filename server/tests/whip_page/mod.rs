@@ -19,23 +19,55 @@ const WAIT_CONNECTED: &str = r#"await new Promise((ok, fail) => {
     check();
   });"#;
 
+/// The RTCIceServer entries of a response's `Link` headers with
+/// `rel="ice-server"` (RFC 9725 §4.6), which `fetch` joins with ", ".
+const PARSE_LINKS: &str = r#"const iceServersOf = (links) => (links || "").split(/,\s*(?=<)/).filter((l) => /rel="ice-server"/.test(l)).map((l) => {
+    const server = { urls: l.slice(l.indexOf("<") + 1, l.indexOf(">")) };
+    for (const [, key, value] of l.matchAll(/;\s*([a-z-]+)="((?:[^"\\]|\\.)*)"/g)) {
+      if (key === "username" || key === "credential") server[key] = value.replace(/\\(.)/g, "$1");
+    }
+    return server;
+  });"#;
+
+/// How a page reaches shoal.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// Any candidate pair; no STUN/TURN server.
+    Direct,
+    /// Relayed only (`iceTransportPolicy: "relay"`), through the servers of the
+    /// POST's `Link` headers: the offer is created first, and the servers set before
+    /// it is applied, so gathering uses them (RFC 9725 §4.6's note on
+    /// setConfiguration).
+    RelayFromLinks,
+}
+
 /// POSTs the page's offer to `path`, applies the answer and waits for the
-/// connection; resolves with the answer's SDP.
-fn exchange(setup: &str, path: &str) -> String {
+/// connection; resolves with the answer's SDP. `window.shoal.links` keeps the
+/// response's `Link` headers.
+fn exchange(setup: &str, path: &str, via: Path) -> String {
     let wait = WAIT_CONNECTED.replace("TIMEOUT", &CONNECT_TIMEOUT_MS.to_string());
+    let relay = via == Path::RelayFromLinks;
     format!(
         r#"(async () => {{
-  const pc = new RTCPeerConnection({{ iceServers: [] }});
+  {PARSE_LINKS}
+  const relay = {relay};
+  const pc = new RTCPeerConnection({{ iceServers: [], iceTransportPolicy: relay ? "relay" : "all" }});
   const state = {{ tracks: [] }};
   pc.ontrack = (e) => state.tracks.push(e.track.kind);
   {setup}
-  await pc.setLocalDescription(await pc.createOffer());
+  const offer = await pc.createOffer();
+  if (!relay) await pc.setLocalDescription(offer);
   const response = await fetch("{path}", {{
-    method: "POST", headers: {{ "Content-Type": "application/sdp" }}, body: pc.localDescription.sdp,
+    method: "POST", headers: {{ "Content-Type": "application/sdp" }}, body: offer.sdp,
   }});
   const answer = await response.text();
   if (response.status !== 201) throw new Error("POST {path}: " + response.status + ": " + answer);
-  window.shoal = {{ pc, state, answer, location: response.headers.get("Location") }};
+  const links = response.headers.get("Link");
+  window.shoal = {{ pc, state, answer, links, location: response.headers.get("Location") }};
+  if (relay) {{
+    pc.setConfiguration({{ iceServers: iceServersOf(links), iceTransportPolicy: "relay" }});
+    await pc.setLocalDescription(offer);
+  }}
   await pc.setRemoteDescription({{ type: "answer", sdp: answer }});
   {wait}
   return answer;
@@ -50,22 +82,29 @@ pub fn publish_script(room: &str, identity: &str) -> String {
         r#"const stream = await navigator.mediaDevices.getUserMedia({ audio: true, video: { width: 320, height: 240 } });
   for (const t of stream.getTracks()) pc.addTransceiver(t, { direction: "sendonly", streams: [stream] });"#,
         &format!("/whip/{room}?identity={identity}"),
+        Path::Direct,
     )
 }
 
 /// Plays `room` over WHEP as `identity` (an audio and a video transceiver,
 /// receive-only); resolves with shoal's answer once connected.
 pub fn play_script(room: &str, identity: &str) -> String {
+    play_script_via(room, identity, Path::Direct)
+}
+
+/// [`play_script`], reaching shoal `via` that path.
+pub fn play_script_via(room: &str, identity: &str, via: Path) -> String {
     exchange(
         r#"pc.addTransceiver("audio", { direction: "recvonly" });
   pc.addTransceiver("video", { direction: "recvonly" });"#,
         &format!("/whep/{room}?identity={identity}"),
+        via,
     )
 }
 
 /// What the page's connection reports: video frames decoded and audio packets
 /// received, its state, and the selected candidate pair's remote (shoal's) and local
-/// addresses.
+/// addresses and the local candidate's type (`host`, `srflx`, `relay`).
 pub const STATS: &str = r#"(async () => {
   const pc = window.shoal.pc;
   const r = { framesDecoded: 0, audioPackets: 0, connection: pc.connectionState, remote: null, local: null };
@@ -78,7 +117,7 @@ pub const STATS: &str = r#"(async () => {
       const remote = pair && stats.get(pair.remoteCandidateId);
       const local = pair && stats.get(pair.localCandidateId);
       if (remote) r.remote = remote.address + " " + remote.port;
-      if (local) r.local = local.address;
+      if (local) { r.local = local.address; r.localType = local.candidateType; }
     }
   });
   r.tracks = window.shoal.state.tracks.slice().sort();

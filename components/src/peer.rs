@@ -33,6 +33,18 @@ pub struct IceCredentials {
     pub remote_pwd: String,
 }
 
+/// Our credentials of the ICE session a restart replaced (RFC 8445 §9). Checks
+/// with them are still answered (and keep consent on the old path fresh, RFC 7675),
+/// so media flows on while the new session comes up; once the peer nominates a pair
+/// with the new credentials they are forgotten.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetiringCredentials {
+    /// The old local ufrag.
+    pub ufrag: String,
+    /// The old local password.
+    pub pwd: String,
+}
+
 /// Which side of ICE this agent plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IceRole {
@@ -88,6 +100,9 @@ pub struct Ice {
     /// retransmits for 39.5 s, RFC 8489 §6.2.1), which would otherwise outlive the
     /// lite side's consent and leave the two sides disagreeing about the session.
     pub awaiting_session: bool,
+    /// The credentials of the session an ICE restart replaced, while the new one
+    /// has no nominated pair.
+    pub retiring: Option<RetiringCredentials>,
 }
 
 /// A check the agent accepted: its transaction id, the path it came on, and when.

@@ -85,6 +85,11 @@ pub struct ShardStats {
     pub dcep_refused: u64,
     /// Valid ICE connectivity checks answered.
     pub ice_checks_answered: u64,
+    /// ICE restarts begun (`Command::RestartIce`: new credentials, RFC 8445 §9).
+    pub ice_restarts: u64,
+    /// ICE restarts the peer completed: it nominated a pair with the new credentials,
+    /// and the old ones stopped being answered.
+    pub ice_restarts_completed: u64,
     /// Peers removed because consent expired (RFC 7675).
     pub consent_expired: u64,
     /// Room messages queued for a receiver (one per receiver per message), relayed

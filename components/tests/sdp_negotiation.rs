@@ -478,18 +478,19 @@ fn refused_offers() {
     let offer = fixture("chromium156_av_data_offer.sdp");
     n.answer(&offer, &params(), &[], &mut new_ssrc).unwrap();
 
-    let mut restart = offer.clone();
-    for m in &mut restart.media {
+    // RFC 8839 §4.4.1.1.1: a restart changes both credentials; one alone is refused.
+    let mut half = offer.clone();
+    for m in &mut half.media {
         for a in &mut m.attributes {
             if let Attribute::IceUfrag(u) = a {
                 *u = "newU".into();
             }
         }
     }
+    assert!(!n.restarts_ice(&half));
     assert_eq!(
-        n.answer(&restart, &params(), &[], &mut new_ssrc)
-            .unwrap_err(),
-        NegotiationError::IceRestart
+        n.answer(&half, &params(), &[], &mut new_ssrc).unwrap_err(),
+        NegotiationError::PartialIceRestart
     );
     let mut fewer = offer.clone();
     fewer.media.pop();
@@ -770,4 +771,63 @@ fn a_session_places_streams_only_while_it_has_ssrcs_to_retire() {
     let mut t = video[0].clone();
     t.id = "late".into();
     assert!(n.offer(&params(), &[t], &mut new_ssrc).is_none());
+}
+
+/// An offer with a new ice-ufrag and ice-pwd restarts ICE (RFC 8839 §4.4.1.1.1):
+/// answered with the new credentials the caller passes (§4.4.2.1), the same DTLS
+/// role and fingerprint, the same sections; a restart over PATCH changes the
+/// remote credentials alone.
+#[test]
+fn an_offer_with_new_ice_credentials_restarts_ice() {
+    let mut n = Negotiation::new(13);
+    let mut new_ssrc = ssrcs();
+    let offer = fixture("chromium156_av_data_offer.sdp");
+    let first = n.answer(&offer, &params(), &[], &mut new_ssrc).unwrap();
+    let mut restart = offer.clone();
+    for m in &mut restart.media {
+        for a in &mut m.attributes {
+            match a {
+                Attribute::IceUfrag(u) => *u = "newU".into(),
+                Attribute::IcePwd(p) => *p = "newpasswordnewpassword00".into(),
+                _ => {}
+            }
+        }
+    }
+    assert!(n.restarts_ice(&restart));
+    assert!(!n.restarts_ice(&offer));
+    let fresh = AnswerParams {
+        ice_ufrag: "shoalNEW",
+        ice_pwd: "shoalnewpasswordshoalnew",
+        ..params()
+    };
+    let again = n.answer(&restart, &fresh, &[], &mut new_ssrc).unwrap();
+    assert_eq!(again.transport.ufrag, "newU");
+    assert_eq!(again.transport.pwd, "newpasswordnewpassword00");
+    assert_eq!(again.transport.setup, first.transport.setup);
+    assert_eq!(
+        again.transport.fingerprint_sha256,
+        first.transport.fingerprint_sha256
+    );
+    let text = again.sdp.to_sdp_string();
+    assert!(text.contains("a=ice-ufrag:shoalNEW\r\n"), "{text}");
+    assert!(
+        !text.contains(&format!("a=ice-ufrag:{UFRAG}\r\n")),
+        "{text}"
+    );
+    assert_eq!(again.sdp.media.len(), first.sdp.media.len());
+    assert!(again.changes.is_empty(), "{:?}", again.changes);
+    // The same offer again is no restart.
+    assert!(!n.restarts_ice(&restart));
+    // Over PATCH: both change, or the restart is refused and nothing changes.
+    assert_eq!(
+        n.restart_remote_ice("newU", "otherpasswordotherpass00"),
+        Err(NegotiationError::PartialIceRestart)
+    );
+    n.restart_remote_ice("thirdU", "thirdpasswordthirdpass00")
+        .unwrap();
+    assert_eq!(n.transport().map(|t| t.ufrag.as_str()), Some("thirdU"));
+    assert_eq!(
+        Negotiation::new(1).restart_remote_ice("a", "b"),
+        Err(NegotiationError::NoSession)
+    );
 }

@@ -83,6 +83,9 @@ fn unindex(
     ctl: Option<&IceControlling>,
 ) {
     index.by_id.remove(&peer.id);
+    if let Some(old) = &ice.retiring {
+        index.by_ufrag.remove(&old.ufrag);
+    }
     for p in &ice.valid {
         unindex_path(index, *p, entity);
     }

@@ -283,6 +283,96 @@ fn a_check_after_consent_expiry_does_not_revive_the_peer() {
     }));
 }
 
+/// An ICE restart (RFC 8445 §9): the old credentials are answered until the peer
+/// nominates with the new ones (media keeps its path meanwhile), then only the new
+/// ones; the peer moves to the new session's path without leaving.
+#[test]
+fn an_ice_restart_answers_both_sessions_until_the_new_one_nominates() {
+    let mut s = server();
+    s.command(Time::ZERO, lite(1, "ufA1", PA)).unwrap();
+    s.handle_datagrams(
+        Time::from_millis(1),
+        [from("192.0.2.1:5000", check(1, "ufA1", PA, true))],
+    );
+    assert_eq!(s.selected_remote(PeerId(1)), Some(addr("192.0.2.1:5000")));
+    sent(&mut s);
+    const NEW_PWD: &str = "newpassword01234567890123";
+    let restart = |ufrag: &str| Command::RestartIce {
+        peer: PeerId(1),
+        credentials: IceCredentials {
+            local_ufrag: ufrag.into(),
+            local_pwd: NEW_PWD.into(),
+            remote_ufrag: "cliY".into(),
+            remote_pwd: CLIENT_PWD.into(),
+        },
+    };
+    // Another peer's ufrag, and a malformed one, are refused; nothing changes.
+    s.command(Time::ZERO, lite(2, "ufB2", PB)).unwrap();
+    assert!(s.command(Time::from_millis(2), restart("ufB2")).is_err());
+    assert!(s.command(Time::from_millis(2), restart("u:")).is_err());
+    s.command(Time::from_millis(2), restart("ufN1")).unwrap();
+    assert_eq!(s.stats().ice_restarts, 1);
+
+    // The old session still answers (its consent keeps the old path).
+    s.handle_datagrams(
+        Time::from_millis(3),
+        [from("192.0.2.1:5000", check(2, "ufA1", PA, false))],
+    );
+    assert_eq!(
+        sent(&mut s).len(),
+        1,
+        "the old credentials are still answered"
+    );
+    // The new one answers, from a new address; no nomination yet: the path stays.
+    s.handle_datagrams(
+        Time::from_millis(4),
+        [from("192.0.2.7:7000", check(3, "ufN1", NEW_PWD, false))],
+    );
+    assert_eq!(sent(&mut s).len(), 1);
+    assert_eq!(s.selected_remote(PeerId(1)), Some(addr("192.0.2.1:5000")));
+    // The old password does not pass for the new ufrag, nor the new for the old.
+    let bad_before = s.stats().stun_bad_integrity;
+    s.handle_datagrams(
+        Time::from_millis(5),
+        [
+            from("192.0.2.7:7000", check(4, "ufN1", PA, false)),
+            from("192.0.2.1:5000", check(5, "ufA1", NEW_PWD, false)),
+        ],
+    );
+    assert!(sent(&mut s).is_empty());
+    assert_eq!(s.stats().stun_bad_integrity, bad_before + 2);
+    // The new session nominates: the path moves, the restart is complete.
+    s.handle_datagrams(
+        Time::from_millis(6),
+        [from("192.0.2.7:7000", check(6, "ufN1", NEW_PWD, true))],
+    );
+    assert_eq!(sent(&mut s).len(), 1);
+    assert_eq!(s.selected_remote(PeerId(1)), Some(addr("192.0.2.7:7000")));
+    assert_eq!(s.stats().ice_restarts_completed, 1);
+    // The old credentials are no longer answered.
+    let unknown_before = s.stats().stun_unknown_ufrag;
+    s.handle_datagrams(
+        Time::from_millis(7),
+        [from("192.0.2.1:5000", check(7, "ufA1", PA, false))],
+    );
+    assert!(sent(&mut s).is_empty());
+    assert_eq!(s.stats().stun_unknown_ufrag, unknown_before + 1);
+    // And the peer never left.
+    assert!(
+        !events(&mut s)
+            .iter()
+            .any(|e| matches!(e, ShardEvent::PeerRemoved { .. }))
+    );
+    // A removed peer takes both of its ufrags out of the index: a new peer may use them.
+    s.command(Time::from_millis(8), restart("ufM1")).unwrap();
+    s.command(Time::from_millis(9), Command::RemovePeer(PeerId(1)))
+        .unwrap();
+    s.command(Time::from_millis(10), lite(3, "ufN1", PA))
+        .unwrap();
+    s.command(Time::from_millis(10), lite(4, "ufM1", PA))
+        .unwrap();
+}
+
 #[test]
 fn renomination_moves_the_selected_path() {
     let mut s = server();

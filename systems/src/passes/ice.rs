@@ -173,7 +173,17 @@ fn handle_request(ctx: &mut IceCtx, peers: &mut PeerQuery, d: &Datagram, msg: &S
     if ice.state == IceState::Failed {
         return; // removed earlier in this tick
     }
-    if msg.verify_integrity(creds.local_pwd.as_bytes()).is_err() {
+    // The current credentials, or those an ICE restart is retiring (RFC 8445 §9:
+    // the old session carries media until the new one has a nominated pair).
+    let (key, current) = if local_ufrag == creds.local_ufrag {
+        (creds.local_pwd.clone(), true)
+    } else if let Some(old) = ice.retiring.as_ref().filter(|o| o.ufrag == local_ufrag) {
+        (old.pwd.clone(), false)
+    } else {
+        ctx.stats.stun_unknown_ufrag += 1;
+        return;
+    };
+    if msg.verify_integrity(key.as_bytes()).is_err() {
         ctx.stats.stun_bad_integrity += 1;
         return;
     }
@@ -192,7 +202,6 @@ fn handle_request(ctx: &mut IceCtx, peers: &mut PeerQuery, d: &Datagram, msg: &S
         ctx.stats.stun_after_consent_expiry += 1;
         return;
     }
-    let key = creds.local_pwd.clone();
     let tid = msg.transaction_id();
 
     // RFC 8489 §6.3.1.1: unknown comprehension-required attributes → 420 with
@@ -249,9 +258,18 @@ fn handle_request(ctx: &mut IceCtx, peers: &mut PeerQuery, d: &Datagram, msg: &S
     }
     ice.consent_at = now;
     remember_valid(&mut ice, &mut ctx.index, entity, path);
+    // A nomination in the new session completes a restart: the old credentials
+    // stop being answered.
+    if current
+        && msg.use_candidate()
+        && let Some(old) = ice.retiring.take()
+    {
+        ctx.index.by_ufrag.remove(&old.ufrag);
+        ctx.stats.ice_restarts_completed += 1;
+    }
     // §7.3.2 / §8.2: a USE-CANDIDATE check makes its pair nominated and selected. A
-    // later nomination on another path (renomination after a network change) moves
-    // the selection there.
+    // later nomination on another path (renomination after a network change, or in
+    // a restarted session) moves the selection there.
     if msg.use_candidate() && ice.selected != Some(path) {
         ice.selected = Some(path);
         let was = ice.state;

@@ -11,10 +11,12 @@ use shoal_components::dtls::DtlsRole;
 use shoal_components::media::{SubscriptionSpec, TrackId, TrackSpec};
 use shoal_components::peer::{
     Ice, IceControlling, IceCredentials, IceRole, IceState, Peer, PeerId, PeerIndex,
+    RetiringCredentials,
 };
 use shoal_components::room::RoomId;
 use shoal_components::sctp::assoc::{DEFAULT_SCTP_PORT, Sctp};
 use shoal_components::shared::ShardRng;
+use shoal_components::stats::ShardStats;
 use shoal_components::tick::Now;
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
@@ -63,6 +65,16 @@ pub enum Command {
     AddPeer(PeerSpec),
     /// Remove a peer and everything it had.
     RemovePeer(PeerId),
+    /// Restart a peer's ICE (RFC 8445 §9, RFC 8839 §4.4.2.1): new credentials for
+    /// both ends. Checks with the old local ones are still answered until the peer
+    /// nominates a pair with the new ones; DTLS, SRTP and SCTP carry on unchanged.
+    /// ICE-lite peers only.
+    RestartIce {
+        /// The peer.
+        peer: PeerId,
+        /// Its new credentials.
+        credentials: IceCredentials,
+    },
     /// Send a message to a room's members on this shard, or to one of them
     /// ([`Shard::send_data`]).
     SendData {
@@ -156,6 +168,9 @@ pub enum CommandError {
     /// Another peer already answers to this local ufrag.
     #[error("local ufrag {0:?} is in use")]
     DuplicateUfrag(String),
+    /// `RestartIce` for a peer that is not ICE-lite.
+    #[error("peer {0:?} is not an ICE-lite peer")]
+    NotLite(PeerId),
     /// No such peer.
     #[error("no peer {0:?}")]
     UnknownPeer(PeerId),
@@ -231,6 +246,7 @@ impl Shard {
             Command::AddPeer(spec) => self.add_peer(now, spec),
             // The peer is told: close_notify before it goes (RFC 7675 §5.2).
             Command::RemovePeer(id) => self.close_peer(id),
+            Command::RestartIce { peer, credentials } => self.restart_ice(peer, credentials),
             Command::SendData {
                 room,
                 to,
@@ -266,6 +282,48 @@ impl Shard {
             .ok_or(CommandError::UnknownPeer(id))
     }
 
+    /// [`Command::RestartIce`]: the new local ufrag joins the index beside the old
+    /// one, which retires (a restart before the last one completed retires the
+    /// credentials it replaced at once).
+    fn restart_ice(&mut self, id: PeerId, credentials: IceCredentials) -> Result<(), CommandError> {
+        validate_credentials(&credentials)?;
+        let entity = self.peer_entity(id)?;
+        if self
+            .world
+            .resource::<PeerIndex>()
+            .by_ufrag
+            .contains_key(&credentials.local_ufrag)
+        {
+            return Err(CommandError::DuplicateUfrag(credentials.local_ufrag));
+        }
+        let Some(ice) = self.world.get::<Ice>(entity) else {
+            return Err(CommandError::UnknownPeer(id));
+        };
+        if ice.role != IceRole::Lite {
+            return Err(CommandError::NotLite(id));
+        }
+        let mut entry = self.world.entity_mut(entity);
+        let Some(mut creds) = entry.get_mut::<IceCredentials>() else {
+            return Err(CommandError::UnknownPeer(id));
+        };
+        let old = std::mem::replace(&mut *creds, credentials);
+        let new_ufrag = creds.local_ufrag.clone();
+        let Some(mut ice) = entry.get_mut::<Ice>() else {
+            return Err(CommandError::UnknownPeer(id));
+        };
+        let dropped = ice.retiring.replace(RetiringCredentials {
+            ufrag: old.local_ufrag,
+            pwd: old.local_pwd,
+        });
+        let mut index = self.world.resource_mut::<PeerIndex>();
+        if let Some(dropped) = dropped {
+            index.by_ufrag.remove(&dropped.ufrag);
+        }
+        index.by_ufrag.insert(new_ufrag, entity);
+        self.world.resource_mut::<ShardStats>().ice_restarts += 1;
+        Ok(())
+    }
+
     fn add_peer(&mut self, now: Time, spec: PeerSpec) -> Result<(), CommandError> {
         validate_credentials(&spec.credentials)?;
         let index = self.world.resource::<PeerIndex>();
@@ -292,6 +350,7 @@ impl Shard {
             recent_transactions: [None; shoal_components::peer::RECENT_TRANSACTIONS],
             recent_next: 0,
             awaiting_session: spec.dtls.is_some(),
+            retiring: None,
         };
         let ufrag = spec.credentials.local_ufrag.clone();
         let dtls = spec.dtls;

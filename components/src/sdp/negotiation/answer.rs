@@ -22,13 +22,8 @@ impl Negotiation {
             .media
             .iter()
             .position(|m| is_data_section(m, bundle, tag.is_some()));
-        let usable = |m: &MediaDescription| {
-            m.port != 0 && m.proto == PROTO_RTP_SAVPF && is_av(&m.kind) && !m.formats.is_empty()
-        };
-        let transport_index = tag
-            .or(data.filter(|i| offer.media[*i].port != 0))
-            .or_else(|| offer.media.iter().position(usable))
-            .ok_or(NegotiationError::NoUsableSection)?;
+        let transport_index =
+            Self::transport_index(offer).ok_or(NegotiationError::NoUsableSection)?;
         let transport = self.read_transport(offer, &offer.media[transport_index])?;
         // RFC 8829 §4.1.10.2: the polite side rolls its own offer back on glare.
         self.pending = None;
@@ -160,9 +155,50 @@ impl Negotiation {
         })
     }
 
+    /// The section of `offer` that carries the session's transport: the BUNDLE
+    /// tag, else the data section, else the first usable audio or video section.
+    fn transport_index(offer: &SessionDescription) -> Option<usize> {
+        let bundle = offer.bundle_mids().unwrap_or_default();
+        let tag = offerer_tagged(offer, bundle);
+        let data = offer
+            .media
+            .iter()
+            .position(|m| is_data_section(m, bundle, tag.is_some()));
+        let usable = |m: &MediaDescription| {
+            m.port != 0 && m.proto == PROTO_RTP_SAVPF && is_av(&m.kind) && !m.formats.is_empty()
+        };
+        tag.or(data.filter(|i| offer.media[*i].port != 0))
+            .or_else(|| offer.media.iter().position(usable))
+    }
+
+    /// Whether `offer` restarts ICE: it changes both the ice-ufrag and the ice-pwd of
+    /// the session (RFC 8839 §4.4.1.1.1). The answer to it must carry new
+    /// credentials of shoal's (§4.4.2.1); its caller passes them in the params.
+    pub fn restarts_ice(&self, offer: &SessionDescription) -> bool {
+        let Some(t) = &self.transport else {
+            return false;
+        };
+        Self::transport_index(offer)
+            .and_then(|i| offer.ice_credentials_for(&offer.media[i]))
+            .is_some_and(|(u, p)| u != t.ufrag && p != t.pwd)
+    }
+
+    /// The participant's new ICE credentials from an ICE restart signalled outside
+    /// SDP (a WHIP/WHEP PATCH, RFC 9725 §4.3): the rest of the transport stays.
+    pub fn restart_remote_ice(&mut self, ufrag: &str, pwd: &str) -> Result<(), NegotiationError> {
+        let t = self.transport.as_mut().ok_or(NegotiationError::NoSession)?;
+        if ufrag == t.ufrag || pwd == t.pwd {
+            return Err(NegotiationError::PartialIceRestart);
+        }
+        t.ufrag = ufrag.to_owned();
+        t.pwd = pwd.to_owned();
+        Ok(())
+    }
+
     /// Reads and checks the offerer's transport from `m` (RFC 8839 §5.4, RFC 8122 §5,
-    /// RFC 4145 §4). Later offers must keep it: shoal does no ICE restart and keeps one
-    /// DTLS association.
+    /// RFC 4145 §4). Later offers keep the DTLS association (fingerprint and role)
+    /// and either keep the ICE credentials or change both, an ICE restart (RFC 8839
+    /// §4.4.1.1.1).
     pub(super) fn read_transport(
         &self,
         offer: &SessionDescription,
@@ -181,14 +217,19 @@ impl Negotiation {
             return Err(NegotiationError::HoldConn);
         }
         if let Some(t) = &self.transport {
-            if t.ufrag != ufrag || t.pwd != pwd {
-                return Err(NegotiationError::IceRestart);
+            if (t.ufrag != ufrag) != (t.pwd != pwd) {
+                return Err(NegotiationError::PartialIceRestart);
             }
             if t.fingerprint_sha256 != fingerprint_sha256 {
                 return Err(NegotiationError::FingerprintChanged);
             }
-            // RFC 8829 §5.3.2: the answer keeps the role of the existing association.
-            return Ok(t.clone());
+            // RFC 8829 §5.3.2: the answer keeps the role of the existing association;
+            // an ICE restart changes only the credentials (RFC 8445 §9).
+            return Ok(RemoteTransport {
+                ufrag: ufrag.to_owned(),
+                pwd: pwd.to_owned(),
+                ..t.clone()
+            });
         }
         // RFC 4145 §4 (absent means active); shoal prefers to be the DTLS server.
         let setup = match offered_setup {

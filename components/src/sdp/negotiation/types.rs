@@ -183,9 +183,16 @@ pub enum NegotiationError {
     /// `a=setup:holdconn`.
     #[error("the offer says a=setup:holdconn; shoal needs a DTLS connection")]
     HoldConn,
-    /// New ICE credentials: an ICE restart, which shoal does not do.
-    #[error("the offer restarts ICE (new ice-ufrag/ice-pwd); shoal does not support ICE restarts")]
-    IceRestart,
+    /// A new ice-ufrag with the old ice-pwd, or the other way round: an ICE restart
+    /// changes both (RFC 8839 §4.4.1.1.1), anything else keeps both.
+    #[error(
+        "the offer changes only one of ice-ufrag and ice-pwd; an ICE restart changes both \
+         (RFC 8839 §4.4.1.1.1)"
+    )]
+    PartialIceRestart,
+    /// ICE credentials for a session that has none yet.
+    #[error("no session: nothing to restart")]
+    NoSession,
     /// A new certificate fingerprint within the session.
     #[error("the offer changes the DTLS certificate fingerprint")]
     FingerprintChanged,

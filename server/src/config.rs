@@ -182,19 +182,27 @@ pub struct Config {
     pub ice_servers: Vec<IceServerUri>,
 
     /// The secret shared with the TURN servers (coturn: `use-auth-secret` and
-    /// `static-auth-secret`): each client gets a username `EXPIRY:IDENTITY` and the
+    /// `static-auth-secret`): each client gets a username `EXPIRY:PEER-ID` and the
     /// password HMAC-SHA1(secret, username) in base64, valid for --turn-ttl.
     #[arg(
         long,
         env = "SHOAL_TURN_SECRET",
         value_name = "SECRET",
-        hide_env_values = true
+        hide_env_values = true,
+        value_parser = SecretParser
     )]
     pub turn_secret: Option<Secret>,
 
-    /// Seconds the credentials minted from --turn-secret work. A TURN server checks
-    /// them on every refresh, so this bounds a relayed session's length.
-    #[arg(long, env = "SHOAL_TURN_TTL", value_name = "SECONDS", default_value_t = DEFAULT_TURN_TTL_SECS)]
+    /// Seconds the credentials minted from --turn-secret can open a relay (1 to
+    /// 604800, a week). The TURN server checks them when a client allocates; an
+    /// allocation made in time lives on.
+    #[arg(
+        long,
+        env = "SHOAL_TURN_TTL",
+        value_name = "SECONDS",
+        default_value_t = DEFAULT_TURN_TTL_SECS,
+        value_parser = clap::value_parser!(u32).range(1..=604_800)
+    )]
     pub turn_ttl: u32,
 
     /// A TURN username every client gets (with --turn-password; instead of
@@ -207,7 +215,8 @@ pub struct Config {
         long,
         env = "SHOAL_TURN_PASSWORD",
         value_name = "PASSWORD",
-        hide_env_values = true
+        hide_env_values = true,
+        value_parser = SecretParser
     )]
     pub turn_password: Option<Secret>,
 
@@ -414,6 +423,34 @@ fn toml_scalar(value: &toml::Value) -> Option<String> {
         toml::Value::Integer(i) => Some(i.to_string()),
         toml::Value::Boolean(b) => Some(b.to_string()),
         _ => None,
+    }
+}
+
+/// clap's parser of `--turn-secret` and `--turn-password`: a value it refuses is not
+/// repeated in the message, which goes to stderr and logs.
+#[derive(Clone, Copy, Debug)]
+struct SecretParser;
+
+impl TypedValueParser for SecretParser {
+    type Value = Secret;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Secret, clap::Error> {
+        value.to_str().and_then(|s| s.parse().ok()).ok_or_else(|| {
+            let name = arg.map(ToString::to_string).unwrap_or_default();
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!(
+                    "{name}: {} (the value is not shown)\n",
+                    crate::ice_servers::TextError
+                ),
+            )
+            .with_cmd(cmd)
+        })
     }
 }
 
@@ -718,9 +755,17 @@ mod tests {
                 &["shoal", "--ice-server", "turn:h", "--turn-secret", ""],
                 "printable",
             ),
+            (&["shoal", "--turn-ttl", "604801"], "604800"),
         ] {
             let err = Config::load_from(args).expect_err("refused").to_string();
             assert!(err.contains(why), "{args:?}: {err}");
+        }
+        // A refused secret or password is not repeated in the message.
+        for flag in ["--turn-secret", "--turn-password"] {
+            let args = ["shoal", "--ice-server", "turn:h", flag, "TOPSECRET\tx"];
+            let err = Config::load_from(args).expect_err("refused").to_string();
+            assert!(!err.contains("TOPSECRET"), "{err}");
+            assert!(err.contains(flag), "{err}");
         }
     }
 

@@ -1,8 +1,9 @@
 //! The STUN and TURN servers shoal hands its clients.
 //!
 //! shoal needs no TURN server itself: it is the publicly reachable side, and as an
-//! ICE-lite agent (RFC 8445 §2.5) it gathers nothing. A client behind a NAT that
-//! lets no direct path through (symmetric NATs, UDP-hostile firewalls) needs one,
+//! ICE-lite agent (RFC 8445 §2.5) it gathers nothing. A client on a network that
+//! lets no direct path to shoal through (UDP blocked, only its TURN provider
+//! allowed) needs one (`turn:…?transport=tcp` or `turns:` where UDP is blocked),
 //! and the operator who runs it tells shoal with `--ice-server`; shoal passes the
 //! servers on with credentials for each client:
 //! - in the `201 Created` of a WHIP/WHEP `POST`, one `Link` header per server URI
@@ -20,10 +21,12 @@
 //! (`--turn-secret`), the "TURN REST API" of draft-uberti-behave-turn-rest-00 §2.2
 //! that coturn's `use-auth-secret` checks: the username is `EXPIRY:ID` (EXPIRY the
 //! Unix time the credentials stop working, `--turn-ttl` from now; ID the client's
-//! identity, for the TURN server's accounting) and the password is
-//! `base64(HMAC-SHA1(secret, username))`. A TURN server checks the expiry on every
-//! request of an allocation, refreshes included, so the TTL bounds how long a
-//! relayed session can last. Secrets and passwords never appear in `Debug` output.
+//! peer id on the node, opaque as §6 recommends, since a USERNAME crosses the
+//! network in the clear) and the password is `base64(HMAC-SHA1(secret,
+//! username))`. The TURN server checks the expiry when a client allocates (§4.2;
+//! coturn keeps the allocation's key after that), so the TTL bounds when minted
+//! credentials can open a relay, not how long one lasts. Secrets and passwords never
+//! appear in `Debug` output or in refusals of bad values.
 //!
 //! Departure: RFC 9725 §4.6 lets an endpoint also put the servers in its answer to
 //! a non-preflight `OPTIONS` and calls that NOT RECOMMENDED; shoal does not.
@@ -42,14 +45,15 @@ pub const DEFAULT_TURN_TTL_SECS: u32 = 86_400;
 pub const MAX_ICE_SERVERS: usize = 8;
 /// Bytes of one URI at most.
 pub const MAX_URI_BYTES: usize = 256;
-/// Bytes of a static TURN username at most (RFC 8489 §14.3: a USERNAME is under
-/// 513 bytes; this leaves room for SASLprep).
+/// Bytes of a static TURN username, password or secret at most (RFC 8489 §14.3: a
+/// USERNAME is fewer than 509 bytes).
 pub const MAX_USERNAME_BYTES: usize = 500;
 /// Bytes of a client identity a minted username carries at most.
 pub const MAX_ID_IN_USERNAME: usize = 128;
 
 /// A `stun:`, `stuns:`, `turn:` or `turns:` URI (RFC 7064 §3.1, RFC 7065 §3.1),
-/// kept as written.
+/// its scheme and query in lower case (ABNF literals are case-insensitive, RFC 5234
+/// §2.3, and some clients compare them exactly).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IceServerUri {
     text: String,
@@ -109,10 +113,10 @@ impl FromStr for IceServerUri {
             _ => return Err(UriError::Scheme),
         };
         let (authority, query) = match rest.split_once('?') {
-            Some((a, q)) => (a, Some(q)),
+            Some((a, q)) => (a, Some(q.to_ascii_lowercase())),
             None => (rest, None),
         };
-        match query {
+        match query.as_deref() {
             None => {}
             Some("transport=udp" | "transport=tcp") if turn => {}
             Some(_) => return Err(UriError::Query),
@@ -152,10 +156,12 @@ impl FromStr for IceServerUri {
                 return Err(UriError::Port);
             }
         }
-        Ok(IceServerUri {
-            text: s.to_owned(),
-            turn,
-        })
+        let mut text = format!("{}:{authority}", scheme.to_ascii_lowercase());
+        if let Some(query) = query {
+            text.push('?');
+            text.push_str(&query);
+        }
+        Ok(IceServerUri { text, turn })
     }
 }
 
@@ -328,9 +334,9 @@ impl IceServers {
         &self.uris
     }
 
-    /// The servers for the client `identity` at `now`, as RTCIceServer entries: the
-    /// STUN URIs in one without credentials, the TURN URIs in one with the
-    /// client's credentials.
+    /// The servers for the client `id` (opaque: its peer id) at `now`, as
+    /// RTCIceServer entries: the STUN URIs in one without credentials, the TURN URIs
+    /// in one with the client's credentials.
     pub fn for_client(&self, identity: &str, now: SystemTime) -> Vec<IceServer> {
         let (turn, stun): (Vec<&IceServerUri>, Vec<&IceServerUri>) =
             self.uris.iter().partition(|u| u.is_turn());
@@ -449,7 +455,6 @@ mod tests {
             "turn:turn.example.org:3478?transport=udp",
             "turn:[2001:db8::2]?transport=tcp",
             "turns:turn.example.org:443?transport=tcp",
-            "TURN:turn.example.org",
         ] {
             let parsed: IceServerUri = ok.parse().expect(ok);
             assert_eq!(parsed.as_str(), ok);
@@ -475,6 +480,11 @@ mod tests {
         ] {
             assert_eq!(bad.parse::<IceServerUri>(), Err(why), "{bad}");
         }
+        let upper: IceServerUri = "TURN:turn.example.org?Transport=TCP"
+            .parse()
+            .expect("valid");
+        assert_eq!(upper.as_str(), "turn:turn.example.org?transport=tcp");
+        assert!(upper.is_turn());
         let long = format!("turn:{}", "a".repeat(MAX_URI_BYTES));
         assert_eq!(long.parse::<IceServerUri>(), Err(UriError::TooLong));
     }

@@ -53,7 +53,7 @@ fn assert_cors(reply: &http_client::Reply) {
     );
     assert_eq!(
         reply.header("access-control-expose-headers"),
-        Some("Location, Link"),
+        Some("Location, Link, ETag"),
         "{reply:?}"
     );
 }
@@ -321,7 +321,7 @@ fn bad_signalling_input() {
     for (path, methods) in [
         ("/whip/lobby", "POST, OPTIONS"),
         ("/whep/lobby", "POST, OPTIONS"),
-        (location.as_str(), "DELETE, OPTIONS"),
+        (location.as_str(), "DELETE, OPTIONS, PATCH"),
     ] {
         let preflight = request(http, "OPTIONS", path, None, b"");
         assert_eq!(preflight.status, 200, "{path}: {preflight:?}");
@@ -342,7 +342,12 @@ fn bad_signalling_input() {
     assert_eq!(endpoint.header("accept-post"), Some("application/sdp"));
     // Errors too, so the page can show them.
     assert_cors(&request(http, "DELETE", "/whip/lobby/0123", None, b""));
-    // No trickle: RFC 9110 §15.5.6 405 with Allow.
+    // PATCH (RFC 9725 §4.3): an entity-tag in the 201; a PATCH without If-Match is
+    // 428, one of another type 415, one for an unknown session 404.
+    assert!(
+        created.header("etag").is_some_and(|t| t.starts_with('"')),
+        "{created:?}"
+    );
     let patched = request(
         http,
         "PATCH",
@@ -350,8 +355,23 @@ fn bad_signalling_input() {
         Some("application/trickle-ice-sdpfrag"),
         b"a=end-of-candidates\r\n",
     );
-    assert_reply(&patched, 405, "trickle");
-    assert_eq!(patched.header("allow"), Some("DELETE, OPTIONS"));
+    assert_reply(&patched, 428, "If-Match");
+    let patched = request(
+        http,
+        "PATCH",
+        &location,
+        Some("application/sdp"),
+        b"v=0\r\n",
+    );
+    assert_reply(&patched, 415, "trickle-ice-sdpfrag");
+    let patched = request(
+        http,
+        "PATCH",
+        "/whip/lobby/0123",
+        Some("application/trickle-ice-sdpfrag"),
+        b"a=end-of-candidates\r\n",
+    );
+    assert_reply(&patched, 404, "no such session");
     // The identity is taken while the session lives.
     assert_reply(
         &post_offer(http, "/whip/lobby?identity=alice", &offer),

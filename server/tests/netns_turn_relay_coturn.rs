@@ -10,7 +10,7 @@
 //!   response's `iceServers`. Both decode the camera's video through coturn.
 //!
 //! Checked: the Link headers and `iceServers` carry the TURN URI and REST
-//! credentials for each client's identity (`EXPIRY:IDENTITY`, HMAC-SHA1 in base64);
+//! credentials of each client's own (`EXPIRY:PEER-ID`, HMAC-SHA1 in base64);
 //! each relayed page's selected pair is relay → shoal's address; coturn's log shows
 //! an allocation for each relayed client's username.
 //!
@@ -138,12 +138,7 @@ fn netns_turn_relay_coturn() {
         a.eval(&publish_script(ROOM, "camera")).await;
         // The publisher, too, was handed the server with its own credentials.
         let links = a.eval("window.shoal.links").await;
-        check_link(
-            links.as_str().unwrap_or_default(),
-            &turn_uri,
-            "camera",
-            started,
-        );
+        check_link(links.as_str().unwrap_or_default(), &turn_uri, started);
 
         let mut whep = Page::open(&lab, &client_b, &viewers, &page).await;
         let answer = whep
@@ -154,12 +149,7 @@ fn netns_turn_relay_coturn() {
             "{answer}"
         );
         let links = whep.eval("window.shoal.links").await;
-        let whep_user = check_link(
-            links.as_str().unwrap_or_default(),
-            &turn_uri,
-            "whep-viewer",
-            started,
-        );
+        let whep_user = check_link(links.as_str().unwrap_or_default(), &turn_uri, started);
 
         let mut signal = Page::open(&lab, &client_b, &viewers, &page).await;
         let joined = signal
@@ -172,9 +162,9 @@ fn netns_turn_relay_coturn() {
         check_credentials(
             &signal_user,
             given[0]["credential"].as_str().unwrap_or_default(),
-            "signal-viewer",
             started,
         );
+        assert_ne!(signal_user, whep_user, "each client its own credentials");
 
         for (who, page) in [("WHEP", &mut whep), ("/signal", &mut signal)] {
             let got = page.media(FRAMES, false, MEDIA_TIMEOUT).await;
@@ -278,8 +268,8 @@ fn tail(log: &Mutex<Vec<String>>) -> String {
 }
 
 /// Checks that `links` (a response's `Link` headers, joined) names exactly the TURN
-/// server `uri` with REST credentials for `identity`; returns the username.
-fn check_link(links: &str, uri: &str, identity: &str, started: SystemTime) -> String {
+/// server `uri` with REST credentials; returns the username.
+fn check_link(links: &str, uri: &str, started: SystemTime) -> String {
     let prefix = format!("<{uri}>; rel=\"ice-server\"; username=\"");
     let rest = links
         .strip_prefix(&prefix)
@@ -290,17 +280,20 @@ fn check_link(links: &str, uri: &str, identity: &str, started: SystemTime) -> St
         .unwrap_or_else(|| panic!("Link headers: {links}"));
     let (credential, rest) = rest.split_once('"').expect("a quoted credential");
     assert_eq!(rest, "; credential-type=\"password\"", "{links}");
-    check_credentials(username, credential, identity, started);
+    check_credentials(username, credential, started);
     username.to_owned()
 }
 
 /// Checks TURN REST credentials (draft-uberti-behave-turn-rest-00 §2.2): the
-/// username is `EXPIRY:IDENTITY` with EXPIRY --turn-ttl (600 s) after the test
-/// started, give or take the test's own length, and the credential is
-/// base64(HMAC-SHA1(secret, username)).
-fn check_credentials(username: &str, credential: &str, identity: &str, started: SystemTime) {
-    let (expiry, id) = username.split_once(':').expect("EXPIRY:IDENTITY");
-    assert_eq!(id, identity);
+/// username is `EXPIRY:ID` with EXPIRY --turn-ttl (600 s) after the test started,
+/// give or take the test's own length, and ID the client's peer id (opaque, not its
+/// identity), and the credential is base64(HMAC-SHA1(secret, username)).
+fn check_credentials(username: &str, credential: &str, started: SystemTime) {
+    let (expiry, id) = username.split_once(':').expect("EXPIRY:ID");
+    assert!(
+        !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()),
+        "{username}"
+    );
     let expiry: u64 = expiry.parse().expect("a Unix time");
     let start = started
         .duration_since(UNIX_EPOCH)

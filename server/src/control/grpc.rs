@@ -130,10 +130,12 @@ impl ControlState {
         self
     }
 
-    /// The STUN and TURN servers for the client `identity`, with its credentials
-    /// (see [`crate::ice_servers`]).
-    pub fn ice_servers_for(&self, identity: &str) -> Vec<v1::IceServer> {
-        self.ice_servers.for_client(identity, SystemTime::now())
+    /// The STUN and TURN servers for the client of `peer`, with its credentials
+    /// (see [`crate::ice_servers`]; the TURN username names the peer id, not the
+    /// identity, which would cross the network in the clear).
+    pub fn ice_servers_for(&self, peer: PeerId) -> Vec<v1::IceServer> {
+        self.ice_servers
+            .for_client(&peer.0.to_string(), SystemTime::now())
     }
 
     /// Signalling's tables (taken after [`ControlState::rooms`] when both are held).

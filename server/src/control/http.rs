@@ -6,7 +6,7 @@
 //! | `GET /` | the demo page: join a room, see who is there, chat on a data channel |
 //! | `POST /whip/{room}`, `POST /whep/{room}` | an SDP offer in, 201 with the answer, a `Location` (RFC 9725 §4.2) and a `Link` per configured STUN/TURN server (§4.6) |
 //! | `DELETE /whip/{room}/{session}` (and `/whep/…`) | ends the session (RFC 9725 §4.2) |
-//! | `PATCH /whip/{room}/{session}` (and `/whep/…`) | 405: no trickle ICE or ICE restarts |
+//! | `PATCH /whip/{room}/{session}` (and `/whep/…`) | an `application/trickle-ice-sdpfrag`: new ICE credentials restart ICE (200), candidates alone are trickle (204) (RFC 9725 §4.3) |
 //! | `OPTIONS /whip/{room}` (and `/whep/…`) | 200 with `Accept-Post: application/sdp` and the CORS preflight headers (RFC 9725 §4.2) |
 //! | `OPTIONS /whip/{room}/{session}` (and `/whep/…`) | 200 with the CORS preflight headers |
 //! | `GET /signal` | the signalling WebSocket: `SignalService` messages as JSON ([`super::signal`]) |
@@ -25,11 +25,10 @@
 //! resource allows and the `Content-Type` and `Authorization` request headers (a
 //! client with a bearer token sends it, RFC 9725 §4.7.1).
 //!
-//! PATCH: RFC 9725 §4.3.1 makes trickle ICE and ICE restarts optional and gives a
-//! status (422) only to a session that supports one of the two. shoal supports
-//! neither (it is ICE-lite and its answer carries all its candidates), so a PATCH is
-//! a method this resource does not allow: 405 with an `Allow` header (RFC 9110
-//! §15.5.6).
+//! PATCH (RFC 9725 §4.3): ICE restarts and trickle ICE with an
+//! `application/trickle-ice-sdpfrag` (RFC 8840); see `patch`. The 201 of a POST
+//! carries the ICE session's entity-tag (`ETag`, shoal's ufrag, new with each
+//! restart) for the `If-Match` of a PATCH.
 
 use std::sync::Arc;
 
@@ -49,6 +48,7 @@ use tonic::{Code, Status};
 
 use super::grpc::ControlState;
 use super::participants::{Admission, SIGNAL_QUEUE_LEN, check_offer};
+use super::sdpfrag::IceFragment;
 use super::signal::{Inbound, error_message, run_session};
 use crate::ice_servers::link_headers;
 
@@ -247,10 +247,17 @@ async fn create(
     if let Ok(location) = HeaderValue::from_str(&location) {
         headers.insert(header::LOCATION, location);
     }
+    // RFC 9725 §4.3.1: the entity-tag of the ICE session, for PATCH's If-Match.
+    if let Some(tag) = state
+        .ice_etag(admitted.peer)
+        .and_then(|t| HeaderValue::from_str(&t).ok())
+    {
+        headers.insert(header::ETAG, tag);
+    }
     // RFC 9725 §4.6: the STUN/TURN servers, one Link each. Their texts are printable
     // ASCII (checked at start-up, minted ones by construction), so each is a valid
     // header value.
-    for link in link_headers(&state.ice_servers_for(&admitted.identity)) {
+    for link in link_headers(&state.ice_servers_for(admitted.peer)) {
         if let Ok(link) = HeaderValue::from_str(&link) {
             headers.append(header::LINK, link);
         }
@@ -267,33 +274,99 @@ async fn end(State(http): State<Http>, Path((room, session)): Path<(String, Stri
     text(StatusCode::OK, "session ended")
 }
 
-/// `PATCH /whip/{room}/{session}`: no trickle ICE, no ICE restarts (see the module
-/// documentation).
+/// `PATCH /whip/{room}/{session}` (RFC 9725 §4.3): an
+/// `application/trickle-ice-sdpfrag` (RFC 8840). New ICE credentials restart ICE:
+/// `If-Match: "*"` (or the current entity-tag), 200 with shoal's new credentials
+/// and the new ETag. Anything else is trickle: `If-Match` with the current
+/// entity-tag, 204; the candidates are of no use to an ICE-lite agent and are
+/// dropped. No `If-Match`: 428 (RFC 6585 §3); a stale one: 412 (RFC 9110 §13.1.1).
 async fn patch(
     State(http): State<Http>,
     Path((room, session)): Path<(String, String)>,
+    request: Request,
 ) -> Response {
-    if http.state.session_peer(&room, &session).is_none() {
+    let state = &http.state;
+    let Some(peer) = state.session_peer(&room, &session) else {
         return text(StatusCode::NOT_FOUND, "no such session");
+    };
+    let is_fragment = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case(SDPFRAG));
+    if !is_fragment {
+        return text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "a PATCH must be sent with Content-Type: application/trickle-ice-sdpfrag",
+        );
     }
-    let mut response = text(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "shoal supports neither trickle ICE nor ICE restarts: its answer carries all of \
-         its candidates, and it needs none of yours (it is ICE-lite)",
-    );
-    response
-        .headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static(SESSION_METHODS));
-    response
+    let if_match = request
+        .headers()
+        .get(header::IF_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_owned());
+    let body = match read_body(request.into_body()).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let fragment = match IceFragment::parse(&body) {
+        Ok(f) => f,
+        Err(e) => return text(StatusCode::BAD_REQUEST, &format!("bad sdpfrag: {e}")),
+    };
+    let Some(etag) = state.ice_etag(peer) else {
+        return text(StatusCode::NOT_FOUND, "no such session");
+    };
+    let Some(if_match) = if_match else {
+        return text(
+            StatusCode::PRECONDITION_REQUIRED,
+            "a PATCH needs If-Match: the session's ETag, or \"*\" for an ICE restart \
+             (RFC 9725 §4.3)",
+        );
+    };
+    let matches = if_match == "*" || if_match.split(',').any(|t| t.trim() == etag);
+    if !matches {
+        return text(
+            StatusCode::PRECONDITION_FAILED,
+            "If-Match names another ICE session than the current one",
+        );
+    }
+    let restart = fragment.credentials.as_ref().filter(|(u, p)| {
+        state
+            .remote_ice(peer)
+            .is_some_and(|(ru, rp)| *u != ru || *p != rp)
+    });
+    let Some((ufrag, pwd)) = restart else {
+        // Trickle: candidates an ICE-lite agent does not use (RFC 8445 §2.5).
+        return StatusCode::NO_CONTENT.into_response();
+    };
+    match state.restart_ice(peer, ufrag, pwd).await {
+        Ok((local_ufrag, local_pwd)) => {
+            let body =
+                format!("a=ice-lite\r\na=ice-ufrag:{local_ufrag}\r\na=ice-pwd:{local_pwd}\r\n");
+            let mut response = (StatusCode::OK, body).into_response();
+            let headers = response.headers_mut();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(SDPFRAG));
+            if let Ok(tag) = HeaderValue::from_str(&format!("\"{local_ufrag}\"")) {
+                headers.insert(header::ETAG, tag);
+            }
+            response
+        }
+        // RFC 9725 §4.3: a restart that cannot be done keeps the existing session.
+        Err(status) => error_response(&status),
+    }
 }
+
+/// The media type of a PATCH body (RFC 8840 §9).
+const SDPFRAG: &str = "application/trickle-ice-sdpfrag";
 
 /// The methods of a WHIP/WHEP endpoint (`/whip/{room}`).
 const ENDPOINT_METHODS: &str = "POST, OPTIONS";
-/// The methods of a WHIP/WHEP session (`/whip/{room}/{session}`); PATCH gets a 405.
-const SESSION_METHODS: &str = "DELETE, OPTIONS";
+/// The methods of a WHIP/WHEP session (`/whip/{room}/{session}`).
+const SESSION_METHODS: &str = "DELETE, OPTIONS, PATCH";
 /// The request headers a cross-origin WHIP/WHEP client may send: the offer's type
 /// and a bearer token (RFC 9725 §4.7.1).
-const ALLOWED_REQUEST_HEADERS: &str = "Content-Type, Authorization";
+const ALLOWED_REQUEST_HEADERS: &str = "Content-Type, Authorization, If-Match";
 /// How long a browser may cache a preflight's answer, in seconds.
 const PREFLIGHT_MAX_AGE: &str = "86400";
 
@@ -342,7 +415,7 @@ async fn cors(mut response: Response) -> Response {
     );
     headers.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("Location, Link"),
+        HeaderValue::from_static("Location, Link, ETag"),
     );
     response
 }

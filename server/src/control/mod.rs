@@ -22,10 +22,12 @@
 
 pub mod grpc;
 pub mod http;
+pub mod ice_restart;
 pub mod media;
 pub mod participants;
 pub mod presence;
 pub mod rooms;
+pub mod sdpfrag;
 pub mod shards;
 pub mod signal;
 

@@ -38,10 +38,10 @@ use crate::driver::{DriverError, ShardCommand};
 pub const SIGNAL_QUEUE_LEN: usize = 64;
 /// ufrag length: 8 ice-chars carry 48 random bits (RFC 8445 §5.3 asks for at least
 /// 24; RFC 8839 §5.4 allows 4 to 256 characters).
-const UFRAG_CHARS: usize = 8;
+pub(super) const UFRAG_CHARS: usize = 8;
 /// Password length: 24 ice-chars carry 144 random bits (RFC 8445 §5.3: at least
 /// 128; RFC 8839 §5.4: 22 to 256 characters).
-const PWD_CHARS: usize = 24;
+pub(super) const PWD_CHARS: usize = 24;
 
 /// A live signalling connection's way back to its client.
 #[derive(Debug)]
@@ -248,7 +248,7 @@ impl ControlState {
                 room: Some(self.room_message(room)),
                 participant: Some(me.clone()),
                 others,
-                ice_servers: self.ice_servers_for(&me.identity),
+                ice_servers: self.ice_servers_for(peer),
             });
             // The queue is new and empty: this cannot be full.
             let _ = link.events.try_send(joined);
@@ -535,7 +535,7 @@ impl ControlState {
     }
 
     /// `len` random ICE characters from the system CSPRNG.
-    fn random_ice_chars(&self, len: usize) -> Result<String, Status> {
+    pub(super) fn random_ice_chars(&self, len: usize) -> Result<String, Status> {
         let bytes = self.random_bytes::<32>()?;
         Ok(bytes
             .iter()

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use shoal_components::peer::PeerId;
+use shoal_components::peer::{IceCredentials, PeerId};
 use shoal_systems::{CommandError, PeerSpec};
 
 use crate::driver::{DriverError, SendData, ShardCommand, ShardReport, ShardSender};
@@ -72,6 +72,25 @@ pub fn add_peer(
     let shard = shards.get(index).ok_or(ShardError::NoSuchShard(index))?;
     let (reply, verdict) = crossbeam_channel::bounded(1);
     shard.send(ShardCommand::AddPeer(spec, reply))?;
+    receive(index, &verdict, deadline, timeout)?.map_err(|source| ShardError::Refused {
+        shard: index,
+        source,
+    })
+}
+
+/// Restarts `peer`'s ICE on shard `index` with `credentials` and waits for its
+/// verdict, at most `timeout`.
+pub fn restart_ice(
+    shards: &[ShardSender],
+    index: usize,
+    peer: PeerId,
+    credentials: IceCredentials,
+    timeout: Duration,
+) -> Result<(), ShardError> {
+    let deadline = Instant::now() + timeout;
+    let shard = shards.get(index).ok_or(ShardError::NoSuchShard(index))?;
+    let (reply, verdict) = crossbeam_channel::bounded(1);
+    shard.send(ShardCommand::RestartIce(peer, credentials, reply))?;
     receive(index, &verdict, deadline, timeout)?.map_err(|source| ShardError::Refused {
         shard: index,
         source,

@@ -5,7 +5,8 @@
 //! - the first message must be `join` (within [`JOIN_TIMEOUT`]); the answer is
 //!   `join` with the room and the participants already there;
 //! - `offer` → `answer` (the participant's peer is added to its shard with the first);
-//!   later offers renegotiate (publish or unpublish tracks, RFC 8829 §5.3.2);
+//!   later offers renegotiate (publish or unpublish tracks, RFC 8829 §5.3.2), and one
+//!   with new ICE credentials restarts ICE (see `ice_restart`);
 //! - `offer` from shoal whenever the room's tracks change for the participant, to
 //!   be answered with `answer`. shoal is the polite side of glare: an offer of the
 //!   participant's while one of shoal's is out drops shoal's, which comes again after
@@ -141,7 +142,13 @@ impl Session<'_> {
             signal_request::Message::Offer(offer) => {
                 let offer = check_offer(offer.sdp.as_bytes())?;
                 let sdp = if self.negotiated {
-                    self.state.answer_again(self.admitted.peer, &offer)?
+                    // New ice-ufrag and ice-pwd: an ICE restart (RFC 8839 §4.4.1.1.1),
+                    // the shard's credentials changed before the answer carries them.
+                    let peer = self.admitted.peer;
+                    if let Some((ufrag, pwd)) = self.state.offer_restarts_ice(peer, &offer) {
+                        self.state.restart_ice(peer, &ufrag, &pwd).await?;
+                    }
+                    self.state.answer_again(peer, &offer)?
                 } else {
                     let sdp = self.state.negotiate(self.admitted, &offer).await?;
                     self.negotiated = true;

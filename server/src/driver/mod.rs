@@ -41,7 +41,7 @@ use mio::net::UdpSocket;
 use mio::{Interest, Poll, Waker};
 use ring::rand::SystemRandom;
 use shoal_components::dtls::DtlsCertificate;
-use shoal_components::peer::PeerId;
+use shoal_components::peer::{IceCredentials, PeerId};
 use shoal_components::room::RoomId;
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
@@ -84,6 +84,9 @@ pub enum ShardCommand {
     AddPeer(PeerSpec, Sender<Result<(), CommandError>>),
     /// Removes a peer; the shard's verdict is sent back.
     RemovePeer(PeerId, Sender<Result<(), CommandError>>),
+    /// Restarts a peer's ICE with new credentials (`Command::RestartIce`); the
+    /// shard's verdict is sent back.
+    RestartIce(PeerId, IceCredentials, Sender<Result<(), CommandError>>),
     /// Sends a message to a room's members on the shard, or to one of them
     /// (`Shard::send_data`); the reply is how many members it was queued for.
     SendData(SendData, Sender<Result<usize, CommandError>>),

@@ -287,6 +287,10 @@ impl ShardLoop {
                 ShardCommand::RemovePeer(id, reply) => {
                     let _ = reply.send(self.shard.command(now, Command::RemovePeer(id)));
                 }
+                ShardCommand::RestartIce(peer, credentials, reply) => {
+                    let restart = Command::RestartIce { peer, credentials };
+                    let _ = reply.send(self.shard.command(now, restart));
+                }
                 ShardCommand::SendData(d, reply) => {
                     self.shard.advance_clock(now);
                     let sent = self

@@ -89,6 +89,15 @@ pub fn join_script_with(room: &str, me: &str, relay: bool) -> String {
     }}).catch((err) => state.errors.push(String(err)));
   }};
   ws.send(JSON.stringify({{ join: {{ room: "{room}", identity: me }} }}));
+  // An ICE restart over /signal: an offer with new credentials, and its answer.
+  window.shoal.restart = async () => {{
+    const done = new Promise((ok) => (answered = ok));
+    pc.restartIce();
+    await pc.setLocalDescription(await pc.createOffer());
+    ws.send(JSON.stringify({{ offer: {{ sdp: pc.localDescription.sdp }} }}));
+    await done;
+    return "restarted";
+  }};
   if (relay) {{
     const join = await gotJoin;
     state.iceServers = join.iceServers || [];

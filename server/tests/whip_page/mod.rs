@@ -63,7 +63,7 @@ fn exchange(setup: &str, path: &str, via: Path) -> String {
   const answer = await response.text();
   if (response.status !== 201) throw new Error("POST {path}: " + response.status + ": " + answer);
   const links = response.headers.get("Link");
-  window.shoal = {{ pc, state, answer, links, location: response.headers.get("Location") }};
+  window.shoal = {{ pc, state, answer, links, location: response.headers.get("Location"), etag: response.headers.get("ETag") }};
   if (relay) {{
     pc.setConfiguration({{ iceServers: iceServersOf(links), iceTransportPolicy: "relay" }});
     await pc.setLocalDescription(offer);
@@ -144,3 +144,30 @@ pub fn sdp_addresses(sdp: &str) -> (Vec<(String, u16)>, Vec<String>) {
     }
     (candidates, connections)
 }
+
+/// Restarts the page's ICE over WHIP/WHEP PATCH (RFC 9725 §4.3): `restartIce()`, a
+/// fragment with the new credentials and `If-Match: "*"`, and the answer again with
+/// shoal's new credentials from the 200; resolves with the new ETag.
+pub const RESTART_OVER_PATCH: &str = r#"(async () => {
+  const s = window.shoal;
+  s.pc.restartIce();
+  const offer = await s.pc.createOffer();
+  await s.pc.setLocalDescription(offer);
+  const ufrag = offer.sdp.match(/a=ice-ufrag:(.*)\r\n/)[1];
+  const pwd = offer.sdp.match(/a=ice-pwd:(.*)\r\n/)[1];
+  const response = await fetch(s.location, {
+    method: "PATCH",
+    headers: { "Content-Type": "application/trickle-ice-sdpfrag", "If-Match": "*" },
+    body: "a=ice-ufrag:" + ufrag + "\r\na=ice-pwd:" + pwd + "\r\n",
+  });
+  const fragment = await response.text();
+  if (response.status !== 200) throw new Error("PATCH: " + response.status + ": " + fragment);
+  const newUfrag = fragment.match(/a=ice-ufrag:(.*)\r\n/)[1];
+  const newPwd = fragment.match(/a=ice-pwd:(.*)\r\n/)[1];
+  s.answer = s.answer
+    .replace(/a=ice-ufrag:.*\r\n/g, "a=ice-ufrag:" + newUfrag + "\r\n")
+    .replace(/a=ice-pwd:.*\r\n/g, "a=ice-pwd:" + newPwd + "\r\n");
+  s.etag = response.headers.get("ETag");
+  await s.pc.setRemoteDescription({ type: "answer", sdp: s.answer });
+  return s.etag;
+})()"#;

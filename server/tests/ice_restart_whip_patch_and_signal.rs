@@ -26,13 +26,10 @@ mod whip_page;
 use std::time::{Duration, Instant};
 
 use chromium::launch_in;
-use lab_node::{Page, start_in};
+use lab_node::{Page, Star, page_url, secure_origin_flag, star, start_sfu};
 use whip_page::{RESTART_OVER_PATCH, STATS, publish_script};
 
 const ROOM: &str = "restart";
-const SFU: &str = "203.0.113.2";
-const UDP_PORT: u16 = 7100;
-const HTTP_PORT: u16 = 8080;
 /// How soon media must go on after a restart on an unchanged network.
 const SAME_NETWORK: Duration = Duration::from_secs(2);
 /// How soon media must come back after the publisher's address changed.
@@ -43,48 +40,13 @@ fn ice_restart_whip_patch_and_signal() {
     let Some(mut lab) = lab::Lab::new("restart") else {
         return;
     };
-    let sfu = lab.namespace("sfu");
-    let router = lab.namespace("router");
-    let client_a = lab.namespace("client-a");
-    let client_b = lab.namespace("client-b");
-    for (ns, side, inside, outside, gateway) in [
-        (
-            &sfu,
-            "to-sfu",
-            "203.0.113.2/24",
-            "203.0.113.1/24",
-            "203.0.113.1",
-        ),
-        (
-            &client_a,
-            "to-a",
-            "198.51.100.2/26",
-            "198.51.100.1/26",
-            "198.51.100.1",
-        ),
-        (
-            &client_b,
-            "to-b",
-            "198.51.100.66/26",
-            "198.51.100.65/26",
-            "198.51.100.65",
-        ),
-    ] {
-        lab.link(&router, side, &[outside], ns, "eth0", &[inside]);
-        lab.ip(ns, &["route", "add", "default", "via", gateway]);
-    }
-    lab.forward(&router);
-    let (server, control) = start_in(
-        &sfu,
-        &[
-            "--shards=1",
-            &format!("--bind={SFU}"),
-            &format!("--udp-port-base={UDP_PORT}"),
-            &format!("--http-addr={SFU}:{HTTP_PORT}"),
-            "--grpc-addr=127.0.0.1:7071",
-        ],
-        ROOM,
-    );
+    let Star {
+        sfu,
+        client_a,
+        client_b,
+        ..
+    } = star(&mut lab, &[]);
+    let (server, control) = start_sfu(&sfu, ROOM, &[]);
     let shard = || {
         server
             .command_sender(0)
@@ -93,8 +55,8 @@ fn ice_restart_whip_patch_and_signal() {
             .shard
     };
 
-    let page = format!("http://{SFU}:{HTTP_PORT}/");
-    let secure = format!("--unsafely-treat-insecure-origin-as-secure=http://{SFU}:{HTTP_PORT}");
+    let page = page_url();
+    let secure = secure_origin_flag();
     let camera = launch_in(Some(&client_a), &page, &[&secure]);
     let viewer = launch_in(Some(&client_b), &page, &[&secure]);
     let runtime = tokio::runtime::Builder::new_current_thread()

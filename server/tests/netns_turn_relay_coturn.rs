@@ -30,19 +30,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use chromium::launch_in;
-use lab_node::{Page, start_in};
+use lab::Spoke;
+use lab_node::{Page, SFU, Star, UDP_PORT, page_url, secure_origin_flag, star, start_sfu};
 use ring::hmac;
 use whip_page::{Path, play_script_via, publish_script};
 
 const ROOM: &str = "relayed";
-/// shoal's address.
-const SFU: &str = "203.0.113.2";
 /// coturn's address, where it listens and relays from.
 const TURN: &str = "192.0.2.2";
 const TURN_PORT: u16 = 3478;
 const SECRET: &str = "lab-shared-secret";
-const UDP_PORT: u16 = 7100;
-const HTTP_PORT: u16 = 8080;
 /// Frames each relayed page must decode.
 const FRAMES: u64 = 60;
 const MEDIA_TIMEOUT: Duration = Duration::from_secs(25);
@@ -54,45 +51,22 @@ fn netns_turn_relay_coturn() {
     let Some(mut lab) = lab::Lab::new("turn") else {
         return;
     };
-    let sfu = lab.namespace("sfu");
     let turn = lab.namespace("turn");
-    let router = lab.namespace("router");
-    let client_a = lab.namespace("client-a");
-    let client_b = lab.namespace("client-b");
-    for (ns, side, inside, outside, gateway) in [
-        (
-            &sfu,
-            "to-sfu",
-            "203.0.113.2/24",
-            "203.0.113.1/24",
-            "203.0.113.1",
-        ),
-        (
-            &turn,
-            "to-turn",
-            "192.0.2.2/24",
-            "192.0.2.1/24",
-            "192.0.2.1",
-        ),
-        (
-            &client_a,
-            "to-a",
-            "198.51.100.2/26",
-            "198.51.100.1/26",
-            "198.51.100.1",
-        ),
-        (
-            &client_b,
-            "to-b",
-            "198.51.100.66/26",
-            "198.51.100.65/26",
-            "198.51.100.65",
-        ),
-    ] {
-        lab.link(&router, side, &[outside], ns, "eth0", &[inside]);
-        lab.ip(ns, &["route", "add", "default", "via", gateway]);
-    }
-    lab.forward(&router);
+    let Star {
+        sfu,
+        client_a,
+        client_b,
+        ..
+    } = star(
+        &mut lab,
+        &[Spoke {
+            ns: &turn,
+            side: "to-turn",
+            inside: "192.0.2.2/24",
+            outside: "192.0.2.1/24",
+            gateway: "192.0.2.1",
+        }],
+    );
     // client-b reaches shoal over TCP (its page) but never over UDP.
     lab.nft(
         &client_b,
@@ -109,23 +83,18 @@ fn netns_turn_relay_coturn() {
     let coturn_log = start_coturn(&mut lab, &turn, &coturn_dir);
 
     let turn_uri = format!("turn:{TURN}:{TURN_PORT}?transport=udp");
-    let (server, control) = start_in(
+    let (server, control) = start_sfu(
         &sfu,
+        ROOM,
         &[
-            "--shards=1",
-            &format!("--bind={SFU}"),
-            &format!("--udp-port-base={UDP_PORT}"),
-            &format!("--http-addr={SFU}:{HTTP_PORT}"),
-            "--grpc-addr=127.0.0.1:7071",
             &format!("--ice-server={turn_uri}"),
             &format!("--turn-secret={SECRET}"),
             "--turn-ttl=600",
         ],
-        ROOM,
     );
 
-    let page = format!("http://{SFU}:{HTTP_PORT}/");
-    let secure = format!("--unsafely-treat-insecure-origin-as-secure=http://{SFU}:{HTTP_PORT}");
+    let page = page_url();
+    let secure = secure_origin_flag();
     let camera = launch_in(Some(&client_a), &page, &[&secure]);
     let viewers = launch_in(Some(&client_b), &page, &[&secure]);
     let runtime = tokio::runtime::Builder::new_current_thread()

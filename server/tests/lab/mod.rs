@@ -23,6 +23,21 @@ use std::process::{Child, Command, Output, Stdio};
 /// The prefix of every lab namespace.
 const PREFIX: &str = "shoal-lab-";
 
+/// A namespace on a [`Lab::star`] router.
+#[derive(Clone, Copy)]
+pub struct Spoke<'a> {
+    /// The namespace.
+    pub ns: &'a str,
+    /// Its link's name on the router.
+    pub side: &'a str,
+    /// Its address (with prefix length) on `eth0`.
+    pub inside: &'a str,
+    /// The router's address (with prefix length) on `side`.
+    pub outside: &'a str,
+    /// The router's address, the spoke's default route.
+    pub gateway: &'a str,
+}
+
 /// One test's namespaces, deleted when dropped.
 pub struct Lab {
     tag: String,
@@ -182,6 +197,17 @@ impl Lab {
             "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
             "burst", "32kbit", "latency", "50ms",
         ]));
+    }
+
+    /// Joins each spoke namespace to `router` by a veth pair (`side` on the router
+    /// with `outside`, `eth0` in the spoke with `inside`), routes each spoke's
+    /// default through `gateway`, and turns forwarding on in the router.
+    pub fn star(&mut self, router: &str, spokes: &[Spoke<'_>]) {
+        for s in spokes {
+            self.link(router, s.side, &[s.outside], s.ns, "eth0", &[s.inside]);
+            self.ip(s.ns, &["route", "add", "default", "via", s.gateway]);
+        }
+        self.forward(router);
     }
 
     /// Turns forwarding on in `ns` for both families.

@@ -13,7 +13,7 @@ use shoal_server::driver::Server;
 
 use crate::chromium::{Browser, Cdp, attach, devtools_over, devtools_port};
 use crate::grpc_node;
-use crate::lab::{Lab, netns};
+use crate::lab::{Lab, Spoke, netns};
 use crate::whip_page::STATS;
 
 /// Starts a node in namespace `ns` from `args` (flags as on the command line) and
@@ -104,4 +104,91 @@ impl Page {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
+}
+
+/// shoal's address in a [`star`] lab.
+pub const SFU: &str = "203.0.113.2";
+/// shoal's UDP port base there.
+pub const UDP_PORT: u16 = 7100;
+/// shoal's HTTP port there.
+pub const HTTP_PORT: u16 = 8080;
+
+/// The namespaces of a [`star`] lab.
+pub struct Star {
+    /// shoal's, at [`SFU`].
+    pub sfu: String,
+    /// The router between all of them.
+    pub router: String,
+    /// A client at 198.51.100.2.
+    pub client_a: String,
+    /// A client at 198.51.100.66.
+    pub client_b: String,
+}
+
+/// shoal's namespace and two clients' on one router, and `extra` spokes (of
+/// namespaces the caller made) on it too.
+pub fn star(lab: &mut Lab, extra: &[Spoke<'_>]) -> Star {
+    let sfu = lab.namespace("sfu");
+    let router = lab.namespace("router");
+    let client_a = lab.namespace("client-a");
+    let client_b = lab.namespace("client-b");
+    let mut spokes = vec![
+        Spoke {
+            ns: &sfu,
+            side: "to-sfu",
+            inside: "203.0.113.2/24",
+            outside: "203.0.113.1/24",
+            gateway: "203.0.113.1",
+        },
+        Spoke {
+            ns: &client_a,
+            side: "to-a",
+            inside: "198.51.100.2/26",
+            outside: "198.51.100.1/26",
+            gateway: "198.51.100.1",
+        },
+        Spoke {
+            ns: &client_b,
+            side: "to-b",
+            inside: "198.51.100.66/26",
+            outside: "198.51.100.65/26",
+            gateway: "198.51.100.65",
+        },
+    ];
+    spokes.extend_from_slice(extra);
+    lab.star(&router, &spokes);
+    Star {
+        sfu,
+        router,
+        client_a,
+        client_b,
+    }
+}
+
+/// Starts shoal in `ns` bound to [`SFU`] (one shard, UDP base [`UDP_PORT`], HTTP
+/// on [`HTTP_PORT`], gRPC on the namespace's loopback) with `extra` flags, and
+/// creates `room`.
+pub fn start_sfu(ns: &str, room: &str, extra: &[&str]) -> (Server, ControlPlane) {
+    let bind = format!("--bind={SFU}");
+    let udp = format!("--udp-port-base={UDP_PORT}");
+    let http = format!("--http-addr={SFU}:{HTTP_PORT}");
+    let mut args = vec![
+        "--shards=1",
+        bind.as_str(),
+        udp.as_str(),
+        http.as_str(),
+        "--grpc-addr=127.0.0.1:7071",
+    ];
+    args.extend_from_slice(extra);
+    start_in(ns, &args, room)
+}
+
+/// The demo page's URL on the lab's shoal.
+pub fn page_url() -> String {
+    format!("http://{SFU}:{HTTP_PORT}/")
+}
+
+/// The Chromium flag that lets the plain-HTTP page use the camera.
+pub fn secure_origin_flag() -> String {
+    format!("--unsafely-treat-insecure-origin-as-secure=http://{SFU}:{HTTP_PORT}")
 }

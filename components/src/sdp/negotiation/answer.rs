@@ -17,13 +17,8 @@ impl Negotiation {
             return Err(NegotiationError::SectionsRemoved);
         }
         let bundle = offer.bundle_mids().unwrap_or_default();
-        let tag = offerer_tagged(offer, bundle);
-        let data = offer
-            .media
-            .iter()
-            .position(|m| is_data_section(m, bundle, tag.is_some()));
-        let transport_index =
-            Self::transport_index(offer).ok_or(NegotiationError::NoUsableSection)?;
+        let (tag, data, transport_index) = Self::layout(offer);
+        let transport_index = transport_index.ok_or(NegotiationError::NoUsableSection)?;
         let transport = self.read_transport(offer, &offer.media[transport_index])?;
         // RFC 8829 §4.1.10.2: the polite side rolls its own offer back on glare.
         self.pending = None;
@@ -155,9 +150,10 @@ impl Negotiation {
         })
     }
 
-    /// The section of `offer` that carries the session's transport: the BUNDLE
-    /// tag, else the data section, else the first usable audio or video section.
-    fn transport_index(offer: &SessionDescription) -> Option<usize> {
+    /// Where things are in `offer`: the offerer-tagged section of its BUNDLE group,
+    /// its data section, and the section that carries the session's transport (the
+    /// tag, else the data section, else the first usable audio or video section).
+    fn layout(offer: &SessionDescription) -> (Option<usize>, Option<usize>, Option<usize>) {
         let bundle = offer.bundle_mids().unwrap_or_default();
         let tag = offerer_tagged(offer, bundle);
         let data = offer
@@ -167,8 +163,10 @@ impl Negotiation {
         let usable = |m: &MediaDescription| {
             m.port != 0 && m.proto == PROTO_RTP_SAVPF && is_av(&m.kind) && !m.formats.is_empty()
         };
-        tag.or(data.filter(|i| offer.media[*i].port != 0))
-            .or_else(|| offer.media.iter().position(usable))
+        let transport = tag
+            .or(data.filter(|i| offer.media[*i].port != 0))
+            .or_else(|| offer.media.iter().position(usable));
+        (tag, data, transport)
     }
 
     /// Whether `offer` restarts ICE: it changes both the ice-ufrag and the ice-pwd of
@@ -178,7 +176,8 @@ impl Negotiation {
         let Some(t) = &self.transport else {
             return false;
         };
-        Self::transport_index(offer)
+        Self::layout(offer)
+            .2
             .and_then(|i| offer.ice_credentials_for(&offer.media[i]))
             .is_some_and(|(u, p)| u != t.ufrag && p != t.pwd)
     }

@@ -35,6 +35,7 @@ fn fixture(name: &str) -> SessionDescription {
 fn params(candidates: &[SocketAddr]) -> AnswerParams<'_> {
     AnswerParams {
         candidates,
+        tcp_candidates: &[],
         ice_ufrag: UFRAG,
         ice_pwd: PWD,
         fingerprint_sha256: FINGERPRINT,

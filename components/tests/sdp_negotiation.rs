@@ -31,6 +31,7 @@ const LOOPBACK: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 71
 fn params() -> AnswerParams<'static> {
     AnswerParams {
         candidates: &[LOOPBACK],
+        tcp_candidates: &[],
         ice_ufrag: UFRAG,
         ice_pwd: PWD,
         fingerprint_sha256: [0xA5; 32],

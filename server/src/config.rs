@@ -167,6 +167,45 @@ pub struct Config {
     #[arg(long, env = "SHOAL_SCTP_MAX_INIT_RETRANSMITS", value_name = "N")]
     pub sctp_max_init_retransmits: Option<u32>,
 
+    /// The first shard's TCP port for ICE over TCP (RFC 6544, passive candidates
+    /// below the UDP ones), shard n listening on base + n on each --bind address;
+    /// `auto` (the default) is --udp-port-base + 100 (ephemeral with a UDP base of
+    /// 0), `off` listens on none.
+    #[arg(long, env = "SHOAL_TCP_PORT_BASE", value_name = "PORT|auto|off", default_value_t = TcpPortBase::Auto)]
+    pub tcp_port_base: TcpPortBase,
+
+    /// ICE-TCP connections one shard holds at most; more are closed at once.
+    #[arg(
+        long,
+        env = "SHOAL_MAX_TCP_CONNECTIONS",
+        value_name = "N",
+        default_value_t = crate::tcp::DEFAULT_MAX_CONNECTIONS,
+        value_parser = clap::value_parser!(u32).range(1..=100_000).map(|n| n as usize)
+    )]
+    pub max_tcp_connections: usize,
+
+    /// Bytes queued for sending on one ICE-TCP connection at most; packets past
+    /// that are dropped, as UDP would.
+    #[arg(
+        long,
+        env = "SHOAL_TCP_BUFFER_BYTES",
+        value_name = "BYTES",
+        default_value_t = crate::tcp::DEFAULT_BUFFER_BYTES,
+        value_parser = clap::value_parser!(u32).range(16_384..=16_777_216).map(|n| n as usize)
+    )]
+    pub tcp_buffer_bytes: usize,
+
+    /// Seconds an ICE-TCP connection may stay open before a peer's check has
+    /// validated it; then it is closed.
+    #[arg(
+        long,
+        env = "SHOAL_TCP_AUTH_TIMEOUT",
+        value_name = "SECONDS",
+        default_value_t = crate::tcp::DEFAULT_AUTH_TIMEOUT_SECS,
+        value_parser = clap::value_parser!(u64).range(1..=300)
+    )]
+    pub tcp_auth_timeout: u64,
+
     /// A STUN or TURN server clients may use: `stun:HOST[:PORT]`, `stuns:…`,
     /// `turn:HOST[:PORT][?transport=udp|tcp]`, `turns:…` (RFC 7064, RFC 7065).
     /// Repeatable or comma-separated, at most 8. shoal hands them to every client in
@@ -247,6 +286,10 @@ impl Default for Config {
             room_empty_timeout: DEFAULT_ROOM_EMPTY_TIMEOUT_SECS,
             sctp_heartbeat_interval: DEFAULT_SCTP_HEARTBEAT_INTERVAL_SECS,
             sctp_max_init_retransmits: None,
+            tcp_port_base: TcpPortBase::Auto,
+            max_tcp_connections: crate::tcp::DEFAULT_MAX_CONNECTIONS,
+            tcp_buffer_bytes: crate::tcp::DEFAULT_BUFFER_BYTES,
+            tcp_auth_timeout: crate::tcp::DEFAULT_AUTH_TIMEOUT_SECS,
             ice_servers: Vec::new(),
             turn_secret: None,
             turn_ttl: DEFAULT_TURN_TTL_SECS,
@@ -423,6 +466,54 @@ fn toml_scalar(value: &toml::Value) -> Option<String> {
         toml::Value::Integer(i) => Some(i.to_string()),
         toml::Value::Boolean(b) => Some(b.to_string()),
         _ => None,
+    }
+}
+
+/// `--tcp-port-base`: a port, `auto` (the UDP base + 100) or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpPortBase {
+    /// --udp-port-base + 100 (0 stays 0: ephemeral).
+    Auto,
+    /// This port for shard 0.
+    Port(u16),
+    /// No ICE-TCP.
+    Off,
+}
+
+impl TcpPortBase {
+    /// Shard 0's TCP port given the UDP base, `None` when off or out of range.
+    pub fn resolve(self, udp_base: u16) -> Option<u16> {
+        match self {
+            TcpPortBase::Auto if udp_base == 0 => Some(0),
+            TcpPortBase::Auto => udp_base.checked_add(100),
+            TcpPortBase::Port(p) => Some(p),
+            TcpPortBase::Off => None,
+        }
+    }
+}
+
+impl fmt::Display for TcpPortBase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TcpPortBase::Auto => f.write_str("auto"),
+            TcpPortBase::Port(p) => write!(f, "{p}"),
+            TcpPortBase::Off => f.write_str("off"),
+        }
+    }
+}
+
+impl FromStr for TcpPortBase {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<TcpPortBase, String> {
+        match s {
+            "auto" => Ok(TcpPortBase::Auto),
+            "off" => Ok(TcpPortBase::Off),
+            p => p
+                .parse()
+                .map(TcpPortBase::Port)
+                .map_err(|_| "expected a port, auto or off".to_owned()),
+        }
     }
 }
 
@@ -766,6 +857,33 @@ mod tests {
             let err = Config::load_from(args).expect_err("refused").to_string();
             assert!(!err.contains("TOPSECRET"), "{err}");
             assert!(err.contains(flag), "{err}");
+        }
+    }
+
+    #[test]
+    fn tcp_ports_follow_the_udp_base_unless_set_or_off() {
+        let c = Config::try_parse_from(["shoal"]).unwrap();
+        assert_eq!(c.tcp_port_base, TcpPortBase::Auto);
+        assert_eq!(c.tcp_port_base.resolve(c.udp_port_base), Some(7200));
+        assert_eq!(
+            TcpPortBase::Auto.resolve(0),
+            Some(0),
+            "ephemeral stays ephemeral"
+        );
+        assert_eq!(TcpPortBase::Auto.resolve(65_500), None, "out of range");
+        let c = Config::try_parse_from(["shoal", "--tcp-port-base", "443"]).unwrap();
+        assert_eq!(c.tcp_port_base.resolve(7100), Some(443));
+        let c = Config::try_parse_from(["shoal", "--tcp-port-base", "off"]).unwrap();
+        assert_eq!(c.tcp_port_base.resolve(7100), None);
+        assert_eq!(c.max_tcp_connections, crate::tcp::DEFAULT_MAX_CONNECTIONS);
+        for args in [
+            &["shoal", "--tcp-port-base", "tcp"][..],
+            &["shoal", "--tcp-port-base", "70000"],
+            &["shoal", "--max-tcp-connections", "0"],
+            &["shoal", "--tcp-buffer-bytes", "100"],
+            &["shoal", "--tcp-auth-timeout", "0"],
+        ] {
+            assert!(Config::try_parse_from(args).is_err(), "{args:?}");
         }
     }
 

@@ -11,4 +11,5 @@ pub mod driver;
 pub mod endpoint;
 pub mod ice_servers;
 pub mod sim;
+pub mod tcp;
 pub mod udp;

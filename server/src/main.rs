@@ -83,6 +83,17 @@ fn run(config: &Config) -> Result<(), MainError> {
         let announced = list(server.candidates(index));
         writeln!(stdout, "shoal: shard {index} announces {announced}")?;
     }
+    for index in 0..server.shard_count() {
+        let tcp = server.tcp_bound_addrs(index).unwrap_or_default();
+        if !tcp.is_empty() {
+            let bound = list(Some(tcp));
+            let announced = list(server.tcp_candidates(index));
+            writeln!(
+                stdout,
+                "shoal: shard {index} ice-tcp {bound} announces {announced}"
+            )?;
+        }
+    }
     // The URIs only: the credentials are minted per client and never printed.
     let ice_servers: Vec<&str> = config.ice_servers.iter().map(|u| u.as_str()).collect();
     if !ice_servers.is_empty() {

@@ -26,6 +26,7 @@ const DEAD_PORT: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9
 fn params() -> AnswerParams<'static> {
     AnswerParams {
         candidates: &[DEAD_PORT],
+        tcp_candidates: &[],
         ice_ufrag: UFRAG,
         ice_pwd: PWD,
         fingerprint_sha256: [0xA5; 32],

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use chromium::launch_in;
 use lab_node::{Page, start_in};
-use whip_page::{STATS, play_script, publish_script, sdp_addresses};
+use whip_page::{STATS, play_script, publish_script, sdp_addresses, sdp_candidates};
 
 const ROOM: &str = "nat";
 /// What the NAT maps to shoal, and what shoal announces.
@@ -131,6 +131,16 @@ fn netns_browser_via_announced_address() {
                 assert_eq!(
                     (addr.as_str(), *port),
                     (PUBLIC, UDP_PORT),
+                    "{who}:\n{answer}"
+                );
+            }
+            // The passive TCP candidates (ICE-TCP) carry the public address too.
+            let (tcp, _) = sdp_candidates(answer, "tcp");
+            assert!(!tcp.is_empty(), "{who}: no TCP candidate in\n{answer}");
+            for (addr, port) in &tcp {
+                assert_eq!(
+                    (addr.as_str(), *port),
+                    (PUBLIC, UDP_PORT + 100),
                     "{who}:\n{answer}"
                 );
             }

@@ -61,6 +61,18 @@ pub const fn host_priority(index: usize) -> u32 {
     (126 << 24) | (local << 8) | (256 - 1)
 }
 
+/// The priority of the passive TCP host candidate at `index` (RFC 6544 §4.2): the
+/// host type preference 126, and local preference 2^13 × direction-pref +
+/// other-pref, with the direction-pref RECOMMENDED for passive host candidates, 4,
+/// and other-pref 8191 − `index` (unique per address). Every TCP candidate thus
+/// ranks below every UDP one (local preference at most 40 959 against at least
+/// 65 535 − 16).
+pub const fn tcp_passive_priority(index: usize) -> u32 {
+    let other = if index < 8191 { 8191 - index as u32 } else { 0 };
+    let local = (4 << 13) + other;
+    (126 << 24) | (local << 8) | (256 - 1)
+}
+
 /// What shoal puts into an answer besides what the offer dictates.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AnswerParams<'a> {
@@ -70,6 +82,9 @@ pub struct AnswerParams<'a> {
     /// first is also the `m=`/`c=` default destination; with none, the description
     /// points at `0.0.0.0:9` and carries no candidate.
     pub candidates: &'a [SocketAddr],
+    /// The shard's passive TCP host candidates (ICE-TCP, RFC 6544), listed after
+    /// the UDP ones with [`tcp_passive_priority`] and foundations of their own.
+    pub tcp_candidates: &'a [SocketAddr],
     /// shoal's ICE ufrag for this peer (RFC 8839 §5.4: 4 to 256 ice-chars).
     pub ice_ufrag: &'a str,
     /// shoal's ICE password for this peer (RFC 8839 §5.4: 22 to 256 ice-chars).
@@ -177,6 +192,16 @@ impl TransportAttributes<'_> {
             m.push_attribute(Attribute::Candidate(Candidate::host_udp(
                 &foundation,
                 host_priority(i),
+                addr.ip(),
+                addr.port(),
+            )));
+        }
+        // RFC 8445 §5.1.1.3: another transport, other foundations.
+        for (i, addr) in p.tcp_candidates.iter().enumerate() {
+            let foundation = (p.candidates.len() + i + 1).to_string();
+            m.push_attribute(Attribute::Candidate(Candidate::host_tcp_passive(
+                &foundation,
+                tcp_passive_priority(i),
                 addr.ip(),
                 addr.port(),
             )));

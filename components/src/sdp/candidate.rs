@@ -151,6 +151,16 @@ impl Candidate {
         }
     }
 
+    /// A passive TCP host candidate (RFC 6544 §4.5: the port is the listening one)
+    /// with no extensions.
+    pub fn host_tcp_passive(foundation: &str, priority: u32, address: IpAddr, port: u16) -> Self {
+        Self {
+            transport: "tcp".to_owned(),
+            tcp_type: Some(TcpType::Passive),
+            ..Self::host_udp(foundation, priority, address, port)
+        }
+    }
+
     /// Parses a candidate as JSEP hands it around: the attribute value, optionally
     /// preceded by `candidate:` or `a=candidate:` (a foundation holds no `:`, so the
     /// prefixes cannot be confused with it).

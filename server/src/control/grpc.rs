@@ -78,6 +78,7 @@ pub struct ControlState {
     members: Mutex<Members>,
     shards: Vec<ShardSender>,
     candidates: Vec<Arc<[SocketAddr]>>,
+    tcp_candidates: Vec<Arc<[SocketAddr]>>,
     fingerprint_sha256: [u8; 32],
     ice_servers: IceServers,
     clock: Clock,
@@ -101,6 +102,7 @@ impl ControlState {
             members: Mutex::new(Members::new(shards.len())),
             shards,
             candidates: Vec::new(),
+            tcp_candidates: Vec::new(),
             fingerprint_sha256: [0; 32],
             ice_servers: IceServers::default(),
             clock: Clock::start(),
@@ -112,14 +114,16 @@ impl ControlState {
         }
     }
 
-    /// The same, with what answers need: each shard's host candidates (in priority
-    /// order) and the node's certificate fingerprint.
+    /// The same, with what answers need: each shard's UDP and TCP host candidates
+    /// (in priority order) and the node's certificate fingerprint.
     pub fn with_transport(
         mut self,
         candidates: Vec<Arc<[SocketAddr]>>,
+        tcp_candidates: Vec<Arc<[SocketAddr]>>,
         fingerprint_sha256: [u8; 32],
     ) -> ControlState {
         self.candidates = candidates;
+        self.tcp_candidates = tcp_candidates;
         self.fingerprint_sha256 = fingerprint_sha256;
         self
     }
@@ -151,6 +155,15 @@ impl ControlState {
     /// Shard `index`'s host candidates, in priority order.
     pub fn candidates(&self, index: usize) -> Option<Arc<[SocketAddr]>> {
         self.candidates.get(index).cloned()
+    }
+
+    /// Shard `index`'s passive TCP candidates, in priority order (none without
+    /// ICE-TCP).
+    pub fn tcp_candidates(&self, index: usize) -> Arc<[SocketAddr]> {
+        self.tcp_candidates
+            .get(index)
+            .cloned()
+            .unwrap_or_else(|| Arc::from([]))
     }
 
     /// SHA-256 of the node's DTLS certificate.

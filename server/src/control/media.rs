@@ -41,6 +41,8 @@ use crate::driver::ShardCommand;
 pub struct LocalTransport {
     /// The shard's host candidates, in priority order.
     pub candidates: Arc<[SocketAddr]>,
+    /// The shard's passive TCP candidates (ICE-TCP), in priority order.
+    pub tcp_candidates: Arc<[SocketAddr]>,
     /// shoal's ICE ufrag for this participant.
     pub ufrag: String,
     /// shoal's ICE password for this participant.
@@ -53,6 +55,7 @@ impl LocalTransport {
     fn params(&self, fingerprint_sha256: [u8; 32]) -> AnswerParams<'_> {
         AnswerParams {
             candidates: &self.candidates,
+            tcp_candidates: &self.tcp_candidates,
             ice_ufrag: &self.ufrag,
             ice_pwd: &self.pwd,
             fingerprint_sha256,

@@ -297,7 +297,11 @@ impl Services {
                 shards.senders,
                 settings.max_peers_per_shard,
             )
-            .with_transport(shards.candidates, shards.fingerprint_sha256)
+            .with_transport(
+                shards.candidates,
+                shards.tcp_candidates,
+                shards.fingerprint_sha256,
+            )
             .with_ice_servers(settings.ice_servers),
         );
         let api = ControlApi::new(state.clone());

@@ -171,6 +171,7 @@ pub fn check_offer(bytes: &[u8]) -> Result<SessionDescription, Status> {
         .map_err(|e| Status::invalid_argument(format!("invalid SDP offer: {e}")))?;
     let probe = AnswerParams {
         candidates: &[std::net::SocketAddr::from(([127, 0, 0, 1], 9))],
+        tcp_candidates: &[],
         ice_ufrag: "probe",
         ice_pwd: "probeprobeprobeprobeprobe",
         fingerprint_sha256: [0; 32],
@@ -313,6 +314,7 @@ impl ControlState {
         let session_id = u64::from_be_bytes(self.random_bytes::<8>()?) >> 2;
         let local = LocalTransport {
             candidates,
+            tcp_candidates: self.tcp_candidates(who.shard),
             ufrag: ufrag.clone(),
             pwd: pwd.clone(),
             session_id,

@@ -71,6 +71,8 @@ pub struct ShardHandles {
     pub senders: Vec<ShardSender>,
     /// Each shard's host candidates, in priority order: what signalling hands out.
     pub candidates: Vec<Arc<[SocketAddr]>>,
+    /// Each shard's passive TCP candidates (ICE-TCP), in priority order.
+    pub tcp_candidates: Vec<Arc<[SocketAddr]>>,
     /// SHA-256 of the certificate every shard presents.
     pub fingerprint_sha256: [u8; 32],
     /// The shards' lifecycle events; `None` once taken.
@@ -151,6 +153,26 @@ pub struct DriverStats {
     pub send_calls: u64,
     /// Ticks run over a batch of datagrams.
     pub batches: u64,
+    /// ICE-TCP connections accepted.
+    pub tcp_accepted: u64,
+    /// ICE-TCP connections closed at once: the shard held `--max-tcp-connections`.
+    pub tcp_refused: u64,
+    /// ICE-TCP connections the client closed (or that failed).
+    pub tcp_closed_by_peer: u64,
+    /// ICE-TCP connections closed for a frame over `tcp::MAX_FRAME`.
+    pub tcp_closed_oversized: u64,
+    /// ICE-TCP connections closed because their first frame was not STUN.
+    pub tcp_closed_garbage: u64,
+    /// ICE-TCP connections closed because no peer validated them in time.
+    pub tcp_closed_unauthenticated: u64,
+    /// ICE-TCP connections closed because their peer left.
+    pub tcp_closed_peer_gone: u64,
+    /// RFC 4571 frames received over ICE-TCP.
+    pub tcp_frames_in: u64,
+    /// Frames queued for sending over ICE-TCP.
+    pub tcp_frames_out: u64,
+    /// Packets for an ICE-TCP connection dropped: its send queue was full.
+    pub tcp_send_dropped: u64,
 }
 
 /// A snapshot of one shard's counters.
@@ -358,6 +380,10 @@ struct ShardHandle {
     bound: Vec<SocketAddr>,
     /// Its host candidates, in priority order.
     candidates: Arc<[SocketAddr]>,
+    /// Its TCP listeners' addresses, in `--bind` order (none with ICE-TCP off).
+    tcp_bound: Vec<SocketAddr>,
+    /// Its passive TCP candidates, in priority order.
+    tcp_candidates: Arc<[SocketAddr]>,
     sender: ShardSender,
     thread: Option<JoinHandle<Result<ShardReport, DriverError>>>,
 }
@@ -472,6 +498,17 @@ impl Server {
         self.shards.get(index).map(|s| &s.candidates[..])
     }
 
+    /// Shard `index`'s TCP listeners' addresses, in `--bind` order (empty with
+    /// ICE-TCP off).
+    pub fn tcp_bound_addrs(&self, index: usize) -> Option<&[SocketAddr]> {
+        self.shards.get(index).map(|s| &s.tcp_bound[..])
+    }
+
+    /// Shard `index`'s passive TCP candidates, in priority order.
+    pub fn tcp_candidates(&self, index: usize) -> Option<&[SocketAddr]> {
+        self.shards.get(index).map(|s| &s.tcp_candidates[..])
+    }
+
     /// A handle that sends commands to shard `index`.
     pub fn command_sender(&self, index: usize) -> Option<ShardSender> {
         self.shards.get(index).map(|s| s.sender.clone())
@@ -489,6 +526,11 @@ impl Server {
         ShardHandles {
             senders: self.command_senders(),
             candidates: self.shards.iter().map(|s| s.candidates.clone()).collect(),
+            tcp_candidates: self
+                .shards
+                .iter()
+                .map(|s| s.tcp_candidates.clone())
+                .collect(),
             fingerprint_sha256: self.fingerprint(),
             events: self.events.take(),
         }
@@ -547,6 +589,8 @@ struct Prepared {
     index: usize,
     bound: Vec<SocketAddr>,
     candidates: Arc<[SocketAddr]>,
+    tcp_bound: Vec<SocketAddr>,
+    tcp_candidates: Arc<[SocketAddr]>,
     sender: ShardSender,
     shard_loop: shard_loop::ShardLoop,
 }
@@ -568,6 +612,8 @@ impl Prepared {
         Ok(ShardHandle {
             bound: self.bound,
             candidates: self.candidates,
+            tcp_bound: self.tcp_bound,
+            tcp_candidates: self.tcp_candidates,
             sender: self.sender,
             thread: Some(thread),
         })
@@ -636,6 +682,61 @@ fn prepare_shard(
         config.prefer_family,
     )?
     .into();
+    // ICE-TCP: a listener per --bind address on the shard's TCP port.
+    let mut listeners = Vec::new();
+    let mut tcp_bound = Vec::new();
+    let tcp_base = match config.tcp_port_base {
+        crate::config::TcpPortBase::Off => None,
+        // `auto` past the last port is an error, not ICE-TCP quietly off.
+        on => Some(
+            on.resolve(config.udp_port_base)
+                .ok_or(DriverError::PortRange {
+                    base: config.udp_port_base,
+                    shards: config.shards.get(),
+                })?,
+        ),
+    };
+    if let Some(base) = tcp_base {
+        let mut tcp_port = shard_port(base, index).ok_or(DriverError::PortRange {
+            base,
+            shards: config.shards.get(),
+        })?;
+        for (i, &ip) in config.bind.iter().enumerate() {
+            let addr = SocketAddr::new(ip, tcp_port);
+            let mut listener = bind_tcp(addr).map_err(|source| DriverError::Bind {
+                shard: index,
+                addr,
+                source,
+            })?;
+            let local = listener.local_addr().map_err(io_err("local_addr"))?;
+            tcp_port = local.port();
+            poll.registry()
+                .register(
+                    &mut listener,
+                    shard_loop::listener_token(i),
+                    Interest::READABLE,
+                )
+                .map_err(io_err("register listener"))?;
+            listeners.push((listener, local));
+            tcp_bound.push(local);
+        }
+    }
+    let tcp_candidates: Arc<[SocketAddr]> = if tcp_bound.is_empty() {
+        Arc::from([])
+    } else {
+        addresses::candidates(
+            &tcp_bound,
+            &config.announce,
+            interfaces.usable,
+            config.prefer_family,
+        )?
+        .into()
+    };
+    let tcp = crate::tcp::TcpSettings {
+        max_connections: config.max_tcp_connections,
+        max_buffered: config.tcp_buffer_bytes,
+        auth_timeout: std::time::Duration::from_secs(config.tcp_auth_timeout),
+    };
     let local_addr = *bound.first().ok_or(AddressError::NoBind)?;
     let waker = Waker::new(poll.registry(), shard_loop::WAKER).map_err(io_err("waker"))?;
     let (commands, inbox) = crossbeam_channel::bounded(COMMAND_QUEUE_LEN);
@@ -655,11 +756,14 @@ fn prepare_shard(
         epoch,
         config.max_datagrams_per_tick,
         events,
-    );
+    )
+    .with_tcp(listeners, tcp);
     Ok(Prepared {
         index,
         bound,
         candidates,
+        tcp_bound,
+        tcp_candidates,
         sender: ShardSender {
             index,
             commands,
@@ -680,6 +784,21 @@ fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     Ok(UdpSocket::from_std(socket.into()))
+}
+
+/// A non-blocking TCP listener on `addr` (IPv6-only for an IPv6 address, as the
+/// UDP sockets), for ICE-TCP.
+fn bind_tcp(addr: SocketAddr) -> io::Result<mio::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(mio::net::TcpListener::from_std(socket.into()))
 }
 
 /// An ICE-lite peer with fixed credentials and no DTLS, for tests that only need a

@@ -1,18 +1,21 @@
 //! The body of a shard thread: mio readiness in, one tick per batch, datagrams out.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use crossbeam_channel::{Receiver, TryRecvError};
-use mio::net::UdpSocket;
+use mio::net::{TcpListener, UdpSocket};
 
-use mio::{Events, Poll, Token};
-use shoal_components::net::Datagram;
+use mio::{Events, Interest, Poll, Token};
+use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::tick::ShardEvent;
 use shoal_components::time::Time;
 use shoal_systems::{Command, Links, Shard};
 
+use crate::tcp::{Closed, Connection, TcpSettings};
 use crate::udp::UdpIo;
 
 use super::{DriverError, DriverStats, ShardCommand, ShardEventSender, ShardReport, ShardSender};
@@ -23,6 +26,35 @@ pub(super) const WAKER: Token = Token(0);
 /// The token of the shard's `index`-th UDP socket.
 pub(super) fn socket_token(index: usize) -> Token {
     Token(1 + index)
+}
+
+/// The first token of the shard's TCP listeners (ICE-TCP), one per bound address.
+const LISTENER_BASE: usize = 1 << 16;
+/// The first token of accepted TCP connections.
+const CONNECTION_BASE: usize = 1 << 17;
+
+/// The token of the shard's `index`-th TCP listener.
+pub(super) fn listener_token(index: usize) -> Token {
+    Token(LISTENER_BASE + index)
+}
+
+/// How often connections are checked for their path's validity.
+const TCP_SWEEP_INTERVAL: Duration = Duration::from_millis(200);
+
+/// The shard's ICE-TCP side: its listeners and accepted connections.
+struct TcpSide {
+    settings: TcpSettings,
+    /// Listeners, their addresses, and whether they may have connections waiting.
+    listeners: Vec<(TcpListener, SocketAddr, bool)>,
+    /// Connections by token number.
+    connections: HashMap<usize, Connection>,
+    /// Connections by the path the shard knows them as.
+    paths: HashMap<FiveTuple, usize>,
+    next: usize,
+    /// Connections whose readiness came in this round.
+    ready: Vec<usize>,
+    frames: Vec<Bytes>,
+    last_sweep: Instant,
 }
 
 /// One of a shard's UDP sockets (one per bound address, so one per family) and its
@@ -101,6 +133,8 @@ pub(super) struct ShardLoop {
     siblings: Vec<ShardSender>,
     /// This shard's side of the queues between the node's shards.
     links: Links,
+    /// ICE-TCP.
+    tcp: TcpSide,
 }
 
 /// Whether the command queue asked the loop to stop.
@@ -141,7 +175,29 @@ impl ShardLoop {
             events,
             siblings: Vec::new(),
             links: Links::new(index, 0),
+            tcp: TcpSide {
+                settings: TcpSettings::default(),
+                listeners: Vec::new(),
+                connections: HashMap::new(),
+                paths: HashMap::new(),
+                next: CONNECTION_BASE,
+                ready: Vec::new(),
+                frames: Vec::new(),
+                last_sweep: Instant::now(),
+            },
         }
+    }
+
+    /// The same, with ICE-TCP `listeners` (registered under [`listener_token`] of
+    /// their index) and their bounds.
+    pub(super) fn with_tcp(
+        mut self,
+        listeners: Vec<(TcpListener, SocketAddr)>,
+        settings: TcpSettings,
+    ) -> ShardLoop {
+        self.tcp.settings = settings;
+        self.tcp.listeners = listeners.into_iter().map(|(l, a)| (l, a, true)).collect();
+        self
     }
 
     /// Gives the loop every shard's command handle, by index, for the room relay's
@@ -180,8 +236,14 @@ impl ShardLoop {
                 });
             }
             for event in &events {
-                let index = event.token().0.wrapping_sub(1);
-                if let Some(socket) = self.sockets.get_mut(index) {
+                let token = event.token().0;
+                if token >= CONNECTION_BASE {
+                    self.tcp.ready.push(token);
+                } else if token >= LISTENER_BASE {
+                    if let Some(l) = self.tcp.listeners.get_mut(token - LISTENER_BASE) {
+                        l.2 = true;
+                    }
+                } else if let Some(socket) = self.sockets.get_mut(token.wrapping_sub(1)) {
                     socket.pending = true;
                 }
             }
@@ -189,6 +251,11 @@ impl ShardLoop {
                 if self.sockets[index].pending {
                     self.sockets[index].pending = self.read_socket(index);
                 }
+            }
+            if !self.tcp.listeners.is_empty() {
+                self.accept_connections();
+                self.serve_connections();
+                self.sweep_connections();
             }
             self.fire_timers();
             let flow = self.apply_commands();
@@ -218,18 +285,158 @@ impl ShardLoop {
         for _ in 0..MAX_BATCHES_PER_WAKE {
             let drained = self.read_batch(index);
             // A GRO burst can take the batch past what one tick accepts.
-            while !self.batch.is_empty() {
-                let now = self.now();
-                let n = self.batch.len().min(self.batch_limit);
-                self.stats.batches += 1;
-                self.shard.handle_datagrams(now, self.batch.drain(..n));
-                self.flush();
-            }
+            self.run_batch();
             if drained {
                 return false;
             }
         }
         true
+    }
+
+    /// Accepts what the listeners have waiting; past `max_connections`, a
+    /// connection is closed at once.
+    fn accept_connections(&mut self) {
+        for i in 0..self.tcp.listeners.len() {
+            if !self.tcp.listeners[i].2 {
+                continue;
+            }
+            loop {
+                let accepted = self.tcp.listeners[i].0.accept();
+                let (mut stream, remote) = match accepted {
+                    Ok(c) => c,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.tcp.listeners[i].2 = false;
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    // E.g. the client reset before accept, or out of descriptors.
+                    Err(_) => {
+                        self.stats.tcp_refused += 1;
+                        continue;
+                    }
+                };
+                if self.tcp.connections.len() >= self.tcp.settings.max_connections {
+                    self.stats.tcp_refused += 1;
+                    continue; // dropped: closed
+                }
+                let Ok(local) = stream.local_addr() else {
+                    self.stats.tcp_refused += 1;
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let token = self.tcp.next;
+                self.tcp.next = self.tcp.next.checked_add(1).unwrap_or(CONNECTION_BASE);
+                if self
+                    .poll
+                    .registry()
+                    .register(
+                        &mut stream,
+                        Token(token),
+                        Interest::READABLE | Interest::WRITABLE,
+                    )
+                    .is_err()
+                {
+                    self.stats.tcp_refused += 1;
+                    continue;
+                }
+                self.stats.tcp_accepted += 1;
+                self.tcp.paths.insert(FiveTuple { local, remote }, token);
+                self.tcp.connections.insert(
+                    token,
+                    Connection::new(stream, local, remote, Instant::now()),
+                );
+                // Data may have arrived with the handshake: read it this round.
+                self.tcp.ready.push(token);
+            }
+        }
+    }
+
+    /// Reads and writes the connections that were ready, running a tick over each
+    /// batch of frames.
+    fn serve_connections(&mut self) {
+        let mut ready = std::mem::take(&mut self.tcp.ready);
+        ready.sort_unstable();
+        ready.dedup();
+        for token in ready.drain(..) {
+            let Some(conn) = self.tcp.connections.get_mut(&token) else {
+                continue;
+            };
+            let (local, remote) = (conn.local, conn.remote);
+            let mut frames = std::mem::take(&mut self.tcp.frames);
+            let read = conn.read(&mut frames);
+            let written = conn.write();
+            self.stats.tcp_frames_in += frames.len() as u64;
+            for payload in frames.drain(..) {
+                self.batch.push(Datagram {
+                    local,
+                    remote,
+                    payload,
+                });
+            }
+            self.tcp.frames = frames;
+            self.run_batch();
+            if let Err(why) = read.and(written) {
+                self.close_connection(token, why);
+            }
+        }
+        self.tcp.ready = ready;
+    }
+
+    /// Closes connections no peer validated in time, and those whose peer left.
+    fn sweep_connections(&mut self) {
+        let now = Instant::now();
+        if now.duration_since(self.tcp.last_sweep) < TCP_SWEEP_INTERVAL {
+            return;
+        }
+        self.tcp.last_sweep = now;
+        let mut closing = Vec::new();
+        for (&token, conn) in &mut self.tcp.connections {
+            let valid = self.shard.path_is_valid(FiveTuple {
+                local: conn.local,
+                remote: conn.remote,
+            });
+            if valid {
+                conn.authenticated = true;
+            } else if conn.authenticated {
+                closing.push((token, Closed::PeerGone));
+            } else if now.duration_since(conn.opened) >= self.tcp.settings.auth_timeout {
+                closing.push((token, Closed::Unauthenticated));
+            }
+        }
+        for (token, why) in closing {
+            self.close_connection(token, why);
+        }
+    }
+
+    /// Closes connection `token`, counting why.
+    fn close_connection(&mut self, token: usize, why: Closed) {
+        let Some(mut conn) = self.tcp.connections.remove(&token) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        self.tcp.paths.remove(&FiveTuple {
+            local: conn.local,
+            remote: conn.remote,
+        });
+        let counter = match why {
+            Closed::ByPeer => &mut self.stats.tcp_closed_by_peer,
+            Closed::Oversized => &mut self.stats.tcp_closed_oversized,
+            Closed::Garbage => &mut self.stats.tcp_closed_garbage,
+            Closed::Unauthenticated => &mut self.stats.tcp_closed_unauthenticated,
+            Closed::PeerGone => &mut self.stats.tcp_closed_peer_gone,
+        };
+        *counter += 1;
+    }
+
+    /// Runs ticks over the batch until it is empty.
+    fn run_batch(&mut self) {
+        while !self.batch.is_empty() {
+            let now = self.now();
+            let n = self.batch.len().min(self.batch_limit);
+            self.stats.batches += 1;
+            self.shard.handle_datagrams(now, self.batch.drain(..n));
+            self.flush();
+        }
     }
 
     /// Fills the batch from socket `index` with about `batch_limit` datagrams (a GRO
@@ -334,6 +541,9 @@ impl ShardLoop {
     fn flush(&mut self) {
         self.forward();
         self.shard.poll_transmit(&mut self.tx);
+        if !self.tcp.paths.is_empty() && !self.tx.is_empty() {
+            self.frame_onto_connections();
+        }
         if !self.tx.is_empty() {
             // Each datagram leaves through the socket of its family;
             // with one socket, the whole batch does.
@@ -374,6 +584,42 @@ impl ShardLoop {
                     let _ = self.events.send((self.index, event));
                 }
                 _ => eprintln!("shoal: shard {} {event:?}", self.index),
+            }
+        }
+    }
+
+    /// Takes the datagrams of ICE-TCP paths out of the output, framed onto their
+    /// connections, and writes those.
+    fn frame_onto_connections(&mut self) {
+        let max = self.tcp.settings.max_buffered;
+        let mut touched = Vec::new();
+        self.tx.retain(|d| {
+            let path = FiveTuple {
+                local: d.local,
+                remote: d.remote,
+            };
+            let Some(&token) = self.tcp.paths.get(&path) else {
+                return true;
+            };
+            if let Some(conn) = self.tcp.connections.get_mut(&token) {
+                if conn.queue(&d.payload, max) {
+                    self.stats.tcp_frames_out += 1;
+                    touched.push(token);
+                } else {
+                    self.stats.tcp_send_dropped += 1;
+                }
+            }
+            false
+        });
+        touched.dedup();
+        for token in touched {
+            let failed = self
+                .tcp
+                .connections
+                .get_mut(&token)
+                .is_some_and(|c| c.write().is_err());
+            if failed {
+                self.close_connection(token, Closed::ByPeer);
             }
         }
     }

@@ -200,6 +200,7 @@ mod tests {
     fn answer(offer: &DataOffer, node: SocketAddr) -> String {
         let params = AnswerParams {
             candidates: &[node],
+            tcp_candidates: &[],
             ice_ufrag: "nodeufrag",
             ice_pwd: "nodepasswordnodepassword",
             fingerprint_sha256: NODE_FINGERPRINT,

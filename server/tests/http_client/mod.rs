@@ -40,6 +40,21 @@ pub fn request(
     content_type: Option<&str>,
     body: &[u8],
 ) -> Reply {
+    let headers: Vec<(&str, &str)> = content_type
+        .map(|t| ("Content-Type", t))
+        .into_iter()
+        .collect();
+    request_with_headers(addr, method, path, &headers, body)
+}
+
+/// [`request`] with any request `headers` (`If-Match`, say).
+pub fn request_with_headers(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Reply {
     let mut stream = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT).expect("connect");
     stream.set_read_timeout(Some(REQUEST_TIMEOUT)).unwrap();
     stream.set_write_timeout(Some(REQUEST_TIMEOUT)).unwrap();
@@ -47,8 +62,8 @@ pub fn request(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
-    if let Some(t) = content_type {
-        head.push_str(&format!("Content-Type: {t}\r\n"));
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
     }
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).expect("write head");

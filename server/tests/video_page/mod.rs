@@ -64,9 +64,10 @@ pub fn join_script_with(room: &str, me: &str, relay: bool) -> String {
   const pc = new RTCPeerConnection({{ iceServers: [] }});
   const stream = await navigator.mediaDevices.getUserMedia({{ audio: true, video: {{ width: 320, height: 240 }} }});
   for (const t of stream.getTracks()) pc.addTrack(t, stream);
-  pc.createDataChannel("chat");
-  const state = {{ me, errors: [], offers: 0, tracks: [] }};
-  window.shoal = {{ pc, state }};
+  const chat = pc.createDataChannel("chat");
+  const state = {{ me, errors: [], offers: 0, tracks: [], received: [] }};
+  chat.onmessage = (e) => state.received.push(e.data);
+  window.shoal = {{ pc, state, chat }};
   pc.ontrack = (e) => state.tracks.push(e.track.kind + "/" + e.streams.map((s) => s.id).join(","));
   const ws = new WebSocket(`ws://${{window.location.host}}/signal`);
   await new Promise((ok, fail) => {{ ws.onopen = ok; ws.onerror = fail; }});

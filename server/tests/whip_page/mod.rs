@@ -104,7 +104,8 @@ pub fn play_script_via(room: &str, identity: &str, via: Path) -> String {
 
 /// What the page's connection reports: video frames decoded and audio packets
 /// received, its state, and the selected candidate pair's remote (shoal's) and local
-/// addresses and the local candidate's type (`host`, `srflx`, `relay`).
+/// addresses, the local candidate's type (`host`, `srflx`, `relay`) and its
+/// protocol (`udp`, `tcp`).
 pub const STATS: &str = r#"(async () => {
   const pc = window.shoal.pc;
   const r = { framesDecoded: 0, audioPackets: 0, connection: pc.connectionState, remote: null, local: null };
@@ -117,21 +118,33 @@ pub const STATS: &str = r#"(async () => {
       const remote = pair && stats.get(pair.remoteCandidateId);
       const local = pair && stats.get(pair.localCandidateId);
       if (remote) r.remote = remote.address + " " + remote.port;
-      if (local) { r.local = local.address; r.localType = local.candidateType; }
+      if (local) { r.local = local.address; r.localType = local.candidateType; r.protocol = local.protocol; }
     }
   });
   r.tracks = window.shoal.state.tracks.slice().sort();
   return r;
 })()"#;
 
-/// The addresses and ports of an SDP's `a=candidate` lines, and the addresses of its
-/// `c=` lines.
+/// The addresses and ports of an SDP's UDP `a=candidate` lines, and the addresses
+/// of its `c=` lines.
 pub fn sdp_addresses(sdp: &str) -> (Vec<(String, u16)>, Vec<String>) {
+    sdp_candidates(sdp, "udp")
+}
+
+/// The addresses and ports of an SDP's `a=candidate` lines of `transport` (`udp`,
+/// `tcp`), and the addresses of its `c=` lines.
+pub fn sdp_candidates(sdp: &str, transport: &str) -> (Vec<(String, u16)>, Vec<String>) {
     let mut candidates = Vec::new();
     let mut connections = Vec::new();
     for line in sdp.lines() {
         if let Some(c) = line.strip_prefix("a=candidate:") {
             let fields: Vec<&str> = c.split_whitespace().collect();
+            if !fields
+                .get(2)
+                .is_some_and(|t| t.eq_ignore_ascii_case(transport))
+            {
+                continue;
+            }
             let (Some(addr), Some(port)) = (fields.get(4), fields.get(5)) else {
                 panic!("a short candidate line: {line}");
             };

@@ -29,7 +29,7 @@ use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
 use shoal_components::dtls::{DtlsCertificate, DtlsConfig};
 use shoal_components::media::{RetiredSsrcs, TrackIndex};
-use shoal_components::net::Datagram;
+use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::PeerIndex;
 use shoal_components::relay::{MediaRelayOut, RelayOutbox};
 use shoal_components::room::{RoomIndex, RoomPresence};
@@ -189,6 +189,16 @@ impl Shard {
     /// The address of the shard's socket.
     pub fn local_addr(&self) -> SocketAddr {
         self.config.local_addr
+    }
+
+    /// Whether `path` is one a peer has validated (a check with its credentials
+    /// came on it): the driver keeps an ICE-TCP connection open only while its path
+    /// is one.
+    pub fn path_is_valid(&self, path: FiveTuple) -> bool {
+        self.world
+            .resource::<PeerIndex>()
+            .by_path
+            .contains_key(&path)
     }
 
     /// The most datagrams one tick takes ([`ShardConfig::max_datagrams_per_tick`]).

@@ -178,6 +178,7 @@ fn messy_scenario(seed: u64) -> (u64, u64, usize) {
         reorder: 0.1,
         bandwidth_bps: Some(2_000_000),
         queue_limit_bytes: 16 * 1024,
+        tcp_like: false,
     });
     sim.add_shard(server);
     for (i, &client) in clients.iter().enumerate() {

@@ -17,6 +17,12 @@ use super::rng::SimRng;
 /// (probability `reorder`): it is then held back a further uniform `(0, latency +
 /// jitter]` and later datagrams may overtake it. With probability `duplicate` a second
 /// copy arrives as well, with its own jitter.
+///
+/// A `tcp_like` link is what an ICE-TCP connection looks like from the shard: the
+/// driver frames datagrams onto a TCP stream (RFC 4571), so nothing is lost,
+/// duplicated or reordered, and a loss on the wire becomes a retransmission one RTO
+/// later that holds back everything behind it (head-of-line blocking); `loss` is the
+/// wire's, `duplicate` and `reorder` do not apply.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LinkConfig {
     /// One-way propagation delay.
@@ -34,6 +40,8 @@ pub struct LinkConfig {
     /// Bytes that may wait for (or be in) serialisation; more are dropped at the tail.
     /// Only meaningful with `bandwidth_bps`.
     pub queue_limit_bytes: usize,
+    /// Reliable and in order, as over an ICE-TCP connection (see above).
+    pub tcp_like: bool,
 }
 
 impl Default for LinkConfig {
@@ -48,6 +56,7 @@ impl Default for LinkConfig {
             reorder: 0.0,
             bandwidth_bps: None,
             queue_limit_bytes: 256 * 1024,
+            tcp_like: false,
         }
     }
 }
@@ -58,6 +67,18 @@ impl LinkConfig {
         LinkConfig {
             latency,
             loss,
+            ..LinkConfig::default()
+        }
+    }
+
+    /// A TCP-like link (an ICE-TCP path) with `latency`, whose wire loses `loss` of
+    /// the segments, each then retransmitted after [`TCP_RTO`] (at least twice the
+    /// latency).
+    pub fn tcp_like(latency: Duration, loss: f64) -> LinkConfig {
+        LinkConfig {
+            latency,
+            loss,
+            tcp_like: true,
             ..LinkConfig::default()
         }
     }
@@ -82,6 +103,11 @@ impl LinkConfig {
     }
 }
 
+/// How long a TCP-like link takes to retransmit a lost segment: Linux's minimum
+/// RTO (RFC 6298 §2.4 allows a lower minimum than its 1 s), or two latencies if
+/// that is longer.
+pub const TCP_RTO: Duration = Duration::from_millis(200);
+
 /// What a link counted. Per direction from [`super::Sim::link_stats`], and summed over
 /// all links from [`super::Sim::stats`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -98,6 +124,8 @@ pub struct NetStats {
     pub duplicated: u64,
     /// Datagrams held back so that later ones may overtake them.
     pub reordered: u64,
+    /// Segments a TCP-like link lost and sent again.
+    pub retransmitted: u64,
     /// Datagrams that reached an address no node has.
     pub undeliverable: u64,
     /// When a datagram was last handed to the receiving node.
@@ -159,6 +187,25 @@ impl LinkState {
             },
             None => now,
         };
+        if cfg.tcp_like {
+            // Each loss costs a retransmission; the stream delivers in order, so
+            // everything sent later waits behind it.
+            let rto = TCP_RTO.max(cfg.latency * 2);
+            let mut at = departs + cfg.latency;
+            // At most 15 tries, as Linux's tcp_retries2 (a lossless wire after that).
+            for _ in 0..15 {
+                if !rng.chance(cfg.loss) {
+                    break;
+                }
+                self.stats.retransmitted += 1;
+                at = at + rto;
+            }
+            return Outcome::Arrives {
+                at: self.fifo(at),
+                reordered: false,
+                duplicate_at: None,
+            };
+        }
         if rng.chance(cfg.loss) {
             self.stats.lost += 1;
             return Outcome::Lost;

@@ -725,7 +725,10 @@ impl Sim {
             self.trace.datagram(Fate::Lost, now, from, to, &d.payload);
             return;
         }
-        match link.transmit(cfg, now, d.payload.len(), &mut self.rng) {
+        let retransmitted = link.stats.retransmitted;
+        let outcome = link.transmit(cfg, now, d.payload.len(), &mut self.rng);
+        self.stats.retransmitted += link.stats.retransmitted - retransmitted;
+        match outcome {
             Outcome::QueueDropped => {
                 self.stats.queue_dropped += 1;
                 self.trace

@@ -363,11 +363,29 @@ fn an_ice_restart_answers_both_sessions_until_the_new_one_nominates() {
             .iter()
             .any(|e| matches!(e, ShardEvent::PeerRemoved { .. }))
     );
+    // A restart abandoned before it completes: a second one replaces its unused
+    // credentials, and the ones in use keep being answered.
+    s.command(Time::from_millis(8), restart("ufX1")).unwrap();
+    s.command(Time::from_millis(8), restart("ufY1")).unwrap();
+    s.handle_datagrams(
+        Time::from_millis(8),
+        [
+            from("192.0.2.7:7000", check(8, "ufN1", NEW_PWD, false)),
+            from("192.0.2.7:7000", check(9, "ufX1", NEW_PWD, false)),
+            from("192.0.2.7:7000", check(10, "ufY1", NEW_PWD, true)),
+        ],
+    );
+    assert_eq!(
+        sent(&mut s).len(),
+        2,
+        "ufN1 (in use) and ufY1 answered, ufX1 gone"
+    );
+    assert_eq!(s.stats().ice_restarts_completed, 2);
     // A removed peer takes both of its ufrags out of the index: a new peer may use them.
     s.command(Time::from_millis(8), restart("ufM1")).unwrap();
     s.command(Time::from_millis(9), Command::RemovePeer(PeerId(1)))
         .unwrap();
-    s.command(Time::from_millis(10), lite(3, "ufN1", PA))
+    s.command(Time::from_millis(10), lite(3, "ufY1", PA))
         .unwrap();
     s.command(Time::from_millis(10), lite(4, "ufM1", PA))
         .unwrap();

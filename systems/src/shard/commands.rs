@@ -283,8 +283,8 @@ impl Shard {
     }
 
     /// [`Command::RestartIce`]: the new local ufrag joins the index beside the old
-    /// one, which retires (a restart before the last one completed retires the
-    /// credentials it replaced at once).
+    /// one, which retires. A restart before the last one completed replaces that
+    /// one's never-nominated credentials and keeps the retiring ones.
     fn restart_ice(&mut self, id: PeerId, credentials: IceCredentials) -> Result<(), CommandError> {
         validate_credentials(&credentials)?;
         let entity = self.peer_entity(id)?;
@@ -311,13 +311,22 @@ impl Shard {
         let Some(mut ice) = entry.get_mut::<Ice>() else {
             return Err(CommandError::UnknownPeer(id));
         };
-        let dropped = ice.retiring.replace(RetiringCredentials {
-            ufrag: old.local_ufrag,
-            pwd: old.local_pwd,
-        });
+        // Credentials still retiring mean the replaced ones were never nominated
+        // (an abandoned restart): those go, and the retiring ones, which the
+        // peer's media may still use, stay until a new session nominates.
+        let dropped = if ice.retiring.is_some() {
+            old.local_ufrag
+        } else {
+            let dropped = ice.retiring.replace(RetiringCredentials {
+                ufrag: old.local_ufrag,
+                pwd: old.local_pwd,
+            });
+            debug_assert!(dropped.is_none());
+            String::new()
+        };
         let mut index = self.world.resource_mut::<PeerIndex>();
-        if let Some(dropped) = dropped {
-            index.by_ufrag.remove(&dropped.ufrag);
+        if !dropped.is_empty() {
+            index.by_ufrag.remove(&dropped);
         }
         index.by_ufrag.insert(new_ufrag, entity);
         self.world.resource_mut::<ShardStats>().ice_restarts += 1;

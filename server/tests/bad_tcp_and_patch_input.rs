@@ -4,15 +4,17 @@
 //!
 //! TCP (RFC 6544, RFC 4571 framing): a connection that opens with an HTTP request
 //! (read as a frame far over the limit), one whose first frame is not STUN, one
-//! that sends an oversized frame after a STUN one, one that never sends anything
-//! (closed after `--tcp-auth-timeout`), and one past `--max-tcp-connections` (closed
-//! at once) are each closed and counted; meanwhile a connection carrying a valid
-//! check for a WHIP session is answered and stays open past the timeout.
+//! that sends an oversized frame after a STUN one, ones that never send anything
+//! (closed after `--tcp-auth-timeout`, on a shard with no peer too), one past the
+//! per-address bound and one past `--max-tcp-connections` (closed at once) are each
+//! closed and counted; meanwhile a connection carrying a valid check for a WHIP
+//! session is answered and stays open past the timeout.
 //!
 //! PATCH (RFC 9725 §4.3): no If-Match 428, a stale entity-tag 412, a malformed
 //! sdpfrag 400 (naming what is wrong), half a credential pair 400, another
-//! content type 415, an unknown session 404; a restart 200 with a new ETag, and
-//! a trickle with the current one 204; the restarted credentials answer over TCP.
+//! content type 415, an unknown session 404; a restart 200 with a new ETag and the
+//! candidates, and a trickle with the current one 204; the restarted credentials
+//! answer over TCP.
 
 mod grpc_node;
 mod http_client;
@@ -33,7 +35,9 @@ const SDPFRAG: &str = "application/trickle-ice-sdpfrag";
 /// `--tcp-auth-timeout` here.
 const AUTH_TIMEOUT: Duration = Duration::from_secs(1);
 /// `--max-tcp-connections` here.
-const MAX_CONNECTIONS: usize = 3;
+const MAX_CONNECTIONS: usize = 20;
+/// Unvalidated connections one address may hold (the driver's bound).
+const PER_IP: usize = 16;
 
 /// The value of the first `a=NAME:` line of `sdp`.
 fn attribute<'a>(sdp: &'a str, name: &str) -> &'a str {
@@ -141,34 +145,35 @@ fn bad_tcp_and_patch_input() {
     });
     let tcp = server.tcp_candidates(0).expect("shard 0")[0];
 
-    // A WHIP session whose checks will come over TCP.
-    let offer = fixture_offer("chromium156_data_offer.sdp");
-    let created = post_offer(http, "/whip/lobby?identity=alice", &offer);
-    assert_eq!(created.status, 201, "{created:?}");
-    assert!(
-        created.body.contains(" tcp ") && created.body.contains("tcptype passive"),
-        "a passive TCP candidate in\n{}",
-        created.body
-    );
-    let location = created.header("location").expect("a Location").to_owned();
-    let etag = created.header("etag").expect("an ETag").to_owned();
-    let client_ufrag = attribute(&offer, "ice-ufrag").to_owned();
-    let shoal_ufrag = attribute(&created.body, "ice-ufrag").to_owned();
-    let shoal_pwd = attribute(&created.body, "ice-pwd").to_owned();
-
     let report = || grpc_node::shard_report(&server, 0).driver;
 
-    // The connection limit: MAX_CONNECTIONS held, the next closed at once.
-    let mut held: Vec<TcpStream> = (0..MAX_CONNECTIONS)
-        .map(|_| TcpStream::connect(tcp).expect("connect"))
-        .collect();
+    // On a shard with no peer yet (no timers of its own): the limits hold.
+    // One address may hold MAX_UNVALIDATED_PER_IP unvalidated connections; the
+    // next from it is closed at once, and so is any past the shard's limit.
+    let from = |ip: [u8; 4]| {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("a socket");
+        socket
+            .bind(&SocketAddr::from((ip, 0)).into())
+            .expect("bind a loopback address");
+        socket.connect(&tcp.into()).expect("connect");
+        TcpStream::from(socket)
+    };
+    let mut held: Vec<TcpStream> = (0..PER_IP).map(|_| from([127, 0, 0, 1])).collect();
     std::thread::sleep(Duration::from_millis(100));
-    let mut extra = TcpStream::connect(tcp).expect("connect");
+    let mut one_more = from([127, 0, 0, 1]);
+    assert!(
+        closed_within(&mut one_more, Duration::from_millis(900)),
+        "past the per-address limit"
+    );
+    held.extend((PER_IP..MAX_CONNECTIONS).map(|_| from([127, 0, 0, 2])));
+    std::thread::sleep(Duration::from_millis(100));
+    let mut extra = from([127, 0, 0, 3]);
     assert!(
         closed_within(&mut extra, Duration::from_millis(900)),
-        "past the limit"
+        "past the shard's limit"
     );
-    assert_eq!(report().tcp_refused, 1, "{:?}", report());
+    assert_eq!(report().tcp_refused, 2, "{:?}", report());
     // Those that never authenticate are closed after the timeout.
     let opened = Instant::now();
     for conn in &mut held {
@@ -185,6 +190,21 @@ fn bad_tcp_and_patch_input() {
         "{:?}",
         report()
     );
+
+    // A WHIP session whose checks will come over TCP.
+    let offer = fixture_offer("chromium156_data_offer.sdp");
+    let created = post_offer(http, "/whip/lobby?identity=alice", &offer);
+    assert_eq!(created.status, 201, "{created:?}");
+    assert!(
+        created.body.contains(" tcp ") && created.body.contains("tcptype passive"),
+        "a passive TCP candidate in\n{}",
+        created.body
+    );
+    let location = created.header("location").expect("a Location").to_owned();
+    let etag = created.header("etag").expect("an ETag").to_owned();
+    let client_ufrag = attribute(&offer, "ice-ufrag").to_owned();
+    let shoal_ufrag = attribute(&created.body, "ice-ufrag").to_owned();
+    let shoal_pwd = attribute(&created.body, "ice-pwd").to_owned();
 
     // A valid check over TCP is answered, and its connection stays.
     let mut good = TcpStream::connect(tcp).expect("connect");
@@ -273,6 +293,15 @@ fn bad_tcp_and_patch_input() {
     let new_tag = restarted.header("etag").expect("a new ETag").to_owned();
     assert_ne!(new_tag, etag);
     let new_ufrag = attribute(&restarted.body, "ice-ufrag").to_owned();
+    // With the candidates, which a WHIP client puts in place of the old ones.
+    let tcp_line = format!("{} {} typ host tcptype passive", tcp.ip(), tcp.port());
+    assert!(restarted.body.contains(&tcp_line), "{}", restarted.body);
+    assert!(restarted.body.contains(" udp "), "{}", restarted.body);
+    assert!(
+        restarted.body.ends_with("a=end-of-candidates\r\n"),
+        "{}",
+        restarted.body
+    );
     let new_pwd = attribute(&restarted.body, "ice-pwd").to_owned();
     assert_status(
         &patch(http, &location, Some(&etag), trickle),

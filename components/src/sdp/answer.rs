@@ -96,6 +96,38 @@ pub struct AnswerParams<'a> {
 }
 
 impl AnswerParams<'_> {
+    /// The candidates an answer carries, in order: the UDP host ones (priorities by
+    /// [`host_priority`]), then the passive TCP ones ([`tcp_passive_priority`]),
+    /// each with a foundation of its own (RFC 8445 §5.1.1.3).
+    pub fn candidate_list(&self) -> Vec<Candidate> {
+        let udp = self.candidates.iter().enumerate().map(|(i, addr)| {
+            Candidate::host_udp(
+                &(i + 1).to_string(),
+                host_priority(i),
+                addr.ip(),
+                addr.port(),
+            )
+        });
+        let tcp = self.tcp_candidates.iter().enumerate().map(|(i, addr)| {
+            let foundation = (self.candidates.len() + i + 1).to_string();
+            Candidate::host_tcp_passive(
+                &foundation,
+                tcp_passive_priority(i),
+                addr.ip(),
+                addr.port(),
+            )
+        });
+        udp.chain(tcp).collect()
+    }
+
+    /// The candidates as `a=candidate:` lines (without the line ending).
+    pub fn candidate_lines(&self) -> Vec<String> {
+        self.candidate_list()
+            .into_iter()
+            .map(|c| format!("a=candidate:{c}"))
+            .collect()
+    }
+
     /// The address of the `m=` and `c=` lines: the most preferred candidate (the
     /// default candidate, RFC 8839 §4.2.1.2), or `0.0.0.0:9` when there is none.
     pub fn default_destination(&self) -> SocketAddr {
@@ -187,24 +219,8 @@ impl TransportAttributes<'_> {
                 &p.fingerprint_sha256,
             )))
             .push_attribute(Attribute::Setup(self.setup));
-        for (i, addr) in p.candidates.iter().enumerate() {
-            let foundation = (i + 1).to_string();
-            m.push_attribute(Attribute::Candidate(Candidate::host_udp(
-                &foundation,
-                host_priority(i),
-                addr.ip(),
-                addr.port(),
-            )));
-        }
-        // RFC 8445 §5.1.1.3: another transport, other foundations.
-        for (i, addr) in p.tcp_candidates.iter().enumerate() {
-            let foundation = (p.candidates.len() + i + 1).to_string();
-            m.push_attribute(Attribute::Candidate(Candidate::host_tcp_passive(
-                &foundation,
-                tcp_passive_priority(i),
-                addr.ip(),
-                addr.port(),
-            )));
+        for c in p.candidate_list() {
+            m.push_attribute(Attribute::Candidate(c));
         }
         m.push_attribute(Attribute::EndOfCandidates);
         if rtcp_mux {

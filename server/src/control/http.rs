@@ -47,6 +47,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tonic::{Code, Status};
 
 use super::grpc::ControlState;
+use super::ice_restart::Precondition;
 use super::participants::{Admission, SIGNAL_QUEUE_LEN, check_offer};
 use super::sdpfrag::IceFragment;
 use super::signal::{Inbound, error_message, run_session};
@@ -276,10 +277,12 @@ async fn end(State(http): State<Http>, Path((room, session)): Path<(String, Stri
 
 /// `PATCH /whip/{room}/{session}` (RFC 9725 §4.3): an
 /// `application/trickle-ice-sdpfrag` (RFC 8840). New ICE credentials restart ICE:
-/// `If-Match: "*"` (or the current entity-tag), 200 with shoal's new credentials
-/// and the new ETag. Anything else is trickle: `If-Match` with the current
-/// entity-tag, 204; the candidates are of no use to an ICE-lite agent and are
-/// dropped. No `If-Match`: 428 (RFC 6585 §3); a stale one: 412 (RFC 9110 §13.1.1).
+/// `If-Match: "*"` (or the current entity-tag), 200 with shoal's new credentials,
+/// its candidates and the new ETag; a restart while another of the session's is
+/// under way, 409. Anything else is trickle: `If-Match` with the current
+/// entity-tag (or `*`, RFC 9110 §13.1.1), 204; the candidates are of no use to an
+/// ICE-lite agent and are dropped. No `If-Match`: 428 (RFC 6585 §3); a stale one:
+/// 412 (RFC 9110 §13.1.1).
 async fn patch(
     State(http): State<Http>,
     Path((room, session)): Path<(String, String)>,
@@ -301,11 +304,14 @@ async fn patch(
             "a PATCH must be sent with Content-Type: application/trickle-ice-sdpfrag",
         );
     }
-    let if_match = request
+    // RFC 9110 §5.3: repeated field lines combine into one list.
+    let if_match: Vec<String> = request
         .headers()
-        .get(header::IF_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim().to_owned());
+        .get_all(header::IF_MATCH)
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_owned())
+        .collect();
+    let if_match = (!if_match.is_empty()).then(|| if_match.join(", "));
     let body = match read_body(request.into_body()).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -340,10 +346,26 @@ async fn patch(
         // Trickle: candidates an ICE-lite agent does not use (RFC 8445 §2.5).
         return StatusCode::NO_CONTENT.into_response();
     };
-    match state.restart_ice(peer, ufrag, pwd).await {
+    // Checked again under the session's lock, where the restart is claimed.
+    let precondition = if if_match == "*" {
+        Precondition::None
+    } else {
+        Precondition::Etag(&if_match)
+    };
+    match state.restart_ice(peer, ufrag, pwd, precondition).await {
         Ok((local_ufrag, local_pwd)) => {
-            let body =
+            // RFC 9725 §4.3: the new credentials and the set of candidates, which
+            // a client puts in place of the old set.
+            let mut body =
                 format!("a=ice-lite\r\na=ice-ufrag:{local_ufrag}\r\na=ice-pwd:{local_pwd}\r\n");
+            if let Some((mid, lines)) = state.candidate_lines(peer) {
+                body.push_str(&format!("m=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:{mid}\r\n"));
+                for line in lines {
+                    body.push_str(&line);
+                    body.push_str("\r\n");
+                }
+                body.push_str("a=end-of-candidates\r\n");
+            }
             let mut response = (StatusCode::OK, body).into_response();
             let headers = response.headers_mut();
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(SDPFRAG));
@@ -353,6 +375,12 @@ async fn patch(
             response
         }
         // RFC 9725 §4.3: a restart that cannot be done keeps the existing session.
+        Err(status)
+            if status.code() == tonic::Code::FailedPrecondition
+                && status.message().starts_with("If-Match") =>
+        {
+            text(StatusCode::PRECONDITION_FAILED, status.message())
+        }
         Err(status) => error_response(&status),
     }
 }

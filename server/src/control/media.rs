@@ -52,7 +52,7 @@ pub struct LocalTransport {
 }
 
 impl LocalTransport {
-    fn params(&self, fingerprint_sha256: [u8; 32]) -> AnswerParams<'_> {
+    pub(super) fn params(&self, fingerprint_sha256: [u8; 32]) -> AnswerParams<'_> {
         AnswerParams {
             candidates: &self.candidates,
             tcp_candidates: &self.tcp_candidates,
@@ -119,6 +119,9 @@ pub struct MemberMedia {
     pub answering: bool,
     /// When shoal's outstanding offer went out.
     pub offered_at: Option<std::time::Instant>,
+    /// An ICE restart is on its way to the shard: another waits (one at a time, so
+    /// the records and the shard agree on the current credentials).
+    pub restarting: bool,
 }
 
 /// The text form of a track id in SDP (`a=msid`) and signalling.
@@ -218,7 +221,11 @@ impl ControlState {
     }
 
     /// The tracks `peer` may be sent: its room's, published by others.
-    fn tracks_for(rooms: &RoomDirectory, members: &Members, peer: PeerId) -> Vec<TrackSource> {
+    pub(super) fn tracks_for(
+        rooms: &RoomDirectory,
+        members: &Members,
+        peer: PeerId,
+    ) -> Vec<TrackSource> {
         let Some(me) = members.by_peer.get(&peer) else {
             return Vec::new();
         };
@@ -262,6 +269,7 @@ impl ControlState {
             tracks: Vec::new(),
             answering: true,
             offered_at: None,
+            restarting: false,
         });
         Ok((answered, changes))
     }

@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::grpc::{ControlApi, ControlState};
+use super::ice_restart::Precondition;
 use super::participants::{Admission, Admitted, SIGNAL_QUEUE_LEN, SignalLink, check_offer};
 use shoal_components::sdp::SessionDescription;
 
@@ -145,8 +146,10 @@ impl Session<'_> {
                     // New ice-ufrag and ice-pwd: an ICE restart (RFC 8839 §4.4.1.1.1),
                     // the shard's credentials changed before the answer carries them.
                     let peer = self.admitted.peer;
-                    if let Some((ufrag, pwd)) = self.state.offer_restarts_ice(peer, &offer) {
-                        self.state.restart_ice(peer, &ufrag, &pwd).await?;
+                    if let Some((ufrag, pwd)) = self.state.check_restart_offer(peer, &offer)? {
+                        self.state
+                            .restart_ice(peer, &ufrag, &pwd, Precondition::None)
+                            .await?;
                     }
                     self.state.answer_again(peer, &offer)?
                 } else {

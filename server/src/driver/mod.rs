@@ -155,8 +155,12 @@ pub struct DriverStats {
     pub batches: u64,
     /// ICE-TCP connections accepted.
     pub tcp_accepted: u64,
-    /// ICE-TCP connections closed at once: the shard held `--max-tcp-connections`.
+    /// ICE-TCP connections closed at once: the shard held `--max-tcp-connections`,
+    /// or their address already had `MAX_UNVALIDATED_PER_IP` unvalidated ones.
     pub tcp_refused: u64,
+    /// Accepts that failed for want of a resource (descriptors, memory); the
+    /// listener is tried again shortly.
+    pub tcp_accept_errors: u64,
     /// ICE-TCP connections the client closed (or that failed).
     pub tcp_closed_by_peer: u64,
     /// ICE-TCP connections closed for a frame over `tcp::MAX_FRAME`.
@@ -207,6 +211,20 @@ pub enum DriverError {
         /// The configured first port.
         base: u16,
         /// The configured shard count.
+        shards: usize,
+    },
+    /// The shards' TCP ports (ICE-TCP) overlap their UDP ports: a path's local
+    /// port must say which of the two it is.
+    #[error(
+        "the TCP ports from {tcp} and the UDP ports from {udp} overlap for {shards} shards: \
+         set --tcp-port-base apart"
+    )]
+    TcpPortsOverlap {
+        /// The first UDP port.
+        udp: u16,
+        /// The first TCP port.
+        tcp: u16,
+        /// The shard count.
         shards: usize,
     },
     /// `--bind` and `--announce` do not fit together, or leave nothing to announce.
@@ -419,6 +437,17 @@ impl Server {
         if shard_port(base, count - 1).is_none() {
             return Err(DriverError::PortRange {
                 base,
+                shards: count,
+            });
+        }
+        if let Some(tcp) = config.tcp_port_base.resolve(base)
+            && tcp != 0
+            && base != 0
+            && usize::from(tcp.abs_diff(base)) < count
+        {
+            return Err(DriverError::TcpPortsOverlap {
+                udp: base,
+                tcp,
                 shards: count,
             });
         }
@@ -703,11 +732,20 @@ fn prepare_shard(
         })?;
         for (i, &ip) in config.bind.iter().enumerate() {
             let addr = SocketAddr::new(ip, tcp_port);
-            let mut listener = bind_tcp(addr).map_err(|source| DriverError::Bind {
+            let bind_err = |source| DriverError::Bind {
                 shard: index,
                 addr,
                 source,
-            })?;
+            };
+            let mut listener = bind_tcp(addr).map_err(bind_err)?;
+            // An ephemeral port must not be one of the UDP ones either.
+            for _ in 0..8 {
+                let port = listener.local_addr().map_err(io_err("local_addr"))?.port();
+                if tcp_port != 0 || !bound.iter().any(|b| b.port() == port) {
+                    break;
+                }
+                listener = bind_tcp(addr).map_err(bind_err)?;
+            }
             let local = listener.local_addr().map_err(io_err("local_addr"))?;
             tcp_port = local.port();
             poll.registry()

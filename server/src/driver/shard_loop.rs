@@ -40,6 +40,12 @@ pub(super) fn listener_token(index: usize) -> Token {
 
 /// How often connections are checked for their path's validity.
 const TCP_SWEEP_INTERVAL: Duration = Duration::from_millis(200);
+/// How soon a listener is tried again after accepting failed for want of a
+/// resource (descriptors, memory): the pending connections stay queued.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// Connections from one IP address that no peer has validated yet, at most; more
+/// are closed at once (one address cannot take a shard's whole pool).
+pub(super) const MAX_UNVALIDATED_PER_IP: usize = 16;
 
 /// The shard's ICE-TCP side: its listeners and accepted connections.
 struct TcpSide {
@@ -50,6 +56,9 @@ struct TcpSide {
     connections: HashMap<usize, Connection>,
     /// Connections by the path the shard knows them as.
     paths: HashMap<FiveTuple, usize>,
+    /// The listeners' ports: a path with one of these as its local port is a TCP
+    /// path (the driver keeps them apart from the UDP sockets' ports).
+    ports: Vec<u16>,
     next: usize,
     /// Connections whose readiness came in this round.
     ready: Vec<usize>,
@@ -180,6 +189,7 @@ impl ShardLoop {
                 listeners: Vec::new(),
                 connections: HashMap::new(),
                 paths: HashMap::new(),
+                ports: Vec::new(),
                 next: CONNECTION_BASE,
                 ready: Vec::new(),
                 frames: Vec::new(),
@@ -196,6 +206,7 @@ impl ShardLoop {
         settings: TcpSettings,
     ) -> ShardLoop {
         self.tcp.settings = settings;
+        self.tcp.ports = listeners.iter().map(|(_, a)| a.port()).collect();
         self.tcp.listeners = listeners.into_iter().map(|(l, a)| (l, a, true)).collect();
         self
     }
@@ -219,11 +230,19 @@ impl ShardLoop {
         let mut commands_pending = false;
         loop {
             let sockets_pending = self.sockets.iter().any(|s| s.pending);
-            let wait = if sockets_pending || commands_pending {
+            let mut wait = if sockets_pending || commands_pending {
                 Some(Duration::ZERO)
             } else {
                 self.poll_wait()
             };
+            // Connections waiting for validation are swept even on a shard with no
+            // timers; a listener that could not accept is tried again soon.
+            if !self.tcp.connections.is_empty() {
+                wait = Some(wait.map_or(TCP_SWEEP_INTERVAL, |w| w.min(TCP_SWEEP_INTERVAL)));
+            }
+            if self.tcp.listeners.iter().any(|l| l.2) {
+                wait = Some(wait.map_or(ACCEPT_RETRY, |w| w.min(ACCEPT_RETRY)));
+            }
             if let Err(source) = self.poll.poll(&mut events, wait) {
                 if source.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -309,13 +328,23 @@ impl ShardLoop {
                         break;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    // E.g. the client reset before accept, or out of descriptors.
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
+                    // Out of descriptors or memory: the connections stay queued and
+                    // the listener is tried again after ACCEPT_RETRY, not in a spin.
                     Err(_) => {
-                        self.stats.tcp_refused += 1;
-                        continue;
+                        self.stats.tcp_accept_errors += 1;
+                        break;
                     }
                 };
-                if self.tcp.connections.len() >= self.tcp.settings.max_connections {
+                let unvalidated_here = self
+                    .tcp
+                    .connections
+                    .values()
+                    .filter(|c| !c.authenticated && c.remote.ip() == remote.ip())
+                    .count();
+                if self.tcp.connections.len() >= self.tcp.settings.max_connections
+                    || unvalidated_here >= MAX_UNVALIDATED_PER_IP
+                {
                     self.stats.tcp_refused += 1;
                     continue; // dropped: closed
                 }
@@ -599,6 +628,11 @@ impl ShardLoop {
                 remote: d.remote,
             };
             let Some(&token) = self.tcp.paths.get(&path) else {
+                // A TCP path whose connection is gone: nothing to send it on.
+                if self.tcp.ports.contains(&d.local.port()) {
+                    self.stats.tcp_send_dropped += 1;
+                    return false;
+                }
                 return true;
             };
             if let Some(conn) = self.tcp.connections.get_mut(&token) {

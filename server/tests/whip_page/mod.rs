@@ -160,7 +160,8 @@ pub fn sdp_candidates(sdp: &str, transport: &str) -> (Vec<(String, u16)>, Vec<St
 
 /// Restarts the page's ICE over WHIP/WHEP PATCH (RFC 9725 §4.3): `restartIce()`, a
 /// fragment with the new credentials and `If-Match: "*"`, and the answer again with
-/// shoal's new credentials from the 200; resolves with the new ETag.
+/// shoal's new credentials from the 200 and, in place of the old candidates, the
+/// 200's (as WHIP clients do); resolves with the new ETag.
 pub const RESTART_OVER_PATCH: &str = r#"(async () => {
   const s = window.shoal;
   s.pc.restartIce();
@@ -177,9 +178,13 @@ pub const RESTART_OVER_PATCH: &str = r#"(async () => {
   if (response.status !== 200) throw new Error("PATCH: " + response.status + ": " + fragment);
   const newUfrag = fragment.match(/a=ice-ufrag:(.*)\r\n/)[1];
   const newPwd = fragment.match(/a=ice-pwd:(.*)\r\n/)[1];
+  const candidates = (fragment.match(/a=candidate:.*\r\n/g) || []).join("");
+  if (!candidates) throw new Error("no candidates in the PATCH answer: " + fragment);
   s.answer = s.answer
+    .replace(/a=candidate:.*\r\n/g, "")
+    .replace(/a=end-of-candidates\r\n/g, "")
     .replace(/a=ice-ufrag:.*\r\n/g, "a=ice-ufrag:" + newUfrag + "\r\n")
-    .replace(/a=ice-pwd:.*\r\n/g, "a=ice-pwd:" + newPwd + "\r\n");
+    .replace(/a=ice-pwd:.*\r\n/g, "a=ice-pwd:" + newPwd + "\r\n" + candidates + "a=end-of-candidates\r\n");
   s.etag = response.headers.get("ETag");
   await s.pc.setRemoteDescription({ type: "answer", sdp: s.answer });
   return s.etag;

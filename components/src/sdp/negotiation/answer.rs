@@ -169,6 +169,13 @@ impl Negotiation {
         (tag, data, transport)
     }
 
+    /// The ICE ufrag and password of `offer`'s transport section.
+    pub fn offered_ice_credentials(offer: &SessionDescription) -> Option<(&str, &str)> {
+        Self::layout(offer)
+            .2
+            .and_then(|i| offer.ice_credentials_for(&offer.media[i]))
+    }
+
     /// Whether `offer` restarts ICE: it changes both the ice-ufrag and the ice-pwd of
     /// the session (RFC 8839 §4.4.1.1.1). The answer to it must carry new
     /// credentials of shoal's (§4.4.2.1); its caller passes them in the params.
@@ -176,10 +183,7 @@ impl Negotiation {
         let Some(t) = &self.transport else {
             return false;
         };
-        Self::layout(offer)
-            .2
-            .and_then(|i| offer.ice_credentials_for(&offer.media[i]))
-            .is_some_and(|(u, p)| u != t.ufrag && p != t.pwd)
+        Self::offered_ice_credentials(offer).is_some_and(|(u, p)| u != t.ufrag && p != t.pwd)
     }
 
     /// The participant's new ICE credentials from an ICE restart signalled outside

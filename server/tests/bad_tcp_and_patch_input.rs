@@ -27,8 +27,6 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use http_client::{Reply, fixture_offer, post_offer, request_with_headers};
 use shoal_components::stun::{self, Class, StunMessage, StunWriter, TransactionId};
-use shoal_proto::v1::CreateRoomRequest;
-use shoal_proto::v1::room_service_client::RoomServiceClient;
 use shoal_server::config::Config;
 
 const SDPFRAG: &str = "application/trickle-ice-sdpfrag";
@@ -122,27 +120,20 @@ fn assert_status(reply: &Reply, status: u16, mention: &str) {
 
 #[test]
 fn bad_tcp_and_patch_input() {
-    let (server, control) = grpc_node::start_node(Config {
-        shards: NonZeroUsize::MIN,
-        max_tcp_connections: MAX_CONNECTIONS,
-        tcp_auth_timeout: AUTH_TIMEOUT.as_secs(),
-        ..Config::default()
-    });
-    let http = control.http_addr().expect("HTTP is on");
-    let grpc = control.grpc_addr().expect("gRPC is on");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    runtime.block_on(async {
-        RoomServiceClient::new(grpc_node::connect(grpc).await)
-            .create_room(CreateRoomRequest {
-                name: "lobby".into(),
-                ..CreateRoomRequest::default()
-            })
-            .await
-            .expect("room created");
-    });
+    let grpc_node::RoomNode {
+        server,
+        http,
+        control,
+        ..
+    } = grpc_node::node_with_room_in(
+        "lobby",
+        Config {
+            shards: NonZeroUsize::MIN,
+            max_tcp_connections: MAX_CONNECTIONS,
+            tcp_auth_timeout: AUTH_TIMEOUT.as_secs(),
+            ..Config::default()
+        },
+    );
     let tcp = server.tcp_candidates(0).expect("shard 0")[0];
 
     let report = || grpc_node::shard_report(&server, 0).driver;

@@ -14,8 +14,6 @@ use base64::Engine as _;
 use futures_util::{SinkExt, StreamExt};
 use http_client::{fixture_offer, post_offer};
 use ring::hmac;
-use shoal_proto::v1::CreateRoomRequest;
-use shoal_proto::v1::room_service_client::RoomServiceClient;
 use shoal_server::config::Config;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -57,24 +55,19 @@ fn ice_servers_handed_out() {
         &format!("--turn-ttl={TTL}"),
     ])
     .expect("valid flags");
-    let (_server, control) = grpc_node::start_node(Config {
-        shards: NonZeroUsize::MIN,
-        ..config
-    });
-    let http = control.http_addr().expect("HTTP is on");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    runtime.block_on(async {
-        RoomServiceClient::new(grpc_node::connect(control.grpc_addr().expect("gRPC")).await)
-            .create_room(CreateRoomRequest {
-                name: "lobby".into(),
-                ..CreateRoomRequest::default()
-            })
-            .await
-            .expect("room created");
-    });
+    let grpc_node::RoomNode {
+        http,
+        runtime,
+        server: _server,
+        control: _control,
+        ..
+    } = grpc_node::node_with_room_in(
+        "lobby",
+        Config {
+            shards: NonZeroUsize::MIN,
+            ..config
+        },
+    );
 
     // WHIP: one Link per URI; STUN without credentials, TURN with.
     let created = post_offer(

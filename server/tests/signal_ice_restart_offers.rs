@@ -7,15 +7,10 @@
 mod grpc_node;
 mod http_client;
 
-use std::net::SocketAddr;
-use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use http_client::fixture_offer;
-use shoal_proto::v1::CreateRoomRequest;
-use shoal_proto::v1::room_service_client::RoomServiceClient;
-use shoal_server::config::Config;
 use tokio_tungstenite::tungstenite::Message;
 
 type Ws =
@@ -74,24 +69,15 @@ fn changed(offer: &str, ufrag: &str, pwd: Option<&str>, fingerprint: bool) -> St
 
 #[test]
 fn signal_ice_restart_offers() {
-    let (server, control) = grpc_node::start_node(Config {
-        shards: NonZeroUsize::MIN,
-        ..Config::default()
-    });
-    let http: SocketAddr = control.http_addr().expect("HTTP is on");
+    let grpc_node::RoomNode {
+        server,
+        http,
+        runtime,
+        control: _control,
+        ..
+    } = grpc_node::node_with_room("lobby");
     let restarts = || grpc_node::shard_report(&server, 0).shard.ice_restarts;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
     runtime.block_on(async {
-        RoomServiceClient::new(grpc_node::connect(control.grpc_addr().expect("gRPC")).await)
-            .create_room(CreateRoomRequest {
-                name: "lobby".into(),
-                ..CreateRoomRequest::default()
-            })
-            .await
-            .expect("room created");
         let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{http}/signal"))
             .await
             .expect("WebSocket handshake");

@@ -56,9 +56,6 @@ struct TcpSide {
     connections: HashMap<usize, Connection>,
     /// Connections by the path the shard knows them as.
     paths: HashMap<FiveTuple, usize>,
-    /// The listeners' ports: a path with one of these as its local port is a TCP
-    /// path (the driver keeps them apart from the UDP sockets' ports).
-    ports: Vec<u16>,
     next: usize,
     /// Connections whose readiness came in this round.
     ready: Vec<usize>,
@@ -189,7 +186,6 @@ impl ShardLoop {
                 listeners: Vec::new(),
                 connections: HashMap::new(),
                 paths: HashMap::new(),
-                ports: Vec::new(),
                 next: CONNECTION_BASE,
                 ready: Vec::new(),
                 frames: Vec::new(),
@@ -206,7 +202,6 @@ impl ShardLoop {
         settings: TcpSettings,
     ) -> ShardLoop {
         self.tcp.settings = settings;
-        self.tcp.ports = listeners.iter().map(|(_, a)| a.port()).collect();
         self.tcp.listeners = listeners.into_iter().map(|(l, a)| (l, a, true)).collect();
         self
     }
@@ -628,8 +623,14 @@ impl ShardLoop {
                 remote: d.remote,
             };
             let Some(&token) = self.tcp.paths.get(&path) else {
-                // A TCP path whose connection is gone: nothing to send it on.
-                if self.tcp.ports.contains(&d.local.port()) {
+                // A TCP path (a listener's port: the driver keeps them apart from
+                // the UDP ones) whose connection is gone: nothing to send it on.
+                if self
+                    .tcp
+                    .listeners
+                    .iter()
+                    .any(|l| l.1.port() == d.local.port())
+                {
                     self.stats.tcp_send_dropped += 1;
                     return false;
                 }

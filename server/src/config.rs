@@ -16,6 +16,7 @@ use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_systems::PeerSpec;
 
 use crate::addresses::Family;
+use crate::control::auth::{ApiKey, ApiKeyError};
 use crate::ice_servers::{
     DEFAULT_TURN_TTL_SECS, IceServerUri, IceServers, IceServersError, Secret, Username,
 };
@@ -40,6 +41,10 @@ pub const DEFAULT_MAX_ROOMS: u32 = 10_000;
 pub const DEFAULT_MAX_PARTICIPANTS_PER_ROOM: u32 = 1_000;
 /// The default number of seconds an empty room stays open.
 pub const DEFAULT_ROOM_EMPTY_TIMEOUT_SECS: u32 = 300;
+/// Default `--token-clock-skew`.
+pub const DEFAULT_TOKEN_CLOCK_SKEW_SECS: u64 = 10;
+/// The largest API keys file read, in bytes.
+pub const MAX_API_KEYS_FILE_BYTES: u64 = 64 * 1024;
 /// Default `--sctp-heartbeat-interval`: RFC 9260 §16's HB.interval.
 pub const DEFAULT_SCTP_HEARTBEAT_INTERVAL_SECS: u32 = 30;
 
@@ -259,6 +264,54 @@ pub struct Config {
     )]
     pub turn_password: Option<Secret>,
 
+    /// An API key and its secret, `KEY:SECRET`: access tokens signed with the secret
+    /// (HS256, `iss` the key; LiveKit's token SDKs mint them, and `shoal token`)
+    /// are what every WHIP, WHEP, signalling and RoomService request must carry.
+    /// Repeatable. The secret is at least 32 characters and never printed. With no
+    /// key (here or in --api-keys-file) the node runs open, which it does only while
+    /// its HTTP and gRPC listeners are on loopback addresses (see --insecure-open).
+    #[arg(
+        long = "api-key",
+        env = "SHOAL_API_KEY",
+        value_name = "KEY:SECRET",
+        hide_env_values = true,
+        value_parser = ApiKeyParser
+    )]
+    pub api_keys: Vec<ApiKey>,
+
+    /// A file of API keys, one `KEY: SECRET` per line (LiveKit's key file format;
+    /// `#` starts a comment). Its keys add to --api-key's.
+    #[arg(long, env = "SHOAL_API_KEYS_FILE", value_name = "PATH")]
+    pub api_keys_file: Option<PathBuf>,
+
+    /// Runs open (no API keys: anyone who reaches the node may create and delete
+    /// rooms, join under any identity and publish) even with an HTTP or gRPC
+    /// listener on a non-loopback address. Without it, such a node refuses to start.
+    #[arg(long, env = "SHOAL_INSECURE_OPEN")]
+    pub insecure_open: bool,
+
+    /// Seconds of clock skew allowed on a token's nbf and exp (0 to 300).
+    #[arg(
+        long,
+        env = "SHOAL_TOKEN_CLOCK_SKEW",
+        value_name = "SECONDS",
+        default_value_t = DEFAULT_TOKEN_CLOCK_SKEW_SECS,
+        value_parser = clap::value_parser!(u64).range(0..=300)
+    )]
+    pub token_clock_skew: u64,
+
+    /// Whether a join (WHIP, WHEP, signalling) to a room that is not open opens it
+    /// (within --max-rooms; with API keys, the joiner's token must grant roomJoin of
+    /// it). `false`: rooms are opened by RoomService.CreateRoom only.
+    #[arg(
+        long,
+        env = "SHOAL_AUTO_CREATE_ROOMS",
+        value_name = "BOOL",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub auto_create_rooms: bool,
+
     /// TEST ONLY: registers an ICE-lite peer with these credentials on every shard at
     /// start-up, for tests that reach a shard without signalling. Repeatable; the n-th flag (from 0) is
     /// peer id n. Format LOCAL_UFRAG:LOCAL_PWD:REMOTE_UFRAG:REMOTE_PWD (RFC 8839 §5.4:
@@ -295,6 +348,11 @@ impl Default for Config {
             turn_ttl: DEFAULT_TURN_TTL_SECS,
             turn_username: None,
             turn_password: None,
+            api_keys: Vec::new(),
+            api_keys_file: None,
+            insecure_open: false,
+            token_clock_skew: DEFAULT_TOKEN_CLOCK_SKEW_SECS,
+            auto_create_rooms: true,
             static_peers: Vec::new(),
         }
     }
@@ -328,6 +386,29 @@ pub enum ConfigError {
     /// The ICE server settings do not fit together.
     #[error("{0}")]
     IceServers(#[from] IceServersError),
+    /// A line of the API keys file is not `KEY: SECRET`.
+    #[error("{path}:{line}: {reason}")]
+    ApiKeysFile {
+        /// The file.
+        path: PathBuf,
+        /// The line, from 1.
+        line: usize,
+        /// What is wrong.
+        reason: ApiKeyError,
+    },
+    /// No API key, and a listener that others can reach.
+    #[error(
+        "{what} listens on {addr}, which is not a loopback address, and no API key is \
+         configured: anyone who reaches it could create and delete rooms and join any \
+         room. Give an API key (--api-key KEY:SECRET with a secret of 32 or more \
+         characters, or --api-keys-file), or --insecure-open to run open anyway."
+    )]
+    OpenNotOnLoopback {
+        /// "HTTP" or "gRPC".
+        what: &'static str,
+        /// Its address.
+        addr: SocketAddr,
+    },
     /// A key names no setting, or its value has the wrong shape.
     #[error("{path}: {key}: {reason}")]
     Key {
@@ -387,6 +468,15 @@ impl Config {
             {
                 continue;
             }
+            // A switch (`insecure-open = true`) is the bare flag, or nothing.
+            if !arg.get_action().takes_values() {
+                match value {
+                    toml::Value::Boolean(true) => merged.push(format!("--{key}").into()),
+                    toml::Value::Boolean(false) => {}
+                    _ => return Err(key_err("expected true or false")),
+                }
+                continue;
+            }
             let values = match value {
                 toml::Value::Array(items) => items.iter().map(toml_scalar).collect(),
                 v => vec![toml_scalar(v)],
@@ -431,6 +521,31 @@ impl Config {
             })
     }
 
+    /// Every API key: --api-key's, then the keys file's.
+    pub fn api_keys(&self) -> Result<Vec<ApiKey>, ConfigError> {
+        let mut keys = self.api_keys.clone();
+        if let Some(path) = &self.api_keys_file {
+            keys.extend(read_api_keys(path)?);
+        }
+        Ok(keys)
+    }
+
+    /// Refuses to run open (no API key) with an HTTP or gRPC listener on an address
+    /// that is not loopback, unless --insecure-open says so.
+    pub fn check_exposure(&self, keys: &[ApiKey]) -> Result<(), ConfigError> {
+        if !keys.is_empty() || self.insecure_open {
+            return Ok(());
+        }
+        for (what, listen) in [("HTTP", self.http_addr), ("gRPC", self.grpc_addr)] {
+            if let Some(addr) = listen.addr()
+                && !addr.ip().is_loopback()
+            {
+                return Err(ConfigError::OpenNotOnLoopback { what, addr });
+            }
+        }
+        Ok(())
+    }
+
     /// How long a room created without an empty timeout stays open while empty.
     pub fn room_empty_timeout(&self) -> Duration {
         Duration::from_secs(u64::from(self.room_empty_timeout))
@@ -457,6 +572,41 @@ fn read_table(path: &std::path::Path) -> Result<toml::Table, ConfigError> {
             path: path.to_owned(),
             source,
         })
+}
+
+/// The keys of an API keys file: `KEY: SECRET` (or `KEY:SECRET`) per line, blank
+/// lines and `#` comments skipped.
+fn read_api_keys(path: &std::path::Path) -> Result<Vec<ApiKey>, ConfigError> {
+    use std::io::Read;
+    let read_err = |source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let mut text = String::new();
+    file.take(MAX_API_KEYS_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(read_err)?;
+    if text.len() as u64 > MAX_API_KEYS_FILE_BYTES {
+        return Err(ConfigError::TooLarge(path.to_owned()));
+    }
+    let mut keys = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let key = match line.split_once(':') {
+            Some((k, s)) => format!("{}:{}", k.trim(), s.trim()).parse(),
+            None => Err(ApiKeyError::Shape),
+        };
+        keys.push(key.map_err(|reason| ConfigError::ApiKeysFile {
+            path: path.to_owned(),
+            line: index + 1,
+            reason,
+        })?);
+    }
+    Ok(keys)
 }
 
 /// A TOML scalar as a flag value.
@@ -542,6 +692,36 @@ impl TypedValueParser for SecretParser {
             )
             .with_cmd(cmd)
         })
+    }
+}
+
+/// clap's parser of `--api-key`: a value it refuses is not repeated in the message.
+#[derive(Clone, Copy, Debug)]
+struct ApiKeyParser;
+
+impl TypedValueParser for ApiKeyParser {
+    type Value = ApiKey;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<ApiKey, clap::Error> {
+        let parsed = value.to_str().map(str::parse::<ApiKey>);
+        match parsed {
+            Some(Ok(key)) => Ok(key),
+            Some(Err(e)) => Err(clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("--api-key: {e}\n"),
+            )
+            .with_cmd(cmd)),
+            None => Err(clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                "--api-key: not UTF-8 (the value is not shown)\n",
+            )
+            .with_cmd(cmd)),
+        }
     }
 }
 

@@ -12,4 +12,5 @@ pub mod endpoint;
 pub mod ice_servers;
 pub mod sim;
 pub mod tcp;
+pub mod token;
 pub mod udp;

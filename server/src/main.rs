@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crossbeam_channel::RecvTimeoutError;
 use shoal_server::config::{Config, ConfigError};
+use shoal_server::control::auth::ApiKey;
 use shoal_server::control::{ControlError, ControlPlane, ControlSettings};
 use shoal_server::driver::{DriverError, Server};
 
@@ -32,6 +33,10 @@ enum MainError {
 }
 
 fn main() -> ExitCode {
+    // `shoal token …` mints an access token and exits.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "token") {
+        return shoal_server::token::main(std::env::args_os().skip(1));
+    }
     let config = match Config::load() {
         Ok(config) => config,
         // clap prints help and version itself, and its own errors with usage.
@@ -41,7 +46,19 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match run(&config) {
+    // Read once: the keys file's keys join --api-key's; no key and a listener
+    // others can reach is refused here, before anything starts.
+    let keys = match config
+        .api_keys()
+        .and_then(|keys| config.check_exposure(&keys).map(|()| keys))
+    {
+        Ok(keys) => keys,
+        Err(e) => {
+            eprintln!("shoal: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(&config, keys) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("shoal: {e}");
@@ -50,7 +67,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(config: &Config) -> Result<(), MainError> {
+fn run(config: &Config, api_keys: Vec<ApiKey>) -> Result<(), MainError> {
     // Installed before the shards start, so an early Ctrl-C is a clean stop too.
     let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
     ctrlc::set_handler(move || {
@@ -60,8 +77,15 @@ fn run(config: &Config) -> Result<(), MainError> {
     let mut server = Server::start(config)?;
     // The control plane talks to the shards only through their command channels.
     // Dropping `server` on an error below shuts the shards down.
+    let key_names: Vec<String> = api_keys.iter().map(|k| k.key.clone()).collect();
     let control = match ControlSettings::from_config(config) {
-        Some(settings) => Some(ControlPlane::start(settings, server.control_handles())?),
+        Some(settings) => {
+            let settings = ControlSettings {
+                api_keys,
+                ..settings
+            };
+            Some(ControlPlane::start(settings, server.control_handles())?)
+        }
         None => None,
     };
     // Tests and scripts read the bound addresses from here (port base 0 is
@@ -113,6 +137,16 @@ fn run(config: &Config) -> Result<(), MainError> {
         "shoal: dtls fingerprint sha-256 {}",
         fingerprint.join(":")
     )?;
+    // The keys' names only; their secrets are never printed.
+    if key_names.is_empty() {
+        writeln!(stdout, "shoal: auth open (no API key)")?;
+    } else {
+        writeln!(
+            stdout,
+            "shoal: auth access tokens of API keys {}",
+            key_names.join(" ")
+        )?;
+    }
     match control.as_ref().and_then(ControlPlane::grpc_addr) {
         Some(addr) => writeln!(stdout, "shoal: grpc http://{addr}")?,
         None => writeln!(stdout, "shoal: grpc off")?,

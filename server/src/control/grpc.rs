@@ -20,6 +20,7 @@ use shoal_proto::v1::room_service_server::RoomService;
 use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
 
+use super::auth::{Act, Auth};
 use super::participants::Members;
 use super::rooms::{
     self, NameKind, ParticipantState, RoomDirectory, RoomError, RoomSpec, validate_name,
@@ -84,6 +85,8 @@ pub struct ControlState {
     clock: Clock,
     max_peers_per_shard: usize,
     shard_queries: Semaphore,
+    auth: Auth,
+    auto_create_rooms: bool,
     pub(super) next_peer: AtomicU64,
     /// The next track id (node-wide).
     pub(super) next_track: AtomicU64,
@@ -108,6 +111,8 @@ impl ControlState {
             clock: Clock::start(),
             max_peers_per_shard,
             shard_queries: Semaphore::new(MAX_SHARD_QUERIES),
+            auth: Auth::default(),
+            auto_create_rooms: true,
             next_peer: AtomicU64::new(FIRST_PEER_ID),
             next_track: AtomicU64::new(1),
             rng: SystemRandom::new(),
@@ -132,6 +137,24 @@ impl ControlState {
     pub fn with_ice_servers(mut self, ice_servers: IceServers) -> ControlState {
         self.ice_servers = ice_servers;
         self
+    }
+
+    /// The same, checking requests with `auth`; `auto_create_rooms`: whether a join
+    /// opens a room that is not open.
+    pub fn with_auth(mut self, auth: Auth, auto_create_rooms: bool) -> ControlState {
+        self.auth = auth;
+        self.auto_create_rooms = auto_create_rooms;
+        self
+    }
+
+    /// Who may do what.
+    pub fn auth(&self) -> &Auth {
+        &self.auth
+    }
+
+    /// Whether a join opens a room that is not open.
+    pub fn auto_create_rooms(&self) -> bool {
+        self.auto_create_rooms
     }
 
     /// The STUN and TURN servers for the client of `peer`, with its credentials
@@ -333,6 +356,9 @@ impl RoomService for ControlApi {
         &self,
         request: Request<v1::CreateRoomRequest>,
     ) -> Result<Response<v1::Room>, Status> {
+        self.state
+            .auth
+            .check(bearer_of(&request), Act::CreateRoom)?;
         let req = request.into_inner();
         let spec = RoomSpec {
             name: req.name,
@@ -350,6 +376,7 @@ impl RoomService for ControlApi {
         &self,
         request: Request<v1::GetRoomRequest>,
     ) -> Result<Response<v1::Room>, Status> {
+        self.state.auth.check(bearer_of(&request), Act::ListRooms)?;
         let rooms = self.state.rooms();
         let room = rooms.get(&request.get_ref().name)?;
         Ok(Response::new(self.state.room_message(room)))
@@ -359,6 +386,7 @@ impl RoomService for ControlApi {
         &self,
         request: Request<v1::ListRoomsRequest>,
     ) -> Result<Response<v1::ListRoomsResponse>, Status> {
+        self.state.auth.check(bearer_of(&request), Act::ListRooms)?;
         let req = request.get_ref();
         let rooms = self.state.rooms();
         let page = rooms.list(&req.page_token, page_size(req.page_size))?;
@@ -376,6 +404,10 @@ impl RoomService for ControlApi {
         &self,
         request: Request<v1::DeleteRoomRequest>,
     ) -> Result<Response<v1::DeleteRoomResponse>, Status> {
+        let room = &request.get_ref().name;
+        self.state
+            .auth
+            .check(bearer_of(&request), Act::Admin { room })?;
         let room = self.state.rooms().delete(&request.get_ref().name)?;
         let peers: Vec<(usize, PeerId)> = room.participants().map(|p| (p.shard, p.peer)).collect();
         let participants_removed = saturating_u32(peers.len());
@@ -393,6 +425,9 @@ impl RoomService for ControlApi {
         request: Request<v1::ListParticipantsRequest>,
     ) -> Result<Response<v1::ListParticipantsResponse>, Status> {
         let req = request.get_ref();
+        self.state
+            .auth
+            .check(bearer_of(&request), Act::Admin { room: &req.room })?;
         let rooms = self.state.rooms();
         let page = rooms.participants(&req.room, &req.page_token, page_size(req.page_size))?;
         let members = self.state.members();
@@ -414,6 +449,9 @@ impl RoomService for ControlApi {
         request: Request<v1::RemoveParticipantRequest>,
     ) -> Result<Response<v1::RemoveParticipantResponse>, Status> {
         let req = request.get_ref();
+        self.state
+            .auth
+            .check(bearer_of(&request), Act::Admin { room: &req.room })?;
         let now = self.state.clock.now();
         let gone = self
             .state
@@ -429,6 +467,9 @@ impl RoomService for ControlApi {
         request: Request<v1::SendDataRequest>,
     ) -> Result<Response<v1::SendDataResponse>, Status> {
         let req = request.get_ref();
+        self.state
+            .auth
+            .check(bearer_of(&request), Act::Admin { room: &req.room })?;
         validate_name(&req.channel, NameKind::Channel)?;
         if req.payload.len() > MAX_SEND_DATA_BYTES {
             return Err(Status::invalid_argument(format!(
@@ -469,8 +510,10 @@ impl RoomService for ControlApi {
 impl NodeService for ControlApi {
     async fn get_node_info(
         &self,
-        _request: Request<v1::GetNodeInfoRequest>,
+        request: Request<v1::GetNodeInfoRequest>,
     ) -> Result<Response<v1::NodeInfo>, Status> {
+        // An operator's read, as listing rooms is.
+        self.state.auth.check(bearer_of(&request), Act::ListRooms)?;
         let reports = self.state.shard_reports().await?;
         let max_peers = self.state.max_peers_per_shard;
         let shards: Vec<v1::ShardInfo> = reports
@@ -506,6 +549,7 @@ impl NodeService for ControlApi {
             max_rooms: saturating_u32(max_rooms),
             load: load(peers, max_peers.saturating_mul(reports.len())),
             uptime_ms: self.state.clock.now().as_micros() / 1000,
+            auth_refusals: self.state.auth.refusal_counts().into_iter().collect(),
         }))
     }
 }
@@ -529,6 +573,15 @@ impl From<RoomError> for Status {
             }
         }
     }
+}
+
+/// The bearer token of a request's `authorization` metadata.
+pub(super) fn bearer_of<T>(request: &Request<T>) -> Option<&str> {
+    request
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(super::auth::bearer)
 }
 
 /// A page size from the wire: the directory clamps it.

@@ -41,11 +41,13 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
+use shoal_components::peer::PeerId;
 use shoal_components::sdp;
 use shoal_proto::v1::{DisconnectReason, signal_request, signal_response};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tonic::{Code, Status};
 
+use super::auth::{Act, AuthError, Refusal, bearer};
 use super::grpc::ControlState;
 use super::ice_restart::Precondition;
 use super::participants::{Admission, SIGNAL_QUEUE_LEN, check_offer};
@@ -193,12 +195,37 @@ async fn create(
             "the offer must be sent with Content-Type: application/sdp",
         );
     }
+    let state = &http.state;
+    // RFC 9725 §4.5: the bearer token decides who joins, before the offer is read.
+    let caller = match state
+        .auth()
+        .check(authorization(request.headers()), Act::Join { room: &room })
+    {
+        Ok(caller) => caller,
+        Err(e) => return auth_refusal(&e),
+    };
+    let (may, grant) = match kind {
+        Kind::Whip => (caller.permissions().publish, "canPublish"),
+        Kind::Whep => (caller.permissions().subscribe, "canSubscribe"),
+    };
+    if !may {
+        state.auth().count(Refusal::Forbidden);
+        return text(
+            StatusCode::FORBIDDEN,
+            &format!("the token does not grant {grant}"),
+        );
+    }
+    let identity = match state.auth().counted(caller.identity_for(query.identity)) {
+        Ok(identity) => identity,
+        Err(e) => return auth_refusal(&e),
+    };
     let body = match read_body(request.into_body()).await {
         Ok(body) => body,
         Err(response) => return response,
     };
-    let state = &http.state;
-    if let Err(e) = state.rooms().get(&room) {
+    if !state.auto_create_rooms()
+        && let Err(e) = state.rooms().get(&room)
+    {
         return error_response(&e.into());
     }
     let offer = match check_offer(&body) {
@@ -211,14 +238,17 @@ async fn create(
     // never read times out on its shard and is forgotten then.
     let task_state = state.clone();
     let joined = tokio::spawn(async move {
-        let admitted = task_state.admit(Admission {
-            room,
-            identity: query.identity,
-            name: query.name,
-            metadata: String::new(),
-            http_session: true,
-            signal: None,
-        })?;
+        let admitted = task_state
+            .admit(Admission {
+                room,
+                identity,
+                name: caller.name(query.name),
+                metadata: caller.metadata(String::new()),
+                http_session: true,
+                signal: None,
+                permissions: caller.permissions(),
+            })
+            .await?;
         match task_state.negotiate(&admitted, &offer).await {
             Ok(answer) => Ok((admitted, answer)),
             Err(status) => {
@@ -267,9 +297,15 @@ async fn create(
 }
 
 /// `DELETE /whip/{room}/{session}`: the session ends, its peer leaves its shard.
-async fn end(State(http): State<Http>, Path((room, session)): Path<(String, String)>) -> Response {
-    let Some(peer) = http.state.session_peer(&room, &session) else {
-        return text(StatusCode::NOT_FOUND, "no such session");
+/// With API keys, the token of the session's identity or roomAdmin of its room.
+async fn end(
+    State(http): State<Http>,
+    Path((room, session)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let peer = match authorized_session(&http.state, &headers, &room, &session) {
+        Ok(peer) => peer,
+        Err(response) => return *response,
     };
     http.state.leave(peer, DisconnectReason::ClientLeft).await;
     text(StatusCode::OK, "session ended")
@@ -289,8 +325,9 @@ async fn patch(
     request: Request,
 ) -> Response {
     let state = &http.state;
-    let Some(peer) = state.session_peer(&room, &session) else {
-        return text(StatusCode::NOT_FOUND, "no such session");
+    let peer = match authorized_session(state, request.headers(), &room, &session) {
+        Ok(peer) => peer,
+        Err(response) => return *response,
     };
     let is_fragment = request
         .headers()
@@ -385,6 +422,68 @@ async fn patch(
     }
 }
 
+/// The session `session` of `room` if the request may act on it: 401 without a
+/// valid token (before anything about the session is told), 404 when there is no
+/// such session, 403 when the token is neither the session's own identity's for
+/// its room nor roomAdmin of it.
+fn authorized_session(
+    state: &ControlState,
+    headers: &HeaderMap,
+    room: &str,
+    session: &str,
+) -> Result<PeerId, Box<Response>> {
+    let caller = state
+        .auth()
+        .check(authorization(headers), Act::Authenticated)
+        .map_err(|e| Box::new(auth_refusal(&e)))?;
+    let not_found = || Box::new(text(StatusCode::NOT_FOUND, "no such session"));
+    let peer = state.session_peer(room, session).ok_or_else(not_found)?;
+    let identity = state.member_identity(peer).ok_or_else(not_found)?;
+    state
+        .auth()
+        .permit(
+            &caller,
+            Act::Session {
+                room,
+                identity: &identity,
+            },
+        )
+        .map_err(|e| Box::new(auth_refusal(&e)))?;
+    Ok(peer)
+}
+
+/// The bearer token of a request's `Authorization` header (RFC 6750 §2.1).
+fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer)
+}
+
+/// The response to a refused request (RFC 6750 §3): 401 with a `Bearer`
+/// challenge when the token is missing (no error code, §3) or invalid
+/// (`invalid_token`, §3.1), 403 with `insufficient_scope` when its grants do not
+/// cover the request.
+fn auth_refusal(e: &AuthError) -> Response {
+    let (status, challenge) = match e.refusal {
+        Refusal::Missing => (StatusCode::UNAUTHORIZED, "Bearer realm=\"shoal\""),
+        Refusal::Forbidden => (
+            StatusCode::FORBIDDEN,
+            "Bearer realm=\"shoal\", error=\"insufficient_scope\"",
+        ),
+        _ => (
+            StatusCode::UNAUTHORIZED,
+            "Bearer realm=\"shoal\", error=\"invalid_token\"",
+        ),
+    };
+    let mut response = text(status, &e.message);
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(challenge),
+    );
+    response
+}
+
 /// The media type of a PATCH body (RFC 8840 §9).
 const SDPFRAG: &str = "application/trickle-ice-sdpfrag";
 
@@ -443,13 +542,39 @@ async fn cors(mut response: Response) -> Response {
     );
     headers.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("Location, Link, ETag"),
+        HeaderValue::from_static("Location, Link, ETag, WWW-Authenticate"),
     );
     response
 }
 
-/// `GET /signal`: upgrades to the signalling WebSocket.
-async fn signal(State(http): State<Http>, upgrade: WebSocketUpgrade) -> Response {
+/// `?access_token=` of `GET /signal`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SignalQuery {
+    access_token: Option<String>,
+}
+
+/// `GET /signal`: upgrades to the signalling WebSocket. A token in
+/// `?access_token=` (a browser's WebSocket cannot send headers) is checked here: an
+/// invalid one gets 401 before the upgrade; its grants are checked at `join`.
+/// Without one, the session's first message may be `auth`.
+async fn signal(
+    State(http): State<Http>,
+    Query(query): Query<SignalQuery>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let token = query
+        .access_token
+        .or_else(|| authorization(&headers).map(str::to_owned));
+    if token.is_some()
+        && let Err(e) = http
+            .state
+            .auth()
+            .check(token.as_deref(), Act::Authenticated)
+    {
+        return auth_refusal(&e);
+    }
     let Ok(slot) = http.signal_slots.clone().try_acquire_owned() else {
         return text(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -460,13 +585,13 @@ async fn signal(State(http): State<Http>, upgrade: WebSocketUpgrade) -> Response
         .max_message_size(MAX_SIGNAL_MESSAGE_BYTES)
         .max_frame_size(MAX_SIGNAL_MESSAGE_BYTES)
         .on_upgrade(move |socket| async move {
-            serve_socket(http.state, socket).await;
+            serve_socket(http.state, socket, token).await;
             drop(slot);
         })
 }
 
 /// One WebSocket: text frames of JSON in, JSON out, through [`run_session`].
-async fn serve_socket(state: Arc<ControlState>, socket: WebSocket) {
+async fn serve_socket(state: Arc<ControlState>, socket: WebSocket, token: Option<String>) {
     let (mut sink, stream) = socket.split();
     // Ends at a close frame or an error; pings are answered by the library.
     let inbound = stream
@@ -500,7 +625,7 @@ async fn serve_socket(state: Arc<ControlState>, socket: WebSocket) {
         };
         let _ = sink.send(Message::Close(Some(close))).await;
     });
-    let ended = run_session(state, Box::pin(inbound), out).await;
+    let ended = run_session(state, Box::pin(inbound), out, token).await;
     let _ = done.send(ended.err());
     let _ = writer.await;
 }

@@ -220,7 +220,8 @@ impl ControlState {
         u32::from_be_bytes(b)
     }
 
-    /// The tracks `peer` may be sent: its room's, published by others.
+    /// The tracks `peer` may be sent: its room's, published by others (none
+    /// without the canSubscribe grant).
     pub(super) fn tracks_for(
         rooms: &RoomDirectory,
         members: &Members,
@@ -229,6 +230,9 @@ impl ControlState {
         let Some(me) = members.by_peer.get(&peer) else {
             return Vec::new();
         };
+        if !me.permissions.subscribe {
+            return Vec::new();
+        }
         let Ok(room) = rooms.get(&me.room) else {
             return Vec::new();
         };
@@ -256,6 +260,9 @@ impl ControlState {
             .get_mut(&peer)
             .ok_or_else(|| Status::not_found("the participant was removed while joining"))?;
         let mut negotiation = Negotiation::new(local.session_id);
+        if !member.permissions.publish {
+            negotiation.refuse_publishing();
+        }
         let fingerprint = self.fingerprint_sha256();
         let answered = negotiation
             .answer(offer, &local.params(fingerprint), &tracks, &mut || {

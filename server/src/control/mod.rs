@@ -16,10 +16,13 @@
 //! Limits: request messages (128 KiB for RoomService, 4 KiB for NodeService),
 //! concurrent streams and requests per connection, a handler timeout, HTTP/2
 //! keep-alive that drops dead clients, and at most a few shard round trips at once.
-//! The number of connections is not capped: the default address is loopback, and a
-//! node exposed further belongs behind a firewall or proxy (there is no
-//! authentication yet).
+//! The number of connections is not capped yet.
+//!
+//! Who may do what is [`auth`]'s: with API keys configured, every WHIP, WHEP,
+//! signalling and RoomService request carries an access token whose grants cover
+//! it; without, the node runs open, and only on loopback listeners.
 
+pub mod auth;
 pub mod grpc;
 pub mod http;
 pub mod ice_restart;
@@ -47,6 +50,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
+use self::auth::{ApiKey, Auth};
 use self::grpc::{ControlApi, ControlState};
 use self::rooms::{RoomDirectory, RoomLimits};
 use crate::config::Config;
@@ -91,10 +95,18 @@ pub struct ControlSettings {
     pub max_peers_per_shard: usize,
     /// The STUN and TURN servers handed to clients.
     pub ice_servers: IceServers,
+    /// The API keys whose tokens the node accepts; none: it runs open.
+    pub api_keys: Vec<ApiKey>,
+    /// The clock skew allowed on a token's `nbf` and `exp`.
+    pub token_clock_skew: Duration,
+    /// Whether a join opens a room that is not open.
+    pub auto_create_rooms: bool,
 }
 
 impl ControlSettings {
-    /// The settings in `config`; `None` when both gRPC and HTTP are off.
+    /// The settings in `config`; `None` when both gRPC and HTTP are off. The API
+    /// keys are `--api-key`'s only: the caller adds the keys file's
+    /// ([`Config::api_keys`], which can fail).
     pub fn from_config(config: &Config) -> Option<ControlSettings> {
         let grpc_addr = config.grpc_addr.addr();
         let http_addr = config.http_addr.addr();
@@ -112,6 +124,9 @@ impl ControlSettings {
             max_peers_per_shard: config.max_peers_per_shard,
             // Config::load_from refuses ICE server settings that do not fit.
             ice_servers: config.ice_servers().unwrap_or_default(),
+            api_keys: config.api_keys.clone(),
+            token_clock_skew: Duration::from_secs(config.token_clock_skew),
+            auto_create_rooms: config.auto_create_rooms,
         })
     }
 }
@@ -302,7 +317,11 @@ impl Services {
                 shards.tcp_candidates,
                 shards.fingerprint_sha256,
             )
-            .with_ice_servers(settings.ice_servers),
+            .with_ice_servers(settings.ice_servers)
+            .with_auth(
+                Auth::new(&settings.api_keys, settings.token_clock_skew),
+                settings.auto_create_rooms,
+            ),
         );
         let api = ControlApi::new(state.clone());
         let (health, health_service) = tonic_health::server::health_reporter();

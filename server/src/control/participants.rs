@@ -26,10 +26,11 @@ use shoal_systems::{CommandError, PeerDtls, PeerSpec};
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
+use super::auth::Permissions;
 use super::grpc::ControlState;
 use super::media::{LocalTransport, MemberMedia};
 use super::presence::{Presence, PresenceUpdate};
-use super::rooms::{ParticipantSpec, ParticipantState};
+use super::rooms::{ParticipantSpec, ParticipantState, RoomError, RoomSpec};
 use super::shards::ShardError;
 use crate::driver::{DriverError, ShardCommand};
 
@@ -67,6 +68,8 @@ pub struct Admission {
     pub http_session: bool,
     /// The signalling connection to tell about room events, if any.
     pub signal: Option<SignalLink>,
+    /// What its token lets it do (everything in open mode).
+    pub permissions: Permissions,
 }
 
 /// A participant admitted into a room and placed on a shard.
@@ -95,6 +98,8 @@ pub(super) struct Member {
     pub(super) shard: usize,
     pub(super) session: Option<String>,
     pub(super) signal: Option<SignalLink>,
+    /// What it may do; a hidden member is not announced to the room.
+    pub(super) permissions: Permissions,
     /// Its media negotiation, from its first offer on.
     pub(super) media: Option<MemberMedia>,
 }
@@ -133,8 +138,19 @@ impl Members {
         &self.load
     }
 
-    /// Sends `event` to every signalling connection in `room` but `except`'s.
+    /// Whether `peer` is a hidden participant (not announced to its room).
+    pub(super) fn is_hidden(&self, peer: PeerId) -> bool {
+        self.by_peer
+            .get(&peer)
+            .is_some_and(|m| m.permissions.hidden)
+    }
+
+    /// Sends `event` about `except` to every other signalling connection in `room`
+    /// (none when `except` is hidden).
     pub(super) fn broadcast(&self, room: &str, except: PeerId, event: &signal_response::Message) {
+        if self.is_hidden(except) {
+            return;
+        }
         for peer in self.listeners.get(room).into_iter().flatten() {
             if *peer == except {
                 continue;
@@ -210,12 +226,40 @@ pub fn place(room_shards: &[usize], load: &[usize], max_per_shard: usize) -> Opt
 }
 
 impl ControlState {
-    /// Admits a participant: places it on a shard, joins it to the room directory,
-    /// tells the room, and (for a signalling connection) queues its join response
-    /// ahead of any room event.
-    pub fn admit(&self, mut admission: Admission) -> Result<Admitted, Status> {
+    /// Admits a participant: opens its room if it is not open (unless rooms open
+    /// only by CreateRoom), replaces a participant of the same identity (which
+    /// leaves with DUPLICATE_IDENTITY, as LiveKit's rule and the proto say), places
+    /// it on a shard, joins it to the room directory, tells the room, and (for a
+    /// signalling connection) queues its join response ahead of any room event.
+    pub async fn admit(self: &Arc<Self>, admission: Admission) -> Result<Admitted, Status> {
+        let existing = {
+            let rooms = self.rooms();
+            rooms
+                .participant(&admission.room, &admission.identity)
+                .ok()
+                .map(|p| p.peer)
+        };
+        if let Some(old) = existing.filter(|_| !admission.identity.is_empty())
+            && let Some(placed) = self.forget(old, DisconnectReason::DuplicateIdentity)
+        {
+            self.disconnect(vec![placed]).await?;
+        }
+        self.admit_now(admission)
+    }
+
+    /// [`ControlState::admit`] once the identity is free.
+    fn admit_now(&self, mut admission: Admission) -> Result<Admitted, Status> {
         let now = self.clock().now();
         let mut rooms = self.rooms();
+        if self.auto_create_rooms()
+            && matches!(rooms.get(&admission.room), Err(RoomError::RoomNotFound(_)))
+        {
+            let spec = RoomSpec {
+                name: admission.room.clone(),
+                ..RoomSpec::default()
+            };
+            rooms.create(spec, now)?;
+        }
         let room = rooms.get(&admission.room)?;
         let room_id = room.id;
         if admission.identity.is_empty() {
@@ -239,7 +283,7 @@ impl ControlState {
         if let Some(link) = &admission.signal {
             let others = room
                 .participants()
-                .filter(|p| p.peer != peer)
+                .filter(|p| p.peer != peer && !members.is_hidden(p.peer))
                 .map(|p| v1::Participant {
                     tracks: members.track_infos(p.peer),
                     ..self.participant_message(p)
@@ -271,8 +315,6 @@ impl ControlState {
         if let Some(load) = members.load.get_mut(shard) {
             *load += 1;
         }
-        let event = participant_event(participant_event::Kind::Joined, me, None);
-        members.broadcast(&admission.room, peer, &event);
         let updates = members.presence.join(room_id, shard);
         self.tell_shards(&mut members, updates);
         members.by_peer.insert(
@@ -284,9 +326,12 @@ impl ControlState {
                 shard,
                 session: session.clone(),
                 signal: admission.signal,
+                permissions: admission.permissions,
                 media: None,
             },
         );
+        let event = participant_event(participant_event::Kind::Joined, me, None);
+        members.broadcast(&admission.room, peer, &event);
         Ok(Admitted {
             room: admission.room,
             room_id,
@@ -362,6 +407,14 @@ impl ControlState {
         Ok(answer.sdp.to_sdp_string())
     }
 
+    /// The identity of `peer`'s participant, while it is one.
+    pub fn member_identity(&self, peer: PeerId) -> Option<String> {
+        self.members()
+            .by_peer
+            .get(&peer)
+            .map(|m| m.identity.clone())
+    }
+
     /// The peer of a WHIP/WHEP session in `room`.
     pub fn session_peer(&self, room: &str, session: &str) -> Option<PeerId> {
         let members = self.members();
@@ -396,8 +449,10 @@ impl ControlState {
         if still_there {
             let _ = rooms.remove_participant(&member.room, &member.identity, now);
         }
-        let event = participant_event(participant_event::Kind::Left, left, Some(reason));
-        members.broadcast(&member.room, peer, &event);
+        if !member.permissions.hidden {
+            let event = participant_event(participant_event::Kind::Left, left, Some(reason));
+            members.broadcast(&member.room, peer, &event);
+        }
         if let Some(link) = member.signal
             && reason != DisconnectReason::ClientLeft
         {

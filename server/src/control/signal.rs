@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tonic::{Code, Request, Response, Status, Streaming};
 
+use super::auth::{Act, Refusal};
 use super::grpc::{ControlApi, ControlState};
 use super::ice_restart::Precondition;
 use super::participants::{Admission, Admitted, SIGNAL_QUEUE_LEN, SignalLink, check_offer};
@@ -60,39 +61,65 @@ pub async fn run_session<S>(
     state: Arc<ControlState>,
     mut inbound: S,
     out: mpsc::Sender<signal_response::Message>,
+    mut token: Option<String>,
 ) -> Result<(), Status>
 where
     S: Stream<Item = Inbound> + Unpin,
 {
     let mut limits = Limits::new();
-    let join = match tokio::time::timeout(JOIN_TIMEOUT, inbound.next()).await {
-        Err(_) => return Err(Status::deadline_exceeded("no join within 10 s")),
-        Ok(None) => return Ok(()),
-        Ok(Some(Inbound::Message(signal_request::Message::Join(join)))) => join,
-        Ok(Some(Inbound::Invalid(status))) => return Err(status),
-        Ok(Some(Inbound::Message(_))) => {
-            return Err(Status::failed_precondition(
-                "the first message must be join",
-            ));
+    let deadline = Instant::now() + JOIN_TIMEOUT;
+    let join = loop {
+        let first = match tokio::time::timeout_at(deadline, inbound.next()).await {
+            Err(_) => return Err(Status::deadline_exceeded("no join within 10 s")),
+            Ok(None) => return Ok(()),
+            Ok(Some(first)) => first,
+        };
+        match first {
+            Inbound::Message(signal_request::Message::Join(join)) => break join,
+            // The token, for a client that could not send it with the connection.
+            Inbound::Message(signal_request::Message::Auth(auth)) if token.is_none() => {
+                token = Some(auth.token);
+            }
+            Inbound::Message(signal_request::Message::Auth(_)) => {
+                return Err(Status::failed_precondition(
+                    "the session has its token already",
+                ));
+            }
+            Inbound::Invalid(status) => return Err(status),
+            Inbound::Message(_) => {
+                return Err(Status::failed_precondition(
+                    "the first message must be join (or auth, then join)",
+                ));
+            }
         }
     };
+    let auth = state.auth();
+    let caller = auth.check(token.as_deref(), Act::Authenticated)?;
+    let room = caller.room_for(join.room);
+    auth.permit(&caller, Act::Join { room: &room })?;
+    let identity = auth.counted(caller.identity_for(join.identity))?;
+    let permissions = caller.permissions();
     let (ended_tx, mut ended) = oneshot::channel();
-    let admitted = state.admit(Admission {
-        room: join.room,
-        identity: join.identity,
-        name: join.name,
-        metadata: join.metadata,
-        http_session: false,
-        signal: Some(SignalLink {
-            events: out.clone(),
-            ended: ended_tx,
-        }),
-    })?;
+    let admitted = state
+        .admit(Admission {
+            room,
+            identity,
+            name: caller.name(join.name),
+            metadata: caller.metadata(join.metadata),
+            http_session: false,
+            signal: Some(SignalLink {
+                events: out.clone(),
+                ended: ended_tx,
+            }),
+            permissions,
+        })
+        .await?;
     let mut session = Session {
         state: &state,
         admitted: &admitted,
         out: &out,
         negotiated: false,
+        may_publish: permissions.publish,
     };
     let result = loop {
         let message = tokio::select! {
@@ -135,6 +162,8 @@ struct Session<'a> {
     admitted: &'a Admitted,
     out: &'a mpsc::Sender<signal_response::Message>,
     negotiated: bool,
+    /// The token grants canPublish.
+    may_publish: bool,
 }
 
 impl Session<'_> {
@@ -159,6 +188,14 @@ impl Session<'_> {
                 };
                 let answer = signal_response::Message::Answer(v1::SessionDescription { sdp });
                 let _ = self.out.send(answer).await;
+                if !self.may_publish && sends_media(&offer) {
+                    self.state.auth().count(Refusal::Forbidden);
+                    let refused = Status::permission_denied(
+                        "the token does not grant canPublish: the offer's sending \
+                         sections were answered without receiving them",
+                    );
+                    let _ = self.out.send(error_message(&refused)).await;
+                }
                 // Shoal's offers wait until the answer is on the connection, so none
                 // overtakes it; the room may have something for the participant now
                 // (or, on glare, shoal dropped its own offer).
@@ -177,8 +214,24 @@ impl Session<'_> {
                 "this session has joined already",
             )),
             signal_request::Message::Leave(_) => Ok(()),
+            signal_request::Message::Auth(_) => {
+                Err(Status::failed_precondition("auth comes before join"))
+            }
         }
     }
+}
+
+/// Whether `offer` has an open audio or video section that the client sends on.
+fn sends_media(offer: &SessionDescription) -> bool {
+    use shoal_components::sdp::{Direction, MediaKind};
+    offer.media.iter().any(|m| {
+        m.port != 0
+            && matches!(m.kind, MediaKind::Audio | MediaKind::Video)
+            && matches!(
+                m.direction().unwrap_or(Direction::SendRecv),
+                Direction::SendOnly | Direction::SendRecv
+            )
+    })
 }
 
 /// Bounds on what one client may send.
@@ -265,6 +318,7 @@ impl SignalService for ControlApi {
         &self,
         request: Request<Streaming<v1::SignalRequest>>,
     ) -> Result<Response<SignalStream>, Status> {
+        let token = super::grpc::bearer_of(&request).map(str::to_owned);
         // A transport error ends the inbound stream; an empty oneof is invalid.
         let inbound = request
             .into_inner()
@@ -279,7 +333,7 @@ impl SignalService for ControlApi {
         let (done, result) = oneshot::channel();
         let state = self.state().clone();
         tokio::spawn(async move {
-            let ended = run_session(state, Box::pin(inbound), out).await;
+            let ended = run_session(state, Box::pin(inbound), out, token).await;
             let _ = done.send(ended.err());
         });
         let messages = futures_util::stream::unfold(messages, |mut rx| async move {

@@ -258,7 +258,8 @@ impl Negotiation {
         new_ssrc: &mut dyn FnMut() -> u32,
     ) -> SectionState {
         let direction = offered.direction().unwrap_or(Direction::SendRecv);
-        let sends = matches!(direction, Direction::SendOnly | Direction::SendRecv);
+        let sends =
+            self.may_publish && matches!(direction, Direction::SendOnly | Direction::SendRecv);
         let receives = matches!(direction, Direction::RecvOnly | Direction::SendRecv);
         let codecs = Codec::read_all(offered);
         let previous = match previous.map(|s| &s.state) {

@@ -118,6 +118,12 @@ pub struct Negotiation {
     /// Payload types the participant uses for formats shoal does not forward (VP9,
     /// RED, telephone-event…): taken, for shoal's own sections (RFC 8843 §9.1).
     foreign_payload_types: Vec<u8>,
+    /// Whether the participant may publish: when not, its sending sections are
+    /// answered as shoal not receiving them (RFC 3264 §6.1: "If a stream is offered
+    /// as sendonly, the corresponding stream MUST be marked as recvonly or inactive
+    /// in the answer"; one offered sendrecv "MAY be marked as sendonly, recvonly,
+    /// sendrecv, or inactive").
+    may_publish: bool,
 }
 
 impl Negotiation {
@@ -138,7 +144,19 @@ impl Negotiation {
             foreign_payload_types: Vec::new(),
             own_mids: Vec::new(),
             offered_codecs: Vec::new(),
+            may_publish: true,
         }
+    }
+
+    /// Answers the participant's sending sections from now on as shoal not receiving
+    /// them: it may not publish.
+    pub fn refuse_publishing(&mut self) {
+        self.may_publish = false;
+    }
+
+    /// Whether the participant may publish.
+    pub fn may_publish(&self) -> bool {
+        self.may_publish
     }
 
     /// The agreed sections.

@@ -20,6 +20,10 @@ prints the same line with the reason and exits 1.
 Usage: python aiortc_video.py publish WHIP_URL [--video-codec VP8|H264]
                                                [--timeout S] [--duration S]
        python aiortc_video.py subscribe WHEP_URL [--frames N] [--timeout S]
+  subscribe also: [--progress N] prints {"event": "frames", "video_frames": n}
+        every N video frames, as they come.
+  both: [--token TOKEN], sent as `Authorization: Bearer TOKEN` with every request
+        (RFC 9725 §4.5).
 
 The machine has no outside network: iceServers is empty (no public STUN server), and
 aioice's host-address lookup, which skips 127.0.0.1 on purpose, is wrapped to offer
@@ -67,10 +71,18 @@ def emit(report: dict) -> None:
     print(json.dumps(report), flush=True)
 
 
+# The bearer token of every WHIP/WHEP request (--token), if any.
+TOKEN: str | None = None
+# A subscriber prints its video frame count every PROGRESS frames (--progress), if set.
+PROGRESS: int | None = None
+
+
 def http(method: str, url: str, body: bytes | None = None, ctype: str | None = None):
     req = urllib.request.Request(url, data=body, method=method)
     if ctype:
         req.add_header("Content-Type", ctype)
+    if TOKEN:
+        req.add_header("Authorization", f"Bearer {TOKEN}")
     with urllib.request.urlopen(req, timeout=10) as resp:
         return resp.status, resp.headers, resp.read()
 
@@ -325,6 +337,8 @@ async def subscribe(url: str, frames: int, timeout: float) -> int:
                     report["first_index"] = n
                 report["last_index"] = n
                 report["video_frames"] += 1
+                if PROGRESS and report["video_frames"] % PROGRESS == 0:
+                    emit({"event": "frames", "video_frames": report["video_frames"]})
             else:
                 report["audio_peak"] = max(report["audio_peak"], peak(frame))
                 report["audio_frames"] += 1
@@ -369,7 +383,12 @@ def main() -> int:
     ap.add_argument("--video-codec", choices=["VP8", "H264"], default=None)
     ap.add_argument("--timeout", type=float, default=20.0)
     ap.add_argument("--duration", type=float, default=120.0)
+    ap.add_argument("--token", default=None)
+    ap.add_argument("--progress", type=int, default=None)
     args = ap.parse_args()
+    global TOKEN, PROGRESS
+    TOKEN = args.token
+    PROGRESS = args.progress
     if args.role == "publish":
         return asyncio.run(publish(args.url, args.video_codec, args.timeout, args.duration))
     return asyncio.run(subscribe(args.url, args.frames, args.timeout))

@@ -53,7 +53,7 @@ fn assert_cors(reply: &http_client::Reply) {
     );
     assert_eq!(
         reply.header("access-control-expose-headers"),
-        Some("Location, Link, ETag"),
+        Some("Location, Link, ETag, WWW-Authenticate"),
         "{reply:?}"
     );
 }
@@ -143,8 +143,17 @@ fn bad_signalling_input() {
         400,
         "no section shoal can accept",
     );
-    assert_reply(&post_offer(http, "/whip/nowhere", &offer), 404, "not found");
-    assert_reply(&post_offer(http, "/whep/nowhere", &offer), 404, "not found");
+    // A room that is not open opens on join, but only under a valid name.
+    assert_reply(
+        &post_offer(http, "/whip/%20padded%20", &offer),
+        400,
+        "room name",
+    );
+    assert_reply(
+        &post_offer(http, "/whep/%20padded%20", &offer),
+        400,
+        "room name",
+    );
     assert_reply(
         &request(
             http,
@@ -258,7 +267,8 @@ fn bad_signalling_input() {
             "closed after an oversized message"
         );
 
-        // gRPC SignalService: the first message must be join; rooms must exist.
+        // gRPC SignalService: the first message must be join; room names must be
+        // valid (a room that is not open opens on join).
         let mut signal = SignalServiceClient::new(channel.clone());
         for (first, code, mention) in [
             (
@@ -268,11 +278,11 @@ fn bad_signalling_input() {
             ),
             (
                 signal_request::Message::Join(JoinRequest {
-                    room: "nowhere".into(),
+                    room: " nowhere".into(),
                     ..JoinRequest::default()
                 }),
-                Code::NotFound,
-                "nowhere",
+                Code::InvalidArgument,
+                "room name",
             ),
             (
                 signal_request::Message::Join(JoinRequest {
@@ -372,12 +382,15 @@ fn bad_signalling_input() {
         b"a=end-of-candidates\r\n",
     );
     assert_reply(&patched, 404, "no such session");
-    // The identity is taken while the session lives.
+    // A second session of the identity replaces the first, whose session ends.
+    let second = post_offer(http, "/whip/lobby?identity=alice", &offer);
+    assert_eq!(second.status, 201, "{second:?}");
     assert_reply(
-        &post_offer(http, "/whip/lobby?identity=alice", &offer),
-        409,
-        "already has a participant",
+        &request(http, "DELETE", &location, None, b""),
+        404,
+        "no such session",
     );
+    let location = second.header("location").expect("a Location").to_owned();
     assert_reply(&request(http, "DELETE", &location, None, b""), 200, "ended");
     assert_reply(
         &request(http, "DELETE", &location, None, b""),

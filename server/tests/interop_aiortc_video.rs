@@ -15,91 +15,21 @@
 mod aiortc;
 mod grpc_node;
 
-use std::io::{BufRead, BufReader};
+use std::time::Instant;
 
-use std::process::Stdio;
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
-
-use aiortc::Process;
+use aiortc::VideoClient as Client;
 use serde_json::{Value, json};
 
 const ROOM: &str = "aiortc-video";
 /// Video frames the subscriber must decode (the bar).
 const FRAMES: u64 = 60;
-/// How long the publisher has to connect, and the subscriber to get its frames
-/// (each script enforces its own; the test allows a margin over it).
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(20);
-/// What the test allows over a script's own timeout: interpreter start-up and the
-/// report.
-const MARGIN: Duration = Duration::from_secs(15);
+use aiortc::{CLIENT_TIMEOUT, MARGIN};
 /// One run at a time: each keeps two Python clients encoding and decoding, and
 /// their timeouts are meant for a machine that is not also running the other's.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// The publisher's tone peaks at 8 000; what comes out of Opus and aiortc's
 /// resampling is lower, but far from silence.
 const TONE_PEAK_MIN: u64 = 2000;
-
-/// A client process, killed if the test ends before it did, and the JSON lines it
-/// prints.
-struct Client {
-    child: Process,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Client {
-    fn start(role: &str, url: &str, args: &[&str]) -> Client {
-        let mut child = aiortc::script("aiortc_video.py")
-            .args([role, url])
-            .args(["--timeout", &CLIENT_TIMEOUT.as_secs().to_string()])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the aiortc client");
-        let stdout = child.stdout.take().expect("its stdout is piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Client {
-            child: Process(child),
-            lines,
-        }
-    }
-
-    /// The next JSON line it prints, by `deadline`.
-    fn next_report(&self, deadline: Instant, what: &str) -> Value {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        let line = self
-            .lines
-            .recv_timeout(wait)
-            .unwrap_or_else(|e| panic!("{what}: no report ({e})"));
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {line}"))
-    }
-
-    /// Waits for it to exit by `deadline`; true if it succeeded.
-    fn exit_ok(&mut self, deadline: Instant, what: &str) -> bool {
-        loop {
-            if let Some(status) = self.child.0.try_wait().expect("poll the client") {
-                return status.success();
-            }
-            assert!(Instant::now() < deadline, "{what} did not exit");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Closes its stdin: the publisher's signal to stop.
-    fn close_stdin(&mut self) {
-        self.child.0.stdin = None;
-    }
-}
 
 fn count(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or(0)

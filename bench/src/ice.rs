@@ -74,6 +74,7 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
             remote_candidates: Vec::new(),
             dtls: None,
             room: None,
+            may_send_data: true,
         };
         if let Err(e) = shard.command(Time::ZERO, Command::AddPeer(spec)) {
             eprintln!("shoal-bench ice: adding peer {i}: {e}");

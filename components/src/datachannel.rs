@@ -73,6 +73,9 @@ pub struct DataChannels {
     /// The largest message the peer takes (its SDP `a=max-message-size`, RFC 8841):
     /// the relay delivers nothing larger to it.
     pub remote_max_message_size: usize,
+    /// The peer may not send: what it sends on its channels is dropped (they open
+    /// and receive as any other).
+    pub receive_only: bool,
 }
 
 impl DataChannels {
@@ -83,6 +86,7 @@ impl DataChannels {
             labels: FastMap::default(),
             next_id: if dtls_client { 0 } else { 1 },
             remote_max_message_size: usize::MAX,
+            receive_only: false,
         }
     }
 

@@ -112,6 +112,9 @@ pub struct ShardStats {
     /// limit, or that shard's command queue was full or gone (one per message per
     /// shard it missed).
     pub relay_forwards_dropped: u64,
+    /// Data-channel messages dropped because their sender may not send (a
+    /// participant without the canPublishData grant).
+    pub data_messages_refused: u64,
     /// Room messages another shard forwarded here, delivered to this shard's
     /// members of the room.
     pub relay_forwards_in: u64,

@@ -280,7 +280,8 @@ pub struct Config {
     pub api_keys: Vec<ApiKey>,
 
     /// A file of API keys, one `KEY: SECRET` per line (LiveKit's key file format;
-    /// `#` starts a comment). Its keys add to --api-key's.
+    /// `#` at the start of a line or after a space starts a comment). Its keys add to
+    /// --api-key's; a key may be given once.
     #[arg(long, env = "SHOAL_API_KEYS_FILE", value_name = "PATH")]
     pub api_keys_file: Option<PathBuf>,
 
@@ -396,6 +397,9 @@ pub enum ConfigError {
         /// What is wrong.
         reason: ApiKeyError,
     },
+    /// The API keys do not fit together.
+    #[error("{0}")]
+    ApiKey(ApiKeyError),
     /// No API key, and a listener that others can reach.
     #[error(
         "{what} listens on {addr}, which is not a loopback address, and no API key is \
@@ -518,14 +522,22 @@ impl Config {
                 remote_candidates: Vec::new(),
                 dtls: None,
                 room: None,
+                may_send_data: true,
             })
     }
 
-    /// Every API key: --api-key's, then the keys file's.
+    /// Every API key: --api-key's, then the keys file's; a key given twice is
+    /// refused (which secret would sign its tokens?).
     pub fn api_keys(&self) -> Result<Vec<ApiKey>, ConfigError> {
         let mut keys = self.api_keys.clone();
         if let Some(path) = &self.api_keys_file {
             keys.extend(read_api_keys(path)?);
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for k in &keys {
+            if !seen.insert(k.key.as_str()) {
+                return Err(ConfigError::ApiKey(ApiKeyError::Duplicate(k.key.clone())));
+            }
         }
         Ok(keys)
     }
@@ -592,7 +604,8 @@ fn read_api_keys(path: &std::path::Path) -> Result<Vec<ApiKey>, ConfigError> {
     }
     let mut keys = Vec::new();
     for (index, line) in text.lines().enumerate() {
-        let line = line.trim();
+        // A comment: a whole line, or after a space (YAML's rule).
+        let line = line.find(" #").map_or(line, |i| &line[..i]).trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }

@@ -296,6 +296,7 @@ pub(crate) fn specs_from(
         remote_candidates: Vec::new(),
         dtls: dtls.map(|d| d.0),
         room: None,
+        may_send_data: true,
     };
     let controlling = PeerSpec {
         id,
@@ -309,6 +310,7 @@ pub(crate) fn specs_from(
         remote_candidates: vec![lite_addr],
         dtls: dtls.map(|d| d.1),
         room: None,
+        may_send_data: true,
     };
     (lite, controlling)
 }

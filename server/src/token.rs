@@ -3,9 +3,12 @@
 //! say; with `--url`, also prints the demo page's address carrying the token.
 //!
 //! ```text
-//! shoal token --api-key K --api-secret S --room lobby --identity alice \
+//! SHOAL_TOKEN_API_SECRET=S shoal token --api-key K --room lobby --identity alice \
 //!     --publish --subscribe --data --valid-for 6h --url https://sfu.example:7070
 //! ```
+//!
+//! The secret is best given in `SHOAL_TOKEN_API_SECRET`: a command line is visible to
+//! every user of the machine (`/proc/PID/cmdline`).
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -26,7 +29,12 @@ pub const MAX_VALID_FOR: Duration = Duration::from_secs(30 * 86_400);
 pub struct TokenArgs {
     /// The API key (the token's `iss`); `KEY:SECRET` also works without
     /// --api-secret.
-    #[arg(long, env = "SHOAL_TOKEN_API_KEY", value_name = "KEY")]
+    #[arg(
+        long,
+        env = "SHOAL_TOKEN_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
     pub api_key: String,
 
     /// The API key's secret.
@@ -105,8 +113,9 @@ pub enum TokenError {
     NoSecret,
     /// The secret is not one a node accepts.
     #[error(
-        "the secret must be {} to 256 printable ASCII characters",
-        auth::MIN_SECRET_BYTES
+        "the secret must be {} to {} printable ASCII characters",
+        auth::MIN_SECRET_BYTES,
+        auth::MAX_SECRET_BYTES
     )]
     BadSecret,
     /// Joining needs a room and an identity.

@@ -4,6 +4,8 @@
 //! `?token=` and joins over `/signal`, playing the publisher's video. A token without
 //! canPublish cannot publish: WHIP refuses it (403), and Chromium's camera is answered
 //! as not received (an error event says why) while it still plays the room's video.
+//! Without canPublishData its chat messages are dropped (counted) while it receives
+//! the others'.
 
 mod aiortc;
 mod chromium;
@@ -23,16 +25,18 @@ use shoal_server::config::Config;
 const ROOM: &str = "livekit-room";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A token from `livekit.api.AccessToken`: joins ROOM as `identity`.
+/// A token from `livekit.api.AccessToken`: joins ROOM as `identity`, publishing
+/// media and data or not.
 fn livekit_token(identity: &str, can_publish: bool) -> String {
+    let py = if can_publish { "True" } else { "False" };
     let program = format!(
         "import sys\n\
          from livekit import api\n\
-         grants = api.VideoGrants(room_join=True, room={ROOM:?}, can_publish={})\n\
+         grants = api.VideoGrants(room_join=True, room={ROOM:?}, can_publish={py}, \
+         can_publish_data={py})\n\
          t = api.AccessToken({:?}, {:?}).with_identity({identity:?})\n\
          t = t.with_name({:?}).with_grants(grants)\n\
          sys.stdout.write(t.to_jwt())\n",
-        if can_publish { "True" } else { "False" },
         tokens::KEY,
         tokens::SECRET,
         format!("{identity} (LiveKit)"),
@@ -64,7 +68,7 @@ fn join_button() -> &'static str {
 
 #[test]
 fn livekit_minted_token_joins() {
-    let (_server, control) = grpc_node::start_node(Config {
+    let (server, control) = grpc_node::start_node(Config {
         shards: NonZeroUsize::MIN,
         api_keys: vec![tokens::api_key()],
         ..Config::default()
@@ -134,8 +138,12 @@ fn livekit_minted_token_joins() {
             deadline,
         )
         .await;
-        poll(&mut cdp, &w, &playing, deadline).await;
-        // The viewer never gets a video from the watcher.
+        // The watcher plays the camera and the viewer (and its own preview)...
+        let all = format!(
+            "(() => {{ const p = {PLAYING}; return p === 'camera,viewer,you' ? p : null; }})()"
+        );
+        poll(&mut cdp, &w, &all, deadline).await;
+        // ...and the viewer never gets a video from the watcher.
         let people =
             "[...document.querySelectorAll('#people li')].map((l) => l.textContent).join(',')";
         poll(
@@ -148,6 +156,36 @@ fn livekit_minted_token_joins() {
         )
         .await;
         assert_eq!(cdp.evaluate(&v, PLAYING).await, "camera,you");
+
+        // Chat: the watcher's line is dropped on its shard, the viewer's arrives.
+        let chat = |text: &str| {
+            format!(
+                "document.getElementById('text').value = '{text}'; \
+                 document.getElementById('chat').requestSubmit(); 'sent'"
+            )
+        };
+        let open = "document.getElementById('send').disabled ? null : true";
+        poll(&mut cdp, &w, open, deadline).await;
+        poll(&mut cdp, &v, open, deadline).await;
+        cdp.evaluate(&w, &chat("from the watcher")).await;
+        grpc_node::wait_for_shards(&server, TIMEOUT, "the watcher's line refused", |r| {
+            r[0].shard.data_messages_refused >= 1
+        });
+        cdp.evaluate(&v, &chat("from the viewer")).await;
+        poll(
+            &mut cdp,
+            &w,
+            "document.getElementById('log').textContent.includes('viewer: from the viewer') ? true : null",
+            deadline,
+        )
+        .await;
+        let log = cdp
+            .evaluate(&v, "document.getElementById('log').textContent")
+            .await;
+        assert!(
+            !log.as_str().unwrap_or_default().contains("from the watcher"),
+            "{log}"
+        );
 
         let participants = rooms
             .list_participants({

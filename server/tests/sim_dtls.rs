@@ -131,6 +131,7 @@ fn spec(
         remote_candidates: cand,
         dtls: Some(dtls),
         room: None,
+        may_send_data: true,
     }
 }
 

@@ -39,6 +39,7 @@ fn lite(id: u64, ufrag: &str, pwd: &str) -> Command {
         remote_candidates: vec![],
         dtls: None,
         room: None,
+        may_send_data: true,
     })
 }
 
@@ -494,6 +495,7 @@ fn credentials_that_cannot_fit_a_username_are_refused() {
                 remote_candidates: vec![],
                 dtls: None,
                 room: None,
+                may_send_data: true,
             }),
         )
         .unwrap_err();
@@ -516,6 +518,7 @@ fn client(candidates: Vec<SocketAddr>) -> Shard {
             remote_candidates: candidates,
             dtls: None,
             room: None,
+            may_send_data: true,
         }),
     )
     .unwrap();

@@ -80,6 +80,7 @@ fn controlling_client_connects_to_lite_server() {
                 remote_candidates: vec![],
                 dtls: None,
                 room: None,
+                may_send_data: true,
             }),
         )
         .unwrap();
@@ -93,6 +94,7 @@ fn controlling_client_connects_to_lite_server() {
                 remote_candidates: vec![s_addr],
                 dtls: None,
                 room: None,
+                may_send_data: true,
             }),
         )
         .unwrap();

@@ -41,6 +41,8 @@ use crate::ice_servers::Secret;
 
 /// Bytes an access token holds at most; a longer one is refused unread.
 pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
+/// The longest API secret accepted.
+pub const MAX_SECRET_BYTES: usize = crate::ice_servers::MAX_USERNAME_BYTES;
 /// The default clock skew allowed on `nbf` and `exp`.
 pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(10);
 /// The longest clock skew that may be configured.
@@ -250,10 +252,14 @@ pub enum ApiKeyError {
     Key,
     /// The secret is too short or not printable ASCII.
     #[error(
-        "the secret must be {MIN_SECRET_BYTES} to 256 printable ASCII characters \
-         (HS256 needs a key at least as long as its hash; the secret is not shown)"
+        "the secret must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} printable ASCII \
+         characters (HS256 needs a key at least as long as its hash; the secret is not \
+         shown)"
     )]
     Secret,
+    /// The key is given twice.
+    #[error("API key {0:?} is given more than once")]
+    Duplicate(String),
 }
 
 impl std::str::FromStr for ApiKey {
@@ -356,8 +362,10 @@ impl Caller {
     pub fn permissions(&self) -> Permissions {
         match self.grant() {
             None => Permissions::ALL,
+            // A hidden participant (a recorder, an observer) does not publish: its
+            // tracks would name it to the room.
             Some(g) => Permissions {
-                publish: g.can_publish(),
+                publish: g.can_publish() && !g.hidden,
                 subscribe: g.can_subscribe(),
                 publish_data: g.can_publish_data(),
                 hidden: g.hidden,

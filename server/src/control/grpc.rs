@@ -1,5 +1,6 @@
 //! The `shoal.v1` gRPC services: `RoomService` over the room directory and
-//! `NodeService` over the shards' reports. Handlers hold the directory's lock only
+//! `NodeService` over the shards' reports, each request checked first against its
+//! `authorization` metadata ([`super::auth`]). Handlers hold the directory's lock only
 //! for a few map operations and never across an `.await`; whatever waits on a shard
 //! runs on tokio's blocking pool behind a semaphore.
 

@@ -62,6 +62,9 @@ pub const MAX_BODY_BYTES: usize = sdp::MAX_SDP_LEN;
 pub const MAX_SIGNAL_MESSAGE_BYTES: usize = 64 * 1024;
 /// `/signal` connections open at once; more are refused with 503.
 pub const MAX_SIGNAL_CONNECTIONS: usize = 4096;
+/// `/signal` connections that came without a token to a node with API keys and may
+/// still send `auth` (for [`super::signal::AUTH_TIMEOUT`]); more get 401 at once.
+pub const MAX_UNAUTHENTICATED_SIGNAL: usize = 64;
 
 /// The demo page, self-contained (inline HTML, CSS and JavaScript).
 const DEMO_PAGE: &str = include_str!("demo.html");
@@ -71,6 +74,7 @@ const DEMO_PAGE: &str = include_str!("demo.html");
 struct Http {
     state: Arc<ControlState>,
     signal_slots: Arc<Semaphore>,
+    unauthenticated: Arc<Semaphore>,
 }
 
 /// WHIP (a publisher) or WHEP (a subscriber).
@@ -94,6 +98,7 @@ pub fn router(state: Arc<ControlState>) -> Router {
     let http = Http {
         state,
         signal_slots: Arc::new(Semaphore::new(MAX_SIGNAL_CONNECTIONS)),
+        unauthenticated: Arc::new(Semaphore::new(MAX_UNAUTHENTICATED_SIGNAL)),
     };
     let whip_whep = Router::new()
         .route(
@@ -575,6 +580,23 @@ async fn signal(
     {
         return auth_refusal(&e);
     }
+    // Without a token, one may come as the first message: a few such connections
+    // wait at once, briefly, so strangers cannot hold the slots.
+    let unauthenticated = if token.is_none() && !http.state.auth().is_open() {
+        match http.unauthenticated.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                let e = AuthError {
+                    refusal: Refusal::Missing,
+                    message: "an access token is required (?access_token=)".into(),
+                };
+                http.state.auth().count(e.refusal);
+                return auth_refusal(&e);
+            }
+        }
+    } else {
+        None
+    };
     let Ok(slot) = http.signal_slots.clone().try_acquire_owned() else {
         return text(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -585,13 +607,18 @@ async fn signal(
         .max_message_size(MAX_SIGNAL_MESSAGE_BYTES)
         .max_frame_size(MAX_SIGNAL_MESSAGE_BYTES)
         .on_upgrade(move |socket| async move {
-            serve_socket(http.state, socket, token).await;
+            serve_socket(http.state, socket, token, unauthenticated).await;
             drop(slot);
         })
 }
 
 /// One WebSocket: text frames of JSON in, JSON out, through [`run_session`].
-async fn serve_socket(state: Arc<ControlState>, socket: WebSocket, token: Option<String>) {
+async fn serve_socket(
+    state: Arc<ControlState>,
+    socket: WebSocket,
+    token: Option<String>,
+    unauthenticated: Option<tokio::sync::OwnedSemaphorePermit>,
+) {
     let (mut sink, stream) = socket.split();
     // Ends at a close frame or an error; pings are answered by the library.
     let inbound = stream
@@ -625,7 +652,7 @@ async fn serve_socket(state: Arc<ControlState>, socket: WebSocket, token: Option
         };
         let _ = sink.send(Message::Close(Some(close))).await;
     });
-    let ended = run_session(state, Box::pin(inbound), out, token).await;
+    let ended = run_session(state, Box::pin(inbound), out, token, unauthenticated).await;
     let _ = done.send(ended.err());
     let _ = writer.await;
 }

@@ -281,7 +281,7 @@ impl ControlState {
         let me = self.participant_message(participant);
         let room = rooms.get(&admission.room)?;
         if let Some(link) = &admission.signal {
-            let others = room
+            let others: Vec<v1::Participant> = room
                 .participants()
                 .filter(|p| p.peer != peer && !members.is_hidden(p.peer))
                 .map(|p| v1::Participant {
@@ -289,8 +289,15 @@ impl ControlState {
                     ..self.participant_message(p)
                 })
                 .collect();
+            // Hidden participants are not counted either: a count above the list
+            // would tell that someone unseen is there.
+            let visible = v1::Room {
+                num_participants: u32::try_from(others.len()).unwrap_or(u32::MAX)
+                    + u32::from(!admission.permissions.hidden),
+                ..self.room_message(room)
+            };
             let joined = signal_response::Message::Join(v1::JoinResponse {
-                room: Some(self.room_message(room)),
+                room: Some(visible),
                 participant: Some(me.clone()),
                 others,
                 ice_servers: self.ice_servers_for(peer),
@@ -365,6 +372,12 @@ impl ControlState {
             session_id,
         };
         let (answer, changes) = self.first_answer(who.peer, local, offer)?;
+        // Without the canPublishData grant, its data channels only receive.
+        let admission_may_send_data = self
+            .members()
+            .by_peer
+            .get(&who.peer)
+            .is_some_and(|m| m.permissions.publish_data);
         let role = match answer.transport.setup {
             Setup::Active => DtlsRole::Client,
             _ => DtlsRole::Server,
@@ -385,6 +398,7 @@ impl ControlState {
                 max_message_size: Some(answer.remote_max_message_size),
             }),
             room: Some(who.room_id),
+            may_send_data: admission_may_send_data,
         };
         self.add_peer(who.shard, spec).await.map_err(|e| match e {
             ShardError::Refused {

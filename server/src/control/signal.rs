@@ -41,6 +41,9 @@ use shoal_components::sdp::SessionDescription;
 
 /// How long a new session may take to send `join`.
 pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a `/signal` connection that came without a token, to a node with API
+/// keys, may take to send `auth` and `join`.
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(3);
 /// Messages the session could not act on before it ends.
 pub const MAX_INVALID_MESSAGES: u32 = 8;
 /// Messages a client may send per second.
@@ -57,20 +60,34 @@ pub enum Inbound {
 
 /// Runs one session until the client leaves, its stream ends, or it is removed.
 /// `out` carries every message for the client; the result says how it ended.
+/// `token` is what came with the connection; `unauthenticated`, a slot of the few
+/// connections allowed to wait for an `auth` message, held until the join is
+/// decided (such a session has [`AUTH_TIMEOUT`] rather than [`JOIN_TIMEOUT`]).
 pub async fn run_session<S>(
     state: Arc<ControlState>,
     mut inbound: S,
     out: mpsc::Sender<signal_response::Message>,
     mut token: Option<String>,
+    unauthenticated: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<(), Status>
 where
     S: Stream<Item = Inbound> + Unpin,
 {
     let mut limits = Limits::new();
-    let deadline = Instant::now() + JOIN_TIMEOUT;
+    let wait = if unauthenticated.is_some() {
+        AUTH_TIMEOUT
+    } else {
+        JOIN_TIMEOUT
+    };
+    let deadline = Instant::now() + wait;
     let join = loop {
         let first = match tokio::time::timeout_at(deadline, inbound.next()).await {
-            Err(_) => return Err(Status::deadline_exceeded("no join within 10 s")),
+            Err(_) => {
+                return Err(Status::deadline_exceeded(format!(
+                    "no join within {} s",
+                    wait.as_secs()
+                )));
+            }
             Ok(None) => return Ok(()),
             Ok(Some(first)) => first,
         };
@@ -99,6 +116,7 @@ where
     auth.permit(&caller, Act::Join { room: &room })?;
     let identity = auth.counted(caller.identity_for(join.identity))?;
     let permissions = caller.permissions();
+    drop(unauthenticated);
     let (ended_tx, mut ended) = oneshot::channel();
     let admitted = state
         .admit(Admission {
@@ -319,6 +337,13 @@ impl SignalService for ControlApi {
         request: Request<Streaming<v1::SignalRequest>>,
     ) -> Result<Response<SignalStream>, Status> {
         let token = super::grpc::bearer_of(&request).map(str::to_owned);
+        // gRPC clients send their token as metadata: a stream without a valid one
+        // is refused before it holds anything (the `auth` message is for browsers).
+        if !self.state().auth().is_open() {
+            self.state()
+                .auth()
+                .check(token.as_deref(), Act::Authenticated)?;
+        }
         // A transport error ends the inbound stream; an empty oneof is invalid.
         let inbound = request
             .into_inner()
@@ -333,7 +358,7 @@ impl SignalService for ControlApi {
         let (done, result) = oneshot::channel();
         let state = self.state().clone();
         tokio::spawn(async move {
-            let ended = run_session(state, Box::pin(inbound), out, token).await;
+            let ended = run_session(state, Box::pin(inbound), out, token, None).await;
             let _ = done.send(ended.err());
         });
         let messages = futures_util::stream::unfold(messages, |mut rx| async move {

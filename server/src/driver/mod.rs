@@ -856,6 +856,7 @@ pub(crate) fn lite_peer(id: u64, ufrag: &str) -> PeerSpec {
         remote_candidates: Vec::new(),
         dtls: None,
         room: None,
+        may_send_data: true,
     }
 }
 

@@ -174,6 +174,7 @@ impl DataOffer {
                 max_message_size: Some(max_message_size),
             }),
             room: None,
+            may_send_data: true,
         })
     }
 }

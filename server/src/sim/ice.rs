@@ -107,6 +107,7 @@ impl Sim {
         let pair = IcePair {
             server: PeerSpec {
                 room,
+                may_send_data: true,
                 ..server_spec
             },
             client: client_spec,

@@ -154,6 +154,7 @@ impl Pair {
                 max_message_size: Some(cli_max),
             }),
             room: None,
+            may_send_data: true,
         };
         let client = PeerSpec {
             id: PEER,
@@ -171,6 +172,7 @@ impl Pair {
                 max_message_size: Some(srv_max),
             }),
             room: None,
+            may_send_data: true,
         };
         (server, client)
     }

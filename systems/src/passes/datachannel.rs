@@ -69,6 +69,10 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
                 Ppid::STRING | Ppid::BINARY | Ppid::STRING_EMPTY | Ppid::BINARY_EMPTY
                     if dc.channels.contains_key(&stream) =>
                 {
+                    if dc.receive_only {
+                        ctx.stats.data_messages_refused += 1;
+                        continue;
+                    }
                     if room.is_some() {
                         // Relayed in its wire form: PPID and payload as they came.
                         ctx.relay.jobs.push(RelayJob {

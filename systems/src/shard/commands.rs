@@ -43,6 +43,10 @@ pub struct PeerSpec {
     /// The room the peer joins, if any: its data-channel messages are relayed to
     /// the room's other members instead of being reported to the owner.
     pub room: Option<RoomId>,
+    /// Whether the peer's data-channel messages are taken. False (a participant
+    /// without the canPublishData grant): its channels open and receive, and what it
+    /// sends on them is dropped and counted (`ShardStats::data_messages_refused`).
+    pub may_send_data: bool,
 }
 
 /// The DTLS half of a peer's signalling.
@@ -364,6 +368,7 @@ impl Shard {
         let ufrag = spec.credentials.local_ufrag.clone();
         let dtls = spec.dtls;
         let room = spec.room;
+        let may_send_data = spec.may_send_data;
         let mut timers = Timers::default();
         let entity = match spec.role {
             IceRole::Lite => self
@@ -393,6 +398,7 @@ impl Shard {
             channels.remote_max_message_size = d
                 .max_message_size
                 .unwrap_or(self.config.sctp.max_message_size);
+            channels.receive_only = !may_send_data;
             self.world.entity_mut(entity).insert((
                 DtlsSession::new(d.role, d.remote_fingerprint),
                 Sctp::new(initiator, DEFAULT_SCTP_PORT, DEFAULT_SCTP_PORT),

@@ -423,6 +423,7 @@ mod tests {
             remote_candidates: Vec::new(),
             dtls: None,
             room: None,
+            may_send_data: true,
         }
     }
 

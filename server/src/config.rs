@@ -313,6 +313,26 @@ pub struct Config {
     )]
     pub auto_create_rooms: bool,
 
+    /// A PEM certificate chain: with --tls-key, HTTP serves HTTPS and WSS and gRPC
+    /// serves over TLS, on the same ports. SIGHUP reads both files again (a pair that
+    /// does not load leaves the old one in use).
+    #[arg(
+        long,
+        env = "SHOAL_TLS_CERT",
+        value_name = "PATH",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(
+        long,
+        env = "SHOAL_TLS_KEY",
+        value_name = "PATH",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+
     /// TEST ONLY: registers an ICE-lite peer with these credentials on every shard at
     /// start-up, for tests that reach a shard without signalling. Repeatable; the n-th flag (from 0) is
     /// peer id n. Format LOCAL_UFRAG:LOCAL_PWD:REMOTE_UFRAG:REMOTE_PWD (RFC 8839 §5.4:
@@ -354,6 +374,8 @@ impl Default for Config {
             insecure_open: false,
             token_clock_skew: DEFAULT_TOKEN_CLOCK_SKEW_SECS,
             auto_create_rooms: true,
+            tls_cert: None,
+            tls_key: None,
             static_peers: Vec::new(),
         }
     }
@@ -556,6 +578,14 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The certificate and key files, when both are given.
+    pub fn tls_files(&self) -> Option<crate::control::tls::TlsFiles> {
+        Some(crate::control::tls::TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+        })
     }
 
     /// How long a room created without an empty timeout stays open while empty.

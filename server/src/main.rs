@@ -1,6 +1,8 @@
 //! The `shoal` binary: reads its configuration (flags, `SHOAL_*` variables, a TOML
-//! file), starts one shard thread per core and the control plane (gRPC and HTTP), and runs until SIGINT or SIGTERM, then shuts the control
-//! plane and every shard down cleanly.
+//! file), starts one shard thread per core and the control plane (gRPC and HTTP), and
+//! runs until SIGINT or SIGTERM, then shuts the control plane and every shard down
+//! cleanly. SIGHUP reloads the TLS certificate. `shoal token …` mints an access token
+//! instead.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -11,6 +13,8 @@ use shoal_server::config::{Config, ConfigError};
 use shoal_server::control::auth::ApiKey;
 use shoal_server::control::{ControlError, ControlPlane, ControlSettings};
 use shoal_server::driver::{DriverError, Server};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 /// How often the main thread checks that no shard or control thread died on its own.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -18,8 +22,8 @@ const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// Why the process exits with a failure.
 #[derive(Debug, thiserror::Error)]
 enum MainError {
-    #[error("cannot install the signal handler: {0}")]
-    Signal(#[from] ctrlc::Error),
+    #[error("cannot install the signal handlers: {0}")]
+    Signal(std::io::Error),
     #[error(transparent)]
     Driver(#[from] DriverError),
     #[error(transparent)]
@@ -68,11 +72,20 @@ fn main() -> ExitCode {
 }
 
 fn run(config: &Config, api_keys: Vec<ApiKey>) -> Result<(), MainError> {
-    // Installed before the shards start, so an early Ctrl-C is a clean stop too.
-    let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
-    ctrlc::set_handler(move || {
-        let _ = stop_tx.try_send(());
-    })?;
+    // Installed before the shards start, so an early Ctrl-C is a clean stop too:
+    // SIGINT and SIGTERM stop the node, SIGHUP reloads its TLS certificate.
+    let (signal_tx, signals_rx) = crossbeam_channel::bounded(4);
+    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(MainError::Signal)?;
+    std::thread::Builder::new()
+        .name("shoal-signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if signal_tx.send(signal).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(MainError::Signal)?;
 
     let mut server = Server::start(config)?;
     // The control plane talks to the shards only through their command channels.
@@ -147,20 +160,31 @@ fn run(config: &Config, api_keys: Vec<ApiKey>) -> Result<(), MainError> {
             key_names.join(" ")
         )?;
     }
+    let tls = control.as_ref().is_some_and(ControlPlane::is_tls);
+    let (grpc_scheme, http_scheme) = if tls {
+        ("https", "https")
+    } else {
+        ("http", "http")
+    };
     match control.as_ref().and_then(ControlPlane::grpc_addr) {
-        Some(addr) => writeln!(stdout, "shoal: grpc http://{addr}")?,
+        Some(addr) => writeln!(stdout, "shoal: grpc {grpc_scheme}://{addr}")?,
         None => writeln!(stdout, "shoal: grpc off")?,
     }
     match control.as_ref().and_then(ControlPlane::http_addr) {
-        Some(addr) => writeln!(stdout, "shoal: http http://{addr}")?,
+        Some(addr) => writeln!(stdout, "shoal: http {http_scheme}://{addr}")?,
         None => writeln!(stdout, "shoal: http off")?,
     }
     stdout.flush()?;
     drop(stdout);
 
     loop {
-        match stop_rx.recv_timeout(HEALTH_CHECK_INTERVAL) {
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+        match signals_rx.recv_timeout(HEALTH_CHECK_INTERVAL) {
+            Ok(SIGHUP) => match control.as_ref().and_then(ControlPlane::reload_tls) {
+                Some(Ok(())) => eprintln!("shoal: TLS certificate reloaded"),
+                Some(Err(e)) => eprintln!("shoal: TLS certificate kept: {e}"),
+                None => eprintln!("shoal: SIGHUP: no TLS certificate to reload"),
+            },
+            Ok(_) | Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {
                 if let Some(index) = server.stopped_shard() {
                     // Shutting down reports the shard's own error, if it had one.

@@ -33,8 +33,11 @@ pub mod rooms;
 pub mod sdpfrag;
 pub mod shards;
 pub mod signal;
+pub mod tls;
 
 use std::io;
+
+use futures_util::StreamExt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -53,6 +56,7 @@ use tonic_health::server::HealthReporter;
 use self::auth::{ApiKey, Auth};
 use self::grpc::{ControlApi, ControlState};
 use self::rooms::{RoomDirectory, RoomLimits};
+use self::tls::{Certificate, TlsError, TlsFiles, TlsListener};
 use crate::config::Config;
 use crate::driver::{ShardEventReceiver, ShardHandles};
 use crate::ice_servers::IceServers;
@@ -101,6 +105,8 @@ pub struct ControlSettings {
     pub token_clock_skew: Duration,
     /// Whether a join opens a room that is not open.
     pub auto_create_rooms: bool,
+    /// The certificate and key that HTTP and gRPC serve TLS with; `None`: plain.
+    pub tls: Option<TlsFiles>,
 }
 
 impl ControlSettings {
@@ -127,6 +133,7 @@ impl ControlSettings {
             api_keys: config.api_keys.clone(),
             token_clock_skew: Duration::from_secs(config.token_clock_skew),
             auto_create_rooms: config.auto_create_rooms,
+            tls: config.tls_files(),
         })
     }
 }
@@ -158,6 +165,9 @@ pub enum ControlError {
     /// The gRPC server failed while serving.
     #[error("control plane: gRPC server: {0}")]
     Serve(#[from] tonic::transport::Error),
+    /// The TLS certificate or key could not be loaded.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
     /// The control thread panicked.
     #[error("the control thread panicked")]
     Panicked,
@@ -169,6 +179,7 @@ pub enum ControlError {
 pub struct ControlPlane {
     grpc_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
+    certificate: Option<Arc<Certificate>>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<(), ControlError>>>,
 }
@@ -197,9 +208,16 @@ impl ControlPlane {
             .transpose()?;
         let grpc_addr = grpc.as_ref().map(|(_, a)| *a);
         let http_addr = http.as_ref().map(|(_, a)| *a);
+        let certificate = settings
+            .tls
+            .clone()
+            .map(Certificate::load)
+            .transpose()?
+            .map(Arc::new);
         let listeners = Listeners {
             grpc: grpc.map(|(l, _)| l),
             http: http.map(|(l, _)| l),
+            certificate: certificate.clone(),
         };
         let services = Services::new(settings, shards)?;
 
@@ -216,6 +234,7 @@ impl ControlPlane {
         Ok(ControlPlane {
             grpc_addr,
             http_addr,
+            certificate,
             stop: Some(stop),
             thread: Some(thread),
         })
@@ -229,6 +248,17 @@ impl ControlPlane {
     /// The address HTTP listens on (the bound port when 0 was asked for).
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http_addr
+    }
+
+    /// Whether HTTP and gRPC serve TLS.
+    pub fn is_tls(&self) -> bool {
+        self.certificate.is_some()
+    }
+
+    /// Reads the TLS certificate and key again (SIGHUP); `None` without TLS. New
+    /// connections get the new pair; on failure the old one stays in use.
+    pub fn reload_tls(&self) -> Option<Result<(), TlsError>> {
+        self.certificate.as_ref().map(|c| c.reload())
     }
 
     /// Whether the control thread has ended (it only does so on its own on failure;
@@ -286,6 +316,7 @@ fn bind(
 struct Listeners {
     grpc: Option<tokio::net::TcpListener>,
     http: Option<tokio::net::TcpListener>,
+    certificate: Option<Arc<Certificate>>,
 }
 
 /// Everything the control thread serves, built before it starts.
@@ -421,28 +452,54 @@ async fn serve_all(
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
+    let certificate = listeners.certificate;
+    let grpc_tls = certificate
+        .as_ref()
+        .map(|c| c.server_config(&[b"h2"]))
+        .transpose()?;
+    let http_tls = certificate
+        .as_ref()
+        .map(|c| c.server_config(&[b"http/1.1"]))
+        .transpose()?;
     let grpc = async {
-        match listeners.grpc {
-            Some(listener) => {
+        match (listeners.grpc, grpc_tls) {
+            (Some(listener), None) => {
                 let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
                 router
                     .serve_with_incoming_shutdown(incoming, stopped(graceful.clone()))
                     .await
                     .map_err(ControlError::from)
             }
-            None => Ok(()),
+            (Some(listener), Some(config)) => {
+                let accepted = tls::accept(listener, config);
+                let incoming = tokio_stream::wrappers::ReceiverStream::new(accepted)
+                    .map(|(conn, _)| Ok::<_, std::io::Error>(conn));
+                router
+                    .serve_with_incoming_shutdown(incoming, stopped(graceful.clone()))
+                    .await
+                    .map_err(ControlError::from)
+            }
+            (None, _) => Ok(()),
         }
     };
+    let http_err = |source| ControlError::Io {
+        what: "HTTP server",
+        source,
+    };
     let http = async {
-        match listeners.http {
-            Some(listener) => axum::serve(listener, http::router(state))
+        match (listeners.http, http_tls) {
+            (Some(listener), None) => axum::serve(listener, http::router(state))
                 .with_graceful_shutdown(stopped(graceful.clone()))
                 .await
-                .map_err(|source| ControlError::Io {
-                    what: "HTTP server",
-                    source,
-                }),
-            None => Ok(()),
+                .map_err(http_err),
+            (Some(listener), Some(config)) => {
+                let listener = TlsListener::new(listener, config).map_err(http_err)?;
+                axum::serve(listener, http::router(state))
+                    .with_graceful_shutdown(stopped(graceful.clone()))
+                    .await
+                    .map_err(http_err)
+            }
+            (None, _) => Ok(()),
         }
     };
     tokio::try_join!(grpc, http).map(|_| ())

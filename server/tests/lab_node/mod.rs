@@ -19,20 +19,25 @@ use crate::whip_page::STATS;
 /// Starts a node in namespace `ns` from `args` (flags as on the command line) and
 /// creates `room` on it.
 pub fn start_in(ns: &str, args: &[&str], room: &str) -> (Server, ControlPlane) {
+    let (server, control) = start_node_in(ns, args);
+    create_room_in(ns, control.grpc_addr().expect("gRPC is on"), room);
+    (server, control)
+}
+
+/// Starts a node in namespace `ns` from `args` (flags as on the command line).
+pub fn start_node_in(ns: &str, args: &[&str]) -> (Server, ControlPlane) {
     let args: Vec<String> = std::iter::once("shoal")
         .chain(args.iter().copied())
         .map(str::to_owned)
         .collect();
-    let (server, control) = netns::run_in(ns, move || {
+    netns::run_in(ns, move || {
         let config = Config::load_from(args).expect("the flags parse");
         let mut server = Server::start(&config).expect("shards start");
         let settings = ControlSettings::from_config(&config).expect("gRPC is on");
         let control =
             ControlPlane::start(settings, server.control_handles()).expect("control starts");
         (server, control)
-    });
-    create_room_in(ns, control.grpc_addr().expect("gRPC is on"), room);
-    (server, control)
+    })
 }
 
 /// Creates `room` over the gRPC at `grpc`, reached from inside namespace `ns`.

@@ -1,0 +1,369 @@
+//! TLS for the control plane's listeners: HTTPS and WSS on the HTTP port, gRPC over
+//! TLS on the gRPC port, with rustls on ring (`--tls-cert`, `--tls-key`: PEM files).
+//!
+//! The certificate sits behind a resolver ([`Certificate`]) that every handshake
+//! asks, so [`Certificate::reload`] (SIGHUP) swaps it for new connections while the
+//! open ones carry on; a file that does not load leaves the old certificate in place.
+//!
+//! Handshakes run as tasks of their own, at most [`MAX_PENDING_HANDSHAKES`] at once
+//! and each within [`HANDSHAKE_TIMEOUT`]: a client that opens a connection and sends
+//! nothing holds neither the accept loop nor a slot for long. ALPN (RFC 7301) offers
+//! `h2` on the gRPC port and `http/1.1` on the HTTP port.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rustls::ServerConfig;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+/// How long a client has to complete its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes under way at once per listener; connections beyond are closed.
+pub const MAX_PENDING_HANDSHAKES: usize = 256;
+/// Handshaken connections waiting for the server to take them.
+const ACCEPTED_QUEUE: usize = 64;
+/// The largest PEM file read.
+const MAX_PEM_BYTES: u64 = 1024 * 1024;
+
+/// Why a certificate could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// A file holds no PEM object of the kind needed.
+    #[error("{path}: {what}")]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What is missing or wrong.
+        what: String,
+    },
+    /// rustls refused the key or the pair.
+    #[error("the certificate and key do not make a usable pair: {0}")]
+    Key(#[from] rustls::Error),
+}
+
+/// The PEM files of the certificate (chain first, leaf first) and its private key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain.
+    pub cert: PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+/// The node's certificate, reloadable.
+pub struct Certificate {
+    files: TlsFiles,
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl fmt::Debug for Certificate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Certificate")
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Certificate {
+    /// Loads `files`.
+    pub fn load(files: TlsFiles) -> Result<Certificate, TlsError> {
+        let key = load_pair(&files)?;
+        Ok(Certificate {
+            files,
+            current: RwLock::new(Arc::new(key)),
+        })
+    }
+
+    /// Reads the files again; on failure the certificate in use stays.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let key = load_pair(&self.files)?;
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(key);
+        Ok(())
+    }
+
+    /// A rustls server configuration that serves this certificate, offering the
+    /// ALPN protocols `alpn` (RFC 7301), TLS 1.3 and 1.2 with ring's suites.
+    pub fn server_config(self: &Arc<Self>, alpn: &[&[u8]]) -> Result<Arc<ServerConfig>, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_cert_resolver(self.clone());
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(Arc::new(config))
+    }
+}
+
+impl ResolvesServerCert for Certificate {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(
+            self.current
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        )
+    }
+}
+
+/// Reads a PEM file of at most [`MAX_PEM_BYTES`].
+fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
+    use std::io::Read;
+    let read_err = |source| TlsError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(read_err)?
+        .take(MAX_PEM_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > MAX_PEM_BYTES {
+        return Err(TlsError::Pem {
+            path: path.to_owned(),
+            what: format!("larger than {MAX_PEM_BYTES} bytes"),
+        });
+    }
+    Ok(bytes)
+}
+
+fn load_pair(files: &TlsFiles) -> Result<CertifiedKey, TlsError> {
+    let pem_err = |path: &Path, what: String| TlsError::Pem {
+        path: path.to_owned(),
+        what,
+    };
+    let cert_pem = read_pem(&files.cert)?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| pem_err(&files.cert, format!("not PEM certificates: {e}")))?;
+    if chain.is_empty() {
+        return Err(pem_err(&files.cert, "holds no CERTIFICATE".into()));
+    }
+    let key_pem = read_pem(&files.key)?;
+    // The key's bytes are never shown.
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|_| pem_err(&files.key, "holds no usable PRIVATE KEY".into()))?;
+    let provider = rustls::crypto::ring::default_provider();
+    let signing = provider.key_provider.load_private_key(key)?;
+    let pair = CertifiedKey::new(chain, signing);
+    pair.keys_match()?;
+    Ok(pair)
+}
+
+/// A TLS connection as the servers take it.
+pub struct TlsConn {
+    stream: TlsStream<TcpStream>,
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+impl tonic::transport::server::Connected for TlsConn {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+/// Accepts TCP connections on `listener` and hands out those whose TLS handshake
+/// completed, in the order they did; runs until the receiver is dropped.
+pub fn accept(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+) -> mpsc::Receiver<(TlsConn, SocketAddr)> {
+    let (tx, rx) = mpsc::channel(ACCEPTED_QUEUE);
+    let acceptor = TlsAcceptor::from(config);
+    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    tokio::spawn(async move {
+        loop {
+            let (tcp, from) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                // Out of descriptors, say: try again shortly rather than spin.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            if tx.is_closed() {
+                return;
+            }
+            let Ok(slot) = pending.clone().try_acquire_owned() else {
+                // Too many handshakes under way: this one is dropped (closed).
+                continue;
+            };
+            let _ = tcp.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
+                drop(slot);
+                if let Ok(Ok(stream)) = handshake {
+                    let _ = tx.send((TlsConn { stream }, from)).await;
+                }
+            });
+        }
+    });
+    rx
+}
+
+/// HTTPS for axum: the connections [`accept`] hands out.
+pub struct TlsListener {
+    accepted: mpsc::Receiver<(TlsConn, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    /// Serves TLS on `listener` with `config`.
+    pub fn new(listener: TcpListener, config: Arc<ServerConfig>) -> io::Result<TlsListener> {
+        let local = listener.local_addr()?;
+        Ok(TlsListener {
+            accepted: accept(listener, config),
+            local,
+        })
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsConn;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (TlsConn, SocketAddr) {
+        match self.accepted.recv().await {
+            Some(accepted) => accepted,
+            // The accept task ended: nothing more comes.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `der` as PEM (RFC 7468) under `label`.
+    fn pem(label: &str, der: &[u8]) -> String {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+        let lines: Vec<&str> = b64
+            .as_bytes()
+            .chunks(64)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect();
+        format!(
+            "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+            lines.join("\n")
+        )
+    }
+
+    fn write_pair(dir: &Path, name: &str) -> TlsFiles {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let files = TlsFiles {
+            cert: dir.join(format!("{name}.crt")),
+            key: dir.join(format!("{name}.key")),
+        };
+        std::fs::write(&files.cert, pem("CERTIFICATE", cert.der())).unwrap();
+        std::fs::write(&files.key, pem("PRIVATE KEY", &key.serialize_der())).unwrap();
+        files
+    }
+
+    #[test]
+    fn certificates_load_reload_and_keep_the_old_one_on_failure() {
+        let dir = std::env::temp_dir().join(format!("shoal-tls-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = write_pair(&dir, "one.test");
+        let cert = Certificate::load(files.clone()).unwrap();
+        let first = cert.current.read().unwrap().cert[0].clone();
+        // A new pair in the same files: reloaded.
+        let other = write_pair(&dir, "two.test");
+        std::fs::copy(&other.cert, &files.cert).unwrap();
+        std::fs::copy(&other.key, &files.key).unwrap();
+        cert.reload().unwrap();
+        let second = cert.current.read().unwrap().cert[0].clone();
+        assert_ne!(first, second);
+        // A key that does not match the certificate: refused, the old pair stays.
+        std::fs::copy(&write_pair(&dir, "three.test").key, &files.key).unwrap();
+        assert!(matches!(cert.reload(), Err(TlsError::Key(_))));
+        assert_eq!(cert.current.read().unwrap().cert[0], second);
+        // Garbage: refused without showing it.
+        std::fs::write(&files.key, "-----BEGIN PRIVATE KEY-----\nsecret\n").unwrap();
+        let e = cert.reload().unwrap_err().to_string();
+        assert!(!e.contains("secret"), "{e}");
+        assert!(
+            Certificate::load(TlsFiles {
+                cert: dir.join("missing.crt"),
+                key: files.key.clone(),
+            })
+            .is_err()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,7 +1,9 @@
 //! Acceptance: what a probe of a running node found, each case refused or handled as
 //! it should be now:
 //! - an offer whose media sections share a mid (RFC 5888 §4) is refused on WHIP and
-//!   on `/signal`.
+//!   on `/signal`;
+//! - a WHIP session is not reached through `/whep/…` (nor a WHEP one through
+//!   `/whip/…`).
 
 mod grpc_node;
 mod http_client;
@@ -9,7 +11,7 @@ mod http_client;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use http_client::{Reply, fixture_offer, post_offer};
+use http_client::{Reply, fixture_offer, post_offer, request, request_with_headers};
 use shoal_proto::v1::signal_service_client::SignalServiceClient;
 use shoal_proto::v1::{
     JoinRequest, SessionDescription, SignalRequest, SignalResponse, signal_request, signal_response,
@@ -191,4 +193,48 @@ fn an_offer_with_a_mid_twice_is_refused() {
             other => panic!("expected an error message, got {other:?}"),
         }
     });
+}
+
+#[test]
+fn a_session_is_reached_only_under_its_own_kind() {
+    let node = grpc_node::node_with_room("lobby");
+    let http = node.http;
+    let offer = fixture_offer("chromium156_data_offer.sdp");
+    let trickle = [
+        ("Content-Type", "application/trickle-ice-sdpfrag"),
+        ("If-Match", "*"),
+    ];
+    for (created_as, other) in [("whip", "whep"), ("whep", "whip")] {
+        let created = post_offer(http, &format!("/{created_as}/lobby"), &offer);
+        assert_eq!(created.status, 201, "{created:?}");
+        let location = created.header("location").expect("a Location").to_owned();
+        let prefix = format!("/{created_as}/");
+        assert!(location.starts_with(&prefix), "{location}");
+        let elsewhere = location.replacen(&prefix, &format!("/{other}/"), 1);
+
+        // Through the other kind's path the session does not exist...
+        let patched = request_with_headers(
+            http,
+            "PATCH",
+            &elsewhere,
+            &trickle,
+            b"a=end-of-candidates\r\n",
+        );
+        assert_reply(&patched, 404, "no such session");
+        assert_reply(
+            &request(http, "DELETE", &elsewhere, None, b""),
+            404,
+            "no such session",
+        );
+        // ...and through its own it is there still, and ends.
+        let patched = request_with_headers(
+            http,
+            "PATCH",
+            &location,
+            &trickle,
+            b"a=end-of-candidates\r\n",
+        );
+        assert_eq!(patched.status, 204, "{patched:?}");
+        assert_reply(&request(http, "DELETE", &location, None, b""), 200, "ended");
+    }
 }

@@ -5,16 +5,17 @@
 //! | `GET /healthz` | 200 while serving |
 //! | `GET /` | the demo page: join a room, see who is there, chat on a data channel |
 //! | `POST /whip/{room}`, `POST /whep/{room}` | an SDP offer in, 201 with the answer, a `Location` (RFC 9725 §4.2) and a `Link` per configured STUN/TURN server (§4.6) |
-//! | `DELETE /whip/{room}/{session}` (and `/whep/…`) | ends the session (RFC 9725 §4.2) |
-//! | `PATCH /whip/{room}/{session}` (and `/whep/…`) | an `application/trickle-ice-sdpfrag`: new ICE credentials restart ICE (200), candidates alone are trickle (204) (RFC 9725 §4.3) |
+//! | `DELETE /whip/{room}/{session}` (and `/whep/…`) | ends the session (RFC 9725 §4.2); a WHIP session is not found under `/whep/` nor the other way round |
+//! | `PATCH /whip/{room}/{session}` (and `/whep/…`, each for its own kind) | an `application/trickle-ice-sdpfrag`: new ICE credentials restart ICE (200), candidates alone are trickle (204) (RFC 9725 §4.3) |
 //! | `OPTIONS /whip/{room}` (and `/whep/…`) | 200 with `Accept-Post: application/sdp` and the CORS preflight headers (RFC 9725 §4.2) |
 //! | `OPTIONS /whip/{room}/{session}` (and `/whep/…`) | 200 with the CORS preflight headers |
 //! | `GET /signal` | the signalling WebSocket: `SignalService` messages as JSON ([`super::signal`]) |
 //!
 //! WHEP (a subscriber) takes the same steps as WHIP for now: data channels only, media
 //! arrives with a later issue. Errors are plain text saying what is wrong, with the
-//! status of their cause: 400 bad SDP, 404 unknown room or session, 409 identity in
-//! use, 413 body over [`MAX_BODY_BYTES`], 415 not `application/sdp`, 503 full.
+//! status of their cause: 400 bad SDP; 404 unknown room or session (a WHIP session
+//! under `/whep/` too, and the other way round); 409 identity in use; 413 body over
+//! [`MAX_BODY_BYTES`]; 415 not `application/sdp`; 503 full.
 //!
 //! CORS: RFC 9725 §4.2 says WHIP endpoints "MUST support OPTIONS requests for
 //! Cross-Origin Resource Sharing (CORS) as defined in [FETCH]", so that a page on
@@ -48,7 +49,7 @@ use tonic::{Code, Status};
 
 use super::grpc::ControlState;
 use super::ice_restart::Precondition;
-use super::participants::{Admission, SIGNAL_QUEUE_LEN, check_offer};
+use super::participants::{Admission, SIGNAL_QUEUE_LEN, SessionKind as Kind, check_offer};
 use super::sdpfrag::IceFragment;
 use super::signal::{Inbound, error_message, run_session};
 use crate::ice_servers::link_headers;
@@ -71,19 +72,11 @@ struct Http {
     signal_slots: Arc<Semaphore>,
 }
 
-/// WHIP (a publisher) or WHEP (a subscriber).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Whip,
-    Whep,
-}
-
-impl Kind {
-    fn prefix(self) -> &'static str {
-        match self {
-            Kind::Whip => "whip",
-            Kind::Whep => "whep",
-        }
+/// The first path segment of a session of `kind`.
+fn prefix(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Whip => "whip",
+        Kind::Whep => "whep",
     }
 }
 
@@ -104,14 +97,14 @@ pub fn router(state: Arc<ControlState>) -> Router {
         )
         .route(
             "/whip/{room}/{session}",
-            axum::routing::delete(end)
-                .patch(patch)
+            axum::routing::delete(|s, p| end(Kind::Whip, s, p))
+                .patch(|s, p, r| patch(Kind::Whip, s, p, r))
                 .options(session_options),
         )
         .route(
             "/whep/{room}/{session}",
-            axum::routing::delete(end)
-                .patch(patch)
+            axum::routing::delete(|s, p| end(Kind::Whep, s, p))
+                .patch(|s, p, r| patch(Kind::Whep, s, p, r))
                 .options(session_options),
         )
         .layer(axum::middleware::map_response(cors));
@@ -216,7 +209,7 @@ async fn create(
             identity: query.identity,
             name: query.name,
             metadata: String::new(),
-            http_session: true,
+            http_session: Some(kind),
             signal: None,
         })?;
         match task_state.negotiate(&admitted, &offer).await {
@@ -235,7 +228,7 @@ async fn create(
     };
     let location = format!(
         "/{}/{}/{}",
-        kind.prefix(),
+        prefix(kind),
         percent_encode(&admitted.room),
         admitted.session.as_deref().unwrap_or_default()
     );
@@ -266,9 +259,14 @@ async fn create(
     response
 }
 
-/// `DELETE /whip/{room}/{session}`: the session ends, its peer leaves its shard.
-async fn end(State(http): State<Http>, Path((room, session)): Path<(String, String)>) -> Response {
-    let Some(peer) = http.state.session_peer(&room, &session) else {
+/// `DELETE /whip/{room}/{session}`: the session ends, its peer leaves its shard. A
+/// session is found only under the kind it was created as.
+async fn end(
+    kind: Kind,
+    State(http): State<Http>,
+    Path((room, session)): Path<(String, String)>,
+) -> Response {
+    let Some(peer) = http.state.session_peer(&room, kind, &session) else {
         return text(StatusCode::NOT_FOUND, "no such session");
     };
     http.state.leave(peer, DisconnectReason::ClientLeft).await;
@@ -284,12 +282,13 @@ async fn end(State(http): State<Http>, Path((room, session)): Path<(String, Stri
 /// ICE-lite agent and are dropped. No `If-Match`: 428 (RFC 6585 §3); a stale one:
 /// 412 (RFC 9110 §13.1.1).
 async fn patch(
+    kind: Kind,
     State(http): State<Http>,
     Path((room, session)): Path<(String, String)>,
     request: Request,
 ) -> Response {
     let state = &http.state;
-    let Some(peer) = state.session_peer(&room, &session) else {
+    let Some(peer) = state.session_peer(&room, kind, &session) else {
         return text(StatusCode::NOT_FOUND, "no such session");
     };
     let is_fragment = request

@@ -52,6 +52,16 @@ pub struct SignalLink {
     pub ended: oneshot::Sender<v1::LeaveEvent>,
 }
 
+/// What a WHIP/WHEP session was created as; it is reached (DELETE, PATCH) only
+/// through a path of the same kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionKind {
+    /// A publisher, `/whip/…`.
+    Whip,
+    /// A subscriber, `/whep/…`.
+    Whep,
+}
+
 /// Who asks to join, and how it will hear back.
 #[derive(Debug)]
 pub struct Admission {
@@ -64,7 +74,7 @@ pub struct Admission {
     /// Opaque application data.
     pub metadata: String,
     /// A WHIP or WHEP session (a `Location` to DELETE) rather than a connection.
-    pub http_session: bool,
+    pub http_session: Option<SessionKind>,
     /// The signalling connection to tell about room events, if any.
     pub signal: Option<SignalLink>,
 }
@@ -103,8 +113,8 @@ pub(super) struct Member {
 #[derive(Debug)]
 pub struct Members {
     pub(super) by_peer: HashMap<PeerId, Member>,
-    /// WHIP/WHEP session id → peer.
-    sessions: HashMap<String, PeerId>,
+    /// WHIP/WHEP session id → peer, and what the session was created as.
+    sessions: HashMap<String, (PeerId, SessionKind)>,
     /// Room → peers with a signalling connection, to tell about room events.
     listeners: HashMap<String, Vec<PeerId>>,
     /// Participants placed on each shard.
@@ -254,12 +264,13 @@ impl ControlState {
             // The queue is new and empty: this cannot be full.
             let _ = link.events.try_send(joined);
         }
-        let session = if admission.http_session {
-            let id = self.random_token(16)?;
-            members.sessions.insert(id.clone(), peer);
-            Some(id)
-        } else {
-            None
+        let session = match admission.http_session {
+            Some(kind) => {
+                let id = self.random_token(16)?;
+                members.sessions.insert(id.clone(), (peer, kind));
+                Some(id)
+            }
+            None => None,
         };
         if admission.signal.is_some() {
             members
@@ -362,11 +373,12 @@ impl ControlState {
         Ok(answer.sdp.to_sdp_string())
     }
 
-    /// The peer of a WHIP/WHEP session in `room`.
-    pub fn session_peer(&self, room: &str, session: &str) -> Option<PeerId> {
+    /// The peer of a WHIP/WHEP session in `room`, if the session was created as
+    /// `kind`: a WHIP session is not a WHEP resource, nor the other way round.
+    pub fn session_peer(&self, room: &str, kind: SessionKind, session: &str) -> Option<PeerId> {
         let members = self.members();
-        let peer = *members.sessions.get(session)?;
-        (members.by_peer.get(&peer)?.room == room).then_some(peer)
+        let (peer, created_as) = *members.sessions.get(session)?;
+        (created_as == kind && members.by_peer.get(&peer)?.room == room).then_some(peer)
     }
 
     /// Takes a participant out of signalling and the directory (if it is still the

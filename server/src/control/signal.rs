@@ -82,7 +82,7 @@ where
         identity: join.identity,
         name: join.name,
         metadata: join.metadata,
-        http_session: false,
+        http_session: None,
         signal: Some(SignalLink {
             events: out.clone(),
             ended: ended_tx,

@@ -3,7 +3,9 @@
 //! - an offer whose media sections share a mid (RFC 5888 §4) is refused on WHIP and
 //!   on `/signal`;
 //! - a WHIP session is not reached through `/whep/…` (nor a WHEP one through
-//!   `/whip/…`).
+//!   `/whip/…`);
+//! - room names and identities are one whatever their Unicode normal form, and
+//!   invisible format characters (zero-width, bidi controls) are refused.
 
 mod grpc_node;
 mod http_client;
@@ -14,9 +16,11 @@ use futures_util::{SinkExt, StreamExt};
 use http_client::{Reply, fixture_offer, post_offer, request, request_with_headers};
 use shoal_proto::v1::signal_service_client::SignalServiceClient;
 use shoal_proto::v1::{
-    JoinRequest, SessionDescription, SignalRequest, SignalResponse, signal_request, signal_response,
+    CreateRoomRequest, JoinRequest, SessionDescription, SignalRequest, SignalResponse,
+    signal_request, signal_response,
 };
 use tokio_tungstenite::tungstenite::Message;
+use tonic::Code;
 
 /// How long a test waits for one message.
 const WAIT: Duration = Duration::from_secs(10);
@@ -237,4 +241,88 @@ fn a_session_is_reached_only_under_its_own_kind() {
         assert_eq!(patched.status, 204, "{patched:?}");
         assert_reply(&request(http, "DELETE", &location, None, b""), 200, "ended");
     }
+}
+
+#[test]
+fn names_are_one_whatever_their_normal_form_and_never_invisible() {
+    let mut node = grpc_node::node_with_room("caf\u{e9}");
+    let http = node.http;
+    let offer = fixture_offer("chromium156_data_offer.sdp");
+    // The room "café" made with U+00E9 is the room "cafe" + U+0301 (NFC).
+    let created = post_offer(http, "/whip/cafe%CC%81?identity=jos%C3%A9", &offer);
+    assert_eq!(created.status, 201, "{created:?}");
+    let location = created.header("location").expect("a Location").to_owned();
+    assert!(location.starts_with("/whip/caf%C3%A9/"), "{location}");
+    // ...and "josé" is "jose" + U+0301: the identity is taken.
+    assert_reply(
+        &post_offer(http, "/whip/caf%C3%A9?identity=jose%CC%81", &offer),
+        409,
+        "already has a participant",
+    );
+    // Invisible format characters are refused: a zero-width space, a right-to-left
+    // override, a BOM, a soft hyphen; in identities, display names and room names.
+    for (query, mention) in [
+        ("identity=jos%E2%80%8B%C3%A9", "U+200B"),
+        ("identity=%E2%80%AEnimda", "U+202E"),
+        ("identity=%EF%BB%BFbob", "U+FEFF"),
+        ("identity=bob&name=B%C2%ADob", "U+00AD"),
+    ] {
+        let reply = post_offer(http, &format!("/whip/caf%C3%A9?{query}"), &offer);
+        assert_reply(&reply, 400, mention);
+    }
+    assert_reply(
+        &post_offer(http, "/whip/caf%E2%80%8D%C3%A9", &offer),
+        400,
+        "U+200D",
+    );
+
+    let rooms = &mut node.rooms;
+    node.runtime.block_on(async {
+        // The directory lists the participant under its NFC identity, whichever
+        // form asks.
+        let listed = rooms
+            .list_participants(shoal_proto::v1::ListParticipantsRequest {
+                room: "cafe\u{301}".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("listed")
+            .into_inner();
+        let identities: Vec<_> = listed.participants.iter().map(|p| &p.identity).collect();
+        assert_eq!(identities, ["jos\u{e9}"]);
+        let twice = rooms
+            .create_room(CreateRoomRequest {
+                name: "cafe\u{301}".into(),
+                ..CreateRoomRequest::default()
+            })
+            .await
+            .expect_err("the same room");
+        assert_eq!(twice.code(), Code::AlreadyExists, "{twice:?}");
+        let bidi = rooms
+            .create_room(CreateRoomRequest {
+                name: "lobby\u{2066}".into(),
+                ..CreateRoomRequest::default()
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(bidi.code(), Code::InvalidArgument, "{bidi:?}");
+        assert!(bidi.message().contains("U+2066"), "{bidi:?}");
+        // /signal joins under the same identity rules.
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{http}/signal"))
+            .await
+            .expect("WebSocket handshake");
+        let join = serde_json::json!({"join": {"room": "caf\u{e9}", "identity": "jose\u{301}"}});
+        ws.send(Message::text(join.to_string()))
+            .await
+            .expect("sent");
+        let refused = next_json(&mut ws, "join").await;
+        assert_eq!(refused["error"]["code"], "already_exists", "{refused}");
+    });
+    // The session is ended through either form of the room's name.
+    let decomposed = location.replacen("caf%C3%A9", "cafe%CC%81", 1);
+    assert_reply(
+        &request(http, "DELETE", &decomposed, None, b""),
+        200,
+        "ended",
+    );
 }

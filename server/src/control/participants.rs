@@ -29,7 +29,7 @@ use tonic::Status;
 use super::grpc::ControlState;
 use super::media::{LocalTransport, MemberMedia};
 use super::presence::{Presence, PresenceUpdate};
-use super::rooms::{ParticipantSpec, ParticipantState};
+use super::rooms::{NameKind, ParticipantSpec, ParticipantState, validate_name};
 use super::shards::ShardError;
 use crate::driver::{DriverError, ShardCommand};
 
@@ -228,6 +228,8 @@ impl ControlState {
         let mut rooms = self.rooms();
         let room = rooms.get(&admission.room)?;
         let room_id = room.id;
+        // The directory's form of the name (NFC), which signalling's tables use too.
+        admission.room = room.name.clone();
         if admission.identity.is_empty() {
             admission.identity = format!("guest-{}", self.random_token(6)?);
         }
@@ -244,6 +246,7 @@ impl ControlState {
             peer,
         };
         let participant = rooms.join(&admission.room, spec, now)?;
+        admission.identity = participant.identity.clone();
         let me = self.participant_message(participant);
         let room = rooms.get(&admission.room)?;
         if let Some(link) = &admission.signal {
@@ -376,6 +379,8 @@ impl ControlState {
     /// The peer of a WHIP/WHEP session in `room`, if the session was created as
     /// `kind`: a WHIP session is not a WHEP resource, nor the other way round.
     pub fn session_peer(&self, room: &str, kind: SessionKind, session: &str) -> Option<PeerId> {
+        // Members keep the directory's form of a room's name.
+        let room = validate_name(room, NameKind::Room).ok()?;
         let members = self.members();
         let (peer, created_as) = *members.sessions.get(session)?;
         (created_as == kind && members.by_peer.get(&peer)?.room == room).then_some(peer)

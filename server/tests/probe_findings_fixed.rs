@@ -5,7 +5,8 @@
 //! - a WHIP session is not reached through `/whep/…` (nor a WHEP one through
 //!   `/whip/…`);
 //! - room names and identities are one whatever their Unicode normal form, and
-//!   invisible format characters (zero-width, bidi controls) are refused.
+//!   invisible format characters (zero-width, bidi controls) are refused;
+//! - a query escape that is not UTF-8 (`?identity=%ff`) is a 400, not U+FFFD.
 
 mod grpc_node;
 mod http_client;
@@ -325,4 +326,44 @@ fn names_are_one_whatever_their_normal_form_and_never_invisible() {
         200,
         "ended",
     );
+}
+
+#[test]
+fn a_query_escape_that_is_not_utf8_is_refused() {
+    let mut node = grpc_node::node_with_room("lobby");
+    let http = node.http;
+    let offer = fixture_offer("chromium156_data_offer.sdp");
+    for (path, mention) in [
+        ("/whip/lobby?identity=%ff", "?identity= is not UTF-8"),
+        ("/whep/lobby?identity=%fe", "?identity= is not UTF-8"),
+        ("/whip/lobby?identity=ok&name=%C3", "?name= is not UTF-8"),
+        ("/whip/lobby?identity=a&identity=b", "more than once"),
+    ] {
+        assert_reply(&post_offer(http, path, &offer), 400, mention);
+    }
+    // As in the path.
+    assert_eq!(post_offer(http, "/whip/%ff", &offer).status, 400);
+    let rooms = &mut node.rooms;
+    node.runtime.block_on(async {
+        assert_eq!(grpc_node::participants(rooms, "lobby").await, 0);
+    });
+    // Valid escapes and `+` still decode.
+    let created = post_offer(http, "/whip/lobby?identity=al%C3%A9+x&name=A+B", &offer);
+    assert_eq!(created.status, 201, "{created:?}");
+    node.runtime.block_on(async {
+        let listed = rooms
+            .list_participants(shoal_proto::v1::ListParticipantsRequest {
+                room: "lobby".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("listed")
+            .into_inner();
+        let who: Vec<_> = listed
+            .participants
+            .iter()
+            .map(|p| (p.identity.as_str(), p.name.as_str()))
+            .collect();
+        assert_eq!(who, [("al\u{e9} x", "A B")]);
+    });
 }

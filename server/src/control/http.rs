@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `GET /healthz` | 200 while serving |
 //! | `GET /` | the demo page: join a room, see who is there, chat on a data channel |
-//! | `POST /whip/{room}`, `POST /whep/{room}` | an SDP offer in, 201 with the answer, a `Location` (RFC 9725 §4.2) and a `Link` per configured STUN/TURN server (§4.6) |
+//! | `POST /whip/{room}`, `POST /whep/{room}` | an SDP offer in (`?identity=`, `?name=` form-encoded), 201 with the answer, a `Location` (RFC 9725 §4.2) and a `Link` per configured STUN/TURN server (§4.6) |
 //! | `DELETE /whip/{room}/{session}` (and `/whep/…`) | ends the session (RFC 9725 §4.2); a WHIP session is not found under `/whep/` nor the other way round |
 //! | `PATCH /whip/{room}/{session}` (and `/whep/…`, each for its own kind) | an `application/trickle-ice-sdpfrag`: new ICE credentials restart ICE (200), candidates alone are trickle (204) (RFC 9725 §4.3) |
 //! | `OPTIONS /whip/{room}` (and `/whep/…`) | 200 with `Accept-Post: application/sdp` and the CORS preflight headers (RFC 9725 §4.2) |
@@ -13,9 +13,10 @@
 //!
 //! WHEP (a subscriber) takes the same steps as WHIP for now: data channels only, media
 //! arrives with a later issue. Errors are plain text saying what is wrong, with the
-//! status of their cause: 400 bad SDP; 404 unknown room or session (a WHIP session
-//! under `/whep/` too, and the other way round); 409 identity in use; 413 body over
-//! [`MAX_BODY_BYTES`]; 415 not `application/sdp`; 503 full.
+//! status of their cause: 400 bad SDP (a mid used twice too), a bad name, or a query
+//! that is not UTF-8 once percent-decoded; 404 unknown room or session (a WHIP
+//! session under `/whep/` too, and the other way round); 409 identity in use; 413 body
+//! over [`MAX_BODY_BYTES`]; 415 not `application/sdp`; 503 full.
 //!
 //! CORS: RFC 9725 §4.2 says WHIP endpoints "MUST support OPTIONS requests for
 //! Cross-Origin Resource Sharing (CORS) as defined in [FETCH]", so that a page on
@@ -36,12 +37,11 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::{SinkExt, StreamExt};
-use serde::Deserialize;
 use shoal_components::sdp;
 use shoal_proto::v1::{DisconnectReason, signal_request, signal_response};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -143,11 +143,50 @@ fn text(code: StatusCode, message: &str) -> Response {
 }
 
 /// The `?identity=` and `?name=` of a WHIP/WHEP POST.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 struct JoinQuery {
     identity: String,
     name: String,
+}
+
+impl JoinQuery {
+    /// Parses a query as `application/x-www-form-urlencoded` (`&`-separated
+    /// `name=value`, `+` for a space, percent-escapes). axum's `Query` decodes an
+    /// escape that is not UTF-8 into U+FFFD, so `%ff` and `%fe` would be one identity;
+    /// here it is refused, as the path's own escapes are. Other parameters are
+    /// ignored; `identity` or `name` given twice is refused.
+    fn parse(query: &str) -> Result<JoinQuery, String> {
+        let mut identity = None;
+        let mut name = None;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let key = form_decode(key)
+                .ok_or("a query parameter's name is not UTF-8 once percent-decoded")?;
+            let slot = match key.as_str() {
+                "identity" => &mut identity,
+                "name" => &mut name,
+                _ => continue,
+            };
+            if slot.is_some() {
+                return Err(format!("?{key}= is given more than once"));
+            }
+            let value = form_decode(value)
+                .ok_or_else(|| format!("?{key}= is not UTF-8 once percent-decoded"))?;
+            *slot = Some(value);
+        }
+        Ok(JoinQuery {
+            identity: identity.unwrap_or_default(),
+            name: name.unwrap_or_default(),
+        })
+    }
+}
+
+/// One form-encoded name or value: `+` is a space, `%XX` a byte; `None` when the
+/// bytes are not UTF-8. A `%` without two hex digits stays as it is (WHATWG URL §1.3).
+fn form_decode(text: &str) -> Option<String> {
+    let spaced = text.replace('+', " ");
+    let bytes: Vec<u8> = percent_encoding::percent_decode_str(&spaced).collect();
+    String::from_utf8(bytes).ok()
 }
 
 /// Whether the request says its body is `application/sdp` (parameters allowed).
@@ -176,7 +215,7 @@ async fn create(
     kind: Kind,
     State(http): State<Http>,
     Path(room): Path<String>,
-    Query(query): Query<JoinQuery>,
+    RawQuery(query): RawQuery,
     request: Request,
 ) -> Response {
     // RFC 9725 §4.2: another content type MUST get a 4xx.
@@ -186,6 +225,10 @@ async fn create(
             "the offer must be sent with Content-Type: application/sdp",
         );
     }
+    let query = match JoinQuery::parse(query.as_deref().unwrap_or_default()) {
+        Ok(query) => query,
+        Err(message) => return text(StatusCode::BAD_REQUEST, &message),
+    };
     let body = match read_body(request.into_body()).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -554,6 +597,30 @@ mod tests {
     fn room_names_are_encoded_for_the_location() {
         assert_eq!(percent_encode("lobby"), "lobby");
         assert_eq!(percent_encode("a b/é"), "a%20b%2F%C3%A9");
+    }
+
+    #[test]
+    fn join_queries_are_decoded_strictly() {
+        let parsed = |q: &str| JoinQuery::parse(q);
+        assert_eq!(parsed(""), Ok(JoinQuery::default()));
+        assert_eq!(
+            parsed("identity=al%C3%A9+x&name=A%20B&other=%ff&flag"),
+            Ok(JoinQuery {
+                identity: "alé x".into(),
+                name: "A B".into(),
+            })
+        );
+        // Not UTF-8 once decoded: refused, not turned into U+FFFD.
+        let refused = parsed("identity=%ff").expect_err("invalid UTF-8");
+        assert!(refused.contains("?identity="), "{refused}");
+        assert!(parsed("name=%C3").is_err());
+        assert!(parsed("%ff=x").is_err());
+        assert!(parsed("identity=a&identity=b").is_err());
+        // A stray % is kept, as form decoding does.
+        assert_eq!(
+            parsed("identity=100%").map(|q| q.identity),
+            Ok("100%".into())
+        );
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //!   `/whip/…`);
 //! - room names and identities are one whatever their Unicode normal form, and
 //!   invisible format characters (zero-width, bidi controls) are refused;
-//! - a query escape that is not UTF-8 (`?identity=%ff`) is a 400, not U+FFFD.
+//! - a query escape that is not UTF-8 (`?identity=%ff`) is a 400, not U+FFFD;
+//! - a `/signal` message over the size limit closes with 1009 after an `error`, and a
+//!   `SignalService.Connect` message over the limit ends with RESOURCE_EXHAUSTED.
 
 mod grpc_node;
 mod http_client;
@@ -21,6 +23,7 @@ use shoal_proto::v1::{
     signal_request, signal_response,
 };
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tonic::Code;
 
 /// How long a test waits for one message.
@@ -365,5 +368,65 @@ fn a_query_escape_that_is_not_utf8_is_refused() {
             .map(|p| (p.identity.as_str(), p.name.as_str()))
             .collect();
         assert_eq!(who, [("al\u{e9} x", "A B")]);
+    });
+}
+
+#[test]
+fn an_oversized_signalling_message_ends_the_session_with_an_error() {
+    let mut node = grpc_node::node_with_room("lobby");
+    let http = node.http;
+    let channel = node.runtime.block_on(grpc_node::connect(
+        node.control.grpc_addr().expect("gRPC is on"),
+    ));
+    let rooms = &mut node.rooms;
+    node.runtime.block_on(async {
+        // /signal: over 64 KiB, an error message says what was refused, then the
+        // close frame says 1009 (RFC 6455 §7.4.1); the participant has left.
+        let mut ws = joined_socket(http, "lobby", "big-ws").await;
+        let big = serde_json::json!({"offer": {"sdp": "x".repeat(100 * 1024)}});
+        let _ = ws.send(Message::text(big.to_string())).await;
+        let e = next_json(&mut ws, "error").await;
+        assert_eq!(e["error"]["code"], "resource_exhausted", "{e}");
+        let message = e["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("65536 bytes"), "{e}");
+        match next_frame(&mut ws).await {
+            Some(Message::Close(Some(close))) => {
+                assert_eq!(close.code, CloseCode::Size, "{close:?}");
+                assert_eq!(close.reason.as_str(), "message too big");
+            }
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+        assert_eq!(grpc_node::participants(rooms, "lobby").await, 0);
+
+        // Before join too.
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{http}/signal"))
+            .await
+            .expect("WebSocket handshake");
+        let big = format!(r#"{{"join": {{"room": "{}"}}}}"#, "x".repeat(100 * 1024));
+        let _ = ws.send(Message::text(big)).await;
+        let e = next_json(&mut ws, "error").await;
+        assert_eq!(e["error"]["code"], "resource_exhausted", "{e}");
+        assert!(
+            matches!(next_frame(&mut ws).await, Some(Message::Close(Some(c))) if c.code == CloseCode::Size)
+        );
+
+        // SignalService: the stream ends with RESOURCE_EXHAUSTED, not OK.
+        let mut grpc = GrpcSession::open(channel).await;
+        grpc.join("lobby", "big-grpc").await;
+        assert_eq!(grpc_node::participants(rooms, "lobby").await, 1);
+        grpc.send(signal_request::Message::Offer(SessionDescription {
+            sdp: "x".repeat(100 * 1024),
+        }))
+        .await;
+        let status = loop {
+            match grpc.next().await {
+                Ok(Some(signal_response::Message::Participant(_))) => {}
+                Ok(other) => panic!("expected the stream to fail, got {other:?}"),
+                Err(status) => break status,
+            }
+        };
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(status.message().contains("too large"), "{status:?}");
+        assert_eq!(grpc_node::participants(rooms, "lobby").await, 0);
     });
 }

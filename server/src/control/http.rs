@@ -16,7 +16,8 @@
 //! status of their cause: 400 bad SDP (a mid used twice too), a bad name, or a query
 //! that is not UTF-8 once percent-decoded; 404 unknown room or session (a WHIP
 //! session under `/whep/` too, and the other way round); 409 identity in use; 413 body
-//! over [`MAX_BODY_BYTES`]; 415 not `application/sdp`; 503 full.
+//! over [`MAX_BODY_BYTES`]; 415 not `application/sdp`; 503 full. On `/signal`, a
+//! message over [`MAX_SIGNAL_MESSAGE_BYTES`] gets an `error` and close code 1009.
 //!
 //! CORS: RFC 9725 §4.2 says WHIP endpoints "MUST support OPTIONS requests for
 //! Cross-Origin Resource Sharing (CORS) as defined in [FETCH]", so that a page on
@@ -33,6 +34,7 @@
 //! restart) for the `If-Match` of a PATCH.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -61,6 +63,10 @@ pub const MAX_BODY_BYTES: usize = sdp::MAX_SDP_LEN;
 pub const MAX_SIGNAL_MESSAGE_BYTES: usize = 64 * 1024;
 /// `/signal` connections open at once; more are refused with 503.
 pub const MAX_SIGNAL_CONNECTIONS: usize = 4096;
+/// How long a `/signal` socket closed for a message over the limit stays open after
+/// its close frame, so the client reads the frame before the socket goes (a lingering
+/// close: the unread rest of the message turns the socket's close into a reset).
+pub const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The demo page, self-contained (inline HTML, CSS and JavaScript).
 const DEMO_PAGE: &str = include_str!("demo.html");
@@ -508,17 +514,33 @@ async fn signal(State(http): State<Http>, upgrade: WebSocketUpgrade) -> Response
 }
 
 /// One WebSocket: text frames of JSON in, JSON out, through [`run_session`].
+///
+/// A message over [`MAX_SIGNAL_MESSAGE_BYTES`] ends the session: an `error` message
+/// says what was refused, then the close frame says 1009, "message too big" (RFC
+/// 6455 §7.4.1), and the socket lingers for [`CLOSE_LINGER`]. Any other read error
+/// ends the session as a closed socket does.
 async fn serve_socket(state: Arc<ControlState>, socket: WebSocket) {
     let (mut sink, stream) = socket.split();
+    let too_big = Arc::new(AtomicBool::new(false));
+    let saw_too_big = too_big.clone();
     // Ends at a close frame or an error; pings are answered by the library.
     let inbound = stream
-        .scan((), |_, frame| {
-            std::future::ready(match frame {
-                Ok(Message::Close(_)) | Err(_) => None,
-                Ok(frame) => Some(frame),
-            })
+        .scan(false, move |ended, frame| {
+            let next = match frame {
+                _ if *ended => None,
+                Ok(Message::Close(_)) => None,
+                Ok(frame) => Some(decode(frame)),
+                Err(e) => {
+                    *ended = true;
+                    too_large(&e).map(|status| {
+                        saw_too_big.store(true, Ordering::Relaxed);
+                        Some(Inbound::Failed(status))
+                    })
+                }
+            };
+            std::future::ready(next)
         })
-        .filter_map(|frame| std::future::ready(decode(frame)));
+        .filter_map(std::future::ready);
     let (out, mut messages) = mpsc::channel(SIGNAL_QUEUE_LEN);
     let (done, result) = oneshot::channel::<Option<Status>>();
     let writer = tokio::spawn(async move {
@@ -528,6 +550,13 @@ async fn serve_socket(state: Arc<ControlState>, socket: WebSocket) {
             }
         }
         let close = match result.await {
+            Ok(Some(status)) if too_big.load(Ordering::Relaxed) => {
+                let _ = send_json(&mut sink, &error_message(&status)).await;
+                CloseFrame {
+                    code: close_code::SIZE,
+                    reason: "message too big".into(),
+                }
+            }
             Ok(Some(status)) => {
                 let _ = send_json(&mut sink, &error_message(&status)).await;
                 CloseFrame {
@@ -540,11 +569,33 @@ async fn serve_socket(state: Arc<ControlState>, socket: WebSocket) {
                 reason: "".into(),
             },
         };
+        let lingers = close.code == close_code::SIZE;
         let _ = sink.send(Message::Close(Some(close))).await;
+        if lingers {
+            // The rest of the refused message is unread: closing now would reset the
+            // connection, and the client's kernel may drop our close frame with it.
+            tokio::time::sleep(CLOSE_LINGER).await;
+        }
     });
     let ended = run_session(state, Box::pin(inbound), out).await;
     let _ = done.send(ended.err());
     let _ = writer.await;
+}
+
+/// A read error that is a message over [`MAX_SIGNAL_MESSAGE_BYTES`], as the status
+/// that ends the session; `None` for any other error.
+fn too_large(e: &axum::Error) -> Option<Status> {
+    let source = std::error::Error::source(e)?;
+    match source.downcast_ref::<tungstenite::Error>()? {
+        tungstenite::Error::Capacity(tungstenite::error::CapacityError::MessageTooLong {
+            size,
+            max_size,
+        }) => Some(Status::resource_exhausted(format!(
+            "a message of {size} bytes was refused: /signal takes messages of at most \
+             {max_size} bytes"
+        ))),
+        _ => None,
+    }
 }
 
 /// A frame as a session message: JSON text of one `signal_request::Message`.

@@ -257,10 +257,12 @@ fn bad_signalling_input() {
         }
         assert!(left, "mallory should have left the room");
 
-        // An oversized WebSocket message closes the socket.
+        // An oversized WebSocket message is refused with an error, and closes the
+        // socket.
         let mut ws = signal_socket(http).await;
         let big = format!(r#"{{"join": {{"room": "{}"}}}}"#, "x".repeat(100 * 1024));
         let _ = ws.send(Message::text(big)).await;
+        expect_error(&mut ws, "bytes was refused").await;
         assert_eq!(
             next_json(&mut ws).await,
             None,

@@ -90,6 +90,19 @@ pub enum SdpError {
         /// The letter of the line.
         letter: char,
     },
+    /// A second media section with the `a=mid` of an earlier one: RFC 5888 §4 requires
+    /// an identification-tag to be unique within a session description, and BUNDLE
+    /// (RFC 8843) and JSEP (RFC 9429 §5.8) find sections by it.
+    #[error(
+        "SDP line {line}: a=mid:{mid} is also the mid of an earlier media section; \
+         mids must be unique (RFC 5888 section 4)"
+    )]
+    DuplicateMid {
+        /// The `a=mid` line of the later section.
+        line: usize,
+        /// The mid both sections carry (a `token`, bounded by the line limit).
+        mid: String,
+    },
     /// An attribute this model knows whose value does not follow its grammar.
     #[error("SDP line {line}: malformed a={name} attribute")]
     InvalidAttribute {

@@ -172,6 +172,26 @@ fn take_media_line(media: &mut MediaDescription, line: &Line<'_>) -> Result<(), 
     Ok(())
 }
 
+/// After `line` went into the last section: if it was that section's `a=mid`, no
+/// earlier section may carry the same mid: RFC 5888 §4 makes an identification-tag
+/// unique within a session description (BUNDLE and JSEP look sections up by it).
+/// Costs O(sections) per `a=mid` line, at most [`MAX_MEDIA`].
+fn check_mid_unique(media: &[MediaDescription], line: &Line<'_>) -> Result<(), SdpError> {
+    let Some((section, earlier)) = media.split_last() else {
+        return Ok(());
+    };
+    let Some(Attribute::Mid(mid)) = section.attributes.last().filter(|_| line.letter == 'a') else {
+        return Ok(());
+    };
+    if earlier.iter().any(|m| m.mid() == Some(mid.as_str())) {
+        return Err(SdpError::DuplicateMid {
+            line: line.number,
+            mid: mid.clone(),
+        });
+    }
+    Ok(())
+}
+
 /// Parses a whole description (see [`SessionDescription::parse`]).
 pub(crate) fn parse(input: &str) -> Result<SessionDescription, SdpError> {
     let lines = text::lines(input)?;
@@ -224,6 +244,7 @@ pub(crate) fn parse(input: &str) -> Result<SessionDescription, SdpError> {
                     return Err(out_of_order);
                 }
                 take_media_line(section, line)?;
+                check_mid_unique(&media, line)?;
                 prev = Some(rank);
             }
         }

@@ -416,6 +416,24 @@ fn errors_on_attributes_report_their_line() {
     );
 }
 
+#[test]
+fn errors_on_a_mid_used_twice() {
+    // RFC 5888 §4: a mid names one section of the description.
+    let twice = offer_with("a=mid:1", "a=mid:0");
+    let error = parse(&twice).expect_err("two sections with mid 0");
+    assert_eq!(
+        error,
+        SdpError::DuplicateMid {
+            line: 18,
+            mid: "0".to_owned()
+        }
+    );
+    assert!(error.to_string().contains("a=mid:0"), "{error}");
+    // Distinct mids, and sections without one, are fine.
+    assert!(parse(OFFER).is_ok());
+    assert!(parse(&offer_with("a=mid:1\r\n", "")).is_ok());
+}
+
 /// Mutates real-looking descriptions many ways with a fixed seed: parsing must never
 /// panic, and whatever parses must serialize to text that parses to the same model.
 #[test]

@@ -37,6 +37,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use tonic::Status;
 
+use super::rooms::{NameKind, validate_name};
 use crate::ice_servers::Secret;
 
 /// Bytes an access token holds at most; a longer one is refused unread.
@@ -338,7 +339,9 @@ impl Caller {
     pub fn identity_for(&self, asked: String) -> Result<String, AuthError> {
         match self.identity() {
             None => Ok(asked),
-            Some(sub) if asked.is_empty() || asked == sub => Ok(sub.to_owned()),
+            Some(sub) if asked.is_empty() || same_name(&asked, sub, NameKind::Identity) => {
+                Ok(sub.to_owned())
+            }
             Some(sub) => Err(AuthError::new(
                 Refusal::Forbidden,
                 format!(
@@ -577,14 +580,14 @@ impl Auth {
 fn allows(claims: &Claims, act: Act<'_>) -> Result<(), AuthError> {
     let grant = claims.video.as_ref().unwrap_or(&NO_GRANT);
     let forbidden = |what: String| Err(AuthError::new(Refusal::Forbidden, what));
-    let admin_of = |room: &str| grant.room_admin && grant.room == room;
+    let admin_of = |room: &str| grant.room_admin && same_room(&grant.room, room);
     match act {
         Act::Authenticated => Ok(()),
         Act::Join { room } => {
             if !grant.room_join {
                 return forbidden("the token does not grant roomJoin".into());
             }
-            if grant.room != room {
+            if !same_room(&grant.room, room) {
                 return forbidden(format!(
                     "the token grants joining room {:?}, not {:?}",
                     truncate(&grant.room),
@@ -597,7 +600,9 @@ fn allows(claims: &Claims, act: Act<'_>) -> Result<(), AuthError> {
             Ok(())
         }
         Act::Session { room, identity } => {
-            let own = grant.room_join && grant.room == room && claims.sub == identity;
+            let own = grant.room_join
+                && same_room(&grant.room, room)
+                && same_name(&claims.sub, identity, NameKind::Identity);
             if own || admin_of(room) {
                 Ok(())
             } else {
@@ -618,6 +623,20 @@ fn allows(claims: &Claims, act: Act<'_>) -> Result<(), AuthError> {
             truncate(room)
         )),
     }
+}
+
+/// Whether two names are the same once in the directory's form (NFC): a token for
+/// "é" precomposed covers the room "e" + U+0301.
+fn same_name(a: &str, b: &str, kind: NameKind) -> bool {
+    a == b
+        || matches!(
+            (validate_name(a, kind), validate_name(b, kind)),
+            (Ok(x), Ok(y)) if x == y
+        )
+}
+
+fn same_room(a: &str, b: &str) -> bool {
+    same_name(a, b, NameKind::Room)
 }
 
 /// What a jsonwebtoken error means for the caller.
@@ -853,6 +872,24 @@ mod tests {
         let caller = auth().check(Some(&t), Act::Join { room: "lobby" }).unwrap();
         let p = caller.permissions();
         assert!(!p.publish && p.subscribe && p.publish_data && !p.hidden);
+    }
+
+    #[test]
+    fn names_compare_in_their_normal_form() {
+        let a = auth();
+        let t = token(&claims(join_grant("caf\u{e9}")));
+        assert!(
+            a.check(
+                Some(&t),
+                Act::Join {
+                    room: "cafe\u{301}"
+                }
+            )
+            .is_ok()
+        );
+        let caller = a.check(Some(&t), Act::Authenticated).unwrap();
+        assert!(caller.identity_for("alice".into()).is_ok());
+        assert!(caller.identity_for("Alice".into()).is_err());
     }
 
     #[test]

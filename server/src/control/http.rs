@@ -4,17 +4,20 @@
 //! |---|---|
 //! | `GET /healthz` | 200 while serving |
 //! | `GET /` | the demo page: join a room, see who is there, chat on a data channel |
-//! | `POST /whip/{room}`, `POST /whep/{room}` | an SDP offer in, 201 with the answer, a `Location` (RFC 9725 §4.2) and a `Link` per configured STUN/TURN server (§4.6) |
-//! | `DELETE /whip/{room}/{session}` (and `/whep/…`) | ends the session (RFC 9725 §4.2) |
-//! | `PATCH /whip/{room}/{session}` (and `/whep/…`) | an `application/trickle-ice-sdpfrag`: new ICE credentials restart ICE (200), candidates alone are trickle (204) (RFC 9725 §4.3) |
+//! | `POST /whip/{room}`, `POST /whep/{room}` | an SDP offer in (`?identity=`, `?name=` form-encoded), 201 with the answer, a `Location` (RFC 9725 §4.2) and a `Link` per configured STUN/TURN server (§4.6) |
+//! | `DELETE /whip/{room}/{session}` (and `/whep/…`) | ends the session (RFC 9725 §4.2); a WHIP session is not found under `/whep/` nor the other way round |
+//! | `PATCH /whip/{room}/{session}` (and `/whep/…`, each for its own kind) | an `application/trickle-ice-sdpfrag`: new ICE credentials restart ICE (200), candidates alone are trickle (204) (RFC 9725 §4.3) |
 //! | `OPTIONS /whip/{room}` (and `/whep/…`) | 200 with `Accept-Post: application/sdp` and the CORS preflight headers (RFC 9725 §4.2) |
 //! | `OPTIONS /whip/{room}/{session}` (and `/whep/…`) | 200 with the CORS preflight headers |
 //! | `GET /signal` | the signalling WebSocket: `SignalService` messages as JSON ([`super::signal`]) |
 //!
 //! WHEP (a subscriber) takes the same steps as WHIP for now: data channels only, media
 //! arrives with a later issue. Errors are plain text saying what is wrong, with the
-//! status of their cause: 400 bad SDP, 404 unknown room or session, 409 identity in
-//! use, 413 body over [`MAX_BODY_BYTES`], 415 not `application/sdp`, 503 full.
+//! status of their cause: 400 bad SDP (a mid used twice too), a bad name, or a query
+//! that is not UTF-8 once percent-decoded; 404 unknown room or session (a WHIP
+//! session under `/whep/` too, and the other way round); 409 identity in use; 413 body
+//! over [`MAX_BODY_BYTES`]; 415 not `application/sdp`; 503 full. On `/signal`, a
+//! message over [`MAX_SIGNAL_MESSAGE_BYTES`] gets an `error` and close code 1009.
 //!
 //! CORS: RFC 9725 §4.2 says WHIP endpoints "MUST support OPTIONS requests for
 //! Cross-Origin Resource Sharing (CORS) as defined in [FETCH]", so that a page on
@@ -31,11 +34,12 @@
 //! restart) for the `If-Match` of a PATCH.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -50,7 +54,7 @@ use tonic::{Code, Status};
 use super::auth::{Act, AuthError, Refusal, bearer};
 use super::grpc::ControlState;
 use super::ice_restart::Precondition;
-use super::participants::{Admission, SIGNAL_QUEUE_LEN, check_offer};
+use super::participants::{Admission, SIGNAL_QUEUE_LEN, SessionKind as Kind, check_offer};
 use super::sdpfrag::IceFragment;
 use super::signal::{Inbound, error_message, run_session};
 use crate::ice_servers::link_headers;
@@ -65,6 +69,10 @@ pub const MAX_SIGNAL_CONNECTIONS: usize = 4096;
 /// `/signal` connections that came without a token to a node with API keys and may
 /// still send `auth` (for [`super::signal::AUTH_TIMEOUT`]); more get 401 at once.
 pub const MAX_UNAUTHENTICATED_SIGNAL: usize = 64;
+/// How long a `/signal` socket closed for a message over the limit stays open after
+/// its close frame, so the client reads the frame before the socket goes (a lingering
+/// close: the unread rest of the message turns the socket's close into a reset).
+pub const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The demo page, self-contained (inline HTML, CSS and JavaScript).
 const DEMO_PAGE: &str = include_str!("demo.html");
@@ -77,19 +85,11 @@ struct Http {
     unauthenticated: Arc<Semaphore>,
 }
 
-/// WHIP (a publisher) or WHEP (a subscriber).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Whip,
-    Whep,
-}
-
-impl Kind {
-    fn prefix(self) -> &'static str {
-        match self {
-            Kind::Whip => "whip",
-            Kind::Whep => "whep",
-        }
+/// The first path segment of a session of `kind`.
+fn prefix(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Whip => "whip",
+        Kind::Whep => "whep",
     }
 }
 
@@ -111,14 +111,14 @@ pub fn router(state: Arc<ControlState>) -> Router {
         )
         .route(
             "/whip/{room}/{session}",
-            axum::routing::delete(end)
-                .patch(patch)
+            axum::routing::delete(|s, p, h| end(Kind::Whip, s, p, h))
+                .patch(|s, p, r| patch(Kind::Whip, s, p, r))
                 .options(session_options),
         )
         .route(
             "/whep/{room}/{session}",
-            axum::routing::delete(end)
-                .patch(patch)
+            axum::routing::delete(|s, p, h| end(Kind::Whep, s, p, h))
+                .patch(|s, p, r| patch(Kind::Whep, s, p, r))
                 .options(session_options),
         )
         .layer(axum::middleware::map_response(cors));
@@ -157,11 +157,50 @@ fn text(code: StatusCode, message: &str) -> Response {
 }
 
 /// The `?identity=` and `?name=` of a WHIP/WHEP POST.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 struct JoinQuery {
     identity: String,
     name: String,
+}
+
+impl JoinQuery {
+    /// Parses a query as `application/x-www-form-urlencoded` (`&`-separated
+    /// `name=value`, `+` for a space, percent-escapes). axum's `Query` decodes an
+    /// escape that is not UTF-8 into U+FFFD, so `%ff` and `%fe` would be one identity;
+    /// here it is refused, as the path's own escapes are. Other parameters are
+    /// ignored; `identity` or `name` given twice is refused.
+    fn parse(query: &str) -> Result<JoinQuery, String> {
+        let mut identity = None;
+        let mut name = None;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let key = form_decode(key)
+                .ok_or("a query parameter's name is not UTF-8 once percent-decoded")?;
+            let slot = match key.as_str() {
+                "identity" => &mut identity,
+                "name" => &mut name,
+                _ => continue,
+            };
+            if slot.is_some() {
+                return Err(format!("?{key}= is given more than once"));
+            }
+            let value = form_decode(value)
+                .ok_or_else(|| format!("?{key}= is not UTF-8 once percent-decoded"))?;
+            *slot = Some(value);
+        }
+        Ok(JoinQuery {
+            identity: identity.unwrap_or_default(),
+            name: name.unwrap_or_default(),
+        })
+    }
+}
+
+/// One form-encoded name or value: `+` is a space, `%XX` a byte; `None` when the
+/// bytes are not UTF-8. A `%` without two hex digits stays as it is (WHATWG URL §1.3).
+fn form_decode(text: &str) -> Option<String> {
+    let spaced = text.replace('+', " ");
+    let bytes: Vec<u8> = percent_encoding::percent_decode_str(&spaced).collect();
+    String::from_utf8(bytes).ok()
 }
 
 /// Whether the request says its body is `application/sdp` (parameters allowed).
@@ -190,7 +229,7 @@ async fn create(
     kind: Kind,
     State(http): State<Http>,
     Path(room): Path<String>,
-    Query(query): Query<JoinQuery>,
+    RawQuery(query): RawQuery,
     request: Request,
 ) -> Response {
     // RFC 9725 §4.2: another content type MUST get a 4xx.
@@ -200,6 +239,10 @@ async fn create(
             "the offer must be sent with Content-Type: application/sdp",
         );
     }
+    let query = match JoinQuery::parse(query.as_deref().unwrap_or_default()) {
+        Ok(query) => query,
+        Err(message) => return text(StatusCode::BAD_REQUEST, &message),
+    };
     let state = &http.state;
     // RFC 9725 §4.5: the bearer token decides who joins, before the offer is read.
     let caller = match state
@@ -249,7 +292,7 @@ async fn create(
                 identity,
                 name: caller.name(query.name),
                 metadata: caller.metadata(String::new()),
-                http_session: true,
+                http_session: Some(kind),
                 signal: None,
                 permissions: caller.permissions(),
             })
@@ -270,7 +313,7 @@ async fn create(
     };
     let location = format!(
         "/{}/{}/{}",
-        kind.prefix(),
+        prefix(kind),
         percent_encode(&admitted.room),
         admitted.session.as_deref().unwrap_or_default()
     );
@@ -301,14 +344,16 @@ async fn create(
     response
 }
 
-/// `DELETE /whip/{room}/{session}`: the session ends, its peer leaves its shard.
-/// With API keys, the token of the session's identity or roomAdmin of its room.
+/// `DELETE /whip/{room}/{session}`: the session ends, its peer leaves its shard. A
+/// session is found only under the kind it was created as; with API keys, the token
+/// of the session's identity or roomAdmin of its room.
 async fn end(
+    kind: Kind,
     State(http): State<Http>,
     Path((room, session)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let peer = match authorized_session(&http.state, &headers, &room, &session) {
+    let peer = match authorized_session(&http.state, &headers, &room, kind, &session) {
         Ok(peer) => peer,
         Err(response) => return *response,
     };
@@ -325,12 +370,13 @@ async fn end(
 /// ICE-lite agent and are dropped. No `If-Match`: 428 (RFC 6585 §3); a stale one:
 /// 412 (RFC 9110 §13.1.1).
 async fn patch(
+    kind: Kind,
     State(http): State<Http>,
     Path((room, session)): Path<(String, String)>,
     request: Request,
 ) -> Response {
     let state = &http.state;
-    let peer = match authorized_session(state, request.headers(), &room, &session) {
+    let peer = match authorized_session(state, request.headers(), &room, kind, &session) {
         Ok(peer) => peer,
         Err(response) => return *response,
     };
@@ -435,6 +481,7 @@ fn authorized_session(
     state: &ControlState,
     headers: &HeaderMap,
     room: &str,
+    kind: Kind,
     session: &str,
 ) -> Result<PeerId, Box<Response>> {
     let caller = state
@@ -442,7 +489,9 @@ fn authorized_session(
         .check(authorization(headers), Act::Authenticated)
         .map_err(|e| Box::new(auth_refusal(&e)))?;
     let not_found = || Box::new(text(StatusCode::NOT_FOUND, "no such session"));
-    let peer = state.session_peer(room, session).ok_or_else(not_found)?;
+    let peer = state
+        .session_peer(room, kind, session)
+        .ok_or_else(not_found)?;
     let identity = state.member_identity(peer).ok_or_else(not_found)?;
     state
         .auth()
@@ -613,6 +662,11 @@ async fn signal(
 }
 
 /// One WebSocket: text frames of JSON in, JSON out, through [`run_session`].
+///
+/// A message over [`MAX_SIGNAL_MESSAGE_BYTES`] ends the session: an `error` message
+/// says what was refused, then the close frame says 1009, "message too big" (RFC
+/// 6455 §7.4.1), and the socket lingers for [`CLOSE_LINGER`]. Any other read error
+/// ends the session as a closed socket does.
 async fn serve_socket(
     state: Arc<ControlState>,
     socket: WebSocket,
@@ -620,15 +674,26 @@ async fn serve_socket(
     unauthenticated: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
     let (mut sink, stream) = socket.split();
+    let too_big = Arc::new(AtomicBool::new(false));
+    let saw_too_big = too_big.clone();
     // Ends at a close frame or an error; pings are answered by the library.
     let inbound = stream
-        .scan((), |_, frame| {
-            std::future::ready(match frame {
-                Ok(Message::Close(_)) | Err(_) => None,
-                Ok(frame) => Some(frame),
-            })
+        .scan(false, move |ended, frame| {
+            let next = match frame {
+                _ if *ended => None,
+                Ok(Message::Close(_)) => None,
+                Ok(frame) => Some(decode(frame)),
+                Err(e) => {
+                    *ended = true;
+                    too_large(&e).map(|status| {
+                        saw_too_big.store(true, Ordering::Relaxed);
+                        Some(Inbound::Failed(status))
+                    })
+                }
+            };
+            std::future::ready(next)
         })
-        .filter_map(|frame| std::future::ready(decode(frame)));
+        .filter_map(std::future::ready);
     let (out, mut messages) = mpsc::channel(SIGNAL_QUEUE_LEN);
     let (done, result) = oneshot::channel::<Option<Status>>();
     let writer = tokio::spawn(async move {
@@ -638,6 +703,13 @@ async fn serve_socket(
             }
         }
         let close = match result.await {
+            Ok(Some(status)) if too_big.load(Ordering::Relaxed) => {
+                let _ = send_json(&mut sink, &error_message(&status)).await;
+                CloseFrame {
+                    code: close_code::SIZE,
+                    reason: "message too big".into(),
+                }
+            }
             Ok(Some(status)) => {
                 let _ = send_json(&mut sink, &error_message(&status)).await;
                 CloseFrame {
@@ -650,11 +722,33 @@ async fn serve_socket(
                 reason: "".into(),
             },
         };
+        let lingers = close.code == close_code::SIZE;
         let _ = sink.send(Message::Close(Some(close))).await;
+        if lingers {
+            // The rest of the refused message is unread: closing now would reset the
+            // connection, and the client's kernel may drop our close frame with it.
+            tokio::time::sleep(CLOSE_LINGER).await;
+        }
     });
     let ended = run_session(state, Box::pin(inbound), out, token, unauthenticated).await;
     let _ = done.send(ended.err());
     let _ = writer.await;
+}
+
+/// A read error that is a message over [`MAX_SIGNAL_MESSAGE_BYTES`], as the status
+/// that ends the session; `None` for any other error.
+fn too_large(e: &axum::Error) -> Option<Status> {
+    let source = std::error::Error::source(e)?;
+    match source.downcast_ref::<tungstenite::Error>()? {
+        tungstenite::Error::Capacity(tungstenite::error::CapacityError::MessageTooLong {
+            size,
+            max_size,
+        }) => Some(Status::resource_exhausted(format!(
+            "a message of {size} bytes was refused: /signal takes messages of at most \
+             {max_size} bytes"
+        ))),
+        _ => None,
+    }
 }
 
 /// A frame as a session message: JSON text of one `signal_request::Message`.
@@ -707,6 +801,30 @@ mod tests {
     fn room_names_are_encoded_for_the_location() {
         assert_eq!(percent_encode("lobby"), "lobby");
         assert_eq!(percent_encode("a b/é"), "a%20b%2F%C3%A9");
+    }
+
+    #[test]
+    fn join_queries_are_decoded_strictly() {
+        let parsed = |q: &str| JoinQuery::parse(q);
+        assert_eq!(parsed(""), Ok(JoinQuery::default()));
+        assert_eq!(
+            parsed("identity=al%C3%A9+x&name=A%20B&other=%ff&flag"),
+            Ok(JoinQuery {
+                identity: "alé x".into(),
+                name: "A B".into(),
+            })
+        );
+        // Not UTF-8 once decoded: refused, not turned into U+FFFD.
+        let refused = parsed("identity=%ff").expect_err("invalid UTF-8");
+        assert!(refused.contains("?identity="), "{refused}");
+        assert!(parsed("name=%C3").is_err());
+        assert!(parsed("%ff=x").is_err());
+        assert!(parsed("identity=a&identity=b").is_err());
+        // A stray % is kept, as form decoding does.
+        assert_eq!(
+            parsed("identity=100%").map(|q| q.identity),
+            Ok("100%".into())
+        );
     }
 
     #[test]

@@ -30,7 +30,9 @@ use super::auth::Permissions;
 use super::grpc::ControlState;
 use super::media::{LocalTransport, MemberMedia};
 use super::presence::{Presence, PresenceUpdate};
-use super::rooms::{ParticipantSpec, ParticipantState, RoomError, RoomSpec};
+use super::rooms::{
+    NameKind, ParticipantSpec, ParticipantState, RoomError, RoomSpec, validate_name,
+};
 use super::shards::ShardError;
 use crate::driver::{DriverError, ShardCommand};
 
@@ -53,6 +55,16 @@ pub struct SignalLink {
     pub ended: oneshot::Sender<v1::LeaveEvent>,
 }
 
+/// What a WHIP/WHEP session was created as; it is reached (DELETE, PATCH) only
+/// through a path of the same kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionKind {
+    /// A publisher, `/whip/…`.
+    Whip,
+    /// A subscriber, `/whep/…`.
+    Whep,
+}
+
 /// Who asks to join, and how it will hear back.
 #[derive(Debug)]
 pub struct Admission {
@@ -65,7 +77,7 @@ pub struct Admission {
     /// Opaque application data.
     pub metadata: String,
     /// A WHIP or WHEP session (a `Location` to DELETE) rather than a connection.
-    pub http_session: bool,
+    pub http_session: Option<SessionKind>,
     /// The signalling connection to tell about room events, if any.
     pub signal: Option<SignalLink>,
     /// What its token lets it do (everything in open mode).
@@ -108,8 +120,8 @@ pub(super) struct Member {
 #[derive(Debug)]
 pub struct Members {
     pub(super) by_peer: HashMap<PeerId, Member>,
-    /// WHIP/WHEP session id → peer.
-    sessions: HashMap<String, PeerId>,
+    /// WHIP/WHEP session id → peer, and what the session was created as.
+    sessions: HashMap<String, (PeerId, SessionKind)>,
     /// Room → peers with a signalling connection, to tell about room events.
     listeners: HashMap<String, Vec<PeerId>>,
     /// Participants placed on each shard.
@@ -262,6 +274,8 @@ impl ControlState {
         }
         let room = rooms.get(&admission.room)?;
         let room_id = room.id;
+        // The directory's form of the name (NFC), which signalling's tables use too.
+        admission.room = room.name.clone();
         if admission.identity.is_empty() {
             admission.identity = format!("guest-{}", self.random_token(6)?);
         }
@@ -278,6 +292,7 @@ impl ControlState {
             peer,
         };
         let participant = rooms.join(&admission.room, spec, now)?;
+        admission.identity = participant.identity.clone();
         let me = self.participant_message(participant);
         let room = rooms.get(&admission.room)?;
         if let Some(link) = &admission.signal {
@@ -305,12 +320,13 @@ impl ControlState {
             // The queue is new and empty: this cannot be full.
             let _ = link.events.try_send(joined);
         }
-        let session = if admission.http_session {
-            let id = self.random_token(16)?;
-            members.sessions.insert(id.clone(), peer);
-            Some(id)
-        } else {
-            None
+        let session = match admission.http_session {
+            Some(kind) => {
+                let id = self.random_token(16)?;
+                members.sessions.insert(id.clone(), (peer, kind));
+                Some(id)
+            }
+            None => None,
         };
         if admission.signal.is_some() {
             members
@@ -429,11 +445,14 @@ impl ControlState {
             .map(|m| m.identity.clone())
     }
 
-    /// The peer of a WHIP/WHEP session in `room`.
-    pub fn session_peer(&self, room: &str, session: &str) -> Option<PeerId> {
+    /// The peer of a WHIP/WHEP session in `room`, if the session was created as
+    /// `kind`: a WHIP session is not a WHEP resource, nor the other way round.
+    pub fn session_peer(&self, room: &str, kind: SessionKind, session: &str) -> Option<PeerId> {
+        // Members keep the directory's form of a room's name.
+        let room = validate_name(room, NameKind::Room).ok()?;
         let members = self.members();
-        let peer = *members.sessions.get(session)?;
-        (members.by_peer.get(&peer)?.room == room).then_some(peer)
+        let (peer, created_as) = *members.sessions.get(session)?;
+        (created_as == kind && members.by_peer.get(&peer)?.room == room).then_some(peer)
     }
 
     /// Takes a participant out of signalling and the directory (if it is still the

@@ -6,7 +6,11 @@
 //! sizes, the empty-timeout, and page sizes of listings. Rooms and participants are
 //! kept in byte order of their names, so a page token is simply the last name of the
 //! previous page and a listing is a range scan, never a sort.
+//!
+//! Names are kept in Unicode NFC (see [`validate_name`]): every method takes a name in
+//! any normal form and finds the room or participant of its NFC form.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::time::Duration;
@@ -14,6 +18,8 @@ use std::time::Duration;
 use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
 use shoal_components::time::Time;
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 
 /// Bytes a room name, participant identity or channel label holds at most.
 pub const MAX_NAME_BYTES: usize = 128;
@@ -173,6 +179,14 @@ pub enum NameError {
     /// It holds a control or line-breaking character.
     #[error("holds a control or line-breaking character")]
     Unprintable,
+    /// It holds a format character (general category Cf): invisible, or reordering
+    /// what is shown (zero-width spaces and joiners, bidi controls, the BOM).
+    #[error(
+        "holds the invisible format character U+{:04X} (zero-width and bidi controls are \
+         refused)",
+        u32::from(*.0)
+    )]
+    FormatCharacter(char),
     /// It starts or ends with a space.
     #[error("starts or ends with a space")]
     OuterSpace,
@@ -289,7 +303,7 @@ impl RoomDirectory {
     /// Opens a room at `now`. An empty room closes after its empty-timeout unless
     /// someone joins first.
     pub fn create(&mut self, spec: RoomSpec, now: Time) -> Result<&Room, RoomError> {
-        validate_name(&spec.name, NameKind::Room)?;
+        let name = validate_name(&spec.name, NameKind::Room)?.into_owned();
         validate_metadata(&spec.metadata)?;
         let max = self.limits.max_participants_per_room;
         let max_participants = match spec.max_participants {
@@ -305,8 +319,8 @@ impl RoomDirectory {
             t => t,
         };
         // A duplicate is reported as such even when the node is full.
-        if self.rooms.contains_key(&spec.name) {
-            return Err(RoomError::RoomExists(spec.name));
+        if self.rooms.contains_key(&name) {
+            return Err(RoomError::RoomExists(name));
         }
         if self.rooms.len() >= self.limits.max_rooms {
             return Err(RoomError::TooManyRooms(self.limits.max_rooms));
@@ -314,7 +328,7 @@ impl RoomDirectory {
         let id = RoomId(self.next_id);
         self.next_id += 1;
         let room = Room {
-            name: spec.name.clone(),
+            name: name.clone(),
             id,
             max_participants,
             empty_timeout,
@@ -323,17 +337,16 @@ impl RoomDirectory {
             empty_since: Some(now),
             participants: BTreeMap::new(),
         };
-        self.closing
-            .insert((now + empty_timeout, spec.name.clone()));
-        Ok(self.rooms.entry(spec.name).or_insert(room))
+        self.closing.insert((now + empty_timeout, name.clone()));
+        Ok(self.rooms.entry(name).or_insert(room))
     }
 
     /// The room of that name.
     pub fn get(&self, name: &str) -> Result<&Room, RoomError> {
-        validate_name(name, NameKind::Room)?;
+        let name = validate_name(name, NameKind::Room)?;
         self.rooms
-            .get(name)
-            .ok_or_else(|| RoomError::RoomNotFound(name.to_owned()))
+            .get(&*name)
+            .ok_or_else(|| RoomError::RoomNotFound(name.into_owned()))
     }
 
     /// A page of rooms after `page_token` (empty: from the start), at most
@@ -344,11 +357,11 @@ impl RoomDirectory {
 
     /// Closes a room and returns it, with the participants to disconnect.
     pub fn delete(&mut self, name: &str) -> Result<Room, RoomError> {
-        validate_name(name, NameKind::Room)?;
+        let name = validate_name(name, NameKind::Room)?;
         let room = self
             .rooms
-            .remove(name)
-            .ok_or_else(|| RoomError::RoomNotFound(name.to_owned()))?;
+            .remove(&*name)
+            .ok_or_else(|| RoomError::RoomNotFound(name.into_owned()))?;
         if let Some(at) = room.closes_at() {
             self.closing.remove(&(at, room.name.clone()));
         }
@@ -368,13 +381,13 @@ impl RoomDirectory {
 
     /// One participant of a room.
     pub fn participant(&self, room: &str, identity: &str) -> Result<&Participant, RoomError> {
-        validate_name(identity, NameKind::Identity)?;
-        self.get(room)?
-            .participants
-            .get(identity)
+        let identity = validate_name(identity, NameKind::Identity)?;
+        let r = self.get(room)?;
+        r.participants
+            .get(&*identity)
             .ok_or_else(|| RoomError::ParticipantNotFound {
-                room: room.to_owned(),
-                identity: identity.to_owned(),
+                room: r.name.clone(),
+                identity: identity.into_owned(),
             })
     }
 
@@ -386,25 +399,27 @@ impl RoomDirectory {
         spec: ParticipantSpec,
         now: Time,
     ) -> Result<&Participant, RoomError> {
-        validate_name(room, NameKind::Room)?;
-        validate_name(&spec.identity, NameKind::Identity)?;
-        if !spec.name.is_empty() {
-            validate_name(&spec.name, NameKind::DisplayName)?;
-        }
+        let room = validate_name(room, NameKind::Room)?;
+        let identity = validate_name(&spec.identity, NameKind::Identity)?.into_owned();
+        let name = if spec.name.is_empty() {
+            String::new()
+        } else {
+            validate_name(&spec.name, NameKind::DisplayName)?.into_owned()
+        };
         validate_metadata(&spec.metadata)?;
         let r = self
             .rooms
-            .get_mut(room)
-            .ok_or_else(|| RoomError::RoomNotFound(room.to_owned()))?;
-        if r.participants.contains_key(&spec.identity) {
+            .get_mut(&*room)
+            .ok_or_else(|| RoomError::RoomNotFound(room.clone().into_owned()))?;
+        if r.participants.contains_key(&identity) {
             return Err(RoomError::ParticipantExists {
-                room: room.to_owned(),
-                identity: spec.identity,
+                room: room.into_owned(),
+                identity,
             });
         }
         if r.participants.len() >= r.max_participants as usize {
             return Err(RoomError::RoomFull {
-                room: room.to_owned(),
+                room: room.into_owned(),
                 max: r.max_participants,
             });
         }
@@ -414,15 +429,15 @@ impl RoomDirectory {
         r.empty_since = None;
         self.participants += 1;
         let participant = Participant {
-            identity: spec.identity.clone(),
-            name: spec.name,
+            identity: identity.clone(),
+            name,
             metadata: spec.metadata,
             state: ParticipantState::Joining,
             shard: spec.shard,
             peer: spec.peer,
             joined_at: now,
         };
-        Ok(r.participants.entry(spec.identity).or_insert(participant))
+        Ok(r.participants.entry(identity).or_insert(participant))
     }
 
     /// Sets a participant's connection state (signalling reports ICE and DTLS).
@@ -432,15 +447,22 @@ impl RoomDirectory {
         identity: &str,
         state: ParticipantState,
     ) -> Result<(), RoomError> {
-        self.participant(room, identity)?;
+        let (room, identity) = self.keys(room, identity)?;
         if let Some(p) = self
             .rooms
-            .get_mut(room)
-            .and_then(|r| r.participants.get_mut(identity))
+            .get_mut(&room)
+            .and_then(|r| r.participants.get_mut(&identity))
         {
             p.state = state;
         }
         Ok(())
+    }
+
+    /// The directory's own keys (NFC) of a participant that exists.
+    fn keys(&self, room: &str, identity: &str) -> Result<(String, String), RoomError> {
+        let r = self.get(room)?;
+        let p = self.participant(&r.name, identity)?;
+        Ok((r.name.clone(), p.identity.clone()))
     }
 
     /// Takes a participant out of its room at `now` and returns it, so the caller can
@@ -451,15 +473,12 @@ impl RoomDirectory {
         identity: &str,
         now: Time,
     ) -> Result<Participant, RoomError> {
-        self.participant(room, identity)?;
-        let Some(r) = self.rooms.get_mut(room) else {
-            return Err(RoomError::RoomNotFound(room.to_owned()));
+        let (room, identity) = self.keys(room, identity)?;
+        let Some(r) = self.rooms.get_mut(&room) else {
+            return Err(RoomError::RoomNotFound(room));
         };
-        let Some(p) = r.participants.remove(identity) else {
-            return Err(RoomError::ParticipantNotFound {
-                room: room.to_owned(),
-                identity: identity.to_owned(),
-            });
+        let Some(p) = r.participants.remove(&identity) else {
+            return Err(RoomError::ParticipantNotFound { room, identity });
         };
         self.participants -= 1;
         if r.participants.is_empty() {
@@ -498,26 +517,61 @@ impl RoomDirectory {
     }
 }
 
-/// Checks a room name, identity, display name or label: UTF-8 (the type says so) of
-/// 1 to [`MAX_NAME_BYTES`] bytes, no control or line-breaking characters (which
+/// Checks a room name, identity, display name, page token or channel label and
+/// returns it in the form the directory keeps: UTF-8 (the type says so) of 1 to
+/// [`MAX_NAME_BYTES`] bytes, no control (Cc) or line-breaking characters (which
 /// would forge log lines or vanish in UIs), no space at either end (so "a" and "a "
 /// cannot be two rooms that look alike).
-pub fn validate_name(name: &str, kind: NameKind) -> Result<(), RoomError> {
-    let reason = if name.is_empty() {
-        NameError::Empty
-    } else if name.len() > MAX_NAME_BYTES {
-        NameError::TooLong(name.len())
-    } else if name
-        .chars()
-        .any(|c| c.is_control() || (c.is_whitespace() && c != ' '))
-    {
-        NameError::Unprintable
-    } else if name.starts_with(' ') || name.ends_with(' ') {
-        NameError::OuterSpace
+///
+/// All but channel labels are also put in NFC (Unicode Normalization Form C, UAX #15),
+/// so "é" precomposed and "e" + U+0301 are one room and one identity, and refuse
+/// format characters (general category Cf: U+00AD soft hyphen, U+200B–U+200F
+/// zero-width space, joiners and directional marks, U+202A–U+202E bidi embeddings and
+/// overrides, U+2060–U+2064, U+2066–U+2069 bidi isolates, U+FEFF, and the rest), which
+/// make names that look the same differ or reorder what a UI shows. A channel label is
+/// matched byte for byte against the label the peer opened the channel with (RFC 8832
+/// §5.1), so it is returned as it came and only the first rules apply.
+///
+/// The length is checked before normalising (bounding the work) and after (NFC may
+/// lengthen a name).
+pub fn validate_name(name: &str, kind: NameKind) -> Result<Cow<'_, str>, RoomError> {
+    let invalid = |reason| Err(RoomError::InvalidName { kind, reason });
+    if name.is_empty() {
+        return invalid(NameError::Empty);
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return invalid(NameError::TooLong(name.len()));
+    }
+    let is_label = kind == NameKind::Channel;
+    let name = if is_label {
+        Cow::Borrowed(name)
     } else {
-        return Ok(());
+        nfc(name)
     };
-    Err(RoomError::InvalidName { kind, reason })
+    if name.len() > MAX_NAME_BYTES {
+        return invalid(NameError::TooLong(name.len()));
+    }
+    for c in name.chars() {
+        if c.is_control() || (c.is_whitespace() && c != ' ') {
+            return invalid(NameError::Unprintable);
+        }
+        if !is_label && c.general_category() == GeneralCategory::Format {
+            return invalid(NameError::FormatCharacter(c));
+        }
+    }
+    if name.starts_with(' ') || name.ends_with(' ') {
+        return invalid(NameError::OuterSpace);
+    }
+    Ok(name)
+}
+
+/// `name` in NFC; borrowed when it is NFC already (the common case, found without
+/// allocating).
+fn nfc(name: &str) -> Cow<'_, str> {
+    match is_nfc_quick(name.chars()) {
+        IsNormalized::Yes => Cow::Borrowed(name),
+        IsNormalized::No | IsNormalized::Maybe => Cow::Owned(name.nfc().collect()),
+    }
 }
 
 /// Checks metadata: opaque, but bounded.
@@ -538,12 +592,11 @@ fn page<'a, T>(
         0 => DEFAULT_PAGE_SIZE,
         n => n.min(MAX_PAGE_SIZE),
     };
-    let start = if page_token.is_empty() {
-        Bound::Unbounded
-    } else {
-        validate_name(page_token, NameKind::PageToken)?;
-        Bound::Excluded(page_token)
+    let token = match page_token {
+        "" => None,
+        t => Some(validate_name(t, NameKind::PageToken)?),
     };
+    let start = token.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
     let mut range = map.range::<str, _>((start, Bound::Unbounded));
     let items: Vec<(&String, &T)> = range.by_ref().take(size).collect();
     let next_page_token = match (range.next(), items.last()) {

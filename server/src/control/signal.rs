@@ -20,7 +20,9 @@
 //! on; [`MAX_INVALID_MESSAGES`] of them, or more than [`MAX_MESSAGES_PER_SECOND`],
 //! end it. What ends a session with an error (no `join` first, a join refused, abuse)
 //! comes back as the `Status` the transport reports: the gRPC status, or an `error`
-//! message and a close frame on the WebSocket.
+//! message and a close frame on the WebSocket. What the transport could not read
+//! ends the session the same way: a message over its size limit with
+//! RESOURCE_EXHAUSTED, and on gRPC any other stream error with its own status.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -56,6 +58,9 @@ pub enum Inbound {
     Message(signal_request::Message),
     /// Something that is not one (bad JSON, an unknown message, an empty oneof).
     Invalid(Status),
+    /// The transport could not deliver a message (one over its size limit, say): the
+    /// session ends with this status.
+    Failed(Status),
 }
 
 /// Runs one session until the client leaves, its stream ends, or it is removed.
@@ -102,7 +107,7 @@ where
                     "the session has its token already",
                 ));
             }
-            Inbound::Invalid(status) => return Err(status),
+            Inbound::Invalid(status) | Inbound::Failed(status) => return Err(status),
             Inbound::Message(_) => {
                 return Err(Status::failed_precondition(
                     "the first message must be join (or auth, then join)",
@@ -124,7 +129,7 @@ where
             identity,
             name: caller.name(join.name),
             metadata: caller.metadata(join.metadata),
-            http_session: false,
+            http_session: None,
             signal: Some(SignalLink {
                 events: out.clone(),
                 ended: ended_tx,
@@ -158,6 +163,7 @@ where
         }
         let error = match message {
             Inbound::Invalid(status) => Some(status),
+            Inbound::Failed(status) => break Err(status),
             Inbound::Message(signal_request::Message::Leave(_)) => break Ok(()),
             Inbound::Message(m) => session.handle(m).await.err(),
         };
@@ -325,6 +331,19 @@ pub fn code_name(code: Code) -> &'static str {
     }
 }
 
+/// A `SignalService` stream's transport error as the session's status. tonic
+/// reports a message over the decoding limit as OUT_OF_RANGE; gRPC's own
+/// implementations say RESOURCE_EXHAUSTED for a message larger than the limit, and so
+/// does shoal.
+fn transport_error(status: Status) -> Status {
+    match status.code() {
+        Code::OutOfRange => {
+            Status::resource_exhausted(format!("a SignalRequest was refused: {}", status.message()))
+        }
+        _ => status,
+    }
+}
+
 /// The response stream of `SignalService.Connect`.
 pub type SignalStream = Pin<Box<dyn Stream<Item = Result<v1::SignalResponse, Status>> + Send>>;
 
@@ -344,16 +363,22 @@ impl SignalService for ControlApi {
                 .auth()
                 .check(token.as_deref(), Act::Authenticated)?;
         }
-        // A transport error ends the inbound stream; an empty oneof is invalid.
-        let inbound = request
-            .into_inner()
-            .scan((), |_, item| std::future::ready(item.ok()))
-            .map(|req| match req.message {
-                Some(m) => Inbound::Message(m),
-                None => {
-                    Inbound::Invalid(Status::invalid_argument("SignalRequest carries no message"))
+        // A transport error (a message over the size limit, a reset) is the last item
+        // and ends the session with its status; an empty oneof is invalid.
+        let inbound = request.into_inner().scan(false, |failed, item| {
+            let next = match item {
+                _ if *failed => None,
+                Ok(v1::SignalRequest { message: Some(m) }) => Some(Inbound::Message(m)),
+                Ok(v1::SignalRequest { message: None }) => Some(Inbound::Invalid(
+                    Status::invalid_argument("SignalRequest carries no message"),
+                )),
+                Err(status) => {
+                    *failed = true;
+                    Some(Inbound::Failed(transport_error(status)))
                 }
-            });
+            };
+            std::future::ready(next)
+        });
         let (out, messages) = mpsc::channel(SIGNAL_QUEUE_LEN);
         let (done, result) = oneshot::channel();
         let state = self.state().clone();

@@ -134,6 +134,103 @@ fn names_are_checked() {
 }
 
 #[test]
+fn names_are_nfc_without_format_characters() {
+    let mut d = RoomDirectory::new(LIMITS);
+    // "café" precomposed (U+00E9) and decomposed (e + U+0301) are one room, kept in NFC.
+    let composed = "caf\u{e9}";
+    let decomposed = "cafe\u{301}";
+    let room = d.create(spec(decomposed), Time::ZERO).unwrap();
+    assert_eq!(room.name, composed);
+    assert_eq!(
+        d.create(spec(composed), Time::ZERO).map(|_| ()),
+        Err(RoomError::RoomExists(composed.into()))
+    );
+    assert_eq!(d.get(decomposed).unwrap().name, composed);
+    // ...and the same for identities and display names.
+    let mut who = member("jos\u{e9}", 1);
+    who.name = "Jose\u{301} M.".into();
+    let joined = d.join(decomposed, who, Time::ZERO).unwrap();
+    assert_eq!(
+        (joined.identity.as_str(), joined.name.as_str()),
+        ("jos\u{e9}", "Jos\u{e9} M.")
+    );
+    assert!(matches!(
+        d.join(composed, member("jose\u{301}", 2), Time::ZERO),
+        Err(RoomError::ParticipantExists { .. })
+    ));
+    assert_eq!(
+        d.participant(composed, "jose\u{301}").unwrap().peer,
+        PeerId(1)
+    );
+    d.set_state(decomposed, "jose\u{301}", ParticipantState::Active)
+        .unwrap();
+    let page = d.participants(composed, "", 0).unwrap();
+    assert_eq!(names(&page, |p| &p.identity), ["jos\u{e9}"]);
+    assert_eq!(page.items[0].state, ParticipantState::Active);
+    d.remove_participant(decomposed, "jose\u{301}", Time::ZERO)
+        .unwrap();
+    assert_eq!(d.delete(decomposed).unwrap().name, composed);
+
+    // Format characters (Cf): zero-width, bidi controls, BOM, soft hyphen, and others.
+    for c in [
+        '\u{ad}',
+        '\u{600}',
+        '\u{200b}',
+        '\u{200c}',
+        '\u{200d}',
+        '\u{200e}',
+        '\u{200f}',
+        '\u{202a}',
+        '\u{202e}',
+        '\u{2060}',
+        '\u{2064}',
+        '\u{2066}',
+        '\u{2069}',
+        '\u{feff}',
+        '\u{e0001}',
+    ] {
+        let name = format!("ad{c}min");
+        for kind in [NameKind::Room, NameKind::Identity, NameKind::DisplayName] {
+            assert_eq!(
+                validate_name(&name, kind),
+                Err(RoomError::InvalidName {
+                    kind,
+                    reason: NameError::FormatCharacter(c)
+                }),
+                "{name:?} as a {kind}"
+            );
+        }
+    }
+    let error = validate_name("a\u{202e}b", NameKind::Identity).unwrap_err();
+    assert!(error.to_string().contains("U+202E"), "{error}");
+    assert!(matches!(
+        d.join("r", member("\u{feff}bob", 3), Time::ZERO),
+        Err(RoomError::InvalidName {
+            kind: NameKind::Identity,
+            ..
+        })
+    ));
+    // Channel labels are matched byte for byte with what the peer opened: kept as
+    // they are, format characters too (an emoji ZWJ sequence, say).
+    let label = "chat\u{200d}e\u{301}";
+    assert_eq!(
+        validate_name(label, NameKind::Channel).as_deref(),
+        Ok(label)
+    );
+    assert!(validate_name("a\nb", NameKind::Channel).is_err());
+    // NFC that would grow past the limit is refused: U+0958 stays decomposed in NFC
+    // (a composition exclusion), 3 bytes becoming 6.
+    let grows = "\u{958}".repeat(MAX_NAME_BYTES / 3);
+    assert_eq!(
+        validate_name(&grows, NameKind::Room),
+        Err(RoomError::InvalidName {
+            kind: NameKind::Room,
+            reason: NameError::TooLong(2 * 3 * (MAX_NAME_BYTES / 3))
+        })
+    );
+}
+
+#[test]
 fn settings_are_bounded() {
     let mut d = RoomDirectory::new(LIMITS);
     let mut s = spec("r");

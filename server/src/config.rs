@@ -313,6 +313,37 @@ pub struct Config {
     )]
     pub auto_create_rooms: bool,
 
+    /// `/signal` WebSockets open at once; more are refused with 503.
+    #[arg(
+        long,
+        env = "SHOAL_MAX_SIGNAL_CONNECTIONS",
+        value_name = "N",
+        default_value_t = crate::control::http::DEFAULT_MAX_SIGNAL_CONNECTIONS,
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize)
+    )]
+    pub max_signal_connections: usize,
+
+    /// With API keys: `/signal` WebSockets that came without `?access_token=` and may
+    /// still send an `auth` message, at once; more get 401 at once.
+    #[arg(
+        long,
+        env = "SHOAL_MAX_UNAUTHENTICATED_SIGNAL",
+        value_name = "N",
+        default_value_t = crate::control::http::DEFAULT_MAX_UNAUTHENTICATED_SIGNAL,
+        value_parser = clap::value_parser!(u32).range(0..=100_000).map(|n| n as usize)
+    )]
+    pub max_unauthenticated_signal: usize,
+
+    /// With API keys: seconds such a WebSocket has to send `auth` and `join`.
+    #[arg(
+        long,
+        env = "SHOAL_SIGNAL_AUTH_TIMEOUT",
+        value_name = "SECONDS",
+        default_value_t = crate::control::signal::DEFAULT_AUTH_TIMEOUT_SECS,
+        value_parser = clap::value_parser!(u64).range(1..=60)
+    )]
+    pub signal_auth_timeout: u64,
+
     /// A PEM certificate chain: with --tls-key, HTTP serves HTTPS and WSS and gRPC
     /// serves over TLS, on the same ports. SIGHUP reads both files again (a pair that
     /// does not load leaves the old one in use).
@@ -374,6 +405,9 @@ impl Default for Config {
             insecure_open: false,
             token_clock_skew: DEFAULT_TOKEN_CLOCK_SKEW_SECS,
             auto_create_rooms: true,
+            max_signal_connections: crate::control::http::DEFAULT_MAX_SIGNAL_CONNECTIONS,
+            max_unauthenticated_signal: crate::control::http::DEFAULT_MAX_UNAUTHENTICATED_SIGNAL,
+            signal_auth_timeout: crate::control::signal::DEFAULT_AUTH_TIMEOUT_SECS,
             tls_cert: None,
             tls_key: None,
             static_peers: Vec::new(),

@@ -14,10 +14,11 @@
 
 mod grpc_node;
 mod http_client;
+mod signal_ws;
 mod tokens;
 
+use signal_ws::{WAIT, next_json};
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use http_client::{Reply, fixture_offer, request_with_headers};
@@ -35,8 +36,6 @@ use tokio_tungstenite::tungstenite::Message;
 use tonic::Code;
 use tonic::transport::Channel;
 
-/// How long a test waits for one message.
-const WAIT: Duration = Duration::from_secs(10);
 /// The room the paths act on.
 const ROOM: &str = "lobby";
 
@@ -208,23 +207,6 @@ fn session(http: SocketAddr, room: &str, identity: &str) -> (String, String) {
         reply.header("location").expect("a Location").to_owned(),
         reply.header("etag").expect("an ETag").to_owned(),
     )
-}
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// The next JSON text message, or `None` once the socket closes.
-async fn next_json(ws: &mut Ws) -> Option<serde_json::Value> {
-    loop {
-        let frame = tokio::time::timeout(WAIT, ws.next())
-            .await
-            .expect("a message in time");
-        match frame {
-            Some(Ok(Message::Text(t))) => return Some(serde_json::from_str(&t).expect("JSON")),
-            Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
-            Some(Ok(_)) => {}
-        }
-    }
 }
 
 /// `/signal` with `token` in `?access_token=`, joining `room` as `identity`.

@@ -7,12 +7,14 @@
 
 mod grpc_node;
 mod http_client;
+mod signal_ws;
 
+use signal_ws::{WAIT, Ws, next_json};
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use http_client::{fixture_offer, post_offer, request};
 use shoal_proto::v1::room_service_client::RoomServiceClient;
 use shoal_proto::v1::signal_service_client::SignalServiceClient;
@@ -22,9 +24,6 @@ use shoal_proto::v1::{
 use shoal_server::config::Config;
 use tokio_tungstenite::tungstenite::Message;
 use tonic::Code;
-
-/// How long a test waits for one message.
-const WAIT: Duration = Duration::from_secs(10);
 
 fn offer_without_sha256() -> String {
     fixture_offer("chromium156_data_offer.sdp")
@@ -56,23 +55,6 @@ fn assert_cors(reply: &http_client::Reply) {
         Some("Location, Link, ETag, WWW-Authenticate"),
         "{reply:?}"
     );
-}
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// The next JSON text message, or `None` once the socket closes.
-async fn next_json(ws: &mut Ws) -> Option<serde_json::Value> {
-    loop {
-        let frame = tokio::time::timeout(WAIT, ws.next())
-            .await
-            .expect("a message in time");
-        match frame {
-            Some(Ok(Message::Text(t))) => return Some(serde_json::from_str(&t).expect("JSON")),
-            Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
-            Some(Ok(_)) => {}
-        }
-    }
 }
 
 /// The next message is an error whose text mentions `mention`.

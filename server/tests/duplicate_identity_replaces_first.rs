@@ -7,12 +7,14 @@
 
 mod aiortc;
 mod grpc_node;
+mod signal_ws;
 
+use signal_ws::{Ws, next_json};
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
 use aiortc::{CLIENT_TIMEOUT, MARGIN, VideoClient};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use serde_json::Value;
 use shoal_proto::v1::DisconnectReason;
 use shoal_proto::v1::room_service_client::RoomServiceClient;
@@ -21,24 +23,6 @@ use shoal_server::config::Config;
 use tokio_tungstenite::tungstenite::Message;
 
 const ROOM: &str = "dup";
-/// How long a test waits for one message.
-const WAIT: Duration = Duration::from_secs(10);
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn next_json(ws: &mut Ws) -> Option<Value> {
-    loop {
-        let frame = tokio::time::timeout(WAIT, ws.next())
-            .await
-            .expect("a message in time");
-        match frame {
-            Some(Ok(Message::Text(t))) => return Some(serde_json::from_str(&t).expect("JSON")),
-            Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
-            Some(Ok(_)) => {}
-        }
-    }
-}
 
 async fn join(http: std::net::SocketAddr, identity: &str) -> (Ws, Value) {
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{http}/signal"))
@@ -67,17 +51,16 @@ fn participants(
 
 #[test]
 fn duplicate_identity_replaces_first() {
-    let (server, control) = grpc_node::start_node(Config {
+    let grpc_node::RoomNode {
+        server,
+        control: _control,
+        http,
+        runtime,
+        mut rooms,
+    } = grpc_node::node_in(Config {
         shards: NonZeroUsize::MIN,
         ..Config::default()
     });
-    let http = control.http_addr().expect("HTTP is on");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut rooms =
-        RoomServiceClient::new(runtime.block_on(grpc_node::connect(control.grpc_addr().unwrap())));
 
     // Signalling: the first "sam" hears why it goes; "ann" hears sam come again.
     let _still_joined = runtime.block_on(async {

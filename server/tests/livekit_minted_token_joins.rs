@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use aiortc::{CLIENT_TIMEOUT, MARGIN, VideoClient};
 use chromium::{attach, devtools, launch, open_page, poll};
 use shoal_proto::v1::ListParticipantsRequest;
-use shoal_proto::v1::room_service_client::RoomServiceClient;
 use shoal_server::config::Config;
 
 const ROOM: &str = "livekit-room";
@@ -68,18 +67,17 @@ fn join_button() -> &'static str {
 
 #[test]
 fn livekit_minted_token_joins() {
-    let (server, control) = grpc_node::start_node(Config {
+    let grpc_node::RoomNode {
+        server,
+        control: _control,
+        http,
+        runtime,
+        mut rooms,
+    } = grpc_node::node_in(Config {
         shards: NonZeroUsize::MIN,
         api_keys: vec![tokens::api_key()],
         ..Config::default()
     });
-    let http = control.http_addr().expect("HTTP is on");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut rooms =
-        RoomServiceClient::new(runtime.block_on(grpc_node::connect(control.grpc_addr().unwrap())));
 
     // WHIP from aiortc with a LiveKit token: the room opens, the camera publishes.
     let camera = livekit_token("camera", true);

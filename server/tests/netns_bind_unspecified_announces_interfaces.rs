@@ -111,6 +111,8 @@ fn netns_bind_unspecified_announces_interfaces() {
             &http,
             "--grpc-addr",
             "127.0.0.1:7071",
+            // The lab's private networks, no API key: open on purpose.
+            "--insecure-open",
         ],
     );
     let stdout = child.stdout.take().expect("piped stdout");

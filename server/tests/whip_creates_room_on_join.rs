@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use aiortc::{CLIENT_TIMEOUT, MARGIN, VideoClient};
 use serde_json::Value;
 use shoal_proto::v1::GetRoomRequest;
-use shoal_proto::v1::room_service_client::RoomServiceClient;
 use shoal_server::config::Config;
 use tonic::Code;
 
@@ -38,14 +37,13 @@ fn publish_into_new_room(keys: bool) {
         },
         ..Config::default()
     };
-    let (_server, control) = grpc_node::start_node(config);
-    let http = control.http_addr().expect("HTTP is on");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut rooms =
-        RoomServiceClient::new(runtime.block_on(grpc_node::connect(control.grpc_addr().unwrap())));
+    let grpc_node::RoomNode {
+        server: _server,
+        control: _control,
+        http,
+        runtime,
+        mut rooms,
+    } = grpc_node::node_in(config);
     let operator = tokens::token("operator", tokens::operator(room));
     let mut room_state = || {
         let mut request = tonic::Request::new(GetRoomRequest { name: room.into() });

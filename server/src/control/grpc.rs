@@ -27,6 +27,7 @@ use super::rooms::{
     self, NameKind, ParticipantState, RoomDirectory, RoomError, RoomSpec, validate_name,
 };
 use super::shards::{self, SHARD_REPLY_TIMEOUT, ShardError};
+use super::signal::SignalLimits;
 use crate::driver::{SendData, ShardReport, ShardSender};
 use crate::ice_servers::IceServers;
 use shoal_systems::PeerSpec;
@@ -88,6 +89,7 @@ pub struct ControlState {
     shard_queries: Semaphore,
     auth: Auth,
     auto_create_rooms: bool,
+    signal_limits: SignalLimits,
     pub(super) next_peer: AtomicU64,
     /// The next track id (node-wide).
     pub(super) next_track: AtomicU64,
@@ -114,6 +116,7 @@ impl ControlState {
             shard_queries: Semaphore::new(MAX_SHARD_QUERIES),
             auth: Auth::default(),
             auto_create_rooms: true,
+            signal_limits: SignalLimits::default(),
             next_peer: AtomicU64::new(FIRST_PEER_ID),
             next_track: AtomicU64::new(1),
             rng: SystemRandom::new(),
@@ -146,6 +149,17 @@ impl ControlState {
         self.auth = auth;
         self.auto_create_rooms = auto_create_rooms;
         self
+    }
+
+    /// The same, with `limits` on `/signal` connections.
+    pub fn with_signal_limits(mut self, limits: SignalLimits) -> ControlState {
+        self.signal_limits = limits;
+        self
+    }
+
+    /// The bounds on `/signal` connections.
+    pub fn signal_limits(&self) -> SignalLimits {
+        self.signal_limits
     }
 
     /// Who may do what.

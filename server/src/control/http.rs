@@ -64,11 +64,12 @@ use crate::ice_servers::link_headers;
 pub const MAX_BODY_BYTES: usize = sdp::MAX_SDP_LEN;
 /// Largest WebSocket message (and frame) accepted on `/signal`.
 pub const MAX_SIGNAL_MESSAGE_BYTES: usize = 64 * 1024;
-/// `/signal` connections open at once; more are refused with 503.
-pub const MAX_SIGNAL_CONNECTIONS: usize = 4096;
-/// `/signal` connections that came without a token to a node with API keys and may
-/// still send `auth` (for [`super::signal::AUTH_TIMEOUT`]); more get 401 at once.
-pub const MAX_UNAUTHENTICATED_SIGNAL: usize = 64;
+/// Default `--max-signal-connections`: `/signal` connections open at once; more are
+/// refused with 503.
+pub const DEFAULT_MAX_SIGNAL_CONNECTIONS: usize = 4096;
+/// Default `--max-unauthenticated-signal`: `/signal` connections that came without
+/// a token to a node with API keys and may still send `auth`; more get 401 at once.
+pub const DEFAULT_MAX_UNAUTHENTICATED_SIGNAL: usize = 64;
 /// How long a `/signal` socket closed for a message over the limit stays open after
 /// its close frame, so the client reads the frame before the socket goes (a lingering
 /// close: the unread rest of the message turns the socket's close into a reset).
@@ -95,10 +96,11 @@ fn prefix(kind: Kind) -> &'static str {
 
 /// The router of every HTTP route over `state`.
 pub fn router(state: Arc<ControlState>) -> Router {
+    let limits = state.signal_limits();
     let http = Http {
         state,
-        signal_slots: Arc::new(Semaphore::new(MAX_SIGNAL_CONNECTIONS)),
-        unauthenticated: Arc::new(Semaphore::new(MAX_UNAUTHENTICATED_SIGNAL)),
+        signal_slots: Arc::new(Semaphore::new(limits.connections)),
+        unauthenticated: Arc::new(Semaphore::new(limits.unauthenticated)),
     };
     let whip_whep = Router::new()
         .route(

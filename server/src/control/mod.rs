@@ -56,6 +56,7 @@ use tonic_health::server::HealthReporter;
 use self::auth::{ApiKey, Auth};
 use self::grpc::{ControlApi, ControlState};
 use self::rooms::{RoomDirectory, RoomLimits};
+use self::signal::SignalLimits;
 use self::tls::{Certificate, TlsError, TlsFiles, TlsListener};
 use crate::config::Config;
 use crate::driver::{ShardEventReceiver, ShardHandles};
@@ -107,6 +108,8 @@ pub struct ControlSettings {
     pub auto_create_rooms: bool,
     /// The certificate and key that HTTP and gRPC serve TLS with; `None`: plain.
     pub tls: Option<TlsFiles>,
+    /// Bounds on `/signal` connections.
+    pub signal_limits: SignalLimits,
 }
 
 impl ControlSettings {
@@ -134,6 +137,11 @@ impl ControlSettings {
             token_clock_skew: Duration::from_secs(config.token_clock_skew),
             auto_create_rooms: config.auto_create_rooms,
             tls: config.tls_files(),
+            signal_limits: SignalLimits {
+                connections: config.max_signal_connections,
+                unauthenticated: config.max_unauthenticated_signal,
+                auth_timeout: Duration::from_secs(config.signal_auth_timeout),
+            },
         })
     }
 }
@@ -352,7 +360,8 @@ impl Services {
             .with_auth(
                 Auth::new(&settings.api_keys, settings.token_clock_skew),
                 settings.auto_create_rooms,
-            ),
+            )
+            .with_signal_limits(settings.signal_limits),
         );
         let api = ControlApi::new(state.clone());
         let (health, health_service) = tonic_health::server::health_reporter();

@@ -43,9 +43,31 @@ use shoal_components::sdp::SessionDescription;
 
 /// How long a new session may take to send `join`.
 pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a `/signal` connection that came without a token, to a node with API
-/// keys, may take to send `auth` and `join`.
-pub const AUTH_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default `--signal-auth-timeout`: seconds a `/signal` connection that came without
+/// a token, to a node with API keys, may take to send `auth` and `join`.
+pub const DEFAULT_AUTH_TIMEOUT_SECS: u64 = 3;
+
+/// Bounds on `/signal` connections (`--max-signal-connections`,
+/// `--max-unauthenticated-signal`, `--signal-auth-timeout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignalLimits {
+    /// WebSockets open at once.
+    pub connections: usize,
+    /// Tokenless WebSockets waiting to authenticate at once.
+    pub unauthenticated: usize,
+    /// How long those may take to send `auth` and `join`.
+    pub auth_timeout: Duration,
+}
+
+impl Default for SignalLimits {
+    fn default() -> SignalLimits {
+        SignalLimits {
+            connections: super::http::DEFAULT_MAX_SIGNAL_CONNECTIONS,
+            unauthenticated: super::http::DEFAULT_MAX_UNAUTHENTICATED_SIGNAL,
+            auth_timeout: Duration::from_secs(DEFAULT_AUTH_TIMEOUT_SECS),
+        }
+    }
+}
 /// Messages the session could not act on before it ends.
 pub const MAX_INVALID_MESSAGES: u32 = 8;
 /// Messages a client may send per second.
@@ -67,7 +89,8 @@ pub enum Inbound {
 /// `out` carries every message for the client; the result says how it ended.
 /// `token` is what came with the connection; `unauthenticated`, a slot of the few
 /// connections allowed to wait for an `auth` message, held until the join is
-/// decided (such a session has [`AUTH_TIMEOUT`] rather than [`JOIN_TIMEOUT`]).
+/// decided (such a session has [`SignalLimits::auth_timeout`] rather than
+/// [`JOIN_TIMEOUT`]).
 pub async fn run_session<S>(
     state: Arc<ControlState>,
     mut inbound: S,
@@ -80,7 +103,7 @@ where
 {
     let mut limits = Limits::new();
     let wait = if unauthenticated.is_some() {
-        AUTH_TIMEOUT
+        state.signal_limits().auth_timeout
     } else {
         JOIN_TIMEOUT
     };

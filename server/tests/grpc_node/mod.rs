@@ -148,20 +148,28 @@ pub fn node_with_split_room(room: &str) -> RoomNode {
 /// Starts a node from `config` (ports made ephemeral) and creates `room` on it.
 #[allow(dead_code)]
 pub fn node_with_room_in(room: &str, config: Config) -> RoomNode {
+    let mut node = node_in(config);
+    node.runtime
+        .block_on(node.rooms.create_room(shoal_proto::v1::CreateRoomRequest {
+            name: room.into(),
+            ..Default::default()
+        }))
+        .expect("room created");
+    node
+}
+
+/// Starts a node from `config` (ports ephemeral), with a runtime and a RoomService
+/// client; no room.
+#[allow(dead_code)]
+pub fn node_in(config: Config) -> RoomNode {
     let (server, control) = start_node(config);
     let http = control.http_addr().expect("HTTP is on");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
-    let mut rooms =
+    let rooms =
         RoomServiceClient::new(runtime.block_on(connect(control.grpc_addr().expect("gRPC is on"))));
-    runtime
-        .block_on(rooms.create_room(shoal_proto::v1::CreateRoomRequest {
-            name: room.into(),
-            ..Default::default()
-        }))
-        .expect("room created");
     RoomNode {
         server,
         control,

@@ -314,24 +314,25 @@ impl Caller {
     /// The display name a joiner goes by: the one it asks for in open mode or with
     /// canUpdateOwnMetadata, else the token's.
     pub fn name(&self, asked: String) -> String {
-        match self {
-            Caller::Token(c) if !self.may_set_own_metadata() || asked.is_empty() => c.name.clone(),
-            _ => asked,
-        }
+        self.own_or_token(asked, |c| &c.name)
     }
 
     /// The metadata a joiner carries, chosen as [`Caller::name`] is.
     pub fn metadata(&self, asked: String) -> String {
+        self.own_or_token(asked, |c| &c.metadata)
+    }
+
+    /// `asked`, unless a token decides (it does not grant canUpdateOwnMetadata, or
+    /// nothing was asked): then the token's `field`.
+    fn own_or_token(&self, asked: String, field: impl Fn(&Claims) -> &String) -> String {
         match self {
-            Caller::Token(c) if !self.may_set_own_metadata() || asked.is_empty() => {
-                c.metadata.clone()
+            Caller::Token(c)
+                if asked.is_empty() || !self.grant().is_some_and(|g| g.can_update_own_metadata) =>
+            {
+                field(c).clone()
             }
             _ => asked,
         }
-    }
-
-    fn may_set_own_metadata(&self) -> bool {
-        self.grant().is_none_or(|g| g.can_update_own_metadata)
     }
 
     /// The identity a joiner goes by: the token's `sub` (one that asks for another
@@ -490,9 +491,14 @@ impl Auth {
 
     /// Counts a refusal made elsewhere (a grant checked after the fact).
     pub fn count(&self, refusal: Refusal) {
-        if let Some(i) = Refusal::ALL.iter().position(|r| *r == refusal) {
-            self.refusals[i].fetch_add(1, Ordering::Relaxed);
-        }
+        // The discriminants are the positions in `Refusal::ALL`.
+        self.refusals[refusal as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A refusal for `refusal` saying `message`, counted.
+    pub fn refuse(&self, refusal: Refusal, message: impl Into<String>) -> AuthError {
+        self.count(refusal);
+        AuthError::new(refusal, message)
     }
 
     /// Whether `token` allows `act` now: the caller, or why not (counted).

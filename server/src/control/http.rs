@@ -259,11 +259,11 @@ async fn create(
         Kind::Whep => (caller.permissions().subscribe, "canSubscribe"),
     };
     if !may {
-        state.auth().count(Refusal::Forbidden);
-        return text(
-            StatusCode::FORBIDDEN,
-            &format!("the token does not grant {grant}"),
+        let e = state.auth().refuse(
+            Refusal::Forbidden,
+            format!("the token does not grant {grant}"),
         );
+        return auth_refusal(&e);
     }
     let identity = match state.auth().counted(caller.identity_for(query.identity)) {
         Ok(identity) => identity,
@@ -637,11 +637,10 @@ async fn signal(
         match http.unauthenticated.clone().try_acquire_owned() {
             Ok(permit) => Some(permit),
             Err(_) => {
-                let e = AuthError {
-                    refusal: Refusal::Missing,
-                    message: "an access token is required (?access_token=)".into(),
-                };
-                http.state.auth().count(e.refusal);
+                let e = http.state.auth().refuse(
+                    Refusal::Missing,
+                    "an access token is required (?access_token=)",
+                );
                 return auth_refusal(&e);
             }
         }

@@ -389,7 +389,7 @@ impl ControlState {
         };
         let (answer, changes) = self.first_answer(who.peer, local, offer)?;
         // Without the canPublishData grant, its data channels only receive.
-        let admission_may_send_data = self
+        let may_send_data = self
             .members()
             .by_peer
             .get(&who.peer)
@@ -414,7 +414,7 @@ impl ControlState {
                 max_message_size: Some(answer.remote_max_message_size),
             }),
             room: Some(who.room_id),
-            may_send_data: admission_may_send_data,
+            may_send_data,
         };
         self.add_peer(who.shard, spec).await.map_err(|e| match e {
             ShardError::Refused {

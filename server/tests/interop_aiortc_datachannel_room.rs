@@ -81,19 +81,37 @@ fn exchange(node: &mut grpc_node::RoomNode) {
         .map(|(_, _, client)| finish(client, deadline))
         .collect();
     let counters: Vec<String> = (0..node.server.shard_count())
-        .map(|i| format!("{:?}", grpc_node::shard_report(&node.server, i).shard))
+        .map(|i| {
+            let r = grpc_node::shard_report(&node.server, i);
+            format!("{:?} {:?}", r.shard, r.driver)
+        })
         .collect();
-    for ((me, other, _), (ok, mut r)) in clients.iter().zip(reports) {
-        r["shards"] = Value::from(counters.clone());
-        assert_eq!(r["peer"], Value::from(*other), "{me}: {r}");
-        assert_eq!(r["ordered_received"], Value::from(COUNT), "{me}: {r}");
-        assert_eq!(r["ordered_errors"], Value::Array(Vec::new()), "{me}: {r}");
-        assert_eq!(r["unordered_errors"], Value::Array(Vec::new()), "{me}: {r}");
+    // Every client's report goes into a failure: a stall on one side shows on the
+    // other's too (what it sent, what it still waited for).
+    let all: Vec<String> = clients
+        .iter()
+        .zip(&reports)
+        .map(|((me, _, _), (ok, r))| format!("{me} (exit ok: {ok}): {r}"))
+        .collect();
+    let context = format!("{}\nshards: {counters:?}", all.join("\n"));
+    for ((me, other, _), (ok, r)) in clients.iter().zip(&reports) {
+        assert_eq!(r["peer"], Value::from(*other), "{me}\n{context}");
+        assert_eq!(r["ordered_received"], Value::from(COUNT), "{me}\n{context}");
+        assert_eq!(
+            r["ordered_errors"],
+            Value::Array(Vec::new()),
+            "{me}\n{context}"
+        );
+        assert_eq!(
+            r["unordered_errors"],
+            Value::Array(Vec::new()),
+            "{me}\n{context}"
+        );
         // Sent once each on loopback; the relay may drop an unreliable message for a
         // slow receiver, but never duplicates or corrupts one.
         let unordered = r["unordered_received"].as_u64().unwrap_or(0);
-        assert!(unordered > 0 && unordered <= COUNT, "{me}: {r}");
-        assert!(ok, "{me} exited with a failure: {r}");
+        assert!(unordered > 0 && unordered <= COUNT, "{me}\n{context}");
+        assert!(*ok, "{me} exited with a failure\n{context}");
     }
     // Both DELETEs took their participants out.
     grpc_node::wait_until_empty(node, ROOM);

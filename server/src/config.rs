@@ -344,6 +344,40 @@ pub struct Config {
     )]
     pub signal_auth_timeout: u64,
 
+    /// Seconds a session has from its WHIP/WHEP POST or signalling join until its
+    /// connection is up (ICE and DTLS); a session still not connected then is
+    /// removed (leave reason CONNECTION_TIMEOUT) and counted.
+    #[arg(
+        long,
+        env = "SHOAL_SESSION_SETUP_TIMEOUT",
+        value_name = "SECONDS",
+        default_value_t = crate::control::pending::DEFAULT_SETUP_TIMEOUT_SECS,
+        value_parser = clap::value_parser!(u64).range(1..=600)
+    )]
+    pub session_setup_timeout: u64,
+
+    /// Sessions on the node that have not connected yet, at most; more get 503 with
+    /// Retry-After (gRPC: UNAVAILABLE with grpc-retry-pushback-ms).
+    #[arg(
+        long,
+        env = "SHOAL_MAX_PENDING_SESSIONS",
+        value_name = "N",
+        default_value_t = crate::control::pending::DEFAULT_MAX_PENDING,
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize)
+    )]
+    pub max_pending_sessions: usize,
+
+    /// Sessions from one client address (an IPv4 address, an IPv6 /64) that have not
+    /// connected yet, at most; more get 503 with Retry-After.
+    #[arg(
+        long,
+        env = "SHOAL_MAX_PENDING_SESSIONS_PER_ADDRESS",
+        value_name = "N",
+        default_value_t = crate::control::pending::DEFAULT_MAX_PENDING_PER_ADDRESS,
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize)
+    )]
+    pub max_pending_sessions_per_address: usize,
+
     /// A PEM certificate chain: with --tls-key, HTTP serves HTTPS and WSS and gRPC
     /// serves over TLS, on the same ports. SIGHUP reads both files again (a pair that
     /// does not load leaves the old one in use).
@@ -408,6 +442,10 @@ impl Default for Config {
             max_signal_connections: crate::control::http::DEFAULT_MAX_SIGNAL_CONNECTIONS,
             max_unauthenticated_signal: crate::control::http::DEFAULT_MAX_UNAUTHENTICATED_SIGNAL,
             signal_auth_timeout: crate::control::signal::DEFAULT_AUTH_TIMEOUT_SECS,
+            session_setup_timeout: crate::control::pending::DEFAULT_SETUP_TIMEOUT_SECS,
+            max_pending_sessions: crate::control::pending::DEFAULT_MAX_PENDING,
+            max_pending_sessions_per_address:
+                crate::control::pending::DEFAULT_MAX_PENDING_PER_ADDRESS,
             tls_cert: None,
             tls_key: None,
             static_peers: Vec::new(),

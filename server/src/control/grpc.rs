@@ -23,6 +23,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::{Act, Auth};
 use super::participants::Members;
+use super::pending::{Pending, PendingLimits};
 use super::rooms::{
     self, NameKind, ParticipantState, RoomDirectory, RoomError, RoomSpec, validate_name,
 };
@@ -154,6 +155,12 @@ impl ControlState {
     /// The same, with `limits` on `/signal` connections.
     pub fn with_signal_limits(mut self, limits: SignalLimits) -> ControlState {
         self.signal_limits = limits;
+        self
+    }
+
+    /// The same, with `limits` on sessions that have not connected.
+    pub fn with_pending_limits(self, limits: PendingLimits) -> ControlState {
+        self.members().pending = Pending::new(limits);
         self
     }
 
@@ -556,6 +563,10 @@ impl NodeService for ControlApi {
             let d = self.state.rooms();
             (d.room_count(), d.participant_count(), d.limits().max_rooms)
         };
+        let (pending, pending_stats) = {
+            let m = self.state.members();
+            (m.pending.len(), m.pending.stats())
+        };
         Ok(Response::new(v1::NodeInfo {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             shards,
@@ -565,6 +576,14 @@ impl NodeService for ControlApi {
             load: load(peers, max_peers.saturating_mul(reports.len())),
             uptime_ms: self.state.clock.now().as_micros() / 1000,
             auth_refusals: self.state.auth.refusal_counts().into_iter().collect(),
+            pending_sessions: saturating_u32(pending),
+            pending_refusals: [
+                ("node".to_owned(), pending_stats.refused_node),
+                ("address".to_owned(), pending_stats.refused_address),
+            ]
+            .into_iter()
+            .collect(),
+            session_setup_timeouts: pending_stats.timed_out,
         }))
     }
 }

@@ -33,13 +33,15 @@
 //! carries the ICE session's entity-tag (`ETag`, shoal's ufrag, new with each
 //! restart) for the `If-Match` of a PATCH.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
-use axum::extract::{DefaultBodyLimit, Path, Query, RawQuery, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -55,6 +57,7 @@ use super::auth::{Act, AuthError, Refusal, bearer};
 use super::grpc::ControlState;
 use super::ice_restart::Precondition;
 use super::participants::{Admission, SIGNAL_QUEUE_LEN, SessionKind as Kind, check_offer};
+use super::pending::{RETRY_PUSHBACK_KEY, retry_secs};
 use super::sdpfrag::IceFragment;
 use super::signal::{Inbound, error_message, run_session};
 use crate::ice_servers::link_headers;
@@ -146,7 +149,27 @@ fn error_response(status: &Status) -> Response {
         Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    text(code, status.message())
+    let mut response = text(code, status.message());
+    // A refusal that says when to come back (a pending-session cap, see
+    // `super::pending`): 503 with Retry-After in seconds (RFC 9110 §10.2.3).
+    if code == StatusCode::SERVICE_UNAVAILABLE
+        && let Some(ms) = status
+            .metadata()
+            .get(RETRY_PUSHBACK_KEY)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+        && let Ok(value) = HeaderValue::from_str(&retry_secs(Duration::from_millis(ms)).to_string())
+    {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
+
+/// The client's IP address, from the connection the request came on.
+fn client_ip(request: &axum::http::Extensions) -> Option<IpAddr> {
+    request
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip())
 }
 
 fn text(code: StatusCode, message: &str) -> Response {
@@ -246,6 +269,7 @@ async fn create(
         Err(message) => return text(StatusCode::BAD_REQUEST, &message),
     };
     let state = &http.state;
+    let from = client_ip(request.extensions());
     // RFC 9725 §4.5: the bearer token decides who joins, before the offer is read.
     let caller = match state
         .auth()
@@ -297,6 +321,7 @@ async fn create(
                 http_session: Some(kind),
                 signal: None,
                 permissions: caller.permissions(),
+                from,
             })
             .await?;
         match task_state.negotiate(&admitted, &offer).await {
@@ -618,8 +643,10 @@ async fn signal(
     State(http): State<Http>,
     Query(query): Query<SignalQuery>,
     headers: HeaderMap,
+    extensions: axum::http::Extensions,
     upgrade: WebSocketUpgrade,
 ) -> Response {
+    let from = client_ip(&extensions);
     let token = query
         .access_token
         .or_else(|| authorization(&headers).map(str::to_owned));
@@ -657,7 +684,7 @@ async fn signal(
         .max_message_size(MAX_SIGNAL_MESSAGE_BYTES)
         .max_frame_size(MAX_SIGNAL_MESSAGE_BYTES)
         .on_upgrade(move |socket| async move {
-            serve_socket(http.state, socket, token, unauthenticated).await;
+            serve_socket(http.state, socket, token, unauthenticated, from).await;
             drop(slot);
         })
 }
@@ -673,6 +700,7 @@ async fn serve_socket(
     socket: WebSocket,
     token: Option<String>,
     unauthenticated: Option<tokio::sync::OwnedSemaphorePermit>,
+    from: Option<IpAddr>,
 ) {
     let (mut sink, stream) = socket.split();
     let too_big = Arc::new(AtomicBool::new(false));
@@ -731,7 +759,7 @@ async fn serve_socket(
             tokio::time::sleep(CLOSE_LINGER).await;
         }
     });
-    let ended = run_session(state, Box::pin(inbound), out, token, unauthenticated).await;
+    let ended = run_session(state, Box::pin(inbound), out, token, unauthenticated, from).await;
     let _ = done.send(ended.err());
     let _ = writer.await;
 }

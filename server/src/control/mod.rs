@@ -28,6 +28,7 @@ pub mod http;
 pub mod ice_restart;
 pub mod media;
 pub mod participants;
+pub mod pending;
 pub mod presence;
 pub mod rooms;
 pub mod sdpfrag;
@@ -55,6 +56,7 @@ use tonic_health::server::HealthReporter;
 
 use self::auth::{ApiKey, Auth};
 use self::grpc::{ControlApi, ControlState};
+use self::pending::PendingLimits;
 use self::rooms::{RoomDirectory, RoomLimits};
 use self::signal::SignalLimits;
 use self::tls::{Certificate, TlsError, TlsFiles, TlsListener};
@@ -110,6 +112,8 @@ pub struct ControlSettings {
     pub tls: Option<TlsFiles>,
     /// Bounds on `/signal` connections.
     pub signal_limits: SignalLimits,
+    /// Bounds on sessions that have not connected.
+    pub pending: PendingLimits,
 }
 
 impl ControlSettings {
@@ -141,6 +145,11 @@ impl ControlSettings {
                 connections: config.max_signal_connections,
                 unauthenticated: config.max_unauthenticated_signal,
                 auth_timeout: Duration::from_secs(config.signal_auth_timeout),
+            },
+            pending: PendingLimits {
+                per_node: config.max_pending_sessions,
+                per_address: config.max_pending_sessions_per_address,
+                setup_timeout: Duration::from_secs(config.session_setup_timeout),
             },
         })
     }
@@ -361,7 +370,8 @@ impl Services {
                 Auth::new(&settings.api_keys, settings.token_clock_skew),
                 settings.auto_create_rooms,
             )
-            .with_signal_limits(settings.signal_limits),
+            .with_signal_limits(settings.signal_limits)
+            .with_pending_limits(settings.pending),
         );
         let api = ControlApi::new(state.clone());
         let (health, health_service) = tonic_health::server::health_reporter();
@@ -497,10 +507,13 @@ async fn serve_all(
     };
     let http = async {
         match (listeners.http, http_tls) {
-            (Some(listener), None) => axum::serve(listener, http::router(state))
-                .with_graceful_shutdown(stopped(graceful.clone()))
-                .await
-                .map_err(http_err),
+            (Some(listener), None) => axum::serve(
+                listener,
+                http::router(state).into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(stopped(graceful.clone()))
+            .await
+            .map_err(http_err),
             (Some(listener), Some(config)) => {
                 let listener = TlsListener::new(listener, config).map_err(http_err)?;
                 axum::serve(listener, http::router(state))
@@ -538,14 +551,16 @@ fn reflection() -> Result<tonic_reflection::server::Builder<'static>, ControlErr
         .with_service_name("grpc.reflection.v1alpha.ServerReflection"))
 }
 
-/// Closes empty rooms whose time is up, and resends room presence that a full
-/// shard queue refused, every [`EXPIRY_INTERVAL`].
+/// Closes empty rooms whose time is up, removes sessions that did not connect in
+/// time, and resends room presence that a full shard queue refused, every
+/// [`EXPIRY_INTERVAL`].
 async fn expire_rooms(state: Arc<ControlState>) {
     let mut tick = tokio::time::interval(EXPIRY_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         state.retry_presence();
+        state.expire_pending().await;
         for name in state.expire_rooms() {
             eprintln!("shoal: control: room {name:?} closed after its empty timeout");
         }

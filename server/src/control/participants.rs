@@ -11,6 +11,7 @@
 //! few map operations and never across an `.await`.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -29,6 +30,7 @@ use tonic::Status;
 use super::auth::Permissions;
 use super::grpc::ControlState;
 use super::media::{LocalTransport, MemberMedia};
+use super::pending::{Pending, PendingLimits};
 use super::presence::{Presence, PresenceUpdate};
 use super::rooms::{
     NameKind, ParticipantSpec, ParticipantState, RoomError, RoomSpec, validate_name,
@@ -82,6 +84,9 @@ pub struct Admission {
     pub signal: Option<SignalLink>,
     /// What its token lets it do (everything in open mode).
     pub permissions: Permissions,
+    /// The client's address, for the cap on its sessions that have not connected
+    /// ([`super::pending`]); `None` when the transport does not say.
+    pub from: Option<IpAddr>,
 }
 
 /// A participant admitted into a room and placed on a shard.
@@ -130,6 +135,8 @@ pub struct Members {
     presence: Presence,
     /// Tracks mirrored on shards other than their publisher's, and where.
     pub(super) mirrors: HashMap<shoal_components::media::TrackId, Vec<usize>>,
+    /// Members whose connection is not up yet.
+    pub(super) pending: Pending,
 }
 
 impl Members {
@@ -142,6 +149,7 @@ impl Members {
             load: vec![0; shards],
             presence: Presence::default(),
             mirrors: HashMap::new(),
+            pending: Pending::new(PendingLimits::default()),
         }
     }
 
@@ -177,6 +185,7 @@ impl Members {
     /// Takes `peer` out of every table; its listener slot and session go too.
     fn remove(&mut self, peer: PeerId) -> Option<Member> {
         let member = self.by_peer.remove(&peer)?;
+        self.pending.remove(peer);
         if let Some(load) = self.load.get_mut(member.shard) {
             *load = load.saturating_sub(1);
         }
@@ -281,6 +290,7 @@ impl ControlState {
         }
         let room_shards: Vec<usize> = room.participants().map(|p| p.shard).collect();
         let mut members = self.members();
+        members.pending.check(admission.from, now)?;
         let shard = place(&room_shards, members.load(), self.max_peers_per_shard())
             .ok_or_else(|| Status::resource_exhausted("every shard is full"))?;
         let peer = PeerId(self.next_peer.fetch_add(1, Ordering::Relaxed));
@@ -340,6 +350,7 @@ impl ControlState {
         }
         let updates = members.presence.join(room_id, shard);
         self.tell_shards(&mut members, updates);
+        members.pending.add(peer, admission.from, now);
         members.by_peer.insert(
             peer,
             Member {
@@ -455,6 +466,20 @@ impl ControlState {
         (created_as == kind && members.by_peer.get(&peer)?.room == room).then_some(peer)
     }
 
+    /// Removes every member that has not connected within the session setup
+    /// timeout (leave reason CONNECTION_TIMEOUT), from the directory and its shard.
+    pub async fn expire_pending(self: &Arc<Self>) {
+        let now = self.clock().now();
+        let due = self.members().pending.expire(now);
+        let placed: Vec<(usize, PeerId)> = due
+            .into_iter()
+            .filter_map(|peer| self.forget(peer, DisconnectReason::ConnectionTimeout))
+            .collect();
+        if let Err(e) = self.disconnect(placed).await {
+            eprintln!("shoal: control: removing sessions that did not connect: {e}");
+        }
+    }
+
     /// Takes a participant out of signalling and the directory (if it is still the
     /// directory's participant of that identity), tells its room, and ends its
     /// signalling connection with `reason` unless the connection itself is leaving.
@@ -520,7 +545,9 @@ impl ControlState {
         match event {
             ShardEvent::DtlsConnected { peer, .. } => {
                 let rooms_and_identity = {
-                    let members = self.members();
+                    let mut members = self.members();
+                    // Connected: it no longer holds a pending slot.
+                    members.pending.remove(*peer);
                     members
                         .by_peer
                         .get(peer)

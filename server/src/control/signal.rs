@@ -97,6 +97,7 @@ pub async fn run_session<S>(
     out: mpsc::Sender<signal_response::Message>,
     mut token: Option<String>,
     unauthenticated: Option<tokio::sync::OwnedSemaphorePermit>,
+    from: Option<std::net::IpAddr>,
 ) -> Result<(), Status>
 where
     S: Stream<Item = Inbound> + Unpin,
@@ -158,6 +159,7 @@ where
                 ended: ended_tx,
             }),
             permissions,
+            from,
         })
         .await?;
     let mut session = Session {
@@ -379,6 +381,7 @@ impl SignalService for ControlApi {
         request: Request<Streaming<v1::SignalRequest>>,
     ) -> Result<Response<SignalStream>, Status> {
         let token = super::grpc::bearer_of(&request).map(str::to_owned);
+        let from = request.remote_addr().map(|a| a.ip());
         // gRPC clients send their token as metadata: a stream without a valid one
         // is refused before it holds anything (the `auth` message is for browsers).
         if !self.state().auth().is_open() {
@@ -406,7 +409,7 @@ impl SignalService for ControlApi {
         let (done, result) = oneshot::channel();
         let state = self.state().clone();
         tokio::spawn(async move {
-            let ended = run_session(state, Box::pin(inbound), out, token, None).await;
+            let ended = run_session(state, Box::pin(inbound), out, token, None, from).await;
             let _ = done.send(ended.err());
         });
         let messages = futures_util::stream::unfold(messages, |mut rx| async move {

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 /// How long one request may take.
@@ -55,7 +55,43 @@ pub fn request_with_headers(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Reply {
-    let mut stream = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT).expect("connect");
+    let stream = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT).expect("connect");
+    exchange(stream, addr, method, path, headers, body)
+}
+
+/// [`request_with_headers`] from the local address `source` (a loopback address
+/// other than 127.0.0.1 stands for another client).
+pub fn request_from(
+    source: IpAddr,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Reply {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )
+    .expect("a socket");
+    socket
+        .bind(&SocketAddr::new(source, 0).into())
+        .expect("bind the source address");
+    socket
+        .connect_timeout(&addr.into(), REQUEST_TIMEOUT)
+        .expect("connect");
+    exchange(socket.into(), addr, method, path, headers, body)
+}
+
+fn exchange(
+    mut stream: TcpStream,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Reply {
     stream.set_read_timeout(Some(REQUEST_TIMEOUT)).unwrap();
     stream.set_write_timeout(Some(REQUEST_TIMEOUT)).unwrap();
     let mut head = format!(

@@ -11,7 +11,8 @@
 //! over WHIP and connects, again and again. A `/signal` join that never offers
 //! holds a pending slot too, and times out the same way: the client hears `leave`
 //! with CONNECTION_TIMEOUT. At the end, the node's own cap is reached from many
-//! addresses and refuses too.
+//! addresses and refuses too, and a refused session with a taken identity does not
+//! replace that identity's participant.
 //!
 //! Memory: the process's RSS after the flood is within 10 % of its RSS after a
 //! warm-up round of the same flood (the allocator keeps what it once needed; a leak
@@ -402,16 +403,58 @@ fn pending_sessions_are_bounded() {
     });
     wait_until_freed(&mut node, &mut nodes, baseline_entities);
 
-    // The node's own cap: many addresses, a few sessions each.
+    // The node's own cap: many addresses, a few sessions each, after one session
+    // with a known identity.
+    let keeper = http_client::request_from(
+        loopback(100),
+        http,
+        "POST",
+        &format!("/whip/{ROOM}?identity=keeper"),
+        &[("Content-Type", "application/sdp")],
+        offer.as_bytes(),
+    );
+    assert_eq!(keeper.status, 201, "{}", keeper.body);
     let many: Vec<IpAddr> = (10..10 + (PER_NODE / 4 + 2) as u8).map(loopback).collect();
     let wide = flood(http, &many, (PER_NODE + 20) as u32, 5, &offer);
     assert!(wide.other.is_empty(), "{:?}", wide.other);
-    assert_eq!(wide.created as usize, PER_NODE);
+    assert_eq!(wide.created as usize, PER_NODE - 1);
+    // A refused session replaces no one: the keeper's identity stays taken.
+    let usurper = http_client::request_from(
+        loopback(101),
+        http,
+        "POST",
+        &format!("/whip/{ROOM}?identity=keeper"),
+        &[("Content-Type", "application/sdp")],
+        offer.as_bytes(),
+    );
+    assert_eq!(usurper.status, 503, "{}", usurper.body);
+    let listed = node
+        .runtime
+        .block_on(
+            node.rooms
+                .list_participants(shoal_proto::v1::ListParticipantsRequest {
+                    room: ROOM.into(),
+                    page_size: 250,
+                    ..Default::default()
+                }),
+        )
+        .expect("listed")
+        .into_inner()
+        .participants;
+    assert_eq!(listed.len(), PER_NODE);
+    assert!(
+        listed.iter().any(|p| p.identity == "keeper"),
+        "the keeper is still there"
+    );
     let info = node
         .runtime
         .block_on(nodes.get_node_info(shoal_proto::v1::GetNodeInfoRequest {}))
         .expect("GetNodeInfo")
         .into_inner();
-    assert_eq!(info.pending_refusals.get("node").copied(), Some(20));
+    // The flood's excess and the usurper.
+    assert_eq!(
+        info.pending_refusals.get("node").copied(),
+        Some(u64::from(wide.refused) + 1)
+    );
     wait_until_freed(&mut node, &mut nodes, baseline_entities);
 }

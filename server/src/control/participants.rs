@@ -260,7 +260,14 @@ impl ControlState {
                 .ok()
                 .map(|p| p.peer)
         };
-        if let Some(old) = existing.filter(|_| !admission.identity.is_empty())
+        let existing = existing.filter(|_| !admission.identity.is_empty());
+        if existing.is_some() {
+            // A session that would be refused for want of a pending slot does not
+            // replace anyone.
+            let now = self.clock().now();
+            self.members().pending.check(admission.from, now)?;
+        }
+        if let Some(old) = existing
             && let Some(placed) = self.forget(old, DisconnectReason::DuplicateIdentity)
         {
             self.disconnect(vec![placed]).await?;

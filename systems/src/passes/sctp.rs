@@ -133,7 +133,8 @@ pub fn sctp(
             }
         }
         if fx.sack_processed {
-            rearm_t3(&mut ctx.heap, entity, &mut a, &mut timers, now);
+            let restart = fx.cumulative_advanced;
+            rearm_t3(&mut ctx.heap, entity, &mut a, &mut timers, now, restart);
         }
         if fx.shutdown_acked {
             arm_t2(&mut ctx.heap, entity, &a, &mut timers, now);
@@ -308,14 +309,27 @@ fn on_t2(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
     arm_t2(&mut ctx.heap, entity, a, timers, ctx.now.0);
 }
 
-/// RFC 9260 §6.3.2 R2-R4: stop T3 when nothing is outstanding, restart it when the
-/// cumulative ack advanced (here: whenever a SACK leaves data outstanding).
-fn rearm_t3(heap: &mut TimerHeap, entity: Entity, a: &mut Sctp, timers: &mut Timers, now: Time) {
+/// After a SACK, RFC 9260 §6.3.2: stop T3-rtx when nothing is outstanding (R2);
+/// restart it when the SACK acknowledged the earliest outstanding TSN (R3,
+/// `restart`); otherwise start it only if it is not running (R4, and RFC 3758
+/// §3.5 C5 while a FORWARD TSN is owed). A SACK that only adds gap blocks must not
+/// push back the expiry: the lost chunk at the head would wait for as long as the
+/// chunks after it keep being acknowledged.
+fn rearm_t3(
+    heap: &mut TimerHeap,
+    entity: Entity,
+    a: &mut Sctp,
+    timers: &mut Timers,
+    now: Time,
+    restart: bool,
+) {
     let Some(tx) = a.tx.as_mut() else { return };
     let forward_owed = tx.outstanding.forward_tsn_owed();
     tx.forward_tsn_due = forward_owed;
     if tx.outstanding.has_outstanding_data() || forward_owed {
-        heap.arm(timers, entity, TimerKind::SctpT3, now + tx.rto.rto());
+        if restart || timers.get(TimerKind::SctpT3).is_none() {
+            heap.arm(timers, entity, TimerKind::SctpT3, now + tx.rto.rto());
+        }
     } else {
         timers.cancel(TimerKind::SctpT3);
     }

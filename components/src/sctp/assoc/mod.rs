@@ -486,6 +486,10 @@ pub struct Effects {
     pub established: bool,
     /// A SACK arrived (the T3-rtx timer needs attention).
     pub sack_processed: bool,
+    /// It acknowledged the earliest outstanding TSN: T3-rtx restarts (RFC 9260
+    /// §6.3.2 R3). Any other SACK leaves a running T3-rtx as it is, or a lost chunk
+    /// would wait for as long as later ones keep being acknowledged.
+    pub cumulative_advanced: bool,
     /// Something arrived the packet was not valid for; counted by the caller.
     pub dropped: bool,
     /// A SHUTDOWN ACK was queued: (re)start T2-shutdown.
@@ -603,6 +607,7 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
                         }
                         if out.newly_acked_cumulative {
                             a.error_count = 0;
+                            fx.cumulative_advanced = true;
                         }
                         tx.apply_discards();
                         fx.sack_processed = true;

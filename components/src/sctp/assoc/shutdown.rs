@@ -55,6 +55,7 @@ pub(super) fn on_shutdown(a: &mut Sctp, cum_ack: Tsn, now: Time, fx: &mut Effect
                         if out.newly_acked_cumulative {
                             a.error_count = 0;
                             fx.sack_processed = true;
+                            fx.cumulative_advanced = true;
                         }
                     }
                     Err(SackError::AcksUnsentTsn { .. }) => {

@@ -2,7 +2,8 @@
 //! runtime that serves gRPC (`shoal.v1.RoomService`, `NodeService`, `SignalService`,
 //! the standard `grpc.health.v1.Health` service and server reflection, v1 and
 //! v1alpha, so `grpcurl` and `grpcio` clients need no `.proto` files) and HTTP
-//! ([`http`]: WHIP, WHEP, the `/signal` WebSocket, the demo page, `/healthz`).
+//! ([`http`]: WHIP, WHEP, the `/signal` WebSocket ([`websocket`]), the demo page,
+//! `/healthz`).
 //!
 //! It never touches a World. It owns the room directory ([`rooms`], plain data behind
 //! one mutex) and signalling's tables ([`participants`]: placement, sessions,
@@ -34,6 +35,7 @@ pub mod sdpfrag;
 pub mod shards;
 pub mod signal;
 pub mod tls;
+pub mod websocket;
 
 use std::io;
 

@@ -22,6 +22,7 @@ use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
 
 use super::auth::{Act, Auth};
+use super::connections::LimitCounters;
 use super::participants::Members;
 use super::rooms::{
     self, NameKind, ParticipantState, RoomDirectory, RoomError, RoomSpec, validate_name,
@@ -90,6 +91,7 @@ pub struct ControlState {
     auth: Auth,
     auto_create_rooms: bool,
     signal_limits: SignalLimits,
+    limit_counters: Arc<LimitCounters>,
     pub(super) next_peer: AtomicU64,
     /// The next track id (node-wide).
     pub(super) next_track: AtomicU64,
@@ -117,6 +119,7 @@ impl ControlState {
             auth: Auth::default(),
             auto_create_rooms: true,
             signal_limits: SignalLimits::default(),
+            limit_counters: Arc::default(),
             next_peer: AtomicU64::new(FIRST_PEER_ID),
             next_track: AtomicU64::new(1),
             rng: SystemRandom::new(),
@@ -160,6 +163,11 @@ impl ControlState {
     /// The bounds on `/signal` connections.
     pub fn signal_limits(&self) -> SignalLimits {
         self.signal_limits
+    }
+
+    /// The connections refused or cut off, by limit.
+    pub fn limit_counters(&self) -> &Arc<LimitCounters> {
+        &self.limit_counters
     }
 
     /// Who may do what.
@@ -565,6 +573,7 @@ impl NodeService for ControlApi {
             load: load(peers, max_peers.saturating_mul(reports.len())),
             uptime_ms: self.state.clock.now().as_micros() / 1000,
             auth_refusals: self.state.auth.refusal_counts().into_iter().collect(),
+            connections_refused: self.state.limit_counters.counts().into_iter().collect(),
         }))
     }
 }

@@ -66,17 +66,20 @@ pub enum Limit {
     NoRequest,
     /// No request (HTTP/1.1) or stream (HTTP/2) for `--idle-timeout`.
     Idle,
+    /// A `/signal` WebSocket with no frame from the client for `--idle-timeout`.
+    SignalIdle,
 }
 
 impl Limit {
     /// Every limit, in counting order.
-    pub const ALL: [Limit; 6] = [
+    pub const ALL: [Limit; 7] = [
         Limit::PerAddress,
         Limit::Total,
         Limit::TlsHandshake,
         Limit::HeaderTimeout,
         Limit::NoRequest,
         Limit::Idle,
+        Limit::SignalIdle,
     ];
 
     /// The limit's name in counts.
@@ -88,6 +91,7 @@ impl Limit {
             Limit::HeaderTimeout => "header_timeout",
             Limit::NoRequest => "no_request",
             Limit::Idle => "idle",
+            Limit::SignalIdle => "signal_idle",
         }
     }
 }

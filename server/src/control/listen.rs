@@ -664,7 +664,7 @@ async fn drive<C>(
 }
 
 /// Sleeps until `at`, or forever.
-async fn sleep_until(at: Option<Instant>) {
+pub(super) async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

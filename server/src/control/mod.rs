@@ -148,6 +148,7 @@ impl ControlSettings {
                 connections: config.max_signal_connections,
                 unauthenticated: config.max_unauthenticated_signal,
                 auth_timeout: Duration::from_secs(config.signal_auth_timeout),
+                idle_timeout: Duration::from_secs(config.idle_timeout),
             },
             connection_limits: ConnectionLimits {
                 per_address: config.max_connections_per_address,

@@ -2,19 +2,27 @@
 //! `SignalService` session ([`run_session`]) per socket.
 //!
 //! A message over [`MAX_SIGNAL_MESSAGE_BYTES`] gets an `error` and close code 1009
-//! (RFC 6455 §7.4.1).
+//! (RFC 6455 §7.4.1). A socket from which no frame (a pong included) comes for
+//! `--idle-timeout` is closed with 1001, "going away"; shoal pings it after half
+//! that silence (§5.5.2), which a live client answers by itself, so only a dead or
+//! silent one goes. Its read buffer starts at [`SIGNAL_READ_BUFFER_BYTES`] and grows
+//! only for a large message: an idle socket costs about 20 KiB where tungstenite's
+//! preallocated 128 KiB made it about 145 KiB.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use shoal_proto::v1::{signal_request, signal_response};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
+use tokio::time::Instant;
 use tonic::Status;
 
+use super::connections::Limit;
 use super::grpc::ControlState;
 use super::http::MAX_SIGNAL_MESSAGE_BYTES;
 use super::participants::SIGNAL_QUEUE_LEN;
@@ -24,6 +32,13 @@ use super::signal::{Inbound, error_message, run_session};
 /// its close frame, so the client reads the frame before the socket goes (a lingering
 /// close: the unread rest of the message turns the socket's close into a reset).
 pub const CLOSE_LINGER: Duration = Duration::from_secs(2);
+/// How long a `/signal` socket's writer may take, once the session ended, to send
+/// what is left and the close frame to a client that does not read; then the
+/// socket is dropped.
+pub const WRITER_GRACE: Duration = Duration::from_secs(5);
+/// The read buffer a `/signal` socket starts with (tungstenite preallocates 128 KiB
+/// by default); signalling messages are small, and a large one grows it.
+pub const SIGNAL_READ_BUFFER_BYTES: usize = 4 * 1024;
 
 /// Completes the upgrade of an admitted `/signal` request and serves the socket;
 /// `slot`, its place among the node's signalling connections, is held until the
@@ -36,6 +51,7 @@ pub(super) fn accept(
     slot: OwnedSemaphorePermit,
 ) -> Response {
     upgrade
+        .read_buffer_size(SIGNAL_READ_BUFFER_BYTES)
         .max_message_size(MAX_SIGNAL_MESSAGE_BYTES)
         .max_frame_size(MAX_SIGNAL_MESSAGE_BYTES)
         .on_upgrade(move |socket| async move {
@@ -48,25 +64,57 @@ pub(super) fn accept(
 ///
 /// A message over [`MAX_SIGNAL_MESSAGE_BYTES`] ends the session: an `error` message
 /// says what was refused, then the close frame says 1009, "message too big" (RFC
-/// 6455 §7.4.1), and the socket lingers for [`CLOSE_LINGER`]. Any other read error
-/// ends the session as a closed socket does.
+/// 6455 §7.4.1), and the socket lingers for [`CLOSE_LINGER`]. No frame for the idle
+/// timeout ends it with 1001, "going away" (§7.4.1); a ping goes out after half of
+/// it (§5.5.2), and any frame, its pong included, starts the wait anew. Any other
+/// read error ends the session as a closed socket does. The writer has
+/// [`WRITER_GRACE`] to finish once the session has ended.
 async fn serve_socket(
     state: Arc<ControlState>,
     socket: WebSocket,
     token: Option<String>,
     unauthenticated: Option<OwnedSemaphorePermit>,
 ) {
+    let idle = state.signal_limits().idle_timeout;
+    let counters = state.limit_counters().clone();
     let (mut sink, stream) = socket.split();
     let too_big = Arc::new(AtomicBool::new(false));
     let saw_too_big = too_big.clone();
-    // Ends at a close frame or an error; pings are answered by the library.
-    let inbound = stream
+    let went_idle = Arc::new(AtomicBool::new(false));
+    let saw_idle = went_idle.clone();
+    let heard = Heard::new();
+    let heard_by_reader = heard.clone();
+    // Each frame, or `None` when none came within `idle`.
+    let frames = futures_util::stream::unfold(stream, move |mut stream| {
+        let heard = heard_by_reader.clone();
+        async move {
+            match tokio::time::timeout(idle, stream.next()).await {
+                Ok(Some(frame)) => {
+                    heard.now();
+                    Some((Some(frame), stream))
+                }
+                Ok(None) => None,
+                Err(_) => Some((None, stream)),
+            }
+        }
+    });
+    // Ends at a close frame, an error or silence; pings are answered by the library.
+    let inbound = frames
         .scan(false, move |ended, frame| {
             let next = match frame {
                 _ if *ended => None,
-                Ok(Message::Close(_)) => None,
-                Ok(frame) => Some(decode(frame)),
-                Err(e) => {
+                None => {
+                    *ended = true;
+                    saw_idle.store(true, Ordering::Relaxed);
+                    counters.count(Limit::SignalIdle);
+                    Some(Some(Inbound::Failed(Status::deadline_exceeded(format!(
+                        "no frame from the client for {} s",
+                        idle.as_secs()
+                    )))))
+                }
+                Some(Ok(Message::Close(_))) => None,
+                Some(Ok(frame)) => Some(decode(frame)),
+                Some(Err(e)) => {
                     *ended = true;
                     too_large(&e).map(|status| {
                         saw_too_big.store(true, Ordering::Relaxed);
@@ -79,10 +127,27 @@ async fn serve_socket(
         .filter_map(std::future::ready);
     let (out, mut messages) = mpsc::channel(SIGNAL_QUEUE_LEN);
     let (done, result) = oneshot::channel::<Option<Status>>();
-    let writer = tokio::spawn(async move {
-        while let Some(message) = messages.recv().await {
-            if send_json(&mut sink, &message).await.is_err() {
-                return;
+    let mut writer = tokio::spawn(async move {
+        // The silence a ping was sent for; one ping per silence.
+        let mut pinged_for = None;
+        loop {
+            let (last, at) = heard.last();
+            let ping_at = (pinged_for != Some(last)).then_some(at + idle / 2);
+            tokio::select! {
+                message = messages.recv() => match message {
+                    Some(message) => {
+                        if send_json(&mut sink, &message).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => break,
+                },
+                () = super::listen::sleep_until(ping_at) => {
+                    if sink.send(Message::Ping(Bytes::new())).await.is_err() {
+                        return;
+                    }
+                    pinged_for = Some(last);
+                }
             }
         }
         let close = match result.await {
@@ -91,6 +156,13 @@ async fn serve_socket(
                 CloseFrame {
                     code: close_code::SIZE,
                     reason: "message too big".into(),
+                }
+            }
+            Ok(Some(status)) if went_idle.load(Ordering::Relaxed) => {
+                let _ = send_json(&mut sink, &error_message(&status)).await;
+                CloseFrame {
+                    code: close_code::AWAY,
+                    reason: "idle".into(),
                 }
             }
             Ok(Some(status)) => {
@@ -115,7 +187,42 @@ async fn serve_socket(
     });
     let ended = run_session(state, Box::pin(inbound), out, token, unauthenticated).await;
     let _ = done.send(ended.err());
-    let _ = writer.await;
+    // A client that does not read would hold the writer, and the socket, forever.
+    if tokio::time::timeout(WRITER_GRACE, &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
+}
+
+/// When a `/signal` socket last heard from its client: milliseconds since the
+/// socket opened, shared by its reader and its writer.
+#[derive(Clone)]
+struct Heard {
+    opened: Instant,
+    ms: Arc<AtomicU64>,
+}
+
+impl Heard {
+    fn new() -> Heard {
+        Heard {
+            opened: Instant::now(),
+            ms: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// A frame came now.
+    fn now(&self) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The last frame's time, as stored and as an instant.
+    fn last(&self) -> (u64, Instant) {
+        let ms = self.ms.load(Ordering::Relaxed);
+        (ms, self.opened + Duration::from_millis(ms))
+    }
 }
 
 /// A read error that is a message over [`MAX_SIGNAL_MESSAGE_BYTES`], as the status

@@ -403,6 +403,18 @@ pub struct Config {
     )]
     pub max_connections: usize,
 
+    /// Web origins (`https://app.example`, SCHEME://HOST[:PORT]) whose pages may open
+    /// `/signal` and read WHIP/WHEP responses; repeatable or comma-separated. Unset:
+    /// any origin. A `/signal` upgrade whose `Origin` is not listed gets 403; a
+    /// request without `Origin` (not a browser's) is not affected.
+    #[arg(
+        long,
+        env = "SHOAL_ALLOWED_ORIGINS",
+        value_name = "ORIGIN",
+        value_delimiter = ','
+    )]
+    pub allowed_origins: Vec<crate::control::origin::AllowedOrigin>,
+
     /// A PEM certificate chain: with --tls-key, HTTP serves HTTPS and WSS and gRPC
     /// serves over TLS, on the same ports. SIGHUP reads both files again (a pair that
     /// does not load leaves the old one in use).
@@ -473,6 +485,7 @@ impl Default for Config {
             max_connections_per_address:
                 crate::control::connections::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             max_connections: crate::control::connections::DEFAULT_MAX_CONNECTIONS,
+            allowed_origins: Vec::new(),
             tls_cert: None,
             tls_key: None,
             static_peers: Vec::new(),
@@ -1241,17 +1254,33 @@ sctp-max-init-retransmits = 8
             ),
             (10, 60, 10, 512, 16_384)
         );
-        let (_dir, path) = config_file("idle-timeout = 5\nmax-connections = 100\n");
-        let c =
-            Config::load_from(["shoal", "--config", &path, "--http-header-timeout", "2"]).unwrap();
+        assert!(c.allowed_origins.is_empty());
+        let (_dir, path) = config_file(
+            "idle-timeout = 5\nmax-connections = 100\n\
+             allowed-origins = [\"https://a.example\", \"http://b.example:8080\"]\n",
+        );
+        let c = Config::load_from([
+            "shoal",
+            "--config",
+            &path,
+            "--http-header-timeout",
+            "2",
+            "--allowed-origins",
+            "https://C.example:443",
+        ])
+        .unwrap();
         assert_eq!((c.http_header_timeout, c.idle_timeout), (2, 5));
         assert_eq!(c.max_connections, 100);
+        let origins: Vec<&str> = c.allowed_origins.iter().map(|o| o.as_str()).collect();
+        assert_eq!(origins, ["https://c.example"], "the flag wins");
         for args in [
             &["shoal", "--http-header-timeout", "0"][..],
             &["shoal", "--idle-timeout", "3601"],
             &["shoal", "--tls-handshake-timeout", "0"],
             &["shoal", "--max-connections-per-address", "0"],
             &["shoal", "--max-connections", "0"],
+            &["shoal", "--allowed-origins", "a.example"],
+            &["shoal", "--allowed-origins", "https://a.example/path"],
         ] {
             assert!(Config::try_parse_from(args).is_err(), "{args:?}");
         }

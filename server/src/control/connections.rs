@@ -50,7 +50,7 @@ impl Default for ConnectionLimits {
     }
 }
 
-/// The limit a connection was refused or cut off for.
+/// The limit a connection (or a `/signal` upgrade) was refused or cut off for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Limit {
     /// Its address held `--max-connections-per-address` already (closed at accept).
@@ -68,11 +68,13 @@ pub enum Limit {
     Idle,
     /// A `/signal` WebSocket with no frame from the client for `--idle-timeout`.
     SignalIdle,
+    /// A `/signal` upgrade from an origin not in `--allowed-origins` (403).
+    Origin,
 }
 
 impl Limit {
     /// Every limit, in counting order.
-    pub const ALL: [Limit; 7] = [
+    pub const ALL: [Limit; 8] = [
         Limit::PerAddress,
         Limit::Total,
         Limit::TlsHandshake,
@@ -80,6 +82,7 @@ impl Limit {
         Limit::NoRequest,
         Limit::Idle,
         Limit::SignalIdle,
+        Limit::Origin,
     ];
 
     /// The limit's name in counts.
@@ -92,6 +95,7 @@ impl Limit {
             Limit::NoRequest => "no_request",
             Limit::Idle => "idle",
             Limit::SignalIdle => "signal_idle",
+            Limit::Origin => "origin",
         }
     }
 }

@@ -23,6 +23,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::{Act, Auth};
 use super::connections::LimitCounters;
+use super::origin::AllowedOrigins;
 use super::participants::Members;
 use super::rooms::{
     self, NameKind, ParticipantState, RoomDirectory, RoomError, RoomSpec, validate_name,
@@ -91,6 +92,7 @@ pub struct ControlState {
     auth: Auth,
     auto_create_rooms: bool,
     signal_limits: SignalLimits,
+    allowed_origins: AllowedOrigins,
     limit_counters: Arc<LimitCounters>,
     pub(super) next_peer: AtomicU64,
     /// The next track id (node-wide).
@@ -119,6 +121,7 @@ impl ControlState {
             auth: Auth::default(),
             auto_create_rooms: true,
             signal_limits: SignalLimits::default(),
+            allowed_origins: AllowedOrigins::default(),
             limit_counters: Arc::default(),
             next_peer: AtomicU64::new(FIRST_PEER_ID),
             next_track: AtomicU64::new(1),
@@ -165,7 +168,18 @@ impl ControlState {
         self.signal_limits
     }
 
-    /// The connections refused or cut off, by limit.
+    /// The same, with `origins` allowed to open `/signal` from a browser.
+    pub fn with_allowed_origins(mut self, origins: AllowedOrigins) -> ControlState {
+        self.allowed_origins = origins;
+        self
+    }
+
+    /// The web origins allowed to open `/signal` and read WHIP/WHEP responses.
+    pub fn allowed_origins(&self) -> &AllowedOrigins {
+        &self.allowed_origins
+    }
+
+    /// The connections (and `/signal` upgrades) refused or cut off, by limit.
     pub fn limit_counters(&self) -> &Arc<LimitCounters> {
         &self.limit_counters
     }

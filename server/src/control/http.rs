@@ -22,11 +22,14 @@
 //! CORS: RFC 9725 §4.2 says WHIP endpoints "MUST support OPTIONS requests for
 //! Cross-Origin Resource Sharing (CORS) as defined in [FETCH]", so that a page on
 //! another origin can publish. Every WHIP/WHEP response says
-//! `Access-Control-Allow-Origin: *` (nothing is behind cookies) and exposes
+//! `Access-Control-Allow-Origin: *` (nothing is behind cookies) or, with
+//! `--allowed-origins`, names the request's origin when it is allowed (and nothing
+//! otherwise, with `Vary: Origin`), and exposes
 //! `Location` and `Link`, which Fetch does not let a script read otherwise and which
 //! the client needs to end its session and to reach its TURN servers; an OPTIONS answers a preflight for the methods the
 //! resource allows and the `Content-Type` and `Authorization` request headers (a
-//! client with a bearer token sends it, RFC 9725 §4.7.1).
+//! client with a bearer token sends it, RFC 9725 §4.7.1). A `/signal` upgrade from
+//! a browser page of an origin not allowed gets 403 ([`super::origin`]).
 //!
 //! PATCH (RFC 9725 §4.3): ICE restarts and trickle ICE with an
 //! `application/trickle-ice-sdpfrag` (RFC 8840); see `patch`. The 201 of a POST
@@ -50,8 +53,10 @@ use tokio::sync::Semaphore;
 use tonic::{Code, Status};
 
 use super::auth::{Act, AuthError, Refusal, bearer};
+use super::connections::Limit;
 use super::grpc::ControlState;
 use super::ice_restart::Precondition;
+use super::origin::AllowedOrigins;
 use super::participants::{Admission, SessionKind as Kind, check_offer};
 use super::sdpfrag::IceFragment;
 use super::websocket;
@@ -117,7 +122,10 @@ pub fn router(state: Arc<ControlState>) -> Router {
                 .patch(|s, p, r| patch(Kind::Whep, s, p, r))
                 .options(session_options),
         )
-        .layer(axum::middleware::map_response(cors));
+        .layer(axum::middleware::from_fn_with_state(
+            http.state.allowed_origins().clone(),
+            cors,
+        ));
     Router::new()
         .route("/", get(|| async { Html(DEMO_PAGE) }))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -582,14 +590,31 @@ fn preflight(methods: &'static str) -> Response {
 }
 
 /// Adds to every WHIP/WHEP response (errors too, so a page can read them) what lets a
-/// cross-origin page read it: any origin, and the `Location` and `Link` headers of a
-/// new session.
-async fn cors(mut response: Response) -> Response {
+/// cross-origin page read it: its origin (any, or the request's when it is allowed),
+/// and the `Location` and `Link` headers of a new session.
+async fn cors(
+    State(origins): State<AllowedOrigins>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let allowed = if origins.is_any() {
+        Some(HeaderValue::from_static("*"))
+    } else {
+        request
+            .headers()
+            .get(header::ORIGIN)
+            .and_then(|o| origins.find(o.as_bytes()))
+            .and_then(|o| HeaderValue::from_str(o.as_str()).ok())
+    };
+    let mut response = next.run(request).await;
     let headers = response.headers_mut();
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
+    if !origins.is_any() {
+        // The answer depends on the request's Origin: caches must keep them apart.
+        headers.append(header::VARY, HeaderValue::from_static("Origin"));
+    }
+    if let Some(origin) = allowed {
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    }
     headers.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
         HeaderValue::from_static("Location, Link, ETag, WWW-Authenticate"),
@@ -604,7 +629,9 @@ struct SignalQuery {
     access_token: Option<String>,
 }
 
-/// `GET /signal`: upgrades to the signalling WebSocket. A token in
+/// `GET /signal`: upgrades to the signalling WebSocket. A browser page's origin
+/// must be allowed (403 otherwise, RFC 6455 §4.2.2, before anything else is
+/// looked at). A token in
 /// `?access_token=` (a browser's WebSocket cannot send headers) is checked here: an
 /// invalid one gets 401 before the upgrade; its grants are checked at `join`.
 /// Without one, the session's first message may be `auth`.
@@ -614,6 +641,22 @@ async fn signal(
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
+    let origin = headers.get(header::ORIGIN);
+    if !http
+        .state
+        .allowed_origins()
+        .allows(origin.map(HeaderValue::as_bytes))
+    {
+        http.state.limit_counters().count(Limit::Origin);
+        let shown = origin.and_then(|o| o.to_str().ok()).unwrap_or("?");
+        return text(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "pages of the origin {shown:?} may not open /signal: it is not in the \
+                 node's --allowed-origins"
+            ),
+        );
+    }
     let token = query
         .access_token
         .or_else(|| authorization(&headers).map(str::to_owned));

@@ -31,6 +31,7 @@ pub mod http;
 pub mod ice_restart;
 pub mod listen;
 pub mod media;
+pub mod origin;
 pub mod participants;
 pub mod presence;
 pub mod rooms;
@@ -60,6 +61,7 @@ use self::auth::{ApiKey, Auth};
 use self::connections::ConnectionLimits;
 use self::grpc::{ControlApi, ControlState};
 use self::listen::{Http2Settings, Listening};
+use self::origin::AllowedOrigins;
 use self::rooms::{RoomDirectory, RoomLimits};
 use self::signal::SignalLimits;
 use self::tls::{Certificate, TlsError, TlsFiles};
@@ -117,6 +119,9 @@ pub struct ControlSettings {
     pub signal_limits: SignalLimits,
     /// Bounds on the HTTP and gRPC listeners' connections.
     pub connection_limits: ConnectionLimits,
+    /// The web origins whose pages may open `/signal` and read WHIP/WHEP
+    /// responses; empty: any.
+    pub allowed_origins: AllowedOrigins,
 }
 
 impl ControlSettings {
@@ -157,6 +162,7 @@ impl ControlSettings {
                 idle_timeout: Duration::from_secs(config.idle_timeout),
                 tls_handshake_timeout: Duration::from_secs(config.tls_handshake_timeout),
             },
+            allowed_origins: AllowedOrigins::new(config.allowed_origins.clone()),
         })
     }
 }
@@ -383,7 +389,8 @@ impl Services {
                 Auth::new(&settings.api_keys, settings.token_clock_skew),
                 settings.auto_create_rooms,
             )
-            .with_signal_limits(settings.signal_limits),
+            .with_signal_limits(settings.signal_limits)
+            .with_allowed_origins(settings.allowed_origins),
         );
         let listening = Listening::new(settings.connection_limits, state.limit_counters().clone());
         let api = ControlApi::new(state.clone());

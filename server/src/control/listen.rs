@@ -676,6 +676,49 @@ mod tests {
     use super::*;
 
     #[test]
+    fn handlers_see_the_clients_address() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = axum::Router::new().route(
+            "/peer",
+            axum::routing::get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move {
+                peer.ip().to_string()
+            }),
+        );
+        let listening = Listening::new(ConnectionLimits::default(), Arc::default());
+        let (stop_tx, stop) = watch::channel(false);
+        let server = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = TcpListener::from_std(listener).unwrap();
+                serve_http(listener, None, router, listening, stop).await;
+            });
+        });
+        // Any 127.0.0.0/8 address is this host's.
+        let client =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        client
+            .bind(&SocketAddr::from(([127, 0, 0, 2], 0)).into())
+            .unwrap();
+        client.connect(&addr.into()).unwrap();
+        let mut client: std::net::TcpStream = client.into();
+        client
+            .write_all(b"GET /peer HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut response = String::new();
+        client.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(response.ends_with("\r\n\r\n127.0.0.2"), "{response}");
+        stop_tx.send(true).unwrap();
+        server.join().unwrap();
+    }
+
+    #[test]
     fn phases_give_the_deadline_of_their_limit() {
         let limits = ConnectionLimits {
             header_timeout: Duration::from_secs(1),

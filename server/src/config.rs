@@ -377,6 +377,76 @@ pub struct Config {
         value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize)
     )]
     pub max_pending_sessions_per_address: usize,
+    /// Seconds an HTTP client has to send a whole request head, from the
+    /// connection's start (after TLS) or the head's first byte, and a gRPC client to
+    /// start its first request (1 to 300); slower connections are closed.
+    #[arg(
+        long,
+        env = "SHOAL_HTTP_HEADER_TIMEOUT",
+        value_name = "SECONDS",
+        default_value_t = crate::control::connections::DEFAULT_HEADER_TIMEOUT_SECS,
+        value_parser = clap::value_parser!(u64).range(1..=300)
+    )]
+    pub http_header_timeout: u64,
+
+    /// Seconds a connection may stay idle before it is closed (1 to 3600): an HTTP
+    /// keep-alive connection between requests, a gRPC connection with no call open
+    /// (GOAWAY), a `/signal` WebSocket from which no frame came (shoal pings it after
+    /// half of it; browsers answer).
+    #[arg(
+        long,
+        env = "SHOAL_IDLE_TIMEOUT",
+        value_name = "SECONDS",
+        default_value_t = crate::control::connections::DEFAULT_IDLE_TIMEOUT_SECS,
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    pub idle_timeout: u64,
+
+    /// Seconds a client has to complete its TLS handshake with HTTP or gRPC (1 to
+    /// 300).
+    #[arg(
+        long,
+        env = "SHOAL_TLS_HANDSHAKE_TIMEOUT",
+        value_name = "SECONDS",
+        default_value_t = crate::control::connections::DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS,
+        value_parser = clap::value_parser!(u64).range(1..=300)
+    )]
+    pub tls_handshake_timeout: u64,
+
+    /// TCP connections one client address may hold on the HTTP and gRPC ports
+    /// together (an IPv6 address counts by its /64); more are closed at once. A NAT's
+    /// clients share one address, each participant holding a WebSocket.
+    #[arg(
+        long,
+        env = "SHOAL_MAX_CONNECTIONS_PER_ADDRESS",
+        value_name = "N",
+        default_value_t = crate::control::connections::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize)
+    )]
+    pub max_connections_per_address: usize,
+
+    /// TCP connections the HTTP and gRPC ports hold at once in all; more are closed
+    /// at once. Each is a file descriptor: keep `ulimit -n` above it.
+    #[arg(
+        long,
+        env = "SHOAL_MAX_CONNECTIONS",
+        value_name = "N",
+        default_value_t = crate::control::connections::DEFAULT_MAX_CONNECTIONS,
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize)
+    )]
+    pub max_connections: usize,
+
+    /// Web origins (`https://app.example`, SCHEME://HOST[:PORT]) whose pages may open
+    /// `/signal` and read WHIP/WHEP responses; repeatable or comma-separated. Unset:
+    /// any origin. A `/signal` upgrade whose `Origin` is not listed gets 403; a
+    /// request without `Origin` (not a browser's) is not affected.
+    #[arg(
+        long,
+        env = "SHOAL_ALLOWED_ORIGINS",
+        value_name = "ORIGIN",
+        value_delimiter = ','
+    )]
+    pub allowed_origins: Vec<crate::control::origin::AllowedOrigin>,
 
     /// A PEM certificate chain: with --tls-key, HTTP serves HTTPS and WSS and gRPC
     /// serves over TLS, on the same ports. SIGHUP reads both files again (a pair that
@@ -446,6 +516,13 @@ impl Default for Config {
             max_pending_sessions: crate::control::pending::DEFAULT_MAX_PENDING,
             max_pending_sessions_per_address:
                 crate::control::pending::DEFAULT_MAX_PENDING_PER_ADDRESS,
+            http_header_timeout: crate::control::connections::DEFAULT_HEADER_TIMEOUT_SECS,
+            idle_timeout: crate::control::connections::DEFAULT_IDLE_TIMEOUT_SECS,
+            tls_handshake_timeout: crate::control::connections::DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS,
+            max_connections_per_address:
+                crate::control::connections::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            max_connections: crate::control::connections::DEFAULT_MAX_CONNECTIONS,
+            allowed_origins: Vec::new(),
             tls_cert: None,
             tls_key: None,
             static_peers: Vec::new(),
@@ -1199,6 +1276,51 @@ sctp-max-init-retransmits = 8
             (c.sctp_heartbeat_interval, c.sctp_max_init_retransmits),
             (0, Some(8))
         );
+    }
+
+    #[test]
+    fn connection_limits_default_and_come_from_flags_or_the_file() {
+        let c = Config::try_parse_from(["shoal"]).unwrap();
+        assert_eq!(
+            (
+                c.http_header_timeout,
+                c.idle_timeout,
+                c.tls_handshake_timeout,
+                c.max_connections_per_address,
+                c.max_connections
+            ),
+            (10, 60, 10, 512, 16_384)
+        );
+        assert!(c.allowed_origins.is_empty());
+        let (_dir, path) = config_file(
+            "idle-timeout = 5\nmax-connections = 100\n\
+             allowed-origins = [\"https://a.example\", \"http://b.example:8080\"]\n",
+        );
+        let c = Config::load_from([
+            "shoal",
+            "--config",
+            &path,
+            "--http-header-timeout",
+            "2",
+            "--allowed-origins",
+            "https://C.example:443",
+        ])
+        .unwrap();
+        assert_eq!((c.http_header_timeout, c.idle_timeout), (2, 5));
+        assert_eq!(c.max_connections, 100);
+        let origins: Vec<&str> = c.allowed_origins.iter().map(|o| o.as_str()).collect();
+        assert_eq!(origins, ["https://c.example"], "the flag wins");
+        for args in [
+            &["shoal", "--http-header-timeout", "0"][..],
+            &["shoal", "--idle-timeout", "3601"],
+            &["shoal", "--tls-handshake-timeout", "0"],
+            &["shoal", "--max-connections-per-address", "0"],
+            &["shoal", "--max-connections", "0"],
+            &["shoal", "--allowed-origins", "a.example"],
+            &["shoal", "--allowed-origins", "https://a.example/path"],
+        ] {
+            assert!(Config::try_parse_from(args).is_err(), "{args:?}");
+        }
     }
 
     #[test]

@@ -22,6 +22,8 @@ use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
 
 use super::auth::{Act, Auth};
+use super::connections::LimitCounters;
+use super::origin::AllowedOrigins;
 use super::participants::Members;
 use super::pending::{Pending, PendingLimits};
 use super::rooms::{
@@ -91,6 +93,8 @@ pub struct ControlState {
     auth: Auth,
     auto_create_rooms: bool,
     signal_limits: SignalLimits,
+    allowed_origins: AllowedOrigins,
+    limit_counters: Arc<LimitCounters>,
     pub(super) next_peer: AtomicU64,
     /// The next track id (node-wide).
     pub(super) next_track: AtomicU64,
@@ -118,6 +122,8 @@ impl ControlState {
             auth: Auth::default(),
             auto_create_rooms: true,
             signal_limits: SignalLimits::default(),
+            allowed_origins: AllowedOrigins::default(),
+            limit_counters: Arc::default(),
             next_peer: AtomicU64::new(FIRST_PEER_ID),
             next_track: AtomicU64::new(1),
             rng: SystemRandom::new(),
@@ -167,6 +173,22 @@ impl ControlState {
     /// The bounds on `/signal` connections.
     pub fn signal_limits(&self) -> SignalLimits {
         self.signal_limits
+    }
+
+    /// The same, with `origins` allowed to open `/signal` from a browser.
+    pub fn with_allowed_origins(mut self, origins: AllowedOrigins) -> ControlState {
+        self.allowed_origins = origins;
+        self
+    }
+
+    /// The web origins allowed to open `/signal` and read WHIP/WHEP responses.
+    pub fn allowed_origins(&self) -> &AllowedOrigins {
+        &self.allowed_origins
+    }
+
+    /// The connections (and `/signal` upgrades) refused or cut off, by limit.
+    pub fn limit_counters(&self) -> &Arc<LimitCounters> {
+        &self.limit_counters
     }
 
     /// Who may do what.
@@ -584,6 +606,7 @@ impl NodeService for ControlApi {
             .into_iter()
             .collect(),
             session_setup_timeouts: pending_stats.timed_out,
+            connections_refused: self.state.limit_counters.counts().into_iter().collect(),
         }))
     }
 }

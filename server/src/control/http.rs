@@ -16,17 +16,20 @@
 //! status of their cause: 400 bad SDP (a mid used twice too), a bad name, or a query
 //! that is not UTF-8 once percent-decoded; 404 unknown room or session (a WHIP
 //! session under `/whep/` too, and the other way round); 409 identity in use; 413 body
-//! over [`MAX_BODY_BYTES`]; 415 not `application/sdp`; 503 full. On `/signal`, a
-//! message over [`MAX_SIGNAL_MESSAGE_BYTES`] gets an `error` and close code 1009.
+//! over [`MAX_BODY_BYTES`]; 415 not `application/sdp`; 503 full. `/signal` checks
+//! the upgrade here and runs the socket in [`super::websocket`].
 //!
 //! CORS: RFC 9725 §4.2 says WHIP endpoints "MUST support OPTIONS requests for
 //! Cross-Origin Resource Sharing (CORS) as defined in [FETCH]", so that a page on
 //! another origin can publish. Every WHIP/WHEP response says
-//! `Access-Control-Allow-Origin: *` (nothing is behind cookies) and exposes
+//! `Access-Control-Allow-Origin: *` (nothing is behind cookies) or, with
+//! `--allowed-origins`, names the request's origin when it is allowed (and nothing
+//! otherwise, with `Vary: Origin`), and exposes
 //! `Location` and `Link`, which Fetch does not let a script read otherwise and which
 //! the client needs to end its session and to reach its TURN servers; an OPTIONS answers a preflight for the methods the
 //! resource allows and the `Content-Type` and `Authorization` request headers (a
-//! client with a bearer token sends it, RFC 9725 §4.7.1).
+//! client with a bearer token sends it, RFC 9725 §4.7.1). A `/signal` upgrade from
+//! a browser page of an origin not allowed gets 403 ([`super::origin`]).
 //!
 //! PATCH (RFC 9725 §4.3): ICE restarts and trickle ICE with an
 //! `application/trickle-ice-sdpfrag` (RFC 8840); see `patch`. The 201 of a POST
@@ -35,31 +38,32 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, RawQuery, Request, State};
+use axum::extract::ConnectInfo;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{DefaultBodyLimit, Path, Query, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use shoal_components::peer::PeerId;
 use shoal_components::sdp;
-use shoal_proto::v1::{DisconnectReason, signal_request, signal_response};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use shoal_proto::v1::DisconnectReason;
+use tokio::sync::Semaphore;
 use tonic::{Code, Status};
 
 use super::auth::{Act, AuthError, Refusal, bearer};
+use super::connections::Limit;
 use super::grpc::ControlState;
 use super::ice_restart::Precondition;
-use super::participants::{Admission, SIGNAL_QUEUE_LEN, SessionKind as Kind, check_offer};
+use super::origin::AllowedOrigins;
+use super::participants::{Admission, SessionKind as Kind, check_offer};
 use super::pending::{RETRY_PUSHBACK_KEY, retry_secs};
 use super::sdpfrag::IceFragment;
-use super::signal::{Inbound, error_message, run_session};
+use super::websocket;
 use crate::ice_servers::link_headers;
 
 /// Largest request body accepted (an offer; RFC 8866 has no limit, shoal's SDP
@@ -73,10 +77,6 @@ pub const DEFAULT_MAX_SIGNAL_CONNECTIONS: usize = 4096;
 /// Default `--max-unauthenticated-signal`: `/signal` connections that came without
 /// a token to a node with API keys and may still send `auth`; more get 401 at once.
 pub const DEFAULT_MAX_UNAUTHENTICATED_SIGNAL: usize = 64;
-/// How long a `/signal` socket closed for a message over the limit stays open after
-/// its close frame, so the client reads the frame before the socket goes (a lingering
-/// close: the unread rest of the message turns the socket's close into a reset).
-pub const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The demo page, self-contained (inline HTML, CSS and JavaScript).
 const DEMO_PAGE: &str = include_str!("demo.html");
@@ -126,7 +126,10 @@ pub fn router(state: Arc<ControlState>) -> Router {
                 .patch(|s, p, r| patch(Kind::Whep, s, p, r))
                 .options(session_options),
         )
-        .layer(axum::middleware::map_response(cors));
+        .layer(axum::middleware::from_fn_with_state(
+            http.state.allowed_origins().clone(),
+            cors,
+        ));
     Router::new()
         .route("/", get(|| async { Html(DEMO_PAGE) }))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -613,14 +616,31 @@ fn preflight(methods: &'static str) -> Response {
 }
 
 /// Adds to every WHIP/WHEP response (errors too, so a page can read them) what lets a
-/// cross-origin page read it: any origin, and the `Location` and `Link` headers of a
-/// new session.
-async fn cors(mut response: Response) -> Response {
+/// cross-origin page read it: its origin (any, or the request's when it is allowed),
+/// and the `Location` and `Link` headers of a new session.
+async fn cors(
+    State(origins): State<AllowedOrigins>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let allowed = if origins.is_any() {
+        Some(HeaderValue::from_static("*"))
+    } else {
+        request
+            .headers()
+            .get(header::ORIGIN)
+            .and_then(|o| origins.find(o.as_bytes()))
+            .and_then(|o| HeaderValue::from_str(o.as_str()).ok())
+    };
+    let mut response = next.run(request).await;
     let headers = response.headers_mut();
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
+    if !origins.is_any() {
+        // The answer depends on the request's Origin: caches must keep them apart.
+        headers.append(header::VARY, HeaderValue::from_static("Origin"));
+    }
+    if let Some(origin) = allowed {
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    }
     headers.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
         HeaderValue::from_static("Location, Link, ETag, WWW-Authenticate"),
@@ -635,7 +655,9 @@ struct SignalQuery {
     access_token: Option<String>,
 }
 
-/// `GET /signal`: upgrades to the signalling WebSocket. A token in
+/// `GET /signal`: upgrades to the signalling WebSocket. A browser page's origin
+/// must be allowed (403 otherwise, RFC 6455 §4.2.2, before anything else is
+/// looked at). A token in
 /// `?access_token=` (a browser's WebSocket cannot send headers) is checked here: an
 /// invalid one gets 401 before the upgrade; its grants are checked at `join`.
 /// Without one, the session's first message may be `auth`.
@@ -646,6 +668,22 @@ async fn signal(
     extensions: axum::http::Extensions,
     upgrade: WebSocketUpgrade,
 ) -> Response {
+    let origin = headers.get(header::ORIGIN);
+    if !http
+        .state
+        .allowed_origins()
+        .allows(origin.map(HeaderValue::as_bytes))
+    {
+        http.state.limit_counters().count(Limit::Origin);
+        let shown = origin.and_then(|o| o.to_str().ok()).unwrap_or("?");
+        return text(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "pages of the origin {shown:?} may not open /signal: it is not in the \
+                 node's --allowed-origins"
+            ),
+        );
+    }
     let from = client_ip(&extensions);
     let token = query
         .access_token
@@ -680,132 +718,7 @@ async fn signal(
             "too many signalling connections",
         );
     };
-    upgrade
-        .max_message_size(MAX_SIGNAL_MESSAGE_BYTES)
-        .max_frame_size(MAX_SIGNAL_MESSAGE_BYTES)
-        .on_upgrade(move |socket| async move {
-            serve_socket(http.state, socket, token, unauthenticated, from).await;
-            drop(slot);
-        })
-}
-
-/// One WebSocket: text frames of JSON in, JSON out, through [`run_session`].
-///
-/// A message over [`MAX_SIGNAL_MESSAGE_BYTES`] ends the session: an `error` message
-/// says what was refused, then the close frame says 1009, "message too big" (RFC
-/// 6455 §7.4.1), and the socket lingers for [`CLOSE_LINGER`]. Any other read error
-/// ends the session as a closed socket does.
-async fn serve_socket(
-    state: Arc<ControlState>,
-    socket: WebSocket,
-    token: Option<String>,
-    unauthenticated: Option<tokio::sync::OwnedSemaphorePermit>,
-    from: Option<IpAddr>,
-) {
-    let (mut sink, stream) = socket.split();
-    let too_big = Arc::new(AtomicBool::new(false));
-    let saw_too_big = too_big.clone();
-    // Ends at a close frame or an error; pings are answered by the library.
-    let inbound = stream
-        .scan(false, move |ended, frame| {
-            let next = match frame {
-                _ if *ended => None,
-                Ok(Message::Close(_)) => None,
-                Ok(frame) => Some(decode(frame)),
-                Err(e) => {
-                    *ended = true;
-                    too_large(&e).map(|status| {
-                        saw_too_big.store(true, Ordering::Relaxed);
-                        Some(Inbound::Failed(status))
-                    })
-                }
-            };
-            std::future::ready(next)
-        })
-        .filter_map(std::future::ready);
-    let (out, mut messages) = mpsc::channel(SIGNAL_QUEUE_LEN);
-    let (done, result) = oneshot::channel::<Option<Status>>();
-    let writer = tokio::spawn(async move {
-        while let Some(message) = messages.recv().await {
-            if send_json(&mut sink, &message).await.is_err() {
-                return;
-            }
-        }
-        let close = match result.await {
-            Ok(Some(status)) if too_big.load(Ordering::Relaxed) => {
-                let _ = send_json(&mut sink, &error_message(&status)).await;
-                CloseFrame {
-                    code: close_code::SIZE,
-                    reason: "message too big".into(),
-                }
-            }
-            Ok(Some(status)) => {
-                let _ = send_json(&mut sink, &error_message(&status)).await;
-                CloseFrame {
-                    code: close_code::POLICY,
-                    reason: super::signal::code_name(status.code()).into(),
-                }
-            }
-            _ => CloseFrame {
-                code: close_code::NORMAL,
-                reason: "".into(),
-            },
-        };
-        let lingers = close.code == close_code::SIZE;
-        let _ = sink.send(Message::Close(Some(close))).await;
-        if lingers {
-            // The rest of the refused message is unread: closing now would reset the
-            // connection, and the client's kernel may drop our close frame with it.
-            tokio::time::sleep(CLOSE_LINGER).await;
-        }
-    });
-    let ended = run_session(state, Box::pin(inbound), out, token, unauthenticated, from).await;
-    let _ = done.send(ended.err());
-    let _ = writer.await;
-}
-
-/// A read error that is a message over [`MAX_SIGNAL_MESSAGE_BYTES`], as the status
-/// that ends the session; `None` for any other error.
-fn too_large(e: &axum::Error) -> Option<Status> {
-    let source = std::error::Error::source(e)?;
-    match source.downcast_ref::<tungstenite::Error>()? {
-        tungstenite::Error::Capacity(tungstenite::error::CapacityError::MessageTooLong {
-            size,
-            max_size,
-        }) => Some(Status::resource_exhausted(format!(
-            "a message of {size} bytes was refused: /signal takes messages of at most \
-             {max_size} bytes"
-        ))),
-        _ => None,
-    }
-}
-
-/// A frame as a session message: JSON text of one `signal_request::Message`.
-fn decode(frame: Message) -> Option<Inbound> {
-    match frame {
-        Message::Text(text) => Some(
-            match serde_json::from_str::<signal_request::Message>(text.as_str()) {
-                Ok(message) => Inbound::Message(message),
-                Err(e) if e.is_data() => Inbound::Invalid(Status::invalid_argument(format!(
-                    "not a signalling message ({e}); expected one of join, offer, answer, \
-                     trickle, leave, e.g. {{\"join\": {{\"room\": \"lobby\"}}}}"
-                ))),
-                Err(e) => Inbound::Invalid(Status::invalid_argument(format!("invalid JSON: {e}"))),
-            },
-        ),
-        Message::Binary(_) => Some(Inbound::Invalid(Status::invalid_argument(
-            "binary frames are not accepted: send JSON in text frames",
-        ))),
-        _ => None,
-    }
-}
-
-async fn send_json<S>(sink: &mut S, message: &signal_response::Message) -> Result<(), ()>
-where
-    S: futures_util::Sink<Message> + Unpin,
-{
-    let json = serde_json::to_string(message).map_err(|_| ())?;
-    sink.send(Message::Text(json.into())).await.map_err(|_| ())
+    websocket::accept(upgrade, http.state, token, unauthenticated, slot, from)
 }
 
 /// `s` with everything but RFC 3986 unreserved characters percent-encoded, for a path

@@ -2,7 +2,8 @@
 //! runtime that serves gRPC (`shoal.v1.RoomService`, `NodeService`, `SignalService`,
 //! the standard `grpc.health.v1.Health` service and server reflection, v1 and
 //! v1alpha, so `grpcurl` and `grpcio` clients need no `.proto` files) and HTTP
-//! ([`http`]: WHIP, WHEP, the `/signal` WebSocket, the demo page, `/healthz`).
+//! ([`http`]: WHIP, WHEP, the `/signal` WebSocket ([`websocket`]), the demo page,
+//! `/healthz`).
 //!
 //! It never touches a World. It owns the room directory ([`rooms`], plain data behind
 //! one mutex) and signalling's tables ([`participants`]: placement, sessions,
@@ -16,17 +17,21 @@
 //! Limits: request messages (128 KiB for RoomService, 4 KiB for NodeService),
 //! concurrent streams and requests per connection, a handler timeout, HTTP/2
 //! keep-alive that drops dead clients, and at most a few shard round trips at once.
-//! The number of connections is not capped yet.
+//! Connections to both listeners are capped per client address and in all, and a
+//! connection that is slow to send its request, or idle, is closed ([`listen`]).
 //!
 //! Who may do what is [`auth`]'s: with API keys configured, every WHIP, WHEP,
 //! signalling and RoomService request carries an access token whose grants cover
 //! it; without, the node runs open, and only on loopback listeners.
 
 pub mod auth;
+pub mod connections;
 pub mod grpc;
 pub mod http;
 pub mod ice_restart;
+pub mod listen;
 pub mod media;
+pub mod origin;
 pub mod participants;
 pub mod pending;
 pub mod presence;
@@ -35,10 +40,10 @@ pub mod sdpfrag;
 pub mod shards;
 pub mod signal;
 pub mod tls;
+pub mod websocket;
 
 use std::io;
 
-use futures_util::StreamExt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -49,17 +54,19 @@ use shoal_proto::v1::room_service_server::RoomServiceServer;
 use shoal_proto::v1::signal_service_server::SignalServiceServer;
 use tokio::sync::oneshot;
 use tonic::server::NamedService;
-use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
+use tonic::service::Routes;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use self::auth::{ApiKey, Auth};
+use self::connections::ConnectionLimits;
 use self::grpc::{ControlApi, ControlState};
+use self::listen::{Http2Settings, Listening};
+use self::origin::AllowedOrigins;
 use self::pending::PendingLimits;
 use self::rooms::{RoomDirectory, RoomLimits};
 use self::signal::SignalLimits;
-use self::tls::{Certificate, TlsError, TlsFiles, TlsListener};
+use self::tls::{Certificate, TlsError, TlsFiles};
 use crate::config::Config;
 use crate::driver::{ShardEventReceiver, ShardHandles};
 use crate::ice_servers::IceServers;
@@ -114,6 +121,11 @@ pub struct ControlSettings {
     pub signal_limits: SignalLimits,
     /// Bounds on sessions that have not connected.
     pub pending: PendingLimits,
+    /// Bounds on the HTTP and gRPC listeners' connections.
+    pub connection_limits: ConnectionLimits,
+    /// The web origins whose pages may open `/signal` and read WHIP/WHEP
+    /// responses; empty: any.
+    pub allowed_origins: AllowedOrigins,
 }
 
 impl ControlSettings {
@@ -145,12 +157,21 @@ impl ControlSettings {
                 connections: config.max_signal_connections,
                 unauthenticated: config.max_unauthenticated_signal,
                 auth_timeout: Duration::from_secs(config.signal_auth_timeout),
+                idle_timeout: Duration::from_secs(config.idle_timeout),
             },
             pending: PendingLimits {
                 per_node: config.max_pending_sessions,
                 per_address: config.max_pending_sessions_per_address,
                 setup_timeout: Duration::from_secs(config.session_setup_timeout),
             },
+            connection_limits: ConnectionLimits {
+                per_address: config.max_connections_per_address,
+                total: config.max_connections,
+                header_timeout: Duration::from_secs(config.http_header_timeout),
+                idle_timeout: Duration::from_secs(config.idle_timeout),
+                tls_handshake_timeout: Duration::from_secs(config.tls_handshake_timeout),
+            },
+            allowed_origins: AllowedOrigins::new(config.allowed_origins.clone()),
         })
     }
 }
@@ -179,9 +200,6 @@ pub enum ControlError {
     /// The reflection service refused the embedded descriptor sets (a build bug).
     #[error("control plane: reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
-    /// The gRPC server failed while serving.
-    #[error("control plane: gRPC server: {0}")]
-    Serve(#[from] tonic::transport::Error),
     /// The TLS certificate or key could not be loaded.
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
@@ -340,9 +358,19 @@ struct Listeners {
 struct Services {
     state: Arc<ControlState>,
     health: HealthReporter,
-    router: tonic::transport::server::Router,
+    routes: Routes,
+    listening: Listening,
     events: Option<ShardEventReceiver>,
 }
+
+/// The gRPC listener's HTTP/2 settings.
+const HTTP2: Http2Settings = Http2Settings {
+    request_timeout: REQUEST_TIMEOUT,
+    concurrency_per_connection: CONCURRENCY_PER_CONNECTION,
+    max_concurrent_streams: MAX_CONCURRENT_STREAMS,
+    max_header_list_bytes: MAX_HEADER_LIST_BYTES,
+    keepalive: (KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT),
+};
 
 /// The names health reports on: the server as a whole ("") and each service.
 const HEALTH_NAMES: [&str; 4] = [
@@ -371,18 +399,13 @@ impl Services {
                 settings.auto_create_rooms,
             )
             .with_signal_limits(settings.signal_limits)
-            .with_pending_limits(settings.pending),
+            .with_pending_limits(settings.pending)
+            .with_allowed_origins(settings.allowed_origins),
         );
+        let listening = Listening::new(settings.connection_limits, state.limit_counters().clone());
         let api = ControlApi::new(state.clone());
         let (health, health_service) = tonic_health::server::health_reporter();
-        let router = Server::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .concurrency_limit_per_connection(CONCURRENCY_PER_CONNECTION)
-            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-            .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
-            .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-            .add_service(health_service)
+        let routes = Routes::new(health_service)
             .add_service(reflection()?.build_v1()?)
             .add_service(reflection()?.build_v1alpha()?)
             .add_service(
@@ -395,11 +418,13 @@ impl Services {
             )
             .add_service(
                 SignalServiceServer::new(api).max_decoding_message_size(MAX_SIGNAL_REQUEST_BYTES),
-            );
+            )
+            .prepare();
         Ok(Services {
             state,
             health,
-            router,
+            routes,
+            listening,
             events: shards.events,
         })
     }
@@ -414,7 +439,8 @@ impl Services {
         let Services {
             state,
             health,
-            router,
+            routes,
+            listening,
             events,
         } = self;
         for name in HEALTH_NAMES {
@@ -426,7 +452,7 @@ impl Services {
         let shard_events =
             events.map(|events| tokio::spawn(apply_shard_events(state.clone(), events)));
         let (graceful, graceful_rx) = tokio::sync::watch::channel(false);
-        let mut server = tokio::spawn(serve_all(listeners, router, state, graceful_rx));
+        let mut server = tokio::spawn(serve_all(listeners, routes, listening, state, graceful_rx));
         let early = tokio::select! {
             _ = stop => None,
             ended = &mut server => Some(ended),
@@ -460,17 +486,15 @@ impl Services {
     }
 }
 
-/// Serves gRPC and HTTP on their listeners until `graceful` turns true; the first to
-/// fail ends both.
+/// Serves gRPC and HTTP on their listeners until `graceful` turns true, then until
+/// their connections have ended.
 async fn serve_all(
     listeners: Listeners,
-    router: tonic::transport::server::Router,
+    routes: Routes,
+    listening: Listening,
     state: Arc<ControlState>,
     graceful: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), ControlError> {
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
     let certificate = listeners.certificate;
     let grpc_tls = certificate
         .as_ref()
@@ -481,50 +505,19 @@ async fn serve_all(
         .map(|c| c.server_config(&[b"http/1.1"]))
         .transpose()?;
     let grpc = async {
-        match (listeners.grpc, grpc_tls) {
-            (Some(listener), None) => {
-                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-                router
-                    .serve_with_incoming_shutdown(incoming, stopped(graceful.clone()))
-                    .await
-                    .map_err(ControlError::from)
-            }
-            (Some(listener), Some(config)) => {
-                let accepted = tls::accept(listener, config);
-                let incoming = tokio_stream::wrappers::ReceiverStream::new(accepted)
-                    .map(|(conn, _)| Ok::<_, std::io::Error>(conn));
-                router
-                    .serve_with_incoming_shutdown(incoming, stopped(graceful.clone()))
-                    .await
-                    .map_err(ControlError::from)
-            }
-            (None, _) => Ok(()),
+        if let Some(listener) = listeners.grpc {
+            let (listening, stop) = (listening.clone(), graceful.clone());
+            listen::serve_grpc(listener, grpc_tls, routes, HTTP2, listening, stop).await;
         }
-    };
-    let http_err = |source| ControlError::Io {
-        what: "HTTP server",
-        source,
     };
     let http = async {
-        match (listeners.http, http_tls) {
-            (Some(listener), None) => axum::serve(
-                listener,
-                http::router(state).into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(stopped(graceful.clone()))
-            .await
-            .map_err(http_err),
-            (Some(listener), Some(config)) => {
-                let listener = TlsListener::new(listener, config).map_err(http_err)?;
-                axum::serve(listener, http::router(state))
-                    .with_graceful_shutdown(stopped(graceful.clone()))
-                    .await
-                    .map_err(http_err)
-            }
-            (None, _) => Ok(()),
+        if let Some(listener) = listeners.http {
+            let (listening, stop) = (listening.clone(), graceful.clone());
+            listen::serve_http(listener, http_tls, http::router(state), listening, stop).await;
         }
     };
-    tokio::try_join!(grpc, http).map(|_| ())
+    tokio::join!(grpc, http);
+    Ok(())
 }
 
 /// Applies what the shards report to the directory (see [`participants`]).

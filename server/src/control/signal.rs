@@ -48,7 +48,7 @@ pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_AUTH_TIMEOUT_SECS: u64 = 3;
 
 /// Bounds on `/signal` connections (`--max-signal-connections`,
-/// `--max-unauthenticated-signal`, `--signal-auth-timeout`).
+/// `--max-unauthenticated-signal`, `--signal-auth-timeout`, `--idle-timeout`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SignalLimits {
     /// WebSockets open at once.
@@ -57,6 +57,9 @@ pub struct SignalLimits {
     pub unauthenticated: usize,
     /// How long those may take to send `auth` and `join`.
     pub auth_timeout: Duration,
+    /// How long a WebSocket may go without a frame from its client (pinged at half
+    /// of it) before it is closed.
+    pub idle_timeout: Duration,
 }
 
 impl Default for SignalLimits {
@@ -65,6 +68,7 @@ impl Default for SignalLimits {
             connections: super::http::DEFAULT_MAX_SIGNAL_CONNECTIONS,
             unauthenticated: super::http::DEFAULT_MAX_UNAUTHENTICATED_SIGNAL,
             auth_timeout: Duration::from_secs(DEFAULT_AUTH_TIMEOUT_SECS),
+            idle_timeout: Duration::from_secs(super::connections::DEFAULT_IDLE_TIMEOUT_SECS),
         }
     }
 }

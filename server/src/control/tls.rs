@@ -5,37 +5,21 @@
 //! asks, so [`Certificate::reload`] (SIGHUP) swaps it for new connections while the
 //! open ones carry on; a file that does not load leaves the old certificate in place.
 //!
-//! Handshakes run as tasks of their own, at most [`MAX_PENDING_HANDSHAKES`] at once
-//! and each within [`HANDSHAKE_TIMEOUT`]: a client that opens a connection and sends
-//! nothing holds neither the accept loop nor a slot for long. ALPN (RFC 7301) offers
-//! `h2` on the gRPC port and `http/1.1` on the HTTP port.
+//! Handshakes run in the listeners ([`super::listen`]): each in its connection's own
+//! task, within `--tls-handshake-timeout`, a bounded number at once. ALPN (RFC 7301)
+//! offers `h2` on the gRPC port and `http/1.1` on the HTTP port.
 
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::{Arc, RwLock};
-use std::task::{Context, Poll};
-use std::time::Duration;
 
 use rustls::ServerConfig;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 
-/// How long a client has to complete its TLS handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes under way at once per listener; connections beyond are closed.
-pub const MAX_PENDING_HANDSHAKES: usize = 256;
-/// Handshaken connections waiting for the server to take them.
-const ACCEPTED_QUEUE: usize = 64;
 /// The largest PEM file read.
 const MAX_PEM_BYTES: u64 = 1024 * 1024;
 
@@ -173,132 +157,6 @@ fn load_pair(files: &TlsFiles) -> Result<CertifiedKey, TlsError> {
     let pair = CertifiedKey::new(chain, signing);
     pair.keys_match()?;
     Ok(pair)
-}
-
-/// A TLS connection as the servers take it.
-pub struct TlsConn {
-    stream: TlsStream<TcpStream>,
-}
-
-impl AsyncRead for TlsConn {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for TlsConn {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-}
-
-impl tonic::transport::server::Connected for TlsConn {
-    type ConnectInfo = ();
-
-    fn connect_info(&self) -> Self::ConnectInfo {}
-}
-
-/// Accepts TCP connections on `listener` and hands out those whose TLS handshake
-/// completed, in the order they did; runs until the receiver is dropped.
-pub fn accept(
-    listener: TcpListener,
-    config: Arc<ServerConfig>,
-) -> mpsc::Receiver<(TlsConn, SocketAddr)> {
-    let (tx, rx) = mpsc::channel(ACCEPTED_QUEUE);
-    let acceptor = TlsAcceptor::from(config);
-    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
-    tokio::spawn(async move {
-        loop {
-            let (tcp, from) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                // Out of descriptors, say: try again shortly rather than spin.
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            if tx.is_closed() {
-                return;
-            }
-            let Ok(slot) = pending.clone().try_acquire_owned() else {
-                // Too many handshakes under way: this one is dropped (closed).
-                continue;
-            };
-            let _ = tcp.set_nodelay(true);
-            let acceptor = acceptor.clone();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
-                drop(slot);
-                if let Ok(Ok(stream)) = handshake {
-                    let _ = tx.send((TlsConn { stream }, from)).await;
-                }
-            });
-        }
-    });
-    rx
-}
-
-/// HTTPS for axum: the connections [`accept`] hands out.
-pub struct TlsListener {
-    accepted: mpsc::Receiver<(TlsConn, SocketAddr)>,
-    local: SocketAddr,
-}
-
-impl TlsListener {
-    /// Serves TLS on `listener` with `config`.
-    pub fn new(listener: TcpListener, config: Arc<ServerConfig>) -> io::Result<TlsListener> {
-        let local = listener.local_addr()?;
-        Ok(TlsListener {
-            accepted: accept(listener, config),
-            local,
-        })
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsConn;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (TlsConn, SocketAddr) {
-        match self.accepted.recv().await {
-            Some(accepted) => accepted,
-            // The accept task ended: nothing more comes.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.local)
-    }
 }
 
 #[cfg(test)]

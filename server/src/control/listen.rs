@@ -1,0 +1,752 @@
+//! The control plane's TCP listeners: HTTP/1.1 for axum (WHIP, WHEP, `/signal` and
+//! its WebSocket upgrades, the demo page) and HTTP/2 for tonic's gRPC services,
+//! each connection served by hyper under bounds a stranger cannot stretch:
+//!
+//! - at accept, the caps ([`super::connections`]): connections from one client
+//!   address (an IPv6 address counts by its /64, which one host can hold whole) and
+//!   in all, over both listeners together. A connection past either is accepted and closed
+//!   at once. A slot is held as long as the socket lives, a WebSocket's included;
+//! - a TLS handshake completes within its timeout, at most
+//!   [`MAX_PENDING_HANDSHAKES`] at once per listener;
+//! - HTTP/1.1: a request head must be complete within the header timeout of the
+//!   connection's start or of the head's first byte, so a client that drips a
+//!   header (slowloris) is cut off; a keep-alive connection with no request for the
+//!   idle timeout is closed (RFC 9112 §9.5: "Servers will usually have some timeout
+//!   value beyond which they will no longer maintain an inactive connection"; no
+//!   request is in flight, so closing it is the graceful close the section asks for);
+//! - HTTP/2: a first request must start within the header timeout, so a client that
+//!   sends nothing, or drips the connection preface (RFC 9113 §3.4), is cut off; a
+//!   connection with no stream open for the idle timeout gets GOAWAY and is closed
+//!   (RFC 9113 §9.1: servers "are permitted to terminate idle connections", sending
+//!   GOAWAY first). A `SignalService` stream keeps its connection however long it
+//!   lasts; keep-alive PINGs find a dead peer under it.
+//!
+//! Each connection's state ([`Activity`]) is a small phase machine fed by the
+//! socket wrapper (bytes read) and by the service (a request starts; its response
+//! body is dropped); the connection's task sleeps until the phase's deadline. Every
+//! connection refused or cut for a limit is counted ([`LimitCounters`]).
+//!
+//! A connection cut for a header or first-request timeout is closed without a
+//! response or GOAWAY: no request on it was taken, so there is nothing to tell, and
+//! RFC 9112 §9.5 lets a server "close the transport connection at any time".
+//! Handlers see the client's address as axum's `ConnectInfo<SocketAddr>` (HTTP) and
+//! tonic's `TcpConnectInfo` (gRPC), over TLS too.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::{Pin, pin};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use axum::http;
+use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::ServerConfig;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, Semaphore, mpsc, watch};
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tonic::transport::server::TcpConnectInfo;
+use tower::ServiceExt;
+
+use super::connections::{AddressTable, ConnectionLimits, Limit, LimitCounters, Slot};
+
+/// TLS handshakes under way at once per listener; connections beyond are closed.
+pub const MAX_PENDING_HANDSHAKES: usize = 256;
+/// The most an HTTP/1.1 connection buffers: a request head must fit (hyper's own
+/// default is about 400 KB, which 16 384 slow clients would turn into gigabytes).
+pub const MAX_HTTP1_BUFFER_BYTES: usize = 64 * 1024;
+/// How long a connection closed for idleness may take to finish closing (a GOAWAY's
+/// PING answered, RFC 9113 §6.8) before it is cut.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// How long accepting pauses after the OS refused (out of descriptors, say).
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// What both listeners share: the limits, the table and the counters.
+#[derive(Clone, Debug)]
+pub struct Listening {
+    /// The bounds.
+    pub limits: ConnectionLimits,
+    /// The connections held.
+    pub table: Arc<AddressTable>,
+    /// What was refused or cut off.
+    pub counters: Arc<LimitCounters>,
+}
+
+impl Listening {
+    /// Shared state for listeners bounded by `limits`, counting into `counters`.
+    pub fn new(limits: ConnectionLimits, counters: Arc<LimitCounters>) -> Listening {
+        Listening {
+            limits,
+            table: AddressTable::new(limits.per_address, limits.total),
+            counters,
+        }
+    }
+}
+
+/// The HTTP/2 settings of the gRPC listener.
+#[derive(Clone, Copy, Debug)]
+pub struct Http2Settings {
+    /// How long one handler may take to answer.
+    pub request_timeout: Duration,
+    /// Requests one connection runs at once; more wait.
+    pub concurrency_per_connection: usize,
+    /// Streams one connection may open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub max_concurrent_streams: u32,
+    /// The largest header block accepted (SETTINGS_MAX_HEADER_LIST_SIZE).
+    pub max_header_list_bytes: u32,
+    /// How often a PING goes out, and how long its answer may take.
+    pub keepalive: (Duration, Duration),
+}
+
+/// A connection's socket: plain TCP or TLS over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
+
+/// Which protocol a listener speaks, for the phases its connections go through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Protocol {
+    /// HTTP/1.1: a byte after an idle spell starts a request head.
+    Http1,
+    /// HTTP/2: bytes come and go (PINGs, SETTINGS); only requests count.
+    Http2,
+}
+
+/// Where a connection stands.
+#[derive(Clone, Copy, Debug)]
+enum Phase {
+    /// Waiting for a request head (HTTP/1.1) or a first request (HTTP/2) since then.
+    Waiting(Instant),
+    /// This many requests in flight (their responses not yet sent).
+    Busy(usize),
+    /// No request in flight since then.
+    Idle(Instant),
+}
+
+/// A connection's phase, shared by its socket, its service and its task.
+struct Activity {
+    protocol: Protocol,
+    phase: Mutex<Phase>,
+    changed: Notify,
+}
+
+impl Activity {
+    fn new(protocol: Protocol) -> Arc<Activity> {
+        Arc::new(Activity {
+            protocol,
+            phase: Mutex::new(Phase::Waiting(Instant::now())),
+            changed: Notify::new(),
+        })
+    }
+
+    fn update(&self, f: impl FnOnce(Phase) -> Phase) {
+        let mut phase = self.phase.lock().unwrap_or_else(PoisonError::into_inner);
+        *phase = f(*phase);
+        drop(phase);
+        // A stored permit: the task sees the change even if it was not waiting yet.
+        self.changed.notify_one();
+    }
+
+    /// Bytes arrived: on an idle HTTP/1.1 connection, a request head has begun.
+    fn read(&self) {
+        if self.protocol != Protocol::Http1 {
+            return;
+        }
+        let idle = matches!(
+            *self.phase.lock().unwrap_or_else(PoisonError::into_inner),
+            Phase::Idle(_)
+        );
+        if idle {
+            self.update(|phase| match phase {
+                Phase::Idle(_) => Phase::Waiting(Instant::now()),
+                other => other,
+            });
+        }
+    }
+
+    /// A request reached the service; in flight until the guard drops.
+    fn start(self: &Arc<Self>) -> InFlight {
+        self.update(|phase| match phase {
+            Phase::Busy(n) => Phase::Busy(n + 1),
+            _ => Phase::Busy(1),
+        });
+        InFlight(self.clone())
+    }
+
+    /// When the connection is due to be cut or closed, and for which limit.
+    fn due(&self, limits: &ConnectionLimits) -> Option<(Instant, Limit)> {
+        match *self.phase.lock().unwrap_or_else(PoisonError::into_inner) {
+            Phase::Waiting(since) => Some((
+                since + limits.header_timeout,
+                match self.protocol {
+                    Protocol::Http1 => Limit::HeaderTimeout,
+                    Protocol::Http2 => Limit::NoRequest,
+                },
+            )),
+            Phase::Busy(_) => None,
+            Phase::Idle(since) => Some((since + limits.idle_timeout, Limit::Idle)),
+        }
+    }
+}
+
+/// A request in flight: from the service's call until its response body is dropped
+/// (sent, or the connection gone).
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.update(|phase| match phase {
+            Phase::Busy(n) if n > 1 => Phase::Busy(n - 1),
+            _ => Phase::Idle(Instant::now()),
+        });
+    }
+}
+
+/// A response body that keeps its request in flight while it lives.
+struct Tracked<B> {
+    body: B,
+    _in_flight: InFlight,
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A connection's socket with its slot (held while the socket lives, through a
+/// WebSocket upgrade too) and its activity (told of every read).
+struct Conn {
+    stream: Stream,
+    activity: Arc<Activity>,
+    _slot: Slot,
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.activity.read();
+        }
+        read
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+/// An accepted connection, ready to serve.
+struct Accepted {
+    conn: Conn,
+    activity: Arc<Activity>,
+    local: SocketAddr,
+    peer: SocketAddr,
+}
+
+/// Serves HTTP/1.1 (with upgrades) on `listener` through `router` until `stop`
+/// turns true; then stops accepting and returns once every connection has ended
+/// (WebSockets already upgraded live on in their own tasks).
+pub async fn serve_http(
+    listener: TcpListener,
+    tls: Option<Arc<ServerConfig>>,
+    router: axum::Router,
+    listening: Listening,
+    stop: watch::Receiver<bool>,
+) {
+    let limits = listening.limits;
+    let counters = listening.counters.clone();
+    accept_loop(
+        listener,
+        tls,
+        Protocol::Http1,
+        listening,
+        stop,
+        move |accepted, stop| serve_http1(accepted, router.clone(), limits, counters.clone(), stop),
+    )
+    .await;
+}
+
+/// Serves gRPC over HTTP/2 on `listener` through `routes`, as [`serve_http`] does.
+pub async fn serve_grpc(
+    listener: TcpListener,
+    tls: Option<Arc<ServerConfig>>,
+    routes: tonic::service::Routes,
+    settings: Http2Settings,
+    listening: Listening,
+    stop: watch::Receiver<bool>,
+) {
+    let limits = listening.limits;
+    let counters = listening.counters.clone();
+    accept_loop(
+        listener,
+        tls,
+        Protocol::Http2,
+        listening,
+        stop,
+        move |accepted, stop| {
+            serve_http2(
+                accepted,
+                routes.clone(),
+                settings,
+                limits,
+                counters.clone(),
+                stop,
+            )
+        },
+    )
+    .await;
+}
+
+/// Accepts connections within the caps, runs each one's TLS handshake (if any) and
+/// `serve` as a task of its own; after `stop`, waits for them all to end.
+async fn accept_loop<F, Fut>(
+    listener: TcpListener,
+    tls: Option<Arc<ServerConfig>>,
+    protocol: Protocol,
+    listening: Listening,
+    mut stop: watch::Receiver<bool>,
+    serve: F,
+) where
+    F: Fn(Accepted, watch::Receiver<bool>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let acceptor = tls.map(TlsAcceptor::from);
+    let handshakes = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    // Every connection task holds a sender; the receiver ends when all are gone.
+    let (alive, mut all_ended) = mpsc::channel::<()>(1);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.wait_for(|stop| *stop) => break,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
+            // Out of descriptors, say: try again shortly rather than spin.
+            Err(_) => {
+                tokio::time::sleep(ACCEPT_RETRY).await;
+                continue;
+            }
+        };
+        let slot = match listening.table.take(peer.ip()) {
+            Ok(slot) => slot,
+            Err(limit) => {
+                // Closed at once: dropping the socket sends FIN.
+                listening.counters.count(limit);
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let local = tcp.local_addr().unwrap_or(peer);
+        let acceptor = acceptor.clone();
+        let handshakes = handshakes.clone();
+        let limits = listening.limits;
+        let counters = listening.counters.clone();
+        let serve = serve.clone();
+        let stop = stop.clone();
+        let alive = alive.clone();
+        tokio::spawn(async move {
+            let _alive = alive;
+            let stream = match acceptor {
+                None => Stream::Plain(tcp),
+                Some(acceptor) => {
+                    let Ok(_pending) = handshakes.try_acquire_owned() else {
+                        counters.count(Limit::TlsHandshake);
+                        return;
+                    };
+                    let handshake = acceptor.accept(tcp);
+                    match tokio::time::timeout(limits.tls_handshake_timeout, handshake).await {
+                        Ok(Ok(stream)) => Stream::Tls(Box::new(stream)),
+                        _ => {
+                            counters.count(Limit::TlsHandshake);
+                            return;
+                        }
+                    }
+                }
+            };
+            // The header timeout runs from here, after the handshake.
+            let activity = Activity::new(protocol);
+            let conn = Conn {
+                stream,
+                activity: activity.clone(),
+                _slot: slot,
+            };
+            let accepted = Accepted {
+                conn,
+                activity,
+                local,
+                peer,
+            };
+            serve(accepted, stop).await;
+        });
+    }
+    drop(listener);
+    drop(alive);
+    let _ = all_ended.recv().await;
+}
+
+/// One HTTP/1.1 connection: each request goes to `router` with the client's
+/// address as `ConnectInfo`; upgrades (WebSockets) are handed off.
+async fn serve_http1(
+    accepted: Accepted,
+    router: axum::Router,
+    limits: ConnectionLimits,
+    counters: Arc<LimitCounters>,
+    stop: watch::Receiver<bool>,
+) {
+    let Accepted {
+        conn,
+        activity,
+        peer,
+        ..
+    } = accepted;
+    let in_service = activity.clone();
+    let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
+        let in_flight = in_service.start();
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let router = router.clone();
+        async move {
+            let response = match router.oneshot(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            Ok::<_, Infallible>(response.map(|body| Tracked {
+                body,
+                _in_flight: in_flight,
+            }))
+        }
+    });
+    let connection = http1::Builder::new()
+        .keep_alive(true)
+        .max_buf_size(MAX_HTTP1_BUFFER_BYTES)
+        .serve_connection(TokioIo::new(conn), service)
+        .with_upgrades();
+    drive(
+        pin!(connection),
+        |c| c.graceful_shutdown(),
+        &activity,
+        &limits,
+        &counters,
+        stop,
+    )
+    .await;
+}
+
+/// One HTTP/2 connection of gRPC: each request goes to `routes` with the client's
+/// address as `TcpConnectInfo` (what `tonic::Request::remote_addr` reads), within
+/// the request timeout and the connection's concurrency.
+async fn serve_http2(
+    accepted: Accepted,
+    routes: tonic::service::Routes,
+    settings: Http2Settings,
+    limits: ConnectionLimits,
+    counters: Arc<LimitCounters>,
+    stop: watch::Receiver<bool>,
+) {
+    let Accepted {
+        conn,
+        activity,
+        local,
+        peer,
+    } = accepted;
+    let in_service = activity.clone();
+    let concurrency = Arc::new(Semaphore::new(settings.concurrency_per_connection));
+    let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+        let in_flight = in_service.start();
+        let mut request = request.map(tonic::body::Body::new);
+        request.extensions_mut().insert(TcpConnectInfo {
+            local_addr: Some(local),
+            remote_addr: Some(peer),
+        });
+        let routes = routes.clone();
+        let concurrency = concurrency.clone();
+        let timeout = settings.request_timeout;
+        async move {
+            // The semaphore is never closed; the permit is held until the answer.
+            let _permit = concurrency.acquire_owned().await;
+            let response = match tokio::time::timeout(timeout, routes.oneshot(request)).await {
+                Ok(Ok(response)) => response,
+                Ok(Err(never)) => match never {},
+                Err(_) => tonic::Status::deadline_exceeded(format!(
+                    "the request took longer than {} s",
+                    timeout.as_secs()
+                ))
+                .into_http(),
+            };
+            Ok::<_, Infallible>(response.map(|body| Tracked {
+                body,
+                _in_flight: in_flight,
+            }))
+        }
+    });
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(settings.max_concurrent_streams)
+        .max_header_list_size(settings.max_header_list_bytes)
+        .keep_alive_interval(settings.keepalive.0)
+        .keep_alive_timeout(settings.keepalive.1);
+    let connection = builder.serve_connection(TokioIo::new(conn), service);
+    drive(
+        pin!(connection),
+        |c| c.graceful_shutdown(),
+        &activity,
+        &limits,
+        &counters,
+        stop,
+    )
+    .await;
+}
+
+/// Runs `connection` to its end, closing it gracefully (`close`) when it has been
+/// idle for the idle timeout or when `stop` turns true, and cutting it (dropping
+/// it) when its request head or first request is late or a graceful close takes
+/// longer than [`CLOSE_GRACE`].
+async fn drive<C>(
+    mut connection: Pin<&mut C>,
+    close: impl Fn(Pin<&mut C>),
+    activity: &Activity,
+    limits: &ConnectionLimits,
+    counters: &LimitCounters,
+    mut stop: watch::Receiver<bool>,
+) where
+    C: Future<Output = Result<(), hyper::Error>>,
+{
+    let mut cut_at: Option<Instant> = None;
+    let mut stopping = false;
+    loop {
+        let due = if cut_at.is_some() {
+            None
+        } else {
+            activity.due(limits)
+        };
+        let wake = cut_at.or(due.map(|(at, _)| at));
+        tokio::select! {
+            // An error (a reset, a protocol error) ends the connection as an end does.
+            _ = connection.as_mut() => return,
+            () = activity.changed.notified() => {}
+            () = sleep_until(wake) => {
+                if cut_at.is_some() {
+                    return;
+                }
+                // Due still: the phase may have moved on since the sleep began.
+                let Some((at, limit)) = activity.due(limits) else { continue };
+                if Instant::now() < at {
+                    continue;
+                }
+                counters.count(limit);
+                if limit != Limit::Idle {
+                    return;
+                }
+                close(connection.as_mut());
+                cut_at = Some(Instant::now() + CLOSE_GRACE);
+            }
+            _ = stop.wait_for(|stop| *stop), if !stopping => {
+                // Requests in flight finish; the caller bounds how long that takes.
+                stopping = true;
+                close(connection.as_mut());
+            }
+        }
+    }
+}
+
+/// Sleeps until `at`, or forever.
+pub(super) async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handlers_see_the_clients_address() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = axum::Router::new().route(
+            "/peer",
+            axum::routing::get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move {
+                peer.ip().to_string()
+            }),
+        );
+        let listening = Listening::new(ConnectionLimits::default(), Arc::default());
+        let (stop_tx, stop) = watch::channel(false);
+        let server = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = TcpListener::from_std(listener).unwrap();
+                serve_http(listener, None, router, listening, stop).await;
+            });
+        });
+        // Any 127.0.0.0/8 address is this host's.
+        let client =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        client
+            .bind(&SocketAddr::from(([127, 0, 0, 2], 0)).into())
+            .unwrap();
+        client.connect(&addr.into()).unwrap();
+        let mut client: std::net::TcpStream = client.into();
+        client
+            .write_all(b"GET /peer HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut response = String::new();
+        client.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(response.ends_with("\r\n\r\n127.0.0.2"), "{response}");
+        stop_tx.send(true).unwrap();
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn phases_give_the_deadline_of_their_limit() {
+        let limits = ConnectionLimits {
+            header_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(5),
+            ..ConnectionLimits::default()
+        };
+        let http = Activity::new(Protocol::Http1);
+        let (_, limit) = http.due(&limits).unwrap();
+        assert_eq!(limit, Limit::HeaderTimeout);
+        let first = http.start();
+        let second = http.start();
+        assert!(http.due(&limits).is_none());
+        drop(first);
+        assert!(http.due(&limits).is_none(), "one request still in flight");
+        drop(second);
+        assert_eq!(http.due(&limits).unwrap().1, Limit::Idle);
+        // A byte after the idle spell starts a head, with the header timeout.
+        http.read();
+        assert_eq!(http.due(&limits).unwrap().1, Limit::HeaderTimeout);
+
+        let grpc = Activity::new(Protocol::Http2);
+        assert_eq!(grpc.due(&limits).unwrap().1, Limit::NoRequest);
+        drop(grpc.start());
+        grpc.read();
+        assert_eq!(
+            grpc.due(&limits).unwrap().1,
+            Limit::Idle,
+            "a PING is no request"
+        );
+    }
+}

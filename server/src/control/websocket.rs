@@ -1,0 +1,273 @@
+//! The `/signal` WebSocket once upgraded: text frames of JSON in and out, one
+//! `SignalService` session ([`run_session`]) per socket.
+//!
+//! A message over [`MAX_SIGNAL_MESSAGE_BYTES`] gets an `error` and close code 1009
+//! (RFC 6455 §7.4.1). A socket from which no frame (a pong included) comes for
+//! `--idle-timeout` is closed with 1001, "going away"; shoal pings it after half
+//! that silence (§5.5.2), which a live client answers by itself, so only a dead or
+//! silent one goes. Its read buffer starts at [`SIGNAL_READ_BUFFER_BYTES`] and grows
+//! only for a large message: an idle socket costs about 20 KiB where tungstenite's
+//! preallocated 128 KiB made it about 145 KiB.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
+use axum::response::Response;
+use futures_util::{SinkExt, StreamExt};
+use shoal_proto::v1::{signal_request, signal_response};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
+use tokio::time::Instant;
+use tonic::Status;
+
+use super::connections::Limit;
+use super::grpc::ControlState;
+use super::http::MAX_SIGNAL_MESSAGE_BYTES;
+use super::participants::SIGNAL_QUEUE_LEN;
+use super::signal::{Inbound, error_message, run_session};
+
+/// How long a `/signal` socket closed for a message over the limit stays open after
+/// its close frame, so the client reads the frame before the socket goes (a lingering
+/// close: the unread rest of the message turns the socket's close into a reset).
+pub const CLOSE_LINGER: Duration = Duration::from_secs(2);
+/// How long a `/signal` socket's writer may take, once the session ended, to send
+/// what is left and the close frame to a client that does not read; then the
+/// socket is dropped.
+pub const WRITER_GRACE: Duration = Duration::from_secs(5);
+/// The read buffer a `/signal` socket starts with (tungstenite preallocates 128 KiB
+/// by default); signalling messages are small, and a large one grows it.
+pub const SIGNAL_READ_BUFFER_BYTES: usize = 4 * 1024;
+
+/// Completes the upgrade of an admitted `/signal` request and serves the socket;
+/// `slot`, its place among the node's signalling connections, is held until the
+/// socket ends.
+pub(super) fn accept(
+    upgrade: WebSocketUpgrade,
+    state: Arc<ControlState>,
+    token: Option<String>,
+    unauthenticated: Option<OwnedSemaphorePermit>,
+    slot: OwnedSemaphorePermit,
+    from: Option<IpAddr>,
+) -> Response {
+    upgrade
+        .read_buffer_size(SIGNAL_READ_BUFFER_BYTES)
+        .max_message_size(MAX_SIGNAL_MESSAGE_BYTES)
+        .max_frame_size(MAX_SIGNAL_MESSAGE_BYTES)
+        .on_upgrade(move |socket| async move {
+            serve_socket(state, socket, token, unauthenticated, from).await;
+            drop(slot);
+        })
+}
+
+/// One WebSocket: text frames of JSON in, JSON out, through [`run_session`].
+///
+/// A message over [`MAX_SIGNAL_MESSAGE_BYTES`] ends the session: an `error` message
+/// says what was refused, then the close frame says 1009, "message too big" (RFC
+/// 6455 §7.4.1), and the socket lingers for [`CLOSE_LINGER`]. No frame for the idle
+/// timeout ends it with 1001, "going away" (§7.4.1); a ping goes out after half of
+/// it (§5.5.2), and any frame, its pong included, starts the wait anew. Any other
+/// read error ends the session as a closed socket does. The writer has
+/// [`WRITER_GRACE`] to finish once the session has ended.
+async fn serve_socket(
+    state: Arc<ControlState>,
+    socket: WebSocket,
+    token: Option<String>,
+    unauthenticated: Option<OwnedSemaphorePermit>,
+    from: Option<IpAddr>,
+) {
+    let idle = state.signal_limits().idle_timeout;
+    let counters = state.limit_counters().clone();
+    let (mut sink, stream) = socket.split();
+    let too_big = Arc::new(AtomicBool::new(false));
+    let saw_too_big = too_big.clone();
+    let went_idle = Arc::new(AtomicBool::new(false));
+    let saw_idle = went_idle.clone();
+    let heard = Heard::new();
+    let heard_by_reader = heard.clone();
+    // Each frame, or `None` when none came within `idle`.
+    let frames = futures_util::stream::unfold(stream, move |mut stream| {
+        let heard = heard_by_reader.clone();
+        async move {
+            match tokio::time::timeout(idle, stream.next()).await {
+                Ok(Some(frame)) => {
+                    heard.now();
+                    Some((Some(frame), stream))
+                }
+                Ok(None) => None,
+                Err(_) => Some((None, stream)),
+            }
+        }
+    });
+    // Ends at a close frame, an error or silence; pings are answered by the library.
+    let inbound = frames
+        .scan(false, move |ended, frame| {
+            let next = match frame {
+                _ if *ended => None,
+                None => {
+                    *ended = true;
+                    saw_idle.store(true, Ordering::Relaxed);
+                    counters.count(Limit::SignalIdle);
+                    Some(Some(Inbound::Failed(Status::deadline_exceeded(format!(
+                        "no frame from the client for {} s",
+                        idle.as_secs()
+                    )))))
+                }
+                Some(Ok(Message::Close(_))) => None,
+                Some(Ok(frame)) => Some(decode(frame)),
+                Some(Err(e)) => {
+                    *ended = true;
+                    too_large(&e).map(|status| {
+                        saw_too_big.store(true, Ordering::Relaxed);
+                        Some(Inbound::Failed(status))
+                    })
+                }
+            };
+            std::future::ready(next)
+        })
+        .filter_map(std::future::ready);
+    let (out, mut messages) = mpsc::channel(SIGNAL_QUEUE_LEN);
+    let (done, result) = oneshot::channel::<Option<Status>>();
+    let mut writer = tokio::spawn(async move {
+        // The silence a ping was sent for; one ping per silence.
+        let mut pinged_for = None;
+        loop {
+            let (last, at) = heard.last();
+            let ping_at = (pinged_for != Some(last)).then_some(at + idle / 2);
+            tokio::select! {
+                message = messages.recv() => match message {
+                    Some(message) => {
+                        if send_json(&mut sink, &message).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => break,
+                },
+                () = super::listen::sleep_until(ping_at) => {
+                    if sink.send(Message::Ping(Bytes::new())).await.is_err() {
+                        return;
+                    }
+                    pinged_for = Some(last);
+                }
+            }
+        }
+        let close = match result.await {
+            Ok(Some(status)) if too_big.load(Ordering::Relaxed) => {
+                let _ = send_json(&mut sink, &error_message(&status)).await;
+                CloseFrame {
+                    code: close_code::SIZE,
+                    reason: "message too big".into(),
+                }
+            }
+            Ok(Some(status)) if went_idle.load(Ordering::Relaxed) => {
+                let _ = send_json(&mut sink, &error_message(&status)).await;
+                CloseFrame {
+                    code: close_code::AWAY,
+                    reason: "idle".into(),
+                }
+            }
+            Ok(Some(status)) => {
+                let _ = send_json(&mut sink, &error_message(&status)).await;
+                CloseFrame {
+                    code: close_code::POLICY,
+                    reason: super::signal::code_name(status.code()).into(),
+                }
+            }
+            _ => CloseFrame {
+                code: close_code::NORMAL,
+                reason: "".into(),
+            },
+        };
+        let lingers = close.code == close_code::SIZE;
+        let _ = sink.send(Message::Close(Some(close))).await;
+        if lingers {
+            // The rest of the refused message is unread: closing now would reset the
+            // connection, and the client's kernel may drop our close frame with it.
+            tokio::time::sleep(CLOSE_LINGER).await;
+        }
+    });
+    let ended = run_session(state, Box::pin(inbound), out, token, unauthenticated, from).await;
+    let _ = done.send(ended.err());
+    // A client that does not read would hold the writer, and the socket, forever.
+    if tokio::time::timeout(WRITER_GRACE, &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
+}
+
+/// When a `/signal` socket last heard from its client: milliseconds since the
+/// socket opened, shared by its reader and its writer.
+#[derive(Clone)]
+struct Heard {
+    opened: Instant,
+    ms: Arc<AtomicU64>,
+}
+
+impl Heard {
+    fn new() -> Heard {
+        Heard {
+            opened: Instant::now(),
+            ms: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// A frame came now.
+    fn now(&self) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The last frame's time, as stored and as an instant.
+    fn last(&self) -> (u64, Instant) {
+        let ms = self.ms.load(Ordering::Relaxed);
+        (ms, self.opened + Duration::from_millis(ms))
+    }
+}
+
+/// A read error that is a message over [`MAX_SIGNAL_MESSAGE_BYTES`], as the status
+/// that ends the session; `None` for any other error.
+fn too_large(e: &axum::Error) -> Option<Status> {
+    let source = std::error::Error::source(e)?;
+    match source.downcast_ref::<tungstenite::Error>()? {
+        tungstenite::Error::Capacity(tungstenite::error::CapacityError::MessageTooLong {
+            size,
+            max_size,
+        }) => Some(Status::resource_exhausted(format!(
+            "a message of {size} bytes was refused: /signal takes messages of at most \
+             {max_size} bytes"
+        ))),
+        _ => None,
+    }
+}
+
+/// A frame as a session message: JSON text of one `signal_request::Message`.
+fn decode(frame: Message) -> Option<Inbound> {
+    match frame {
+        Message::Text(text) => Some(
+            match serde_json::from_str::<signal_request::Message>(text.as_str()) {
+                Ok(message) => Inbound::Message(message),
+                Err(e) if e.is_data() => Inbound::Invalid(Status::invalid_argument(format!(
+                    "not a signalling message ({e}); expected one of join, offer, answer, \
+                     trickle, leave, e.g. {{\"join\": {{\"room\": \"lobby\"}}}}"
+                ))),
+                Err(e) => Inbound::Invalid(Status::invalid_argument(format!("invalid JSON: {e}"))),
+            },
+        ),
+        Message::Binary(_) => Some(Inbound::Invalid(Status::invalid_argument(
+            "binary frames are not accepted: send JSON in text frames",
+        ))),
+        _ => None,
+    }
+}
+
+async fn send_json<S>(sink: &mut S, message: &signal_response::Message) -> Result<(), ()>
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    let json = serde_json::to_string(message).map_err(|_| ())?;
+    sink.send(Message::Text(json.into())).await.map_err(|_| ())
+}

@@ -1,6 +1,8 @@
 //! What strangers can make a node hold, and that it lets go: sessions that never
-//! connect (`pending_sessions_are_bounded`). The tests of this file run one at a
-//! time: each measures the process's memory.
+//! connect (`pending_sessions_are_bounded`, here) and connections that are slow,
+//! idle or too many (`idle_and_slow_connections_time_out`, in
+//! `connection_limits/`). The tests run one at a time: one measures the process's
+//! memory, the other the time each connection is held.
 //!
 //! `pending_sessions_are_bounded`: 5 000 WHIP POSTs whose sessions never connect,
 //! from three client addresses (127.0.0.2–4), against a node with short setup
@@ -18,6 +20,7 @@
 //! warm-up round of the same flood (the allocator keeps what it once needed; a leak
 //! grows with every round, which the comparison catches).
 
+mod connection_limits;
 mod grpc_node;
 mod http_client;
 mod signal_ws;
@@ -300,7 +303,7 @@ fn wait_until_freed(
     }
 }
 
-/// One test at a time: each reads the process's RSS.
+/// One test at a time: see the module's doc.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]

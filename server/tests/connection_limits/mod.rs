@@ -9,7 +9,7 @@
 //! its `--allowed-origins` with 403. A gRPC client whose connections the node
 //! closed carries on over new ones. Every refusal is counted in GetNodeInfo.
 
-mod grpc_node;
+use crate::grpc_node;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
@@ -336,6 +336,10 @@ fn legitimate(http: SocketAddr, grpc: SocketAddr, done: Arc<AtomicBool>) -> u32 
 
 #[test]
 fn idle_and_slow_connections_time_out() {
+    // Its timings would stretch under another test's flood.
+    let _turn = crate::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     timeouts_close_slow_and_idle_connections();
     caps_and_origins_refuse_at_once();
 }

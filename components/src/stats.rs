@@ -79,6 +79,9 @@ pub struct ShardStats {
     pub sctp_sacks_bundled_with_data: u64,
     /// FORWARD TSN chunks put into packets (RFC 3758 §3.5).
     pub sctp_forward_tsn_sent: u64,
+    /// T3-rtx expiries with DATA outstanding (RFC 9260 §6.3.3): each resends from
+    /// the earliest outstanding chunk with cwnd at one packet.
+    pub sctp_t3_expiries: u64,
     /// DCEP messages that failed to parse.
     pub dcep_malformed: u64,
     /// DATA_CHANNEL_OPENs refused: a stream of our parity, or one in use.

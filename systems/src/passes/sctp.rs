@@ -265,6 +265,7 @@ fn on_t3(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
     // RFC 9260 §6.3.3 E1-E3 and §7.2.3.
     tx.rto.on_t3_expiry();
     if data {
+        ctx.stats.sctp_t3_expiries += 1;
         tx.cc.on_t3_expiry();
         tx.outstanding.handle_t3_expiry(now);
         tx.apply_discards();

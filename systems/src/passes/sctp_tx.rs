@@ -91,13 +91,17 @@ pub fn sctp_tx(
             probe_at = build_packets(a, now, mtu, &mut scratch.fill, &mut sink, &mut ctx.stats);
         }
         sink.flush();
+        let restart =
+            a.tx.as_mut()
+                .is_some_and(|tx| std::mem::take(&mut tx.t3_restart_due));
         if a.tx
             .as_ref()
             .is_some_and(|tx| tx.outstanding.has_outstanding_data())
-            && timers.get(TimerKind::SctpT3).is_none()
+            && (restart || timers.get(TimerKind::SctpT3).is_none())
             && let Some(tx) = a.tx.as_ref()
         {
-            // RFC 9260 §6.3.2 R1.
+            // RFC 9260 §6.3.2 R1, and §7.2.4 rule 4 for a fast retransmission of the
+            // earliest outstanding TSN.
             ctx.heap
                 .arm(&mut timers, entity, TimerKind::SctpT3, now + tx.rto.rto());
         }

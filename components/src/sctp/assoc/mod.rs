@@ -124,6 +124,9 @@ pub struct TxSide {
     pub forward_tsn_due: bool,
     /// Send one packet of retransmissions now, ignoring cwnd (RFC 9260 §7.2.4 rule 3).
     pub fast_retransmit_now: bool,
+    /// That packet carried the earliest outstanding TSN: T3-rtx restarts as it goes
+    /// (RFC 9260 §7.2.4 rule 4).
+    pub t3_restart_due: bool,
     /// Scratch for discarded messages.
     pub discards: Vec<(StreamId, MessageId)>,
     /// A SACK arrived since the last T3-rtx expiry: the peer is alive, which makes
@@ -169,6 +172,7 @@ impl TxSide {
             }),
             forward_tsn_due: false,
             fast_retransmit_now: false,
+            t3_restart_due: false,
             discards: Vec::new(),
             sacks_since_t3: false,
             probe_not_before: None,

@@ -243,6 +243,7 @@ fn fill_packet(
             }
         }
         let bypass = std::mem::take(&mut tx.fast_retransmit_now);
+        let earliest = tx.outstanding.cumulative_tsn_ack().next();
         // §6.1 C: retransmissions first, within cwnd (bar the first fast one).
         while w.remaining(mtu) > DATA_HEADER_LEN
             && (bypass
@@ -254,6 +255,10 @@ fn fill_packet(
             let Some((tsn, d)) = tx.outstanding.next_retransmission(now, room) else {
                 break;
             };
+            // §7.2.4 rule 4: a fast retransmission of the earliest outstanding TSN
+            // restarts T3-rtx, which the SACKs that triggered it (gap blocks only)
+            // did not.
+            tx.t3_restart_due |= bypass && tsn == earliest;
             push_data(w, tsn, d);
             sent_data = true;
         }

@@ -110,7 +110,8 @@ fn flood(
                             seen.refused += 1;
                             let retry: Option<u64> =
                                 reply.header("retry-after").and_then(|v| v.parse().ok());
-                            let bound = SETUP_TIMEOUT.as_secs();
+                            // The setup timeout, and the second it takes to sweep.
+                            let bound = SETUP_TIMEOUT.as_secs() + 1;
                             if !retry.is_some_and(|s| (1..=bound).contains(&s)) {
                                 seen.other.push(format!(
                                     "503 from {source} with Retry-After {:?}: {}",
@@ -140,9 +141,10 @@ fn flood(
 }
 
 /// One legitimate publisher: shoal's client stack posts a data-channel offer over
-/// WHIP from 127.0.0.1, connects (ICE, DTLS, SCTP) over real UDP, then DELETEs its
-/// session. Returns how long the connection took.
-fn legitimate_session(http: SocketAddr, seed: u64) -> Result<Duration, String> {
+/// WHIP from 127.0.0.1, connects (ICE, DTLS, SCTP) over real UDP, stays connected
+/// for `stay`, then DELETEs its session (a 404 would say the node dropped it).
+/// Returns how long the connection took.
+fn legitimate_session(http: SocketAddr, seed: u64, stay: Duration) -> Result<Duration, String> {
     let started = Instant::now();
     let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let mut shard = Shard::new(ShardConfig::new(
@@ -177,7 +179,9 @@ fn legitimate_session(http: SocketAddr, seed: u64) -> Result<Duration, String> {
                 _ => {}
             }
         }
-        if connected.is_some() || lost.is_some() || started.elapsed() > CONNECT_DEADLINE {
+        let stayed = connected.is_some_and(|took| started.elapsed() >= took + stay);
+        if stayed || lost.is_some() || (connected.is_none() && started.elapsed() > CONNECT_DEADLINE)
+        {
             Control::Stop
         } else {
             Control::Continue
@@ -232,12 +236,17 @@ fn watched_flood(
             let mut results = Vec::new();
             let mut seed = 1;
             while !done.load(Ordering::SeqCst) {
-                results.push(legitimate_session(http, seed));
+                results.push(legitimate_session(http, seed, Duration::ZERO));
                 seed += 1;
             }
             results
         })
     };
+    // One more stays past the setup timeout: connected, it must not be taken for a
+    // session that never connected.
+    let stayer = std::thread::spawn(move || {
+        legitimate_session(http, 1_000, SETUP_TIMEOUT + Duration::from_millis(1_500))
+    });
     let started = Instant::now();
     let seen = flood(http, flooders, count, u32::MAX, offer);
     let flood_took = started.elapsed();
@@ -246,6 +255,8 @@ fn watched_flood(
     done.store(true, Ordering::SeqCst);
     let most_pending = watcher.join().expect("the watcher");
     let sessions = legitimate.join().expect("the legitimate client");
+    let stayed = stayer.join().expect("the client that stays");
+    assert!(stayed.is_ok(), "the session that stayed: {stayed:?}");
 
     assert!(
         seen.other.is_empty(),

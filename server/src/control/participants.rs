@@ -279,6 +279,10 @@ impl ControlState {
     fn admit_now(&self, mut admission: Admission) -> Result<Admitted, Status> {
         let now = self.clock().now();
         let mut rooms = self.rooms();
+        // Before anything is made (a room opened on join included). Every admission
+        // holds the directory's lock from here to `pending.add`, so the slot checked
+        // is the slot taken.
+        self.members().pending.check(admission.from, now)?;
         if self.auto_create_rooms()
             && matches!(rooms.get(&admission.room), Err(RoomError::RoomNotFound(_)))
         {
@@ -297,7 +301,6 @@ impl ControlState {
         }
         let room_shards: Vec<usize> = room.participants().map(|p| p.shard).collect();
         let mut members = self.members();
-        members.pending.check(admission.from, now)?;
         let shard = place(&room_shards, members.load(), self.max_peers_per_shard())
             .ok_or_else(|| Status::resource_exhausted("every shard is full"))?;
         let peer = PeerId(self.next_peer.fetch_add(1, Ordering::Relaxed));

@@ -117,6 +117,12 @@ impl From<Busy> for Status {
     }
 }
 
+/// How long after `now` a session due at `deadline` is gone: expired sessions are
+/// removed every [`super::EXPIRY_INTERVAL`], so up to that much after it.
+fn freed_by(deadline: Option<Time>, now: Time) -> Duration {
+    deadline.map_or(Duration::ZERO, |t| t.saturating_since(now)) + super::EXPIRY_INTERVAL
+}
+
 /// `retry_after` in whole seconds, rounded up, at least 1 (`Retry-After` counts
 /// seconds, RFC 9110 §10.2.3).
 pub fn retry_secs(retry_after: Duration) -> u64 {
@@ -180,7 +186,7 @@ impl Pending {
             let first = self.by_deadline.first().map(|(t, _)| *t);
             return Err(Busy {
                 scope: Scope::Node,
-                retry_after: first.map_or(Duration::ZERO, |t| t.saturating_since(now)),
+                retry_after: freed_by(first, now),
             });
         }
         let Some(key) = from.map(AddressKey::of) else {
@@ -195,7 +201,7 @@ impl Pending {
                 .min();
             return Err(Busy {
                 scope: Scope::Address,
-                retry_after: first.map_or(Duration::ZERO, |t| t.saturating_since(now)),
+                retry_after: freed_by(first, now),
             });
         }
         Ok(())
@@ -276,8 +282,12 @@ mod tests {
         }
         let busy = p.check(Some(A), at(10)).expect_err("A is at its cap");
         assert_eq!(busy.scope, Scope::Address);
-        // The first of A's sessions times out at 30 s.
-        assert_eq!(busy.retry_after, Duration::from_secs(20));
+        // The first of A's sessions times out at 30 s, and is removed within the
+        // second after.
+        assert_eq!(
+            busy.retry_after,
+            Duration::from_secs(20) + super::super::EXPIRY_INTERVAL
+        );
         p.check(Some(B), at(10)).expect("B is not");
         p.check(None, at(10))
             .expect("an unknown address counts for the node only");
@@ -295,7 +305,10 @@ mod tests {
         p.add(PeerId(3), None, at(2));
         let busy = p.check(Some(B), at(2)).expect_err("the node is at its cap");
         assert_eq!(busy.scope, Scope::Node);
-        assert_eq!(busy.retry_after, Duration::from_secs(28));
+        assert_eq!(
+            busy.retry_after,
+            Duration::from_secs(28) + super::super::EXPIRY_INTERVAL
+        );
         assert_eq!(p.stats().refused_node, 1);
     }
 

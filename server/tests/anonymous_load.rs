@@ -96,13 +96,11 @@ fn flood(
                         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                         .is_ok()
                 {
-                    let reply = http_client::request_from(
+                    let reply = http_client::post_offer_from(
                         source,
                         http,
-                        "POST",
                         &format!("/whip/{ROOM}"),
-                        &[("Content-Type", "application/sdp")],
-                        offer.as_bytes(),
+                        &offer,
                     );
                     match reply.status {
                         201 => seen.created += 1,
@@ -153,14 +151,8 @@ fn legitimate_session(http: SocketAddr, seed: u64, stay: Duration) -> Result<Dur
     ));
     let mut rng = endpoint::os_rng().map_err(|e| e.to_string())?;
     let offer = data_offer(NODE, shard.fingerprint(), &mut rng);
-    let reply = http_client::request_from(
-        loopback(1),
-        http,
-        "POST",
-        &format!("/whip/{ROOM}"),
-        &[("Content-Type", "application/sdp")],
-        offer.sdp().as_bytes(),
-    );
+    let reply =
+        http_client::post_offer_from(loopback(1), http, &format!("/whip/{ROOM}"), offer.sdp());
     if reply.status != 201 {
         return Err(format!("POST answered {}: {}", reply.status, reply.body));
     }
@@ -419,13 +411,11 @@ fn pending_sessions_are_bounded() {
 
     // The node's own cap: many addresses, a few sessions each, after one session
     // with a known identity.
-    let keeper = http_client::request_from(
+    let keeper = http_client::post_offer_from(
         loopback(100),
         http,
-        "POST",
         &format!("/whip/{ROOM}?identity=keeper"),
-        &[("Content-Type", "application/sdp")],
-        offer.as_bytes(),
+        &offer,
     );
     assert_eq!(keeper.status, 201, "{}", keeper.body);
     let many: Vec<IpAddr> = (10..10 + (PER_NODE / 4 + 2) as u8).map(loopback).collect();
@@ -433,13 +423,11 @@ fn pending_sessions_are_bounded() {
     assert!(wide.other.is_empty(), "{:?}", wide.other);
     assert_eq!(wide.created as usize, PER_NODE - 1);
     // A refused session replaces no one: the keeper's identity stays taken.
-    let usurper = http_client::request_from(
+    let usurper = http_client::post_offer_from(
         loopback(101),
         http,
-        "POST",
         &format!("/whip/{ROOM}?identity=keeper"),
-        &[("Content-Type", "application/sdp")],
-        offer.as_bytes(),
+        &offer,
     );
     assert_eq!(usurper.status, 503, "{}", usurper.body);
     let listed = node

@@ -171,3 +171,15 @@ pub fn post_offer(addr: SocketAddr, path: &str, offer: &str) -> Reply {
         offer.as_bytes(),
     )
 }
+
+/// [`post_offer`] from the local address `source` (see [`request_from`]).
+pub fn post_offer_from(source: IpAddr, addr: SocketAddr, path: &str, offer: &str) -> Reply {
+    request_from(
+        source,
+        addr,
+        "POST",
+        path,
+        &[("Content-Type", "application/sdp")],
+        offer.as_bytes(),
+    )
+}

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -91,6 +91,8 @@ pub struct ControlState {
     auth: Auth,
     auto_create_rooms: bool,
     signal_limits: SignalLimits,
+    /// Signalling connections ended for not reading (SIGNAL_SLOW_READER).
+    slow_signal_readers: AtomicU64,
     pub(super) next_peer: AtomicU64,
     /// The next track id (node-wide).
     pub(super) next_track: AtomicU64,
@@ -118,6 +120,7 @@ impl ControlState {
             auth: Auth::default(),
             auto_create_rooms: true,
             signal_limits: SignalLimits::default(),
+            slow_signal_readers: AtomicU64::new(0),
             next_peer: AtomicU64::new(FIRST_PEER_ID),
             next_track: AtomicU64::new(1),
             rng: SystemRandom::new(),
@@ -164,9 +167,14 @@ impl ControlState {
         self
     }
 
-    /// The bounds on `/signal` connections.
+    /// The bounds on signalling connections.
     pub fn signal_limits(&self) -> SignalLimits {
         self.signal_limits
+    }
+
+    /// Counts a signalling connection ended for not reading.
+    pub fn count_slow_signal_reader(&self) {
+        self.slow_signal_readers.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Who may do what.
@@ -584,6 +592,7 @@ impl NodeService for ControlApi {
             .into_iter()
             .collect(),
             session_setup_timeouts: pending_stats.timed_out,
+            slow_signal_readers: self.state.slow_signal_readers.load(Ordering::Relaxed),
         }))
     }
 }

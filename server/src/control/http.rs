@@ -49,14 +49,15 @@ use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use shoal_components::peer::PeerId;
 use shoal_components::sdp;
-use shoal_proto::v1::{DisconnectReason, signal_request, signal_response};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use shoal_proto::v1::{DisconnectReason, signal_request};
+use tokio::sync::{Semaphore, oneshot};
 use tonic::{Code, Status};
 
 use super::auth::{Act, AuthError, Refusal, bearer};
 use super::grpc::ControlState;
 use super::ice_restart::Precondition;
-use super::participants::{Admission, SIGNAL_QUEUE_LEN, SessionKind as Kind, check_offer};
+use super::outbox::{Failure, Outbox};
+use super::participants::{Admission, SessionKind as Kind, check_offer};
 use super::pending::{RETRY_PUSHBACK_KEY, retry_secs};
 use super::sdpfrag::IceFragment;
 use super::signal::{Inbound, error_message, run_session};
@@ -680,9 +681,17 @@ async fn signal(
             "too many signalling connections",
         );
     };
+    let limits = http.state.signal_limits();
     upgrade
         .max_message_size(MAX_SIGNAL_MESSAGE_BYTES)
         .max_frame_size(MAX_SIGNAL_MESSAGE_BYTES)
+        // Each message goes to the socket as it is sent (the writer flushes every
+        // one), and the library's buffer never holds more than one: a message's
+        // JSON is at most ~6 times its encoded size (a string of control
+        // characters, each escaped as \u00XX), and no message is larger than the
+        // queue's bound. Without a cap the buffer would be unbounded.
+        .write_buffer_size(0)
+        .max_write_buffer_size(limits.queue_bytes.saturating_mul(8))
         .on_upgrade(move |socket| async move {
             serve_socket(http.state, socket, token, unauthenticated, from).await;
             drop(slot);
@@ -695,6 +704,13 @@ async fn signal(
 /// says what was refused, then the close frame says 1009, "message too big" (RFC
 /// 6455 §7.4.1), and the socket lingers for [`CLOSE_LINGER`]. Any other read error
 /// ends the session as a closed socket does.
+///
+/// The writer drains the connection's [`Outbox`]; a write that does not complete
+/// within `--signal-write-timeout` ends the session (SIGNAL_SLOW_READER) and the
+/// writer gives up on the socket. A session the node ends (a `leave` the client
+/// reads first, a slow reader among them) closes with 1000: RFC 6455 §7.4.1's 1008
+/// is for a message received, 1011 for an unexpected condition, and the `leave`
+/// says why.
 async fn serve_socket(
     state: Arc<ControlState>,
     socket: WebSocket,
@@ -723,24 +739,44 @@ async fn serve_socket(
             std::future::ready(next)
         })
         .filter_map(std::future::ready);
-    let (out, mut messages) = mpsc::channel(SIGNAL_QUEUE_LEN);
+    let write_timeout = state.signal_limits().write_timeout;
+    let out = Outbox::new(state.signal_limits().queue_bytes);
     let (done, result) = oneshot::channel::<Option<Status>>();
+    let (writer_state, writer_out) = (state.clone(), out.clone());
     let writer = tokio::spawn(async move {
-        while let Some(message) = messages.recv().await {
-            if send_json(&mut sink, &message).await.is_err() {
-                return;
+        while let Some(message) = writer_state.next_outgoing(&writer_out).await {
+            let Ok(json) = serde_json::to_string(message.message().as_ref()) else {
+                continue;
+            };
+            // Only the JSON is held while the write waits.
+            drop(message);
+            match send_within(&mut sink, Message::Text(json.into()), write_timeout).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    // The socket failed: its reading half ends the session.
+                    writer_out.abandon();
+                    return;
+                }
+                Err(_) => {
+                    // Not read: the session removes the participant; the socket goes
+                    // once it does.
+                    writer_out.fail(Failure::Stalled);
+                    return;
+                }
             }
         }
         let close = match result.await {
             Ok(Some(status)) if too_big.load(Ordering::Relaxed) => {
-                let _ = send_json(&mut sink, &error_message(&status)).await;
+                let json = serde_json::to_string(&error_message(&status)).unwrap_or_default();
+                let _ = send_within(&mut sink, Message::Text(json.into()), write_timeout).await;
                 CloseFrame {
                     code: close_code::SIZE,
                     reason: "message too big".into(),
                 }
             }
             Ok(Some(status)) => {
-                let _ = send_json(&mut sink, &error_message(&status)).await;
+                let json = serde_json::to_string(&error_message(&status)).unwrap_or_default();
+                let _ = send_within(&mut sink, Message::Text(json.into()), write_timeout).await;
                 CloseFrame {
                     code: close_code::POLICY,
                     reason: super::signal::code_name(status.code()).into(),
@@ -752,7 +788,7 @@ async fn serve_socket(
             },
         };
         let lingers = close.code == close_code::SIZE;
-        let _ = sink.send(Message::Close(Some(close))).await;
+        let _ = send_within(&mut sink, Message::Close(Some(close)), write_timeout).await;
         if lingers {
             // The rest of the refused message is unread: closing now would reset the
             // connection, and the client's kernel may drop our close frame with it.
@@ -762,6 +798,15 @@ async fn serve_socket(
     let ended = run_session(state, Box::pin(inbound), out, token, unauthenticated, from).await;
     let _ = done.send(ended.err());
     let _ = writer.await;
+}
+
+/// Sends `message` (and flushes it), giving up after `limit`.
+async fn send_within(
+    sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
+    message: Message,
+    limit: Duration,
+) -> Result<Result<(), axum::Error>, tokio::time::error::Elapsed> {
+    tokio::time::timeout(limit, sink.send(message)).await
 }
 
 /// A read error that is a message over [`MAX_SIGNAL_MESSAGE_BYTES`], as the status
@@ -798,14 +843,6 @@ fn decode(frame: Message) -> Option<Inbound> {
         ))),
         _ => None,
     }
-}
-
-async fn send_json<S>(sink: &mut S, message: &signal_response::Message) -> Result<(), ()>
-where
-    S: futures_util::Sink<Message> + Unpin,
-{
-    let json = serde_json::to_string(message).map_err(|_| ())?;
-    sink.send(Message::Text(json.into())).await.map_err(|_| ())
 }
 
 /// `s` with everything but RFC 3986 unreserved characters percent-encoded, for a path

@@ -26,7 +26,9 @@ pub mod auth;
 pub mod grpc;
 pub mod http;
 pub mod ice_restart;
+pub mod join_pages;
 pub mod media;
+pub mod outbox;
 pub mod participants;
 pub mod pending;
 pub mod presence;
@@ -110,7 +112,7 @@ pub struct ControlSettings {
     pub auto_create_rooms: bool,
     /// The certificate and key that HTTP and gRPC serve TLS with; `None`: plain.
     pub tls: Option<TlsFiles>,
-    /// Bounds on `/signal` connections.
+    /// Bounds on signalling connections.
     pub signal_limits: SignalLimits,
     /// Bounds on sessions that have not connected.
     pub pending: PendingLimits,
@@ -145,6 +147,8 @@ impl ControlSettings {
                 connections: config.max_signal_connections,
                 unauthenticated: config.max_unauthenticated_signal,
                 auth_timeout: Duration::from_secs(config.signal_auth_timeout),
+                queue_bytes: config.signal_queue_bytes,
+                write_timeout: Duration::from_secs(config.signal_write_timeout),
             },
             pending: PendingLimits {
                 per_node: config.max_pending_sessions,

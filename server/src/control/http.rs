@@ -68,6 +68,8 @@ use crate::ice_servers::link_headers;
 pub const MAX_BODY_BYTES: usize = sdp::MAX_SDP_LEN;
 /// Largest WebSocket message (and frame) accepted on `/signal`.
 pub const MAX_SIGNAL_MESSAGE_BYTES: usize = 64 * 1024;
+/// What a `/signal` socket reads at once; a larger message takes several reads.
+pub const SIGNAL_READ_BUFFER_BYTES: usize = 8 * 1024;
 /// Default `--max-signal-connections`: `/signal` connections open at once; more are
 /// refused with 503.
 pub const DEFAULT_MAX_SIGNAL_CONNECTIONS: usize = 4096;
@@ -692,6 +694,9 @@ async fn signal(
         // queue's bound. Without a cap the buffer would be unbounded.
         .write_buffer_size(0)
         .max_write_buffer_size(limits.queue_bytes.saturating_mul(8))
+        // The library zero-fills its whole read buffer before each read: at its
+        // default of 128 KiB that is resident on every socket, whatever arrives.
+        .read_buffer_size(SIGNAL_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
             serve_socket(http.state, socket, token, unauthenticated, from).await;
             drop(slot);

@@ -344,6 +344,34 @@ pub struct Config {
     )]
     pub signal_auth_timeout: u64,
 
+    /// Bytes (encoded) one signalling connection, `/signal` or SignalService, may
+    /// owe its client; a client that falls further behind is disconnected (leave
+    /// reason SIGNAL_SLOW_READER, counted in NodeInfo.slow_signal_readers) rather
+    /// than miss room events. A join sends the room's other participants in pages of
+    /// 32 KiB as the client reads them, so a large room never needs more. Default
+    /// 1 MiB: 128 events with the largest metadata, 16 of the largest SDP.
+    #[arg(
+        long,
+        env = "SHOAL_SIGNAL_QUEUE_BYTES",
+        value_name = "BYTES",
+        default_value_t = crate::control::signal::DEFAULT_QUEUE_BYTES,
+        value_parser = clap::value_parser!(u32)
+            .range(crate::control::signal::MIN_QUEUE_BYTES as i64..=256 * 1024 * 1024)
+            .map(|n| n as usize)
+    )]
+    pub signal_queue_bytes: usize,
+
+    /// Seconds one write to a signalling connection may take; a client that reads
+    /// none of it for that long is disconnected the same way (SIGNAL_SLOW_READER).
+    #[arg(
+        long,
+        env = "SHOAL_SIGNAL_WRITE_TIMEOUT",
+        value_name = "SECONDS",
+        default_value_t = crate::control::signal::DEFAULT_WRITE_TIMEOUT_SECS,
+        value_parser = clap::value_parser!(u64).range(1..=300)
+    )]
+    pub signal_write_timeout: u64,
+
     /// Seconds a session has from its WHIP/WHEP POST or signalling join until its
     /// connection is up (ICE and DTLS); a session still not connected then is
     /// removed (leave reason CONNECTION_TIMEOUT) and counted.
@@ -512,6 +540,8 @@ impl Default for Config {
             max_signal_connections: crate::control::http::DEFAULT_MAX_SIGNAL_CONNECTIONS,
             max_unauthenticated_signal: crate::control::http::DEFAULT_MAX_UNAUTHENTICATED_SIGNAL,
             signal_auth_timeout: crate::control::signal::DEFAULT_AUTH_TIMEOUT_SECS,
+            signal_queue_bytes: crate::control::signal::DEFAULT_QUEUE_BYTES,
+            signal_write_timeout: crate::control::signal::DEFAULT_WRITE_TIMEOUT_SECS,
             session_setup_timeout: crate::control::pending::DEFAULT_SETUP_TIMEOUT_SECS,
             max_pending_sessions: crate::control::pending::DEFAULT_MAX_PENDING,
             max_pending_sessions_per_address:

@@ -138,17 +138,28 @@ fn duplicate_identity_replaces_first() {
     grpc_node::wait_for_shards(&server, Duration::from_secs(5), "one peer left", |r| {
         r[0].peers == 1
     });
-    // And the first player's frames stop: after the replacement, at most what was in
-    // flight arrives (a progress line per 10 frames; 30 fps).
+    // And the first player's frames stop: once it has worked through what reached it
+    // before the replacement (a loaded machine may decode that late), it goes quiet.
+    // At 30 fps with a progress line per 10 frames, media still flowing would print
+    // one every third of a second; two seconds without one is silence.
+    let quiet = Duration::from_secs(2);
+    let give_up = Instant::now() + Duration::from_secs(15);
     let mut late = 0;
-    let quiet_until = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < quiet_until {
-        match first.try_report(quiet_until) {
-            Some(line) if line["event"] == "frames" => late += 1,
-            Some(_) | None => break,
+    let went_quiet = loop {
+        if Instant::now() >= give_up {
+            break false;
         }
-    }
-    assert!(late <= 1, "{late} progress reports after the replacement");
+        match first.try_report(Instant::now() + quiet) {
+            Some(line) if line["event"] == "frames" => late += 1,
+            // Silence, or the player ended: no more frames either way.
+            Some(_) | None => break true,
+        }
+    };
+    assert!(
+        went_quiet,
+        "the first player still got frames 15 s after the replacement ({late} progress \
+         reports)"
+    );
 
     let done = publisher.stop_publishing();
     assert_eq!(done["connection"], "connected", "publisher: {done}");

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -95,6 +95,8 @@ pub struct ControlState {
     signal_limits: SignalLimits,
     allowed_origins: AllowedOrigins,
     limit_counters: Arc<LimitCounters>,
+    /// Signalling connections ended for not reading (SIGNAL_SLOW_READER).
+    slow_signal_readers: AtomicU64,
     pub(super) next_peer: AtomicU64,
     /// The next track id (node-wide).
     pub(super) next_track: AtomicU64,
@@ -124,6 +126,7 @@ impl ControlState {
             signal_limits: SignalLimits::default(),
             allowed_origins: AllowedOrigins::default(),
             limit_counters: Arc::default(),
+            slow_signal_readers: AtomicU64::new(0),
             next_peer: AtomicU64::new(FIRST_PEER_ID),
             next_track: AtomicU64::new(1),
             rng: SystemRandom::new(),
@@ -170,7 +173,7 @@ impl ControlState {
         self
     }
 
-    /// The bounds on `/signal` connections.
+    /// The bounds on signalling connections.
     pub fn signal_limits(&self) -> SignalLimits {
         self.signal_limits
     }
@@ -189,6 +192,11 @@ impl ControlState {
     /// The connections (and `/signal` upgrades) refused or cut off, by limit.
     pub fn limit_counters(&self) -> &Arc<LimitCounters> {
         &self.limit_counters
+    }
+
+    /// Counts a signalling connection ended for not reading.
+    pub fn count_slow_signal_reader(&self) {
+        self.slow_signal_readers.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Who may do what.
@@ -607,6 +615,7 @@ impl NodeService for ControlApi {
             .collect(),
             session_setup_timeouts: pending_stats.timed_out,
             connections_refused: self.state.limit_counters.counts().into_iter().collect(),
+            slow_signal_readers: self.state.slow_signal_readers.load(Ordering::Relaxed),
         }))
     }
 }

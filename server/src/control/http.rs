@@ -71,6 +71,8 @@ use crate::ice_servers::link_headers;
 pub const MAX_BODY_BYTES: usize = sdp::MAX_SDP_LEN;
 /// Largest WebSocket message (and frame) accepted on `/signal`.
 pub const MAX_SIGNAL_MESSAGE_BYTES: usize = 64 * 1024;
+/// What a `/signal` socket reads at once; a larger message takes several reads.
+pub const SIGNAL_READ_BUFFER_BYTES: usize = 8 * 1024;
 /// Default `--max-signal-connections`: `/signal` connections open at once; more are
 /// refused with 503.
 pub const DEFAULT_MAX_SIGNAL_CONNECTIONS: usize = 4096;

@@ -32,6 +32,7 @@ use shoal_systems::Command;
 use tonic::Status;
 
 use super::grpc::ControlState;
+use super::outbox::Outgoing;
 use super::participants::{Members, negotiation_error};
 use super::rooms::RoomDirectory;
 use crate::driver::ShardCommand;
@@ -402,7 +403,7 @@ impl ControlState {
                     participant_identity: identity.clone(),
                     track: Some(info),
                 });
-                members.broadcast(&room, peer, &event);
+                members.broadcast(&room, peer, event);
             }
             effects.renegotiate.push(room);
         }
@@ -483,9 +484,9 @@ impl ControlState {
             let message = signal_response::Message::Offer(v1::SessionDescription {
                 sdp: offer.to_sdp_string(),
             });
-            // A client this far behind misses the offer; roll it back so the next
-            // change offers again.
-            if link.events.try_send(message).is_err() {
+            // A connection that is ending (or that this offer takes past its bound)
+            // takes no offer; roll it back so that a later change offers again.
+            if link.outbox.push(&Outgoing::new(message)).is_err() {
                 media.negotiation.rollback();
             } else {
                 media.offered_at = Some(std::time::Instant::now());
@@ -600,7 +601,7 @@ impl ControlState {
                     participant_identity: identity.to_owned(),
                     track: Some(t.info()),
                 });
-                members.broadcast(room, peer, &event);
+                members.broadcast(room, peer, event);
             }
         }
         self.offer_to_room(room, Some(peer));

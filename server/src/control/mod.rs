@@ -29,9 +29,11 @@ pub mod connections;
 pub mod grpc;
 pub mod http;
 pub mod ice_restart;
+pub mod join_pages;
 pub mod listen;
 pub mod media;
 pub mod origin;
+pub mod outbox;
 pub mod participants;
 pub mod pending;
 pub mod presence;
@@ -95,6 +97,16 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Threads the runtime may start for blocking shard round trips.
 const MAX_BLOCKING_THREADS: usize = 8;
+/// The kernel send buffer of each gRPC and HTTP connection (Linux doubles it for
+/// its bookkeeping). Set, it is no longer tuned up to `net.ipv4.tcp_wmem`'s most
+/// (4 MiB by default), which a client that never reads would hold in the kernel on
+/// every connection; the node's own queues are bounded
+/// (`--signal-queue-bytes`), and this bounds what is under them. At 100 ms of
+/// round trip it still carries 10 Mbit/s, far more than control and signalling
+/// need.
+const TCP_SEND_BUFFER_BYTES: usize = 64 * 1024;
+/// Connections waiting to be accepted, as tokio's own listeners have.
+const LISTEN_BACKLOG: i32 = 1024;
 
 /// What the control plane needs from the node's configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,7 +129,7 @@ pub struct ControlSettings {
     pub auto_create_rooms: bool,
     /// The certificate and key that HTTP and gRPC serve TLS with; `None`: plain.
     pub tls: Option<TlsFiles>,
-    /// Bounds on `/signal` connections.
+    /// Bounds on signalling connections.
     pub signal_limits: SignalLimits,
     /// Bounds on sessions that have not connected.
     pub pending: PendingLimits,
@@ -158,6 +170,8 @@ impl ControlSettings {
                 unauthenticated: config.max_unauthenticated_signal,
                 auth_timeout: Duration::from_secs(config.signal_auth_timeout),
                 idle_timeout: Duration::from_secs(config.idle_timeout),
+                queue_bytes: config.signal_queue_bytes,
+                write_timeout: Duration::from_secs(config.signal_write_timeout),
             },
             pending: PendingLimits {
                 per_node: config.max_pending_sessions,
@@ -327,17 +341,29 @@ impl Drop for ControlPlane {
 }
 
 /// Binds a TCP listener on `addr` for the runtime; returns it with its bound address.
+/// Its connections inherit a fixed send buffer of [`TCP_SEND_BUFFER_BYTES`].
 fn bind(
     runtime: &tokio::runtime::Runtime,
     what: &'static str,
     addr: SocketAddr,
 ) -> Result<(tokio::net::TcpListener, SocketAddr), ControlError> {
+    use socket2::{Domain, Protocol, Socket, Type};
     let io_err = |what| move |source| ControlError::Io { what, source };
-    let listener = std::net::TcpListener::bind(addr).map_err(|source| ControlError::Bind {
-        what,
-        addr,
-        source,
-    })?;
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+        .map_err(io_err("socket"))?;
+    // As std's TcpListener::bind: a restarted node binds its port again at once.
+    #[cfg(unix)]
+    socket
+        .set_reuse_address(true)
+        .map_err(io_err("SO_REUSEADDR"))?;
+    socket
+        .set_send_buffer_size(TCP_SEND_BUFFER_BYTES)
+        .map_err(io_err("SO_SNDBUF"))?;
+    socket
+        .bind(&addr.into())
+        .and_then(|()| socket.listen(LISTEN_BACKLOG))
+        .map_err(|source| ControlError::Bind { what, addr, source })?;
+    let listener = std::net::TcpListener::from(socket);
     listener
         .set_nonblocking(true)
         .map_err(io_err("non-blocking listener"))?;

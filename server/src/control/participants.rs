@@ -7,6 +7,14 @@
 //! Shared by the HTTP and gRPC front ends, so WHIP, WHEP, the WebSocket and the gRPC
 //! stream admit, negotiate and remove participants with the same code.
 //!
+//! A signalling connection hears through its [`Outbox`], bounded in bytes: a room
+//! event is built once and shared by every listener's queue, and a listener that
+//! falls behind past the bound is removed (SIGNAL_SLOW_READER), never left with a
+//! gap in what it heard. A join's response carries the first page of the room's
+//! other participants; the rest follow in pages that the connection's writer makes
+//! one at a time as it drains ([`super::join_pages`]), so a join into a large room
+//! holds one page, not the room.
+//!
 //! Locks: the room directory, then [`Members`], always in that order, each held for a
 //! few map operations and never across an `.await`.
 
@@ -24,12 +32,14 @@ use shoal_components::sdp::{self, AnswerParams, Negotiation, SessionDescription,
 use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_proto::v1::{self, DisconnectReason, participant_event, signal_response};
 use shoal_systems::{CommandError, PeerDtls, PeerSpec};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tonic::Status;
 
 use super::auth::Permissions;
 use super::grpc::ControlState;
+use super::join_pages::JoinCursor;
 use super::media::{LocalTransport, MemberMedia};
+use super::outbox::{Outbox, Outgoing};
 use super::pending::{Pending, PendingLimits};
 use super::presence::{Presence, PresenceUpdate};
 use super::rooms::{
@@ -38,9 +48,6 @@ use super::rooms::{
 use super::shards::ShardError;
 use crate::driver::{DriverError, ShardCommand};
 
-/// Events queued for one signalling connection; a client this far behind misses
-/// events rather than growing the control plane's memory.
-pub const SIGNAL_QUEUE_LEN: usize = 64;
 /// ufrag length: 8 ice-chars carry 48 random bits (RFC 8445 §5.3 asks for at least
 /// 24; RFC 8839 §5.4 allows 4 to 256 characters).
 pub(super) const UFRAG_CHARS: usize = 8;
@@ -52,7 +59,7 @@ pub(super) const PWD_CHARS: usize = 24;
 #[derive(Debug)]
 pub struct SignalLink {
     /// Messages for the client (room events, its own join response).
-    pub events: mpsc::Sender<signal_response::Message>,
+    pub outbox: Arc<Outbox>,
     /// Fired when the participant is removed by anything but its own connection.
     pub ended: oneshot::Sender<v1::LeaveEvent>,
 }
@@ -166,18 +173,20 @@ impl Members {
     }
 
     /// Sends `event` about `except` to every other signalling connection in `room`
-    /// (none when `except` is hidden).
-    pub(super) fn broadcast(&self, room: &str, except: PeerId, event: &signal_response::Message) {
+    /// (none when `except` is hidden), one copy shared by all.
+    pub(super) fn broadcast(&self, room: &str, except: PeerId, event: signal_response::Message) {
         if self.is_hidden(except) {
             return;
         }
+        let event = Outgoing::new(event);
         for peer in self.listeners.get(room).into_iter().flatten() {
             if *peer == except {
                 continue;
             }
             if let Some(link) = self.by_peer.get(peer).and_then(|m| m.signal.as_ref()) {
-                // A full queue: that client is not reading; it misses this event.
-                let _ = link.events.try_send(event.clone());
+                // A connection this push takes past its bound fails, and its session
+                // removes the participant: it never goes on with a gap.
+                let _ = link.outbox.push(&event);
             }
         }
     }
@@ -316,29 +325,37 @@ impl ControlState {
         let me = self.participant_message(participant);
         let room = rooms.get(&admission.room)?;
         if let Some(link) = &admission.signal {
-            let others: Vec<v1::Participant> = room
+            // Hidden participants are not counted either: a count above what the
+            // pages show would tell that someone unseen is there.
+            let others_count = room
                 .participants()
                 .filter(|p| p.peer != peer && !members.is_hidden(p.peer))
-                .map(|p| v1::Participant {
-                    tracks: members.track_infos(p.peer),
-                    ..self.participant_message(p)
-                })
-                .collect();
-            // Hidden participants are not counted either: a count above the list
-            // would tell that someone unseen is there.
+                .count();
+            let page = self.others_page(&members, room.participants(), peer);
             let visible = v1::Room {
-                num_participants: u32::try_from(others.len()).unwrap_or(u32::MAX)
-                    + u32::from(!admission.permissions.hidden),
+                num_participants: u32::try_from(others_count)
+                    .unwrap_or(u32::MAX)
+                    .saturating_add(u32::from(!admission.permissions.hidden)),
                 ..self.room_message(room)
             };
-            let joined = signal_response::Message::Join(v1::JoinResponse {
+            let joined = Outgoing::new(signal_response::Message::Join(v1::JoinResponse {
                 room: Some(visible),
                 participant: Some(me.clone()),
-                others,
+                others: page.others,
                 ice_servers: self.ice_servers_for(peer),
-            });
-            // The queue is new and empty: this cannot be full.
-            let _ = link.events.try_send(joined);
+                more: page.more,
+            }));
+            // The queue is new and empty, and its least bound is above a page, a
+            // participant and a room: this cannot fail it.
+            let _ = link.outbox.push(&joined);
+            if page.more {
+                link.outbox.push_pages(JoinCursor::new(
+                    admission.room.clone(),
+                    room_id,
+                    peer,
+                    page.last,
+                ));
+            }
         }
         let session = match admission.http_session {
             Some(kind) => {
@@ -375,7 +392,7 @@ impl ControlState {
             },
         );
         let event = participant_event(participant_event::Kind::Joined, me, None);
-        members.broadcast(&admission.room, peer, &event);
+        members.broadcast(&admission.room, peer, event);
         Ok(Admitted {
             room: admission.room,
             room_id,
@@ -519,7 +536,7 @@ impl ControlState {
         }
         if !member.permissions.hidden {
             let event = participant_event(participant_event::Kind::Left, left, Some(reason));
-            members.broadcast(&member.room, peer, &event);
+            members.broadcast(&member.room, peer, event);
         }
         if let Some(link) = member.signal
             && reason != DisconnectReason::ClientLeft
@@ -575,7 +592,7 @@ impl ControlState {
                     };
                     if let Some(me) = updated {
                         let event = participant_event(participant_event::Kind::Updated, me, None);
-                        self.members().broadcast(&room, *peer, &event);
+                        self.members().broadcast(&room, *peer, event);
                     }
                 }
             }
@@ -616,11 +633,11 @@ impl ControlState {
     }
 
     /// Sends `event` to the participant of `peer` on its signalling connection, if it
-    /// has one (a full queue: it is not reading, and misses it).
+    /// has one (past its bound, the connection fails and its session removes it).
     fn tell_participant(&self, peer: PeerId, event: signal_response::Message) {
         let members = self.members();
         if let Some(link) = members.by_peer.get(&peer).and_then(|m| m.signal.as_ref()) {
-            let _ = link.events.try_send(event);
+            let _ = link.outbox.push(&Outgoing::new(event));
         }
     }
 

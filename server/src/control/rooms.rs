@@ -91,6 +91,14 @@ impl Room {
         self.participants.values()
     }
 
+    /// The participants whose identities come after `identity` in byte order.
+    pub fn participants_after(&self, identity: &str) -> impl Iterator<Item = &Participant> {
+        use std::ops::Bound;
+        self.participants
+            .range::<str, _>((Bound::Excluded(identity), Bound::Unbounded))
+            .map(|(_, p)| p)
+    }
+
     /// When the room closes if nobody joins; `None` while someone is in it.
     pub fn closes_at(&self) -> Option<Time> {
         self.empty_since.map(|t| t + self.empty_timeout)

@@ -16,6 +16,15 @@
 //! - `leave`, or the end of the stream, removes the participant;
 //! - room events (participant joined, left) arrive as `participant` messages.
 //!
+//! What goes to the client waits in the connection's [`Outbox`], bounded in bytes
+//! (`--signal-queue-bytes`); a join into a large room sends the other participants
+//! in pages (`others` messages after `join`), each made when the one before it has
+//! been written. A client that owes more than the bound, or whose writer makes no
+//! progress for `--signal-write-timeout`, is removed with SIGNAL_SLOW_READER
+//! (counted: `NodeInfo.slow_signal_readers`): `leave` is queued as its last message,
+//! and on the WebSocket the writer gives up on a write after the same timeout, so a
+//! socket that is never read is closed, not held.
+//!
 //! A message the session cannot act on gets an `error` message and the session goes
 //! on; [`MAX_INVALID_MESSAGES`] of them, or more than [`MAX_MESSAGES_PER_SECOND`],
 //! end it. What ends a session with an error (no `join` first, a join refused, abuse)
@@ -31,14 +40,15 @@ use std::time::Duration;
 use futures_util::{Stream, StreamExt};
 use shoal_proto::v1::signal_service_server::SignalService;
 use shoal_proto::v1::{self, DisconnectReason, signal_request, signal_response};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::auth::{Act, Refusal};
 use super::grpc::{ControlApi, ControlState};
 use super::ice_restart::Precondition;
-use super::participants::{Admission, Admitted, SIGNAL_QUEUE_LEN, SignalLink, check_offer};
+use super::outbox::{Outbox, Outgoing};
+use super::participants::{Admission, Admitted, SignalLink, check_offer};
 use shoal_components::sdp::SessionDescription;
 
 /// How long a new session may take to send `join`.
@@ -46,9 +56,25 @@ pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default `--signal-auth-timeout`: seconds a `/signal` connection that came without
 /// a token, to a node with API keys, may take to send `auth` and `join`.
 pub const DEFAULT_AUTH_TIMEOUT_SECS: u64 = 3;
+/// Default `--signal-queue-bytes`: what one signalling connection may owe its
+/// client, in encoded bytes. 1 MiB is 128 participant events with the largest
+/// metadata (8 KiB), or thousands of typical ones: a burst in a busy room that a
+/// reading client drains in well under a second; and 16 times the largest single
+/// message (an SDP of 64 KiB), so no one message fails a connection. Events shared
+/// by a room are held once, so the node holds far less than this per connection.
+pub const DEFAULT_QUEUE_BYTES: usize = 1024 * 1024;
+/// The least `--signal-queue-bytes`: a join response (a page, the participant
+/// itself and its room) must fit in an empty queue.
+pub const MIN_QUEUE_BYTES: usize = 64 * 1024;
+/// Default `--signal-write-timeout`: seconds one write to a signalling connection
+/// may take. A client that reads at all takes one message in far less; one that
+/// does not read for this long has stopped.
+pub const DEFAULT_WRITE_TIMEOUT_SECS: u64 = 10;
 
-/// Bounds on `/signal` connections (`--max-signal-connections`,
-/// `--max-unauthenticated-signal`, `--signal-auth-timeout`, `--idle-timeout`).
+/// Bounds on signalling connections: `/signal` (`--max-signal-connections`,
+/// `--max-unauthenticated-signal`, `--signal-auth-timeout`, `--idle-timeout`), and
+/// both `/signal` and `SignalService` (`--signal-queue-bytes`,
+/// `--signal-write-timeout`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SignalLimits {
     /// WebSockets open at once.
@@ -60,6 +86,10 @@ pub struct SignalLimits {
     /// How long a WebSocket may go without a frame from its client (pinged at half
     /// of it) before it is closed.
     pub idle_timeout: Duration,
+    /// What one connection may owe its client, in encoded bytes.
+    pub queue_bytes: usize,
+    /// How long one write to a connection may take.
+    pub write_timeout: Duration,
 }
 
 impl Default for SignalLimits {
@@ -69,6 +99,8 @@ impl Default for SignalLimits {
             unauthenticated: super::http::DEFAULT_MAX_UNAUTHENTICATED_SIGNAL,
             auth_timeout: Duration::from_secs(DEFAULT_AUTH_TIMEOUT_SECS),
             idle_timeout: Duration::from_secs(super::connections::DEFAULT_IDLE_TIMEOUT_SECS),
+            queue_bytes: DEFAULT_QUEUE_BYTES,
+            write_timeout: Duration::from_secs(DEFAULT_WRITE_TIMEOUT_SECS),
         }
     }
 }
@@ -90,15 +122,32 @@ pub enum Inbound {
 }
 
 /// Runs one session until the client leaves, its stream ends, or it is removed.
-/// `out` carries every message for the client; the result says how it ended.
-/// `token` is what came with the connection; `unauthenticated`, a slot of the few
-/// connections allowed to wait for an `auth` message, held until the join is
-/// decided (such a session has [`SignalLimits::auth_timeout`] rather than
-/// [`JOIN_TIMEOUT`]).
+/// `out` carries every message for the client, and is closed when the session
+/// ends; the result says how it ended. `token` is what came with the connection;
+/// `unauthenticated`, a slot of the few connections allowed to wait for an `auth`
+/// message, held until the join is decided (such a session has
+/// [`SignalLimits::auth_timeout`] rather than [`JOIN_TIMEOUT`]).
 pub async fn run_session<S>(
     state: Arc<ControlState>,
+    inbound: S,
+    out: Arc<Outbox>,
+    token: Option<String>,
+    unauthenticated: Option<tokio::sync::OwnedSemaphorePermit>,
+    from: Option<std::net::IpAddr>,
+) -> Result<(), Status>
+where
+    S: Stream<Item = Inbound> + Unpin,
+{
+    let ended = session(state, inbound, &out, token, unauthenticated, from).await;
+    out.close();
+    ended
+}
+
+/// [`run_session`] but for closing `out`.
+async fn session<S>(
+    state: Arc<ControlState>,
     mut inbound: S,
-    out: mpsc::Sender<signal_response::Message>,
+    out: &Arc<Outbox>,
     mut token: Option<String>,
     unauthenticated: Option<tokio::sync::OwnedSemaphorePermit>,
     from: Option<std::net::IpAddr>,
@@ -159,17 +208,18 @@ where
             metadata: caller.metadata(join.metadata),
             http_session: None,
             signal: Some(SignalLink {
-                events: out.clone(),
+                outbox: out.clone(),
                 ended: ended_tx,
             }),
             permissions,
             from,
         })
         .await?;
+    let write_timeout = state.signal_limits().write_timeout;
     let mut session = Session {
         state: &state,
         admitted: &admitted,
-        out: &out,
+        out,
         negotiated: false,
         may_publish: permissions.publish,
     };
@@ -178,8 +228,20 @@ where
             leave = &mut ended => {
                 // Removed by someone else: say why, and stop.
                 if let Ok(leave) = leave {
-                    let _ = out.send(signal_response::Message::Leave(leave)).await;
+                    out.push_last(signal_response::Message::Leave(leave));
                 }
+                return Ok(());
+            }
+            failure = out.failed(write_timeout) => {
+                // The client does not read: it leaves rather than miss events.
+                let reason = DisconnectReason::SignalSlowReader;
+                if state.leave(admitted.peer, reason).await {
+                    state.count_slow_signal_reader();
+                }
+                out.push_last(signal_response::Message::Leave(v1::LeaveEvent {
+                    reason: reason.into(),
+                    message: failure.to_string(),
+                }));
                 return Ok(());
             }
             message = inbound.next() => message,
@@ -200,7 +262,7 @@ where
             if let Err(fatal) = limits.invalid() {
                 break Err(fatal);
             }
-            let _ = out.send(error_message(&status)).await;
+            let _ = out.push(&Outgoing::new(error_message(&status)));
         }
     };
     state
@@ -213,7 +275,7 @@ where
 struct Session<'a> {
     state: &'a Arc<ControlState>,
     admitted: &'a Admitted,
-    out: &'a mpsc::Sender<signal_response::Message>,
+    out: &'a Outbox,
     negotiated: bool,
     /// The token grants canPublish.
     may_publish: bool,
@@ -240,14 +302,14 @@ impl Session<'_> {
                     sdp
                 };
                 let answer = signal_response::Message::Answer(v1::SessionDescription { sdp });
-                let _ = self.out.send(answer).await;
+                let _ = self.out.push(&Outgoing::new(answer));
                 if !self.may_publish && sends_media(&offer) {
                     self.state.auth().count(Refusal::Forbidden);
                     let refused = Status::permission_denied(
                         "the token does not grant canPublish: the offer's sending \
                          sections were answered without receiving them",
                     );
-                    let _ = self.out.send(error_message(&refused)).await;
+                    let _ = self.out.push(&Outgoing::new(error_message(&refused)));
                 }
                 // Shoal's offers wait until the answer is on the connection, so none
                 // overtakes it; the room may have something for the participant now
@@ -409,16 +471,25 @@ impl SignalService for ControlApi {
             };
             std::future::ready(next)
         });
-        let (out, messages) = mpsc::channel(SIGNAL_QUEUE_LEN);
+        let out = Outbox::new(self.state().signal_limits().queue_bytes);
         let (done, result) = oneshot::channel();
         let state = self.state().clone();
+        let session_out = out.clone();
         tokio::spawn(async move {
-            let ended = run_session(state, Box::pin(inbound), out, token, None, from).await;
+            let ended = run_session(state, Box::pin(inbound), session_out, token, None, from).await;
             let _ = done.send(ended.err());
         });
-        let messages = futures_util::stream::unfold(messages, |mut rx| async move {
-            let m = rx.recv().await?;
-            Some((Ok(v1::SignalResponse { message: Some(m) }), rx))
+        // The transport takes the next message when its flow control lets it: the
+        // queue's write timeout runs while it does not.
+        let state = self.state().clone();
+        let messages = futures_util::stream::unfold((out, state), |(out, state)| async move {
+            let message = state.next_outgoing(&out).await?.into_message();
+            Some((
+                Ok(v1::SignalResponse {
+                    message: Some(message),
+                }),
+                (out, state),
+            ))
         });
         // After the last message, the session's failure (if any) is the status.
         let tail = futures_util::stream::once(result).filter_map(|r| {

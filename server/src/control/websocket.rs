@@ -19,14 +19,14 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use shoal_proto::v1::{signal_request, signal_response};
-use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio::time::Instant;
 use tonic::Status;
 
 use super::connections::Limit;
 use super::grpc::ControlState;
 use super::http::MAX_SIGNAL_MESSAGE_BYTES;
-use super::participants::SIGNAL_QUEUE_LEN;
+use super::outbox::{Failure, Outbox};
 use super::signal::{Inbound, error_message, run_session};
 
 /// How long a `/signal` socket closed for a message over the limit stays open after
@@ -52,10 +52,18 @@ pub(super) fn accept(
     slot: OwnedSemaphorePermit,
     from: Option<IpAddr>,
 ) -> Response {
+    let limits = state.signal_limits();
     upgrade
         .read_buffer_size(SIGNAL_READ_BUFFER_BYTES)
         .max_message_size(MAX_SIGNAL_MESSAGE_BYTES)
         .max_frame_size(MAX_SIGNAL_MESSAGE_BYTES)
+        // Each message goes to the socket as it is sent (the writer flushes every
+        // one), and the library's buffer never holds more than one: a message's
+        // JSON is at most ~6 times its encoded size (a string of control
+        // characters, each escaped as \u00XX), and no message is larger than the
+        // queue's bound. Without a cap the buffer would be unbounded.
+        .write_buffer_size(0)
+        .max_write_buffer_size(limits.queue_bytes.saturating_mul(8))
         .on_upgrade(move |socket| async move {
             serve_socket(state, socket, token, unauthenticated, from).await;
             drop(slot);
@@ -71,6 +79,13 @@ pub(super) fn accept(
 /// it (§5.5.2), and any frame, its pong included, starts the wait anew. Any other
 /// read error ends the session as a closed socket does. The writer has
 /// [`WRITER_GRACE`] to finish once the session has ended.
+///
+/// The writer drains the connection's [`Outbox`]; a write that does not complete
+/// within `--signal-write-timeout` ends the session (SIGNAL_SLOW_READER) and the
+/// writer gives up on the socket. A session the node ends (a `leave` the client
+/// reads first, a slow reader among them) closes with 1000: RFC 6455 §7.4.1's 1008
+/// is for a message received, 1011 for an unexpected condition, and the `leave`
+/// says why.
 async fn serve_socket(
     state: Arc<ControlState>,
     socket: WebSocket,
@@ -128,28 +143,57 @@ async fn serve_socket(
             std::future::ready(next)
         })
         .filter_map(std::future::ready);
-    let (out, mut messages) = mpsc::channel(SIGNAL_QUEUE_LEN);
+    let write_timeout = state.signal_limits().write_timeout;
+    let out = Outbox::new(state.signal_limits().queue_bytes);
     let (done, result) = oneshot::channel::<Option<Status>>();
+    let (writer_state, writer_out) = (state.clone(), out.clone());
     let mut writer = tokio::spawn(async move {
         // The silence a ping was sent for; one ping per silence.
         let mut pinged_for = None;
         loop {
             let (last, at) = heard.last();
             let ping_at = (pinged_for != Some(last)).then_some(at + idle / 2);
+            // `next_outgoing` takes nothing from the queue until it returns, so the
+            // ping's branch winning loses no message.
             tokio::select! {
-                message = messages.recv() => match message {
+                message = writer_state.next_outgoing(&writer_out) => match message {
                     Some(message) => {
-                        if send_json(&mut sink, &message).await.is_err() {
-                            return;
+                        let Ok(json) = serde_json::to_string(message.message().as_ref()) else {
+                            continue;
+                        };
+                        // Only the JSON is held while the write waits.
+                        drop(message);
+                        match send_within(&mut sink, Message::Text(json.into()), write_timeout)
+                            .await
+                        {
+                            Ok(Ok(())) => {}
+                            Ok(Err(_)) => {
+                                // The socket failed: its reading half ends the session.
+                                writer_out.abandon();
+                                return;
+                            }
+                            Err(_) => {
+                                // Not read: the session removes the participant; the
+                                // socket goes once it does.
+                                writer_out.fail(Failure::Stalled);
+                                return;
+                            }
                         }
                     }
                     None => break,
                 },
                 () = super::listen::sleep_until(ping_at) => {
-                    if sink.send(Message::Ping(Bytes::new())).await.is_err() {
-                        return;
+                    match send_within(&mut sink, Message::Ping(Bytes::new()), write_timeout).await {
+                        Ok(Ok(())) => pinged_for = Some(last),
+                        Ok(Err(_)) => {
+                            writer_out.abandon();
+                            return;
+                        }
+                        Err(_) => {
+                            writer_out.fail(Failure::Stalled);
+                            return;
+                        }
                     }
-                    pinged_for = Some(last);
                 }
             }
         }
@@ -270,4 +314,13 @@ where
 {
     let json = serde_json::to_string(message).map_err(|_| ())?;
     sink.send(Message::Text(json.into())).await.map_err(|_| ())
+}
+
+/// Sends `message` (and flushes it), giving up after `limit`.
+async fn send_within(
+    sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
+    message: Message,
+    limit: Duration,
+) -> Result<Result<(), axum::Error>, tokio::time::error::Elapsed> {
+    tokio::time::timeout(limit, sink.send(message)).await
 }

@@ -1,0 +1,135 @@
+//! A join's view of the room in pages: the join response carries the first
+//! [`JOIN_PAGE_BYTES`] of the other participants, and a [`JoinCursor`] queued behind
+//! it in the connection's [`Outbox`] becomes each next page (`others` message) only
+//! when the writer reaches it, so a join into a large room holds one page at a
+//! time, and room events queued meanwhile come after the last page.
+//!
+//! Pages go on in identity order after the last identity shown, and show each
+//! participant as it is when the page is made: one that left since the join is
+//! skipped, and every change since the join follows as an event after the pages,
+//! so pages then events, applied in order, give the room as it is (see
+//! `OthersPage` in signal.proto).
+
+use shoal_components::peer::PeerId;
+use shoal_components::room::RoomId;
+use shoal_proto::v1::{self, signal_response};
+
+use super::grpc::ControlState;
+use super::outbox::{Next, Outbox, Outgoing};
+use super::participants::Members;
+use super::rooms::Participant;
+
+/// The other participants one join response or page carries at most, by encoded
+/// size (at least one, whatever its size): three with the largest metadata, hundreds
+/// of typical ones. A connection's writer holds one page at a time, so this is
+/// what a join into a large room costs while its client reads.
+pub const JOIN_PAGE_BYTES: usize = 32 * 1024;
+/// What a repeated field adds to each participant's encoded size (tag and length).
+const PARTICIPANT_FRAMING_BYTES: usize = 4;
+
+/// Participants a join still owes its client, after the pages written so far.
+#[derive(Debug)]
+pub struct JoinCursor {
+    /// The room, by name as the directory keeps it.
+    room: String,
+    /// The room's id: a room closed and opened again under the name is another.
+    room_id: RoomId,
+    /// The joiner, whom no page shows.
+    me: PeerId,
+    /// The last identity shown; the next page goes on after it.
+    after: String,
+}
+
+impl JoinCursor {
+    /// What is owed to `me`, who joined `room` (id `room_id`) and was shown the
+    /// participants up to `after`.
+    pub(super) fn new(room: String, room_id: RoomId, me: PeerId, after: String) -> JoinCursor {
+        JoinCursor {
+            room,
+            room_id,
+            me,
+            after,
+        }
+    }
+}
+
+/// One page of other participants.
+#[derive(Debug, Default)]
+pub(super) struct OthersPage {
+    /// The participants, as the client sees them.
+    pub(super) others: Vec<v1::Participant>,
+    /// The last identity in `others` (empty for an empty page).
+    pub(super) last: String,
+    /// More participants follow this page.
+    pub(super) more: bool,
+}
+
+impl ControlState {
+    /// One page of the participants that `me` sees, from `participants` on (in
+    /// identity order): as many as fit in [`JOIN_PAGE_BYTES`], at least one.
+    pub(super) fn others_page<'a>(
+        &self,
+        members: &Members,
+        participants: impl Iterator<Item = &'a Participant>,
+        me: PeerId,
+    ) -> OthersPage {
+        let mut page = OthersPage::default();
+        let mut bytes = 0;
+        let visible = participants.filter(|p| p.peer != me && !members.is_hidden(p.peer));
+        for p in visible {
+            let shown = v1::Participant {
+                tracks: members.track_infos(p.peer),
+                ..self.participant_message(p)
+            };
+            let len = prost::Message::encoded_len(&shown) + PARTICIPANT_FRAMING_BYTES;
+            if !page.others.is_empty() && bytes + len > JOIN_PAGE_BYTES {
+                page.more = true;
+                break;
+            }
+            bytes += len;
+            page.last.clone_from(&p.identity);
+            page.others.push(shown);
+        }
+        page
+    }
+
+    /// The next page of what `cursor` owes, and the cursor for the rest while there
+    /// is more. Each participant is shown as it is now; one that left since the join
+    /// is skipped (its `left` event follows the pages).
+    fn next_others_page(&self, mut cursor: JoinCursor) -> (Outgoing, Option<JoinCursor>) {
+        let rooms = self.rooms();
+        let members = self.members();
+        let page = match rooms.get(&cursor.room) {
+            Ok(room) if room.id == cursor.room_id => {
+                self.others_page(&members, room.participants_after(&cursor.after), cursor.me)
+            }
+            // The room closed (its members hear ROOM_DELETED): nobody more to show.
+            _ => OthersPage::default(),
+        };
+        drop(members);
+        drop(rooms);
+        let more = page.more;
+        cursor.after = page.last;
+        let message = signal_response::Message::Others(v1::OthersPage {
+            others: page.others,
+            more,
+        });
+        (Outgoing::new(message), more.then_some(cursor))
+    }
+
+    /// What a signalling connection's writer writes next: a queued message, or the
+    /// next page of its join (made now, so that a page exists only while it is
+    /// being written); `None` once the connection's queue is closed and written.
+    pub async fn next_outgoing(&self, outbox: &Outbox) -> Option<Outgoing> {
+        match outbox.next().await? {
+            Next::Message(message) => Some(message),
+            Next::Pages(cursor) => {
+                let (page, rest) = self.next_others_page(cursor);
+                if let Some(rest) = rest {
+                    outbox.resume_pages(rest);
+                }
+                Some(page)
+            }
+        }
+    }
+}

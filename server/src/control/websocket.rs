@@ -163,37 +163,20 @@ async fn serve_socket(
                         };
                         // Only the JSON is held while the write waits.
                         drop(message);
-                        match send_within(&mut sink, Message::Text(json.into()), write_timeout)
-                            .await
-                        {
-                            Ok(Ok(())) => {}
-                            Ok(Err(_)) => {
-                                // The socket failed: its reading half ends the session.
-                                writer_out.abandon();
-                                return;
-                            }
-                            Err(_) => {
-                                // Not read: the session removes the participant; the
-                                // socket goes once it does.
-                                writer_out.fail(Failure::Stalled);
-                                return;
-                            }
+                        let sent =
+                            send_within(&mut sink, Message::Text(json.into()), write_timeout).await;
+                        if !written(sent, &writer_out) {
+                            return;
                         }
                     }
                     None => break,
                 },
                 () = super::listen::sleep_until(ping_at) => {
-                    match send_within(&mut sink, Message::Ping(Bytes::new()), write_timeout).await {
-                        Ok(Ok(())) => pinged_for = Some(last),
-                        Ok(Err(_)) => {
-                            writer_out.abandon();
-                            return;
-                        }
-                        Err(_) => {
-                            writer_out.fail(Failure::Stalled);
-                            return;
-                        }
+                    let sent = send_within(&mut sink, Message::Ping(Bytes::new()), write_timeout).await;
+                    if !written(sent, &writer_out) {
+                        return;
                     }
+                    pinged_for = Some(last);
                 }
             }
         }
@@ -323,4 +306,25 @@ async fn send_within(
     limit: Duration,
 ) -> Result<Result<(), axum::Error>, tokio::time::error::Elapsed> {
     tokio::time::timeout(limit, sink.send(message)).await
+}
+
+/// Whether a write went through; if not, tells `out` why the writer stops: a
+/// socket that failed ends the session through its reading half, a write that was
+/// not read in time ends it as a slow reader (the participant is removed, then the
+/// socket goes).
+fn written(
+    sent: Result<Result<(), axum::Error>, tokio::time::error::Elapsed>,
+    out: &Outbox,
+) -> bool {
+    match sent {
+        Ok(Ok(())) => true,
+        Ok(Err(_)) => {
+            out.abandon();
+            false
+        }
+        Err(_) => {
+            out.fail(Failure::Stalled);
+            false
+        }
+    }
 }

@@ -372,6 +372,53 @@ pub struct Config {
     )]
     pub signal_write_timeout: u64,
 
+    /// Bytes a WHIP/WHEP request body (an SDP offer, an ICE fragment) may have; a
+    /// larger one gets 413. At most 64 KiB, what the SDP parser takes.
+    #[arg(
+        long,
+        env = "SHOAL_MAX_HTTP_BODY_BYTES",
+        value_name = "BYTES",
+        default_value_t = crate::control::http::MAX_BODY_BYTES,
+        value_parser = clap::value_parser!(u32)
+            .range(1024..=crate::control::http::MAX_BODY_BYTES as i64)
+            .map(|n| n as usize)
+    )]
+    pub max_http_body_bytes: usize,
+
+    /// Bytes a `/signal` WebSocket message may have; a larger one ends the session
+    /// with an `error` and close code 1009 (RFC 6455 §7.4.1).
+    #[arg(
+        long,
+        env = "SHOAL_MAX_SIGNAL_MESSAGE_BYTES",
+        value_name = "BYTES",
+        default_value_t = crate::control::http::MAX_SIGNAL_MESSAGE_BYTES,
+        value_parser = clap::value_parser!(u32).range(4096..=1_048_576).map(|n| n as usize)
+    )]
+    pub max_signal_message_bytes: usize,
+
+    /// Bytes a gRPC request message (RoomService, NodeService, SignalService) may
+    /// have; a larger one gets RESOURCE_EXHAUSTED. At least 72 KiB, room for
+    /// SendData's 64 KiB payload.
+    #[arg(
+        long,
+        env = "SHOAL_MAX_GRPC_MESSAGE_BYTES",
+        value_name = "BYTES",
+        default_value_t = crate::control::DEFAULT_MAX_GRPC_MESSAGE_BYTES,
+        value_parser = clap::value_parser!(u32).range(73_728..=16_777_216).map(|n| n as usize)
+    )]
+    pub max_grpc_message_bytes: usize,
+
+    /// Bytes a request head may have: an HTTP/1.1 request line with its headers (a
+    /// larger one gets 431) or an HTTP/2 header list (gRPC).
+    #[arg(
+        long,
+        env = "SHOAL_MAX_REQUEST_HEAD_BYTES",
+        value_name = "BYTES",
+        default_value_t = crate::control::connections::DEFAULT_MAX_REQUEST_HEAD_BYTES,
+        value_parser = clap::value_parser!(u32).range(8192..=1_048_576).map(|n| n as usize)
+    )]
+    pub max_request_head_bytes: usize,
+
     /// Seconds a session has from its WHIP/WHEP POST or signalling join until its
     /// connection is up (ICE and DTLS); a session still not connected then is
     /// removed (leave reason CONNECTION_TIMEOUT) and counted.
@@ -542,6 +589,10 @@ impl Default for Config {
             signal_auth_timeout: crate::control::signal::DEFAULT_AUTH_TIMEOUT_SECS,
             signal_queue_bytes: crate::control::signal::DEFAULT_QUEUE_BYTES,
             signal_write_timeout: crate::control::signal::DEFAULT_WRITE_TIMEOUT_SECS,
+            max_http_body_bytes: crate::control::http::MAX_BODY_BYTES,
+            max_signal_message_bytes: crate::control::http::MAX_SIGNAL_MESSAGE_BYTES,
+            max_grpc_message_bytes: crate::control::DEFAULT_MAX_GRPC_MESSAGE_BYTES,
+            max_request_head_bytes: crate::control::connections::DEFAULT_MAX_REQUEST_HEAD_BYTES,
             session_setup_timeout: crate::control::pending::DEFAULT_SETUP_TIMEOUT_SECS,
             max_pending_sessions: crate::control::pending::DEFAULT_MAX_PENDING,
             max_pending_sessions_per_address:

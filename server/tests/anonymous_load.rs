@@ -53,8 +53,10 @@ use shoal_server::endpoint::{self, Control, data_offer};
 use shoal_systems::{Command, Shard, ShardConfig, ShardEvent};
 
 const ROOM: &str = "flooded";
-/// `--session-setup-timeout`.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(2);
+/// `--session-setup-timeout`: long enough that the phases which count what is
+/// pending at once (the node's cap, the usurper) finish before the first of their
+/// sessions times out, even on a loaded machine.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(4);
 /// `--max-pending-sessions-per-address`.
 const PER_ADDRESS: usize = 40;
 /// `--max-pending-sessions`: above what the three flooding addresses can hold, so

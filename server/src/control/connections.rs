@@ -36,7 +36,14 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
     /// How long a TLS handshake may take.
     pub tls_handshake_timeout: Duration,
+    /// Bytes of an HTTP/1.1 request head (its read buffer) or an HTTP/2 header list.
+    pub head_bytes: usize,
 }
+
+/// Default of `--max-request-head-bytes`: browsers' request heads take a few KiB.
+/// It is also the most an HTTP/1.1 connection buffers (hyper's own default is about
+/// 400 KB, which 16 384 slow clients would turn into gigabytes).
+pub const DEFAULT_MAX_REQUEST_HEAD_BYTES: usize = 64 * 1024;
 
 impl Default for ConnectionLimits {
     fn default() -> ConnectionLimits {
@@ -46,6 +53,7 @@ impl Default for ConnectionLimits {
             header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECS),
             idle_timeout: Duration::from_secs(DEFAULT_IDLE_TIMEOUT_SECS),
             tls_handshake_timeout: Duration::from_secs(DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS),
+            head_bytes: DEFAULT_MAX_REQUEST_HEAD_BYTES,
         }
     }
 }

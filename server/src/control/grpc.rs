@@ -93,6 +93,8 @@ pub struct ControlState {
     auth: Auth,
     auto_create_rooms: bool,
     signal_limits: SignalLimits,
+    max_body_bytes: usize,
+    body_timeout: Duration,
     allowed_origins: AllowedOrigins,
     limit_counters: Arc<LimitCounters>,
     /// Signalling connections ended for not reading (SIGNAL_SLOW_READER).
@@ -124,6 +126,8 @@ impl ControlState {
             auth: Auth::default(),
             auto_create_rooms: true,
             signal_limits: SignalLimits::default(),
+            max_body_bytes: super::http::MAX_BODY_BYTES,
+            body_timeout: Duration::from_secs(super::connections::DEFAULT_HEADER_TIMEOUT_SECS),
             allowed_origins: AllowedOrigins::default(),
             limit_counters: Arc::default(),
             slow_signal_readers: AtomicU64::new(0),
@@ -171,6 +175,24 @@ impl ControlState {
     pub fn with_pending_limits(self, limits: PendingLimits) -> ControlState {
         self.members().pending = Pending::new(limits);
         self
+    }
+
+    /// The same, taking WHIP/WHEP request bodies of at most `bytes`, each to arrive
+    /// whole within `time`.
+    pub fn with_body_limits(mut self, bytes: usize, time: Duration) -> ControlState {
+        self.max_body_bytes = bytes;
+        self.body_timeout = time;
+        self
+    }
+
+    /// Bytes a WHIP/WHEP request body may have.
+    pub fn max_body_bytes(&self) -> usize {
+        self.max_body_bytes
+    }
+
+    /// How long a WHIP/WHEP request body may take to arrive.
+    pub fn body_timeout(&self) -> Duration {
+        self.body_timeout
     }
 
     /// The bounds on signalling connections.

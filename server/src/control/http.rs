@@ -102,6 +102,7 @@ fn prefix(kind: Kind) -> &'static str {
 /// The router of every HTTP route over `state`.
 pub fn router(state: Arc<ControlState>) -> Router {
     let limits = state.signal_limits();
+    let body_bytes = state.max_body_bytes();
     let http = Http {
         state,
         signal_slots: Arc::new(Semaphore::new(limits.connections)),
@@ -137,7 +138,7 @@ pub fn router(state: Arc<ControlState>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .merge(whip_whep)
         .route("/signal", get(signal))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(body_bytes))
         .with_state(http)
 }
 
@@ -242,16 +243,22 @@ fn is_sdp(headers: &HeaderMap) -> bool {
         .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/sdp"))
 }
 
-/// Reads a body of at most [`MAX_BODY_BYTES`].
-async fn read_body(body: Body) -> Result<Bytes, Response> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|_| {
-            text(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &format!("the body is larger than {MAX_BODY_BYTES} bytes, or was cut off"),
-            )
-        })
+/// Reads a body of at most `limit` bytes (`--max-http-body-bytes`) that arrives
+/// whole within `time` (`--http-header-timeout`); a slower one gets 408 (RFC 9110
+/// §15.5.9).
+async fn read_body(body: Body, limit: usize, time: Duration) -> Result<Bytes, Response> {
+    let Ok(read) = tokio::time::timeout(time, axum::body::to_bytes(body, limit)).await else {
+        return Err(text(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!("the body did not arrive within {} s", time.as_secs()),
+        ));
+    };
+    read.map_err(|_| {
+        text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("the body is larger than {limit} bytes, or was cut off"),
+        )
+    })
 }
 
 /// `POST /whip/{room}` and `POST /whep/{room}` (RFC 9725 §4.2).
@@ -298,7 +305,13 @@ async fn create(
         Ok(identity) => identity,
         Err(e) => return auth_refusal(&e),
     };
-    let body = match read_body(request.into_body()).await {
+    let body = match read_body(
+        request.into_body(),
+        state.max_body_bytes(),
+        state.body_timeout(),
+    )
+    .await
+    {
         Ok(body) => body,
         Err(response) => return response,
     };
@@ -432,7 +445,13 @@ async fn patch(
         .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_owned())
         .collect();
     let if_match = (!if_match.is_empty()).then(|| if_match.join(", "));
-    let body = match read_body(request.into_body()).await {
+    let body = match read_body(
+        request.into_body(),
+        state.max_body_bytes(),
+        state.body_timeout(),
+    )
+    .await
+    {
         Ok(body) => body,
         Err(response) => return response,
     };

@@ -58,11 +58,10 @@ use tower::ServiceExt;
 
 use super::connections::{AddressTable, ConnectionLimits, Limit, LimitCounters, Slot};
 
+/// Bytes one HTTP/2 stream buffers for sending at most.
+pub const H2_SEND_BUFFER_BYTES: usize = 64 * 1024;
 /// TLS handshakes under way at once per listener; connections beyond are closed.
 pub const MAX_PENDING_HANDSHAKES: usize = 256;
-/// The most an HTTP/1.1 connection buffers: a request head must fit (hyper's own
-/// default is about 400 KB, which 16 384 slow clients would turn into gigabytes).
-pub const MAX_HTTP1_BUFFER_BYTES: usize = 64 * 1024;
 /// How long a connection closed for idleness may take to finish closing (a GOAWAY's
 /// PING answered, RFC 9113 §6.8) before it is cut.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
@@ -531,7 +530,7 @@ async fn serve_http1(
     });
     let connection = http1::Builder::new()
         .keep_alive(true)
-        .max_buf_size(MAX_HTTP1_BUFFER_BYTES)
+        .max_buf_size(limits.head_bytes)
         .serve_connection(TokioIo::new(conn), service)
         .with_upgrades();
     drive(
@@ -597,6 +596,10 @@ async fn serve_http2(
         .timer(TokioTimer::new())
         .max_concurrent_streams(settings.max_concurrent_streams)
         .max_header_list_size(settings.max_header_list_bytes)
+        // What one stream may have buffered for a client that does not read (hyper's
+        // default is 400 KiB): signalling's own queue is bounded in bytes, and this
+        // keeps what sits beneath it small too.
+        .max_send_buf_size(H2_SEND_BUFFER_BYTES)
         .keep_alive_interval(settings.keepalive.0)
         .keep_alive_timeout(settings.keepalive.1);
     let connection = builder.serve_connection(TokioIo::new(conn), service);
@@ -640,6 +643,13 @@ async fn drive<C>(
             () = activity.changed.notified() => {}
             () = sleep_until(wake) => {
                 if cut_at.is_some() {
+                    // A request that crossed the idle close's GOAWAY was taken: it
+                    // finishes (the graceful close waits for it, the request timeout
+                    // bounds it) rather than being cut off without a status.
+                    if activity.due(limits).is_none() && !stopping {
+                        cut_at = None;
+                        continue;
+                    }
                     return;
                 }
                 // Due still: the phase may have moved on since the sleep began.

@@ -83,14 +83,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const CONCURRENCY_PER_CONNECTION: usize = 64;
 /// HTTP/2 streams one connection may open at once.
 const MAX_CONCURRENT_STREAMS: u32 = 128;
-/// HTTP/2 header block size accepted.
-const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
-/// Largest RoomService request: a SendData payload of 64 KiB plus its fields.
-const MAX_ROOM_REQUEST_BYTES: usize = 128 * 1024;
-/// Largest SignalService message: an SDP offer of at most 64 KiB plus its fields.
-const MAX_SIGNAL_REQUEST_BYTES: usize = 80 * 1024;
-/// Largest NodeService request (GetNodeInfoRequest is empty).
-const MAX_NODE_REQUEST_BYTES: usize = 4 * 1024;
+/// Default of `--max-grpc-message-bytes`: a SendData payload of 64 KiB, or an SDP
+/// offer of at most 64 KiB, plus their fields.
+pub const DEFAULT_MAX_GRPC_MESSAGE_BYTES: usize = 128 * 1024;
 /// HTTP/2 ping interval, and how long a ping may go unanswered before the
 /// connection is dropped.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -133,6 +128,10 @@ pub struct ControlSettings {
     pub signal_limits: SignalLimits,
     /// Bounds on sessions that have not connected.
     pub pending: PendingLimits,
+    /// Bytes of a WHIP/WHEP request body.
+    pub max_http_body_bytes: usize,
+    /// Bytes of a gRPC request message.
+    pub max_grpc_message_bytes: usize,
     /// Bounds on the HTTP and gRPC listeners' connections.
     pub connection_limits: ConnectionLimits,
     /// The web origins whose pages may open `/signal` and read WHIP/WHEP
@@ -172,7 +171,10 @@ impl ControlSettings {
                 idle_timeout: Duration::from_secs(config.idle_timeout),
                 queue_bytes: config.signal_queue_bytes,
                 write_timeout: Duration::from_secs(config.signal_write_timeout),
+                message_bytes: config.max_signal_message_bytes,
             },
+            max_http_body_bytes: config.max_http_body_bytes,
+            max_grpc_message_bytes: config.max_grpc_message_bytes,
             pending: PendingLimits {
                 per_node: config.max_pending_sessions,
                 per_address: config.max_pending_sessions_per_address,
@@ -184,6 +186,7 @@ impl ControlSettings {
                 header_timeout: Duration::from_secs(config.http_header_timeout),
                 idle_timeout: Duration::from_secs(config.idle_timeout),
                 tls_handshake_timeout: Duration::from_secs(config.tls_handshake_timeout),
+                head_bytes: config.max_request_head_bytes,
             },
             allowed_origins: AllowedOrigins::new(config.allowed_origins.clone()),
         })
@@ -394,7 +397,8 @@ const HTTP2: Http2Settings = Http2Settings {
     request_timeout: REQUEST_TIMEOUT,
     concurrency_per_connection: CONCURRENCY_PER_CONNECTION,
     max_concurrent_streams: MAX_CONCURRENT_STREAMS,
-    max_header_list_bytes: MAX_HEADER_LIST_BYTES,
+    // `--max-request-head-bytes` replaces it.
+    max_header_list_bytes: connections::DEFAULT_MAX_REQUEST_HEAD_BYTES as u32,
     keepalive: (KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT),
 };
 
@@ -426,6 +430,12 @@ impl Services {
             )
             .with_signal_limits(settings.signal_limits)
             .with_pending_limits(settings.pending)
+            // A body is bounded in time as its head is (a slow body would hold
+            // its connection busy, out of the idle timeout's reach).
+            .with_body_limits(
+                settings.max_http_body_bytes,
+                settings.connection_limits.header_timeout,
+            )
             .with_allowed_origins(settings.allowed_origins),
         );
         let listening = Listening::new(settings.connection_limits, state.limit_counters().clone());
@@ -436,14 +446,15 @@ impl Services {
             .add_service(reflection()?.build_v1alpha()?)
             .add_service(
                 RoomServiceServer::new(api.clone())
-                    .max_decoding_message_size(MAX_ROOM_REQUEST_BYTES),
+                    .max_decoding_message_size(settings.max_grpc_message_bytes),
             )
             .add_service(
                 NodeServiceServer::new(api.clone())
-                    .max_decoding_message_size(MAX_NODE_REQUEST_BYTES),
+                    .max_decoding_message_size(settings.max_grpc_message_bytes),
             )
             .add_service(
-                SignalServiceServer::new(api).max_decoding_message_size(MAX_SIGNAL_REQUEST_BYTES),
+                SignalServiceServer::new(api)
+                    .max_decoding_message_size(settings.max_grpc_message_bytes),
             )
             .prepare();
         Ok(Services {
@@ -533,7 +544,12 @@ async fn serve_all(
     let grpc = async {
         if let Some(listener) = listeners.grpc {
             let (listening, stop) = (listening.clone(), graceful.clone());
-            listen::serve_grpc(listener, grpc_tls, routes, HTTP2, listening, stop).await;
+            let http2 = Http2Settings {
+                max_header_list_bytes: u32::try_from(listening.limits.head_bytes)
+                    .unwrap_or(u32::MAX),
+                ..HTTP2
+            };
+            listen::serve_grpc(listener, grpc_tls, routes, http2, listening, stop).await;
         }
     };
     let http = async {

@@ -90,6 +90,9 @@ pub struct SignalLimits {
     pub queue_bytes: usize,
     /// How long one write to a connection may take.
     pub write_timeout: Duration,
+    /// Bytes one `/signal` message from the client may have
+    /// (`--max-signal-message-bytes`).
+    pub message_bytes: usize,
 }
 
 impl Default for SignalLimits {
@@ -101,6 +104,7 @@ impl Default for SignalLimits {
             idle_timeout: Duration::from_secs(super::connections::DEFAULT_IDLE_TIMEOUT_SECS),
             queue_bytes: DEFAULT_QUEUE_BYTES,
             write_timeout: Duration::from_secs(DEFAULT_WRITE_TIMEOUT_SECS),
+            message_bytes: super::http::MAX_SIGNAL_MESSAGE_BYTES,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The `/signal` WebSocket once upgraded: text frames of JSON in and out, one
 //! `SignalService` session ([`run_session`]) per socket.
 //!
-//! A message over [`MAX_SIGNAL_MESSAGE_BYTES`] gets an `error` and close code 1009
+//! A message over `--max-signal-message-bytes` gets an `error` and close code 1009
 //! (RFC 6455 §7.4.1). A socket from which no frame (a pong included) comes for
 //! `--idle-timeout` is closed with 1001, "going away"; shoal pings it after half
 //! that silence (§5.5.2), which a live client answers by itself, so only a dead or
@@ -25,7 +25,6 @@ use tonic::Status;
 
 use super::connections::Limit;
 use super::grpc::ControlState;
-use super::http::MAX_SIGNAL_MESSAGE_BYTES;
 use super::outbox::{Failure, Outbox};
 use super::signal::{Inbound, error_message, run_session};
 
@@ -55,8 +54,8 @@ pub(super) fn accept(
     let limits = state.signal_limits();
     upgrade
         .read_buffer_size(SIGNAL_READ_BUFFER_BYTES)
-        .max_message_size(MAX_SIGNAL_MESSAGE_BYTES)
-        .max_frame_size(MAX_SIGNAL_MESSAGE_BYTES)
+        .max_message_size(limits.message_bytes)
+        .max_frame_size(limits.message_bytes)
         // Each message goes to the socket as it is sent (the writer flushes every
         // one), and the library's buffer never holds more than one: a message's
         // JSON is at most ~6 times its encoded size (a string of control
@@ -72,7 +71,7 @@ pub(super) fn accept(
 
 /// One WebSocket: text frames of JSON in, JSON out, through [`run_session`].
 ///
-/// A message over [`MAX_SIGNAL_MESSAGE_BYTES`] ends the session: an `error` message
+/// A message over `--max-signal-message-bytes` ends the session: an `error` message
 /// says what was refused, then the close frame says 1009, "message too big" (RFC
 /// 6455 §7.4.1), and the socket lingers for [`CLOSE_LINGER`]. No frame for the idle
 /// timeout ends it with 1001, "going away" (§7.4.1); a ping goes out after half of
@@ -255,7 +254,7 @@ impl Heard {
     }
 }
 
-/// A read error that is a message over [`MAX_SIGNAL_MESSAGE_BYTES`], as the status
+/// A read error that is a message over `--max-signal-message-bytes`, as the status
 /// that ends the session; `None` for any other error.
 fn too_large(e: &axum::Error) -> Option<Status> {
     let source = std::error::Error::source(e)?;

@@ -1,6 +1,6 @@
 //! Anonymous load is bounded for connections: a node with short timeouts closes, each
 //! within its timeout and not before, an HTTP client that drips its request head
-//! (slowloris), an idle HTTP keep-alive connection, gRPC connections that send
+//! (slowloris), one that drips its body (answered 408), an idle HTTP keep-alive connection, gRPC connections that send
 //! nothing or only part of the HTTP/2 preface, a gRPC connection whose calls have
 //! ended (with GOAWAY) and a `/signal` WebSocket that never sends (after a ping it
 //! does not answer); legitimate HTTP and gRPC requests succeed meanwhile. A node with
@@ -124,6 +124,46 @@ fn slowloris(http: SocketAddr) -> Duration {
         }
     }
     unreachable!("the cycle never ends")
+}
+
+/// A WHIP POST whose head is whole but whose body drips, a byte every 100 ms: the
+/// node answers 408 once the body has taken the header timeout. The time that took.
+fn slow_body(http: SocketAddr) -> Duration {
+    let mut stream = connect_from(loopback(1), http);
+    let head = "POST /whip/slow HTTP/1.1\r\nHost: shoal\r\n\
+                Content-Type: application/sdp\r\nContent-Length: 4000\r\n\r\n";
+    stream.write_all(head.as_bytes()).expect("the head");
+    let start = Instant::now();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("a read timeout");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        assert!(
+            start.elapsed() < HEADER + SLACK,
+            "a dripped body still read after {:?}",
+            start.elapsed()
+        );
+        let _ = stream.write_all(b"v");
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                answer.extend_from_slice(&buf[..n]);
+                if answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            Err(e) if is_closed(&e) => break,
+            Err(_) => {}
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 408"),
+        "a body too slow gets 408: {answer:?}"
+    );
+    start.elapsed()
 }
 
 /// One request on a keep-alive connection, answered; then nothing until the server
@@ -360,6 +400,7 @@ fn timeouts_close_slow_and_idle_connections() {
         std::thread::spawn(move || legitimate(http, grpc, done))
     };
     let slow = std::thread::spawn(move || slowloris(http));
+    let body = std::thread::spawn(move || slow_body(http));
     let keep_alive = std::thread::spawn(move || idle_keep_alive(http));
     let nothing = std::thread::spawn(move || silent_grpc(grpc, b""));
     // 16 of the preface's 24 bytes (RFC 9113 §3.4).
@@ -370,6 +411,7 @@ fn timeouts_close_slow_and_idle_connections() {
     let patient = std::thread::spawn(move || patient_grpc_client(grpc));
 
     assert_within("a dripped request head", slow.join().unwrap(), HEADER);
+    assert_within("a dripped request body", body.join().unwrap(), HEADER);
     assert_within(
         "an idle keep-alive connection",
         keep_alive.join().unwrap(),

@@ -424,8 +424,10 @@ fn an_oversized_signalling_message_ends_the_session_with_an_error() {
         let mut grpc = GrpcSession::open(channel).await;
         grpc.join("lobby", "big-grpc").await;
         assert_eq!(grpc_node::participants(rooms, "lobby").await, 1);
+        // Over `--max-grpc-message-bytes` (its default).
+        let over = shoal_server::control::DEFAULT_MAX_GRPC_MESSAGE_BYTES + 1024;
         grpc.send(signal_request::Message::Offer(SessionDescription {
-            sdp: "x".repeat(100 * 1024),
+            sdp: "x".repeat(over),
         }))
         .await;
         let status = loop {

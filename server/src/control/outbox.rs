@@ -194,24 +194,26 @@ impl Outbox {
     /// Queues a join's remaining participants, made into pages as the writer gets
     /// to them. Not counted against the bound: a cursor holds no participant.
     pub fn push_pages(&self, cursor: JoinCursor) {
-        let mut state = self.state();
-        if state.phase != Phase::Open {
-            return;
-        }
-        state.items.push_back(Item::Pages(cursor));
-        self.became_busy(&mut state);
-        drop(state);
-        self.to_writer.notify_one();
+        self.queue_pages(cursor, false);
     }
 
     /// Gives back what is left of a join's participants after a page, ahead of
     /// everything queued since: the pages come before any room event.
     pub fn resume_pages(&self, cursor: JoinCursor) {
+        self.queue_pages(cursor, true);
+    }
+
+    /// Queues a join's pages at the back, or at the `front`, of an open queue.
+    fn queue_pages(&self, cursor: JoinCursor, front: bool) {
         let mut state = self.state();
         if state.phase != Phase::Open {
             return;
         }
-        state.items.push_front(Item::Pages(cursor));
+        if front {
+            state.items.push_front(Item::Pages(cursor));
+        } else {
+            state.items.push_back(Item::Pages(cursor));
+        }
         self.became_busy(&mut state);
         drop(state);
         self.to_writer.notify_one();

@@ -313,7 +313,8 @@ pub struct Config {
     )]
     pub auto_create_rooms: bool,
 
-    /// `/signal` WebSockets open at once; more are refused with 503.
+    /// Signalling connections open at once, `/signal` WebSockets and `SignalService`
+    /// streams together; more are refused (503, or UNAVAILABLE).
     #[arg(
         long,
         env = "SHOAL_MAX_SIGNAL_CONNECTIONS",
@@ -488,6 +489,29 @@ pub struct Config {
     )]
     pub tls_handshake_timeout: u64,
 
+    /// TLS handshakes under way at once on the HTTP and gRPC ports together; a
+    /// connection past it is closed before its handshake.
+    #[arg(
+        long,
+        env = "SHOAL_MAX_TLS_HANDSHAKES",
+        value_name = "N",
+        default_value_t = crate::control::connections::DEFAULT_MAX_TLS_HANDSHAKES,
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize)
+    )]
+    pub max_tls_handshakes: usize,
+
+    /// TLS handshakes under way at once from one client address (an IPv6 address
+    /// counts by its /64); a connection past it is closed before its handshake, so
+    /// handshakes one address never finishes cannot hold everyone's.
+    #[arg(
+        long,
+        env = "SHOAL_MAX_TLS_HANDSHAKES_PER_ADDRESS",
+        value_name = "N",
+        default_value_t = crate::control::connections::DEFAULT_MAX_TLS_HANDSHAKES_PER_ADDRESS,
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize)
+    )]
+    pub max_tls_handshakes_per_address: usize,
+
     /// TCP connections one client address may hold on the HTTP and gRPC ports
     /// together (an IPv6 address counts by its /64); more are closed at once. A NAT's
     /// clients share one address, each participant holding a WebSocket.
@@ -600,6 +624,9 @@ impl Default for Config {
             http_header_timeout: crate::control::connections::DEFAULT_HEADER_TIMEOUT_SECS,
             idle_timeout: crate::control::connections::DEFAULT_IDLE_TIMEOUT_SECS,
             tls_handshake_timeout: crate::control::connections::DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS,
+            max_tls_handshakes: crate::control::connections::DEFAULT_MAX_TLS_HANDSHAKES,
+            max_tls_handshakes_per_address:
+                crate::control::connections::DEFAULT_MAX_TLS_HANDSHAKES_PER_ADDRESS,
             max_connections_per_address:
                 crate::control::connections::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             max_connections: crate::control::connections::DEFAULT_MAX_CONNECTIONS,
@@ -1368,13 +1395,15 @@ sctp-max-init-retransmits = 8
                 c.idle_timeout,
                 c.tls_handshake_timeout,
                 c.max_connections_per_address,
-                c.max_connections
+                c.max_connections,
+                c.max_tls_handshakes,
+                c.max_tls_handshakes_per_address
             ),
-            (10, 60, 10, 512, 16_384)
+            (10, 60, 10, 512, 16_384, 256, 16)
         );
         assert!(c.allowed_origins.is_empty());
         let (_dir, path) = config_file(
-            "idle-timeout = 5\nmax-connections = 100\n\
+            "idle-timeout = 5\nmax-connections = 100\nmax-tls-handshakes-per-address = 4\n\
              allowed-origins = [\"https://a.example\", \"http://b.example:8080\"]\n",
         );
         let c = Config::load_from([
@@ -1389,6 +1418,7 @@ sctp-max-init-retransmits = 8
         .unwrap();
         assert_eq!((c.http_header_timeout, c.idle_timeout), (2, 5));
         assert_eq!(c.max_connections, 100);
+        assert_eq!(c.max_tls_handshakes_per_address, 4);
         let origins: Vec<&str> = c.allowed_origins.iter().map(|o| o.as_str()).collect();
         assert_eq!(origins, ["https://c.example"], "the flag wins");
         for args in [
@@ -1397,6 +1427,7 @@ sctp-max-init-retransmits = 8
             &["shoal", "--tls-handshake-timeout", "0"],
             &["shoal", "--max-connections-per-address", "0"],
             &["shoal", "--max-connections", "0"],
+            &["shoal", "--max-tls-handshakes-per-address", "0"],
             &["shoal", "--allowed-origins", "a.example"],
             &["shoal", "--allowed-origins", "https://a.example/path"],
         ] {

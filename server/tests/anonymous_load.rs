@@ -38,6 +38,7 @@ mod connection_limits;
 mod grpc_node;
 mod http_client;
 mod signal_ws;
+mod tls_cert;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;

@@ -14,60 +14,21 @@ mod chromium;
 mod grpc_node;
 mod lab;
 mod lab_node;
+mod tls_cert;
 mod tokens;
 mod whip_page;
 
-use std::path::{Path, PathBuf};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use chromium::launch_in;
 use lab_node::{HTTP_PORT, Page, SFU, Star, star, start_node_in};
-use rcgen::{CertificateParams, KeyPair, PublicKeyData, SanType};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 use tonic_reflection::pb::v1;
 
 const ROOM: &str = "secure";
 const TIMEOUT: Duration = Duration::from_secs(30);
 const GRPC: &str = "127.0.0.1:7071";
-
-/// A self-signed certificate for the node's addresses, written as PEM into `dir`;
-/// returns the files, the certificate's PEM and the SPKI pin Chromium takes
-/// (base64 of the SHA-256 of the SubjectPublicKeyInfo).
-fn certificate(dir: &Path, name: &str) -> (PathBuf, PathBuf, String, String) {
-    let key = KeyPair::generate().expect("a key");
-    let mut params = CertificateParams::default();
-    params.subject_alt_names = vec![
-        SanType::IpAddress(SFU.parse().expect("an address")),
-        SanType::IpAddress([127, 0, 0, 1].into()),
-    ];
-    let cert = params.self_signed(&key).expect("signed");
-    let pem = |label: &str, der: &[u8]| {
-        let b64 = STANDARD.encode(der);
-        let lines: Vec<&str> = b64
-            .as_bytes()
-            .chunks(64)
-            .map(|c| std::str::from_utf8(c).expect("ASCII"))
-            .collect();
-        format!(
-            "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
-            lines.join("\n")
-        )
-    };
-    let cert_pem = pem("CERTIFICATE", cert.der());
-    let cert_path = dir.join(format!("{name}.crt"));
-    let key_path = dir.join(format!("{name}.key"));
-    std::fs::write(&cert_path, &cert_pem).expect("write");
-    std::fs::write(&key_path, pem("PRIVATE KEY", &key.serialize_der())).expect("write");
-    let spki = ring::digest::digest(&ring::digest::SHA256, &key.subject_public_key_info());
-    (
-        cert_path,
-        key_path,
-        cert_pem,
-        STANDARD.encode(spki.as_ref()),
-    )
-}
 
 /// How many videos the demo page plays (with a decoded frame), with their captions.
 const PLAYING: &str = r##"(() => {
@@ -131,7 +92,10 @@ fn tls_demo_page_and_wss() {
     } = star(&mut lab, &[]);
     let dir = std::env::temp_dir().join(format!("shoal-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a directory");
-    let (cert, key, cert_pem, pin) = certificate(&dir, "first");
+    // For the node's address in its namespace and for loopback there.
+    let addresses: [IpAddr; 2] = [SFU.parse().expect("an address"), [127, 0, 0, 1].into()];
+    let first = tls_cert::certificate(&dir, "first", &addresses);
+    let (cert, key, cert_pem, pin) = (first.cert_path, first.key_path, first.pem, first.spki_pin);
     let api_key = format!("--api-key={}:{}", tokens::KEY, tokens::SECRET);
     let (_server, control) = start_node_in(
         &sfu,
@@ -204,7 +168,8 @@ fn tls_demo_page_and_wss() {
 
     // A new certificate in the same files, reloaded: new connections get it (the old
     // one no longer verifies them), and a broken file keeps it.
-    let (new_cert, new_key, new_pem, _) = certificate(&dir, "second");
+    let second = tls_cert::certificate(&dir, "second", &addresses);
+    let (new_cert, new_key, new_pem) = (second.cert_path, second.key_path, second.pem);
     std::fs::copy(&new_cert, &cert).expect("copy");
     std::fs::copy(&new_key, &key).expect("copy");
     control

@@ -21,6 +21,13 @@ pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS: u64 = 10;
 pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 512;
 /// Default `--max-connections`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
+/// Default `--max-tls-handshakes`: a handshake takes a round trip or two and some
+/// public-key work, so this many at once is a burst of thousands a second.
+pub const DEFAULT_MAX_TLS_HANDSHAKES: usize = 256;
+/// Default `--max-tls-handshakes-per-address`: a browser opens a handful of
+/// connections at once, and a client that holds handshakes open without finishing
+/// them cannot keep other addresses' from starting.
+pub const DEFAULT_MAX_TLS_HANDSHAKES_PER_ADDRESS: usize = 16;
 
 /// The bounds on the listeners' connections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +43,10 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
     /// How long a TLS handshake may take.
     pub tls_handshake_timeout: Duration,
+    /// TLS handshakes under way at once, both listeners together.
+    pub tls_handshakes: usize,
+    /// TLS handshakes under way at once from one client address.
+    pub tls_handshakes_per_address: usize,
     /// Bytes of an HTTP/1.1 request head (its read buffer) or an HTTP/2 header list.
     pub head_bytes: usize,
 }
@@ -53,6 +64,8 @@ impl Default for ConnectionLimits {
             header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECS),
             idle_timeout: Duration::from_secs(DEFAULT_IDLE_TIMEOUT_SECS),
             tls_handshake_timeout: Duration::from_secs(DEFAULT_TLS_HANDSHAKE_TIMEOUT_SECS),
+            tls_handshakes: DEFAULT_MAX_TLS_HANDSHAKES,
+            tls_handshakes_per_address: DEFAULT_MAX_TLS_HANDSHAKES_PER_ADDRESS,
             head_bytes: DEFAULT_MAX_REQUEST_HEAD_BYTES,
         }
     }
@@ -65,9 +78,16 @@ pub enum Limit {
     PerAddress,
     /// The listeners held `--max-connections` already (closed at accept).
     Total,
-    /// Its TLS handshake failed, took longer than `--tls-handshake-timeout`, or too
-    /// many were under way.
+    /// Its TLS handshake failed or took longer than `--tls-handshake-timeout`.
     TlsHandshake,
+    /// Its address had `--max-tls-handshakes-per-address` handshakes under way
+    /// already (closed before its handshake).
+    TlsHandshakesPerAddress,
+    /// `--max-tls-handshakes` were under way already (closed before its handshake).
+    TlsHandshakesTotal,
+    /// A `SignalService` stream went on unread after its session ended: its
+    /// connection was cut (see `super::signal`).
+    StalledStream,
     /// HTTP/1.1: no complete request head within `--http-header-timeout`.
     HeaderTimeout,
     /// HTTP/2: no request within `--http-header-timeout`.
@@ -82,10 +102,13 @@ pub enum Limit {
 
 impl Limit {
     /// Every limit, in counting order.
-    pub const ALL: [Limit; 8] = [
+    pub const ALL: [Limit; 11] = [
         Limit::PerAddress,
         Limit::Total,
         Limit::TlsHandshake,
+        Limit::TlsHandshakesPerAddress,
+        Limit::TlsHandshakesTotal,
+        Limit::StalledStream,
         Limit::HeaderTimeout,
         Limit::NoRequest,
         Limit::Idle,
@@ -99,6 +122,9 @@ impl Limit {
             Limit::PerAddress => "per_address",
             Limit::Total => "total",
             Limit::TlsHandshake => "tls_handshake",
+            Limit::TlsHandshakesPerAddress => "tls_handshakes_per_address",
+            Limit::TlsHandshakesTotal => "tls_handshakes_total",
+            Limit::StalledStream => "stalled_stream",
             Limit::HeaderTimeout => "header_timeout",
             Limit::NoRequest => "no_request",
             Limit::Idle => "idle",

@@ -18,7 +18,7 @@ use shoal_proto::v1;
 use shoal_proto::v1::DisconnectReason;
 use shoal_proto::v1::node_service_server::NodeService;
 use shoal_proto::v1::room_service_server::RoomService;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::{Request, Response, Status};
 
 use super::auth::{Act, Auth};
@@ -93,6 +93,8 @@ pub struct ControlState {
     auth: Auth,
     auto_create_rooms: bool,
     signal_limits: SignalLimits,
+    /// Signalling connections open (`/signal` and `SignalService` together).
+    signal_slots: Arc<Semaphore>,
     max_body_bytes: usize,
     body_timeout: Duration,
     allowed_origins: AllowedOrigins,
@@ -126,6 +128,7 @@ impl ControlState {
             auth: Auth::default(),
             auto_create_rooms: true,
             signal_limits: SignalLimits::default(),
+            signal_slots: Arc::new(Semaphore::new(SignalLimits::default().connections)),
             max_body_bytes: super::http::MAX_BODY_BYTES,
             body_timeout: Duration::from_secs(super::connections::DEFAULT_HEADER_TIMEOUT_SECS),
             allowed_origins: AllowedOrigins::default(),
@@ -168,7 +171,15 @@ impl ControlState {
     /// The same, with `limits` on `/signal` connections.
     pub fn with_signal_limits(mut self, limits: SignalLimits) -> ControlState {
         self.signal_limits = limits;
+        self.signal_slots = Arc::new(Semaphore::new(limits.connections));
         self
+    }
+
+    /// A place among the node's signalling connections (`--max-signal-connections`,
+    /// `/signal` and `SignalService` together), held while the connection lives;
+    /// `None` when all are taken.
+    pub fn signal_slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.signal_slots.clone().try_acquire_owned().ok()
     }
 
     /// The same, with `limits` on sessions that have not connected.

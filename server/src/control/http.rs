@@ -73,8 +73,8 @@ pub const MAX_BODY_BYTES: usize = sdp::MAX_SDP_LEN;
 pub const MAX_SIGNAL_MESSAGE_BYTES: usize = 64 * 1024;
 /// What a `/signal` socket reads at once; a larger message takes several reads.
 pub const SIGNAL_READ_BUFFER_BYTES: usize = 8 * 1024;
-/// Default `--max-signal-connections`: `/signal` connections open at once; more are
-/// refused with 503.
+/// Default `--max-signal-connections`: signalling connections (`/signal` sockets and
+/// `SignalService` streams) open at once; more are refused.
 pub const DEFAULT_MAX_SIGNAL_CONNECTIONS: usize = 4096;
 /// Default `--max-unauthenticated-signal`: `/signal` connections that came without
 /// a token to a node with API keys and may still send `auth`; more get 401 at once.
@@ -87,7 +87,6 @@ const DEMO_PAGE: &str = include_str!("demo.html");
 #[derive(Clone)]
 struct Http {
     state: Arc<ControlState>,
-    signal_slots: Arc<Semaphore>,
     unauthenticated: Arc<Semaphore>,
 }
 
@@ -105,7 +104,6 @@ pub fn router(state: Arc<ControlState>) -> Router {
     let body_bytes = state.max_body_bytes();
     let http = Http {
         state,
-        signal_slots: Arc::new(Semaphore::new(limits.connections)),
         unauthenticated: Arc::new(Semaphore::new(limits.unauthenticated)),
     };
     let whip_whep = Router::new()
@@ -733,7 +731,7 @@ async fn signal(
     } else {
         None
     };
-    let Ok(slot) = http.signal_slots.clone().try_acquire_owned() else {
+    let Some(slot) = http.state.signal_slot() else {
         return text(
             StatusCode::SERVICE_UNAVAILABLE,
             "too many signalling connections",

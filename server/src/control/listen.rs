@@ -6,8 +6,11 @@
 //!   address (an IPv6 address counts by its /64, which one host can hold whole) and
 //!   in all, over both listeners together. A connection past either is accepted and closed
 //!   at once. A slot is held as long as the socket lives, a WebSocket's included;
-//! - a TLS handshake completes within its timeout, at most
-//!   [`MAX_PENDING_HANDSHAKES`] at once per listener;
+//! - a TLS handshake completes within its timeout; at most
+//!   `--max-tls-handshakes-per-address` are under way from one client address and
+//!   `--max-tls-handshakes` in all (both listeners), so a client that opens
+//!   handshakes and never finishes them holds only its own share. A connection past
+//!   either is closed before its handshake;
 //! - HTTP/1.1: a request head must be complete within the header timeout of the
 //!   connection's start or of the head's first byte, so a client that drips a
 //!   header (slowloris) is cut off; a keep-alive connection with no request for the
@@ -15,20 +18,24 @@
 //!   value beyond which they will no longer maintain an inactive connection"; no
 //!   request is in flight, so closing it is the graceful close the section asks for);
 //! - HTTP/2: a first request must start within the header timeout, so a client that
-//!   sends nothing, or drips the connection preface (RFC 9113 §3.4), is cut off; a
-//!   connection with no stream open for the idle timeout gets GOAWAY and is closed
-//!   (RFC 9113 §9.1: servers "are permitted to terminate idle connections", sending
-//!   GOAWAY first). A `SignalService` stream keeps its connection however long it
-//!   lasts; keep-alive PINGs find a dead peer under it.
+//!   sends nothing, or drips the connection preface (RFC 9113 §3.4), is cut off, and
+//!   one that sent its preface but no request gets GOAWAY first; a connection with
+//!   no stream open for the idle timeout gets GOAWAY and is closed (RFC 9113 §9.1:
+//!   servers "are permitted to terminate idle connections", and an endpoint closing
+//!   a connection "SHOULD first send a GOAWAY frame"). A `SignalService` stream
+//!   keeps its connection however long it lasts; keep-alive PINGs find a dead peer
+//!   under it, and a stream its client stops reading after its session ended is
+//!   cut ([`ConnectionCut`]).
 //!
 //! Each connection's state ([`Activity`]) is a small phase machine fed by the
 //! socket wrapper (bytes read) and by the service (a request starts; its response
 //! body is dropped); the connection's task sleeps until the phase's deadline. Every
 //! connection refused or cut for a limit is counted ([`LimitCounters`]).
 //!
-//! A connection cut for a header or first-request timeout is closed without a
-//! response or GOAWAY: no request on it was taken, so there is nothing to tell, and
-//! RFC 9112 §9.5 lets a server "close the transport connection at any time".
+//! An HTTP/1.1 connection cut for a header timeout is closed without a response: no
+//! request on it was taken, so there is nothing to tell, and RFC 9112 §9.5 lets a
+//! server "close the transport connection at any time"; nor does an HTTP/2 client
+//! that never finished its preface get a GOAWAY, which it would not read as one.
 //! Handlers see the client's address as axum's `ConnectInfo<SocketAddr>` (HTTP) and
 //! tonic's `TcpConnectInfo` (gRPC), over TLS too.
 
@@ -37,6 +44,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -60,11 +68,12 @@ use super::connections::{AddressTable, ConnectionLimits, Limit, LimitCounters, S
 
 /// Bytes one HTTP/2 stream buffers for sending at most.
 pub const H2_SEND_BUFFER_BYTES: usize = 64 * 1024;
-/// TLS handshakes under way at once per listener; connections beyond are closed.
-pub const MAX_PENDING_HANDSHAKES: usize = 256;
 /// How long a connection closed for idleness may take to finish closing (a GOAWAY's
 /// PING answered, RFC 9113 §6.8) before it is cut.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// The HTTP/2 client connection preface's length: `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`
+/// (RFC 9113 §3.4).
+const PREFACE_BYTES: usize = 24;
 /// How long accepting pauses after the OS refused (out of descriptors, say).
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
@@ -75,6 +84,8 @@ pub struct Listening {
     pub limits: ConnectionLimits,
     /// The connections held.
     pub table: Arc<AddressTable>,
+    /// The TLS handshakes under way.
+    pub handshakes: Arc<AddressTable>,
     /// What was refused or cut off.
     pub counters: Arc<LimitCounters>,
 }
@@ -85,6 +96,7 @@ impl Listening {
         Listening {
             limits,
             table: AddressTable::new(limits.per_address, limits.total),
+            handshakes: AddressTable::new(limits.tls_handshakes_per_address, limits.tls_handshakes),
             counters,
         }
     }
@@ -193,6 +205,10 @@ enum Phase {
 struct Activity {
     protocol: Protocol,
     phase: Mutex<Phase>,
+    /// A service asked for the connection to be cut ([`ConnectionCut`]).
+    cut: AtomicBool,
+    /// HTTP/2: bytes read, counted up to the client's connection preface.
+    preface_bytes: AtomicUsize,
     changed: Notify,
 }
 
@@ -201,6 +217,8 @@ impl Activity {
         Arc::new(Activity {
             protocol,
             phase: Mutex::new(Phase::Waiting(Instant::now())),
+            cut: AtomicBool::new(false),
+            preface_bytes: AtomicUsize::new(0),
             changed: Notify::new(),
         })
     }
@@ -213,9 +231,12 @@ impl Activity {
         self.changed.notify_one();
     }
 
-    /// Bytes arrived: on an idle HTTP/1.1 connection, a request head has begun.
-    fn read(&self) {
+    /// `n` bytes arrived: on an idle HTTP/1.1 connection, a request head has begun.
+    fn read(&self, n: usize) {
         if self.protocol != Protocol::Http1 {
+            if self.preface_bytes.load(Ordering::Relaxed) < PREFACE_BYTES {
+                self.preface_bytes.fetch_add(n, Ordering::Relaxed);
+            }
             return;
         }
         let idle = matches!(
@@ -239,6 +260,12 @@ impl Activity {
         InFlight(self.clone())
     }
 
+    /// HTTP/2: whether the client's connection preface has come (RFC 9113 §3.4), so
+    /// that the client reads frames and a GOAWAY can tell it something.
+    fn preface_read(&self) -> bool {
+        self.preface_bytes.load(Ordering::Relaxed) >= PREFACE_BYTES
+    }
+
     /// When the connection is due to be cut or closed, and for which limit.
     fn due(&self, limits: &ConnectionLimits) -> Option<(Instant, Limit)> {
         match *self.phase.lock().unwrap_or_else(PoisonError::into_inner) {
@@ -252,6 +279,23 @@ impl Activity {
             Phase::Busy(_) => None,
             Phase::Idle(since) => Some((since + limits.idle_timeout, Limit::Idle)),
         }
+    }
+}
+
+/// What a gRPC handler finds in its request's extensions to cut the connection the
+/// request came on: for a stream whose client never takes what it is sent (its
+/// HTTP/2 flow-control window stays shut while it answers PINGs), hyper never polls
+/// the response again, so neither its end nor an error can reach the client; only
+/// closing the connection frees what the stream holds.
+#[derive(Clone)]
+pub struct ConnectionCut(Arc<Activity>);
+
+impl ConnectionCut {
+    /// Closes the connection now, without GOAWAY, counted as
+    /// [`Limit::StalledStream`].
+    pub fn cut(&self) {
+        self.0.cut.store(true, Ordering::Relaxed);
+        self.0.changed.notify_one();
     }
 }
 
@@ -311,8 +355,9 @@ impl AsyncRead for Conn {
         let this = self.get_mut();
         let before = buf.filled().len();
         let read = Pin::new(&mut this.stream).poll_read(cx, buf);
-        if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            this.activity.read();
+        let n = buf.filled().len() - before;
+        if matches!(read, Poll::Ready(Ok(()))) && n > 0 {
+            this.activity.read(n);
         }
         read
     }
@@ -424,7 +469,6 @@ async fn accept_loop<F, Fut>(
     Fut: Future<Output = ()> + Send + 'static,
 {
     let acceptor = tls.map(TlsAcceptor::from);
-    let handshakes = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
     // Every connection task holds a sender; the receiver ends when all are gone.
     let (alive, mut all_ended) = mpsc::channel::<()>(1);
     loop {
@@ -448,10 +492,23 @@ async fn accept_loop<F, Fut>(
                 continue;
             }
         };
+        // A handshake's slot is taken here, in accept order, and held until it ends.
+        let handshaking = match &acceptor {
+            None => None,
+            Some(_) => match listening.handshakes.take(peer.ip()) {
+                Ok(handshaking) => Some(handshaking),
+                Err(limit) => {
+                    listening.counters.count(match limit {
+                        Limit::PerAddress => Limit::TlsHandshakesPerAddress,
+                        _ => Limit::TlsHandshakesTotal,
+                    });
+                    continue;
+                }
+            },
+        };
         let _ = tcp.set_nodelay(true);
         let local = tcp.local_addr().unwrap_or(peer);
         let acceptor = acceptor.clone();
-        let handshakes = handshakes.clone();
         let limits = listening.limits;
         let counters = listening.counters.clone();
         let serve = serve.clone();
@@ -462,12 +519,10 @@ async fn accept_loop<F, Fut>(
             let stream = match acceptor {
                 None => Stream::Plain(tcp),
                 Some(acceptor) => {
-                    let Ok(_pending) = handshakes.try_acquire_owned() else {
-                        counters.count(Limit::TlsHandshake);
-                        return;
-                    };
                     let handshake = acceptor.accept(tcp);
-                    match tokio::time::timeout(limits.tls_handshake_timeout, handshake).await {
+                    let done = tokio::time::timeout(limits.tls_handshake_timeout, handshake).await;
+                    drop(handshaking);
+                    match done {
                         Ok(Ok(stream)) => Stream::Tls(Box::new(stream)),
                         _ => {
                             counters.count(Limit::TlsHandshake);
@@ -570,6 +625,9 @@ async fn serve_http2(
             local_addr: Some(local),
             remote_addr: Some(peer),
         });
+        request
+            .extensions_mut()
+            .insert(ConnectionCut(in_service.clone()));
         let routes = routes.clone();
         let concurrency = concurrency.clone();
         let timeout = settings.request_timeout;
@@ -640,7 +698,12 @@ async fn drive<C>(
         tokio::select! {
             // An error (a reset, a protocol error) ends the connection as an end does.
             _ = connection.as_mut() => return,
-            () = activity.changed.notified() => {}
+            () = activity.changed.notified() => {
+                if activity.cut.load(Ordering::Relaxed) {
+                    counters.count(Limit::StalledStream);
+                    return;
+                }
+            }
             () = sleep_until(wake) => {
                 if cut_at.is_some() {
                     // A request that crossed the idle close's GOAWAY was taken: it
@@ -658,7 +721,11 @@ async fn drive<C>(
                     continue;
                 }
                 counters.count(limit);
-                if limit != Limit::Idle {
+                // RFC 9113 §9.1: an endpoint closing a connection "SHOULD first
+                // send a GOAWAY frame", which needs a client past its preface.
+                let graceful = limit == Limit::Idle
+                    || (limit == Limit::NoRequest && activity.preface_read());
+                if !graceful {
                     return;
                 }
                 close(connection.as_mut());
@@ -746,13 +813,17 @@ mod tests {
         drop(second);
         assert_eq!(http.due(&limits).unwrap().1, Limit::Idle);
         // A byte after the idle spell starts a head, with the header timeout.
-        http.read();
+        http.read(1);
         assert_eq!(http.due(&limits).unwrap().1, Limit::HeaderTimeout);
 
         let grpc = Activity::new(Protocol::Http2);
         assert_eq!(grpc.due(&limits).unwrap().1, Limit::NoRequest);
+        grpc.read(16);
+        assert!(!grpc.preface_read(), "16 of the preface's 24 bytes");
+        grpc.read(8);
+        assert!(grpc.preface_read());
         drop(grpc.start());
-        grpc.read();
+        grpc.read(17);
         assert_eq!(
             grpc.due(&limits).unwrap().1,
             Limit::Idle,

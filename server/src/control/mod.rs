@@ -186,6 +186,8 @@ impl ControlSettings {
                 header_timeout: Duration::from_secs(config.http_header_timeout),
                 idle_timeout: Duration::from_secs(config.idle_timeout),
                 tls_handshake_timeout: Duration::from_secs(config.tls_handshake_timeout),
+                tls_handshakes: config.max_tls_handshakes,
+                tls_handshakes_per_address: config.max_tls_handshakes_per_address,
                 head_bytes: config.max_request_head_bytes,
             },
             allowed_origins: AllowedOrigins::new(config.allowed_origins.clone()),

@@ -255,6 +255,29 @@ pub fn place(room_shards: &[usize], load: &[usize], max_per_shard: usize) -> Opt
     })
 }
 
+/// A pending slot taken for a session being admitted, under its peer id: given back
+/// if the admission fails or is dropped half-way, kept once the participant is in.
+struct Reserved {
+    state: Arc<ControlState>,
+    peer: PeerId,
+    kept: bool,
+}
+
+impl Reserved {
+    /// The participant holds the slot now.
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.state.members().pending.remove(self.peer);
+        }
+    }
+}
+
 impl ControlState {
     /// Admits a participant: opens its room if it is not open (unless rooms open
     /// only by CreateRoom), replaces a participant of the same identity (which
@@ -262,6 +285,9 @@ impl ControlState {
     /// it on a shard, joins it to the room directory, tells the room, and (for a
     /// signalling connection) queues its join response ahead of any room event.
     pub async fn admit(self: &Arc<Self>, admission: Admission) -> Result<Admitted, Status> {
+        // The pending slot first: a session refused for want of one neither opens a
+        // room nor replaces anyone, and the slot taken here is the one it holds.
+        let reserved = self.reserve_pending(admission.from)?;
         let existing = {
             let rooms = self.rooms();
             rooms
@@ -270,28 +296,32 @@ impl ControlState {
                 .map(|p| p.peer)
         };
         let existing = existing.filter(|_| !admission.identity.is_empty());
-        if existing.is_some() {
-            // A session that would be refused for want of a pending slot does not
-            // replace anyone.
-            let now = self.clock().now();
-            self.members().pending.check(admission.from, now)?;
-        }
         if let Some(old) = existing
             && let Some(placed) = self.forget(old, DisconnectReason::DuplicateIdentity)
         {
             self.disconnect(vec![placed]).await?;
         }
-        self.admit_now(admission)
+        self.admit_now(admission, reserved)
+    }
+
+    /// A pending slot for a session from `from`, under the peer id it will have.
+    fn reserve_pending(self: &Arc<Self>, from: Option<IpAddr>) -> Result<Reserved, Status> {
+        let now = self.clock().now();
+        let mut members = self.members();
+        members.pending.check(from, now)?;
+        let peer = PeerId(self.next_peer.fetch_add(1, Ordering::Relaxed));
+        members.pending.add(peer, from, now);
+        Ok(Reserved {
+            state: self.clone(),
+            peer,
+            kept: false,
+        })
     }
 
     /// [`ControlState::admit`] once the identity is free.
-    fn admit_now(&self, mut admission: Admission) -> Result<Admitted, Status> {
+    fn admit_now(&self, mut admission: Admission, reserved: Reserved) -> Result<Admitted, Status> {
         let now = self.clock().now();
         let mut rooms = self.rooms();
-        // Before anything is made (a room opened on join included). Every admission
-        // holds the directory's lock from here to `pending.add`, so the slot checked
-        // is the slot taken.
-        self.members().pending.check(admission.from, now)?;
         if self.auto_create_rooms()
             && matches!(rooms.get(&admission.room), Err(RoomError::RoomNotFound(_)))
         {
@@ -312,7 +342,7 @@ impl ControlState {
         let mut members = self.members();
         let shard = place(&room_shards, members.load(), self.max_peers_per_shard())
             .ok_or_else(|| Status::resource_exhausted("every shard is full"))?;
-        let peer = PeerId(self.next_peer.fetch_add(1, Ordering::Relaxed));
+        let peer = reserved.peer;
         let spec = ParticipantSpec {
             identity: admission.identity.clone(),
             name: admission.name,
@@ -377,7 +407,10 @@ impl ControlState {
         }
         let updates = members.presence.join(room_id, shard);
         self.tell_shards(&mut members, updates);
+        // Held since the reservation; taken again should the sweep have taken it
+        // while a replaced participant was being let go.
         members.pending.add(peer, admission.from, now);
+        reserved.keep();
         members.by_peer.insert(
             peer,
             Member {
@@ -522,19 +555,19 @@ impl ControlState {
         let still_there = rooms
             .participant(&member.room, &member.identity)
             .is_ok_and(|p| p.peer == peer);
-        let left = match rooms.participant(&member.room, &member.identity) {
-            Ok(p) if still_there => self.participant_message(p),
-            _ => v1::Participant {
-                identity: member.identity.clone(),
-                shard: u32::try_from(member.shard).unwrap_or(u32::MAX),
-                peer_id: peer.0,
-                ..v1::Participant::default()
-            },
-        };
         if still_there {
             let _ = rooms.remove_participant(&member.room, &member.identity, now);
         }
         if !member.permissions.hidden {
+            // Who left and why, not its name and metadata (the room had them when
+            // it joined): a LEFT costs every listener a few bytes, so a room's
+            // departures cannot fill its listeners' queues.
+            let left = v1::Participant {
+                identity: member.identity.clone(),
+                shard: u32::try_from(member.shard).unwrap_or(u32::MAX),
+                peer_id: peer.0,
+                ..v1::Participant::default()
+            };
             let event = participant_event(participant_event::Kind::Left, left, Some(reason));
             members.broadcast(&member.room, peer, event);
         }
@@ -571,28 +604,28 @@ impl ControlState {
     pub fn shard_event(&self, event: &ShardEvent) {
         match event {
             ShardEvent::DtlsConnected { peer, .. } => {
-                let rooms_and_identity = {
-                    let mut members = self.members();
-                    // Connected: it no longer holds a pending slot.
-                    members.pending.remove(*peer);
-                    members
-                        .by_peer
-                        .get(peer)
-                        .map(|m| (m.room.clone(), m.identity.clone()))
+                // The directory, then the members, as `forget` takes them: the
+                // participant cannot leave (or be replaced) between the look-up and
+                // the UPDATED, which would announce it after its LEFT.
+                let mut rooms = self.rooms();
+                let mut members = self.members();
+                // Connected: it no longer holds a pending slot.
+                members.pending.remove(*peer);
+                let Some(member) = members.by_peer.get(peer) else {
+                    return;
                 };
-                if let Some((room, identity)) = rooms_and_identity {
+                let room = member.room.clone();
+                let identity = member.identity.clone();
+                if rooms
+                    .participant(&room, &identity)
+                    .is_ok_and(|p| p.peer == *peer)
+                {
                     // Its connection is up: the room hears it is active (UPDATED).
-                    let updated = {
-                        let mut rooms = self.rooms();
-                        let _ = rooms.set_state(&room, &identity, ParticipantState::Active);
-                        rooms
-                            .participant(&room, &identity)
-                            .ok()
-                            .map(|p| self.participant_message(p))
-                    };
-                    if let Some(me) = updated {
+                    let _ = rooms.set_state(&room, &identity, ParticipantState::Active);
+                    if let Ok(p) = rooms.participant(&room, &identity) {
+                        let me = self.participant_message(p);
                         let event = participant_event(participant_event::Kind::Updated, me, None);
-                        self.members().broadcast(&room, *peer, event);
+                        members.broadcast(&room, *peer, event);
                     }
                 }
             }

@@ -23,7 +23,10 @@
 //! progress for `--signal-write-timeout`, is removed with SIGNAL_SLOW_READER
 //! (counted: `NodeInfo.slow_signal_readers`): `leave` is queued as its last message,
 //! and on the WebSocket the writer gives up on a write after the same timeout, so a
-//! socket that is never read is closed, not held.
+//! socket that is never read is closed, not held. On gRPC the transport stops
+//! asking for messages while the client's flow-control window is shut, and nothing
+//! ends the stream from inside: once the session has ended, what it left queued has
+//! [`WRITER_GRACE`] to be taken, then the stream's connection is cut.
 //!
 //! A message the session cannot act on gets an `error` message and the session goes
 //! on; [`MAX_INVALID_MESSAGES`] of them, or more than [`MAX_MESSAGES_PER_SECOND`],
@@ -47,8 +50,10 @@ use tonic::{Code, Request, Response, Status, Streaming};
 use super::auth::{Act, Refusal};
 use super::grpc::{ControlApi, ControlState};
 use super::ice_restart::Precondition;
+use super::listen::ConnectionCut;
 use super::outbox::{Outbox, Outgoing};
 use super::participants::{Admission, Admitted, SignalLink, check_offer};
+use super::websocket::WRITER_GRACE;
 use shoal_components::sdp::SessionDescription;
 
 /// How long a new session may take to send `join`.
@@ -71,13 +76,14 @@ pub const MIN_QUEUE_BYTES: usize = 64 * 1024;
 /// does not read for this long has stopped.
 pub const DEFAULT_WRITE_TIMEOUT_SECS: u64 = 10;
 
-/// Bounds on signalling connections: `/signal` (`--max-signal-connections`,
-/// `--max-unauthenticated-signal`, `--signal-auth-timeout`, `--idle-timeout`), and
-/// both `/signal` and `SignalService` (`--signal-queue-bytes`,
+/// Bounds on signalling connections: `/signal` (`--max-unauthenticated-signal`,
+/// `--signal-auth-timeout`, `--idle-timeout`), and both `/signal` and
+/// `SignalService` (`--max-signal-connections`, `--signal-queue-bytes`,
 /// `--signal-write-timeout`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SignalLimits {
-    /// WebSockets open at once.
+    /// Signalling connections open at once: `/signal` WebSockets and
+    /// `SignalService` streams together.
     pub connections: usize,
     /// Tokenless WebSockets waiting to authenticate at once.
     pub unauthenticated: usize,
@@ -459,6 +465,12 @@ impl SignalService for ControlApi {
                 .auth()
                 .check(token.as_deref(), Act::Authenticated)?;
         }
+        let Some(slot) = self.state().signal_slot() else {
+            return Err(Status::unavailable(
+                "too many signalling connections (--max-signal-connections)",
+            ));
+        };
+        let cut = request.extensions().get::<ConnectionCut>().cloned();
         // A transport error (a message over the size limit, a reset) is the last item
         // and ends the session with its status; an empty oneof is invalid.
         let inbound = request.into_inner().scan(false, |failed, item| {
@@ -477,24 +489,38 @@ impl SignalService for ControlApi {
         });
         let out = Outbox::new(self.state().signal_limits().queue_bytes);
         let (done, result) = oneshot::channel();
+        // Dropped with the response stream's state: when its last message was taken,
+        // or when hyper let the stream go.
+        let (taken, all_taken) = oneshot::channel::<()>();
         let state = self.state().clone();
         let session_out = out.clone();
         tokio::spawn(async move {
             let ended = run_session(state, Box::pin(inbound), session_out, token, None, from).await;
             let _ = done.send(ended.err());
+            // What the session left in the queue has the writer's grace to be taken.
+            // A client whose window stays shut (it answers PINGs, so keep-alive
+            // thinks it well) would hold the stream, its queue and its connection
+            // for ever: the connection is cut instead.
+            if tokio::time::timeout(WRITER_GRACE, all_taken).await.is_err()
+                && let Some(cut) = cut
+            {
+                cut.cut();
+            }
+            drop(slot);
         });
         // The transport takes the next message when its flow control lets it: the
         // queue's write timeout runs while it does not.
         let state = self.state().clone();
-        let messages = futures_util::stream::unfold((out, state), |(out, state)| async move {
-            let message = state.next_outgoing(&out).await?.into_message();
-            Some((
-                Ok(v1::SignalResponse {
-                    message: Some(message),
-                }),
-                (out, state),
-            ))
-        });
+        let messages =
+            futures_util::stream::unfold((out, state, taken), |(out, state, taken)| async move {
+                let message = state.next_outgoing(&out).await?.into_message();
+                Some((
+                    Ok(v1::SignalResponse {
+                        message: Some(message),
+                    }),
+                    (out, state, taken),
+                ))
+            });
         // After the last message, the session's failure (if any) is the status.
         let tail = futures_util::stream::once(result).filter_map(|r| {
             std::future::ready(match r {

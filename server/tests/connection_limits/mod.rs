@@ -1,13 +1,19 @@
 //! Anonymous load is bounded for connections: a node with short timeouts closes, each
 //! within its timeout and not before, an HTTP client that drips its request head
-//! (slowloris), one that drips its body (answered 408), an idle HTTP keep-alive connection, gRPC connections that send
-//! nothing or only part of the HTTP/2 preface, a gRPC connection whose calls have
-//! ended (with GOAWAY) and a `/signal` WebSocket that never sends (after a ping it
-//! does not answer); legitimate HTTP and gRPC requests succeed meanwhile. A node with
-//! small caps closes connections past the per-address and total caps at once while
-//! another address is served, and refuses a `/signal` upgrade from an origin not in
-//! its `--allowed-origins` with 403. A gRPC client whose connections the node
-//! closed carries on over new ones. Every refusal is counted in GetNodeInfo.
+//! (slowloris), one that drips its body (answered 408), an idle HTTP keep-alive
+//! connection, gRPC connections that send nothing or only part of the HTTP/2
+//! preface, one that sent its preface but no request (told with GOAWAY first), a
+//! gRPC connection whose calls have ended (with GOAWAY) and a `/signal` WebSocket
+//! that never sends (after a ping it does not answer); legitimate HTTP and gRPC
+//! requests succeed meanwhile. A node with small caps closes connections past the
+//! per-address and total caps at once while another address is served, and refuses
+//! a `/signal` upgrade from an origin not in its `--allowed-origins` with 403. A
+//! gRPC client whose connections the node closed carries on over new ones. A node
+//! serving TLS closes connections past its caps on handshakes under way, per
+//! address and in all, while another address completes its handshake. A
+//! `SignalService` client that never opens its flow-control window holds the
+//! node's signalling slot only until its session ends and the writer's grace has
+//! passed. Every refusal is counted in GetNodeInfo.
 
 use crate::grpc_node;
 
@@ -17,10 +23,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use shoal_proto::v1::GetNodeInfoRequest;
+use prost::Message;
 use shoal_proto::v1::node_service_client::NodeServiceClient;
+use shoal_proto::v1::{GetNodeInfoRequest, JoinRequest, SignalRequest, signal_request};
 use shoal_server::config::Config;
-use tonic::transport::Endpoint;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
 /// `--http-header-timeout` of the first node.
 const HEADER: Duration = Duration::from_secs(1);
@@ -194,6 +201,51 @@ fn silent_grpc(grpc: SocketAddr, bytes: &[u8]) -> Duration {
     elapsed
 }
 
+/// A connection to gRPC that sends its preface and SETTINGS, answers PINGs (as
+/// every HTTP/2 client does, RFC 9113 §6.7) and makes no request: the time to its
+/// close, and whether a GOAWAY came before it.
+fn preface_without_request(grpc: SocketAddr) -> (Duration, bool) {
+    let mut stream = connect_from(loopback(1), grpc);
+    let start = Instant::now();
+    stream.write_all(PREFACE_AND_SETTINGS).expect("send");
+    let mut got: Vec<u8> = Vec::new();
+    let mut goaway = false;
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = (start + HEADER + SLACK).saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "still open; read {got:?}");
+        stream.set_read_timeout(Some(left)).expect("a read timeout");
+        match stream.read(&mut buf) {
+            Ok(0) => return (start.elapsed(), goaway),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if is_closed(&e) => return (start.elapsed(), goaway),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => panic!("read: {e}"),
+        }
+        // Whole frames: a PING is answered with its payload and the ACK flag.
+        while got.len() >= 9 {
+            let len = usize::from(got[0]) << 16 | usize::from(got[1]) << 8 | usize::from(got[2]);
+            let Some(frame) = got.get(..9 + len) else {
+                break;
+            };
+            goaway |= frame[3] == GOAWAY;
+            if frame[3] == PING && frame[4] & 1 == 0 {
+                let mut ack = frame.to_vec();
+                ack[4] = 1;
+                let _ = stream.write_all(&ack);
+            }
+            got.drain(..9 + len);
+        }
+    }
+}
+
+/// The HTTP/2 frame types of GOAWAY and PING (RFC 9113 §6.8, §6.7); a frame is a
+/// 9-byte header (24-bit length, type, flags, stream) and its payload (§4.1).
+const GOAWAY: u8 = 0x7;
+const PING: u8 = 0x6;
+/// The client connection preface and an empty SETTINGS frame (RFC 9113 §3.4).
+const PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+
 /// A `/signal` WebSocket that never sends a frame, not even a pong: the time from
 /// the upgrade request to the close, and the close code.
 fn silent_websocket(http: SocketAddr) -> (Duration, u16) {
@@ -320,6 +372,24 @@ async fn node_info(grpc: SocketAddr, from: IpAddr) -> shoal_proto::v1::NodeInfo 
         .into_inner()
 }
 
+/// GetNodeInfo over TLS, trusting only the certificate `ca` (PEM).
+async fn node_info_over_tls(grpc: SocketAddr, ca: &str) -> shoal_proto::v1::NodeInfo {
+    let channel = Endpoint::from_shared(format!("https://{grpc}"))
+        .expect("a URI")
+        .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)))
+        .expect("a TLS configuration")
+        .connect_timeout(grpc_node::CONNECT_TIMEOUT)
+        .timeout(grpc_node::CONNECT_TIMEOUT)
+        .connect()
+        .await
+        .expect("connect over TLS");
+    NodeServiceClient::new(channel)
+        .get_node_info(GetNodeInfoRequest {})
+        .await
+        .expect("GetNodeInfo")
+        .into_inner()
+}
+
 /// A `GET path` from `from` with `Connection: close`: the status and the response.
 fn get_from(from: IpAddr, http: SocketAddr, path: &str, headers: &str) -> (u16, String) {
     let mut stream = connect_from(from, http);
@@ -382,6 +452,8 @@ fn idle_and_slow_connections_time_out() {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     timeouts_close_slow_and_idle_connections();
     caps_and_origins_refuse_at_once();
+    tls_handshakes_are_capped();
+    unread_signal_streams_are_cut();
 }
 
 fn timeouts_close_slow_and_idle_connections() {
@@ -404,8 +476,8 @@ fn timeouts_close_slow_and_idle_connections() {
     let keep_alive = std::thread::spawn(move || idle_keep_alive(http));
     let nothing = std::thread::spawn(move || silent_grpc(grpc, b""));
     // 16 of the preface's 24 bytes (RFC 9113 §3.4).
-    let preface =
-        std::thread::spawn(move || silent_grpc(grpc, &b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..16]));
+    let preface = std::thread::spawn(move || silent_grpc(grpc, &PREFACE_AND_SETTINGS[..16]));
+    let no_request = std::thread::spawn(move || preface_without_request(grpc));
     let websocket = std::thread::spawn(move || silent_websocket(http));
     let grpc_idle = std::thread::spawn(move || idle_grpc(grpc));
     let patient = std::thread::spawn(move || patient_grpc_client(grpc));
@@ -422,6 +494,12 @@ fn timeouts_close_slow_and_idle_connections() {
         "a gRPC connection with part of the preface",
         preface.join().unwrap(),
         HEADER,
+    );
+    let (closed, goaway) = no_request.join().unwrap();
+    assert_within("a gRPC connection without a request", closed, HEADER);
+    assert!(
+        goaway,
+        "a client past its preface is told with GOAWAY (RFC 9113 §9.1)"
     );
     let (closed, code) = websocket.join().unwrap();
     assert_within("a silent /signal WebSocket", closed, IDLE);
@@ -449,7 +527,7 @@ fn timeouts_close_slow_and_idle_connections() {
         .connections_refused;
     for (limit, at_least) in [
         ("header_timeout", 1),
-        ("no_request", 2),
+        ("no_request", 3),
         ("idle", 2),
         ("signal_idle", 1),
     ] {
@@ -609,4 +687,214 @@ fn get_upgrade(http: SocketAddr, origin: Option<&str>) -> (u16, String) {
             Err(e) => panic!("read: {e}"),
         }
     }
+}
+
+/// A GET of `/healthz` over TLS from `from`, trusting only `cert`: the status line,
+/// or why the exchange failed.
+fn healthz_over_tls(from: IpAddr, http: SocketAddr, cert: &[u8]) -> std::io::Result<String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls_pki_types::CertificateDer::from(cert.to_vec()))
+        .expect("the certificate is a root");
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = rustls_pki_types::ServerName::from(http.ip());
+    let client = rustls::ClientConnection::new(Arc::new(config), name).expect("a client");
+    let tcp = connect_from(from, http);
+    tcp.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("a read timeout");
+    let mut tls = rustls::StreamOwned::new(client, tcp);
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: shoal\r\nConnection: close\r\n\r\n")?;
+    let mut got = Vec::new();
+    // The server may close without close_notify after the response.
+    let _ = tls.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    Ok(text.lines().next().unwrap_or_default().to_owned())
+}
+
+/// TLS handshakes that are never finished hold only their address's share
+/// (`--max-tls-handshakes-per-address`) and the node's (`--max-tls-handshakes`):
+/// past either, a connection is closed before its handshake, and a client on
+/// another address completes its handshake meanwhile.
+fn tls_handshakes_are_capped() {
+    let dir = std::env::temp_dir().join(format!("shoal-tls-caps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let cert = crate::tls_cert::certificate(&dir, "node", &[loopback(1)]);
+    let (_server, control) = grpc_node::start_node(Config {
+        shards: std::num::NonZeroUsize::MIN,
+        tls_cert: Some(cert.cert_path.clone()),
+        tls_key: Some(cert.key_path.clone()),
+        max_tls_handshakes_per_address: 2,
+        max_tls_handshakes: 3,
+        ..Config::default()
+    });
+    let http = control.http_addr().expect("HTTP is on");
+    let grpc = control.grpc_addr().expect("gRPC is on");
+    let refused_at_once = |from: IpAddr, to: SocketAddr| {
+        let mut stream = connect_from(from, to);
+        let (_, got) = read_until_closed(&mut stream, Instant::now(), AT_ONCE);
+        assert!(got.is_empty(), "nothing is sent to a refused connection");
+    };
+
+    // 127.0.0.3 opens two handshakes and never sends a ClientHello: its third
+    // connection, to either port, is closed at once; 127.0.0.2 is served.
+    let held: Vec<TcpStream> = (0..2).map(|_| connect_from(loopback(3), http)).collect();
+    refused_at_once(loopback(3), http);
+    refused_at_once(loopback(3), grpc);
+    assert_eq!(
+        healthz_over_tls(loopback(2), http, &cert.der).expect("served over TLS"),
+        "HTTP/1.1 200 OK"
+    );
+    // 127.0.0.4 takes the node's last handshake: 127.0.0.5 is closed at once.
+    let last = connect_from(loopback(4), http);
+    refused_at_once(loopback(5), http);
+    // Once they are gone, everyone is served again.
+    drop((held, last));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        // Refused (reset) until the node has seen the held connections close.
+        let status = healthz_over_tls(loopback(3), http, &cert.der);
+        if status.as_ref().is_ok_and(|s| s == "HTTP/1.1 200 OK") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "127.0.0.3 never got a handshake back: {status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let counts = runtime
+        .block_on(node_info_over_tls(grpc, &cert.pem))
+        .connections_refused;
+    for (limit, at_least) in [
+        ("tls_handshakes_per_address", 2),
+        ("tls_handshakes_total", 1),
+    ] {
+        let n = counts.get(limit).copied().unwrap_or(0);
+        assert!(n >= at_least, "{limit}: {n} counted, {counts:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--signal-write-timeout` of the node in [`unread_signal_streams_are_cut`].
+const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a session's unread messages may stay after it ended (the server's
+/// writer grace).
+const WRITER_GRACE: Duration = Duration::from_secs(5);
+
+/// A `SignalService` client that joins but never opens its stream's flow-control
+/// window, while its connection answers the server's PINGs: once the room changes,
+/// its session ends for not reading (SIGNAL_SLOW_READER) after the write timeout
+/// (the transport took the join response, then stopped asking), and the connection is
+/// cut after the writer's grace, where before the stream (its queue and its
+/// connection) was held for ever. It held the node's one signalling slot
+/// (`--max-signal-connections` counts `SignalService` streams as it counts
+/// `/signal` sockets): a `/signal` upgrade got 503 meanwhile, and 101 after.
+fn unread_signal_streams_are_cut() {
+    let (_server, control) = grpc_node::start_node(Config {
+        shards: std::num::NonZeroUsize::MIN,
+        max_signal_connections: 1,
+        signal_write_timeout: WRITE_TIMEOUT.as_secs(),
+        ..Config::default()
+    });
+    let http = control.http_addr().expect("HTTP is on");
+    let grpc = control.grpc_addr().expect("gRPC is on");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let (elapsed, during) = runtime.block_on(async {
+        let tcp = tokio::net::TcpStream::from_std({
+            let s = connect_from(loopback(6), grpc);
+            s.set_nonblocking(true).expect("non-blocking");
+            s
+        })
+        .expect("a tokio socket");
+        // Every stream's window shut: the server may send headers, never data.
+        let (client, connection) = h2::client::Builder::new()
+            .initial_window_size(0)
+            .handshake::<_, bytes::Bytes>(tcp)
+            .await
+            .expect("HTTP/2");
+        // The connection task answers the server's PINGs throughout.
+        let mut connection = tokio::spawn(connection);
+        let mut client = client.ready().await.expect("ready");
+        let request = axum::http::Request::post("http://shoal/shoal.v1.SignalService/Connect")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .expect("a request");
+        let (response, mut body) = client.send_request(request, false).expect("send");
+        let join = SignalRequest {
+            message: Some(signal_request::Message::Join(JoinRequest {
+                room: "lobby".into(),
+                identity: "stuck".into(),
+                ..JoinRequest::default()
+            })),
+        }
+        .encode_to_vec();
+        let mut framed = vec![0u8];
+        framed.extend_from_slice(&u32::try_from(join.len()).expect("small").to_be_bytes());
+        framed.extend_from_slice(&join);
+        body.send_data(bytes::Bytes::from(framed), false)
+            .expect("send the join");
+        let start = Instant::now();
+        let response = response.await.expect("response headers");
+        assert_eq!(response.status(), 200);
+        // The stream holds the only signalling slot. A publisher joins the room:
+        // news the unread stream owes its client.
+        let during = tokio::task::spawn_blocking(move || {
+            let during = get_upgrade(http, None).0;
+            let offer = crate::http_client::fixture_offer("chromium156_av_data_offer.sdp");
+            let reply =
+                crate::http_client::post_offer_from(loopback(2), http, "/whip/lobby", &offer);
+            assert_eq!(reply.status, 201, "{}", reply.body);
+            during
+        })
+        .await
+        .expect("the upgrade and the publisher");
+        let limit = WRITE_TIMEOUT + WRITER_GRACE + SLACK + SLACK;
+        let ended = tokio::time::timeout(limit, &mut connection).await;
+        if ended.is_err() {
+            let info = node_info(grpc, loopback(1)).await;
+            panic!("the connection of an unread stream was still open after {limit:?}: {info:?}");
+        }
+        (start.elapsed(), during)
+    });
+    eprintln!("an unread SignalService stream: cut after {elapsed:?}");
+    assert_eq!(
+        during, 503,
+        "a /signal upgrade while the stream held the slot"
+    );
+    assert!(
+        elapsed >= WRITE_TIMEOUT + WRITER_GRACE,
+        "cut after {elapsed:?}, before the write timeout and the grace"
+    );
+    // The slot came back with the stream.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while get_upgrade(http, None).0 != 101 {
+        assert!(
+            Instant::now() < deadline,
+            "the signalling slot never came back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let info = runtime.block_on(node_info(grpc, loopback(1)));
+    assert!(info.slow_signal_readers >= 1, "{info:?}");
+    let cut = info
+        .connections_refused
+        .get("stalled_stream")
+        .copied()
+        .unwrap_or(0);
+    assert_eq!(cut, 1, "{:?}", info.connections_refused);
 }

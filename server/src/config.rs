@@ -489,8 +489,8 @@ pub struct Config {
     )]
     pub tls_handshake_timeout: u64,
 
-    /// TLS handshakes under way at once on the HTTP and gRPC ports together; a
-    /// connection past it is closed before its handshake.
+    /// TLS handshakes under way at once on the HTTP and gRPC ports together; past
+    /// it, a new connection lets the oldest handshake under way go.
     #[arg(
         long,
         env = "SHOAL_MAX_TLS_HANDSHAKES",

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::oneshot;
+
 /// Default `--http-header-timeout`, seconds.
 pub const DEFAULT_HEADER_TIMEOUT_SECS: u64 = 10;
 /// Default `--idle-timeout`, seconds.
@@ -83,8 +85,9 @@ pub enum Limit {
     /// Its address had `--max-tls-handshakes-per-address` handshakes under way
     /// already (closed before its handshake).
     TlsHandshakesPerAddress,
-    /// `--max-tls-handshakes` were under way already (closed before its handshake).
-    TlsHandshakesTotal,
+    /// Its handshake was the oldest under way when `--max-tls-handshakes` were and
+    /// another connection came: let go to make room.
+    TlsHandshakeEvicted,
     /// A `SignalService` stream went on unread after its session ended: its
     /// connection was cut (see `super::signal`).
     StalledStream,
@@ -107,7 +110,7 @@ impl Limit {
         Limit::Total,
         Limit::TlsHandshake,
         Limit::TlsHandshakesPerAddress,
-        Limit::TlsHandshakesTotal,
+        Limit::TlsHandshakeEvicted,
         Limit::StalledStream,
         Limit::HeaderTimeout,
         Limit::NoRequest,
@@ -123,7 +126,7 @@ impl Limit {
             Limit::Total => "total",
             Limit::TlsHandshake => "tls_handshake",
             Limit::TlsHandshakesPerAddress => "tls_handshakes_per_address",
-            Limit::TlsHandshakesTotal => "tls_handshakes_total",
+            Limit::TlsHandshakeEvicted => "tls_handshake_evicted",
             Limit::StalledStream => "stalled_stream",
             Limit::HeaderTimeout => "header_timeout",
             Limit::NoRequest => "no_request",
@@ -222,6 +225,106 @@ impl AddressTable {
     }
 }
 
+/// The TLS handshakes under way, by client address and in all. An address past its
+/// cap is refused; at the node's cap the oldest handshake under way is let go to
+/// make room. A client's handshake takes a round trip or two and a stranger's held
+/// open takes the whole timeout, so the oldest is almost always a stranger's, and
+/// holding the pool takes a stranger a new connection per handshake time rather
+/// than one per timeout.
+#[derive(Debug)]
+pub struct Handshakes {
+    per_address: usize,
+    total: usize,
+    state: Mutex<HandshakeState>,
+}
+
+#[derive(Debug, Default)]
+struct HandshakeState {
+    by_address: HashMap<IpAddr, usize>,
+    /// By start order: the address and what lets the handshake go.
+    under_way: BTreeMap<u64, (IpAddr, oneshot::Sender<()>)>,
+    next: u64,
+}
+
+impl Handshakes {
+    /// At most `per_address` handshakes under way per address and `total` in all.
+    pub fn new(per_address: usize, total: usize) -> Arc<Handshakes> {
+        Arc::new(Handshakes {
+            per_address,
+            total,
+            state: Mutex::new(HandshakeState::default()),
+        })
+    }
+
+    /// A handshake from `ip` starts (letting the oldest go if all are taken), or
+    /// [`Limit::TlsHandshakesPerAddress`].
+    pub fn start(self: &Arc<Self>, ip: IpAddr) -> Result<Handshake, Limit> {
+        let key = address_key(ip);
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.by_address.get(&key).copied().unwrap_or(0) >= self.per_address {
+            return Err(Limit::TlsHandshakesPerAddress);
+        }
+        if state.under_way.len() >= self.total
+            && let Some((_, (oldest, let_go))) = state.under_way.pop_first()
+        {
+            state.release(oldest);
+            // Its task may have ended already; then there is nothing to tell.
+            let _ = let_go.send(());
+        }
+        let (let_go, evicted) = oneshot::channel();
+        let id = state.next;
+        state.next += 1;
+        state.under_way.insert(id, (key, let_go));
+        *state.by_address.entry(key).or_insert(0) += 1;
+        Ok(Handshake {
+            table: self.clone(),
+            id,
+            evicted,
+        })
+    }
+
+    /// Handshakes under way now: from `ip`'s address, and in all.
+    pub fn under_way(&self, ip: IpAddr) -> (usize, usize) {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = state.by_address.get(&address_key(ip)).copied();
+        (n.unwrap_or(0), state.under_way.len())
+    }
+}
+
+impl HandshakeState {
+    fn release(&mut self, key: IpAddr) {
+        if let Some(n) = self.by_address.get_mut(&key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.by_address.remove(&key);
+            }
+        }
+    }
+}
+
+/// A TLS handshake under way, given back when dropped.
+#[derive(Debug)]
+pub struct Handshake {
+    table: Arc<Handshakes>,
+    id: u64,
+    /// Resolves when the handshake was let go to make room for a newer one.
+    pub evicted: oneshot::Receiver<()>,
+}
+
+impl Drop for Handshake {
+    fn drop(&mut self) {
+        let mut state = self
+            .table
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Gone already if it was let go.
+        if let Some((key, _)) = state.under_way.remove(&self.id) {
+            state.release(key);
+        }
+    }
+}
+
 /// One connection's place in an [`AddressTable`], given back when dropped.
 #[derive(Debug)]
 pub struct Slot {
@@ -268,6 +371,28 @@ mod tests {
             table.take("192.0.2.3".parse().unwrap()).unwrap_err(),
             Limit::Total
         );
+    }
+
+    #[test]
+    fn handshakes_are_capped_per_address_and_the_oldest_makes_room() {
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        let table = Handshakes::new(2, 3);
+        let mut first = table.start(a).unwrap();
+        let second = table.start(a).unwrap();
+        assert_eq!(table.start(a).unwrap_err(), Limit::TlsHandshakesPerAddress);
+        let third = table.start(b).unwrap();
+        assert_eq!(table.under_way(a), (2, 3));
+        // Full: the next lets the oldest go, and `a` may start one again.
+        let fourth = table.start(b).unwrap();
+        assert!(first.evicted.try_recv().is_ok(), "the oldest was let go");
+        assert_eq!(table.under_way(a), (1, 3));
+        assert_eq!(table.under_way(b), (2, 3));
+        drop(first);
+        assert_eq!(table.under_way(a), (1, 3), "let go once, given back once");
+        drop((second, third, fourth));
+        assert_eq!(table.under_way(a), (0, 0));
+        assert_eq!(table.under_way(b), (0, 0));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! runs on tokio's blocking pool behind a semaphore.
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -18,11 +18,11 @@ use shoal_proto::v1;
 use shoal_proto::v1::DisconnectReason;
 use shoal_proto::v1::node_service_server::NodeService;
 use shoal_proto::v1::room_service_server::RoomService;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
 
 use super::auth::{Act, Auth};
-use super::connections::LimitCounters;
+use super::connections::{AddressTable, Limit, LimitCounters, Slot};
 use super::origin::AllowedOrigins;
 use super::participants::Members;
 use super::pending::{Pending, PendingLimits};
@@ -93,8 +93,9 @@ pub struct ControlState {
     auth: Auth,
     auto_create_rooms: bool,
     signal_limits: SignalLimits,
-    /// Signalling connections open (`/signal` and `SignalService` together).
-    signal_slots: Arc<Semaphore>,
+    /// Signalling connections open (`/signal` and `SignalService` together), by
+    /// client address.
+    signal_slots: Arc<AddressTable>,
     max_body_bytes: usize,
     body_timeout: Duration,
     allowed_origins: AllowedOrigins,
@@ -128,7 +129,10 @@ impl ControlState {
             auth: Auth::default(),
             auto_create_rooms: true,
             signal_limits: SignalLimits::default(),
-            signal_slots: Arc::new(Semaphore::new(SignalLimits::default().connections)),
+            signal_slots: AddressTable::new(
+                SignalLimits::default().per_address,
+                SignalLimits::default().connections,
+            ),
             max_body_bytes: super::http::MAX_BODY_BYTES,
             body_timeout: Duration::from_secs(super::connections::DEFAULT_HEADER_TIMEOUT_SECS),
             allowed_origins: AllowedOrigins::default(),
@@ -171,15 +175,20 @@ impl ControlState {
     /// The same, with `limits` on `/signal` connections.
     pub fn with_signal_limits(mut self, limits: SignalLimits) -> ControlState {
         self.signal_limits = limits;
-        self.signal_slots = Arc::new(Semaphore::new(limits.connections));
+        self.signal_slots = AddressTable::new(limits.per_address, limits.connections);
         self
     }
 
-    /// A place among the node's signalling connections (`--max-signal-connections`,
-    /// `/signal` and `SignalService` together), held while the connection lives;
-    /// `None` when all are taken.
-    pub fn signal_slot(&self) -> Option<OwnedSemaphorePermit> {
-        self.signal_slots.clone().try_acquire_owned().ok()
+    /// A place among the node's signalling connections (`/signal` and
+    /// `SignalService` together), held while the connection lives; or the flag whose
+    /// cap is reached: `--max-connections-per-address` for `from`'s address, or
+    /// `--max-signal-connections`. An unknown address counts as one address.
+    pub fn signal_slot(&self, from: Option<IpAddr>) -> Result<Slot, &'static str> {
+        let from = from.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+        self.signal_slots.take(from).map_err(|limit| match limit {
+            Limit::PerAddress => "--max-connections-per-address",
+            _ => "--max-signal-connections",
+        })
     }
 
     /// The same, with `limits` on sessions that have not connected.

@@ -731,11 +731,14 @@ async fn signal(
     } else {
         None
     };
-    let Some(slot) = http.state.signal_slot() else {
-        return text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many signalling connections",
-        );
+    let slot = match http.state.signal_slot(from) {
+        Ok(slot) => slot,
+        Err(limit) => {
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("too many signalling connections ({limit})"),
+            );
+        }
     };
     websocket::accept(upgrade, http.state, token, unauthenticated, slot, from)
 }

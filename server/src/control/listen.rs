@@ -7,10 +7,10 @@
 //!   in all, over both listeners together. A connection past either is accepted and closed
 //!   at once. A slot is held as long as the socket lives, a WebSocket's included;
 //! - a TLS handshake completes within its timeout; at most
-//!   `--max-tls-handshakes-per-address` are under way from one client address and
-//!   `--max-tls-handshakes` in all (both listeners), so a client that opens
-//!   handshakes and never finishes them holds only its own share. A connection past
-//!   either is closed before its handshake;
+//!   `--max-tls-handshakes-per-address` are under way from one client address (a
+//!   connection past it is closed before its handshake) and `--max-tls-handshakes`
+//!   in all, both listeners together (past it, the oldest handshake under way is
+//!   let go: see [`Handshakes`]);
 //! - HTTP/1.1: a request head must be complete within the header timeout of the
 //!   connection's start or of the head's first byte, so a client that drips a
 //!   header (slowloris) is cut off; a keep-alive connection with no request for the
@@ -23,9 +23,10 @@
 //!   no stream open for the idle timeout gets GOAWAY and is closed (RFC 9113 §9.1:
 //!   servers "are permitted to terminate idle connections", and an endpoint closing
 //!   a connection "SHOULD first send a GOAWAY frame"). A `SignalService` stream
-//!   keeps its connection however long it lasts; keep-alive PINGs find a dead peer
-//!   under it, and a stream its client stops reading after its session ended is
-//!   cut ([`ConnectionCut`]).
+//!   keeps its connection while it lasts; keep-alive PINGs find a dead peer under
+//!   it, and a stream its client stopped reading after its session ended has its
+//!   connection closed once the connection's other calls are done
+//!   ([`ConnectionCut`]).
 //!
 //! Each connection's state ([`Activity`]) is a small phase machine fed by the
 //! socket wrapper (bytes read) and by the service (a request starts; its response
@@ -44,7 +45,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -64,7 +65,7 @@ use tokio_rustls::server::TlsStream;
 use tonic::transport::server::TcpConnectInfo;
 use tower::ServiceExt;
 
-use super::connections::{AddressTable, ConnectionLimits, Limit, LimitCounters, Slot};
+use super::connections::{AddressTable, ConnectionLimits, Handshakes, Limit, LimitCounters, Slot};
 
 /// Bytes one HTTP/2 stream buffers for sending at most.
 pub const H2_SEND_BUFFER_BYTES: usize = 64 * 1024;
@@ -85,7 +86,7 @@ pub struct Listening {
     /// The connections held.
     pub table: Arc<AddressTable>,
     /// The TLS handshakes under way.
-    pub handshakes: Arc<AddressTable>,
+    pub handshakes: Arc<Handshakes>,
     /// What was refused or cut off.
     pub counters: Arc<LimitCounters>,
 }
@@ -96,7 +97,7 @@ impl Listening {
         Listening {
             limits,
             table: AddressTable::new(limits.per_address, limits.total),
-            handshakes: AddressTable::new(limits.tls_handshakes_per_address, limits.tls_handshakes),
+            handshakes: Handshakes::new(limits.tls_handshakes_per_address, limits.tls_handshakes),
             counters,
         }
     }
@@ -205,8 +206,8 @@ enum Phase {
 struct Activity {
     protocol: Protocol,
     phase: Mutex<Phase>,
-    /// A service asked for the connection to be cut ([`ConnectionCut`]).
-    cut: AtomicBool,
+    /// Requests whose streams will never finish ([`ConnectionCut`]).
+    stalled: AtomicUsize,
     /// HTTP/2: bytes read, counted up to the client's connection preface.
     preface_bytes: AtomicUsize,
     changed: Notify,
@@ -217,7 +218,7 @@ impl Activity {
         Arc::new(Activity {
             protocol,
             phase: Mutex::new(Phase::Waiting(Instant::now())),
-            cut: AtomicBool::new(false),
+            stalled: AtomicUsize::new(0),
             preface_bytes: AtomicUsize::new(0),
             changed: Notify::new(),
         })
@@ -260,6 +261,14 @@ impl Activity {
         InFlight(self.clone())
     }
 
+    /// Requests in flight now.
+    fn in_flight(&self) -> usize {
+        match *self.phase.lock().unwrap_or_else(PoisonError::into_inner) {
+            Phase::Busy(n) => n,
+            _ => 0,
+        }
+    }
+
     /// HTTP/2: whether the client's connection preface has come (RFC 9113 §3.4), so
     /// that the client reads frames and a GOAWAY can tell it something.
     fn preface_read(&self) -> bool {
@@ -282,19 +291,21 @@ impl Activity {
     }
 }
 
-/// What a gRPC handler finds in its request's extensions to cut the connection the
-/// request came on: for a stream whose client never takes what it is sent (its
-/// HTTP/2 flow-control window stays shut while it answers PINGs), hyper never polls
-/// the response again, so neither its end nor an error can reach the client; only
-/// closing the connection frees what the stream holds.
+/// What a gRPC handler finds in its request's extensions to give up on its stream:
+/// for a stream whose client never takes what it is sent (its HTTP/2 flow-control
+/// window stays shut while it answers PINGs), hyper never polls the response again,
+/// so neither its end nor an error can reach the client, and only closing the
+/// connection frees what the stream holds. Other calls on the connection finish
+/// first: it gets GOAWAY (the client takes new calls elsewhere) and is cut once
+/// every request still in flight on it is one given up on.
 #[derive(Clone)]
 pub struct ConnectionCut(Arc<Activity>);
 
 impl ConnectionCut {
-    /// Closes the connection now, without GOAWAY, counted as
-    /// [`Limit::StalledStream`].
-    pub fn cut(&self) {
-        self.0.cut.store(true, Ordering::Relaxed);
+    /// This request's stream will never finish; counted as [`Limit::StalledStream`]
+    /// when the connection is cut for it.
+    pub fn give_up(&self) {
+        self.0.stalled.fetch_add(1, Ordering::Relaxed);
         self.0.changed.notify_one();
     }
 }
@@ -492,16 +503,13 @@ async fn accept_loop<F, Fut>(
                 continue;
             }
         };
-        // A handshake's slot is taken here, in accept order, and held until it ends.
-        let handshaking = match &acceptor {
+        // A handshake's place is taken here, in accept order, and held until it ends.
+        let handshake = match &acceptor {
             None => None,
-            Some(_) => match listening.handshakes.take(peer.ip()) {
-                Ok(handshaking) => Some(handshaking),
+            Some(_) => match listening.handshakes.start(peer.ip()) {
+                Ok(handshake) => Some(handshake),
                 Err(limit) => {
-                    listening.counters.count(match limit {
-                        Limit::PerAddress => Limit::TlsHandshakesPerAddress,
-                        _ => Limit::TlsHandshakesTotal,
-                    });
+                    listening.counters.count(limit);
                     continue;
                 }
             },
@@ -519,9 +527,18 @@ async fn accept_loop<F, Fut>(
             let stream = match acceptor {
                 None => Stream::Plain(tcp),
                 Some(acceptor) => {
-                    let handshake = acceptor.accept(tcp);
-                    let done = tokio::time::timeout(limits.tls_handshake_timeout, handshake).await;
-                    drop(handshaking);
+                    let Some(mut handshake) = handshake else {
+                        return;
+                    };
+                    let accept = acceptor.accept(tcp);
+                    let done = tokio::select! {
+                        done = tokio::time::timeout(limits.tls_handshake_timeout, accept) => done,
+                        _ = &mut handshake.evicted => {
+                            counters.count(Limit::TlsHandshakeEvicted);
+                            return;
+                        }
+                    };
+                    drop(handshake);
                     match done {
                         Ok(Ok(stream)) => Stream::Tls(Box::new(stream)),
                         _ => {
@@ -688,6 +705,7 @@ async fn drive<C>(
 {
     let mut cut_at: Option<Instant> = None;
     let mut stopping = false;
+    let mut told_stalled = false;
     loop {
         let due = if cut_at.is_some() {
             None
@@ -699,9 +717,17 @@ async fn drive<C>(
             // An error (a reset, a protocol error) ends the connection as an end does.
             _ = connection.as_mut() => return,
             () = activity.changed.notified() => {
-                if activity.cut.load(Ordering::Relaxed) {
-                    counters.count(Limit::StalledStream);
-                    return;
+                let stalled = activity.stalled.load(Ordering::Relaxed);
+                if stalled > 0 {
+                    if activity.in_flight() <= stalled {
+                        counters.count(Limit::StalledStream);
+                        return;
+                    }
+                    if !told_stalled {
+                        // No new calls here; those under way finish.
+                        close(connection.as_mut());
+                        told_stalled = true;
+                    }
                 }
             }
             () = sleep_until(wake) => {
@@ -793,6 +819,47 @@ mod tests {
         assert!(response.ends_with("\r\n\r\n127.0.0.2"), "{response}");
         stop_tx.send(true).unwrap();
         server.join().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_stalled_stream_closes_its_connection_once_other_calls_are_done() {
+        let limits = ConnectionLimits::default();
+        let counters = LimitCounters::default();
+        let activity = Activity::new(Protocol::Http2);
+        let _stalled = activity.start();
+        let other = activity.start();
+        let closes = AtomicUsize::new(0);
+        let (_stop, stop) = watch::channel(false);
+        let connection = pin!(std::future::pending::<Result<(), hyper::Error>>());
+        let drive = drive(
+            connection,
+            |_| {
+                closes.fetch_add(1, Ordering::Relaxed);
+            },
+            &activity,
+            &limits,
+            &counters,
+            stop,
+        );
+        let mut drive = pin!(drive);
+        // Polls `drive` once: whether it is done.
+        macro_rules! done {
+            () => {
+                std::future::poll_fn(|cx| Poll::Ready(drive.as_mut().poll(cx).is_ready())).await
+            };
+        }
+        ConnectionCut(activity.clone()).give_up();
+        assert!(!done!());
+        assert_eq!(
+            closes.load(Ordering::Relaxed),
+            1,
+            "GOAWAY while another call is in flight"
+        );
+        assert!(counters.counts().is_empty());
+        drop(other);
+        assert!(done!(), "cut once the stalled stream is all that is left");
+        assert_eq!(closes.load(Ordering::Relaxed), 1);
+        assert_eq!(counters.counts().get("stalled_stream"), Some(&1));
     }
 
     #[test]

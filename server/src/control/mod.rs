@@ -166,6 +166,7 @@ impl ControlSettings {
             tls: config.tls_files(),
             signal_limits: SignalLimits {
                 connections: config.max_signal_connections,
+                per_address: config.max_connections_per_address,
                 unauthenticated: config.max_unauthenticated_signal,
                 auth_timeout: Duration::from_secs(config.signal_auth_timeout),
                 idle_timeout: Duration::from_secs(config.idle_timeout),

@@ -138,6 +138,8 @@ struct State {
     /// or something waits for it. `None` while it waits for something to write.
     busy_since: Option<Instant>,
     phase: Phase,
+    /// Items the writer has taken, ever.
+    taken: u64,
 }
 
 /// One connection's outgoing queue (see the module's doc).
@@ -160,6 +162,7 @@ impl Outbox {
                 bytes: 0,
                 busy_since: None,
                 phase: Phase::Open,
+                taken: 0,
             }),
             to_writer: Notify::new(),
             to_session: Notify::new(),
@@ -287,6 +290,7 @@ impl Outbox {
                 let mut state = self.state();
                 if let Some(item) = state.items.pop_front() {
                     state.busy_since = Some(Instant::now());
+                    state.taken += 1;
                     return Some(match item {
                         Item::Message(m) => {
                             state.bytes = state.bytes.saturating_sub(m.bytes);
@@ -338,6 +342,12 @@ impl Outbox {
                 None => notified.await,
             }
         }
+    }
+
+    /// How many items the writer has taken since the queue was made: it made
+    /// progress between two readings that differ.
+    pub fn taken(&self) -> u64 {
+        self.state().taken
     }
 
     /// Encoded bytes queued now.

@@ -564,6 +564,7 @@ impl ControlState {
             // departures cannot fill its listeners' queues.
             let left = v1::Participant {
                 identity: member.identity.clone(),
+                state: v1::ParticipantState::Disconnected.into(),
                 shard: u32::try_from(member.shard).unwrap_or(u32::MAX),
                 peer_id: peer.0,
                 ..v1::Participant::default()

@@ -208,13 +208,15 @@ impl Pending {
     }
 
     /// Records `peer`, admitted at `now` from `from`, as pending (after a
-    /// [`Pending::check`] that passed, under the same lock).
+    /// [`Pending::check`] that passed, under the same lock); a peer pending already
+    /// keeps its deadline.
     pub fn add(&mut self, peer: PeerId, from: Option<IpAddr>, now: Time) {
-        let deadline = now + self.limits.setup_timeout;
-        let key = from.map(AddressKey::of);
-        if self.of_peer.insert(peer, (deadline, key)).is_some() {
+        if self.of_peer.contains_key(&peer) {
             return;
         }
+        let deadline = now + self.limits.setup_timeout;
+        let key = from.map(AddressKey::of);
+        self.of_peer.insert(peer, (deadline, key));
         self.by_deadline.insert((deadline, peer));
         if let Some(key) = key {
             self.by_address.entry(key).or_default().push(peer);
@@ -245,6 +247,8 @@ impl Pending {
             if deadline > now {
                 break;
             }
+            // Taken off the front first: each turn shortens the set.
+            self.by_deadline.pop_first();
             self.remove(peer);
             self.stats.timed_out += 1;
             due.push(peer);
@@ -310,6 +314,20 @@ mod tests {
             Duration::from_secs(28) + super::super::EXPIRY_INTERVAL
         );
         assert_eq!(p.stats().refused_node, 1);
+    }
+
+    #[test]
+    fn a_peer_added_again_keeps_its_deadline_and_expires_once() {
+        let mut pending = Pending::new(limits(8, 8));
+        pending.add(PeerId(1), Some(A), at(0));
+        pending.add(PeerId(1), Some(A), at(5));
+        assert_eq!(pending.len(), 1);
+        let timeout = pending.limits().setup_timeout.as_secs();
+        assert!(pending.expire(at(timeout - 1)).is_empty());
+        assert_eq!(pending.expire(at(timeout + 10)), [PeerId(1)]);
+        assert!(pending.is_empty());
+        assert!(pending.expire(at(timeout + 20)).is_empty());
+        assert_eq!(pending.stats().timed_out, 1);
     }
 
     #[test]

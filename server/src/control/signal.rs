@@ -85,6 +85,9 @@ pub struct SignalLimits {
     /// Signalling connections open at once: `/signal` WebSockets and
     /// `SignalService` streams together.
     pub connections: usize,
+    /// Of those, from one client address (`--max-connections-per-address`: one
+    /// HTTP/2 connection carries many streams, so streams count, not connections).
+    pub per_address: usize,
     /// Tokenless WebSockets waiting to authenticate at once.
     pub unauthenticated: usize,
     /// How long those may take to send `auth` and `join`.
@@ -105,6 +108,7 @@ impl Default for SignalLimits {
     fn default() -> SignalLimits {
         SignalLimits {
             connections: super::http::DEFAULT_MAX_SIGNAL_CONNECTIONS,
+            per_address: super::connections::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             unauthenticated: super::http::DEFAULT_MAX_UNAUTHENTICATED_SIGNAL,
             auth_timeout: Duration::from_secs(DEFAULT_AUTH_TIMEOUT_SECS),
             idle_timeout: Duration::from_secs(super::connections::DEFAULT_IDLE_TIMEOUT_SECS),
@@ -465,11 +469,9 @@ impl SignalService for ControlApi {
                 .auth()
                 .check(token.as_deref(), Act::Authenticated)?;
         }
-        let Some(slot) = self.state().signal_slot() else {
-            return Err(Status::unavailable(
-                "too many signalling connections (--max-signal-connections)",
-            ));
-        };
+        let slot = self.state().signal_slot(from).map_err(|limit| {
+            Status::unavailable(format!("too many signalling connections ({limit})"))
+        })?;
         let cut = request.extensions().get::<ConnectionCut>().cloned();
         // A transport error (a message over the size limit, a reset) is the last item
         // and ends the session with its status; an empty oneof is invalid.
@@ -491,36 +493,56 @@ impl SignalService for ControlApi {
         let (done, result) = oneshot::channel();
         // Dropped with the response stream's state: when its last message was taken,
         // or when hyper let the stream go.
-        let (taken, all_taken) = oneshot::channel::<()>();
+        let (stream_alive, stream_gone) = oneshot::channel::<()>();
         let state = self.state().clone();
         let session_out = out.clone();
+        let out_left = out.clone();
         tokio::spawn(async move {
             let ended = run_session(state, Box::pin(inbound), session_out, token, None, from).await;
             let _ = done.send(ended.err());
-            // What the session left in the queue has the writer's grace to be taken.
-            // A client whose window stays shut (it answers PINGs, so keep-alive
-            // thinks it well) would hold the stream, its queue and its connection
-            // for ever: the connection is cut instead.
-            if tokio::time::timeout(WRITER_GRACE, all_taken).await.is_err()
-                && let Some(cut) = cut
-            {
-                cut.cut();
+            // What the session left in the queue is taken while the client reads,
+            // each step within the writer's grace. A client whose window stays shut
+            // (it answers PINGs, so keep-alive thinks it well) would hold the stream,
+            // its queue and its connection for ever: the queue is dropped and the
+            // stream given up on, which closes its connection once the connection's
+            // other calls are done; the slot is held until then.
+            let mut taken = out_left.taken();
+            let mut stream_gone = std::pin::pin!(stream_gone);
+            loop {
+                if tokio::time::timeout(WRITER_GRACE, &mut stream_gone)
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+                let now = out_left.taken();
+                if now == taken {
+                    out_left.abandon();
+                    if let Some(cut) = &cut {
+                        cut.give_up();
+                    }
+                    let _ = stream_gone.await;
+                    break;
+                }
+                taken = now;
             }
             drop(slot);
         });
         // The transport takes the next message when its flow control lets it: the
         // queue's write timeout runs while it does not.
         let state = self.state().clone();
-        let messages =
-            futures_util::stream::unfold((out, state, taken), |(out, state, taken)| async move {
+        let messages = futures_util::stream::unfold(
+            (out, state, stream_alive),
+            |(out, state, alive)| async move {
                 let message = state.next_outgoing(&out).await?.into_message();
                 Some((
                     Ok(v1::SignalResponse {
                         message: Some(message),
                     }),
-                    (out, state, taken),
+                    (out, state, alive),
                 ))
-            });
+            },
+        );
         // After the last message, the session's failure (if any) is the status.
         let tail = futures_util::stream::once(result).filter_map(|r| {
             std::future::ready(match r {

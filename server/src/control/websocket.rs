@@ -23,7 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio::time::Instant;
 use tonic::Status;
 
-use super::connections::Limit;
+use super::connections::{Limit, Slot};
 use super::grpc::ControlState;
 use super::outbox::{Failure, Outbox};
 use super::signal::{Inbound, error_message, run_session};
@@ -48,7 +48,7 @@ pub(super) fn accept(
     state: Arc<ControlState>,
     token: Option<String>,
     unauthenticated: Option<OwnedSemaphorePermit>,
-    slot: OwnedSemaphorePermit,
+    slot: Slot,
     from: Option<IpAddr>,
 ) -> Response {
     let limits = state.signal_limits();

@@ -7,10 +7,13 @@
 //! that never sends (after a ping it does not answer); legitimate HTTP and gRPC
 //! requests succeed meanwhile. A node with small caps closes connections past the
 //! per-address and total caps at once while another address is served, and refuses
-//! a `/signal` upgrade from an origin not in its `--allowed-origins` with 403. A
-//! gRPC client whose connections the node closed carries on over new ones. A node
-//! serving TLS closes connections past its caps on handshakes under way, per
-//! address and in all, while another address completes its handshake. A
+//! a `/signal` upgrade from an origin not in its `--allowed-origins` with 403, and
+//! counts `SignalService` streams against the per-address cap however few
+//! connections carry them. A gRPC client whose connections the node closed carries
+//! on over new ones. A node
+//! serving TLS closes connections past its per-address cap on handshakes under way
+//! and, at its total cap, lets the oldest handshake go for a new one, while other
+//! addresses complete their handshakes. A
 //! `SignalService` client that never opens its flow-control window holds the
 //! node's signalling slot only until its session ends and the writer's grace has
 //! passed. Every refusal is counted in GetNodeInfo.
@@ -25,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use shoal_proto::v1::node_service_client::NodeServiceClient;
+use shoal_proto::v1::signal_service_client::SignalServiceClient;
 use shoal_proto::v1::{GetNodeInfoRequest, JoinRequest, SignalRequest, signal_request};
 use shoal_server::config::Config;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
@@ -636,6 +640,37 @@ fn caps_and_origins_refuse_at_once() {
     assert!(evil.starts_with("http/1.1 200"), "{evil}");
     assert!(!evil.contains("access-control-allow-origin"), "{evil}");
 
+    // Signalling streams count per address as sockets do, however few connections
+    // carry them: 127.0.0.8 opens four over one connection, and a fifth is refused.
+    runtime.block_on(async {
+        let channel = Endpoint::from_shared(format!("http://{grpc}"))
+            .expect("a URI")
+            .local_address(Some(loopback(8)))
+            .connect()
+            .await
+            .expect("connect");
+        let open = || {
+            let (requests, rx) = tokio::sync::mpsc::channel::<SignalRequest>(1);
+            let outbound = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|r| (r, rx))
+            });
+            let mut client = SignalServiceClient::new(channel.clone());
+            async move { (requests, client.connect(outbound).await) }
+        };
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let (requests, opened) = open().await;
+            held.push((requests, opened.expect("a signalling stream")));
+        }
+        let (_requests, refused) = open().await;
+        let refused = refused.expect_err("a fifth stream from the address");
+        assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+        assert!(
+            refused.message().contains("--max-connections-per-address"),
+            "{refused:?}"
+        );
+    });
+
     let counts = runtime
         .block_on(node_info(grpc, loopback(7)))
         .connections_refused;
@@ -718,9 +753,10 @@ fn healthz_over_tls(from: IpAddr, http: SocketAddr, cert: &[u8]) -> std::io::Res
 }
 
 /// TLS handshakes that are never finished hold only their address's share
-/// (`--max-tls-handshakes-per-address`) and the node's (`--max-tls-handshakes`):
-/// past either, a connection is closed before its handshake, and a client on
-/// another address completes its handshake meanwhile.
+/// (`--max-tls-handshakes-per-address`; past it a connection is closed before its
+/// handshake) and cannot fill the node's (`--max-tls-handshakes`; past it the
+/// oldest handshake under way is let go): clients on other addresses complete
+/// their handshakes meanwhile.
 fn tls_handshakes_are_capped() {
     let dir = std::env::temp_dir().join(format!("shoal-tls-caps-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a directory");
@@ -750,9 +786,16 @@ fn tls_handshakes_are_capped() {
         healthz_over_tls(loopback(2), http, &cert.der).expect("served over TLS"),
         "HTTP/1.1 200 OK"
     );
-    // 127.0.0.4 takes the node's last handshake: 127.0.0.5 is closed at once.
+    // 127.0.0.4 takes the node's last handshake: one from 127.0.0.5 lets the oldest
+    // (127.0.0.3's first) go and is served.
     let last = connect_from(loopback(4), http);
-    refused_at_once(loopback(5), http);
+    assert_eq!(
+        healthz_over_tls(loopback(5), http, &cert.der).expect("served over TLS"),
+        "HTTP/1.1 200 OK"
+    );
+    let mut held = held;
+    let (_, got) = read_until_closed(&mut held[0], Instant::now(), AT_ONCE);
+    assert!(got.is_empty(), "the handshake let go was told nothing");
     // Once they are gone, everyone is served again.
     drop((held, last));
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -778,7 +821,7 @@ fn tls_handshakes_are_capped() {
         .connections_refused;
     for (limit, at_least) in [
         ("tls_handshakes_per_address", 2),
-        ("tls_handshakes_total", 1),
+        ("tls_handshake_evicted", 1),
     ] {
         let n = counts.get(limit).copied().unwrap_or(0);
         assert!(n >= at_least, "{limit}: {n} counted, {counts:?}");

@@ -1399,7 +1399,7 @@ sctp-max-init-retransmits = 8
                 c.max_tls_handshakes,
                 c.max_tls_handshakes_per_address
             ),
-            (10, 60, 10, 512, 16_384, 256, 16)
+            (10, 60, 10, 512, 16_384, 256, 64)
         );
         assert!(c.allowed_origins.is_empty());
         let (_dir, path) = config_file(

@@ -27,9 +27,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
 /// public-key work, so this many at once is a burst of thousands a second.
 pub const DEFAULT_MAX_TLS_HANDSHAKES: usize = 256;
 /// Default `--max-tls-handshakes-per-address`: a browser opens a handful of
-/// connections at once, and a client that holds handshakes open without finishing
-/// them cannot keep other addresses' from starting.
-pub const DEFAULT_MAX_TLS_HANDSHAKES_PER_ADDRESS: usize = 16;
+/// connections at once, so a NAT'd office starting a meeting together stays under
+/// it, while one address cannot churn the node's handshakes (see [`Handshakes`]).
+pub const DEFAULT_MAX_TLS_HANDSHAKES_PER_ADDRESS: usize = 64;
 
 /// The bounds on the listeners' connections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

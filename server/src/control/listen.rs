@@ -205,9 +205,7 @@ enum Phase {
 /// A connection's phase, shared by its socket, its service and its task.
 struct Activity {
     protocol: Protocol,
-    phase: Mutex<Phase>,
-    /// Requests whose streams will never finish ([`ConnectionCut`]).
-    stalled: AtomicUsize,
+    state: Mutex<State>,
     /// HTTP/2: bytes read, counted up to the client's connection preface.
     preface_bytes: AtomicUsize,
     changed: Notify,
@@ -217,17 +215,23 @@ impl Activity {
     fn new(protocol: Protocol) -> Arc<Activity> {
         Arc::new(Activity {
             protocol,
-            phase: Mutex::new(Phase::Waiting(Instant::now())),
-            stalled: AtomicUsize::new(0),
+            state: Mutex::new(State {
+                phase: Phase::Waiting(Instant::now()),
+                stalled: 0,
+            }),
             preface_bytes: AtomicUsize::new(0),
             changed: Notify::new(),
         })
     }
 
-    fn update(&self, f: impl FnOnce(Phase) -> Phase) {
-        let mut phase = self.phase.lock().unwrap_or_else(PoisonError::into_inner);
-        *phase = f(*phase);
-        drop(phase);
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn update(&self, f: impl FnOnce(&mut State)) {
+        let mut state = self.lock();
+        f(&mut state);
+        drop(state);
         // A stored permit: the task sees the change even if it was not waiting yet.
         self.changed.notify_one();
     }
@@ -240,33 +244,42 @@ impl Activity {
             }
             return;
         }
-        let idle = matches!(
-            *self.phase.lock().unwrap_or_else(PoisonError::into_inner),
-            Phase::Idle(_)
-        );
+        let idle = matches!(self.lock().phase, Phase::Idle(_));
         if idle {
-            self.update(|phase| match phase {
-                Phase::Idle(_) => Phase::Waiting(Instant::now()),
-                other => other,
+            self.update(|state| {
+                if let Phase::Idle(_) = state.phase {
+                    state.phase = Phase::Waiting(Instant::now());
+                }
             });
         }
     }
 
     /// A request reached the service; in flight until the guard drops.
     fn start(self: &Arc<Self>) -> InFlight {
-        self.update(|phase| match phase {
-            Phase::Busy(n) => Phase::Busy(n + 1),
-            _ => Phase::Busy(1),
+        self.update(|state| {
+            state.phase = match state.phase {
+                Phase::Busy(n) => Phase::Busy(n + 1),
+                _ => Phase::Busy(1),
+            };
         });
-        InFlight(self.clone())
+        InFlight {
+            activity: self.clone(),
+            request: Arc::new(Mutex::new(Request::InFlight)),
+        }
     }
 
-    /// Requests in flight now.
-    fn in_flight(&self) -> usize {
-        match *self.phase.lock().unwrap_or_else(PoisonError::into_inner) {
+    /// Whether some request was given up on, and whether every request in flight
+    /// was.
+    fn stalled(&self) -> (bool, bool) {
+        let state = self.lock();
+        let in_flight = match state.phase {
             Phase::Busy(n) => n,
             _ => 0,
-        }
+        };
+        (
+            state.stalled > 0,
+            state.stalled > 0 && in_flight <= state.stalled,
+        )
     }
 
     /// HTTP/2: whether the client's connection preface has come (RFC 9113 §3.4), so
@@ -277,7 +290,7 @@ impl Activity {
 
     /// When the connection is due to be cut or closed, and for which limit.
     fn due(&self, limits: &ConnectionLimits) -> Option<(Instant, Limit)> {
-        match *self.phase.lock().unwrap_or_else(PoisonError::into_inner) {
+        match self.lock().phase {
             Phase::Waiting(since) => Some((
                 since + limits.header_timeout,
                 match self.protocol {
@@ -291,34 +304,83 @@ impl Activity {
     }
 }
 
+/// What [`Activity`] keeps under its lock.
+#[derive(Clone, Copy, Debug)]
+struct State {
+    phase: Phase,
+    /// Requests in flight that were given up on ([`ConnectionCut`]).
+    stalled: usize,
+}
+
+/// Where one request stands, changed under its connection's [`Activity`] lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Request {
+    InFlight,
+    GivenUp,
+    Ended,
+}
+
 /// What a gRPC handler finds in its request's extensions to give up on its stream:
 /// for a stream whose client never takes what it is sent (its HTTP/2 flow-control
 /// window stays shut while it answers PINGs), hyper never polls the response again,
 /// so neither its end nor an error can reach the client, and only closing the
-/// connection frees what the stream holds. Other calls on the connection finish
-/// first: it gets GOAWAY (the client takes new calls elsewhere) and is cut once
-/// every request still in flight on it is one given up on.
+/// connection frees what the stream holds. A connection whose every request in
+/// flight was given up on is cut at once. One with other calls gets GOAWAY (the
+/// client takes new calls elsewhere) and is cut once they are done, or after the
+/// idle timeout: what the stalled stream holds is not kept for ever by a call
+/// beside it.
 #[derive(Clone)]
-pub struct ConnectionCut(Arc<Activity>);
+pub struct ConnectionCut {
+    activity: Arc<Activity>,
+    request: Arc<Mutex<Request>>,
+}
 
 impl ConnectionCut {
     /// This request's stream will never finish; counted as [`Limit::StalledStream`]
-    /// when the connection is cut for it.
+    /// when the connection is cut for it. Nothing if it ended already.
     pub fn give_up(&self) {
-        self.0.stalled.fetch_add(1, Ordering::Relaxed);
-        self.0.changed.notify_one();
+        let mut state = self.activity.lock();
+        let mut request = self.request.lock().unwrap_or_else(PoisonError::into_inner);
+        if *request == Request::InFlight {
+            *request = Request::GivenUp;
+            state.stalled += 1;
+        }
+        drop(request);
+        drop(state);
+        self.activity.changed.notify_one();
     }
 }
 
 /// A request in flight: from the service's call until its response body is dropped
 /// (sent, or the connection gone).
-struct InFlight(Arc<Activity>);
+struct InFlight {
+    activity: Arc<Activity>,
+    request: Arc<Mutex<Request>>,
+}
+
+impl InFlight {
+    /// The handle that gives up on this request.
+    fn cut(&self) -> ConnectionCut {
+        ConnectionCut {
+            activity: self.activity.clone(),
+            request: self.request.clone(),
+        }
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.update(|phase| match phase {
-            Phase::Busy(n) if n > 1 => Phase::Busy(n - 1),
-            _ => Phase::Idle(Instant::now()),
+        let request = self.request.clone();
+        self.activity.update(|state| {
+            let mut request = request.lock().unwrap_or_else(PoisonError::into_inner);
+            if *request == Request::GivenUp {
+                state.stalled = state.stalled.saturating_sub(1);
+            }
+            *request = Request::Ended;
+            state.phase = match state.phase {
+                Phase::Busy(n) if n > 1 => Phase::Busy(n - 1),
+                _ => Phase::Idle(Instant::now()),
+            };
         });
     }
 }
@@ -642,9 +704,7 @@ async fn serve_http2(
             local_addr: Some(local),
             remote_addr: Some(peer),
         });
-        request
-            .extensions_mut()
-            .insert(ConnectionCut(in_service.clone()));
+        request.extensions_mut().insert(in_flight.cut());
         let routes = routes.clone();
         let concurrency = concurrency.clone();
         let timeout = settings.request_timeout;
@@ -705,32 +765,46 @@ async fn drive<C>(
 {
     let mut cut_at: Option<Instant> = None;
     let mut stopping = false;
-    let mut told_stalled = false;
+    // Set when a request was given up on while others were in flight.
+    let mut stalled_cut_at: Option<Instant> = None;
     loop {
         let due = if cut_at.is_some() {
             None
         } else {
             activity.due(limits)
         };
-        let wake = cut_at.or(due.map(|(at, _)| at));
+        let wake = [cut_at, due.map(|(at, _)| at), stalled_cut_at]
+            .into_iter()
+            .flatten()
+            .min();
         tokio::select! {
             // An error (a reset, a protocol error) ends the connection as an end does.
             _ = connection.as_mut() => return,
             () = activity.changed.notified() => {
-                let stalled = activity.stalled.load(Ordering::Relaxed);
-                if stalled > 0 {
-                    if activity.in_flight() <= stalled {
-                        counters.count(Limit::StalledStream);
-                        return;
-                    }
-                    if !told_stalled {
-                        // No new calls here; those under way finish.
-                        close(connection.as_mut());
-                        told_stalled = true;
-                    }
+                let (some, all) = activity.stalled();
+                if all {
+                    counters.count(Limit::StalledStream);
+                    return;
+                }
+                if some && stalled_cut_at.is_none() {
+                    // No new calls here; those under way have the idle timeout.
+                    close(connection.as_mut());
+                    stalled_cut_at = Some(Instant::now() + limits.idle_timeout);
                 }
             }
             () = sleep_until(wake) => {
+                if let Some(at) = stalled_cut_at
+                    && Instant::now() >= at
+                {
+                    if activity.stalled().0 {
+                        counters.count(Limit::StalledStream);
+                        return;
+                    }
+                    // The stalled stream ended after all; GOAWAY was sent, and the
+                    // other calls finish.
+                    stalled_cut_at = None;
+                    continue;
+                }
                 if cut_at.is_some() {
                     // A request that crossed the idle close's GOAWAY was taken: it
                     // finishes (the graceful close waits for it, the request timeout
@@ -826,7 +900,7 @@ mod tests {
         let limits = ConnectionLimits::default();
         let counters = LimitCounters::default();
         let activity = Activity::new(Protocol::Http2);
-        let _stalled = activity.start();
+        let stalled = activity.start();
         let other = activity.start();
         let closes = AtomicUsize::new(0);
         let (_stop, stop) = watch::channel(false);
@@ -848,7 +922,7 @@ mod tests {
                 std::future::poll_fn(|cx| Poll::Ready(drive.as_mut().poll(cx).is_ready())).await
             };
         }
-        ConnectionCut(activity.clone()).give_up();
+        stalled.cut().give_up();
         assert!(!done!());
         assert_eq!(
             closes.load(Ordering::Relaxed),
@@ -860,6 +934,63 @@ mod tests {
         assert!(done!(), "cut once the stalled stream is all that is left");
         assert_eq!(closes.load(Ordering::Relaxed), 1);
         assert_eq!(counters.counts().get("stalled_stream"), Some(&1));
+        drop(stalled);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_stream_that_ends_after_all_leaves_other_calls_alone() {
+        let limits = ConnectionLimits::default();
+        let counters = LimitCounters::default();
+        let activity = Activity::new(Protocol::Http2);
+        let stalled = activity.start();
+        let (b, c) = (activity.start(), activity.start());
+        let (_stop, stop) = watch::channel(false);
+        let connection = pin!(std::future::pending::<Result<(), hyper::Error>>());
+        let mut drive = pin!(drive(
+            connection,
+            |_| {},
+            &activity,
+            &limits,
+            &counters,
+            stop
+        ));
+        macro_rules! done {
+            () => {
+                std::future::poll_fn(|cx| Poll::Ready(drive.as_mut().poll(cx).is_ready())).await
+            };
+        }
+        let cut = stalled.cut();
+        cut.give_up();
+        assert!(!done!());
+        // The client resets the stalled stream: it is in flight no more.
+        drop(stalled);
+        cut.give_up();
+        assert!(!done!(), "giving up on an ended request does nothing");
+        drop(b);
+        assert!(!done!(), "C is a healthy call, not a stalled one");
+        assert!(counters.counts().is_empty());
+        drop(c);
+    }
+
+    #[tokio::test]
+    async fn a_call_beside_a_stalled_stream_has_the_idle_timeout() {
+        let limits = ConnectionLimits {
+            idle_timeout: Duration::from_millis(100),
+            ..ConnectionLimits::default()
+        };
+        let counters = LimitCounters::default();
+        let activity = Activity::new(Protocol::Http2);
+        let stalled = activity.start();
+        let other = activity.start();
+        let (_stop, stop) = watch::channel(false);
+        let connection = pin!(std::future::pending::<Result<(), hyper::Error>>());
+        let drive = drive(connection, |_| {}, &activity, &limits, &counters, stop);
+        stalled.cut().give_up();
+        let started = Instant::now();
+        drive.await;
+        assert!(started.elapsed() >= limits.idle_timeout);
+        assert_eq!(counters.counts().get("stalled_stream"), Some(&1));
+        drop((stalled, other));
     }
 
     #[test]

@@ -25,8 +25,11 @@
 //! and on the WebSocket the writer gives up on a write after the same timeout, so a
 //! socket that is never read is closed, not held. On gRPC the transport stops
 //! asking for messages while the client's flow-control window is shut, and nothing
-//! ends the stream from inside: once the session has ended, what it left queued has
-//! [`WRITER_GRACE`] to be taken, then the stream's connection is cut.
+//! ends the stream from inside: once the session has ended, what it left queued must
+//! move within every [`WRITER_GRACE`] and be taken within `--signal-write-timeout`
+//! and one grace more; else it is dropped and the stream given up on, which closes
+//! its connection (at once, or after GOAWAY once the connection's other calls are
+//! done; see `super::listen::ConnectionCut`).
 //!
 //! A message the session cannot act on gets an `error` message and the session goes
 //! on; [`MAX_INVALID_MESSAGES`] of them, or more than [`MAX_MESSAGES_PER_SECOND`],
@@ -497,31 +500,34 @@ impl SignalService for ControlApi {
         let state = self.state().clone();
         let session_out = out.clone();
         let out_left = out.clone();
+        let write_timeout = self.state().signal_limits().write_timeout;
         tokio::spawn(async move {
             let ended = run_session(state, Box::pin(inbound), session_out, token, None, from).await;
             let _ = done.send(ended.err());
-            // What the session left in the queue is taken while the client reads,
-            // each step within the writer's grace. A client whose window stays shut
-            // (it answers PINGs, so keep-alive thinks it well) would hold the stream,
-            // its queue and its connection for ever: the queue is dropped and the
-            // stream given up on, which closes its connection once the connection's
-            // other calls are done; the slot is held until then.
+            // What the session left in the queue is taken while the client reads:
+            // moving within every writer's grace, and all within the write timeout
+            // and one grace more. A client whose window stays shut (it answers
+            // PINGs, so keep-alive thinks it well) would hold the stream, its queue
+            // and its connection for ever: the queue is dropped and the stream given
+            // up on (see `ConnectionCut`); the slot is held until the stream is gone.
+            let deadline = Instant::now() + write_timeout + WRITER_GRACE;
             let mut taken = out_left.taken();
             let mut stream_gone = std::pin::pin!(stream_gone);
             loop {
-                if tokio::time::timeout(WRITER_GRACE, &mut stream_gone)
+                let wait = (Instant::now() + WRITER_GRACE).min(deadline);
+                if tokio::time::timeout_at(wait, &mut stream_gone)
                     .await
                     .is_ok()
                 {
                     break;
                 }
                 let now = out_left.taken();
-                if now == taken {
+                if now == taken || Instant::now() >= deadline {
                     out_left.abandon();
                     if let Some(cut) = &cut {
                         cut.give_up();
+                        let _ = stream_gone.await;
                     }
-                    let _ = stream_gone.await;
                     break;
                 }
                 taken = now;

@@ -819,6 +819,15 @@ async fn slow_round(
 const WAIT_FOR_NODE: Duration = Duration::from_secs(10);
 
 #[test]
+fn idle_and_slow_connections_time_out() {
+    // Its timings would stretch under another test's flood.
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    connection_limits::run();
+}
+
+#[test]
 fn slow_readers_cannot_grow_memory() {
     let _turn = ONE_AT_A_TIME
         .lock()

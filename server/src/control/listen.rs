@@ -895,6 +895,11 @@ mod tests {
         server.join().unwrap();
     }
 
+    /// Polls `future` once: whether it is done.
+    async fn done(mut future: Pin<&mut impl Future>) -> bool {
+        std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx).is_ready())).await
+    }
+
     #[tokio::test]
     async fn a_stalled_stream_closes_its_connection_once_other_calls_are_done() {
         let limits = ConnectionLimits::default();
@@ -916,14 +921,8 @@ mod tests {
             stop,
         );
         let mut drive = pin!(drive);
-        // Polls `drive` once: whether it is done.
-        macro_rules! done {
-            () => {
-                std::future::poll_fn(|cx| Poll::Ready(drive.as_mut().poll(cx).is_ready())).await
-            };
-        }
         stalled.cut().give_up();
-        assert!(!done!());
+        assert!(!done(drive.as_mut()).await);
         assert_eq!(
             closes.load(Ordering::Relaxed),
             1,
@@ -931,7 +930,10 @@ mod tests {
         );
         assert!(counters.counts().is_empty());
         drop(other);
-        assert!(done!(), "cut once the stalled stream is all that is left");
+        assert!(
+            done(drive.as_mut()).await,
+            "cut once the stalled stream is all that is left"
+        );
         assert_eq!(closes.load(Ordering::Relaxed), 1);
         assert_eq!(counters.counts().get("stalled_stream"), Some(&1));
         drop(stalled);
@@ -954,20 +956,21 @@ mod tests {
             &counters,
             stop
         ));
-        macro_rules! done {
-            () => {
-                std::future::poll_fn(|cx| Poll::Ready(drive.as_mut().poll(cx).is_ready())).await
-            };
-        }
         let cut = stalled.cut();
         cut.give_up();
-        assert!(!done!());
+        assert!(!done(drive.as_mut()).await);
         // The client resets the stalled stream: it is in flight no more.
         drop(stalled);
         cut.give_up();
-        assert!(!done!(), "giving up on an ended request does nothing");
+        assert!(
+            !done(drive.as_mut()).await,
+            "giving up on an ended request does nothing"
+        );
         drop(b);
-        assert!(!done!(), "C is a healthy call, not a stalled one");
+        assert!(
+            !done(drive.as_mut()).await,
+            "C is a healthy call, not a stalled one"
+        );
         assert!(counters.counts().is_empty());
         drop(c);
     }

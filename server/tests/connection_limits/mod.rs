@@ -361,32 +361,29 @@ fn patient_grpc_client(grpc: SocketAddr) {
 
 /// GetNodeInfo over a new channel from `from`.
 async fn node_info(grpc: SocketAddr, from: IpAddr) -> shoal_proto::v1::NodeInfo {
-    let channel = Endpoint::from_shared(format!("http://{grpc}"))
+    let endpoint = Endpoint::from_shared(format!("http://{grpc}"))
         .expect("a URI")
-        .local_address(Some(from))
+        .local_address(Some(from));
+    node_info_over(endpoint).await
+}
+
+/// GetNodeInfo over TLS, trusting only the certificate `ca` (PEM).
+async fn node_info_over_tls(grpc: SocketAddr, ca: &str) -> shoal_proto::v1::NodeInfo {
+    let endpoint = Endpoint::from_shared(format!("https://{grpc}"))
+        .expect("a URI")
+        .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)))
+        .expect("a TLS configuration");
+    node_info_over(endpoint).await
+}
+
+/// GetNodeInfo over a new channel to `endpoint`.
+async fn node_info_over(endpoint: Endpoint) -> shoal_proto::v1::NodeInfo {
+    let channel = endpoint
         .connect_timeout(grpc_node::CONNECT_TIMEOUT)
         .timeout(grpc_node::CONNECT_TIMEOUT)
         .connect()
         .await
         .expect("connect");
-    NodeServiceClient::new(channel)
-        .get_node_info(GetNodeInfoRequest {})
-        .await
-        .expect("GetNodeInfo")
-        .into_inner()
-}
-
-/// GetNodeInfo over TLS, trusting only the certificate `ca` (PEM).
-async fn node_info_over_tls(grpc: SocketAddr, ca: &str) -> shoal_proto::v1::NodeInfo {
-    let channel = Endpoint::from_shared(format!("https://{grpc}"))
-        .expect("a URI")
-        .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)))
-        .expect("a TLS configuration")
-        .connect_timeout(grpc_node::CONNECT_TIMEOUT)
-        .timeout(grpc_node::CONNECT_TIMEOUT)
-        .connect()
-        .await
-        .expect("connect over TLS");
     NodeServiceClient::new(channel)
         .get_node_info(GetNodeInfoRequest {})
         .await
@@ -448,12 +445,8 @@ fn legitimate(http: SocketAddr, grpc: SocketAddr, done: Arc<AtomicBool>) -> u32 
     rounds.into_inner()
 }
 
-#[test]
-fn idle_and_slow_connections_time_out() {
-    // Its timings would stretch under another test's flood.
-    let _turn = crate::ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+/// `idle_and_slow_connections_time_out`'s cases, one node each.
+pub fn run() {
     timeouts_close_slow_and_idle_connections();
     caps_and_origins_refuse_at_once();
     tls_handshakes_are_capped();

@@ -293,11 +293,16 @@ impl Handshakes {
 
 impl HandshakeState {
     fn release(&mut self, key: IpAddr) {
-        if let Some(n) = self.by_address.get_mut(&key) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.by_address.remove(&key);
-            }
+        count_down(&mut self.by_address, key);
+    }
+}
+
+/// One less held by `key`'s address; an address that holds none is forgotten.
+fn count_down(by_address: &mut HashMap<IpAddr, usize>, key: IpAddr) {
+    if let Some(n) = by_address.get_mut(&key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            by_address.remove(&key);
         }
     }
 }
@@ -340,12 +345,7 @@ impl Drop for Slot {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         held.total = held.total.saturating_sub(1);
-        if let Some(n) = held.by_address.get_mut(&self.key) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                held.by_address.remove(&self.key);
-            }
-        }
+        count_down(&mut held.by_address, self.key);
     }
 }
 

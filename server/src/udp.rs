@@ -17,7 +17,8 @@
 //! `quinn-udp` also sets the socket up its way: don't-fragment on (IPv4
 //! `IP_PMTUDISC_PROBE`, IPv6 `IPV6_DONTFRAG`), so a datagram larger than the path MTU
 //! is lost rather than fragmented (shoal's 1 200-byte datagrams fit any real path),
-//! and `IP_PKTINFO` / `IPV6_RECVPKTINFO`, TOS and receive timestamps on; a socket that
+//! and `IP_PKTINFO` / `IPV6_RECVPKTINFO`, TOS and receive timestamps
+//! (`SO_TIMESTAMPNS`, which [`UdpIo::recv_stamped`] hands on) on; a socket that
 //! refuses packet info fails [`UdpIo::new`], and the shard with it.
 //!
 //! Received payloads stay zero-copy where that is cheap: the first buffer of every
@@ -31,6 +32,7 @@
 
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use std::os::fd::AsFd;
@@ -88,6 +90,8 @@ pub struct UdpIo {
     scratch: Vec<u8>,
     meta: [RecvMeta; RECV_SLOTS],
     gso: Vec<u8>,
+    /// Where [`UdpIo::recv`] puts the receive times no caller asked for.
+    unused_stamps: Vec<Option<Duration>>,
 }
 
 impl UdpIo {
@@ -118,6 +122,7 @@ impl UdpIo {
             scratch: vec![0; (RECV_SLOTS - 1) * SLOT_LEN],
             meta: [RecvMeta::default(); RECV_SLOTS],
             gso: Vec::new(),
+            unused_stamps: Vec::new(),
         })
     }
 
@@ -160,6 +165,26 @@ impl UdpIo {
         socket: &impl AsFd,
         bound: SocketAddr,
         out: &mut Vec<Datagram>,
+    ) -> io::Result<usize> {
+        let mut stamps = std::mem::take(&mut self.unused_stamps);
+        let result = self.recv_stamped(socket, bound, out, &mut stamps);
+        stamps.clear();
+        self.unused_stamps = stamps;
+        result
+    }
+
+    /// [`UdpIo::recv`], and into `stamps` one entry per datagram appended: when the
+    /// kernel received it (`SO_TIMESTAMPNS`, as time since the Unix epoch; `None`
+    /// where the kernel gave none). A GRO burst's datagrams share their burst's.
+    ///
+    /// # Errors
+    /// As [`UdpIo::recv`].
+    pub fn recv_stamped(
+        &mut self,
+        socket: &impl AsFd,
+        bound: SocketAddr,
+        out: &mut Vec<Datagram>,
+        stamps: &mut Vec<Option<Duration>>,
     ) -> io::Result<usize> {
         if self.chunk.len() < SLOT_LEN {
             refill(&mut self.chunk);
@@ -210,6 +235,7 @@ impl UdpIo {
                     remote,
                     payload,
                 });
+                stamps.push(meta.timestamp);
             });
         }
         Ok(out.len() - before)

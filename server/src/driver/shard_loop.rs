@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, TryRecvError};
@@ -116,6 +116,13 @@ impl ShardSocket {
 const MAX_BATCHES_PER_WAKE: usize = 16;
 /// Commands applied per wake-up before the socket gets a turn.
 const MAX_COMMANDS_PER_WAKE: usize = 256;
+/// Datagrams that arrived within this of a tick's first share its tick (and its
+/// time): finer than GCC's 5 ms burst grouping (draft-ietf-rmcat-gcc-02 §5.2), while
+/// a busy shard still runs one tick over many datagrams.
+const TICK_SPREAD: Duration = Duration::from_millis(1);
+/// The oldest a datagram's kernel receive time is taken as: older (a wall clock
+/// step, a stalled thread) counts as this old.
+const MAX_RECEIVE_AGE: Duration = Duration::from_secs(1);
 /// The longest a shard sleeps even with nothing scheduled; a guard against a missed
 /// wake-up, not a timer.
 const MAX_POLL_WAIT: Duration = Duration::from_secs(1);
@@ -131,6 +138,9 @@ pub(super) struct ShardLoop {
     batch_limit: usize,
     local_addr: SocketAddr,
     batch: Vec<Datagram>,
+    /// When the kernel received each datagram of `batch` (Unix time; `None` for one
+    /// it gave no time, or that came over TCP): see [`ShardLoop::run_batch`].
+    stamps: Vec<Option<Duration>>,
     tx: Vec<Datagram>,
     stats: DriverStats,
     events: ShardEventSender,
@@ -176,6 +186,7 @@ impl ShardLoop {
             batch_limit,
             local_addr,
             batch: Vec::with_capacity(batch_limit),
+            stamps: Vec::with_capacity(batch_limit),
             tx: Vec::new(),
             stats: DriverStats::default(),
             events,
@@ -452,13 +463,35 @@ impl ShardLoop {
         *counter += 1;
     }
 
-    /// Runs ticks over the batch until it is empty.
+    /// Runs ticks over the batch until it is empty, each at the time its first
+    /// datagram arrived (the kernel's receive time on the shard's clock) and over the
+    /// datagrams that arrived within [`TICK_SPREAD`] of it. A shard thread that was
+    /// not scheduled for a while reads many datagrams at once; stamped all with the
+    /// time they were read, a publisher's packets would look as if the link had
+    /// delivered them back to back, and the transport-wide feedback built from those
+    /// times would tell its congestion controller of a link far faster than it is.
     fn run_batch(&mut self) {
+        self.stamps.resize(self.batch.len(), None);
+        let now = self.now();
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        // How long ago each arrived, at most MAX_RECEIVE_AGE (a clock step must not
+        // move a tick far into the past); the shard never runs its clock backwards.
+        let arrival = |stamp: Option<Duration>| {
+            let age = stamp.map_or(Duration::ZERO, |at| wall.saturating_sub(at));
+            now - age.min(MAX_RECEIVE_AGE)
+        };
         while !self.batch.is_empty() {
-            let now = self.now();
-            let n = self.batch.len().min(self.batch_limit);
+            let first = arrival(self.stamps[0]);
+            let limit = self.batch.len().min(self.batch_limit);
+            let n = 1 + self.stamps[1..limit]
+                .iter()
+                .take_while(|&&s| arrival(s) <= first + TICK_SPREAD)
+                .count();
             self.stats.batches += 1;
-            self.shard.handle_datagrams(now, self.batch.drain(..n));
+            self.stamps.drain(..n);
+            self.shard.handle_datagrams(first, self.batch.drain(..n));
             self.flush();
         }
     }
@@ -474,7 +507,10 @@ impl ShardLoop {
             if self.batch.len() >= self.batch_limit {
                 return false;
             }
-            match s.udp.recv(&s.socket, s.bound, &mut self.batch) {
+            match s
+                .udp
+                .recv_stamped(&s.socket, s.bound, &mut self.batch, &mut self.stamps)
+            {
                 Ok(n) => {
                     self.stats.datagrams_received += n as u64;
                     self.stats.recv_calls += 1;

@@ -20,13 +20,14 @@
 //!
 //! **ECS data**: a peer and its ICE state ([`peer`]), its secured transport
 //! ([`transport`]: DTLS session, SRTP contexts), its data channels
-//! ([`datachannel`]), tracks and subscriptions ([`media`]), rooms ([`room`]), the
+//! ([`datachannel`]), its transport-wide congestion control state ([`congestion`]), tracks and subscriptions ([`media`]), rooms ([`room`]), the
 //! per-tick work lists and events ([`tick`]), what crosses to sibling shards
 //! ([`relay`]), timers ([`timer`]), counters ([`stats`]) and what every pass shares
 //! ([`shared`]). The machines live here, beside their formats, because the
 //! components are their state: a component type must come from this crate or one
 //! below it.
 
+pub mod congestion;
 pub mod datachannel;
 pub mod dtls;
 pub mod hash;

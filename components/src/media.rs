@@ -54,6 +54,9 @@ pub struct ExtensionIds {
     pub rid: Option<u8>,
     /// `urn:ietf:params:rtp-hdrext:sdes:repaired-rtp-stream-id` (RFC 8852 §3.2).
     pub repaired_rid: Option<u8>,
+    /// The transport-wide sequence number
+    /// (draft-holmer-rmcat-transport-wide-cc-extensions-01 §2).
+    pub transport_cc: Option<u8>,
 }
 
 /// RTCP feedback negotiated for a stream (RFC 4585 §4.2, RFC 5104 §7.1).
@@ -65,6 +68,9 @@ pub struct FeedbackKinds {
     pub pli: bool,
     /// Full Intra Request.
     pub fir: bool,
+    /// Transport-wide congestion control feedback
+    /// (draft-holmer-rmcat-transport-wide-cc-extensions-01 §3.1).
+    pub transport_cc: bool,
 }
 
 /// What the shard needs to receive a published track (from negotiation).

@@ -149,6 +149,12 @@ pub struct ShardStats {
     pub nacks_sent: u64,
     /// RTCP packets (compounds) sent: reports and feedback.
     pub rtcp_sent: u64,
+    /// Transport-wide congestion control feedback messages sent to publishers
+    /// (draft-holmer-rmcat-transport-wide-cc-extensions-01 §3.1).
+    pub transport_feedback_sent: u64,
+    /// Transport-wide congestion control feedback messages subscribers sent on what
+    /// shoal stamped.
+    pub transport_feedback_received: u64,
     /// Outgoing media dropped because protection failed (an SSRC limit, a repeated
     /// index).
     pub media_send_failed: u64,

@@ -43,11 +43,14 @@ pub enum TimerKind {
     /// SCTP path heartbeat (RFC 9260 §8.3): the next HEARTBEAT, or the answer to the
     /// one in flight is overdue.
     SctpHeartbeat = 11,
+    /// A peer's transport-wide congestion control feedback is due
+    /// (draft-holmer-rmcat-transport-wide-cc-extensions-01 §3).
+    TransportFeedback = 12,
 }
 
 impl TimerKind {
     /// Every kind, in slot order.
-    pub const ALL: [TimerKind; 12] = [
+    pub const ALL: [TimerKind; 13] = [
         TimerKind::IceCheck,
         TimerKind::ConsentCheck,
         TimerKind::ConsentExpiry,
@@ -60,6 +63,7 @@ impl TimerKind {
         TimerKind::SctpT2,
         TimerKind::MediaReport,
         TimerKind::SctpHeartbeat,
+        TimerKind::TransportFeedback,
     ];
     /// How many kinds there are: the size of the table.
     pub const COUNT: usize = TimerKind::ALL.len();
@@ -80,7 +84,8 @@ impl TimerKind {
             | TimerKind::SctpReconfig
             | TimerKind::SctpT2
             | TimerKind::MediaReport
-            | TimerKind::SctpHeartbeat => self as usize,
+            | TimerKind::SctpHeartbeat
+            | TimerKind::TransportFeedback => self as usize,
         }
     }
 }

@@ -11,8 +11,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use shoal_components::sdp::{
     AnswerParams, Answered, Attribute, Change, Codec, CodecName, Direction, EXT_AUDIO_LEVEL,
-    EXT_MID, Fingerprint, HashFunction, MediaDescription, MediaKind, Negotiation, NegotiationError,
-    SectionState, SessionDescription, Setup, TrackSource,
+    EXT_MID, EXT_TRANSPORT_CC, Fingerprint, HashFunction, MediaDescription, MediaKind, Negotiation,
+    NegotiationError, SectionState, SessionDescription, Setup, TrackSource,
 };
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sdp");
@@ -227,7 +227,9 @@ fn chromium_offer_publishes_audio_and_video_with_one_codec_each() {
     let msid = audio.msid.as_ref().unwrap();
     assert_eq!(msid.stream_id, "ca7de747-d657-44e8-a129-c22b4cdc121e");
     let uris: Vec<&str> = audio.extensions.iter().map(|e| e.uri.as_str()).collect();
-    assert_eq!(uris, [EXT_AUDIO_LEVEL, EXT_MID]);
+    assert_eq!(uris, [EXT_AUDIO_LEVEL, EXT_TRANSPORT_CC, EXT_MID]);
+    // Transport-wide feedback is answered, so the publisher's estimator runs on it.
+    assert!(audio.codec.feedback.transport_cc);
 
     let (mid, video) = &p[1];
     assert_eq!(mid, "1");
@@ -241,18 +243,25 @@ fn chromium_offer_publishes_audio_and_video_with_one_codec_each() {
     assert_eq!(video.rtx_ssrc, Some(fid.ssrcs[1]));
 
     // The answer: recvonly, one codec (and its RTX), the offer's payload types and
-    // extension ids, no transport-cc or goog-remb shoal does not do.
+    // extension ids, transport-cc (shoal sends the feedback) and no goog-remb.
     let audio_m = &sdp.media[0];
     assert_eq!(audio_m.direction(), Some(Direction::RecvOnly));
     assert_eq!(audio_m.formats, ["111"]);
     assert_eq!(audio_m.extmap_id(EXT_AUDIO_LEVEL), Some(1));
     assert_eq!(audio_m.extmap_id(EXT_MID), Some(4));
+    assert_eq!(audio_m.extmap_id(EXT_TRANSPORT_CC), Some(3));
+    let fbs: Vec<String> = audio_m.rtcp_fbs().map(|f| f.to_string()).collect();
+    assert_eq!(fbs, ["111 transport-cc"]);
     assert!(audio_m.rtcp_mux() && audio_m.rtcp_rsize());
     let video_m = &sdp.media[1];
     assert_eq!(video_m.direction(), Some(Direction::RecvOnly));
     assert_eq!(video_m.formats, ["96", "97"]);
     let fbs: Vec<String> = video_m.rtcp_fbs().map(|f| f.to_string()).collect();
-    assert_eq!(fbs, ["96 nack", "96 nack pli", "96 ccm fir"]);
+    assert_eq!(
+        fbs,
+        ["96 nack", "96 nack pli", "96 ccm fir", "96 transport-cc"]
+    );
+    assert_eq!(video_m.extmap_id(EXT_TRANSPORT_CC), Some(3));
     assert_eq!(video_m.fmtp(97).unwrap().params, "apt=96");
     assert!(video_m.msids().next().is_none(), "shoal sends nothing here");
     assert_eq!(sdp.media[2].sctp_port(), Some(5000));
@@ -301,7 +310,7 @@ fn a_second_participants_sendrecv_sections_carry_the_room_tracks() {
     assert!(video.ssrcs().any(|x| x.attribute == "cname"));
     // Shoal sends only the extensions it writes.
     let uris: Vec<&str> = s[0].1.extensions.iter().map(|e| e.uri.as_str()).collect();
-    assert_eq!(uris, [EXT_AUDIO_LEVEL, EXT_MID]);
+    assert_eq!(uris, [EXT_AUDIO_LEVEL, EXT_TRANSPORT_CC, EXT_MID]);
 
     // The same offer again (a renegotiation that changes nothing) changes nothing.
     let again = answer_fixture(&mut n, "chromium156_av_data_offer.sdp", &tracks).unwrap();

@@ -89,6 +89,7 @@ fn no_rtcp_per_packet_for_tracks_without_pli() {
         nack: true,
         pli: false,
         fir: false,
+        transport_cc: false,
     });
     assert!(
         rtcp <= 5 * 3 * 2,

@@ -63,6 +63,10 @@ pub struct Feedback {
     pub pli: bool,
     /// `ccm fir`: Full Intra Request (RFC 5104 §4.3.1).
     pub fir: bool,
+    /// `transport-cc`: transport-wide congestion control feedback
+    /// (draft-holmer-rmcat-transport-wide-cc-extensions-01 §3.1), with the
+    /// [`EXT_TRANSPORT_CC`](super::EXT_TRANSPORT_CC) header extension.
+    pub transport_cc: bool,
 }
 
 impl Feedback {
@@ -71,6 +75,7 @@ impl Feedback {
         nack: true,
         pli: true,
         fir: true,
+        transport_cc: true,
     };
 
     fn read(m: &MediaDescription, pt: u8) -> Self {
@@ -84,6 +89,7 @@ impl Feedback {
                 ("nack", None) => f.nack = true,
                 ("nack", Some("pli")) => f.pli = true,
                 ("ccm", Some("fir")) => f.fir = true,
+                ("transport-cc", None) => f.transport_cc = true,
                 _ => {}
             }
         }
@@ -96,6 +102,7 @@ impl Feedback {
             nack: self.nack && other.nack,
             pli: self.pli && other.pli,
             fir: self.fir && other.fir,
+            transport_cc: self.transport_cc && other.transport_cc,
         }
     }
 }
@@ -224,6 +231,7 @@ impl Codec {
             (f.nack, "nack", None),
             (f.pli, "nack", Some("pli")),
             (f.fir, "ccm", Some("fir")),
+            (f.transport_cc, "transport-cc", None),
         ] {
             if on {
                 m.push_attribute(Attribute::RtcpFb(RtcpFb::new(pt, feedback, param)));

@@ -143,6 +143,7 @@ fn extension_ids(extensions: &[Extmap]) -> ExtensionIds {
         audio_level: id(sdp::EXT_AUDIO_LEVEL),
         rid: id(sdp::EXT_RID),
         repaired_rid: id(sdp::EXT_REPAIRED_RID),
+        transport_cc: id(sdp::EXT_TRANSPORT_CC),
     }
 }
 
@@ -151,6 +152,7 @@ fn feedback(codec: &Codec) -> FeedbackKinds {
         nack: codec.feedback.nack,
         pli: codec.feedback.pli,
         fir: codec.feedback.fir,
+        transport_cc: codec.feedback.transport_cc,
     }
 }
 

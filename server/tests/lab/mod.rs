@@ -192,10 +192,18 @@ impl Lab {
     /// `2mbit`) with a token bucket (`tc tbf`; this kernel has no netem: delay and
     /// loss come from the simulator).
     pub fn rate_limit(&self, ns: &str, dev: &str, rate: &str) {
+        self.shape(ns, dev, rate, "32kbit");
+    }
+
+    /// [`Lab::rate_limit`] with a bucket of `burst` (tc's units): what may leave at
+    /// the line's own rate after an idle moment. A bucket larger than a congestion
+    /// controller's probe lets the probe through unshaped, and the controller reads
+    /// the line's rate for the link's.
+    pub fn shape(&self, ns: &str, dev: &str, rate: &str, burst: &str) {
         self.ip(ns, &["link", "show", dev]);
         run(Command::new("ip").args([
             "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
-            "burst", "32kbit", "latency", "50ms",
+            "burst", burst, "latency", "50ms",
         ]));
     }
 

@@ -45,6 +45,7 @@ pub fn nack_feedback() -> FeedbackKinds {
         nack: true,
         pli: true,
         fir: false,
+        transport_cc: false,
     }
 }
 

@@ -86,6 +86,40 @@ pub fn publish_script(room: &str, identity: &str) -> String {
     )
 }
 
+/// Publishes the microphone and, as video, a `width` × `height` canvas of random
+/// colour blocks redrawn 30 times a second: content no encoder compresses well, so
+/// the publisher sends as much as its congestion controller allows (the fake camera's
+/// test pattern needs about 0.5 Mbit/s at any size). Resolves with shoal's answer
+/// once connected.
+pub fn publish_noise_script(room: &str, identity: &str, width: u32, height: u32) -> String {
+    exchange(
+        &format!(
+            r#"const canvas = document.createElement("canvas");
+  canvas.width = {width}; canvas.height = {height};
+  const g = canvas.getContext("2d");
+  const block = 8, tile = g.createImageData({width} / block, {height} / block);
+  const small = new OffscreenCanvas({width} / block, {height} / block);
+  const draw = () => {{
+    const d = tile.data;
+    for (let i = 0; i < d.length; i++) d[i] = (i & 3) === 3 ? 255 : (Math.random() * 256) | 0;
+    small.getContext("2d").putImageData(tile, 0, 0);
+    g.imageSmoothingEnabled = false;
+    g.drawImage(small, 0, 0, {width}, {height});
+  }};
+  draw();
+  setInterval(draw, 33);
+  const video = canvas.captureStream(30).getVideoTracks()[0];
+  // Keep the resolution (and so the encoder's appetite) whatever the estimate.
+  video.contentHint = "detail";
+  const mic = await navigator.mediaDevices.getUserMedia({{ audio: true }});
+  const stream = new MediaStream([mic.getAudioTracks()[0], video]);
+  for (const t of stream.getTracks()) pc.addTransceiver(t, {{ direction: "sendonly", streams: [stream] }});"#
+        ),
+        &format!("/whip/{room}?identity={identity}"),
+        Path::Direct,
+    )
+}
+
 /// Plays `room` over WHEP as `identity` (an audio and a video transceiver,
 /// receive-only); resolves with shoal's answer once connected.
 pub fn play_script(room: &str, identity: &str) -> String {

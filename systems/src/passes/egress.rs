@@ -2,13 +2,14 @@
 //! datagrams for the driver: the records and packets already sealed where they were
 //! made, then the media half: each subscriber's copy (its SSRC, payload type,
 //! continuous sequence numbers and timestamps, its own mid header extension, the
-//! audio level carried over) written straight into the shared buffer and protected
+//! audio level carried over, shoal's transport-wide sequence number) written straight into the shared buffer and protected
 //! there with the subscriber's outbound SRTP context, and every RTCP compound
 //! protected likewise: one decrypt per incoming packet, one encrypt per copy, no
 //! allocation per packet once warm.
 
 use bevy_ecs::prelude::*;
 use rand_core::RngCore;
+use shoal_components::congestion::TransportWide;
 use shoal_components::media::{RetiredSsrcs, Subscription};
 use shoal_components::net::Datagram;
 use shoal_components::peer::Ice;
@@ -29,7 +30,7 @@ pub fn egress(
     mut write: ResMut<WriteBuffer>,
     mut rng: ResMut<ShardRng>,
     mut subs: Query<&mut Subscription>,
-    mut peers: Query<(&Ice, &mut PeerSrtp)>,
+    mut peers: Query<(&Ice, &mut PeerSrtp, Option<&mut TransportWide>)>,
     mut retired: ResMut<RetiredSsrcs>,
 ) {
     stats.datagrams_out += outbox.0.len() as u64;
@@ -39,7 +40,7 @@ pub fn egress(
     // in that session (an SRTP index must not repeat under one key: the keystream,
     // or the GCM nonce, would repeat).
     for (peer, ssrc) in retired.0.drain(..) {
-        if let Ok((_, mut srtp)) = peers.get_mut(peer) {
+        if let Ok((_, mut srtp, _)) = peers.get_mut(peer) {
             srtp.session.outbound.forget_ssrc(ssrc);
         }
     }
@@ -66,7 +67,7 @@ fn egress_media(
     out: &mut MediaOut,
     write: &mut WriteBuffer,
     subs: &mut Query<&mut Subscription>,
-    peers: &mut Query<(&Ice, &mut PeerSrtp)>,
+    peers: &mut Query<(&Ice, &mut PeerSrtp, Option<&mut TransportWide>)>,
     rng: &mut ShardRng,
     now: Time,
     stats: &mut ShardStats,
@@ -99,7 +100,7 @@ fn egress_media(
                 }
             }
             Outgoing::Rtcp { peer, packet } => {
-                let Ok((ice, mut srtp)) = peers.get_mut(peer) else {
+                let Ok((ice, mut srtp, _)) = peers.get_mut(peer) else {
                     stats.media_receiver_not_ready += 1;
                     continue;
                 };
@@ -158,7 +159,7 @@ fn send_copy(
     rtp: &SharedRtp,
     rtx: bool,
     write: &mut WriteBuffer,
-    peers: &mut Query<(&Ice, &mut PeerSrtp)>,
+    peers: &mut Query<(&Ice, &mut PeerSrtp, Option<&mut TransportWide>)>,
     rng: &mut ShardRng,
     now: Time,
     transmits: &mut Vec<Datagram>,
@@ -168,7 +169,7 @@ fn send_copy(
         return Sent::Failed;
     };
     // No keys or no path yet: the subscriber is still connecting.
-    let Ok((ice, mut srtp)) = peers.get_mut(sub.subscriber) else {
+    let Ok((ice, mut srtp, transport)) = peers.get_mut(sub.subscriber) else {
         return Sent::NotReady;
     };
     let Some(path) = ice.selected else {
@@ -216,6 +217,11 @@ fn send_copy(
         // RFC 6464's level, carried over under the subscriber's id.
         if let (Some(id), Some(level)) = (sub.spec.extensions.audio_level, rtp.audio_level) {
             let _ = w.extension(id, &[level]);
+        }
+        // shoal's own transport-wide number (draft-holmer-rmcat-transport-wide-cc-
+        // extensions-01 §2), one space over everything the subscriber is sent.
+        if let (Some(id), Some(mut tw)) = (sub.spec.extensions.transport_cc, transport) {
+            let _ = w.extension(id, &tw.send.stamp().to_be_bytes());
         }
         if rtx {
             w.payload(&out_seq.to_be_bytes());

@@ -475,7 +475,8 @@ fn handle_timer(
         | TimerKind::SctpReconfig
         | TimerKind::SctpT2
         | TimerKind::SctpHeartbeat
-        | TimerKind::MediaReport => {}
+        | TimerKind::MediaReport
+        | TimerKind::TransportFeedback => {}
         TimerKind::ConsentCheck => {
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
                 return;

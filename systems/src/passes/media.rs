@@ -14,9 +14,11 @@ mod rtcp;
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
 use bytes::{Bytes, BytesMut};
+use shoal_components::congestion::{FEEDBACK_INTERVAL, TransportWide};
 use shoal_components::media::{PeerMedia, ReceiveStats, Subscription, Track};
 use shoal_components::peer::Peer;
 use shoal_components::relay::{MediaRelay, MediaRelayOut};
+use shoal_components::rtcp::twcc::FeedbackEncoder;
 use shoal_components::rtcp::{NackEntry, ReportBlock};
 use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
 use shoal_components::stats::ShardStats;
@@ -27,7 +29,7 @@ use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 use shoal_components::transport::PeerSrtp;
 
-use rtcp::{on_rtcp, send_feedback, subscription_timer, track_timer};
+use rtcp::{on_rtcp, send_feedback, send_transport_feedback, subscription_timer, track_timer};
 
 /// How often shoal reports: RR to publishers, SR to subscribers (RFC 3550 §6.2 sizes
 /// the interval by bandwidth; WebRTC stacks report about once a second).
@@ -58,6 +60,8 @@ pub struct MediaScratch {
     lost: Vec<u16>,
     nack: Vec<NackEntry>,
     blocks: Vec<ReportBlock>,
+    arrivals: Vec<Option<i64>>,
+    encoder: FeedbackEncoder,
 }
 
 impl MediaScratch {
@@ -84,12 +88,22 @@ pub struct MediaCtx<'w, 's> {
     relay: ResMut<'w, MediaRelayOut>,
 }
 
+/// A peer's transport-wide state with its timers (a peer is neither a track nor a
+/// subscription).
+pub(crate) type TransportQuery<'w, 's> = Query<
+    'w,
+    's,
+    (&'static mut TransportWide, &'static mut Timers),
+    (Without<Track>, Without<Subscription>),
+>;
+
 /// The `media` pass.
 pub fn media(
     mut ctx: MediaCtx,
     mut peers: Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
     mut tracks: Query<(&mut Track, &mut Timers), Without<Subscription>>,
     mut subs: Query<(&mut Subscription, &mut Timers), Without<Track>>,
+    mut transport: TransportQuery,
     ids: Query<&Peer>,
 ) {
     let now = ctx.now.0;
@@ -114,7 +128,16 @@ pub fn media(
     ctx.start.tracks = wanted;
     let rtp = std::mem::take(&mut ctx.plain.rtp);
     for (peer, packet) in &rtp {
-        on_rtp(&mut ctx, now, *peer, packet, &mut peers, &mut tracks, &ids);
+        on_rtp(
+            &mut ctx,
+            now,
+            *peer,
+            packet,
+            &mut peers,
+            &mut tracks,
+            &mut transport,
+            &ids,
+        );
     }
     ctx.plain.rtp = rtp;
     ctx.plain.rtp.clear();
@@ -128,6 +151,7 @@ pub fn media(
             &mut peers,
             &mut tracks,
             &mut subs,
+            &mut transport,
         );
     }
     ctx.plain.rtcp = rtcp;
@@ -135,6 +159,26 @@ pub fn media(
 
     for i in 0..ctx.due.0.len() {
         let (entity, kind) = ctx.due.0[i];
+        if kind == TimerKind::TransportFeedback {
+            if let Ok((mut tw, mut timers)) = transport.get_mut(entity) {
+                let rtcp_ssrc = peers
+                    .get(entity)
+                    .ok()
+                    .and_then(|(_, s)| s.map(|s| s.rtcp_ssrc))
+                    .unwrap_or(1);
+                send_transport_feedback(&mut ctx, entity, &mut tw.receive, rtcp_ssrc);
+                // More than one interval's messages describe: the rest next time.
+                if tw.receive.pending() {
+                    ctx.heap.arm(
+                        &mut timers,
+                        entity,
+                        TimerKind::TransportFeedback,
+                        now + FEEDBACK_INTERVAL,
+                    );
+                }
+            }
+            continue;
+        }
         if kind != TimerKind::MediaReport {
             continue;
         }
@@ -229,6 +273,7 @@ fn update_jitter(stats: &mut ReceiveStats, now: Time, rtp_ts: u32, clock_rate: u
     stats.transit = transit;
 }
 
+#[allow(clippy::too_many_arguments)]
 fn on_rtp(
     ctx: &mut MediaCtx,
     now: Time,
@@ -236,6 +281,7 @@ fn on_rtp(
     packet: &Bytes,
     peers: &mut Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
     tracks: &mut Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    transport: &mut TransportQuery,
     ids: &Query<&Peer>,
 ) {
     let Ok(p) = RtpPacket::parse(packet) else {
@@ -243,6 +289,21 @@ fn on_rtp(
         return;
     };
     let h = *p.header();
+    // Every packet the transport carried counts for the publisher's estimate,
+    // whatever becomes of it here: padding-only probes, RTX, an SSRC not bound yet.
+    if let Ok((mut tw, mut timers)) = transport.get_mut(peer)
+        && let Some(id) = tw.receive.ext_id
+        && let Ok(Some(seq)) = p.transport_cc_seq(id)
+        && tw.receive.record(seq, h.ssrc, now)
+        && timers.get(TimerKind::TransportFeedback).is_none()
+    {
+        ctx.heap.arm(
+            &mut timers,
+            peer,
+            TimerKind::TransportFeedback,
+            now + FEEDBACK_INTERVAL,
+        );
+    }
     let Ok((mut media, srtp)) = peers.get_mut(peer) else {
         ctx.stats.rtp_unknown_ssrc += 1;
         return;

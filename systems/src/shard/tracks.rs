@@ -16,6 +16,7 @@ use shoal_components::rtp::RtpHeader;
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
+use shoal_components::congestion::TransportWide;
 use shoal_components::relay::{MediaRelay, MediaRelayOut};
 use shoal_components::shared::{
     MAX_RETIRED_SSRCS, MAX_SUBSCRIPTIONS_PER_PEER, MAX_TRACKS_PER_PEER,
@@ -27,10 +28,13 @@ use super::{CommandError, Shard};
 use crate::passes::media::{REPORT_INTERVAL, fan_out};
 
 impl Shard {
-    /// The peer's media index, created on first use.
+    /// The peer's media index, created on first use with its transport-wide
+    /// congestion control state.
     fn peer_media(&mut self, entity: Entity) -> Mut<'_, PeerMedia> {
         if self.world.get::<PeerMedia>(entity).is_none() {
-            self.world.entity_mut(entity).insert(PeerMedia::default());
+            self.world
+                .entity_mut(entity)
+                .insert((PeerMedia::default(), TransportWide::default()));
         }
         self.world
             .get_mut::<PeerMedia>(entity)
@@ -64,6 +68,17 @@ impl Shard {
             }
         }
         let (id, mid, ssrc, rtx_ssrc) = (spec.id, spec.mid.clone(), spec.ssrc, spec.rtx_ssrc);
+        // One number space per transport (draft-holmer-rmcat-transport-wide-cc-
+        // extensions-01 §2), under the one id the BUNDLE session gives the extension:
+        // feedback goes to a publisher that negotiated it on any of its tracks.
+        if let Some(id) = spec
+            .extensions
+            .transport_cc
+            .filter(|_| spec.feedback.transport_cc)
+            && let Some(mut tw) = self.world.get_mut::<TransportWide>(publisher)
+        {
+            tw.receive.ext_id = Some(id);
+        }
         let entity = self.spawn_track(spec, Some(publisher), report);
         let mut media = self.peer_media(publisher);
         media.tracks.push((id, entity));

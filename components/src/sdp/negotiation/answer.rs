@@ -398,10 +398,11 @@ impl Negotiation {
 }
 
 /// The extensions shoal accepts from a publisher of `kind`: the mid (RFC 8843 §9.2
-/// demultiplexing), the audio level it forwards, and the stream ids (RFC 8852).
+/// demultiplexing), the audio level it forwards, the stream ids (RFC 8852) and the
+/// transport-wide sequence number it sends feedback on.
 pub(super) fn receivable(kind: &MediaKind, uri: &str) -> bool {
     match uri {
-        EXT_MID => true,
+        EXT_MID | EXT_TRANSPORT_CC => true,
         EXT_AUDIO_LEVEL => *kind == MediaKind::Audio,
         EXT_RID | EXT_REPAIRED_RID => *kind == MediaKind::Video,
         _ => false,

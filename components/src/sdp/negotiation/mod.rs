@@ -67,6 +67,11 @@ pub const EXT_RID: &str = "urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id";
 /// RFC 8852 §3.2: the RepairedRtpStreamId header extension.
 pub const EXT_REPAIRED_RID: &str = "urn:ietf:params:rtp-hdrext:sdes:repaired-rtp-stream-id";
 
+/// draft-holmer-rmcat-transport-wide-cc-extensions-01 §2: the transport-wide sequence
+/// number header extension, whose URI is the draft's own address.
+pub const EXT_TRANSPORT_CC: &str =
+    "http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01";
+
 /// Tracks one participant may publish: the shard's limit per peer.
 pub const MAX_PUBLISHED: usize = 32;
 /// RFC 8285 §4.2: one-byte header extension ids are 1 to 14.
@@ -79,8 +84,8 @@ const MID_PREFIX: &str = "s";
 /// The extensions shoal writes on what it sends to a subscriber of `kind`.
 fn sendable(kind: &MediaKind) -> &'static [&'static str] {
     match kind {
-        MediaKind::Audio => &[EXT_MID, EXT_AUDIO_LEVEL],
-        _ => &[EXT_MID],
+        MediaKind::Audio => &[EXT_MID, EXT_AUDIO_LEVEL, EXT_TRANSPORT_CC],
+        _ => &[EXT_MID, EXT_TRANSPORT_CC],
     }
 }
 

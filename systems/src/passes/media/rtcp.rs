@@ -9,6 +9,7 @@
 
 use bevy_ecs::prelude::*;
 use bytes::Bytes;
+use shoal_components::congestion::{ArrivalLog, MAX_FEEDBACKS_PER_INTERVAL};
 use shoal_components::media::{PeerMedia, ReceiveStats, Subscription, Track, extend_seq};
 use shoal_components::rtcp::{
     Compound, Nack, Pli, ReceiverReport, ReportBlock, RtcpBody, SenderReport, WriteRtcp,
@@ -21,7 +22,8 @@ use shoal_components::transport::PeerSrtp;
 
 use super::{
     KEYFRAME_REQUEST_INTERVAL, MAX_NACKS_PER_PACKET, MAX_RETRANSMITS_PER_NACK, MediaCtx,
-    NACK_RETRY, RECENT_RESENDS, REPORT_INTERVAL, keyframe_allowed, request_keyframe,
+    NACK_RETRY, RECENT_RESENDS, REPORT_INTERVAL, TransportQuery, keyframe_allowed,
+    request_keyframe,
 };
 
 /// One RTCP compound to the publisher: a receiver report, then what feedback is due:
@@ -101,6 +103,54 @@ pub(super) fn send_feedback(
         peer: publisher,
         packet,
     });
+}
+
+/// Transport-wide feedback to a publisher
+/// (draft-holmer-rmcat-transport-wide-cc-extensions-01 §3.1): what arrived since the
+/// last, each message headed by an RR without report blocks so it is a valid
+/// compound whether or not reduced-size RTCP was negotiated (RFC 3550 §6.1, RFC 5506
+/// §3.1). At most [`MAX_FEEDBACKS_PER_INTERVAL`] messages; a run longer than they
+/// describe goes out next interval.
+pub(super) fn send_transport_feedback(
+    ctx: &mut MediaCtx,
+    publisher: Entity,
+    log: &mut ArrivalLog,
+    rtcp_ssrc: u32,
+) {
+    let mut arrivals = std::mem::take(&mut ctx.scratch.arrivals);
+    for _ in 0..MAX_FEEDBACKS_PER_INTERVAL {
+        let base = log.next_run(&mut arrivals);
+        if arrivals.is_empty() {
+            break;
+        }
+        let encoded = ctx.scratch.encoder.encode(&arrivals);
+        if encoded.status_count == 0 {
+            // Not reachable (the first arrival sets the reference time, so its delta
+            // fits); never loop on it.
+            log.reported(1);
+            continue;
+        }
+        ctx.scratch.reserve(1500);
+        ReceiverReport {
+            ssrc: rtcp_ssrc,
+            reports: &[] as &[ReportBlock],
+            extension: Bytes::new(),
+        }
+        .write_to(&mut ctx.scratch.buf);
+        let scratch = &mut *ctx.scratch;
+        scratch
+            .encoder
+            .feedback(rtcp_ssrc, log.media_ssrc, base, log.sent as u8, encoded)
+            .write_to(&mut scratch.buf);
+        log.reported(encoded.status_count);
+        ctx.stats.transport_feedback_sent += 1;
+        let packet = ctx.scratch.buf.split().freeze();
+        ctx.out.0.push(Outgoing::Rtcp {
+            peer: publisher,
+            packet,
+        });
+    }
+    ctx.scratch.arrivals = arrivals;
 }
 
 /// An RR with no report blocks: the 4-byte header and the sender's SSRC.
@@ -244,6 +294,7 @@ pub(super) fn on_rtcp(
     peers: &mut Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
     tracks: &mut Query<(&mut Track, &mut Timers), Without<Subscription>>,
     subs: &mut Query<(&mut Subscription, &mut Timers), Without<Track>>,
+    transport: &mut TransportQuery,
 ) {
     let Ok((media, _)) = peers.get(peer) else {
         return;
@@ -290,6 +341,12 @@ pub(super) fn on_rtcp(
                         request_keyframe(ctx, now, s.track, tracks, peers);
                     }
                 }
+            }
+            RtcpBody::TransportCc(_) => {
+                if let Ok((mut tw, _)) = transport.get_mut(peer) {
+                    tw.send.feedback_received += 1;
+                }
+                ctx.stats.transport_feedback_received += 1;
             }
             _ => {}
         }

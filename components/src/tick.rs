@@ -23,9 +23,12 @@ use crate::timer::TimerKind;
 #[derive(Resource, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Now(pub Time);
 
-/// Datagrams fed to the shard since the last tick (bounded by the shard's batch limit).
+/// Datagrams fed to the shard since the last tick (bounded by the shard's batch limit),
+/// each with when it arrived: the kernel's receive time where the driver has one,
+/// else the tick's. Only the transport-wide arrival log reads it; everything else
+/// runs on the tick's time.
 #[derive(Resource, Debug, Default)]
-pub struct Inbox(pub Vec<Datagram>);
+pub struct Inbox(pub Vec<(Datagram, Time)>);
 
 /// STUN datagrams of this tick. The ice pass resolves their owner itself, at the
 /// moment it handles each one, since earlier checks of the same batch may change it.
@@ -75,15 +78,15 @@ impl Outbox {
     }
 }
 
-/// SRTP/SRTCP datagrams of this tick, by peer (from `ingest`).
+/// SRTP/SRTCP datagrams of this tick, by peer (from `ingest`), with their arrival.
 #[derive(Resource, Debug, Default)]
-pub struct MediaInbox(pub Vec<(Entity, Datagram)>);
+pub struct MediaInbox(pub Vec<(Entity, Datagram, Time)>);
 
 /// Plaintext of this tick (from `srtp_in`).
 #[derive(Resource, Debug, Default)]
 pub struct MediaPlain {
-    /// RTP packets, by peer.
-    pub rtp: Vec<(Entity, Bytes)>,
+    /// RTP packets, by peer, with their arrival.
+    pub rtp: Vec<(Entity, Bytes, Time)>,
     /// RTCP compounds, by peer.
     pub rtcp: Vec<(Entity, Bytes)>,
 }

@@ -116,10 +116,6 @@ impl ShardSocket {
 const MAX_BATCHES_PER_WAKE: usize = 16;
 /// Commands applied per wake-up before the socket gets a turn.
 const MAX_COMMANDS_PER_WAKE: usize = 256;
-/// Datagrams that arrived within this of a tick's first share its tick (and its
-/// time): finer than GCC's 5 ms burst grouping (draft-ietf-rmcat-gcc-02 §5.2), while
-/// a busy shard still runs one tick over many datagrams.
-const TICK_SPREAD: Duration = Duration::from_millis(1);
 /// The oldest a datagram's kernel receive time is taken as: older (a wall clock
 /// step, a stalled thread) counts as this old.
 const MAX_RECEIVE_AGE: Duration = Duration::from_secs(1);
@@ -463,35 +459,32 @@ impl ShardLoop {
         *counter += 1;
     }
 
-    /// Runs ticks over the batch until it is empty, each at the time its first
-    /// datagram arrived (the kernel's receive time on the shard's clock) and over the
-    /// datagrams that arrived within [`TICK_SPREAD`] of it. A shard thread that was
-    /// not scheduled for a while reads many datagrams at once; stamped all with the
+    /// Runs ticks over the batch until it is empty, each datagram with when the
+    /// kernel received it (on the shard's clock): a shard thread that was not
+    /// scheduled for a while reads many datagrams at once, and stamped all with the
     /// time they were read, a publisher's packets would look as if the link had
-    /// delivered them back to back, and the transport-wide feedback built from those
+    /// delivered them back to back; the transport-wide feedback built from those
     /// times would tell its congestion controller of a link far faster than it is.
     fn run_batch(&mut self) {
         self.stamps.resize(self.batch.len(), None);
-        let now = self.now();
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO);
-        // How long ago each arrived, at most MAX_RECEIVE_AGE (a clock step must not
-        // move a tick far into the past); the shard never runs its clock backwards.
-        let arrival = |stamp: Option<Duration>| {
-            let age = stamp.map_or(Duration::ZERO, |at| wall.saturating_sub(at));
-            now - age.min(MAX_RECEIVE_AGE)
-        };
         while !self.batch.is_empty() {
-            let first = arrival(self.stamps[0]);
-            let limit = self.batch.len().min(self.batch_limit);
-            let n = 1 + self.stamps[1..limit]
-                .iter()
-                .take_while(|&&s| arrival(s) <= first + TICK_SPREAD)
-                .count();
+            let now = self.now();
+            let wall = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or(Duration::ZERO);
+            // How long ago each arrived, at most MAX_RECEIVE_AGE (a clock step must
+            // not move an arrival far into the past).
+            let arrival = |stamp: Option<Duration>| {
+                let age = stamp.map_or(Duration::ZERO, |at| wall.saturating_sub(at));
+                now - age.min(MAX_RECEIVE_AGE)
+            };
+            let n = self.batch.len().min(self.batch_limit);
             self.stats.batches += 1;
-            self.stamps.drain(..n);
-            self.shard.handle_datagrams(first, self.batch.drain(..n));
+            let datagrams = self
+                .batch
+                .drain(..n)
+                .zip(self.stamps.drain(..n).map(arrival));
+            self.shard.handle_received(now, datagrams);
             self.flush();
         }
     }

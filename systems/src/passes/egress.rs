@@ -208,6 +208,10 @@ fn send_copy(
         ssrc,
     };
     reserve(write, rtp.packet.len() + 32);
+    // The transport-wide stream, when the subscriber takes it: a number is used only
+    // by a packet that leaves with it (a gap would read as loss).
+    let mut transport = transport.filter(|_| sub.spec.extensions.transport_cc.is_some());
+    let mut stamped = false;
     {
         let mut w = RtpWriter::new(&mut write.0, &fields, &[]);
         // The subscriber's own mid (RFC 8843 §9.2), never the publisher's.
@@ -220,8 +224,12 @@ fn send_copy(
         }
         // shoal's own transport-wide number (draft-holmer-rmcat-transport-wide-cc-
         // extensions-01 §2), one space over everything the subscriber is sent.
-        if let (Some(id), Some(mut tw)) = (sub.spec.extensions.transport_cc, transport) {
-            let _ = w.extension(id, &tw.send.stamp().to_be_bytes());
+        if let (Some(id), Some(tw)) = (sub.spec.extensions.transport_cc, transport.as_mut()) {
+            let seq = tw.send.stamp(now);
+            stamped = w.extension(id, &seq.to_be_bytes()).is_ok();
+            if !stamped {
+                tw.send.unstamp();
+            }
         }
         if rtx {
             w.payload(&out_seq.to_be_bytes());
@@ -236,7 +244,13 @@ fn send_copy(
         .is_err()
     {
         write.0.clear();
+        if let (true, Some(tw)) = (stamped, transport.as_mut()) {
+            tw.send.unstamp();
+        }
         return Sent::Failed;
+    }
+    if let (true, Some(tw)) = (stamped, transport.as_mut()) {
+        tw.send.sent(write.0.len());
     }
     if !rtx {
         // RFC 3550 §6.4.1: the SR's octet count is payload octets only, "not

@@ -26,7 +26,7 @@ pub fn ingest(
     index: Res<PeerIndex>,
     mut stats: ResMut<ShardStats>,
 ) {
-    for d in inbox.0.drain(..) {
+    for (d, arrived) in inbox.0.drain(..) {
         match PacketClass::of(&d.payload) {
             PacketClass::Stun => {
                 stun.0.push(d);
@@ -38,7 +38,7 @@ pub fn ingest(
                 // Only validated paths may carry media (RFC 8445 §11: data flows on
                 // the selected pair).
                 match index.by_path.get(&d.five_tuple()) {
-                    Some(&entity) => media.0.push((entity, d)),
+                    Some(&entity) => media.0.push((entity, d, arrived)),
                     None => stats.dropped_unknown_source += 1,
                 }
             }

@@ -127,10 +127,11 @@ pub fn media(
     wanted.clear();
     ctx.start.tracks = wanted;
     let rtp = std::mem::take(&mut ctx.plain.rtp);
-    for (peer, packet) in &rtp {
+    for (peer, packet, arrived) in &rtp {
         on_rtp(
             &mut ctx,
             now,
+            *arrived,
             *peer,
             packet,
             &mut peers,
@@ -277,6 +278,7 @@ fn update_jitter(stats: &mut ReceiveStats, now: Time, rtp_ts: u32, clock_rate: u
 fn on_rtp(
     ctx: &mut MediaCtx,
     now: Time,
+    arrived: Time,
     peer: Entity,
     packet: &Bytes,
     peers: &mut Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
@@ -294,7 +296,7 @@ fn on_rtp(
     if let Ok((mut tw, mut timers)) = transport.get_mut(peer)
         && let Some(id) = tw.receive.ext_id
         && let Ok(Some(seq)) = p.transport_cc_seq(id)
-        && tw.receive.record(seq, h.ssrc, now)
+        && tw.receive.record(seq, h.ssrc, arrived)
         && timers.get(TimerKind::TransportFeedback).is_none()
     {
         ctx.heap.arm(

@@ -17,7 +17,7 @@ pub fn srtp_in(
     mut plain: ResMut<MediaPlain>,
     mut stats: ResMut<ShardStats>,
 ) {
-    for (entity, d) in inbox.0.drain(..) {
+    for (entity, d, arrived) in inbox.0.drain(..) {
         stats.media_in += 1;
         let Ok(mut srtp) = peers.get_mut(entity) else {
             stats.media_without_keys += 1;
@@ -39,11 +39,10 @@ pub fn srtp_in(
         match len {
             Ok(len) => {
                 packet.truncate(len);
-                let list = match kind {
-                    RtpOrRtcp::Rtp => &mut plain.rtp,
-                    RtpOrRtcp::Rtcp => &mut plain.rtcp,
-                };
-                list.push((entity, packet.freeze()));
+                match kind {
+                    RtpOrRtcp::Rtp => plain.rtp.push((entity, packet.freeze(), arrived)),
+                    RtpOrRtcp::Rtcp => plain.rtcp.push((entity, packet.freeze())),
+                }
             }
             Err(_) => stats.srtp_unprotect_failed += 1,
         }

@@ -18,6 +18,7 @@ mod tracks;
 
 pub use channels::SctpSendError;
 pub use commands::{Command, CommandError, PeerDtls, PeerSpec};
+pub use peers::CongestionReport;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -209,6 +210,18 @@ impl Shard {
     /// Feeds a batch of datagrams that arrived by `now` and runs one tick over them.
     /// Past `max_datagrams_per_tick` datagrams are dropped and counted.
     pub fn handle_datagrams(&mut self, now: Time, datagrams: impl IntoIterator<Item = Datagram>) {
+        self.handle_received(now, datagrams.into_iter().map(|d| (d, now)));
+    }
+
+    /// [`Shard::handle_datagrams`] with when each datagram arrived (the kernel's
+    /// receive time, at or before `now`): a thread that read a backlog late still
+    /// reports to each publisher when its packets reached the host
+    /// (transport-wide feedback), while the tick runs at `now`.
+    pub fn handle_received(
+        &mut self,
+        now: Time,
+        datagrams: impl IntoIterator<Item = (Datagram, Time)>,
+    ) {
         let limit = self.max_datagrams_per_tick();
         let mut over = 0u64;
         let mut fed = 0u64;

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 
 use bevy_ecs::prelude::*;
+use shoal_components::congestion::TransportWide;
 use shoal_components::dtls::{CipherSuite, SrtpKeys};
 use shoal_components::net::FiveTuple;
 use shoal_components::peer::{Ice, IceState, Peer, PeerId, PeerIndex};
@@ -11,6 +12,26 @@ use shoal_components::transport::DtlsSession;
 
 use super::{CommandError, Shard};
 use crate::peer;
+
+/// A peer's congestion control state as [`Shard::congestion`] reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CongestionReport {
+    /// What the path from shoal to the peer carries, bit/s, by shoal's estimate
+    /// (draft-ietf-rmcat-gcc-02), once the peer's feedback came.
+    pub estimate_bps: Option<u64>,
+    /// What reached the peer over the last half second, bit/s, by its feedback.
+    pub incoming_bps: Option<u64>,
+    /// Round-trip time from sending to feedback, ms.
+    pub rtt_ms: Option<f64>,
+    /// Times the estimate was cut for over-use.
+    pub decreases: u64,
+    /// RTP packets shoal stamped with its transport-wide number.
+    pub stamped: u64,
+    /// Transport-cc feedback messages the peer sent shoal.
+    pub feedback_received: u64,
+    /// Transport-cc feedback messages shoal sent the peer.
+    pub feedback_sent: u64,
+}
 
 impl Shard {
     /// The ICE state of a peer, if it exists.
@@ -52,6 +73,23 @@ impl Shard {
     pub fn dtls_cipher_suite(&self, id: PeerId) -> Option<CipherSuite> {
         let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
         self.world.get::<DtlsSession>(entity)?.suite
+    }
+
+    /// The peer's transport-wide congestion control state: what shoal estimates of
+    /// the path to it, and the feedback each way.
+    pub fn congestion(&self, id: PeerId) -> Option<CongestionReport> {
+        let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
+        let tw = self.world.get::<TransportWide>(entity)?;
+        let est = tw.send.estimator.as_deref();
+        Some(CongestionReport {
+            estimate_bps: est.map(|e| e.bps()),
+            incoming_bps: est.and_then(|e| e.incoming_bps()),
+            rtt_ms: est.map(|e| e.rtt_ms()),
+            decreases: est.map_or(0, |e| e.decreases),
+            stamped: tw.send.history.stamped(),
+            feedback_received: tw.send.feedback_received,
+            feedback_sent: tw.receive.sent,
+        })
     }
 
     /// How many peers the shard holds.

@@ -342,9 +342,9 @@ pub(super) fn on_rtcp(
                     }
                 }
             }
-            RtcpBody::TransportCc(_) => {
+            RtcpBody::TransportCc(fb) => {
                 if let Ok((mut tw, _)) = transport.get_mut(peer) {
-                    tw.send.feedback_received += 1;
+                    tw.send.on_feedback(now, &fb);
                 }
                 ctx.stats.transport_feedback_received += 1;
             }

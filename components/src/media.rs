@@ -119,6 +119,10 @@ pub struct SubscriptionSpec {
     pub feedback: FeedbackKinds,
 }
 
+/// How often a published audio track's level is reported to the owner
+/// ([`crate::tick::ShardEvent::AudioLevel`]) while packets with levels arrive.
+pub const AUDIO_LEVEL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Packets kept per track for retransmission: about a second of 2.5 Mbit/s video in
 /// 1200-byte packets, and a power of two so a sequence number indexes it.
 pub const PACKET_CACHE: usize = 512;
@@ -290,6 +294,42 @@ pub struct Track {
     /// For a mirror of a track published on another shard: that shard, which its
     /// keyframe requests go to.
     pub origin: Option<usize>,
+    /// The publisher's audio levels (RFC 6464) since the last report.
+    pub levels: LevelMeter,
+}
+
+/// RFC 6464 audio levels of one track over a report interval: the mean of their
+/// linear amplitudes, so a loud moment weighs as loud and silence as silence.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LevelMeter {
+    /// Sum of 10^(−level/20) over the packets (level in −dBov, RFC 6464 §3).
+    pub amplitude_sum: f64,
+    /// Packets that carried a level.
+    pub packets: u32,
+    /// Packets whose voice activity flag was set.
+    pub voiced: u32,
+}
+
+impl LevelMeter {
+    /// Counts one packet's level: 0 (loudest) to 127 (silence), in −dBov.
+    pub fn add(&mut self, level: u8, voice: bool) {
+        self.amplitude_sum += 10f64.powf(-f64::from(level.min(127)) / 20.0);
+        self.packets += 1;
+        self.voiced += u32::from(voice);
+    }
+
+    /// The mean level in −dBov (0 to 127), if any packet was counted; the meter
+    /// starts over.
+    pub fn take(&mut self) -> Option<(u8, bool)> {
+        if self.packets == 0 {
+            return None;
+        }
+        let mean = self.amplitude_sum / f64::from(self.packets);
+        let level = (-20.0 * mean.max(1e-7).log10()).round().clamp(0.0, 127.0) as u8;
+        let voice = self.voiced * 2 > self.packets;
+        *self = LevelMeter::default();
+        Some((level, voice))
+    }
 }
 
 /// One subscriber's copy of a track. Removing it takes it off its track's list and

@@ -298,6 +298,19 @@ pub enum ShardEvent {
         /// The plaintext packet.
         packet: bytes::Bytes,
     },
+    /// A published audio track's level over the last
+    /// [`AUDIO_LEVEL_INTERVAL`](crate::media::AUDIO_LEVEL_INTERVAL) (RFC 6464: the
+    /// mean amplitude of what the publisher's packets said, in −dBov).
+    AudioLevel {
+        /// The publisher.
+        peer: PeerId,
+        /// The track.
+        track: crate::media::TrackId,
+        /// 0 (loudest) to 127 (silence), −dBov.
+        level: u8,
+        /// Whether most packets had the voice activity flag set.
+        voice: bool,
+    },
     /// A receiver asked for a keyframe of a local source (PLI or FIR).
     KeyframeRequested {
         /// The track.

@@ -46,11 +46,13 @@ pub enum TimerKind {
     /// A peer's transport-wide congestion control feedback is due
     /// (draft-holmer-rmcat-transport-wide-cc-extensions-01 §3).
     TransportFeedback = 12,
+    /// A published audio track's level report is due.
+    AudioLevel = 13,
 }
 
 impl TimerKind {
     /// Every kind, in slot order.
-    pub const ALL: [TimerKind; 13] = [
+    pub const ALL: [TimerKind; 14] = [
         TimerKind::IceCheck,
         TimerKind::ConsentCheck,
         TimerKind::ConsentExpiry,
@@ -64,6 +66,7 @@ impl TimerKind {
         TimerKind::MediaReport,
         TimerKind::SctpHeartbeat,
         TimerKind::TransportFeedback,
+        TimerKind::AudioLevel,
     ];
     /// How many kinds there are: the size of the table.
     pub const COUNT: usize = TimerKind::ALL.len();
@@ -85,7 +88,8 @@ impl TimerKind {
             | TimerKind::SctpT2
             | TimerKind::MediaReport
             | TimerKind::SctpHeartbeat
-            | TimerKind::TransportFeedback => self as usize,
+            | TimerKind::TransportFeedback
+            | TimerKind::AudioLevel => self as usize,
         }
     }
 }

@@ -17,8 +17,14 @@ line with what it saw (frames per kind, the frame sizes, the frame numbers read 
 from the pictures, the loudest audio sample) and exits 0; after the timeout it
 prints the same line with the reason and exits 1.
 
+With `--tone-amplitude A` the tone peaks at A (default 8000); with `--swap-at T
+--swap-amplitude B` it peaks at B from Unix time T on, and the publisher prints
+{"event": "amplitude", "amplitude": B, "at": T'} when it switches.
+
 Usage: python aiortc_video.py publish WHIP_URL [--video-codec VP8|H264]
                                                [--timeout S] [--duration S]
+                                               [--tone-amplitude A]
+                                               [--swap-at T --swap-amplitude B]
        python aiortc_video.py subscribe WHEP_URL [--frames N] [--timeout S]
   subscribe also: [--progress N] prints {"event": "frames", "video_frames": n}
         every N video frames, as they come.
@@ -141,10 +147,11 @@ class PatternTrack(VideoStreamTrack):
 class ToneTrack(AudioStreamTrack):
     """A 440 Hz tone, 20 ms frames of 48 kHz mono."""
 
-    def __init__(self) -> None:
+    def __init__(self, amplitude: int = TONE_AMPLITUDE) -> None:
         super().__init__()
         self.samples = 0
         self.start: float | None = None
+        self.amplitude = amplitude
 
     async def recv(self) -> AudioFrame:
         if self.readyState != "live":
@@ -158,7 +165,7 @@ class ToneTrack(AudioStreamTrack):
         step = 2 * math.pi * TONE_HZ / AUDIO_RATE
         pcm = struct.pack(
             f"<{count}h",
-            *(int(TONE_AMPLITUDE * math.sin(step * (self.samples + i))) for i in range(count)),
+            *(int(self.amplitude * math.sin(step * (self.samples + i))) for i in range(count)),
         )
         frame = AudioFrame(format="s16", layout="mono", samples=count)
         frame.planes[0].update(pcm)
@@ -208,9 +215,23 @@ async def report_kinds(pc: RTCPeerConnection, stat_type: str) -> list[str]:
     return sorted({s.kind for s in stats.values() if s.type == stat_type})
 
 
-async def publish(url: str, codec: str | None, timeout: float, duration: float) -> int:
+async def swap_amplitude(audio: ToneTrack, at: float, amplitude: int) -> None:
+    """At Unix time `at`, the tone's amplitude becomes `amplitude`; reported."""
+    await asyncio.sleep(max(0.0, at - time.time()))
+    audio.amplitude = amplitude
+    emit({"event": "amplitude", "amplitude": amplitude, "at": time.time()})
+
+
+async def publish(
+    url: str,
+    codec: str | None,
+    timeout: float,
+    duration: float,
+    amplitude: int = TONE_AMPLITUDE,
+    swap: tuple[float, int] | None = None,
+) -> int:
     pc = RTCPeerConnection(configuration=RTCConfiguration(iceServers=[]))
-    video, audio = PatternTrack(), ToneTrack()
+    video, audio = PatternTrack(), ToneTrack(amplitude)
     transceiver = pc.addTransceiver(video, direction="sendonly")
     if codec:
         # Only that codec (every profile aiortc has of it) and its RTX.
@@ -242,6 +263,8 @@ async def publish(url: str, codec: str | None, timeout: float, duration: float) 
             }
         )
         reports = asyncio.ensure_future(receiver_reports())
+        if swap is not None:
+            asyncio.ensure_future(swap_amplitude(audio, *swap))
         try:
             await asyncio.wait_for(stdin_closed(), duration)
         except asyncio.TimeoutError:
@@ -385,12 +408,27 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=120.0)
     ap.add_argument("--token", default=None)
     ap.add_argument("--progress", type=int, default=None)
+    ap.add_argument("--tone-amplitude", type=int, default=TONE_AMPLITUDE)
+    ap.add_argument("--swap-at", type=float, default=None, help="Unix time")
+    ap.add_argument("--swap-amplitude", type=int, default=None)
     args = ap.parse_args()
     global TOKEN, PROGRESS
     TOKEN = args.token
     PROGRESS = args.progress
     if args.role == "publish":
-        return asyncio.run(publish(args.url, args.video_codec, args.timeout, args.duration))
+        swap = None
+        if args.swap_at is not None and args.swap_amplitude is not None:
+            swap = (args.swap_at, args.swap_amplitude)
+        return asyncio.run(
+            publish(
+                args.url,
+                args.video_codec,
+                args.timeout,
+                args.duration,
+                args.tone_amplitude,
+                swap,
+            )
+        )
     return asyncio.run(subscribe(args.url, args.frames, args.timeout))
 
 

@@ -126,7 +126,7 @@ pub struct MemberMedia {
 }
 
 /// The text form of a track id in SDP (`a=msid`) and signalling.
-fn track_name(id: TrackId) -> String {
+pub(super) fn track_name(id: TrackId) -> String {
     format!("TR{}", id.0)
 }
 

@@ -41,6 +41,7 @@ pub mod rooms;
 pub mod sdpfrag;
 pub mod shards;
 pub mod signal;
+pub mod speakers;
 pub mod tls;
 pub mod websocket;
 

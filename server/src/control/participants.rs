@@ -22,9 +22,11 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use ring::rand::SecureRandom;
 use shoal_components::dtls::DtlsRole;
+use shoal_components::media::TrackId;
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_components::room::RoomId;
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
@@ -38,7 +40,7 @@ use tonic::Status;
 use super::auth::Permissions;
 use super::grpc::ControlState;
 use super::join_pages::JoinCursor;
-use super::media::{LocalTransport, MemberMedia};
+use super::media::{LocalTransport, MemberMedia, track_name};
 use super::outbox::{Outbox, Outgoing};
 use super::pending::{Pending, PendingLimits};
 use super::presence::{Presence, PresenceUpdate};
@@ -46,6 +48,7 @@ use super::rooms::{
     NameKind, ParticipantSpec, ParticipantState, RoomError, RoomSpec, validate_name,
 };
 use super::shards::ShardError;
+use super::speakers::{Speaker, Speakers};
 use crate::driver::{DriverError, ShardCommand};
 
 /// ufrag length: 8 ice-chars carry 48 random bits (RFC 8445 §5.3 asks for at least
@@ -144,6 +147,8 @@ pub struct Members {
     pub(super) mirrors: HashMap<shoal_components::media::TrackId, Vec<usize>>,
     /// Members whose connection is not up yet.
     pub(super) pending: Pending,
+    /// Each room's active speakers.
+    pub(super) speakers: Speakers,
 }
 
 impl Members {
@@ -157,6 +162,7 @@ impl Members {
             presence: Presence::default(),
             mirrors: HashMap::new(),
             pending: Pending::new(PendingLimits::default()),
+            speakers: Speakers::default(),
         }
     }
 
@@ -178,9 +184,14 @@ impl Members {
         if self.is_hidden(except) {
             return;
         }
+        self.tell_listeners(room, Some(except), event);
+    }
+
+    /// Sends `event` to every signalling connection in `room` but `except`'s.
+    fn tell_listeners(&self, room: &str, except: Option<PeerId>, event: signal_response::Message) {
         let event = Outgoing::new(event);
         for peer in self.listeners.get(room).into_iter().flatten() {
-            if *peer == except {
+            if Some(*peer) == except {
                 continue;
             }
             if let Some(link) = self.by_peer.get(peer).and_then(|m| m.signal.as_ref()) {
@@ -207,8 +218,43 @@ impl Members {
                 self.listeners.remove(&member.room);
             }
         }
+        let ranking = self
+            .speakers
+            .forget(&member.room, &member.identity, Instant::now());
+        if let Some(ranking) = ranking {
+            self.tell_listeners(&member.room, None, speakers_event(ranking));
+        }
         Some(member)
     }
+
+    /// Takes a shard's report of `peer`'s audio level on `track`, and tells the room
+    /// when its ranking of speakers changes. Hidden participants are not ranked.
+    pub(super) fn audio_level(&mut self, peer: PeerId, track: TrackId, level: u8) {
+        let Some(m) = self.by_peer.get(&peer).filter(|m| !m.permissions.hidden) else {
+            return;
+        };
+        let (room, identity) = (m.room.clone(), m.identity.clone());
+        let ranking = self
+            .speakers
+            .report(&room, &identity, track, level, Instant::now());
+        if let Some(ranking) = ranking {
+            self.tell_listeners(&room, None, speakers_event(ranking));
+        }
+    }
+}
+
+/// A `speakers` message of `ranking`.
+fn speakers_event(ranking: Vec<Speaker>) -> signal_response::Message {
+    signal_response::Message::Speakers(v1::SpeakersChanged {
+        speakers: ranking
+            .into_iter()
+            .map(|s| v1::ActiveSpeaker {
+                identity: s.identity,
+                track_id: track_name(s.track),
+                level: s.level,
+            })
+            .collect(),
+    })
 }
 
 /// Parses an offer and checks that shoal can answer it, before anything changes.
@@ -653,6 +699,9 @@ impl ControlState {
                     data_channel_event(v1::data_channel_event::Kind::Closed, info),
                 );
             }
+            ShardEvent::AudioLevel {
+                peer, track, level, ..
+            } => self.members().audio_level(*peer, *track, *level),
             ShardEvent::PeerRemoved { peer, reason } => {
                 let reason = match reason {
                     RemoveReason::Command => DisconnectReason::Removed,

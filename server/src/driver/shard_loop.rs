@@ -628,6 +628,10 @@ impl ShardLoop {
                 ShardEvent::SctpMessage { .. }
                 | ShardEvent::ChannelMessage { .. }
                 | ShardEvent::BufferedAmountLow { .. } => {}
+                // Five a second per audio track: for the room's speakers, not the log.
+                ShardEvent::AudioLevel { .. } => {
+                    let _ = self.events.send((self.index, event));
+                }
                 ShardEvent::DtlsConnected { .. }
                 | ShardEvent::PeerRemoved { .. }
                 | ShardEvent::ChannelOpen { .. }

@@ -476,7 +476,8 @@ fn handle_timer(
         | TimerKind::SctpT2
         | TimerKind::SctpHeartbeat
         | TimerKind::MediaReport
-        | TimerKind::TransportFeedback => {}
+        | TimerKind::TransportFeedback
+        | TimerKind::AudioLevel => {}
         TimerKind::ConsentCheck => {
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
                 return;

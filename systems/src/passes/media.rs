@@ -15,7 +15,9 @@ use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
 use bytes::{Bytes, BytesMut};
 use shoal_components::congestion::{FEEDBACK_INTERVAL, TransportWide};
-use shoal_components::media::{PeerMedia, ReceiveStats, Subscription, Track};
+use shoal_components::media::{
+    AUDIO_LEVEL_INTERVAL, PeerMedia, ReceiveStats, Subscription, Track, TrackKind,
+};
 use shoal_components::peer::Peer;
 use shoal_components::relay::{MediaRelay, MediaRelayOut};
 use shoal_components::rtcp::twcc::FeedbackEncoder;
@@ -177,6 +179,20 @@ pub fn media(
                         now + FEEDBACK_INTERVAL,
                     );
                 }
+            }
+            continue;
+        }
+        if kind == TimerKind::AudioLevel {
+            if let Ok((mut track, _)) = tracks.get_mut(entity)
+                && let Some((level, voice)) = track.levels.take()
+                && let Some(peer) = track.publisher.and_then(|p| ids.get(p).ok())
+            {
+                ctx.events.0.push(ShardEvent::AudioLevel {
+                    peer: peer.id,
+                    track: track.spec.id,
+                    level,
+                    voice,
+                });
             }
             continue;
         }
@@ -389,6 +405,22 @@ fn on_rtp(
         // A duplicate, or a retransmission of what arrived after all.
         track.missing.retain(|(s, _, _)| *s != ext);
         return;
+    }
+    // RFC 6464: a publisher's audio level, reported to the owner every
+    // AUDIO_LEVEL_INTERVAL for the room's speaker ranking.
+    if let (false, TrackKind::Audio, Some(id)) =
+        (is_rtx, track.spec.kind, track.spec.extensions.audio_level)
+        && let Ok(Some(level)) = p.audio_level(id)
+    {
+        track.levels.add(level.level_neg_dbov, level.voice);
+        if timers.get(TimerKind::AudioLevel).is_none() {
+            ctx.heap.arm(
+                &mut timers,
+                entity,
+                TimerKind::AudioLevel,
+                now + AUDIO_LEVEL_INTERVAL,
+            );
+        }
     }
     match previous_max {
         Some(max) if ext > max + 1 && ext - max <= MAX_GAP && track.spec.feedback.nack => {

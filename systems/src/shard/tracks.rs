@@ -108,6 +108,7 @@ impl Shard {
                 sender_report: None,
                 relay_to: Vec::new(),
                 origin: None,
+                levels: Default::default(),
             })
             .insert(Timers::default())
             .id();

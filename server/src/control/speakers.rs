@@ -1,0 +1,234 @@
+//! Each room's active speakers, from the audio levels the shards report (RFC 6464
+//! levels of each published audio track, averaged over
+//! [`AUDIO_LEVEL_INTERVAL`](shoal_components::media::AUDIO_LEVEL_INTERVAL)): smoothed
+//! per participant, ranked loudest first, and announced when the ranking changes, at
+//! most once per [`MIN_ANNOUNCE_INTERVAL`]. Pure data: the caller passes the time and
+//! sends what comes back.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use shoal_components::media::TrackId;
+
+/// Quieter than this (−dBov) is not speaking: RFC 6464 levels of a quiet room's
+/// noise floor lie below, speech well above.
+pub const SPEAKING_BELOW_DBOV: u8 = 60;
+/// The weight of a new report in a participant's smoothed level: with a report
+/// every 200 ms, a change shows within one or two reports.
+const SMOOTHING: f64 = 0.5;
+/// A participant whose level has not been reported for this long (it left, muted,
+/// or stopped sending) is not speaking.
+pub const STALE_AFTER: Duration = Duration::from_millis(1000);
+/// Announcements to a room are at least this far apart; a change that comes
+/// sooner is announced with the next report after it.
+pub const MIN_ANNOUNCE_INTERVAL: Duration = Duration::from_millis(300);
+
+/// One speaker as announced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Speaker {
+    /// Its identity.
+    pub identity: String,
+    /// The track it speaks on.
+    pub track: TrackId,
+    /// Smoothed linear amplitude, 0 to 1.
+    pub level: f32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Level {
+    /// Smoothed linear amplitude.
+    amplitude: f64,
+    track: TrackId,
+    at: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Board {
+    levels: HashMap<String, Level>,
+    /// The identities last announced, in order.
+    announced: Vec<String>,
+    announced_at: Option<Instant>,
+}
+
+/// Every room's speakers.
+#[derive(Debug, Default)]
+pub struct Speakers {
+    rooms: HashMap<String, Board>,
+}
+
+/// 10^(−dBov/20): the linear amplitude of an RFC 6464 level.
+fn amplitude(level: u8) -> f64 {
+    10f64.powf(-f64::from(level.min(127)) / 20.0)
+}
+
+impl Speakers {
+    /// Takes `identity`'s level report (−dBov) for `track` in `room` at `now`; returns
+    /// the room's ranking when it is to be announced.
+    pub fn report(
+        &mut self,
+        room: &str,
+        identity: &str,
+        track: TrackId,
+        level: u8,
+        now: Instant,
+    ) -> Option<Vec<Speaker>> {
+        let board = self.rooms.entry(room.to_owned()).or_default();
+        let new = amplitude(level);
+        match board.levels.get_mut(identity) {
+            Some(l) => {
+                // A participant with two audio tracks: the louder one is its voice.
+                if l.track == track || new >= l.amplitude || now - l.at >= STALE_AFTER {
+                    let fresh = now - l.at < STALE_AFTER;
+                    l.amplitude = if fresh {
+                        SMOOTHING * new + (1.0 - SMOOTHING) * l.amplitude
+                    } else {
+                        new
+                    };
+                    l.track = track;
+                    l.at = now;
+                }
+            }
+            None => {
+                board.levels.insert(
+                    identity.to_owned(),
+                    Level {
+                        amplitude: new,
+                        track,
+                        at: now,
+                    },
+                );
+            }
+        }
+        board.announce(now)
+    }
+
+    /// Forgets `identity` in `room` (it left); returns the ranking if that changed
+    /// it and an announcement is due.
+    pub fn forget(&mut self, room: &str, identity: &str, now: Instant) -> Option<Vec<Speaker>> {
+        let board = self.rooms.get_mut(room)?;
+        board.levels.remove(identity)?;
+        let announced = board.announce(now);
+        if board.levels.is_empty() {
+            self.rooms.remove(room);
+        }
+        announced
+    }
+
+    /// Rooms with a board (for tests and bounds).
+    pub fn rooms(&self) -> usize {
+        self.rooms.len()
+    }
+}
+
+impl Board {
+    /// The current ranking: fresh levels above the speaking threshold, loudest
+    /// first (ties by identity, so the order is stable).
+    fn ranking(&self, now: Instant) -> Vec<Speaker> {
+        let floor = amplitude(SPEAKING_BELOW_DBOV);
+        let mut out: Vec<Speaker> = self
+            .levels
+            .iter()
+            .filter(|(_, l)| now - l.at < STALE_AFTER && l.amplitude > floor)
+            .map(|(identity, l)| Speaker {
+                identity: identity.clone(),
+                track: l.track,
+                level: l.amplitude as f32,
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.level
+                .total_cmp(&a.level)
+                .then_with(|| a.identity.cmp(&b.identity))
+        });
+        out
+    }
+
+    fn announce(&mut self, now: Instant) -> Option<Vec<Speaker>> {
+        let ranking = self.ranking(now);
+        let same = ranking.len() == self.announced.len()
+            && ranking
+                .iter()
+                .zip(&self.announced)
+                .all(|(s, a)| &s.identity == a);
+        let due = self
+            .announced_at
+            .is_none_or(|at| now - at >= MIN_ANNOUNCE_INTERVAL);
+        if same || !due {
+            return None;
+        }
+        self.announced = ranking.iter().map(|s| s.identity.clone()).collect();
+        self.announced_at = Some(now);
+        Some(ranking)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    fn names(s: &Option<Vec<Speaker>>) -> Option<Vec<String>> {
+        s.as_ref()
+            .map(|v| v.iter().map(|s| s.identity.clone()).collect())
+    }
+
+    #[test]
+    fn the_loudest_leads_and_a_swap_is_announced_within_a_few_reports() {
+        let mut sp = Speakers::default();
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        assert_eq!(
+            names(&sp.report("r", "ann", TrackId(1), 15, ms(0))),
+            Some(v(&["ann"]))
+        );
+        // bob is quieter: second, announced once the interval allows.
+        assert_eq!(names(&sp.report("r", "bob", TrackId(2), 45, ms(100))), None);
+        assert_eq!(
+            names(&sp.report("r", "ann", TrackId(1), 15, ms(400))),
+            Some(v(&["ann", "bob"]))
+        );
+        // Nothing changes: nothing announced.
+        assert_eq!(names(&sp.report("r", "bob", TrackId(2), 45, ms(500))), None);
+        // They swap at 600 ms.
+        let mut at = 600;
+        let mut changed = None;
+        while changed.is_none() && at < 2000 {
+            let first = sp.report("r", "ann", TrackId(1), 45, ms(at));
+            let second = sp.report("r", "bob", TrackId(2), 15, ms(at + 1));
+            changed = names(&first.or(second)).filter(|n| n.first().is_some_and(|f| f == "bob"));
+            at += 200;
+        }
+        assert!(at <= 1000, "announced at {at} ms");
+        assert_eq!(changed, Some(v(&["bob", "ann"])));
+    }
+
+    #[test]
+    fn silence_and_staleness_leave_the_ranking() {
+        let mut sp = Speakers::default();
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        assert_eq!(
+            names(&sp.report("r", "ann", TrackId(1), 20, ms(0))),
+            Some(v(&["ann"]))
+        );
+        // Silence (127) pulls the smoothed level under the threshold in a few reports.
+        let mut got = None;
+        for i in 1..10 {
+            got = got.or(names(&sp.report("r", "ann", TrackId(1), 127, ms(200 * i))));
+        }
+        assert_eq!(got, Some(v(&[])));
+        // A participant that stops reporting drops out when anyone reports.
+        sp.report("r", "bob", TrackId(2), 20, ms(3000));
+        assert_eq!(
+            names(&sp.report("r", "carl", TrackId(3), 127, ms(4500))),
+            Some(v(&[]))
+        );
+        assert_eq!(sp.forget("r", "bob", ms(5000)), None);
+        sp.forget("r", "ann", ms(5000));
+        sp.forget("r", "carl", ms(5000));
+        assert_eq!(sp.rooms(), 0, "the room's board goes with its last speaker");
+    }
+}

@@ -296,6 +296,9 @@ pub struct Track {
     pub origin: Option<usize>,
     /// The publisher's audio levels (RFC 6464) since the last report.
     pub levels: LevelMeter,
+    /// Its publisher muted it: its packets are kept for retransmission but not
+    /// forwarded.
+    pub muted: bool,
 }
 
 /// RFC 6464 audio levels of one track over a report interval: the mean of their

@@ -137,6 +137,8 @@ pub struct ShardStats {
     pub rtp_unknown_ssrc: u64,
     /// RTP packets received on published tracks.
     pub rtp_received: u64,
+    /// RTP packets of muted tracks: kept for retransmission, not forwarded.
+    pub rtp_muted: u64,
     /// RTP packets sent to subscribers (copies, retransmissions excluded).
     pub rtp_forwarded: u64,
     /// Packets resent to subscribers that NACKed them (RFC 4585 §6.2.1, RTX RFC 4588).

@@ -53,7 +53,7 @@ mod tests {
             message: Some(signal_request::Message::Join(super::v1::JoinRequest {
                 room: "lobby".into(),
                 identity: "alice".into(),
-                auto_subscribe: true,
+                auto_subscribe: Some(false),
                 ..Default::default()
             })),
         };
@@ -69,7 +69,13 @@ mod tests {
             panic!("{join:?}");
         };
         assert_eq!((j.room.as_str(), j.identity.as_str()), ("lobby", "alice"));
-        assert!(j.auto_subscribe);
+        assert_eq!(j.auto_subscribe, Some(true));
+        // Absent is not false: the server takes it as true.
+        let bare = r#"{"join": {"room": "lobby"}}"#;
+        let Ok(signal_request::Message::Join(j)) = serde_json::from_str(bare) else {
+            panic!("{bare}");
+        };
+        assert_eq!(j.auto_subscribe, None);
         let trickle = r#"{"trickle": {"candidate": "", "sdpMid": "0", "sdpMLineIndex": 0}}"#;
         let t: signal_request::Message = serde_json::from_str(trickle).unwrap();
         assert!(matches!(t, signal_request::Message::Trickle(_)));

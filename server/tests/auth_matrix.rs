@@ -27,8 +27,8 @@ use shoal_proto::v1::room_service_client::RoomServiceClient;
 use shoal_proto::v1::signal_service_client::SignalServiceClient;
 use shoal_proto::v1::{
     CreateRoomRequest, DeleteRoomRequest, GetNodeInfoRequest, GetRoomRequest, JoinRequest,
-    ListParticipantsRequest, ListRoomsRequest, RemoveParticipantRequest, SendDataRequest,
-    SignalRequest, signal_request, signal_response,
+    ListParticipantsRequest, ListRoomsRequest, MutePublishedTrackRequest, RemoveParticipantRequest,
+    SendDataRequest, SignalRequest, UpdateSubscriptionsRequest, signal_request, signal_response,
 };
 use shoal_server::config::Config;
 use shoal_server::control::auth::{Claims, VideoGrant};
@@ -481,6 +481,40 @@ fn auth_matrix() {
 
             let victim = format!("victim-{case:?}").to_lowercase();
             session(http, ROOM, &victim);
+            let r = rooms
+                .update_subscriptions(with_token(
+                    UpdateSubscriptionsRequest {
+                        room: ROOM.into(),
+                        identity: victim.clone(),
+                        track_ids: Vec::new(),
+                        subscribe: false,
+                    },
+                    t.as_deref(),
+                ))
+                .await;
+            assert_eq!(
+                grpc_outcome(&r),
+                case.expected(),
+                "UpdateSubscriptions {case:?}"
+            );
+            let r = rooms
+                .mute_published_track(with_token(
+                    MutePublishedTrackRequest {
+                        room: ROOM.into(),
+                        identity: victim.clone(),
+                        track_id: "TR0".into(),
+                        muted: true,
+                    },
+                    t.as_deref(),
+                ))
+                .await;
+            // The victim publishes no TR0: a caller the checks let through reaches
+            // the look-up, NOT_FOUND.
+            let outcome = match &r {
+                Err(s) if s.code() == Code::NotFound => Outcome::Acted,
+                _ => grpc_outcome(&r),
+            };
+            assert_eq!(outcome, case.expected(), "MutePublishedTrack {case:?}");
             let r = rooms
                 .remove_participant(with_token(
                     RemoveParticipantRequest {

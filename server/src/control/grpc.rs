@@ -556,6 +556,43 @@ impl RoomService for ControlApi {
         Ok(Response::new(v1::RemoveParticipantResponse {}))
     }
 
+    async fn update_subscriptions(
+        &self,
+        request: Request<v1::UpdateSubscriptionsRequest>,
+    ) -> Result<Response<v1::UpdateSubscriptionsResponse>, Status> {
+        let req = request.get_ref();
+        self.state
+            .auth
+            .check(bearer_of(&request), Act::Admin { room: &req.room })?;
+        let peer = self
+            .state
+            .rooms()
+            .participant(&req.room, &req.identity)?
+            .peer;
+        self.state
+            .update_subscriptions(peer, &req.track_ids, req.subscribe)?;
+        Ok(Response::new(v1::UpdateSubscriptionsResponse {}))
+    }
+
+    async fn mute_published_track(
+        &self,
+        request: Request<v1::MutePublishedTrackRequest>,
+    ) -> Result<Response<v1::MutePublishedTrackResponse>, Status> {
+        let req = request.get_ref();
+        self.state
+            .auth
+            .check(bearer_of(&request), Act::Admin { room: &req.room })?;
+        let peer = self
+            .state
+            .rooms()
+            .participant(&req.room, &req.identity)?
+            .peer;
+        let track = self.state.mute_track(peer, &req.track_id, req.muted)?;
+        Ok(Response::new(v1::MutePublishedTrackResponse {
+            track: Some(track),
+        }))
+    }
+
     async fn send_data(
         &self,
         request: Request<v1::SendDataRequest>,

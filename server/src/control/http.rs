@@ -338,6 +338,8 @@ async fn create(
                 signal: None,
                 permissions: caller.permissions(),
                 from,
+                // WHEP plays what the room has; a WHIP publisher is sent nothing.
+                auto_subscribe: true,
             })
             .await?;
         match task_state.negotiate(&admitted, &offer).await {

@@ -78,10 +78,12 @@ pub struct RoomTrack {
     pub mid: String,
     /// What subscribers are offered.
     pub source: TrackSource,
+    /// Its publisher muted it: it is not forwarded.
+    pub muted: bool,
 }
 
 impl RoomTrack {
-    fn info(&self) -> v1::TrackInfo {
+    pub(super) fn info(&self) -> v1::TrackInfo {
         let kind = match self.source.kind {
             MediaKind::Audio => v1::TrackKind::Audio,
             _ => v1::TrackKind::Video,
@@ -96,7 +98,7 @@ impl RoomTrack {
             kind: kind.into(),
             mid: self.mid.clone(),
             stream_id: self.source.stream_id.clone(),
-            muted: false,
+            muted: self.muted,
             mime_type: mime.to_owned(),
         }
     }
@@ -223,8 +225,8 @@ impl ControlState {
         u32::from_be_bytes(b)
     }
 
-    /// The tracks `peer` may be sent: its room's, published by others (none
-    /// without the canSubscribe grant).
+    /// The tracks `peer` may be sent: its room's, published by others, that its
+    /// selection takes (none without the canSubscribe grant).
     pub(super) fn tracks_for(
         rooms: &RoomDirectory,
         members: &Members,
@@ -244,6 +246,7 @@ impl ControlState {
             .filter_map(|p| members.by_peer.get(&p.peer))
             .filter_map(|m| m.media.as_ref())
             .flat_map(|m| m.tracks.iter().map(|t| t.source.clone()))
+            .filter(|t| me.selection.wants(&t.id))
             .collect()
     }
 
@@ -328,6 +331,7 @@ impl ControlState {
                             stream_id: identity.clone(),
                             codec: track.codec.clone(),
                         },
+                        muted: false,
                     };
                     events.push((track_event::Kind::Published, room_track.info()));
                     if let Some(media) = members
@@ -413,7 +417,7 @@ impl ControlState {
     }
 
     /// The room's track named `name`, if it is still published.
-    fn room_track<'m>(
+    pub(super) fn room_track<'m>(
         rooms: &RoomDirectory,
         members: &'m Members,
         room: &str,
@@ -429,7 +433,7 @@ impl ControlState {
 
     /// Sends each command to its shard, in order, without blocking (a refusal is
     /// logged: the shard's queue was full).
-    fn send_media_commands(&self, commands: Vec<(usize, Command)>) {
+    pub(super) fn send_media_commands(&self, commands: Vec<(usize, Command)>) {
         for (shard, command) in commands {
             if let Some(sender) = self.shards().get(shard)
                 && sender.try_send(ShardCommand::Media(command)).is_err()
@@ -458,7 +462,7 @@ impl ControlState {
     }
 
     /// Sends `peer` an offer if its session should change and it can take one.
-    fn offer_locked(&self, rooms: &RoomDirectory, members: &mut Members, peer: PeerId) {
+    pub(super) fn offer_locked(&self, rooms: &RoomDirectory, members: &mut Members, peer: PeerId) {
         let tracks = Self::tracks_for(rooms, members, peer);
         let fingerprint = self.fingerprint_sha256();
         let Some(member) = members.by_peer.get_mut(&peer) else {

@@ -39,6 +39,7 @@ pub mod pending;
 pub mod presence;
 pub mod rooms;
 pub mod sdpfrag;
+pub mod selection;
 pub mod shards;
 pub mod signal;
 pub mod speakers;

@@ -47,6 +47,7 @@ use super::presence::{Presence, PresenceUpdate};
 use super::rooms::{
     NameKind, ParticipantSpec, ParticipantState, RoomError, RoomSpec, validate_name,
 };
+use super::selection::Selection;
 use super::shards::ShardError;
 use super::speakers::{Speaker, Speakers};
 use crate::driver::{DriverError, ShardCommand};
@@ -97,6 +98,9 @@ pub struct Admission {
     /// The client's address, for the cap on its sessions that have not connected
     /// ([`super::pending`]); `None` when the transport does not say.
     pub from: Option<IpAddr>,
+    /// Whether it receives every track of the room unless it unsubscribes (else
+    /// only those it subscribes to).
+    pub auto_subscribe: bool,
 }
 
 /// A participant admitted into a room and placed on a shard.
@@ -129,6 +133,8 @@ pub(super) struct Member {
     pub(super) permissions: Permissions,
     /// Its media negotiation, from its first offer on.
     pub(super) media: Option<MemberMedia>,
+    /// Which of the room's tracks it receives.
+    pub(super) selection: Selection,
 }
 
 /// Signalling's own tables, beside the room directory.
@@ -468,6 +474,7 @@ impl ControlState {
                 signal: admission.signal,
                 permissions: admission.permissions,
                 media: None,
+                selection: Selection::new(admission.auto_subscribe),
             },
         );
         let event = participant_event(participant_event::Kind::Joined, me, None);

@@ -230,6 +230,7 @@ where
             }),
             permissions,
             from,
+            auto_subscribe: join.auto_subscribe.unwrap_or(true),
         })
         .await?;
     let write_timeout = state.signal_limits().write_timeout;
@@ -346,6 +347,15 @@ impl Session<'_> {
                 "this session has joined already",
             )),
             signal_request::Message::Leave(_) => Ok(()),
+            signal_request::Message::Subscription(update) => self.state.update_subscriptions(
+                self.admitted.peer,
+                &update.track_ids,
+                update.subscribe,
+            ),
+            signal_request::Message::Mute(mute) => self
+                .state
+                .mute_track(self.admitted.peer, &mute.track_id, mute.muted)
+                .map(|_| ()),
             signal_request::Message::Auth(_) => {
                 Err(Status::failed_precondition("auth comes before join"))
             }

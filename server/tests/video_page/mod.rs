@@ -57,6 +57,13 @@ pub fn join_script(room: &str, me: &str) -> String {
 /// connects only through the TURN servers it names (`iceServers`,
 /// `iceTransportPolicy: "relay"`), set before its offer starts gathering.
 pub fn join_script_with(room: &str, me: &str, relay: bool) -> String {
+    join_script_opts(room, me, relay, true)
+}
+
+/// [`join_script_with`], joining with `autoSubscribe` as given. The page keeps its
+/// socket in `window.shoal.ws`, the join response in `state.join` and every track
+/// event in `state.trackEvents`.
+pub fn join_script_opts(room: &str, me: &str, relay: bool, auto_subscribe: bool) -> String {
     format!(
         r#"(async () => {{
   const me = "{me}";
@@ -65,12 +72,13 @@ pub fn join_script_with(room: &str, me: &str, relay: bool) -> String {
   const stream = await navigator.mediaDevices.getUserMedia({{ audio: true, video: {{ width: 320, height: 240 }} }});
   for (const t of stream.getTracks()) pc.addTrack(t, stream);
   const chat = pc.createDataChannel("chat");
-  const state = {{ me, errors: [], offers: 0, tracks: [], received: [] }};
+  const state = {{ me, errors: [], offers: 0, tracks: [], received: [], trackEvents: [] }};
   chat.onmessage = (e) => state.received.push(e.data);
-  window.shoal = {{ pc, state, chat }};
+  window.shoal = {{ pc, state, chat, ws: null }};
   pc.ontrack = (e) => state.tracks.push(e.track.kind + "/" + e.streams.map((s) => s.id).join(","));
   const ws = new WebSocket(`ws://${{window.location.host}}/signal`);
   await new Promise((ok, fail) => {{ ws.onopen = ok; ws.onerror = fail; }});
+  window.shoal.ws = ws;
   // One description at a time, in the order they came.
   let chain = Promise.resolve();
   let answered;
@@ -79,7 +87,8 @@ pub fn join_script_with(room: &str, me: &str, relay: bool) -> String {
   const gotJoin = new Promise((ok) => (joined = ok));
   ws.onmessage = (e) => {{
     const m = JSON.parse(e.data);
-    if (m.join) joined(m.join);
+    if (m.join) {{ state.join = m.join; joined(m.join); }}
+    if (m.track) state.trackEvents.push(m.track);
     if (m.error) state.errors.push(JSON.stringify(m.error));
     if (m.answer) chain = chain.then(() => pc.setRemoteDescription({{ type: "answer", sdp: m.answer.sdp }})).then(answered);
     if (m.offer) chain = chain.then(async () => {{
@@ -89,7 +98,7 @@ pub fn join_script_with(room: &str, me: &str, relay: bool) -> String {
       ws.send(JSON.stringify({{ answer: {{ sdp: pc.localDescription.sdp }} }}));
     }}).catch((err) => state.errors.push(String(err)));
   }};
-  ws.send(JSON.stringify({{ join: {{ room: "{room}", identity: me }} }}));
+  ws.send(JSON.stringify({{ join: {{ room: "{room}", identity: me, autoSubscribe: {auto_subscribe} }} }}));
   // An ICE restart over /signal: an offer with new credentials, and its answer.
   window.shoal.restart = async () => {{
     const done = new Promise((ok) => (answered = ok));

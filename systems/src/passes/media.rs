@@ -445,14 +445,18 @@ fn on_rtp(
             packet: packet.clone(),
         });
     }
-    fan_out(&track, &packet, ext, &mut ctx.out);
-    for &to in &track.relay_to {
-        ctx.relay.0.push(MediaRelay::Packet {
-            to,
-            track: track.spec.id,
-            seq: ext,
-            packet: packet.clone(),
-        });
+    if track.muted {
+        ctx.stats.rtp_muted += 1;
+    } else {
+        fan_out(&track, &packet, ext, &mut ctx.out);
+        for &to in &track.relay_to {
+            ctx.relay.0.push(MediaRelay::Packet {
+                to,
+                track: track.spec.id,
+                seq: ext,
+                packet: packet.clone(),
+            });
+        }
     }
     // Newly missing packets are NACKed at once; keyframe requests go out as soon as
     // the throttle lets them.

@@ -122,6 +122,14 @@ pub enum Command {
         /// The track.
         track: TrackId,
     },
+    /// A published track is muted (nothing of it forwarded) or unmuted (forwarding
+    /// resumes at the next keyframe, which is asked of its publisher at once).
+    SetMuted {
+        /// The track, published on this shard.
+        track: TrackId,
+        /// Muted or not.
+        muted: bool,
+    },
     /// A client endpoint receives a track from the peer (an SFU) and reports each
     /// packet (`ShardEvent::RtpReceived`), NACKing what goes missing.
     Receive {
@@ -264,6 +272,7 @@ impl Shard {
             Command::Unpublish { peer, track } => self.unpublish(peer, track),
             Command::Subscribe { peer, subscription } => self.subscribe(peer, subscription),
             Command::Unsubscribe { peer, track } => self.unsubscribe(peer, track),
+            Command::SetMuted { track, muted } => self.set_muted(track, muted),
             Command::Receive { peer, track } => self.receive_track(peer, track, true),
             Command::AddSource {
                 peer,

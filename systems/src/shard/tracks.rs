@@ -109,6 +109,7 @@ impl Shard {
                 relay_to: Vec::new(),
                 origin: None,
                 levels: Default::default(),
+                muted: false,
             })
             .insert(Timers::default())
             .id();
@@ -267,6 +268,20 @@ impl Shard {
             .is_some_and(|t| t.publisher.is_none() && t.origin.is_none());
         if ready && !local {
             self.world.resource_mut::<MediaStart>().tracks.push(track);
+        }
+        Ok(())
+    }
+
+    /// `Command::SetMuted`: a muted track forwards nothing; unmuted, it asks its
+    /// publisher for a keyframe, which the subscribers start again on.
+    pub(super) fn set_muted(&mut self, track: TrackId, muted: bool) -> Result<(), CommandError> {
+        let entity = self.track_entity(track)?;
+        let Some(mut t) = self.world.get_mut::<Track>(entity) else {
+            return Err(CommandError::UnknownTrack(track));
+        };
+        let was = std::mem::replace(&mut t.muted, muted);
+        if was && !muted {
+            self.world.resource_mut::<MediaStart>().tracks.push(entity);
         }
         Ok(())
     }

@@ -1,0 +1,195 @@
+//! Which tracks a participant receives, and publishers' mute.
+//!
+//! A participant joins with `auto_subscribe` (true when absent): it receives every
+//! track of its room but those it unsubscribes from; without it, only those it
+//! subscribes to. A change is carried out by negotiation: shoal offers the
+//! participant a section for a track it now receives and disables the section of one
+//! it no longer does ([`super::media`]'s offers do both), and the shard's
+//! subscription follows the answer.
+//!
+//! A publisher's mute stops its track on the shard (nothing forwarded, to anyone)
+//! and tells the room (`TrackEvent` KIND_MUTED); unmute resumes it with a keyframe
+//! asked of the publisher, and tells the room KIND_UNMUTED.
+
+use std::collections::BTreeSet;
+
+use shoal_components::peer::PeerId;
+use shoal_proto::v1::{self, signal_response, track_event};
+use shoal_systems::Command;
+use tonic::Status;
+
+use super::grpc::ControlState;
+
+/// Track ids a participant may name in its selection at once: more than a room can
+/// hold tracks (a room's participants times their tracks), so that only ids of
+/// tracks that left are ever dropped.
+const MAX_SELECTED: usize = 4096;
+
+/// A participant's choice of the room's tracks.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// Every track unless unsubscribed (else only those subscribed to).
+    auto: bool,
+    /// Tracks it subscribed to.
+    wanted: BTreeSet<String>,
+    /// Tracks it unsubscribed from.
+    unwanted: BTreeSet<String>,
+}
+
+impl Selection {
+    /// A participant's selection at its join.
+    pub fn new(auto: bool) -> Selection {
+        Selection {
+            auto,
+            ..Selection::default()
+        }
+    }
+
+    /// Whether it receives `track`.
+    pub fn wants(&self, track: &str) -> bool {
+        self.wanted.contains(track) || (self.auto && !self.unwanted.contains(track))
+    }
+
+    /// Subscribes to or unsubscribes from `track`.
+    fn set(&mut self, track: &str, subscribe: bool) {
+        if subscribe {
+            self.unwanted.remove(track);
+            self.wanted.insert(track.to_owned());
+        } else {
+            self.wanted.remove(track);
+            self.unwanted.insert(track.to_owned());
+        }
+    }
+
+    /// Keeps only ids for which `exists` holds: tracks still in the room.
+    fn retain(&mut self, exists: impl Fn(&str) -> bool) {
+        self.wanted.retain(|t| exists(t));
+        self.unwanted.retain(|t| exists(t));
+    }
+}
+
+impl ControlState {
+    /// Subscribes `peer` to the room's `tracks` or unsubscribes it, and offers it
+    /// the change. NOT_FOUND for a track not in its room, INVALID_ARGUMENT for its
+    /// own.
+    pub(super) fn update_subscriptions(
+        &self,
+        peer: PeerId,
+        tracks: &[String],
+        subscribe: bool,
+    ) -> Result<(), Status> {
+        let rooms = self.rooms();
+        let mut members = self.members();
+        let me = members
+            .by_peer
+            .get(&peer)
+            .ok_or_else(|| Status::not_found("the participant has left"))?;
+        let room = me.room.clone();
+        let own = |t: &str| {
+            me.media
+                .as_ref()
+                .is_some_and(|m| m.tracks.iter().any(|x| x.source.id == t))
+        };
+        for t in tracks {
+            if own(t) {
+                return Err(Status::invalid_argument(format!(
+                    "track {t:?} is the participant's own"
+                )));
+            }
+            if Self::room_track(&rooms, &members, &room, t).is_none() {
+                return Err(Status::not_found(format!(
+                    "no track {t:?} in room {room:?}"
+                )));
+            }
+        }
+        let in_room: BTreeSet<String> = rooms
+            .get(&room)
+            .map(|r| {
+                r.participants()
+                    .filter_map(|p| members.by_peer.get(&p.peer))
+                    .filter_map(|m| m.media.as_ref())
+                    .flat_map(|m| m.tracks.iter().map(|t| t.source.id.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let Some(me) = members.by_peer.get_mut(&peer) else {
+            return Ok(());
+        };
+        me.selection.retain(|t| in_room.contains(t));
+        for t in tracks {
+            me.selection.set(t, subscribe);
+        }
+        if me.selection.wanted.len() + me.selection.unwanted.len() > MAX_SELECTED {
+            return Err(Status::resource_exhausted("too many tracks selected"));
+        }
+        self.offer_locked(&rooms, &mut members, peer);
+        Ok(())
+    }
+
+    /// Mutes or unmutes `peer`'s published track `track`; returns the track as it is
+    /// now. NOT_FOUND unless `peer` publishes it.
+    pub(super) fn mute_track(
+        &self,
+        peer: PeerId,
+        track: &str,
+        muted: bool,
+    ) -> Result<v1::TrackInfo, Status> {
+        let (command, info) = {
+            let mut members = self.members();
+            let member = members
+                .by_peer
+                .get_mut(&peer)
+                .ok_or_else(|| Status::not_found("the participant has left"))?;
+            let (room, identity) = (member.room.clone(), member.identity.clone());
+            let t = member
+                .media
+                .as_mut()
+                .and_then(|m| m.tracks.iter_mut().find(|t| t.source.id == track))
+                .ok_or_else(|| {
+                    Status::not_found(format!("the participant publishes no track {track:?}"))
+                })?;
+            if t.muted == muted {
+                return Ok(t.info());
+            }
+            t.muted = muted;
+            let info = t.info();
+            let command = (t.shard, Command::SetMuted { track: t.id, muted });
+            let kind = if muted {
+                track_event::Kind::Muted
+            } else {
+                track_event::Kind::Unmuted
+            };
+            let event = signal_response::Message::Track(v1::TrackEvent {
+                kind: kind.into(),
+                participant_identity: identity,
+                track: Some(info.clone()),
+            });
+            members.broadcast(&room, peer, event);
+            (command, info)
+        };
+        self.send_media_commands(vec![command]);
+        Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_selection_follows_subscribes_and_unsubscribes() {
+        let mut auto = Selection::new(true);
+        assert!(auto.wants("TR1"));
+        auto.set("TR1", false);
+        assert!(!auto.wants("TR1") && auto.wants("TR2"));
+        auto.set("TR1", true);
+        assert!(auto.wants("TR1"));
+
+        let mut chosen = Selection::new(false);
+        assert!(!chosen.wants("TR1"));
+        chosen.set("TR1", true);
+        assert!(chosen.wants("TR1") && !chosen.wants("TR2"));
+        chosen.retain(|t| t != "TR1");
+        assert!(!chosen.wants("TR1"), "a track that left is forgotten");
+    }
+}

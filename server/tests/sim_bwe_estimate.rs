@@ -14,14 +14,13 @@ use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
 use media_sim::{
-    PT, PUB_RTX, PUB_SSRC, RECEIVED, SOURCE, SRV, TRACK, addr, cli, nack_feedback, subscription,
-    track_spec,
+    PT, RECEIVED, SOURCE, SRV, TRACK, addr, cli, connected_sim, nack_feedback, publish_source,
+    subscription, track_spec,
 };
-use shoal_components::dtls::DtlsRole;
 use shoal_components::media::{SubscriptionSpec, TrackSpec};
 use shoal_components::peer::PeerId;
 use shoal_components::rtp::{RtpFields, RtpWriter};
-use shoal_server::sim::{LinkConfig, Sim};
+use shoal_server::sim::LinkConfig;
 use shoal_systems::Command;
 
 /// The transport-wide extension's id on both sides of the subscriber's session.
@@ -45,14 +44,7 @@ fn with_twcc_track(mut t: TrackSpec) -> TrackSpec {
 /// Runs one seed over a subscriber link of `link_bps`; returns the estimates
 /// sampled every 100 ms over the last 5 of `secs` seconds.
 fn run(seed: u64, link_bps: u64, secs: u64) -> Vec<u64> {
-    let mut sim = Sim::new(seed);
-    sim.add_shard(addr(SRV));
-    for i in [1, 2] {
-        sim.add_shard(cli(i));
-        sim.set_link_both(addr(SRV), cli(i), LinkConfig::default());
-        sim.connect_dtls(addr(SRV), cli(i), PeerId(i), DtlsRole::Server)
-            .unwrap();
-    }
+    let mut sim = connected_sim(seed, &LinkConfig::default(), 1);
     // The subscriber's downlink: its rate, 100 ms of queue.
     sim.set_link(
         addr(SRV),
@@ -63,33 +55,7 @@ fn run(seed: u64, link_bps: u64, secs: u64) -> Vec<u64> {
             ..LinkConfig::default()
         },
     );
-    sim.run_until(
-        |s| {
-            [1, 2].iter().all(|&i| {
-                s.shard(cli(i)).dtls_connected(PeerId(i))
-                    && s.shard(addr(SRV)).dtls_connected(PeerId(i))
-            })
-        },
-        Duration::from_secs(60),
-    )
-    .unwrap_or_else(|e| panic!("seed {seed}: DTLS not up: {e}"));
-    sim.command(
-        cli(1),
-        Command::AddSource {
-            peer: PeerId(1),
-            track: track_spec(SOURCE, 0xABCD, 0xABCE),
-            subscription: subscription(SOURCE, PUB_SSRC, PUB_RTX),
-        },
-    )
-    .unwrap();
-    sim.command(
-        addr(SRV),
-        Command::Publish {
-            peer: PeerId(1),
-            track: track_spec(TRACK, PUB_SSRC, PUB_RTX),
-        },
-    )
-    .unwrap();
+    publish_source(&mut sim, cli(1), addr(SRV), TRACK);
     let (ssrc, rtx) = (0x2004, 0x2005);
     sim.command(
         addr(SRV),

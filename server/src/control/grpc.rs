@@ -444,6 +444,22 @@ impl ControlApi {
     }
 }
 
+impl ControlApi {
+    /// The peer of participant `identity` in `room`, for a caller with `roomAdmin`
+    /// of that room.
+    fn admin_over<T>(
+        &self,
+        request: &Request<T>,
+        room: &str,
+        identity: &str,
+    ) -> Result<PeerId, Status> {
+        self.state
+            .auth
+            .check(bearer_of(request), Act::Admin { room })?;
+        Ok(self.state.rooms().participant(room, identity)?.peer)
+    }
+}
+
 #[tonic::async_trait]
 impl RoomService for ControlApi {
     async fn create_room(
@@ -561,14 +577,7 @@ impl RoomService for ControlApi {
         request: Request<v1::UpdateSubscriptionsRequest>,
     ) -> Result<Response<v1::UpdateSubscriptionsResponse>, Status> {
         let req = request.get_ref();
-        self.state
-            .auth
-            .check(bearer_of(&request), Act::Admin { room: &req.room })?;
-        let peer = self
-            .state
-            .rooms()
-            .participant(&req.room, &req.identity)?
-            .peer;
+        let peer = self.admin_over(&request, &req.room, &req.identity)?;
         self.state
             .update_subscriptions(peer, &req.track_ids, req.subscribe)?;
         Ok(Response::new(v1::UpdateSubscriptionsResponse {}))
@@ -579,14 +588,7 @@ impl RoomService for ControlApi {
         request: Request<v1::MutePublishedTrackRequest>,
     ) -> Result<Response<v1::MutePublishedTrackResponse>, Status> {
         let req = request.get_ref();
-        self.state
-            .auth
-            .check(bearer_of(&request), Act::Admin { room: &req.room })?;
-        let peer = self
-            .state
-            .rooms()
-            .participant(&req.room, &req.identity)?
-            .peer;
+        let peer = self.admin_over(&request, &req.room, &req.identity)?;
         let track = self.state.mute_track(peer, &req.track_id, req.muted)?;
         Ok(Response::new(v1::MutePublishedTrackResponse {
             track: Some(track),

@@ -11,7 +11,7 @@
 //! and tells the room (`TrackEvent` KIND_MUTED); unmute resumes it with a keyframe
 //! asked of the publisher, and tells the room KIND_UNMUTED.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use shoal_components::peer::PeerId;
 use shoal_proto::v1::{self, signal_response, track_event};
@@ -20,10 +20,9 @@ use tonic::Status;
 
 use super::grpc::ControlState;
 
-/// Track ids a participant may name in its selection at once: more than a room can
-/// hold tracks (a room's participants times their tracks), so that only ids of
-/// tracks that left are ever dropped.
-const MAX_SELECTED: usize = 4096;
+/// Track ids one update may name. A selection holds only ids of tracks still in
+/// the room (the rest are dropped at each update), so it is bounded by the room.
+pub const MAX_TRACKS_PER_UPDATE: usize = 256;
 
 /// A participant's choice of the room's tracks.
 #[derive(Clone, Debug, Default)]
@@ -78,6 +77,12 @@ impl ControlState {
         tracks: &[String],
         subscribe: bool,
     ) -> Result<(), Status> {
+        if tracks.len() > MAX_TRACKS_PER_UPDATE {
+            return Err(Status::invalid_argument(format!(
+                "{} tracks in one update, more than {MAX_TRACKS_PER_UPDATE}",
+                tracks.len()
+            )));
+        }
         let rooms = self.rooms();
         let mut members = self.members();
         let me = members
@@ -85,42 +90,43 @@ impl ControlState {
             .get(&peer)
             .ok_or_else(|| Status::not_found("the participant has left"))?;
         let room = me.room.clone();
-        let own = |t: &str| {
-            me.media
-                .as_ref()
-                .is_some_and(|m| m.tracks.iter().any(|x| x.source.id == t))
-        };
-        for t in tracks {
-            if own(t) {
-                return Err(Status::invalid_argument(format!(
-                    "track {t:?} is the participant's own"
-                )));
-            }
-            if Self::room_track(&rooms, &members, &room, t).is_none() {
-                return Err(Status::not_found(format!(
-                    "no track {t:?} in room {room:?}"
-                )));
-            }
-        }
-        let in_room: BTreeSet<String> = rooms
+        // The room's tracks once, by whether they are the participant's own: each
+        // id is then checked in O(log n).
+        let in_room: BTreeMap<String, bool> = rooms
             .get(&room)
             .map(|r| {
                 r.participants()
-                    .filter_map(|p| members.by_peer.get(&p.peer))
-                    .filter_map(|m| m.media.as_ref())
-                    .flat_map(|m| m.tracks.iter().map(|t| t.source.id.clone()))
+                    .filter_map(|p| Some((p.peer, members.by_peer.get(&p.peer)?)))
+                    .filter_map(|(p, m)| Some((p, m.media.as_ref()?)))
+                    .flat_map(|(p, m)| {
+                        m.tracks
+                            .iter()
+                            .map(move |t| (t.source.id.clone(), p == peer))
+                    })
                     .collect()
             })
             .unwrap_or_default();
+        for t in tracks {
+            match in_room.get(t) {
+                None => {
+                    return Err(Status::not_found(format!(
+                        "no track {t:?} in room {room:?}"
+                    )));
+                }
+                Some(true) => {
+                    return Err(Status::invalid_argument(format!(
+                        "track {t:?} is the participant's own"
+                    )));
+                }
+                Some(false) => {}
+            }
+        }
         let Some(me) = members.by_peer.get_mut(&peer) else {
             return Ok(());
         };
-        me.selection.retain(|t| in_room.contains(t));
+        me.selection.retain(|t| in_room.contains_key(t));
         for t in tracks {
             me.selection.set(t, subscribe);
-        }
-        if me.selection.wanted.len() + me.selection.unwanted.len() > MAX_SELECTED {
-            return Err(Status::resource_exhausted("too many tracks selected"));
         }
         self.offer_locked(&rooms, &mut members, peer);
         Ok(())

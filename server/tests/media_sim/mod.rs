@@ -128,25 +128,8 @@ pub fn subscriber_ssrcs(i: u64) -> (u32, u32) {
 /// every link `link` both ways, DTLS (and so SRTP) up everywhere, and the publisher's
 /// video forwarded to every subscriber as negotiation would set it up.
 pub fn media_sim(seed: u64, link: &LinkConfig, subscribers: u64) -> Sim {
-    let mut sim = Sim::new(seed);
-    sim.add_shard(addr(SRV));
+    let mut sim = connected_sim(seed, link, subscribers);
     let last = 1 + subscribers;
-    for i in 1..=last {
-        sim.add_shard(cli(i));
-        sim.set_link_both(addr(SRV), cli(i), link.clone());
-        sim.connect_dtls(addr(SRV), cli(i), PeerId(i), DtlsRole::Server)
-            .unwrap();
-    }
-    sim.run_until(
-        |s| {
-            (1..=last).all(|i| {
-                s.shard(cli(i)).dtls_connected(PeerId(i))
-                    && s.shard(addr(SRV)).dtls_connected(PeerId(i))
-            })
-        },
-        Duration::from_secs(60),
-    )
-    .unwrap_or_else(|e| panic!("seed {seed}: DTLS not up: {e}"));
     publish_source(&mut sim, cli(1), addr(SRV), TRACK);
     for i in 2..=last {
         subscribe_and_receive(
@@ -221,4 +204,29 @@ pub fn cli_index(at: SocketAddr) -> u64 {
         std::net::IpAddr::V4(v4) => u64::from(v4.octets()[3]),
         std::net::IpAddr::V6(_) => 0,
     }
+}
+
+/// A server shard at SRV and client shards 1 to `1 + subscribers`, every link
+/// `link` both ways, and DTLS (and so SRTP) up everywhere.
+pub fn connected_sim(seed: u64, link: &LinkConfig, subscribers: u64) -> Sim {
+    let mut sim = Sim::new(seed);
+    sim.add_shard(addr(SRV));
+    let last = 1 + subscribers;
+    for i in 1..=last {
+        sim.add_shard(cli(i));
+        sim.set_link_both(addr(SRV), cli(i), link.clone());
+        sim.connect_dtls(addr(SRV), cli(i), PeerId(i), DtlsRole::Server)
+            .unwrap();
+    }
+    sim.run_until(
+        |s| {
+            (1..=last).all(|i| {
+                s.shard(cli(i)).dtls_connected(PeerId(i))
+                    && s.shard(addr(SRV)).dtls_connected(PeerId(i))
+            })
+        },
+        Duration::from_secs(60),
+    )
+    .unwrap_or_else(|e| panic!("seed {seed}: DTLS not up: {e}"));
+    sim
 }

@@ -7,7 +7,10 @@
 //! shard sends is taken and dropped, so no client work is counted.
 //!
 //! Options: `--subscribers N` (10), `--packets N` (20 000), `--size B` (1 100: an RTP
-//! payload as a browser packs video), `--batch N` (64).
+//! payload as a browser packs video), `--batch N` (64), `--twcc 1` (0): the
+//! transport-wide congestion control extension on both hops, so the server logs
+//! each publisher packet's arrival for its feedback and stamps, and keeps for its
+//! estimate, every copy it sends.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -33,7 +36,10 @@ fn client(i: u64) -> SocketAddr {
     SocketAddr::from(([10, 0, (i / 250) as u8 + 1, (i % 250) as u8 + 1], 50_000))
 }
 
-fn track(id: u64, ssrc: u32) -> TrackSpec {
+/// The transport-wide extension's id on every session, with `--twcc 1`.
+const TWCC_ID: u8 = 5;
+
+fn track(id: u64, ssrc: u32, twcc: bool) -> TrackSpec {
     TrackSpec {
         id: TrackId(id),
         kind: TrackKind::Video,
@@ -43,12 +49,18 @@ fn track(id: u64, ssrc: u32) -> TrackSpec {
         payload_type: PT,
         rtx_payload_type: None,
         clock_rate: 90_000,
-        extensions: ExtensionIds::default(),
-        feedback: FeedbackKinds::default(),
+        extensions: ExtensionIds {
+            transport_cc: twcc.then_some(TWCC_ID),
+            ..ExtensionIds::default()
+        },
+        feedback: FeedbackKinds {
+            transport_cc: twcc,
+            ..FeedbackKinds::default()
+        },
     }
 }
 
-fn subscription(id: u64, ssrc: u32) -> SubscriptionSpec {
+fn subscription(id: u64, ssrc: u32, twcc: bool) -> SubscriptionSpec {
     SubscriptionSpec {
         track: TrackId(id),
         mid: "1".into(),
@@ -58,9 +70,13 @@ fn subscription(id: u64, ssrc: u32) -> SubscriptionSpec {
         rtx_payload_type: None,
         extensions: ExtensionIds {
             mid: Some(4),
+            transport_cc: twcc.then_some(TWCC_ID),
             ..ExtensionIds::default()
         },
-        feedback: FeedbackKinds::default(),
+        feedback: FeedbackKinds {
+            transport_cc: twcc,
+            ..FeedbackKinds::default()
+        },
     }
 }
 
@@ -96,6 +112,7 @@ fn bench(args: &[String]) -> Result<(), String> {
     let packets = opt(args, "--packets", 20_000)?.clamp(1, 10_000_000) as u32;
     let size = opt(args, "--size", 1_100)?.clamp(1, 1_300) as usize;
     let batch = opt(args, "--batch", 64)?.clamp(1, 1024) as usize;
+    let twcc = opt(args, "--twcc", 0)? != 0;
 
     let server: SocketAddr = SERVER.parse().map_err(|e| format!("{e}"))?;
     let mut sim = Sim::new(1);
@@ -122,8 +139,8 @@ fn bench(args: &[String]) -> Result<(), String> {
         client(1),
         Command::AddSource {
             peer: PeerId(1),
-            track: track(1, 0x1234),
-            subscription: subscription(1, 0xAAAA),
+            track: track(1, 0x1234, twcc),
+            subscription: subscription(1, 0xAAAA, twcc),
         },
     )?;
     command(
@@ -131,7 +148,7 @@ fn bench(args: &[String]) -> Result<(), String> {
         server,
         Command::Publish {
             peer: PeerId(1),
-            track: track(7, 0xAAAA),
+            track: track(7, 0xAAAA, twcc),
         },
     )?;
     for i in 2..=subscribers + 1 {
@@ -140,7 +157,7 @@ fn bench(args: &[String]) -> Result<(), String> {
             server,
             Command::Subscribe {
                 peer: PeerId(i),
-                subscription: subscription(7, 0xB000 + i as u32),
+                subscription: subscription(7, 0xB000 + i as u32, twcc),
             },
         )?;
     }
@@ -188,10 +205,18 @@ fn bench(args: &[String]) -> Result<(), String> {
             stats.rtp_received
         ));
     }
+    // With the extension, every copy was stamped.
+    let stamped = shard.congestion(PeerId(2)).map_or(0, |c| c.stamped);
+    if twcc && stamped != fed {
+        return Err(format!(
+            "{stamped} of {fed} copies stamped to the first subscriber"
+        ));
+    }
     let ns = elapsed.as_nanos() as f64;
     println!(
-        "media: {subscribers} subscribers, {fed} packets of {size} B in batches of {batch}: \
+        "media: {subscribers} subscribers{}, {fed} packets of {size} B in batches of {batch}: \
          {:.0} ns per packet in, {:.0} ns per copy out, {:.0} k copies/s ({sent} datagrams out)",
+        if twcc { " (transport-wide cc)" } else { "" },
         ns / fed as f64,
         ns / forwarded as f64,
         forwarded as f64 / elapsed.as_secs_f64() / 1000.0,

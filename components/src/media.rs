@@ -296,8 +296,8 @@ pub struct Track {
     pub origin: Option<usize>,
     /// The publisher's audio levels (RFC 6464) since the last report.
     pub levels: LevelMeter,
-    /// Its publisher muted it: its packets are kept for retransmission but not
-    /// forwarded.
+    /// Its publisher muted it: its packets are neither forwarded nor cached (so no
+    /// retransmission can carry them), and its levels not reported.
     pub muted: bool,
 }
 

@@ -137,7 +137,7 @@ pub struct ShardStats {
     pub rtp_unknown_ssrc: u64,
     /// RTP packets received on published tracks.
     pub rtp_received: u64,
-    /// RTP packets of muted tracks: kept for retransmission, not forwarded.
+    /// RTP packets of muted tracks: neither forwarded nor kept for retransmission.
     pub rtp_muted: u64,
     /// RTP packets sent to subscribers (copies, retransmissions excluded).
     pub rtp_forwarded: u64,

@@ -592,14 +592,15 @@ fn reflection() -> Result<tonic_reflection::server::Builder<'static>, ControlErr
 }
 
 /// Closes empty rooms whose time is up, removes sessions that did not connect in
-/// time, and resends room presence that a full shard queue refused, every
-/// [`EXPIRY_INTERVAL`].
+/// time, resends room presence that a full shard queue refused, and announces
+/// speaker rankings that changed without a report, every [`EXPIRY_INTERVAL`].
 async fn expire_rooms(state: Arc<ControlState>) {
     let mut tick = tokio::time::interval(EXPIRY_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         state.retry_presence();
+        state.members().sweep_speakers();
         state.expire_pending().await;
         for name in state.expire_rooms() {
             eprintln!("shoal: control: room {name:?} closed after its empty timeout");

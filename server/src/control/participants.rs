@@ -194,7 +194,12 @@ impl Members {
     }
 
     /// Sends `event` to every signalling connection in `room` but `except`'s.
-    fn tell_listeners(&self, room: &str, except: Option<PeerId>, event: signal_response::Message) {
+    pub(super) fn tell_listeners(
+        &self,
+        room: &str,
+        except: Option<PeerId>,
+        event: signal_response::Message,
+    ) {
         let event = Outgoing::new(event);
         for peer in self.listeners.get(room).into_iter().flatten() {
             if Some(*peer) == except {
@@ -231,6 +236,14 @@ impl Members {
             self.tell_listeners(&member.room, None, speakers_event(ranking));
         }
         Some(member)
+    }
+
+    /// Announces what the rooms' rankings became without a report (see
+    /// [`Speakers::sweep`]).
+    pub(super) fn sweep_speakers(&mut self) {
+        for (room, ranking) in self.speakers.sweep(Instant::now()) {
+            self.tell_listeners(&room, None, speakers_event(ranking));
+        }
     }
 
     /// Takes a shard's report of `peer`'s audio level on `track`, and tells the room

@@ -7,9 +7,10 @@
 //! it no longer does ([`super::media`]'s offers do both), and the shard's
 //! subscription follows the answer.
 //!
-//! A publisher's mute stops its track on the shard (nothing forwarded, to anyone)
-//! and tells the room (`TrackEvent` KIND_MUTED); unmute resumes it with a keyframe
-//! asked of the publisher, and tells the room KIND_UNMUTED.
+//! A publisher's mute stops its track on the shard (nothing forwarded, to anyone,
+//! nor kept for a retransmission) and tells the room and the publisher
+//! (`TrackEvent` KIND_MUTED); unmute resumes it with a keyframe asked of the
+//! publisher, and tells them KIND_UNMUTED.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -19,6 +20,8 @@ use shoal_systems::Command;
 use tonic::Status;
 
 use super::grpc::ControlState;
+use super::outbox::Outgoing;
+use crate::driver::ShardCommand;
 
 /// Track ids one update may name. A selection holds only ids of tracks still in
 /// the room (the rest are dropped at each update), so it is bounded by the room.
@@ -70,7 +73,8 @@ impl Selection {
 impl ControlState {
     /// Subscribes `peer` to the room's `tracks` or unsubscribes it, and offers it
     /// the change. NOT_FOUND for a track not in its room, INVALID_ARGUMENT for its
-    /// own.
+    /// own, FAILED_PRECONDITION for a participant without a signalling connection
+    /// (WHIP, WHEP) or without canSubscribe.
     pub(super) fn update_subscriptions(
         &self,
         peer: PeerId,
@@ -89,9 +93,19 @@ impl ControlState {
             .by_peer
             .get(&peer)
             .ok_or_else(|| Status::not_found("the participant has left"))?;
+        if me.signal.is_none() {
+            return Err(Status::failed_precondition(
+                "the participant has no signalling connection to be offered the change on",
+            ));
+        }
+        if !me.permissions.subscribe {
+            return Err(Status::failed_precondition(
+                "the participant may not subscribe (its token lacks canSubscribe)",
+            ));
+        }
         let room = me.room.clone();
-        // The room's tracks once, by whether they are the participant's own: each
-        // id is then checked in O(log n).
+        // The room's tracks once (O(tracks in the room) per update), by whether
+        // they are the participant's own.
         let in_room: BTreeMap<String, bool> = rooms
             .get(&room)
             .map(|r| {
@@ -127,53 +141,68 @@ impl ControlState {
         me.selection.retain(|t| in_room.contains_key(t));
         for t in tracks {
             me.selection.set(t, subscribe);
+            // Asked for: offered again even if the participant once turned it down.
+            if let (true, Some(media)) = (subscribe, me.media.as_mut()) {
+                media.negotiation.undecline(t);
+            }
         }
         self.offer_locked(&rooms, &mut members, peer);
         Ok(())
     }
 
     /// Mutes or unmutes `peer`'s published track `track`; returns the track as it is
-    /// now. NOT_FOUND unless `peer` publishes it.
+    /// now. NOT_FOUND unless `peer` publishes it; UNAVAILABLE if its shard's queue
+    /// refused the change (nothing changed then). The shard is told under the
+    /// members lock, so mutes and unmutes reach it in the order the room hears them;
+    /// the room hears it (the publisher too: an administrator may have muted it).
     pub(super) fn mute_track(
         &self,
         peer: PeerId,
         track: &str,
         muted: bool,
     ) -> Result<v1::TrackInfo, Status> {
-        let (command, info) = {
-            let mut members = self.members();
-            let member = members
-                .by_peer
-                .get_mut(&peer)
-                .ok_or_else(|| Status::not_found("the participant has left"))?;
-            let (room, identity) = (member.room.clone(), member.identity.clone());
-            let t = member
-                .media
-                .as_mut()
-                .and_then(|m| m.tracks.iter_mut().find(|t| t.source.id == track))
-                .ok_or_else(|| {
-                    Status::not_found(format!("the participant publishes no track {track:?}"))
-                })?;
-            if t.muted == muted {
-                return Ok(t.info());
-            }
-            t.muted = muted;
-            let info = t.info();
-            let command = (t.shard, Command::SetMuted { track: t.id, muted });
-            let kind = if muted {
-                track_event::Kind::Muted
-            } else {
-                track_event::Kind::Unmuted
-            };
-            let event = signal_response::Message::Track(v1::TrackEvent {
-                kind: kind.into(),
-                participant_identity: identity,
-                track: Some(info.clone()),
-            });
-            members.broadcast(&room, peer, event);
-            (command, info)
+        let mut members = self.members();
+        let member = members
+            .by_peer
+            .get_mut(&peer)
+            .ok_or_else(|| Status::not_found("the participant has left"))?;
+        let (room, identity) = (member.room.clone(), member.identity.clone());
+        let t = member
+            .media
+            .as_mut()
+            .and_then(|m| m.tracks.iter_mut().find(|t| t.source.id == track))
+            .ok_or_else(|| {
+                Status::not_found(format!("the participant publishes no track {track:?}"))
+            })?;
+        if t.muted == muted {
+            return Ok(t.info());
+        }
+        let command = ShardCommand::Media(Command::SetMuted { track: t.id, muted });
+        let sent = self
+            .shards()
+            .get(t.shard)
+            .is_some_and(|s| s.try_send(command).is_ok());
+        if !sent {
+            return Err(Status::unavailable(
+                "the track's shard is too busy to take the change; try again",
+            ));
+        }
+        t.muted = muted;
+        let info = t.info();
+        let kind = if muted {
+            track_event::Kind::Muted
+        } else {
+            track_event::Kind::Unmuted
         };
-        self.send_media_commands(vec![command]);
+        let event = signal_response::Message::Track(v1::TrackEvent {
+            kind: kind.into(),
+            participant_identity: identity,
+            track: Some(info.clone()),
+        });
+        members.broadcast(&room, peer, event.clone());
+        if let Some(link) = members.by_peer.get(&peer).and_then(|m| m.signal.as_ref()) {
+            let _ = link.outbox.push(&Outgoing::new(event));
+        }
         Ok(info)
     }
 }

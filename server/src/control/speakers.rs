@@ -19,6 +19,11 @@ const SMOOTHING: f64 = 0.5;
 /// A participant whose level has not been reported for this long (it left, muted,
 /// or stopped sending) is not speaking.
 pub const STALE_AFTER: Duration = Duration::from_millis(1000);
+/// Speakers an announcement names at most, the loudest: a noisy room of many
+/// would otherwise send every listener a long list several times a second.
+pub const MAX_SPEAKERS: usize = 16;
+/// An entry not reported for this long is dropped from its board.
+const FORGET_AFTER: Duration = Duration::from_secs(10);
 /// Announcements to a room are at least this far apart; a change that comes
 /// sooner is announced with the next report after it.
 pub const MIN_ANNOUNCE_INTERVAL: Duration = Duration::from_millis(300);
@@ -103,15 +108,31 @@ impl Speakers {
     }
 
     /// Forgets `identity` in `room` (it left); returns the ranking if that changed
-    /// it and an announcement is due.
+    /// it and an announcement is due (else [`Speakers::sweep`] announces it).
     pub fn forget(&mut self, room: &str, identity: &str, now: Instant) -> Option<Vec<Speaker>> {
         let board = self.rooms.get_mut(room)?;
         board.levels.remove(identity)?;
         let announced = board.announce(now);
-        if board.levels.is_empty() {
+        if board.is_done() {
             self.rooms.remove(room);
         }
         announced
+    }
+
+    /// What each room's ranking became without a report to show it (speakers gone
+    /// quiet, stopped, left within an announcement's interval): the rooms to
+    /// announce to, with their rankings. Boards with nothing left go. Run every
+    /// second or so.
+    pub fn sweep(&mut self, now: Instant) -> Vec<(String, Vec<Speaker>)> {
+        let mut out = Vec::new();
+        for (room, board) in &mut self.rooms {
+            board.levels.retain(|_, l| now - l.at < FORGET_AFTER);
+            if let Some(ranking) = board.announce(now) {
+                out.push((room.clone(), ranking));
+            }
+        }
+        self.rooms.retain(|_, b| !b.is_done());
+        out
     }
 
     /// Rooms with a board (for tests and bounds).
@@ -140,20 +161,30 @@ impl Board {
                 .total_cmp(&a.level)
                 .then_with(|| a.identity.cmp(&b.identity))
         });
+        out.truncate(MAX_SPEAKERS);
         out
     }
 
+    /// Nothing to rank and nothing announced that would need taking back.
+    fn is_done(&self) -> bool {
+        self.levels.is_empty() && self.announced.is_empty()
+    }
+
     fn announce(&mut self, now: Instant) -> Option<Vec<Speaker>> {
+        // Not due: not even ranked (a report or the sweep looks again).
+        let due = self
+            .announced_at
+            .is_none_or(|at| now - at >= MIN_ANNOUNCE_INTERVAL);
+        if !due {
+            return None;
+        }
         let ranking = self.ranking(now);
         let same = ranking.len() == self.announced.len()
             && ranking
                 .iter()
                 .zip(&self.announced)
                 .all(|(s, a)| &s.identity == a);
-        let due = self
-            .announced_at
-            .is_none_or(|at| now - at >= MIN_ANNOUNCE_INTERVAL);
-        if same || !due {
+        if same {
             return None;
         }
         self.announced = ranking.iter().map(|s| s.identity.clone()).collect();
@@ -226,9 +257,24 @@ mod tests {
             names(&sp.report("r", "carl", TrackId(3), 127, ms(4500))),
             Some(v(&[]))
         );
-        assert_eq!(sp.forget("r", "bob", ms(5000)), None);
-        sp.forget("r", "ann", ms(5000));
-        sp.forget("r", "carl", ms(5000));
+        // Quiet for good, with nobody else reporting: the sweep takes it back.
+        assert_eq!(
+            names(&sp.report("r", "dan", TrackId(4), 20, ms(6000))),
+            Some(v(&["dan"]))
+        );
+        assert!(sp.sweep(ms(6500)).is_empty(), "nothing changed yet");
+        assert_eq!(
+            sp.sweep(ms(7100))
+                .into_iter()
+                .map(|(room, r)| (room, names(&Some(r))))
+                .collect::<Vec<_>>(),
+            vec![("r".to_owned(), Some(v(&[])))],
+            "dan went quiet (no report for a second)"
+        );
+        assert!(sp.sweep(ms(8000)).is_empty());
+        for who in ["ann", "bob", "carl", "dan"] {
+            assert_eq!(sp.forget("r", who, ms(9000)), None, "{who}");
+        }
         assert_eq!(sp.rooms(), 0, "the room's board goes with its last speaker");
     }
 }

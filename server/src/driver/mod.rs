@@ -56,9 +56,10 @@ pub const COMMAND_QUEUE_LEN: usize = 1024;
 
 /// Where shard threads report what their peers did that the control plane must know
 /// (a DTLS handshake done, a peer removed on its own: consent lost, DTLS closed or
-/// failed), tagged with the shard's index. Unbounded, yet bounded in practice: a
-/// shard reports at most two events per peer it was given, and the control plane
-/// reads them as they come.
+/// failed, a data channel opened or closed, an audio track's level), tagged with the
+/// shard's index. Unbounded: a shard reports a few events per peer over its life and
+/// five audio levels a second per published audio track, which the control plane
+/// reads as they come (each is a few map look-ups under the members lock).
 pub type ShardEventSender = tokio::sync::mpsc::UnboundedSender<(usize, ShardEvent)>;
 /// The control plane's end of [`ShardEventSender`].
 pub type ShardEventReceiver = tokio::sync::mpsc::UnboundedReceiver<(usize, ShardEvent)>;

@@ -408,9 +408,13 @@ fn on_rtp(
     }
     // RFC 6464: a publisher's audio level, reported to the owner every
     // AUDIO_LEVEL_INTERVAL for the room's speaker ranking.
-    if let (false, TrackKind::Audio, Some(id)) =
-        (is_rtx, track.spec.kind, track.spec.extensions.audio_level)
-        && let Ok(Some(level)) = p.audio_level(id)
+    // A muted track is no speaker.
+    if let (false, false, TrackKind::Audio, Some(id)) = (
+        is_rtx,
+        track.muted,
+        track.spec.kind,
+        track.spec.extensions.audio_level,
+    ) && let Ok(Some(level)) = p.audio_level(id)
     {
         track.levels.add(level.level_neg_dbov, level.voice);
         if timers.get(TimerKind::AudioLevel).is_none() {
@@ -434,7 +438,10 @@ fn on_rtp(
         Some(max) if ext <= max => track.missing.retain(|(s, _, _)| *s != ext),
         _ => {}
     }
-    track.cache.insert(ext, packet.clone());
+    // A muted track's packets are not even cached: no NACK may fetch them later.
+    if !track.muted {
+        track.cache.insert(ext, packet.clone());
+    }
     if track.report
         && let Ok(id) = ids.get(peer)
     {

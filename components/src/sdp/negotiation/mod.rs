@@ -184,6 +184,12 @@ impl Negotiation {
         &self.declined
     }
 
+    /// Offers `track` again after all: the participant asked for it (a track it
+    /// turned down is otherwise never offered again).
+    pub fn undecline(&mut self, track: &str) {
+        self.declined.retain(|t| t != track);
+    }
+
     /// Every SSRC in `sections` and the agreed session.
     /// Whether one more stream (two SSRCs) may be placed: with every stream placed
     /// in `sections` retired too, the session's retired SSRCs stay within

@@ -373,7 +373,8 @@ fn answer_nack(
     }
     let (offset, track, first) = (s.seq_offset, s.track, s.first_seq);
     let rtx = s.spec.rtx_ssrc.is_some() && s.spec.rtx_payload_type.is_some();
-    let Ok((t, _)) = tracks.get(track) else {
+    // Nothing of a muted track is sent, retransmissions included.
+    let Some((t, _)) = tracks.get(track).ok().filter(|(t, _)| !t.muted) else {
         return;
     };
     // One NACK's entries may repeat a number.

@@ -148,7 +148,9 @@ fn grpc_reflection_and_health() {
                 "DeleteRoom",
                 "ListParticipants",
                 "RemoveParticipant",
-                "SendData"
+                "SendData",
+                "UpdateSubscriptions",
+                "MutePublishedTrack"
             ]
         );
         assert!(

@@ -11,6 +11,8 @@
 //!   TrackEvent KIND_MUTED, no frame is decoded while muted and the shard counts the
 //!   muted packets it kept back; unmuted, `sub` hears KIND_UNMUTED and decodes again,
 //!   starting on a keyframe (its `keyFramesDecoded` grows).
+//! - ListParticipants reports each connection: Chromium's transport-wide feedback on
+//!   what shoal sent `sub` gave shoal an estimate, and `pub` got shoal's feedback.
 //!
 //! Needs `/usr/bin/chromium` (`scripts/test-all` installs it).
 
@@ -22,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use chromium::{Cdp, attach, devtools, launch, open_page, poll};
 use serde_json::Value;
+use shoal_proto::v1::ListParticipantsRequest;
 use video_page::{CONNECTED, join_script_opts};
 
 const ROOM: &str = "selective";
@@ -105,7 +108,7 @@ fn selective_subscription_and_mute() {
         http,
         runtime,
         control: _control,
-        ..
+        mut rooms,
     } = grpc_node::node_with_room(ROOM);
     let url = format!("http://{http}/");
     let browser = launch(&url);
@@ -201,5 +204,30 @@ fn selective_subscription_and_mute() {
         );
         assert!(n(&v, "keyframes") > keyframes, "resumed on a keyframe: {v}");
         assert_eq!(v["errors"], serde_json::json!([]), "{v}");
+
+        // ListParticipants tells how each connection does: sub's transport-wide
+        // feedback on what shoal sent it gave an estimate; pub got feedback on what
+        // it sent.
+        let list = rooms
+            .list_participants(ListParticipantsRequest {
+                room: ROOM.into(),
+                ..ListParticipantsRequest::default()
+            })
+            .await
+            .expect("the participants")
+            .into_inner();
+        let connection = |who: &str| {
+            list.participants
+                .iter()
+                .find(|p| p.identity == who)
+                .and_then(|p| p.connection)
+                .unwrap_or_else(|| panic!("no connection stats for {who}: {list:?}"))
+        };
+        let sub = connection("sub");
+        assert!(
+            sub.packets_stamped > 0 && sub.feedback_received > 0 && sub.estimated_bps > 0,
+            "{sub:?}"
+        );
+        assert!(connection("pub").feedback_sent > 0, "{:?}", connection("pub"));
     });
 }

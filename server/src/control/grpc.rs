@@ -4,7 +4,7 @@
 //! for a few map operations and never across an `.await`; whatever waits on a shard
 //! runs on tokio's blocking pool behind a semaphore.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -33,7 +33,7 @@ use super::shards::{self, SHARD_REPLY_TIMEOUT, ShardError};
 use super::signal::SignalLimits;
 use crate::driver::{SendData, ShardReport, ShardSender};
 use crate::ice_servers::IceServers;
-use shoal_systems::PeerSpec;
+use shoal_systems::{CongestionReport, PeerSpec};
 
 /// Bytes a SendData payload holds at most: a message every WebRTC stack accepts
 /// (RFC 8831 §6.6 leaves the limit to SDP's max-message-size; browsers take 64 KiB+).
@@ -323,6 +323,8 @@ impl ControlState {
             // channels live in its shard.
             tracks: Vec::new(),
             data_channels: Vec::new(),
+            // ListParticipants asks the shard for it.
+            connection: None,
         }
     }
 
@@ -416,6 +418,25 @@ impl ControlState {
             .await
             .map_err(|_| Status::internal("asking the shards failed"))?
             .map_err(|e| Status::unavailable(e.to_string()))
+    }
+
+    /// The congestion control state of `peers` (by shard), fetched off the
+    /// runtime's workers.
+    async fn congestion_reports(
+        self: &Arc<Self>,
+        peers: Vec<(usize, Vec<PeerId>)>,
+    ) -> Result<Vec<(PeerId, CongestionReport)>, Status> {
+        if peers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let _turn = self.shard_turn().await?;
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || {
+            shards::congestion(&state.shards, peers, SHARD_REPLY_TIMEOUT)
+        })
+        .await
+        .map_err(|_| Status::internal("asking the shards failed"))?
+        .map_err(|e| Status::unavailable(e.to_string()))
     }
 
     async fn shard_turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Status> {
@@ -538,19 +559,38 @@ impl RoomService for ControlApi {
         self.state
             .auth
             .check(bearer_of(&request), Act::Admin { room: &req.room })?;
-        let rooms = self.state.rooms();
-        let page = rooms.participants(&req.room, &req.page_token, page_size(req.page_size))?;
-        let members = self.state.members();
-        Ok(Response::new(v1::ListParticipantsResponse {
-            participants: page
+        let (mut participants, next_page_token, by_shard) = {
+            let rooms = self.state.rooms();
+            let page = rooms.participants(&req.room, &req.page_token, page_size(req.page_size))?;
+            let members = self.state.members();
+            let mut by_shard: BTreeMap<usize, Vec<PeerId>> = BTreeMap::new();
+            for p in &page.items {
+                by_shard.entry(p.shard).or_default().push(p.peer);
+            }
+            let participants: Vec<v1::Participant> = page
                 .items
                 .iter()
                 .map(|p| v1::Participant {
                     tracks: members.track_infos(p.peer),
                     ..self.state.participant_message(p)
                 })
-                .collect(),
-            next_page_token: page.next_page_token.unwrap_or_default(),
+                .collect();
+            (participants, page.next_page_token, by_shard)
+        };
+        // Each participant's connection, from its shard (the locks are let go first).
+        let reports = self
+            .state
+            .congestion_reports(by_shard.into_iter().collect())
+            .await?;
+        for p in &mut participants {
+            let peer = PeerId(p.peer_id);
+            if let Some((_, r)) = reports.iter().find(|(id, _)| *id == peer) {
+                p.connection = Some(connection_stats(r));
+            }
+        }
+        Ok(Response::new(v1::ListParticipantsResponse {
+            participants,
+            next_page_token: next_page_token.unwrap_or_default(),
         }))
     }
 
@@ -698,6 +738,19 @@ impl NodeService for ControlApi {
             connections_refused: self.state.limit_counters.counts().into_iter().collect(),
             slow_signal_readers: self.state.slow_signal_readers.load(Ordering::Relaxed),
         }))
+    }
+}
+
+/// A shard's congestion report as the API gives it.
+fn connection_stats(r: &CongestionReport) -> v1::ConnectionStats {
+    v1::ConnectionStats {
+        estimated_bps: r.estimate_bps.unwrap_or(0),
+        incoming_bps: r.incoming_bps.unwrap_or(0),
+        rtt_ms: r.rtt_ms.unwrap_or(0.0),
+        estimate_decreases: r.decreases,
+        packets_stamped: r.stamped,
+        feedback_received: r.feedback_received,
+        feedback_sent: r.feedback_sent,
     }
 }
 

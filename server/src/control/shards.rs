@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use shoal_components::peer::{IceCredentials, PeerId};
-use shoal_systems::{CommandError, PeerSpec};
+use shoal_systems::{CommandError, CongestionReport, PeerSpec};
 
 use crate::driver::{DriverError, SendData, ShardCommand, ShardReport, ShardSender};
 
@@ -59,6 +59,29 @@ pub fn reports(shards: &[ShardSender], timeout: Duration) -> Result<Vec<ShardRep
         .into_iter()
         .map(|(shard, report)| receive(shard, &report, deadline, timeout))
         .collect()
+}
+
+/// The congestion control state of `peers`, asked of their shards (`(shard,
+/// peers)`) all at once, so the whole call takes at most `timeout`. Peers no longer
+/// on their shard are left out.
+pub fn congestion(
+    shards: &[ShardSender],
+    peers: Vec<(usize, Vec<PeerId>)>,
+    timeout: Duration,
+) -> Result<Vec<(PeerId, CongestionReport)>, ShardError> {
+    let deadline = Instant::now() + timeout;
+    let mut pending = Vec::with_capacity(peers.len());
+    for (index, list) in peers {
+        let shard = shards.get(index).ok_or(ShardError::NoSuchShard(index))?;
+        let (reply, reports) = crossbeam_channel::bounded(1);
+        shard.send(ShardCommand::Congestion(list, reply))?;
+        pending.push((index, reports));
+    }
+    let mut out = Vec::new();
+    for (index, reports) in pending {
+        out.extend(receive(index, &reports, deadline, timeout)?);
+    }
+    Ok(out)
 }
 
 /// Adds a peer to shard `index` and waits for its verdict, at most `timeout`.

@@ -45,7 +45,9 @@ use shoal_components::peer::{IceCredentials, PeerId};
 use shoal_components::room::RoomId;
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
-use shoal_systems::{Command, CommandError, PeerSpec, Shard, ShardConfig, SiblingBatch};
+use shoal_systems::{
+    Command, CommandError, CongestionReport, PeerSpec, Shard, ShardConfig, SiblingBatch,
+};
 
 use crate::addresses::{self, AddressError};
 use crate::config::Config;
@@ -95,6 +97,8 @@ pub enum ShardCommand {
     SendData(SendData, Sender<Result<usize, CommandError>>),
     /// Asks for the shard's counters.
     Stats(Sender<ShardReport>),
+    /// The congestion control state of these peers (those still on the shard).
+    Congestion(Vec<PeerId>, Sender<Vec<(PeerId, CongestionReport)>>),
     /// The other shards that hold members of `room` now (empty: none). Sent by the
     /// control plane whenever the room's set of shards changes; no reply.
     RoomPresence {

@@ -561,6 +561,13 @@ impl ShardLoop {
                 ShardCommand::Stats(reply) => {
                     let _ = reply.send(self.report());
                 }
+                ShardCommand::Congestion(peers, reply) => {
+                    let reports = peers
+                        .into_iter()
+                        .filter_map(|p| Some((p, self.shard.congestion(p)?)))
+                        .collect();
+                    let _ = reply.send(reports);
+                }
                 ShardCommand::RoomPresence { room, siblings } => {
                     self.shard.set_room_siblings(room, &siblings);
                 }

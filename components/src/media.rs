@@ -313,10 +313,16 @@ pub struct LevelMeter {
     pub voiced: u32,
 }
 
+/// RFC 6464's level (−dBov, 0 loudest to 127 silence) as a linear amplitude
+/// relative to full scale: 10^(−level/20).
+pub fn level_amplitude(level: u8) -> f64 {
+    10f64.powf(-f64::from(level.min(127)) / 20.0)
+}
+
 impl LevelMeter {
     /// Counts one packet's level: 0 (loudest) to 127 (silence), in −dBov.
     pub fn add(&mut self, level: u8, voice: bool) {
-        self.amplitude_sum += 10f64.powf(-f64::from(level.min(127)) / 20.0);
+        self.amplitude_sum += level_amplitude(level);
         self.packets += 1;
         self.voiced += u32::from(voice);
     }

@@ -246,22 +246,28 @@ impl DelayDetector {
 /// §5.5's R_hat: what arrived over the last [`RATE_WINDOW_US`], by arrival time.
 #[derive(Clone, Debug, Default)]
 struct IncomingRate {
-    /// (arrival µs, bytes), oldest first.
+    /// (arrival µs, bytes), in the order reported (sequence order: arrivals may be
+    /// a little out of order).
     packets: VecDeque<(i64, u32)>,
     bytes: u64,
     /// The first arrival seen: the rate is known once the window is covered.
     first: Option<i64>,
+    /// The latest arrival seen: the window ends there.
+    newest: i64,
 }
 
 impl IncomingRate {
     fn add(&mut self, arrival: i64, size: u16) {
         self.first.get_or_insert(arrival);
-        // Feedback comes in sequence order, and arrivals may be reordered a little.
+        self.newest = if self.packets.is_empty() {
+            arrival
+        } else {
+            self.newest.max(arrival)
+        };
         self.packets.push_back((arrival, u32::from(size)));
         self.bytes += u64::from(size);
-        let newest = self.packets.iter().map(|p| p.0).max().unwrap_or(arrival);
         while let Some(&(at, size)) = self.packets.front() {
-            if at >= newest - RATE_WINDOW_US {
+            if at >= self.newest - RATE_WINDOW_US {
                 break;
             }
             self.packets.pop_front();
@@ -271,9 +277,8 @@ impl IncomingRate {
 
     /// Bits per second, once a whole window has been seen.
     fn bps(&self) -> Option<f64> {
-        let newest = self.packets.back()?.0;
         let first = self.first?;
-        (newest - first >= RATE_WINDOW_US)
+        (!self.packets.is_empty() && self.newest - first >= RATE_WINDOW_US)
             .then(|| self.bytes as f64 * 8.0 * 1_000_000.0 / RATE_WINDOW_US as f64)
     }
 }

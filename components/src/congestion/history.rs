@@ -58,9 +58,9 @@ pub struct SendHistory {
 }
 
 impl SendHistory {
-    /// Numbers the next packet, of `size` bytes sent `at`, and keeps it; returns the
-    /// 16 bits that go on the wire.
-    pub fn stamp(&mut self, at: Time, size: usize) -> u16 {
+    /// Numbers the next packet, sent `at`, and keeps it; returns the 16 bits that go
+    /// on the wire. Its size follows with [`SendHistory::resize_last`] once known.
+    pub fn stamp(&mut self, at: Time) -> u16 {
         if self.slots.is_empty() {
             self.slots = vec![FREE; SEND_WINDOW];
         }
@@ -70,7 +70,7 @@ impl SendHistory {
             *slot = Sent {
                 seq,
                 send_us: at.as_micros() as i64,
-                size: u16::try_from(size).unwrap_or(u16::MAX),
+                size: 0,
                 arrived: false,
                 reported_lost: false,
             };
@@ -78,7 +78,8 @@ impl SendHistory {
         seq as u16
     }
 
-    /// Forgets the packet stamped last, whose number is given out again.
+    /// Forgets the packet stamped last (it did not go out): its number is given out
+    /// again, so the peer never sees a gap it would read as loss.
     pub fn unstamp_last(&mut self) {
         let Some(last) = self.next.checked_sub(1) else {
             return;
@@ -184,7 +185,8 @@ mod tests {
     fn feedback_maps_to_send_times_once() {
         let mut h = SendHistory::default();
         for i in 0..4u64 {
-            h.stamp(Time::from_millis(10 * i), 1000 + i as usize);
+            h.stamp(Time::from_millis(10 * i));
+            h.resize_last(1000 + i as usize);
         }
         let mut out = Vec::new();
         let fb = feedback(0, &[Some(64_000), None, Some(84_000)]);
@@ -229,7 +231,7 @@ mod tests {
         let mut h = SendHistory::default();
         let mut last = 0;
         for i in 0..70_000u64 {
-            last = h.stamp(Time::from_micros(i), 100);
+            last = h.stamp(Time::from_micros(i));
         }
         assert_eq!(last, (69_999u64 % 65_536) as u16);
         let mut out = Vec::new();

@@ -212,22 +212,6 @@ pub struct SendSide {
 }
 
 impl SendSide {
-    /// The number for the next packet, sent `at`; its size follows with
-    /// [`SendSide::sent`] once it is known.
-    pub fn stamp(&mut self, at: Time) -> u16 {
-        self.history.stamp(at, 0)
-    }
-
-    /// Takes back the number last stamped: its packet did not go out.
-    pub fn unstamp(&mut self) {
-        self.history.unstamp_last();
-    }
-
-    /// The size of the packet last stamped, as it went out.
-    pub fn sent(&mut self, size: usize) {
-        self.history.resize_last(size);
-    }
-
     /// Takes one transport-cc feedback message from the peer, received `now`.
     pub fn on_feedback(&mut self, now: Time, fb: &TransportCc) {
         self.feedback_received += 1;

@@ -193,6 +193,14 @@ impl Members {
         self.tell_listeners(room, Some(except), event);
     }
 
+    /// Sends `event` to the participant of `peer` on its signalling connection, if
+    /// it has one (past its bound, the connection fails and its session removes it).
+    pub(super) fn tell(&self, peer: PeerId, event: signal_response::Message) {
+        if let Some(link) = self.by_peer.get(&peer).and_then(|m| m.signal.as_ref()) {
+            let _ = link.outbox.push(&Outgoing::new(event));
+        }
+    }
+
     /// Sends `event` to every signalling connection in `room` but `except`'s.
     pub(super) fn tell_listeners(
         &self,
@@ -735,13 +743,9 @@ impl ControlState {
         }
     }
 
-    /// Sends `event` to the participant of `peer` on its signalling connection, if it
-    /// has one (past its bound, the connection fails and its session removes it).
+    /// [`Members::tell`], under the members lock.
     fn tell_participant(&self, peer: PeerId, event: signal_response::Message) {
-        let members = self.members();
-        if let Some(link) = members.by_peer.get(&peer).and_then(|m| m.signal.as_ref()) {
-            let _ = link.outbox.push(&Outgoing::new(event));
-        }
+        self.members().tell(peer, event);
     }
 
     /// Tells shards which other shards hold members of a room (fire and forget, in

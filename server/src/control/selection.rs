@@ -20,7 +20,6 @@ use shoal_systems::Command;
 use tonic::Status;
 
 use super::grpc::ControlState;
-use super::outbox::Outgoing;
 use crate::driver::ShardCommand;
 
 /// Track ids one update may name. A selection holds only ids of tracks still in
@@ -200,9 +199,7 @@ impl ControlState {
             track: Some(info.clone()),
         });
         members.broadcast(&room, peer, event.clone());
-        if let Some(link) = members.by_peer.get(&peer).and_then(|m| m.signal.as_ref()) {
-            let _ = link.outbox.push(&Outgoing::new(event));
-        }
+        members.tell(peer, event);
         Ok(info)
     }
 }

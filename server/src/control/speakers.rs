@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use shoal_components::media::TrackId;
+use shoal_components::media::{TrackId, level_amplitude};
 
 /// Quieter than this (−dBov) is not speaking: RFC 6464 levels of a quiet room's
 /// noise floor lie below, speech well above.
@@ -61,11 +61,6 @@ pub struct Speakers {
     rooms: HashMap<String, Board>,
 }
 
-/// 10^(−dBov/20): the linear amplitude of an RFC 6464 level.
-fn amplitude(level: u8) -> f64 {
-    10f64.powf(-f64::from(level.min(127)) / 20.0)
-}
-
 impl Speakers {
     /// Takes `identity`'s level report (−dBov) for `track` in `room` at `now`; returns
     /// the room's ranking when it is to be announced.
@@ -78,7 +73,7 @@ impl Speakers {
         now: Instant,
     ) -> Option<Vec<Speaker>> {
         let board = self.rooms.entry(room.to_owned()).or_default();
-        let new = amplitude(level);
+        let new = level_amplitude(level);
         match board.levels.get_mut(identity) {
             Some(l) => {
                 // A participant with two audio tracks: the louder one is its voice.
@@ -145,7 +140,7 @@ impl Board {
     /// The current ranking: fresh levels above the speaking threshold, loudest
     /// first (ties by identity, so the order is stable).
     fn ranking(&self, now: Instant) -> Vec<Speaker> {
-        let floor = amplitude(SPEAKING_BELOW_DBOV);
+        let floor = level_amplitude(SPEAKING_BELOW_DBOV);
         let mut out: Vec<Speaker> = self
             .levels
             .iter()

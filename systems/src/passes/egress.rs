@@ -225,10 +225,10 @@ fn send_copy(
         // shoal's own transport-wide number (draft-holmer-rmcat-transport-wide-cc-
         // extensions-01 §2), one space over everything the subscriber is sent.
         if let (Some(id), Some(tw)) = (sub.spec.extensions.transport_cc, transport.as_mut()) {
-            let seq = tw.send.stamp(now);
+            let seq = tw.send.history.stamp(now);
             stamped = w.extension(id, &seq.to_be_bytes()).is_ok();
             if !stamped {
-                tw.send.unstamp();
+                tw.send.history.unstamp_last();
             }
         }
         if rtx {
@@ -245,12 +245,12 @@ fn send_copy(
     {
         write.0.clear();
         if let (true, Some(tw)) = (stamped, transport.as_mut()) {
-            tw.send.unstamp();
+            tw.send.history.unstamp_last();
         }
         return Sent::Failed;
     }
     if let (true, Some(tw)) = (stamped, transport.as_mut()) {
-        tw.send.sent(write.0.len());
+        tw.send.history.resize_last(write.0.len());
     }
     if !rtx {
         // RFC 3550 §6.4.1: the SR's octet count is payload octets only, "not

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, Bytes, BytesMut};
 use shoal_components::dtls::DtlsRole;
 use shoal_components::media::{
-    ExtensionIds, FeedbackKinds, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
+    ExtensionIds, FeedbackKinds, PayloadFormat, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
 };
 use shoal_components::net::Datagram;
 use shoal_components::peer::PeerId;
@@ -57,6 +57,8 @@ fn track(id: u64, ssrc: u32, twcc: bool) -> TrackSpec {
             transport_cc: twcc,
             ..FeedbackKinds::default()
         },
+        format: PayloadFormat::Vp8,
+        layers: Vec::new(),
     }
 }
 

@@ -73,6 +73,35 @@ pub struct FeedbackKinds {
     pub transport_cc: bool,
 }
 
+/// What forwarding needs to know of a track's payload format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PayloadFormat {
+    /// Opus audio.
+    Opus,
+    /// VP8 video (RFC 7741): keyframes and picture numbers are read.
+    Vp8,
+    /// H.264 video (RFC 6184): keyframes are read.
+    H264,
+    /// Anything else: forwarded as it is.
+    #[default]
+    Other,
+}
+
+/// One simulcast stream of a published track (RFC 8853 §5.1): its rid (RFC 8851),
+/// and its SSRCs where the offer announced them (an `a=ssrc-group:SIM`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LayerSpec {
+    /// The rid its packets carry (RFC 8852 §3.1), for rid-signalled simulcast.
+    pub rid: Option<String>,
+    /// Its SSRC, when announced.
+    pub ssrc: Option<u32>,
+    /// Its retransmission SSRC, when announced.
+    pub rtx_ssrc: Option<u32>,
+}
+
+/// Simulcast streams a track may have; further ones offered are declined.
+pub const MAX_LAYERS: usize = 3;
+
 /// What the shard needs to receive a published track (from negotiation).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrackSpec {
@@ -96,6 +125,11 @@ pub struct TrackSpec {
     pub extensions: ExtensionIds,
     /// Feedback the publisher takes.
     pub feedback: FeedbackKinds,
+    /// Its payload format.
+    pub format: PayloadFormat,
+    /// Its simulcast streams, in the offer's order; empty for a single stream (whose
+    /// SSRCs are `ssrc` and `rtx_ssrc`).
+    pub layers: Vec<LayerSpec>,
 }
 
 /// What the shard needs to send a track to a subscriber (from negotiation).
@@ -299,6 +333,75 @@ pub struct Track {
     /// Its publisher muted it: its packets are neither forwarded nor cached (so no
     /// retransmission can carry them), and its levels not reported.
     pub muted: bool,
+    /// For one simulcast stream of a track: which, and its siblings.
+    pub layering: Option<Layering>,
+    /// What arrives on it, for choosing among simulcast streams.
+    pub rate: RateMeter,
+}
+
+/// One simulcast stream among its track's (each stream is a `Track` of its own: its
+/// SSRCs, cache, losses and reports are its own). The first stream's entity stands
+/// for the track: the track index, the publisher's mids and every subscription name
+/// it; a subscription is listed on every stream and takes one at a time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layering {
+    /// Its place in the offer's list.
+    pub index: u8,
+    /// Its rid, for rid-signalled simulcast.
+    pub rid: Option<String>,
+    /// Every stream of the track, itself included, in the offer's order.
+    pub siblings: Vec<Entity>,
+    /// Its picture size, from its last keyframe (VP8's frame header, H.264's
+    /// sequence parameter set).
+    pub size: Option<(u16, u16)>,
+}
+
+/// Bytes received over the last second, in ten 100 ms buckets: O(1) per packet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RateMeter {
+    buckets: [u32; 10],
+    /// The 100 ms period the newest bucket counts.
+    period: u64,
+}
+
+impl RateMeter {
+    const BUCKET_US: u64 = 100_000;
+
+    /// Counts `bytes` received at `now`.
+    pub fn add(&mut self, now: Time, bytes: usize) {
+        self.advance(now);
+        let i = (self.period % 10) as usize;
+        self.buckets[i] = self.buckets[i].saturating_add(bytes as u32);
+    }
+
+    fn advance(&mut self, now: Time) {
+        let period = now.as_micros() / Self::BUCKET_US;
+        if period <= self.period {
+            return;
+        }
+        let gone = (period - self.period).min(10);
+        for k in 1..=gone {
+            self.buckets[((self.period + k) % 10) as usize] = 0;
+        }
+        self.period = period;
+    }
+
+    /// Bits per second over the last second, at `now`: the nine whole buckets before
+    /// now's and what now's has counted, over the time they span.
+    pub fn bps(&self, now: Time) -> u64 {
+        let us = now.as_micros();
+        let period = us / Self::BUCKET_US;
+        let age = period.saturating_sub(self.period);
+        if age >= 10 {
+            return 0;
+        }
+        // The buckets still inside the window that ends now.
+        let bytes: u64 = (0..10 - age)
+            .map(|k| u64::from(self.buckets[((self.period + 10 - k) % 10) as usize]))
+            .sum();
+        let span_us = 9 * Self::BUCKET_US + (us % Self::BUCKET_US).max(1);
+        bytes * 8 * 1_000_000 / span_us
+    }
 }
 
 /// RFC 6464 audio levels of one track over a report interval: the mean of their
@@ -372,6 +475,41 @@ pub struct Subscription {
     /// Sequence numbers recently retransmitted and when (bounded), so a NACK repeated
     /// within a round trip does not resend again.
     pub recent_resends: VecDeque<(u64, Time)>,
+    /// For a simulcast track: which stream it is sent, and how the switches between
+    /// them are hidden.
+    pub layers: Option<LayerChoice>,
+}
+
+/// A subscription's simulcast state. `Subscription::track` is the stream it is sent
+/// (or waits for, before its first keyframe); a switch happens at a keyframe of the
+/// target, and each switch continues the subscriber's sequence numbers, timestamps
+/// and (VP8) picture numbers from where the last stream left them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LayerChoice {
+    /// The stream it is sent now (its index), `None` before the first keyframe.
+    pub current: Option<u8>,
+    /// The stream chosen for it.
+    pub target: u8,
+    /// The highest rank (0 the lowest rate) the subscriber prefers.
+    pub max_rank: u8,
+    /// Switches made.
+    pub switches: u32,
+    /// A switch happened: the next packet sent re-bases the offsets.
+    pub rebase: bool,
+    /// The highest sequence number sent, in the subscriber's numbering.
+    pub last_seq: u16,
+    /// The last VP8 PictureID and TL0PICIDX sent.
+    pub last_picture: (u16, u8),
+    /// Added to the stream's PictureID and TL0PICIDX.
+    pub picture_offset: (u16, u8),
+    /// When the target last climbed, while the climb is on trial.
+    pub climbed_at: Option<Time>,
+    /// A failed climb holds the target below the stream `held_below` until then.
+    pub held_until: Option<Time>,
+    /// See `held_until`.
+    pub held_below: u8,
+    /// How long the last failed climb held it.
+    pub hold: std::time::Duration,
 }
 
 /// A peer's media index. Removing it (the peer's despawn) despawns the peer's tracks
@@ -398,6 +536,11 @@ fn track_removed(mut world: DeferredWorld, ctx: HookContext) {
         return;
     };
     let (id, publisher, subscribers) = (track.spec.id, track.publisher, track.subscribers.clone());
+    // The first stream of a simulcast track stands for it: the others go with it.
+    let siblings: Vec<Entity> = match &track.layering {
+        Some(l) if l.siblings.first() == Some(&ctx.entity) => l.siblings[1..].to_vec(),
+        _ => Vec::new(),
+    };
     if let Some(mut index) = world.get_resource_mut::<TrackIndex>()
         && index.0.get(&id) == Some(&ctx.entity)
     {
@@ -409,6 +552,9 @@ fn track_removed(mut world: DeferredWorld, ctx: HookContext) {
     let mut commands = world.commands();
     for s in subscribers {
         commands.entity(s).try_despawn();
+    }
+    for e in siblings {
+        commands.entity(e).try_despawn();
     }
 }
 
@@ -423,8 +569,15 @@ fn subscription_removed(mut world: DeferredWorld, ctx: HookContext) {
             .0
             .extend(ssrcs.into_iter().flatten().map(|s| (subscriber, s)));
     }
-    if let Some(mut t) = world.get_mut::<Track>(track) {
-        t.subscribers.retain(|e| *e != ctx.entity);
+    // Listed on every stream of a simulcast track.
+    let streams = match world.get::<Track>(track).and_then(|t| t.layering.as_ref()) {
+        Some(l) => l.siblings.clone(),
+        None => vec![track],
+    };
+    for stream in streams {
+        if let Some(mut t) = world.get_mut::<Track>(stream) {
+            t.subscribers.retain(|e| *e != ctx.entity);
+        }
     }
     if let Some(mut media) = world.get_mut::<PeerMedia>(subscriber) {
         media.forget_entity(ctx.entity);
@@ -480,6 +633,21 @@ mod tests {
         assert_eq!(s.note(65_535), first + 1);
         assert_eq!(s.expected(), 3);
         assert_eq!(s.received, 4);
+    }
+
+    #[test]
+    fn the_rate_meter_counts_the_last_second() {
+        let mut m = RateMeter::default();
+        // 1250 bytes every 10 ms: 1 Mbit/s.
+        for i in 0..300u64 {
+            let at = Time::from_millis(10 * i);
+            m.add(at, 1250);
+            if i >= 100 {
+                let bps = m.bps(at);
+                assert!((950_000..=1_050_000).contains(&bps), "{at:?}: {bps}");
+            }
+        }
+        assert_eq!(m.bps(Time::from_millis(4_100)), 0, "silent for a second");
     }
 
     #[test]

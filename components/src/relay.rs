@@ -60,6 +60,8 @@ pub enum MediaRelay {
         to: usize,
         /// The track.
         track: TrackId,
+        /// Its simulcast stream (0 for a single stream).
+        layer: u8,
         /// Its extended sequence number at the origin.
         seq: u64,
         /// The plaintext packet.
@@ -71,6 +73,8 @@ pub enum MediaRelay {
         to: usize,
         /// The track.
         track: TrackId,
+        /// Its simulcast stream (0 for a single stream).
+        layer: u8,
     },
 }
 
@@ -79,6 +83,13 @@ impl MediaRelay {
     pub fn to(&self) -> usize {
         match self {
             MediaRelay::Packet { to, .. } | MediaRelay::Keyframe { to, .. } => *to,
+        }
+    }
+
+    /// The simulcast stream it is about.
+    pub fn layer(&self) -> u8 {
+        match self {
+            MediaRelay::Packet { layer, .. } | MediaRelay::Keyframe { layer, .. } => *layer,
         }
     }
 

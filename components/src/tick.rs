@@ -12,9 +12,10 @@ use std::net::SocketAddr;
 use bevy_ecs::prelude::{Entity, Resource};
 use bytes::{Bytes, BytesMut};
 
-use crate::media::Track;
+use crate::media::{PayloadFormat, Track};
 use crate::net::{Datagram, FiveTuple};
 use crate::peer::PeerId;
+use crate::rtp::payload::{Vp8Descriptor, h264_keyframe_start};
 use crate::rtp::{RtpHeader, RtpPacket};
 use crate::time::Time;
 use crate::timer::TimerKind;
@@ -138,6 +139,20 @@ pub struct SharedRtp {
     pub seq: u64,
     /// Its audio level (RFC 6464: one byte), to carry over.
     pub audio_level: Option<u8>,
+    /// For a simulcast stream: whether it starts a keyframe, and its VP8 descriptor
+    /// (whose picture numbers each subscriber's copy continues).
+    pub layer: Option<LayerPacket>,
+}
+
+/// What a simulcast stream's packet tells the switch between streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerPacket {
+    /// The stream's index among its track's.
+    pub index: u8,
+    /// It starts a keyframe: a subscriber may switch to this stream here.
+    pub keyframe: bool,
+    /// Its VP8 payload descriptor, for VP8.
+    pub vp8: Option<Vp8Descriptor>,
 }
 
 impl SharedRtp {
@@ -153,11 +168,28 @@ impl SharedRtp {
                 Some(&[level]) => Some(level),
                 _ => None,
             });
+        let layer = track.layering.as_ref().map(|l| {
+            let payload = p.payload();
+            let (keyframe, vp8) = match track.spec.format {
+                PayloadFormat::Vp8 => {
+                    let d = Vp8Descriptor::parse(payload);
+                    (d.is_some_and(|d| d.keyframe_start), d)
+                }
+                PayloadFormat::H264 => (h264_keyframe_start(payload), None),
+                _ => (false, None),
+            };
+            LayerPacket {
+                index: l.index,
+                keyframe,
+                vp8,
+            }
+        });
         Some(SharedRtp {
             header: *p.header(),
             packet: packet.clone(),
             seq,
             audio_level,
+            layer,
         })
     }
 }

@@ -48,11 +48,13 @@ pub enum TimerKind {
     TransportFeedback = 12,
     /// A published audio track's level report is due.
     AudioLevel = 13,
+    /// A peer's next probe packet is due (`congestion::probe`).
+    Probe = 14,
 }
 
 impl TimerKind {
     /// Every kind, in slot order.
-    pub const ALL: [TimerKind; 14] = [
+    pub const ALL: [TimerKind; 15] = [
         TimerKind::IceCheck,
         TimerKind::ConsentCheck,
         TimerKind::ConsentExpiry,
@@ -67,6 +69,7 @@ impl TimerKind {
         TimerKind::SctpHeartbeat,
         TimerKind::TransportFeedback,
         TimerKind::AudioLevel,
+        TimerKind::Probe,
     ];
     /// How many kinds there are: the size of the table.
     pub const COUNT: usize = TimerKind::ALL.len();
@@ -89,7 +92,8 @@ impl TimerKind {
             | TimerKind::MediaReport
             | TimerKind::SctpHeartbeat
             | TimerKind::TransportFeedback
-            | TimerKind::AudioLevel => self as usize,
+            | TimerKind::AudioLevel
+            | TimerKind::Probe => self as usize,
         }
     }
 }

@@ -12,6 +12,7 @@ use shoal_components::sdp::{
     HOST_PRIORITY, HashFunction, MediaDescription, MediaKind, Negotiation, NegotiationError,
     PROTO_DTLS_SCTP, SessionDescription, Setup,
 };
+use shoal_components::sdp::{Change, EXT_REPAIRED_RID, EXT_RID, RidDirection};
 
 /// A new session's answer to `offer`, with no room tracks to place.
 fn answer(
@@ -164,14 +165,53 @@ fn media_sections_are_taken_with_the_transport() {
 
 #[test]
 fn media_only_offers_are_taken() {
-    // Simulcast is not negotiated (no a=simulcast in the answer, RFC 8853 §5.3): the
-    // sender sends one stream.
-    let offer = fixture("chromium156_simulcast_offer.sdp");
-    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
-    let a = answer(&offer, &params(&[addr])).unwrap();
+    // Chromium 156 offers three simulcast streams (a=rid:q/h/f send, a=simulcast:send
+    // q;h;f) with the rid extensions: shoal takes them all, each rid answered "recv"
+    // (RFC 8851 §6.3) and the list reversed to "recv" (RFC 8853 §5.3.2).
+    let (offer, a) = answer_to("chromium156_simulcast_offer.sdp");
     assert_eq!(a.data_mid, None);
-    assert!(a.sdp.media.iter().all(|m| m.simulcast().is_none()));
     assert!(a.sdp.media.iter().all(|m| m.port == 7100));
+    assert!(a.sdp.media[0].simulcast().is_none(), "audio");
+    let video = &a.sdp.media[1];
+    let simulcast = video.simulcast().expect("a=simulcast in the answer");
+    assert!(simulcast.send().is_none());
+    let recv: Vec<&str> = simulcast.recv().expect("recv").rids().collect();
+    assert_eq!(recv, ["q", "h", "f"]);
+    let rids: Vec<(&str, RidDirection)> =
+        video.rids().map(|r| (r.id.as_str(), r.direction)).collect();
+    assert_eq!(
+        rids,
+        [
+            ("q", RidDirection::Recv),
+            ("h", RidDirection::Recv),
+            ("f", RidDirection::Recv)
+        ]
+    );
+    assert!(video.extmaps().any(|e| e.uri == EXT_RID && e.id == 10));
+    assert!(
+        video
+            .extmaps()
+            .any(|e| e.uri == EXT_REPAIRED_RID && e.id == 11)
+    );
+    let layers = a.changes.iter().find_map(|c| match c {
+        Change::Published { track, .. } if track.kind == MediaKind::Video => Some(&track.layers),
+        _ => None,
+    });
+    let layers: Vec<Option<&str>> = layers
+        .expect("the video published")
+        .iter()
+        .map(|l| l.rid.as_deref())
+        .collect();
+    assert_eq!(layers, [Some("q"), Some("h"), Some("f")]);
+    // Without the rid extension the rids cannot be told apart on the wire (RFC 8853
+    // §5.5): one stream, no simulcast in the answer.
+    let mut bare = offer.clone();
+    bare.media[1]
+        .attributes
+        .retain(|a| !matches!(a, Attribute::Extmap(e) if e.uri == EXT_RID));
+    let addr: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+    let b = answer(&bare, &params(&[addr])).unwrap();
+    assert!(b.sdp.media.iter().all(|m| m.simulcast().is_none()));
     // Every section disabled: nothing to answer.
     let mut none = offer.clone();
     for m in &mut none.media {

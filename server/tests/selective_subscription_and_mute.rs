@@ -220,7 +220,7 @@ fn selective_subscription_and_mute() {
             list.participants
                 .iter()
                 .find(|p| p.identity == who)
-                .and_then(|p| p.connection)
+                .and_then(|p| p.connection.clone())
                 .unwrap_or_else(|| panic!("no connection stats for {who}: {list:?}"))
         };
         let sub = connection("sub");

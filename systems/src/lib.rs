@@ -15,6 +15,7 @@ pub mod shard;
 pub use node::{Links, Node, SiblingBatch};
 pub use passes::Pass;
 pub use shard::{
-    Command, CommandError, CongestionReport, PeerDtls, PeerSpec, SctpSendError, Shard, ShardConfig,
+    Command, CommandError, CongestionReport, LayerReport, PeerDtls, PeerSpec, SctpSendError, Shard,
+    ShardConfig,
 };
 pub use shoal_components::tick::{RemoveReason, ShardEvent};

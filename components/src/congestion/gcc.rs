@@ -67,6 +67,14 @@ const LOSS_HIGH: f64 = 0.10;
 /// a second, 1.05 per message would multiply the estimate by 2.6 a second. The
 /// loss-based controller runs once per this, over the packets reported since.
 const LOSS_INTERVAL_US: i64 = 1_000_000;
+/// A cut for heavy loss (over [`LOSS_HIGH`]) is not held to that second: it is made
+/// on the feedback that shows it, over at least this many packets reported, and at
+/// most once per [`LOSS_CUT_SPACING_US`] plus a round trip (libwebrtc's spacing of
+/// loss-based decreases), so one burst of loss is cut for once, and a link that
+/// narrowed is left within a fraction of a second rather than one cut a second.
+const LOSS_MIN_PACKETS: u32 = 20;
+/// See [`LOSS_MIN_PACKETS`].
+const LOSS_CUT_SPACING_US: i64 = 300_000;
 /// Bounds on the estimate.
 pub const MIN_ESTIMATE_BPS: f64 = 30_000.0;
 /// See [`MIN_ESTIMATE_BPS`].
@@ -305,6 +313,8 @@ pub struct Estimator {
     reported: u32,
     lost: u32,
     loss_at: Option<i64>,
+    /// When loss last cut As_hat.
+    loss_cut_at: Option<i64>,
     /// Round-trip time, ms: smoothed from send to feedback.
     rtt_ms: f64,
     /// Decreases so far.
@@ -329,6 +339,7 @@ impl Estimator {
             reported: 0,
             lost: 0,
             loss_at: None,
+            loss_cut_at: None,
             rtt_ms: 100.0,
             decreases: 0,
         }
@@ -385,6 +396,21 @@ impl Estimator {
         }
         self.rate_control(now_us);
         self.loss_control(now_us);
+    }
+
+    /// A probe cluster measured `bps` through the path: an estimate below it is
+    /// raised to it, the loss-based one too (what arrived at that rate was not lost
+    /// enough to count, or the cluster would not have measured it), and the
+    /// convergence memory of §5.5 is dropped, since the path is not what it was.
+    pub fn on_probe(&mut self, bps: f64) {
+        let bps = bps.clamp(MIN_ESTIMATE_BPS, MAX_ESTIMATE_BPS);
+        if bps <= self.bps() as f64 {
+            return;
+        }
+        self.delay_based = self.delay_based.max(bps);
+        self.loss_based = self.loss_based.max(bps);
+        self.max_avg = None;
+        self.max_var = 0.0;
     }
 
     /// §5.5: the state machine of Table 1's transitions and the estimate's update.
@@ -463,16 +489,32 @@ impl Estimator {
         self.delay_based = self.delay_based.clamp(MIN_ESTIMATE_BPS, MAX_ESTIMATE_BPS);
     }
 
-    /// §6, once per [`LOSS_INTERVAL_US`] over what was reported since.
+    /// §6, once per [`LOSS_INTERVAL_US`] over what was reported since, and sooner
+    /// for heavy loss (see [`LOSS_MIN_PACKETS`]).
     fn loss_control(&mut self, now: i64) {
         let since = *self.loss_at.get_or_insert(now);
-        if now - since < LOSS_INTERVAL_US || self.reported == 0 {
+        let p = f64::from(self.lost) / f64::from(self.reported.max(1));
+        let rtt_us = (self.rtt_ms * 1000.0) as i64;
+        let cut_now = self.reported >= LOSS_MIN_PACKETS
+            && p > LOSS_HIGH
+            && self
+                .loss_cut_at
+                .is_none_or(|t| now - t >= LOSS_CUT_SPACING_US + rtt_us);
+        if !cut_now && (now - since < LOSS_INTERVAL_US || self.reported == 0) {
             return;
         }
-        let p = f64::from(self.lost) / f64::from(self.reported);
+        if p > LOSS_HIGH {
+            self.loss_cut_at = Some(now);
+        }
         if p > LOSS_HIGH {
             // From the rate in force: As_hat may stand far above it (see below).
             self.loss_based = self.loss_based.min(self.bps() as f64) * (1.0 - 0.5 * p);
+            // §6: "If the queues are very short, over-use will only be visible
+            // through packet losses". A_hat, which saw none of it, is brought down
+            // to the cut too: left above, it would hand the rate back as soon as
+            // As_hat climbed past it, into the same losses. From here A_hat grows
+            // as §5.5 lets it, with what arrives.
+            self.delay_based = self.delay_based.min(self.loss_based.max(MIN_ESTIMATE_BPS));
         } else if p < LOSS_LOW {
             self.loss_based *= 1.05;
         }
@@ -547,6 +589,7 @@ mod tests {
                 send_us: now,
                 arrival_us: arrival,
                 size,
+                probe: 0,
             });
             now += tx_us(rate);
             if now >= next_feedback {

@@ -21,6 +21,8 @@ pub struct PacketResult {
     pub arrival_us: Option<i64>,
     /// Its size in bytes, as sent (SRTP overhead included).
     pub size: u16,
+    /// The probe cluster it was sent in, 0 for none.
+    pub probe: u16,
 }
 
 /// A packet sent and not yet known to have arrived.
@@ -35,6 +37,7 @@ struct Sent {
     arrived: bool,
     /// Whether feedback reported it lost once already.
     reported_lost: bool,
+    probe: u16,
 }
 
 const FREE: Sent = Sent {
@@ -43,6 +46,7 @@ const FREE: Sent = Sent {
     size: 0,
     arrived: false,
     reported_lost: false,
+    probe: 0,
 };
 
 /// The packets sent to one peer with shoal's transport-wide numbers.
@@ -61,6 +65,11 @@ impl SendHistory {
     /// Numbers the next packet, sent `at`, and keeps it; returns the 16 bits that go
     /// on the wire. Its size follows with [`SendHistory::resize_last`] once known.
     pub fn stamp(&mut self, at: Time) -> u16 {
+        self.stamp_in(at, 0)
+    }
+
+    /// [`SendHistory::stamp`] for a packet sent in probe cluster `probe` (0: none).
+    pub fn stamp_in(&mut self, at: Time, probe: u16) -> u16 {
         if self.slots.is_empty() {
             self.slots = vec![FREE; SEND_WINDOW];
         }
@@ -73,21 +82,28 @@ impl SendHistory {
                 size: 0,
                 arrived: false,
                 reported_lost: false,
+                probe,
             };
         }
         seq as u16
     }
 
     /// Forgets the packet stamped last (it did not go out): its number is given out
-    /// again, so the peer never sees a gap it would read as loss.
-    pub fn unstamp_last(&mut self) {
+    /// again, so the peer never sees a gap it would read as loss. Returns the probe
+    /// cluster it was stamped in (0: none).
+    pub fn unstamp_last(&mut self) -> u16 {
         let Some(last) = self.next.checked_sub(1) else {
-            return;
+            return 0;
         };
+        let probe = self
+            .slots
+            .get((last % SEND_WINDOW as u64) as usize)
+            .map_or(0, |s| s.probe);
         if let Some(slot) = self.slots.get_mut((last % SEND_WINDOW as u64) as usize) {
             *slot = FREE;
         }
         self.next = last;
+        probe
     }
 
     /// Sets the size of the packet stamped last.
@@ -141,6 +157,7 @@ impl SendHistory {
                             send_us: sent.send_us,
                             arrival_us: None,
                             size: sent.size,
+                            probe: sent.probe,
                         });
                     }
                 }
@@ -152,6 +169,7 @@ impl SendHistory {
                         // arrived, when is not known.
                         arrival_us: p.delta.map(|_| arrival),
                         size: sent.size,
+                        probe: sent.probe,
                     });
                 }
             }
@@ -197,17 +215,20 @@ mod tests {
                 PacketResult {
                     send_us: 0,
                     arrival_us: Some(64_000),
-                    size: 1000
+                    size: 1000,
+                    probe: 0,
                 },
                 PacketResult {
                     send_us: 10_000,
                     arrival_us: None,
-                    size: 1001
+                    size: 1001,
+                    probe: 0,
                 },
                 PacketResult {
                     send_us: 20_000,
                     arrival_us: Some(84_000),
-                    size: 1002
+                    size: 1002,
+                    probe: 0,
                 },
             ]
         );

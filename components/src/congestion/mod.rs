@@ -14,6 +14,7 @@
 
 pub mod gcc;
 pub mod history;
+pub mod probe;
 
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use crate::rtcp::TransportCc;
 use crate::time::Time;
 use gcc::Estimator;
 use history::{PacketResult, SendHistory};
+use probe::Prober;
 
 /// Arrivals a peer's log holds: the packets one feedback may describe, and the
 /// reordering it can still take back. A power of two, so a sequence number indexes
@@ -208,6 +210,8 @@ pub struct SendSide {
     pub estimator: Option<Box<Estimator>>,
     /// Feedback messages the peer sent on them.
     pub feedback_received: u64,
+    /// Clusters sent to find more than the estimate says.
+    pub prober: Prober,
     results: Vec<PacketResult>,
 }
 
@@ -220,9 +224,28 @@ impl SendSide {
         if self.results.is_empty() {
             return;
         }
-        self.estimator
-            .get_or_insert_with(|| Box::new(Estimator::new(INITIAL_ESTIMATE_BPS)))
-            .on_feedback(now, &self.results);
+        let estimator = self
+            .estimator
+            .get_or_insert_with(|| Box::new(Estimator::new(INITIAL_ESTIMATE_BPS)));
+        estimator.on_feedback(now, &self.results);
+        if let Some(rate) = self.prober.on_results(now, &self.results) {
+            estimator.on_probe(rate);
+        }
+    }
+
+    /// Numbers the next packet, sent `now`, in the probe cluster that is out if any;
+    /// returns the 16 bits that go on the wire.
+    pub fn stamp(&mut self, now: Time) -> u16 {
+        let probe = self.prober.tag();
+        self.history.stamp_in(now, probe)
+    }
+
+    /// The packet stamped last did not go out (see [`SendHistory::unstamp_last`]).
+    pub fn unstamp_last(&mut self) {
+        let probe = self.history.unstamp_last();
+        if probe != 0 {
+            self.prober.untag(probe);
+        }
     }
 
     /// The estimate, bit/s, once feedback came.

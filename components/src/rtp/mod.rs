@@ -11,6 +11,7 @@
 mod error;
 pub mod ext;
 mod header;
+pub mod payload;
 mod writer;
 
 pub use error::RtpError;

@@ -751,6 +751,19 @@ fn connection_stats(r: &CongestionReport) -> v1::ConnectionStats {
         packets_stamped: r.stamped,
         feedback_received: r.feedback_received,
         feedback_sent: r.feedback_sent,
+        layers: r
+            .layers
+            .iter()
+            .map(|l| v1::LayerStats {
+                track_id: super::media::track_name(l.track),
+                rid: l.rid.clone().unwrap_or_default(),
+                current: l.current.map_or(-1, i32::from),
+                target: i32::from(l.target),
+                switches: l.switches,
+            })
+            .collect(),
+        probe_clusters: r.probe_clusters,
+        last_probe_bps: r.last_probe_bps.unwrap_or(0),
     }
 }
 

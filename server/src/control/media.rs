@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use shoal_components::media::{
-    ExtensionIds, FeedbackKinds, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
+    ExtensionIds, FeedbackKinds, PayloadFormat, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
 };
 use shoal_components::peer::PeerId;
 use shoal_components::sdp::{
@@ -181,6 +181,12 @@ fn track_spec(id: TrackId, mid: &str, p: &Published) -> TrackSpec {
         },
         extensions: extension_ids(&p.extensions),
         feedback: feedback(&p.codec),
+        format: match p.codec.name {
+            sdp::CodecName::Opus => PayloadFormat::Opus,
+            sdp::CodecName::Vp8 => PayloadFormat::Vp8,
+            sdp::CodecName::H264 => PayloadFormat::H264,
+        },
+        layers: p.layers.clone(),
     }
 }
 

@@ -63,6 +63,36 @@ pub fn create_room_in(ns: &str, grpc: SocketAddr, room: &str) {
     });
 }
 
+/// The participants of `room` as ListParticipants gives them, over the gRPC at
+/// `grpc`, reached from inside namespace `ns`.
+pub fn participants_in(
+    ns: &str,
+    grpc: SocketAddr,
+    room: &str,
+) -> Vec<shoal_proto::v1::Participant> {
+    let room = room.to_owned();
+    netns::run_in(ns, move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let mut rooms = shoal_proto::v1::room_service_client::RoomServiceClient::new(
+                grpc_node::connect(grpc).await,
+            );
+            rooms
+                .list_participants(shoal_proto::v1::ListParticipantsRequest {
+                    room,
+                    ..Default::default()
+                })
+                .await
+                .expect("participants listed")
+                .into_inner()
+                .participants
+        })
+    })
+}
+
 /// A DevTools connection to `browser`, which runs in namespace `ns`.
 pub async fn devtools_in(lab: &Lab, ns: &str, browser: &Browser) -> Cdp {
     let (port, _) = devtools_port(&browser.profile);

@@ -62,6 +62,8 @@ pub fn track_spec(id: TrackId, ssrc: u32, rtx: u32) -> TrackSpec {
         clock_rate: 90_000,
         extensions: ExtensionIds::default(),
         feedback: nack_feedback(),
+        format: Default::default(),
+        layers: Vec::new(),
     }
 }
 

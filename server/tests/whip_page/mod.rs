@@ -42,8 +42,9 @@ pub enum Path {
 }
 
 /// POSTs the page's offer to `path`, applies the answer and waits for the
-/// connection; resolves with the answer's SDP. `window.shoal.links` keeps the
-/// response's `Link` headers.
+/// connection; resolves with the answer's SDP. `window.shoal.offer` keeps the offer
+/// (set before the POST, so a test can read it when the POST fails) and
+/// `window.shoal.links` the response's `Link` headers.
 fn exchange(setup: &str, path: &str, via: Path) -> String {
     let wait = WAIT_CONNECTED.replace("TIMEOUT", &CONNECT_TIMEOUT_MS.to_string());
     let relay = via == Path::RelayFromLinks;
@@ -56,6 +57,7 @@ fn exchange(setup: &str, path: &str, via: Path) -> String {
   pc.ontrack = (e) => state.tracks.push(e.track.kind);
   {setup}
   const offer = await pc.createOffer();
+  window.shoal = {{ pc, state, offer: offer.sdp }};
   if (!relay) await pc.setLocalDescription(offer);
   const response = await fetch("{path}", {{
     method: "POST", headers: {{ "Content-Type": "application/sdp" }}, body: offer.sdp,
@@ -63,7 +65,7 @@ fn exchange(setup: &str, path: &str, via: Path) -> String {
   const answer = await response.text();
   if (response.status !== 201) throw new Error("POST {path}: " + response.status + ": " + answer);
   const links = response.headers.get("Link");
-  window.shoal = {{ pc, state, answer, links, location: response.headers.get("Location"), etag: response.headers.get("ETag") }};
+  window.shoal = {{ pc, state, offer: offer.sdp, answer, links, location: response.headers.get("Location"), etag: response.headers.get("ETag") }};
   if (relay) {{
     pc.setConfiguration({{ iceServers: iceServersOf(links), iceTransportPolicy: "relay" }});
     await pc.setLocalDescription(offer);
@@ -114,6 +116,36 @@ pub fn publish_noise_script(room: &str, identity: &str, width: u32, height: u32)
   const mic = await navigator.mediaDevices.getUserMedia({{ audio: true }});
   const stream = new MediaStream([mic.getAudioTracks()[0], video]);
   for (const t of stream.getTracks()) pc.addTransceiver(t, {{ direction: "sendonly", streams: [stream] }});"#
+        ),
+        &format!("/whip/{room}?identity={identity}"),
+        Path::Direct,
+    )
+}
+
+/// Publishes the fake camera at 1280 × 720 (asking for 30 frames a second; it gives
+/// 20) into `room` over WHIP as `identity`, as three simulcast streams of one track
+/// (RFC 8853; rids, RFC 8851): `q` at a quarter of its width and height up to
+/// 150 kbit/s, `h` at half up to 500 kbit/s, `f` whole up to 1.5 Mbit/s. The video
+/// section offers `codec` alone (`"VP8"` or `"H264"`, with its RTX format): for H.264
+/// packetization mode 1 first (shoal forwards no other), Constrained Baseline level
+/// 3.1 (`42e01f`) first among those. No audio. Resolves with shoal's answer once
+/// connected.
+pub fn publish_simulcast_script(room: &str, identity: &str, codec: &str) -> String {
+    exchange(
+        &format!(
+            r#"const stream = await navigator.mediaDevices.getUserMedia({{ video: {{ width: 1280, height: 720, frameRate: 30 }} }});
+  const track = stream.getVideoTracks()[0];
+  const transceiver = pc.addTransceiver(track, {{ direction: "sendonly", sendEncodings: [
+    {{ rid: "q", scaleResolutionDownBy: 4, maxBitrate: 150000 }},
+    {{ rid: "h", scaleResolutionDownBy: 2, maxBitrate: 500000 }},
+    {{ rid: "f", scaleResolutionDownBy: 1, maxBitrate: 1500000 }},
+  ] }});
+  const codecs = RTCRtpSender.getCapabilities("video").codecs;
+  const fmtp = (c) => c.sdpFmtpLine || "";
+  const rank = (c) => (/packetization-mode=1/.test(fmtp(c)) ? 0 : 2) + (/profile-level-id=42e01f/.test(fmtp(c)) ? 0 : 1);
+  const wanted = codecs.filter((c) => c.mimeType.toLowerCase() === "video/{codec}".toLowerCase()).sort((a, b) => rank(a) - rank(b));
+  if (!wanted.length) throw new Error("Chromium cannot send {codec}: " + codecs.map((c) => c.mimeType + " " + fmtp(c)).join(", "));
+  transceiver.setCodecPreferences([...wanted, ...codecs.filter((c) => c.mimeType === "video/rtx")]);"#
         ),
         &format!("/whip/{room}?identity={identity}"),
         Path::Direct,

@@ -20,6 +20,9 @@ use shoal_components::tick::{MediaOut, Now, Outbox, Outgoing, SharedRtp, Transmi
 use shoal_components::time::Time;
 use shoal_components::transport::PeerSrtp;
 
+/// The RTP clock of VP8 and H.264 (RFC 7741 §4.1, RFC 6184 §5.1): 90 kHz.
+const VIDEO_CLOCK: u32 = 90_000;
+
 /// The egress pass.
 pub fn egress(
     now: Res<Now>,
@@ -188,8 +191,58 @@ fn send_copy(
         sub.ts_offset = ((r >> 16) as u32).wrapping_sub(h.timestamp);
         sub.rtx_seq = (r >> 48) as u16;
     }
+    // Packets of the stream left, queued in this tick before the switch, still go
+    // out on the old offsets; the first of the new stream re-bases them.
+    if let (Some(choice), Some(layer), false) = (sub.layers.as_mut(), rtp.layer, rtx)
+        && choice.rebase
+        && choice.current == Some(layer.index)
+    {
+        // A switch of simulcast stream (RFC 8853): the new stream's numbers go on
+        // from the last ones sent, its timestamps from the last one by the time
+        // between them (RFC 3550 §5.1: the timestamp follows the sampling clock),
+        // its VP8 picture numbers from the last picture's (RFC 7741 §4.2).
+        choice.rebase = false;
+        sub.seq_offset = choice
+            .last_seq
+            .wrapping_add(1)
+            .wrapping_sub((seq & 0xffff) as u16);
+        if let Some((last, at)) = sub.last_rtp_ts {
+            let elapsed = now.saturating_since(at).as_micros();
+            let step = ((elapsed * u128::from(VIDEO_CLOCK) / 1_000_000) as u32).max(1);
+            sub.ts_offset = last.wrapping_add(step).wrapping_sub(h.timestamp);
+        }
+        if let Some(d) = layer.vp8 {
+            let (last_picture, last_tl0) = choice.last_picture;
+            let picture = d.picture_id.map_or(0, |(p, _, _)| p);
+            let tl0 = d.tl0_pic_idx.map_or(0, |(t, _)| t);
+            choice.picture_offset = (
+                last_picture.wrapping_add(1).wrapping_sub(picture),
+                last_tl0.wrapping_add(1).wrapping_sub(tl0),
+            );
+        }
+    }
     let out_seq = ((seq & 0xffff) as u16).wrapping_add(sub.seq_offset);
     let timestamp = h.timestamp.wrapping_add(sub.ts_offset);
+    // A simulcast stream's VP8 descriptor, renumbered for this subscriber.
+    let mut descriptor = [0u8; 8];
+    let mut renumbered = 0;
+    if let (Some(choice), Some(d)) = (sub.layers.as_mut(), rtp.layer.and_then(|l| l.vp8))
+        && let Some(prefix) = payload.get(..d.len).filter(|p| p.len() <= descriptor.len())
+    {
+        let picture = d.picture_id.map_or(0, |(p, _, wide)| {
+            let mask = if wide { 0x7fff } else { 0x7f };
+            p.wrapping_add(choice.picture_offset.0) & mask
+        });
+        let tl0 = d
+            .tl0_pic_idx
+            .map_or(0, |(t, _)| t.wrapping_add(choice.picture_offset.1));
+        descriptor[..prefix.len()].copy_from_slice(prefix);
+        d.rewrite(&mut descriptor[..prefix.len()], picture, tl0);
+        renumbered = prefix.len();
+        if !rtx {
+            choice.last_picture = (picture, tl0);
+        }
+    }
     let (ssrc, payload_type, sequence_number) = if rtx {
         let (Some(ssrc), Some(pt)) = (sub.spec.rtx_ssrc, sub.spec.rtx_payload_type) else {
             return Sent::Failed;
@@ -225,16 +278,17 @@ fn send_copy(
         // shoal's own transport-wide number (draft-holmer-rmcat-transport-wide-cc-
         // extensions-01 §2), one space over everything the subscriber is sent.
         if let (Some(id), Some(tw)) = (sub.spec.extensions.transport_cc, transport.as_mut()) {
-            let seq = tw.send.history.stamp(now);
+            let seq = tw.send.stamp(now);
             stamped = w.extension(id, &seq.to_be_bytes()).is_ok();
             if !stamped {
-                tw.send.history.unstamp_last();
+                tw.send.unstamp_last();
             }
         }
         if rtx {
             w.payload(&out_seq.to_be_bytes());
         }
-        w.payload(payload);
+        w.payload(&descriptor[..renumbered]);
+        w.payload(&payload[renumbered..]);
         w.finish(0);
     }
     if srtp
@@ -245,12 +299,17 @@ fn send_copy(
     {
         write.0.clear();
         if let (true, Some(tw)) = (stamped, transport.as_mut()) {
-            tw.send.history.unstamp_last();
+            tw.send.unstamp_last();
         }
         return Sent::Failed;
     }
     if let (true, Some(tw)) = (stamped, transport.as_mut()) {
         tw.send.history.resize_last(write.0.len());
+    }
+    if let (Some(choice), false) = (sub.layers.as_mut(), rtx)
+        && (out_seq.wrapping_sub(choice.last_seq) < 0x8000 || sub.packets_sent == 0)
+    {
+        choice.last_seq = out_seq;
     }
     if !rtx {
         // RFC 3550 §6.4.1: the SR's octet count is payload octets only, "not

@@ -477,7 +477,8 @@ fn handle_timer(
         | TimerKind::SctpHeartbeat
         | TimerKind::MediaReport
         | TimerKind::TransportFeedback
-        | TimerKind::AudioLevel => {}
+        | TimerKind::AudioLevel
+        | TimerKind::Probe => {}
         TimerKind::ConsentCheck => {
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
                 return;

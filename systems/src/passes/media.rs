@@ -9,15 +9,18 @@
 //! (NACK, PLI, FIR) and the reports and feedback shoal writes back (RFC 3550 §6.4,
 //! RFC 4585), each on its own hop. `egress` writes and protects every copy.
 
+mod layers;
 mod rtcp;
 
 use bevy_ecs::prelude::*;
+use bevy_ecs::query::QueryFilter;
 use bevy_ecs::system::SystemParam;
 use bytes::{Bytes, BytesMut};
-use shoal_components::congestion::{FEEDBACK_INTERVAL, TransportWide};
+use shoal_components::congestion::{FEEDBACK_INTERVAL, INITIAL_ESTIMATE_BPS, TransportWide};
 use shoal_components::media::{
-    AUDIO_LEVEL_INTERVAL, PeerMedia, ReceiveStats, Subscription, Track, TrackKind,
+    AUDIO_LEVEL_INTERVAL, PayloadFormat, PeerMedia, ReceiveStats, Subscription, Track, TrackKind,
 };
+use shoal_components::rtp::payload::{Vp8Descriptor, h264_sps_size, vp8_keyframe_size};
 use shoal_components::peer::Peer;
 use shoal_components::relay::{MediaRelay, MediaRelayOut};
 use shoal_components::rtcp::twcc::FeedbackEncoder;
@@ -138,6 +141,7 @@ pub fn media(
             packet,
             &mut peers,
             &mut tracks,
+            &mut subs,
             &mut transport,
             &ids,
         );
@@ -182,6 +186,18 @@ pub fn media(
             }
             continue;
         }
+        if kind == TimerKind::Probe {
+            probe_step(
+                &mut ctx,
+                now,
+                entity,
+                &mut transport,
+                &peers,
+                &tracks,
+                &subs,
+            );
+            continue;
+        }
         if kind == TimerKind::AudioLevel {
             if let Ok((mut track, _)) = tracks.get_mut(entity)
                 && let Some((level, voice)) = track.levels.take()
@@ -208,25 +224,108 @@ pub fn media(
             track_timer(&mut ctx, now, entity, &mut track, &mut timers, rtcp_ssrc);
         } else if let Ok((mut sub, mut timers)) = subs.get_mut(entity) {
             subscription_timer(&mut ctx, now, entity, &mut sub, &mut timers, &tracks);
+            // Streams come and go with the publisher's encoder: a simulcast
+            // subscriber's choice is made again each report interval even without
+            // feedback.
+            if sub.layers.is_some() {
+                let subscriber = sub.subscriber;
+                // A subscriber that gives feedback but gave none yet starts from
+                // the initial estimate.
+                let estimate = transport.get(subscriber).ok().and_then(|(tw, _)| {
+                    tw.send.estimate_bps().or(sub
+                        .spec
+                        .extensions
+                        .transport_cc
+                        .map(|_| INITIAL_ESTIMATE_BPS as u64))
+                });
+                let shortfall = layers::choose(
+                    &mut ctx,
+                    now,
+                    subscriber,
+                    estimate,
+                    &peers,
+                    &mut tracks,
+                    &mut subs,
+                );
+                if let Some(shortfall) = shortfall {
+                    start_probe(&mut ctx, now, subscriber, shortfall, &mut transport);
+                }
+            }
         }
     }
 }
 
-/// Queues `packet` (extended sequence number `seq`) for every subscription of `track`:
-/// the one `Bytes`, shared.
-pub(crate) fn fan_out(track: &Track, packet: &Bytes, seq: u64, out: &mut MediaOut) {
+/// Queues `packet` (extended sequence number `seq`) of stream `stream` for every
+/// subscription of `track` that takes it: the one `Bytes`, shared. A simulcast
+/// stream's packet goes only to the subscriptions it is the stream of (or, a keyframe,
+/// the target of: [`admit`]).
+pub(crate) fn fan_out<F: QueryFilter>(
+    track: &Track,
+    stream: Entity,
+    packet: &Bytes,
+    seq: u64,
+    subs: &mut Query<(&mut Subscription, &mut Timers), F>,
+    out: &mut MediaOut,
+) {
     if track.subscribers.is_empty() {
         return;
     }
     let Some(shared) = SharedRtp::of(track, packet, seq) else {
         return;
     };
-    out.0
-        .extend(track.subscribers.iter().map(|&subscription| Outgoing::Rtp {
-            subscription,
-            packet: shared.clone(),
-            retransmission: false,
-        }));
+    let Some(layer) = shared.layer else {
+        out.0
+            .extend(track.subscribers.iter().map(|&subscription| Outgoing::Rtp {
+                subscription,
+                packet: shared.clone(),
+                retransmission: false,
+            }));
+        return;
+    };
+    for &subscription in &track.subscribers {
+        if let Ok((mut sub, _)) = subs.get_mut(subscription)
+            && admit(&mut sub, stream, layer.index, seq, layer.keyframe)
+        {
+            out.0.push(Outgoing::Rtp {
+                subscription,
+                packet: shared.clone(),
+                retransmission: false,
+            });
+        }
+    }
+}
+
+/// Whether a subscription takes a packet (extended number `seq`, a keyframe's start
+/// or not) of the simulcast stream `index` (entity `stream`): the packets of the
+/// stream it is sent, from where it switched to it, and the keyframe of its target,
+/// where it switches (RFC 8853 §5.1 leaves the choice among streams to the receiver
+/// of all of them; a decoder can start only at a keyframe).
+pub(crate) fn admit(
+    sub: &mut Subscription,
+    stream: Entity,
+    index: u8,
+    seq: u64,
+    keyframe: bool,
+) -> bool {
+    let started = sub.started;
+    let Some(choice) = sub.layers.as_mut() else {
+        return true;
+    };
+    if choice.current == Some(index) {
+        return !started || seq >= sub.first_seq;
+    }
+    if choice.target != index || !keyframe {
+        return false;
+    }
+    choice.current = Some(index);
+    if started {
+        choice.switches += 1;
+        choice.rebase = true;
+        // NACKs for the stream left are no longer this subscriber's to ask.
+        sub.first_seq = seq;
+    }
+    sub.track = stream;
+    true
 }
 
 /// Asks `track`'s publisher for a keyframe (RFC 4585 §6.3.1 PLI): now if the throttle
@@ -248,6 +347,7 @@ fn request_keyframe(
             Some(to) => ctx.relay.0.push(MediaRelay::Keyframe {
                 to,
                 track: t.spec.id,
+                layer: t.layering.as_ref().map_or(0, |l| l.index),
             }),
             None => ctx
                 .events
@@ -299,6 +399,7 @@ fn on_rtp(
     packet: &Bytes,
     peers: &mut Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
     tracks: &mut Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    subs: &mut Query<(&mut Subscription, &mut Timers), Without<Track>>,
     transport: &mut TransportQuery,
     ids: &Query<&Peer>,
 ) {
@@ -334,15 +435,38 @@ fn on_rtp(
             // Only while the track has no SSRC of that kind: a second stream under
             // the same mid (a simulcast layer, a restarted source) would otherwise
             // mix into the first one's sequence space.
+            // A simulcast track's streams are told apart by their rid (RFC 8852
+            // §3.1), a retransmission stream by the rid of the stream it repairs
+            // (§3.2).
             let bound = media.tracks_by_mid.iter().find_map(|(mid, e)| {
                 let (t, _) = tracks.get(*e).ok()?;
                 let id = t.spec.extensions.mid?;
-                let free = if Some(h.payload_type) == t.spec.rtx_payload_type {
+                if p.mid(id).ok()?? != mid.as_str() {
+                    return None;
+                }
+                let rtx = Some(h.payload_type) == t.spec.rtx_payload_type;
+                let stream = match &t.layering {
+                    None => *e,
+                    Some(l) => {
+                        let rid = if rtx {
+                            p.repaired_rid(t.spec.extensions.repaired_rid?).ok()??
+                        } else {
+                            p.rid(t.spec.extensions.rid?).ok()??
+                        };
+                        *l.siblings.iter().find(|s| {
+                            tracks.get(**s).is_ok_and(|(x, _)| {
+                                x.layering.as_ref().and_then(|l| l.rid.as_deref()) == Some(rid)
+                            })
+                        })?
+                    }
+                };
+                let (t, _) = tracks.get(stream).ok()?;
+                let free = if rtx {
                     t.rtx_ssrc.is_none()
                 } else {
                     t.ssrc.is_none()
                 };
-                (free && p.mid(id).ok()?? == mid.as_str()).then_some(*e)
+                free.then_some(stream)
             });
             let Some(e) = bound else {
                 ctx.stats.rtp_unknown_ssrc += 1;
@@ -396,6 +520,24 @@ fn on_rtp(
     };
     let previous_max = track.stats.started.then_some(track.stats.max_seq);
     let ext = track.stats.note(seq);
+    if !is_rtx {
+        track.rate.add(now, packet.len());
+        // A simulcast stream's picture size, from its keyframes: streams rank by it.
+        let format = track.spec.format;
+        if let Some(layering) = track.layering.as_mut() {
+            let payload = p.payload();
+            let size = match format {
+                PayloadFormat::Vp8 => Vp8Descriptor::parse(payload)
+                    .filter(|d| d.keyframe_start)
+                    .and_then(|d| vp8_keyframe_size(payload, d.len)),
+                PayloadFormat::H264 => h264_sps_size(payload),
+                _ => None,
+            };
+            if size.is_some() {
+                layering.size = size;
+            }
+        }
+    }
     ctx.stats.rtp_received += 1;
     if !is_rtx {
         let clock = track.spec.clock_rate;
@@ -455,11 +597,13 @@ fn on_rtp(
     if track.muted {
         ctx.stats.rtp_muted += 1;
     } else {
-        fan_out(&track, &packet, ext, &mut ctx.out);
+        fan_out(&track, entity, &packet, ext, subs, &mut ctx.out);
+        let layer = track.layering.as_ref().map_or(0, |l| l.index);
         for &to in &track.relay_to {
             ctx.relay.0.push(MediaRelay::Packet {
                 to,
                 track: track.spec.id,
+                layer,
                 seq: ext,
                 packet: packet.clone(),
             });
@@ -486,4 +630,97 @@ fn keyframe_allowed(track: &Track, now: Time) -> bool {
     track
         .last_keyframe_request
         .is_none_or(|at| now.saturating_since(at) >= KEYFRAME_REQUEST_INTERVAL)
+}
+
+/// How far above what a climb needs a probe cluster is sent, so that a path that
+/// carries it measures enough for the climb.
+pub const PROBE_OVERSHOOT: f64 = 1.25;
+
+/// Starts a probe cluster to `peer` when the stream choice wants more than its
+/// estimate gives (see `congestion::probe`): its first packet goes at once.
+pub(crate) fn start_probe(
+    ctx: &mut MediaCtx,
+    now: Time,
+    peer: Entity,
+    shortfall: layers::Shortfall,
+    transport: &mut TransportQuery,
+) {
+    let Ok((mut tw, mut timers)) = transport.get_mut(peer) else {
+        return;
+    };
+    let Some(estimate) = tw.send.estimate_bps() else {
+        return;
+    };
+    let target = ((shortfall.wanted_bps as f64 * PROBE_OVERSHOOT) as u64).max(estimate);
+    if tw.send.prober.start(now, target, 1200).is_some() {
+        ctx.heap.arm(&mut timers, peer, TimerKind::Probe, now);
+    }
+}
+
+/// Sends `peer` the next packet of its probe cluster: a retransmission (RFC 4588) of
+/// a recent packet of one of its video subscriptions, which it already has; closes
+/// the cluster after its last packet (or when nothing can be sent).
+fn probe_step(
+    ctx: &mut MediaCtx,
+    now: Time,
+    peer: Entity,
+    transport: &mut TransportQuery,
+    peers: &Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
+    tracks: &Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    subs: &Query<(&mut Subscription, &mut Timers), Without<Track>>,
+) {
+    let Ok((mut tw, mut timers)) = transport.get_mut(peer) else {
+        return;
+    };
+    let Some(cluster) = tw.send.prober.sending() else {
+        return;
+    };
+    let packet = (cluster.left > 0)
+        .then(|| probe_packet(peer, cluster.left, peers, tracks, subs))
+        .flatten();
+    let Some((subscription, packet)) = packet else {
+        tw.send.prober.close(now);
+        return;
+    };
+    // Paced at the cluster's rate: the next packet when this one's bits have gone.
+    let bits = (packet.packet.len() as u64 + 40) * 8;
+    let gap = std::time::Duration::from_micros(bits * 1_000_000 / cluster.target_bps.max(1));
+    tw.send.prober.sent_one();
+    ctx.heap.arm(&mut timers, peer, TimerKind::Probe, now + gap);
+    ctx.out.0.push(Outgoing::Rtp {
+        subscription,
+        packet,
+        retransmission: true,
+    });
+}
+
+/// A packet to probe `peer` with: one of the last few of the stream a started
+/// subscription of its sends, with RTX negotiated, chosen by `turn`.
+fn probe_packet(
+    peer: Entity,
+    turn: u32,
+    peers: &Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
+    tracks: &Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    subs: &Query<(&mut Subscription, &mut Timers), Without<Track>>,
+) -> Option<(Entity, SharedRtp)> {
+    let (media, _) = peers.get(peer).ok()?;
+    media.subscriptions.iter().find_map(|&(_, entity)| {
+        let (sub, _) = subs.get(entity).ok()?;
+        if !sub.started || sub.spec.rtx_ssrc.is_none() || sub.spec.rtx_payload_type.is_none() {
+            return None;
+        }
+        let (track, _) = tracks.get(sub.track).ok()?;
+        if track.muted || track.spec.kind != TrackKind::Video {
+            return None;
+        }
+        let newest = track.stats.max_seq;
+        (0..8u64).find_map(|k| {
+            let seq = newest.checked_sub((u64::from(turn) + k) % 8)?;
+            if seq < sub.first_seq {
+                return None;
+            }
+            let p = track.cache.get(seq)?;
+            Some((entity, SharedRtp::of(track, p, seq)?))
+        })
+    })
 }

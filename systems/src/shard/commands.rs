@@ -226,6 +226,9 @@ pub enum CommandError {
     /// The peer has as many tracks or subscriptions as allowed.
     #[error("at most {0} tracks")]
     TooManyTracks(usize),
+    /// A track with more simulcast streams than the shard takes.
+    #[error("more than {0} simulcast streams")]
+    TooManyLayers(usize),
     /// The SSRC is in use by another of the peer's streams.
     #[error("SSRC {0} is in use")]
     SsrcInUse(u32),

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use bevy_ecs::prelude::*;
 use shoal_components::congestion::TransportWide;
 use shoal_components::dtls::{CipherSuite, SrtpKeys};
+use shoal_components::media::{PeerMedia, Subscription, Track, TrackId};
 use shoal_components::net::FiveTuple;
 use shoal_components::peer::{Ice, IceState, Peer, PeerId, PeerIndex};
 use shoal_components::tick::RemoveReason;
@@ -14,7 +15,7 @@ use super::{CommandError, Shard};
 use crate::peer;
 
 /// A peer's congestion control state as [`Shard::congestion`] reports it.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct CongestionReport {
     /// What the path from shoal to the peer carries, bit/s, by shoal's estimate
     /// (draft-ietf-rmcat-gcc-02), once the peer's feedback came.
@@ -31,6 +32,27 @@ pub struct CongestionReport {
     pub feedback_received: u64,
     /// Transport-cc feedback messages shoal sent the peer.
     pub feedback_sent: u64,
+    /// Its subscriptions to simulcast tracks: which stream each is sent.
+    pub layers: Vec<LayerReport>,
+    /// Probe clusters sent to the peer.
+    pub probe_clusters: u64,
+    /// What the last one measured, bit/s.
+    pub last_probe_bps: Option<u64>,
+}
+
+/// One simulcast subscription's stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerReport {
+    /// The track.
+    pub track: TrackId,
+    /// The stream it is sent (the offer's order), once it started.
+    pub current: Option<u8>,
+    /// The stream chosen for it, sent from its next keyframe.
+    pub target: u8,
+    /// The rid of the stream it is sent, when rid-signalled.
+    pub rid: Option<String>,
+    /// Switches from one stream to another.
+    pub switches: u32,
 }
 
 impl Shard {
@@ -89,7 +111,35 @@ impl Shard {
             stamped: tw.send.history.stamped(),
             feedback_received: tw.send.feedback_received,
             feedback_sent: tw.receive.sent,
+            layers: self.layer_reports(entity),
+            probe_clusters: tw.send.prober.clusters,
+            last_probe_bps: tw.send.prober.last_result_bps,
         })
+    }
+
+    fn layer_reports(&self, peer: Entity) -> Vec<LayerReport> {
+        let Some(media) = self.world.get::<PeerMedia>(peer) else {
+            return Vec::new();
+        };
+        media
+            .subscriptions
+            .iter()
+            .filter_map(|&(track, e)| {
+                let sub = self.world.get::<Subscription>(e)?;
+                let choice = sub.layers?;
+                let rid = choice
+                    .current
+                    .and(self.world.get::<Track>(sub.track))
+                    .and_then(|t| t.layering.as_ref()?.rid.clone());
+                Some(LayerReport {
+                    track,
+                    current: choice.current,
+                    target: choice.target,
+                    rid,
+                    switches: choice.switches,
+                })
+            })
+            .collect()
     }
 
     /// How many peers the shard holds.

@@ -9,7 +9,8 @@
 use bevy_ecs::prelude::*;
 use bytes::Bytes;
 use shoal_components::media::{
-    PeerMedia, ReceiveStats, Subscription, SubscriptionSpec, Track, TrackId, TrackIndex, TrackSpec,
+    LayerChoice, Layering, MAX_LAYERS, PeerMedia, ReceiveStats, Subscription, SubscriptionSpec,
+    Track, TrackId, TrackIndex, TrackSpec,
 };
 use shoal_components::peer::PeerId;
 use shoal_components::rtp::RtpHeader;
@@ -21,11 +22,11 @@ use shoal_components::relay::{MediaRelay, MediaRelayOut};
 use shoal_components::shared::{
     MAX_RETIRED_SSRCS, MAX_SUBSCRIPTIONS_PER_PEER, MAX_TRACKS_PER_PEER,
 };
-use shoal_components::tick::{MediaOut, MediaStart};
+use shoal_components::tick::{MediaOut, MediaStart, Outgoing, SharedRtp};
 use shoal_components::transport::PeerSrtp;
 
 use super::{CommandError, Shard};
-use crate::passes::media::{REPORT_INTERVAL, fan_out};
+use crate::passes::media::{REPORT_INTERVAL, admit};
 
 impl Shard {
     /// The peer's media index, created on first use with its transport-wide
@@ -59,15 +60,32 @@ impl Shard {
             return Err(CommandError::DuplicateTrack(spec.id));
         }
         let media = self.peer_media(publisher);
-        if media.tracks.len() >= MAX_TRACKS_PER_PEER {
+        // Every stream of a simulcast track is listed: count the tracks.
+        let mut ids: Vec<TrackId> = media.tracks.iter().map(|(id, _)| *id).collect();
+        ids.dedup();
+        if ids.len() >= MAX_TRACKS_PER_PEER {
             return Err(CommandError::TooManyTracks(MAX_TRACKS_PER_PEER));
         }
-        for ssrc in spec.ssrc.iter().chain(&spec.rtx_ssrc) {
-            if media.tracks_by_ssrc.contains_key(ssrc) {
+        if spec.layers.len() > MAX_LAYERS {
+            return Err(CommandError::TooManyLayers(MAX_LAYERS));
+        }
+        let announced: Vec<u32> = spec
+            .ssrc
+            .iter()
+            .chain(&spec.rtx_ssrc)
+            .chain(
+                spec.layers
+                    .iter()
+                    .flat_map(|l| l.ssrc.iter().chain(&l.rtx_ssrc)),
+            )
+            .copied()
+            .collect();
+        for (i, ssrc) in announced.iter().enumerate() {
+            if media.tracks_by_ssrc.contains_key(ssrc) || announced[..i].contains(ssrc) {
                 return Err(CommandError::SsrcInUse(*ssrc));
             }
         }
-        let (id, mid, ssrc, rtx_ssrc) = (spec.id, spec.mid.clone(), spec.ssrc, spec.rtx_ssrc);
+        let (id, mid) = (spec.id, spec.mid.clone());
         // One number space per transport (draft-holmer-rmcat-transport-wide-cc-
         // extensions-01 §2), under the one id the BUNDLE session gives the extension:
         // feedback goes to a publisher that negotiated it on any of its tracks.
@@ -79,20 +97,75 @@ impl Shard {
         {
             tw.receive.ext_id = Some(id);
         }
-        let entity = self.spawn_track(spec, Some(publisher), report);
+        let streams = self.spawn_track(spec, Some(publisher), report);
         let mut media = self.peer_media(publisher);
-        media.tracks.push((id, entity));
-        media.tracks_by_mid.push((mid, entity));
-        for s in ssrc.iter().chain(&rtx_ssrc) {
-            media.tracks_by_ssrc.insert(*s, entity);
+        media.tracks_by_mid.push((mid, streams[0]));
+        for &entity in &streams {
+            media.tracks.push((id, entity));
+        }
+        for &entity in &streams {
+            let Some(t) = self.world.get::<Track>(entity) else {
+                continue;
+            };
+            let ssrcs: Vec<u32> = t.ssrc.iter().chain(&t.rtx_ssrc).copied().collect();
+            let mut media = self.peer_media(publisher);
+            for s in ssrcs {
+                media.tracks_by_ssrc.insert(s, entity);
+            }
         }
         Ok(())
     }
 
-    fn spawn_track(&mut self, spec: TrackSpec, publisher: Option<Entity>, report: bool) -> Entity {
-        let (id, ssrc, rtx_ssrc) = (spec.id, spec.ssrc, spec.rtx_ssrc);
-        let entity = self
-            .world
+    /// Spawns a track's streams: one, or one per simulcast layer (the first standing
+    /// for the track). Returns their entities, the first first.
+    fn spawn_track(
+        &mut self,
+        spec: TrackSpec,
+        publisher: Option<Entity>,
+        report: bool,
+    ) -> Vec<Entity> {
+        let id = spec.id;
+        if spec.layers.len() < 2 {
+            let (ssrc, rtx_ssrc) = match spec.layers.first() {
+                Some(l) => (l.ssrc.or(spec.ssrc), l.rtx_ssrc.or(spec.rtx_ssrc)),
+                None => (spec.ssrc, spec.rtx_ssrc),
+            };
+            let entity = self.spawn_stream(spec, publisher, report, ssrc, rtx_ssrc, None);
+            self.world.resource_mut::<TrackIndex>().0.insert(id, entity);
+            return vec![entity];
+        }
+        let layers = spec.layers.clone();
+        let streams: Vec<Entity> = layers
+            .iter()
+            .map(|l| self.spawn_stream(spec.clone(), publisher, report, l.ssrc, l.rtx_ssrc, None))
+            .collect();
+        for (i, (&entity, l)) in streams.iter().zip(&layers).enumerate() {
+            if let Some(mut t) = self.world.get_mut::<Track>(entity) {
+                t.layering = Some(Layering {
+                    index: i as u8,
+                    rid: l.rid.clone(),
+                    siblings: streams.clone(),
+                    size: None,
+                });
+            }
+        }
+        self.world
+            .resource_mut::<TrackIndex>()
+            .0
+            .insert(id, streams[0]);
+        streams
+    }
+
+    fn spawn_stream(
+        &mut self,
+        spec: TrackSpec,
+        publisher: Option<Entity>,
+        report: bool,
+        ssrc: Option<u32>,
+        rtx_ssrc: Option<u32>,
+        layering: Option<Layering>,
+    ) -> Entity {
+        self.world
             .spawn(Track {
                 spec,
                 publisher,
@@ -110,11 +183,11 @@ impl Shard {
                 origin: None,
                 levels: Default::default(),
                 muted: false,
+                layering,
+                rate: Default::default(),
             })
             .insert(Timers::default())
-            .id();
-        self.world.resource_mut::<TrackIndex>().0.insert(id, entity);
-        entity
+            .id()
     }
 
     /// `Command::AddSource`: a local source (`track`, fed by [`Shard::send_rtp`]) sent
@@ -131,7 +204,7 @@ impl Shard {
             return Err(CommandError::DuplicateTrack(track.id));
         }
         let id = track.id;
-        let entity = self.spawn_track(track, None, false);
+        let entity = self.spawn_track(track, None, false)[0];
         let made = self.subscribe(
             peer,
             SubscriptionSpec {
@@ -165,14 +238,48 @@ impl Shard {
             return Err(CommandError::NotLocal(track));
         }
         let seq = t.stats.note(header.sequence_number);
+        t.rate.add(now, packet.len());
         t.cache.insert(seq, packet.clone());
-        self.world.resource_scope(|world, mut out: Mut<MediaOut>| {
-            if let Some(t) = world.get::<Track>(entity) {
-                fan_out(t, &packet, seq, &mut out);
-            }
-        });
+        self.forward_local(entity, &packet, seq);
         self.handle_timeout(now);
         Ok(())
+    }
+
+    /// Queues `packet` of stream `entity` for its subscribers (outside the passes:
+    /// a local source's, a sibling shard's).
+    fn forward_local(&mut self, entity: Entity, packet: &Bytes, seq: u64) {
+        let Some(t) = self.world.get::<Track>(entity) else {
+            return;
+        };
+        if t.subscribers.is_empty() {
+            return;
+        }
+        let Some(shared) = SharedRtp::of(t, packet, seq) else {
+            return;
+        };
+        let n = t.subscribers.len();
+        self.world.resource_scope(|world, mut out: Mut<MediaOut>| {
+            for i in 0..n {
+                let Some(&s) = world
+                    .get::<Track>(entity)
+                    .and_then(|t| t.subscribers.get(i))
+                else {
+                    break;
+                };
+                let take = match (shared.layer, world.get_mut::<Subscription>(s)) {
+                    (None, _) => true,
+                    (Some(l), Some(mut sub)) => admit(&mut sub, entity, l.index, seq, l.keyframe),
+                    (Some(_), None) => false,
+                };
+                if take {
+                    out.0.push(Outgoing::Rtp {
+                        subscription: s,
+                        packet: shared.clone(),
+                        retransmission: false,
+                    });
+                }
+            }
+        });
     }
 
     /// `Command::Unpublish`: `peer` no longer sends `track`; its subscriptions end.
@@ -223,6 +330,17 @@ impl Shard {
             }
         }
         let (id, ssrc, rtx_ssrc) = (spec.track, spec.ssrc, spec.rtx_ssrc);
+        // A simulcast track's subscription is listed on every stream and starts on
+        // the first; the media pass moves it by the subscriber's estimate.
+        let streams = self
+            .world
+            .get::<Track>(track)
+            .and_then(|t| t.layering.as_ref())
+            .map(|l| l.siblings.clone());
+        let layers = streams.as_ref().map(|s| LayerChoice {
+            max_rank: (s.len() - 1) as u8,
+            ..LayerChoice::default()
+        });
         let entity = self
             .world
             .spawn(Subscription {
@@ -238,6 +356,7 @@ impl Shard {
                 started: false,
                 first_seq: 0,
                 recent_resends: Default::default(),
+                layers,
             })
             .id();
         // Sender reports start a report interval after the subscription.
@@ -255,8 +374,10 @@ impl Shard {
         for s in std::iter::once(ssrc).chain(rtx_ssrc) {
             media.subscriptions_by_ssrc.insert(s, entity);
         }
-        if let Some(mut t) = self.world.get_mut::<Track>(track) {
-            t.subscribers.push(entity);
+        for stream in streams.unwrap_or_else(|| vec![track]) {
+            if let Some(mut t) = self.world.get_mut::<Track>(stream) {
+                t.subscribers.push(entity);
+            }
         }
         // A subscriber that can receive asks for a keyframe now; one whose SRTP keys
         // are still to come asks when they arrive. A local source's receiver asks its
@@ -276,12 +397,15 @@ impl Shard {
     /// publisher for a keyframe, which the subscribers start again on.
     pub(super) fn set_muted(&mut self, track: TrackId, muted: bool) -> Result<(), CommandError> {
         let entity = self.track_entity(track)?;
-        let Some(mut t) = self.world.get_mut::<Track>(entity) else {
-            return Err(CommandError::UnknownTrack(track));
-        };
-        let was = std::mem::replace(&mut t.muted, muted);
-        if was && !muted {
-            self.world.resource_mut::<MediaStart>().tracks.push(entity);
+        let streams = self.streams(entity);
+        for stream in streams {
+            let Some(mut t) = self.world.get_mut::<Track>(stream) else {
+                return Err(CommandError::UnknownTrack(track));
+            };
+            let was = std::mem::replace(&mut t.muted, muted);
+            if was && !muted {
+                self.world.resource_mut::<MediaStart>().tracks.push(stream);
+            }
         }
         Ok(())
     }
@@ -298,6 +422,19 @@ impl Shard {
         Ok(())
     }
 
+    /// The streams of the track whose first stream is `entity`: itself alone unless
+    /// it is simulcast.
+    fn streams(&self, entity: Entity) -> Vec<Entity> {
+        match self
+            .world
+            .get::<Track>(entity)
+            .and_then(|t| t.layering.as_ref())
+        {
+            Some(l) => l.siblings.clone(),
+            None => vec![entity],
+        }
+    }
+
     /// `Command::MirrorTrack`: a copy of a track published on shard `origin`, fed by
     /// that shard's relay (`Shard::deliver_media_relay`), for subscribers here.
     pub(super) fn mirror_track(
@@ -308,9 +445,13 @@ impl Shard {
         if self.track_entity(track.id).is_ok() {
             return Err(CommandError::DuplicateTrack(track.id));
         }
-        let entity = self.spawn_track(track, None, false);
-        if let Some(mut t) = self.world.get_mut::<Track>(entity) {
-            t.origin = Some(origin);
+        if track.layers.len() > MAX_LAYERS {
+            return Err(CommandError::TooManyLayers(MAX_LAYERS));
+        }
+        for entity in self.spawn_track(track, None, false) {
+            if let Some(mut t) = self.world.get_mut::<Track>(entity) {
+                t.origin = Some(origin);
+            }
         }
         Ok(())
     }
@@ -318,10 +459,12 @@ impl Shard {
     /// `Command::RelayTrack`: each packet of `track` goes to shard `to` as well.
     pub(super) fn relay_track(&mut self, track: TrackId, to: usize) -> Result<(), CommandError> {
         let entity = self.track_entity(track)?;
-        if let Some(mut t) = self.world.get_mut::<Track>(entity)
-            && !t.relay_to.contains(&to)
-        {
-            t.relay_to.push(to);
+        for stream in self.streams(entity) {
+            if let Some(mut t) = self.world.get_mut::<Track>(stream)
+                && !t.relay_to.contains(&to)
+            {
+                t.relay_to.push(to);
+            }
         }
         Ok(())
     }
@@ -386,23 +529,33 @@ impl Shard {
             .resource_mut::<shoal_components::stats::ShardStats>()
             .media_relay_in += packets;
         for item in batch {
-            let Ok(entity) = self.track_entity(item.track()) else {
+            let Ok(first) = self.track_entity(item.track()) else {
                 continue;
+            };
+            let entity = match self
+                .world
+                .get::<Track>(first)
+                .and_then(|t| t.layering.as_ref())
+            {
+                Some(l) => match l.siblings.get(usize::from(item.layer())) {
+                    Some(e) => *e,
+                    None => continue,
+                },
+                None => first,
             };
             match item {
                 MediaRelay::Packet { seq, packet, .. } => {
-                    self.world.resource_scope(|world, mut out: Mut<MediaOut>| {
-                        let Some(mut t) = world.get_mut::<Track>(entity) else {
-                            return;
-                        };
-                        if t.origin.is_none() || t.cache.get(seq).is_some() {
-                            return;
-                        }
-                        // The origin's extended numbers, kept: they count wraps.
-                        t.stats.note_extended(seq);
-                        t.cache.insert(seq, packet.clone());
-                        fan_out(&t, &packet, seq, &mut out);
-                    });
+                    let Some(mut t) = self.world.get_mut::<Track>(entity) else {
+                        continue;
+                    };
+                    if t.origin.is_none() || t.cache.get(seq).is_some() {
+                        continue;
+                    }
+                    // The origin's extended numbers, kept: they count wraps.
+                    t.stats.note_extended(seq);
+                    t.rate.add(now, packet.len());
+                    t.cache.insert(seq, packet.clone());
+                    self.forward_local(entity, &packet, seq);
                 }
                 // Asked in this call's tick, through the throttle of any request.
                 MediaRelay::Keyframe { .. } => {
@@ -470,6 +623,8 @@ mod tests {
             clock_rate: 90_000,
             extensions: ExtensionIds::default(),
             feedback: FeedbackKinds::default(),
+            format: Default::default(),
+            layers: Vec::new(),
         }
     }
 

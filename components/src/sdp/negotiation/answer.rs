@@ -304,6 +304,13 @@ impl Negotiation {
                 if claimed(ssrc) || claimed(rtx_ssrc) {
                     return None;
                 }
+                let layers = offered_layers(offered, &codec, &extensions);
+                let claimed_layer = layers
+                    .iter()
+                    .any(|l| claimed(l.ssrc) || claimed(l.rtx_ssrc));
+                if claimed_layer {
+                    return None;
+                }
                 Some(Published {
                     kind: offered.kind.clone(),
                     codec,
@@ -311,6 +318,7 @@ impl Negotiation {
                     rtx_ssrc,
                     msid: offered.msids().next().cloned(),
                     extensions: extensions.clone(),
+                    layers,
                 })
             })
             .flatten();
@@ -423,4 +431,141 @@ pub(super) fn offered_ssrcs(m: &MediaDescription) -> (Option<u32>, Option<u32>) 
         return (g.ssrcs.first().copied(), g.ssrcs.get(1).copied());
     }
     (m.ssrcs().next().map(|s| s.ssrc), None)
+}
+
+/// The simulcast streams an offered section sends, at most [`MAX_LAYERS`]:
+///
+/// - RFC 8853 §5.2: the `send` list of `a=simulcast`, each stream by the first of its
+///   alternatives that has an `a=rid` line in the send direction (rids without one
+///   "MUST NOT be used") whose `pt=` list, if any, holds the codec shoal took, and
+///   only when the RtpStreamId extension that carries the rid (RFC 8852 §3.1) was
+///   agreed (§5.5: streams "MUST be related on the RTP level through RtpStreamId");
+/// - else the SSRCs of an `a=ssrc-group:SIM` with their `FID` retransmission SSRCs,
+///   in the group's order (libwebrtc's legacy signalling, lowest resolution first).
+///
+/// Fewer than two streams is no simulcast: an empty list.
+pub(super) fn offered_layers(
+    m: &MediaDescription,
+    codec: &Codec,
+    extensions: &[Extmap],
+) -> Vec<LayerSpec> {
+    let pt = codec.payload_type.to_string();
+    let has_rid_ext = extensions.iter().any(|e| e.uri == EXT_RID);
+    let mut layers: Vec<LayerSpec> = Vec::new();
+    if let (true, Some(send)) = (has_rid_ext, m.simulcast().and_then(|s| s.send())) {
+        for alternatives in &send.streams {
+            let usable = alternatives.iter().find(|a| {
+                m.rids().any(|r| {
+                    r.id == a.rid
+                        && r.direction == RidDirection::Send
+                        && (r.formats.is_empty() || r.formats.contains(&pt))
+                })
+            });
+            if let Some(a) = usable
+                && !layers
+                    .iter()
+                    .any(|l| l.rid.as_deref() == Some(a.rid.as_str()))
+                && layers.len() < MAX_LAYERS
+            {
+                layers.push(LayerSpec {
+                    rid: Some(a.rid.clone()),
+                    ssrc: None,
+                    rtx_ssrc: None,
+                });
+            }
+        }
+    } else if let Some(sim) = m
+        .ssrc_groups()
+        .find(|g| g.semantics == "SIM" && g.ssrcs.len() >= 2)
+    {
+        for &ssrc in sim.ssrcs.iter().take(MAX_LAYERS) {
+            let rtx_ssrc = m
+                .ssrc_groups()
+                .find(|g| g.semantics == "FID" && g.ssrcs.first() == Some(&ssrc))
+                .and_then(|g| g.ssrcs.get(1).copied())
+                .filter(|_| codec.rtx_payload_type.is_some());
+            if !layers.iter().any(|l| l.ssrc == Some(ssrc)) {
+                layers.push(LayerSpec {
+                    rid: None,
+                    ssrc: Some(ssrc),
+                    rtx_ssrc,
+                });
+            }
+        }
+    }
+    if layers.len() < 2 {
+        layers.clear();
+    }
+    layers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The video section of an offer whose section-level lines are `lines`.
+    fn video(lines: &str) -> MediaDescription {
+        let text = format!(
+            "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n\
+             m=video 9 UDP/TLS/RTP/SAVPF 96 97\r\nc=IN IP4 0.0.0.0\r\na=mid:0\r\na=sendonly\r\n\
+             a=rtpmap:96 VP8/90000\r\na=rtpmap:97 rtx/90000\r\na=fmtp:97 apt=96\r\n{lines}"
+        );
+        SessionDescription::parse(&text).unwrap().media.remove(0)
+    }
+
+    fn layers(lines: &str) -> Vec<LayerSpec> {
+        let m = video(lines);
+        let codec = Codec::read_all(&m).remove(0);
+        let extensions: Vec<Extmap> = m.extmaps().cloned().collect();
+        offered_layers(&m, &codec, &extensions)
+    }
+
+    const RID_EXT: &str = "a=extmap:10 urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id\r\n";
+
+    #[test]
+    fn rid_streams_are_taken_by_the_rules_of_rfc_8853() {
+        let rids =
+            |l: &[LayerSpec]| -> Vec<String> { l.iter().filter_map(|l| l.rid.clone()).collect() };
+        // Alternatives: the first with an a=rid line; a paused stream kept (it carries
+        // nothing until resumed); a rid whose pt= list lacks the codec passed over.
+        let l = layers(&format!(
+            "{RID_EXT}a=rid:a send\r\na=rid:b send pt=97\r\na=rid:c send pt=96\r\n\
+             a=rid:d send\r\na=simulcast:send x,a;~d;b,c\r\n"
+        ));
+        assert_eq!(rids(&l), ["a", "d", "c"]);
+        // Without the rid extension, or with one stream left: no simulcast.
+        assert!(layers("a=rid:a send\r\na=rid:b send\r\na=simulcast:send a;b\r\n").is_empty());
+        assert!(
+            layers(&format!(
+                "{RID_EXT}a=rid:a send\r\na=simulcast:send a;z\r\n"
+            ))
+            .is_empty()
+        );
+        // A rid the other way, or a duplicate, is no stream of this list.
+        let l = layers(&format!(
+            "{RID_EXT}a=rid:a send\r\na=rid:b recv\r\na=rid:c send\r\na=simulcast:send a;b;a;c\r\n"
+        ));
+        assert_eq!(rids(&l), ["a", "c"]);
+        // At most MAX_LAYERS.
+        let l = layers(&format!(
+            "{RID_EXT}a=rid:a send\r\na=rid:b send\r\na=rid:c send\r\na=rid:d send\r\n\
+             a=simulcast:send a;b;c;d\r\n"
+        ));
+        assert_eq!(rids(&l), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn ssrc_signalled_streams_pair_with_their_retransmissions() {
+        let l = layers(
+            "a=ssrc-group:SIM 10 20 30\r\na=ssrc-group:FID 10 11\r\na=ssrc-group:FID 30 31\r\n\
+             a=ssrc:10 cname:x\r\na=ssrc:11 cname:x\r\na=ssrc:20 cname:x\r\n\
+             a=ssrc:30 cname:x\r\na=ssrc:31 cname:x\r\n",
+        );
+        let got: Vec<(Option<u32>, Option<u32>)> = l.iter().map(|l| (l.ssrc, l.rtx_ssrc)).collect();
+        assert_eq!(
+            got,
+            [(Some(10), Some(11)), (Some(20), None), (Some(30), Some(31))]
+        );
+        assert!(layers("a=ssrc-group:SIM 10\r\na=ssrc:10 cname:x\r\n").is_empty());
+    }
 }

@@ -46,6 +46,7 @@ mod types;
 
 pub use types::*;
 
+use crate::media::{LayerSpec, MAX_LAYERS};
 use crate::shared::MAX_RETIRED_SSRCS;
 
 use super::answer::{
@@ -54,8 +55,8 @@ use super::answer::{
 use super::codec::Codec;
 use super::{
     AnswerParams, Attribute, BUNDLE, Connection, Direction, Extmap, FORMAT_DATACHANNEL, Group,
-    HashFunction, MAX_MEDIA, MediaDescription, MediaKind, Msid, Origin, PROTO_RTP_SAVPF,
-    SessionDescription, Setup, Ssrc, SsrcGroup,
+    HashFunction, MAX_MEDIA, MediaDescription, MediaKind, Msid, Origin, PROTO_RTP_SAVPF, Rid,
+    RidDirection, SessionDescription, Setup, Simulcast, SimulcastStreams, Ssrc, SsrcGroup,
 };
 
 /// RFC 8843 §15.2: the mid header extension.
@@ -280,6 +281,20 @@ impl Negotiation {
         }
         for c in codecs {
             c.write(&mut m);
+        }
+        // RFC 8853 §5.3.2: the streams shoal takes, "send" reversed to "recv", with
+        // their rids (RFC 8851 §6.3: direction reversed, rid-id kept, no restriction
+        // added); an SSRC-signalled track's streams need no answer.
+        if let Some(p) = &media.publish {
+            let rids: Vec<&str> = p.layers.iter().filter_map(|l| l.rid.as_deref()).collect();
+            if rids.len() >= 2 {
+                for rid in &rids {
+                    m.push_attribute(Attribute::Rid(Rid::new(rid, RidDirection::Recv)));
+                }
+                m.push_attribute(Attribute::Simulcast(Simulcast {
+                    lists: vec![SimulcastStreams::new(RidDirection::Recv, &rids)],
+                }));
+            }
         }
         if let Some(s) = &media.subscribe {
             // RFC 5576 §4.1 and §4.2: the SSRCs shoal sends with, so the participant

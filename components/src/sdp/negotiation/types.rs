@@ -1,6 +1,7 @@
 //! What a negotiation agrees (sections, the tracks published and subscribed in
 //! them) and what it reports (changes, the remote transport, errors).
 
+use crate::media::LayerSpec;
 use crate::sdp::codec::Codec;
 use crate::sdp::{Direction, Extmap, MediaKind, Msid, SessionDescription, Setup};
 
@@ -34,6 +35,9 @@ pub struct Published {
     pub msid: Option<Msid>,
     /// The header extensions agreed for it (the participant's ids).
     pub extensions: Vec<Extmap>,
+    /// Its simulcast streams, when it sends more than one (RFC 8853 with rids, or an
+    /// `a=ssrc-group:SIM`), in the offer's order; empty otherwise.
+    pub layers: Vec<LayerSpec>,
 }
 
 /// A room track shoal sends to the participant in one section.

@@ -343,10 +343,24 @@ pub(super) fn on_rtcp(
                 }
             }
             RtcpBody::TransportCc(fb) => {
+                let mut estimate = None;
                 if let Ok((mut tw, _)) = transport.get_mut(peer) {
                     tw.send.on_feedback(now, &fb);
+                    estimate = tw.send.estimate_bps();
                 }
                 ctx.stats.transport_feedback_received += 1;
+                if estimate.is_some()
+                    && media
+                        .subscriptions
+                        .iter()
+                        .any(|(_, s)| subs.get(*s).is_ok_and(|(s, _)| s.layers.is_some()))
+                {
+                    let shortfall =
+                        super::layers::choose(ctx, now, peer, estimate, peers, tracks, subs);
+                    if let Some(shortfall) = shortfall {
+                        super::start_probe(ctx, now, peer, shortfall, transport);
+                    }
+                }
             }
             _ => {}
         }

@@ -1,0 +1,426 @@
+//! A subscriber's simulcast stream follows its bottleneck, end to end in the
+//! simulator. A publisher client sends one VP8 track as three SSRC-signalled
+//! simulcast streams (200 kbit/s, 700 kbit/s and 2 Mbit/s at 30 frames a second,
+//! each with its own PictureID and TL0PICIDX, a keyframe on every request); a server
+//! shard forwards one of them to a subscriber client (shoal's own stack, which sends
+//! transport-cc feedback) over a link whose rate steps 3 Mbit/s → 600 kbit/s → 3
+//! Mbit/s, with 100 ms of drop-tail queue, and a delay, jitter and random loss that
+//! vary with the seed. For each of 20 seeds:
+//!
+//! - on the 3 Mbit/s link the subscriber is on the top stream before the drop;
+//! - within 2 s of the drop it receives only the lowest stream, and from then until
+//!   the link recovers it loses under 2 % of what it was sent (RFC 3550 A.3's
+//!   expected minus received, retransmissions counted as received);
+//! - within 10 s of the recovery it is on the top stream again;
+//! - over the whole run its sequence numbers are one continuous space, and its VP8
+//!   PictureIDs never go backwards across a switch.
+
+mod media_sim;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use media_sim::{PT, RECEIVED, RTX_PT, SRV, addr, cli, connected_sim, nack_feedback};
+use shoal_components::media::{
+    ExtensionIds, LayerSpec, PayloadFormat, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
+};
+use shoal_components::peer::PeerId;
+use shoal_components::rtp::payload::Vp8Descriptor;
+use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
+use shoal_components::tick::ShardEvent;
+use shoal_server::sim::LinkConfig;
+use shoal_systems::Command;
+
+/// The transport-wide extension's id on both sides of the subscriber's session.
+const TWCC_ID: u8 = 3;
+const STEP: Duration = Duration::from_millis(5);
+/// The server's track.
+const TRACK: TrackId = TrackId(7);
+/// The subscriber's SSRCs.
+const SUB_SSRC: u32 = 0x2004;
+const SUB_RTX: u32 = 0x2005;
+/// The streams' rates and picture sizes, lowest first.
+const RATES: [u64; 3] = [200_000, 700_000, 2_000_000];
+const SIZES: [(u16, u16); 3] = [(320, 180), (640, 360), (1280, 720)];
+/// The order the publisher lists them in, by rank: its offer's order says nothing of
+/// which is which, their keyframes' picture sizes do.
+const OFFER_ORDER: [usize; 3] = [1, 2, 0];
+const FPS: u64 = 30;
+/// Largest payload per packet.
+const MTU_PAYLOAD: usize = 1100;
+
+/// When the link drops and recovers, and when the run ends.
+const DROP_AT: Duration = Duration::from_secs(12);
+const RECOVER_AT: Duration = Duration::from_secs(24);
+const END_AT: Duration = Duration::from_secs(36);
+/// The targets.
+const DOWN_WITHIN: Duration = Duration::from_secs(2);
+const UP_WITHIN: Duration = Duration::from_secs(10);
+
+/// One simulcast stream's encoder at the publisher.
+struct Encoder {
+    source: TrackId,
+    rate: u64,
+    size: (u16, u16),
+    seq: u16,
+    timestamp: u32,
+    picture: u16,
+    tl0: u8,
+    frame: u32,
+    keyframe: bool,
+    next_frame: Duration,
+}
+
+impl Encoder {
+    /// The packets of the next frame: a VP8 descriptor (X, S on the first, I with a
+    /// 15-bit PictureID, L), a payload header whose P bit is clear on a keyframe,
+    /// then the stream's index and the frame number.
+    fn frame(&mut self, layer: u8, noise: &mut u64) -> Vec<Bytes> {
+        let key = std::mem::take(&mut self.keyframe);
+        // Frames vary by ±30 % around the stream's rate.
+        *noise = noise
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let scale = 0.7 + 0.6 * ((*noise >> 33) as f64 / (1u64 << 31) as f64);
+        let mut bytes = (self.rate as f64 * scale / FPS as f64 / 8.0) as usize;
+        if key {
+            bytes *= 3;
+        }
+        let count = bytes.div_ceil(MTU_PAYLOAD).max(1);
+        let mut out = Vec::with_capacity(count);
+        for i in 0..count {
+            let mut payload = BytesMut::new();
+            payload.put_u8(if i == 0 { 0x90 } else { 0x80 });
+            payload.put_u8(0xc0);
+            payload.put_u16(0x8000 | self.picture);
+            payload.put_u8(self.tl0);
+            if i == 0 {
+                // RFC 6386 §9.1: the frame tag (its low bit clear for a key frame),
+                // and a key frame's start code and picture size.
+                payload.put_u8(if key { 0x00 } else { 0x01 });
+                payload.put_u16(0);
+                if key {
+                    payload.put_slice(&[0x9d, 0x01, 0x2a]);
+                    payload.put_u16_le(self.size.0);
+                    payload.put_u16_le(self.size.1);
+                }
+            }
+            payload.put_u8(layer);
+            payload.put_u32(self.frame);
+            let size = (bytes / count).clamp(payload.len(), MTU_PAYLOAD);
+            payload.resize(size, 0x55);
+            let fields = RtpFields {
+                marker: i + 1 == count,
+                payload_type: PT,
+                sequence_number: self.seq,
+                timestamp: self.timestamp,
+                ssrc: 0xAB00 + (self.source.0 - 100) as u32,
+            };
+            let mut packet = BytesMut::new();
+            let mut w = RtpWriter::new(&mut packet, &fields, &[]);
+            w.payload(&payload);
+            w.finish(0);
+            out.push(packet.freeze());
+            self.seq = self.seq.wrapping_add(1);
+        }
+        self.timestamp = self.timestamp.wrapping_add((90_000 / FPS) as u32);
+        self.picture = (self.picture + 1) & 0x7fff;
+        self.tl0 = self.tl0.wrapping_add(1);
+        self.frame += 1;
+        out
+    }
+}
+
+/// What the subscriber received: when, its sequence number, the stream and its
+/// PictureID.
+struct Received {
+    at: Duration,
+    seq: u64,
+    layer: u8,
+    picture: u16,
+}
+
+fn video(id: TrackId, ssrc: Option<u32>, rtx: Option<u32>) -> TrackSpec {
+    TrackSpec {
+        id,
+        kind: TrackKind::Video,
+        mid: "0".into(),
+        ssrc,
+        rtx_ssrc: rtx,
+        payload_type: PT,
+        rtx_payload_type: Some(RTX_PT),
+        clock_rate: 90_000,
+        extensions: ExtensionIds::default(),
+        feedback: nack_feedback(),
+        format: PayloadFormat::Vp8,
+        layers: Vec::new(),
+    }
+}
+
+fn sending(track: TrackId, ssrc: u32, rtx: u32) -> SubscriptionSpec {
+    SubscriptionSpec {
+        track,
+        mid: "0".into(),
+        ssrc,
+        rtx_ssrc: Some(rtx),
+        payload_type: PT,
+        rtx_payload_type: Some(RTX_PT),
+        extensions: ExtensionIds::default(),
+        feedback: nack_feedback(),
+    }
+}
+
+/// The subscriber's downlink at `bps` for `seed`: 100 ms of queue, a one-way delay
+/// of 10 to 50 ms, up to 3 ms of jitter and 0.2 % random loss besides the queue's.
+fn link(seed: u64, bps: u64) -> LinkConfig {
+    LinkConfig {
+        bandwidth_bps: Some(bps),
+        queue_limit_bytes: (bps / 80) as usize,
+        latency: Duration::from_millis(10 + seed * 7 % 41),
+        jitter: Duration::from_millis(3),
+        loss: 0.002,
+        ..LinkConfig::default()
+    }
+}
+
+/// One seed's run: what the subscriber received.
+fn run(seed: u64) -> Vec<Received> {
+    let mut sim = connected_sim(seed, &LinkConfig::default(), 1);
+    sim.set_link(addr(SRV), cli(2), link(seed, 3_000_000));
+    // The publisher: three local sources, each sent on its own SSRC pair, which the
+    // server publishes as one track's three streams (as `a=ssrc-group:SIM` would).
+    let mut layers = Vec::new();
+    let mut encoders = Vec::new();
+    for (i, &rank) in OFFER_ORDER.iter().enumerate() {
+        let source = TrackId(100 + i as u64);
+        let (ssrc, rtx) = (0x1000 + 2 * i as u32, 0x1001 + 2 * i as u32);
+        sim.command(
+            cli(1),
+            Command::AddSource {
+                peer: PeerId(1),
+                track: video(source, Some(0xAB00 + i as u32), None),
+                subscription: sending(source, ssrc, rtx),
+            },
+        )
+        .unwrap();
+        layers.push(LayerSpec {
+            rid: None,
+            ssrc: Some(ssrc),
+            rtx_ssrc: Some(rtx),
+        });
+        encoders.push(Encoder {
+            source,
+            rate: RATES[rank],
+            size: SIZES[rank],
+            seq: (seed as u16)
+                .wrapping_mul(7919)
+                .wrapping_add(1000 * i as u16),
+            timestamp: (seed as u32).wrapping_mul(104_729) ^ (i as u32) << 20,
+            picture: (100 * i as u16 + seed as u16) & 0x7fff,
+            tl0: 50 * i as u8,
+            frame: 0,
+            keyframe: true,
+            next_frame: Duration::ZERO,
+        });
+    }
+    let mut track = video(TRACK, None, None);
+    track.layers = layers;
+    sim.command(
+        addr(SRV),
+        Command::Publish {
+            peer: PeerId(1),
+            track,
+        },
+    )
+    .unwrap();
+    let mut subscription = sending(TRACK, SUB_SSRC, SUB_RTX);
+    subscription.extensions.transport_cc = Some(TWCC_ID);
+    subscription.feedback.transport_cc = true;
+    sim.command(
+        addr(SRV),
+        Command::Subscribe {
+            peer: PeerId(2),
+            subscription,
+        },
+    )
+    .unwrap();
+    let mut received = video(RECEIVED, Some(SUB_SSRC), Some(SUB_RTX));
+    received.extensions.transport_cc = Some(TWCC_ID);
+    received.feedback.transport_cc = true;
+    sim.command(
+        cli(2),
+        Command::Receive {
+            peer: PeerId(2),
+            track: received,
+        },
+    )
+    .unwrap();
+
+    let start = sim.now();
+    let mut noise = seed;
+    let mut got = Vec::new();
+    let mut dropped = false;
+    let mut recovered = false;
+    loop {
+        let elapsed = sim.now().saturating_since(start);
+        if elapsed >= END_AT {
+            break;
+        }
+        if elapsed >= DROP_AT && !dropped {
+            dropped = true;
+            sim.set_link(addr(SRV), cli(2), link(seed, 600_000));
+        }
+        if elapsed >= RECOVER_AT && !recovered {
+            recovered = true;
+            sim.set_link(addr(SRV), cli(2), link(seed, 3_000_000));
+        }
+        for (i, e) in encoders.iter_mut().enumerate() {
+            if elapsed >= e.next_frame {
+                e.next_frame += Duration::from_micros(1_000_000 / FPS);
+                let now = sim.now();
+                for p in e.frame(OFFER_ORDER[i] as u8, &mut noise) {
+                    sim.shard_mut(cli(1)).send_rtp(now, e.source, p).unwrap();
+                }
+            }
+        }
+        let _ = sim.run_for(STEP);
+        let at = sim.now().saturating_since(start);
+        for (_, event) in sim.drain_events() {
+            match event {
+                ShardEvent::KeyframeRequested { track } => {
+                    if let Some(e) = encoders.iter_mut().find(|e| e.source == track) {
+                        e.keyframe = true;
+                    }
+                }
+                ShardEvent::RtpReceived { seq, packet, .. } => {
+                    let p = RtpPacket::parse(&packet).unwrap();
+                    let payload = p.payload();
+                    let d = Vp8Descriptor::parse(payload).expect("a VP8 descriptor");
+                    let header = match (payload[0] & 0x10 != 0, payload.get(d.len)) {
+                        (true, Some(tag)) if tag & 1 == 0 => 10,
+                        (true, _) => 3,
+                        _ => 0,
+                    };
+                    let body = &payload[d.len + header..];
+                    got.push(Received {
+                        at,
+                        seq,
+                        layer: body[0],
+                        picture: d.picture_id.unwrap().0,
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+    got
+}
+
+/// The stream received over `[from, to)`: `Some` if it was one stream throughout.
+fn only_layer(got: &[Received], from: Duration, to: Duration) -> Option<u8> {
+    let layers: BTreeSet<u8> = got
+        .iter()
+        .filter(|r| r.at >= from && r.at < to)
+        .map(|r| r.layer)
+        .collect();
+    (layers.len() == 1).then(|| *layers.first().unwrap())
+}
+
+/// When the subscriber was last not on `layer` in `[from, to)`: the time from which it
+/// received only `layer` until `to`.
+fn settled_on(got: &[Received], layer: u8, from: Duration, to: Duration) -> Option<Duration> {
+    let window: Vec<&Received> = got.iter().filter(|r| r.at >= from && r.at < to).collect();
+    let last_other = window.iter().rposition(|r| r.layer != layer);
+    match last_other {
+        None => window.first().map(|r| r.at),
+        Some(i) if i + 1 < window.len() => Some(window[i + 1].at),
+        Some(_) => None,
+    }
+}
+
+#[test]
+fn sim_bwe_tracks_bottleneck() {
+    let top = (RATES.len() - 1) as u8;
+    for seed in 1..=20 {
+        let got = run(seed);
+        let report = |what: &str| {
+            let mut timeline = String::new();
+            let mut last = None;
+            for r in &got {
+                if last != Some(r.layer) {
+                    timeline += &format!(" {:.2}s→{}", r.at.as_secs_f64(), r.layer);
+                    last = Some(r.layer);
+                }
+            }
+            format!("seed {seed}: {what}; streams:{timeline}")
+        };
+        assert_eq!(
+            only_layer(&got, DROP_AT - Duration::from_secs(2), DROP_AT),
+            Some(top),
+            "{}",
+            report("not on the top stream before the drop")
+        );
+        let down = settled_on(&got, 0, DROP_AT, RECOVER_AT)
+            .unwrap_or_else(|| panic!("{}", report("never on the lowest stream")));
+        assert!(
+            down <= DROP_AT + DOWN_WITHIN,
+            "{}",
+            report(&format!("lowest stream only from {down:?}"))
+        );
+        // Loss after the switch, until the recovery.
+        let after: BTreeSet<u64> = got
+            .iter()
+            .filter(|r| r.at >= DROP_AT + DOWN_WITHIN && r.at < RECOVER_AT)
+            .map(|r| r.seq)
+            .collect();
+        let (first, last) = (*after.first().unwrap(), *after.last().unwrap());
+        let expected = last - first + 1;
+        let loss = 1.0 - after.len() as f64 / expected as f64;
+        assert!(
+            loss < 0.02,
+            "{}",
+            report(&format!("lost {:.2} % after the switch", loss * 100.0))
+        );
+        let up = settled_on(&got, top, RECOVER_AT, END_AT)
+            .unwrap_or_else(|| panic!("{}", report("never back on the top stream")));
+        assert!(
+            up <= RECOVER_AT + UP_WITHIN,
+            "{}",
+            report(&format!("top stream only from {up:?}"))
+        );
+        eprintln!(
+            "seed {seed}: lowest stream {:.2} s after the drop, lost {:.2} % after it, top \
+             stream {:.2} s after the recovery",
+            (down - DROP_AT).as_secs_f64(),
+            loss * 100.0,
+            (up - RECOVER_AT).as_secs_f64()
+        );
+        // One continuous stream: no sequence number seen twice (the client reports
+        // each once), PictureIDs in order across every switch.
+        let mut seqs: Vec<u64> = got.iter().map(|r| r.seq).collect();
+        seqs.sort_unstable();
+        let span = seqs.last().unwrap() - seqs.first().unwrap() + 1;
+        assert!(
+            (seqs.len() as f64) > 0.95 * span as f64,
+            "{}",
+            report(&format!("{} packets over {span} numbers", seqs.len()))
+        );
+        let mut by_seq: Vec<&Received> = got.iter().collect();
+        by_seq.sort_by_key(|r| r.seq);
+        for w in by_seq.windows(2) {
+            let step = w[1].picture.wrapping_sub(w[0].picture) & 0x7fff;
+            // Across a switch with nothing lost between, the next picture; else
+            // forward.
+            let adjacent = w[0].layer != w[1].layer && w[1].seq == w[0].seq + 1;
+            assert!(
+                if adjacent { step == 1 } else { step < 0x4000 },
+                "{}",
+                report(&format!(
+                    "PictureID {} then {} at sequence numbers {} and {}",
+                    w[0].picture, w[1].picture, w[0].seq, w[1].seq
+                ))
+            );
+        }
+    }
+}

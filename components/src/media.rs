@@ -494,14 +494,17 @@ pub struct LayerChoice {
     pub max_rank: u8,
     /// Switches made.
     pub switches: u32,
-    /// A switch happened: the next packet sent re-bases the offsets.
-    pub rebase: bool,
+    /// The stream of the last packet sent: a packet of another re-bases the
+    /// offsets.
+    pub sent: Option<u8>,
     /// The highest sequence number sent, in the subscriber's numbering.
     pub last_seq: u16,
     /// The last VP8 PictureID and TL0PICIDX sent.
     pub last_picture: (u16, u8),
     /// Added to the stream's PictureID and TL0PICIDX.
     pub picture_offset: (u16, u8),
+    /// When the target was last changed.
+    pub target_since: Option<Time>,
     /// When the target last climbed, while the climb is on trial.
     pub climbed_at: Option<Time>,
     /// A failed climb holds the target below the stream `held_below` until then.

@@ -157,6 +157,10 @@ pub struct ShardStats {
     /// Transport-wide congestion control feedback messages subscribers sent on what
     /// shoal stamped.
     pub transport_feedback_received: u64,
+    /// Outgoing media that waited in a subscriber's pacing queue.
+    pub rtp_paced: u64,
+    /// Outgoing media a full pacing queue dropped.
+    pub pacer_dropped: u64,
     /// Outgoing media dropped because protection failed (an SSRC limit, a repeated
     /// index).
     pub media_send_failed: u64,

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use bevy_ecs::prelude::{Entity, Resource};
 use bytes::{Bytes, BytesMut};
 
-use crate::media::{PayloadFormat, Track};
+use crate::media::{PayloadFormat, Track, TrackKind};
 use crate::net::{Datagram, FiveTuple};
 use crate::peer::PeerId;
 use crate::rtp::payload::{Vp8Descriptor, h264_keyframe_start};
@@ -117,6 +117,9 @@ pub enum Outgoing {
         packet: SharedRtp,
         /// A retransmission (RFC 4588 §4), else a forward.
         retransmission: bool,
+        /// A packet of a probe cluster, paced by the cluster itself: it skips the
+        /// subscriber's pacing queue.
+        probe: bool,
     },
     /// A plaintext RTCP compound for a peer.
     Rtcp {
@@ -139,6 +142,8 @@ pub struct SharedRtp {
     pub seq: u64,
     /// Its audio level (RFC 6464: one byte), to carry over.
     pub audio_level: Option<u8>,
+    /// It is audio (paced ahead of video).
+    pub audio: bool,
     /// For a simulcast stream: whether it starts a keyframe, and its VP8 descriptor
     /// (whose picture numbers each subscriber's copy continues).
     pub layer: Option<LayerPacket>,
@@ -189,6 +194,7 @@ impl SharedRtp {
             packet: packet.clone(),
             seq,
             audio_level,
+            audio: track.spec.kind == TrackKind::Audio,
             layer,
         })
     }

@@ -50,11 +50,13 @@ pub enum TimerKind {
     AudioLevel = 13,
     /// A peer's next probe packet is due (`congestion::probe`).
     Probe = 14,
+    /// A peer's pacing queue may send again (`congestion::pacer`).
+    Pace = 15,
 }
 
 impl TimerKind {
     /// Every kind, in slot order.
-    pub const ALL: [TimerKind; 15] = [
+    pub const ALL: [TimerKind; 16] = [
         TimerKind::IceCheck,
         TimerKind::ConsentCheck,
         TimerKind::ConsentExpiry,
@@ -70,6 +72,7 @@ impl TimerKind {
         TimerKind::TransportFeedback,
         TimerKind::AudioLevel,
         TimerKind::Probe,
+        TimerKind::Pace,
     ];
     /// How many kinds there are: the size of the table.
     pub const COUNT: usize = TimerKind::ALL.len();
@@ -93,7 +96,8 @@ impl TimerKind {
             | TimerKind::SctpHeartbeat
             | TimerKind::TransportFeedback
             | TimerKind::AudioLevel
-            | TimerKind::Probe => self as usize,
+            | TimerKind::Probe
+            | TimerKind::Pace => self as usize,
         }
     }
 }

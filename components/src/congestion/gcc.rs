@@ -315,6 +315,8 @@ pub struct Estimator {
     loss_at: Option<i64>,
     /// When loss last cut As_hat.
     loss_cut_at: Option<i64>,
+    /// The loss ratio the loss-based controller last ran on, and when (µs).
+    last_loss: Option<(f64, i64)>,
     /// Round-trip time, ms: smoothed from send to feedback.
     rtt_ms: f64,
     /// Decreases so far.
@@ -340,6 +342,7 @@ impl Estimator {
             lost: 0,
             loss_at: None,
             loss_cut_at: None,
+            last_loss: None,
             rtt_ms: 100.0,
             decreases: 0,
         }
@@ -365,6 +368,13 @@ impl Estimator {
     /// What arrived over the last half second, bit/s, once known.
     pub fn incoming_bps(&self) -> Option<u64> {
         self.incoming.bps().map(|b| b as u64)
+    }
+
+    /// The share of packets lost over the loss-based controller's last interval, and
+    /// when it ran.
+    pub fn last_loss(&self) -> Option<(f64, Time)> {
+        self.last_loss
+            .map(|(p, at)| (p, Time::from_micros(at.max(0) as u64)))
     }
 
     /// The round-trip time as last measured, ms.
@@ -526,6 +536,7 @@ impl Estimator {
             self.loss_based.max(MIN_ESTIMATE_BPS)
         };
         self.loss_at = Some(now);
+        self.last_loss = Some((p, now));
         self.reported = 0;
         self.lost = 0;
     }

@@ -14,6 +14,7 @@
 
 pub mod gcc;
 pub mod history;
+pub mod pacer;
 pub mod probe;
 
 use std::time::Duration;

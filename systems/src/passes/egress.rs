@@ -8,130 +8,260 @@
 //! allocation per packet once warm.
 
 use bevy_ecs::prelude::*;
+use bevy_ecs::system::SystemParam;
 use rand_core::RngCore;
 use shoal_components::congestion::TransportWide;
+use shoal_components::congestion::pacer::{Paced, Pacer};
 use shoal_components::media::{RetiredSsrcs, Subscription};
 use shoal_components::net::Datagram;
 use shoal_components::peer::Ice;
 use shoal_components::rtp::{RtpFields, RtpWriter};
 use shoal_components::shared::ShardRng;
 use shoal_components::stats::ShardStats;
-use shoal_components::tick::{MediaOut, Now, Outbox, Outgoing, SharedRtp, Transmits, WriteBuffer};
+use shoal_components::tick::{
+    DueTimers, MediaOut, Now, Outbox, Outgoing, SharedRtp, Transmits, WriteBuffer,
+};
 use shoal_components::time::Time;
+use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 use shoal_components::transport::PeerSrtp;
 
 /// The RTP clock of VP8 and H.264 (RFC 7741 §4.1, RFC 6184 §5.1): 90 kHz.
 const VIDEO_CLOCK: u32 = 90_000;
 
+/// What the egress pass reads and writes besides the tables.
+#[derive(SystemParam)]
+pub struct EgressCtx<'w, 's> {
+    now: Res<'w, Now>,
+    outbox: ResMut<'w, Outbox>,
+    tx: ResMut<'w, Transmits>,
+    stats: ResMut<'w, ShardStats>,
+    media_out: ResMut<'w, MediaOut>,
+    write: ResMut<'w, WriteBuffer>,
+    rng: ResMut<'w, ShardRng>,
+    retired: ResMut<'w, RetiredSsrcs>,
+    due: Res<'w, DueTimers>,
+    heap: ResMut<'w, TimerHeap>,
+    /// Peers whose pacing queue took packets this tick.
+    touched: Local<'s, Vec<Entity>>,
+}
+
+/// A peer's path and SRTP, and what it estimates of shoal's sending.
+type PeerQuery<'w, 's> = Query<
+    'w,
+    's,
+    (
+        &'static Ice,
+        &'static mut PeerSrtp,
+        Option<&'static mut TransportWide>,
+    ),
+>;
+
 /// The egress pass.
 pub fn egress(
-    now: Res<Now>,
-    mut outbox: ResMut<Outbox>,
-    mut tx: ResMut<Transmits>,
-    mut stats: ResMut<ShardStats>,
-    mut media_out: ResMut<MediaOut>,
-    mut write: ResMut<WriteBuffer>,
-    mut rng: ResMut<ShardRng>,
+    mut ctx: EgressCtx,
     mut subs: Query<&mut Subscription>,
-    mut peers: Query<(&Ice, &mut PeerSrtp, Option<&mut TransportWide>)>,
-    mut retired: ResMut<RetiredSsrcs>,
+    mut peers: PeerQuery,
+    mut pacers: Query<(&mut Pacer, &mut Timers)>,
 ) {
-    stats.datagrams_out += outbox.0.len() as u64;
-    tx.0.append(&mut outbox.0);
+    let now = ctx.now.0;
+    let sent = ctx.outbox.0.len() as u64;
+    ctx.stats.datagrams_out += sent;
+    let mut outbox = std::mem::take(&mut ctx.outbox.0);
+    ctx.tx.0.append(&mut outbox);
+    ctx.outbox.0 = outbox;
     // Ended subscriptions' SSRCs leave their subscriber's outbound context, so it
     // does not fill up over a long session; the negotiation never gives one out again
     // in that session (an SRTP index must not repeat under one key: the keystream,
     // or the GCM nonce, would repeat).
-    for (peer, ssrc) in retired.0.drain(..) {
+    for (peer, ssrc) in ctx.retired.0.drain(..) {
         if let Ok((_, mut srtp, _)) = peers.get_mut(peer) {
             srtp.session.outbound.forget_ssrc(ssrc);
         }
     }
-    if media_out.0.is_empty() {
-        return;
+    let before = ctx.tx.0.len();
+    let mut touched = std::mem::take(&mut *ctx.touched);
+    // Pacing queues whose next packet is due.
+    for i in 0..ctx.due.0.len() {
+        if let (peer, TimerKind::Pace) = ctx.due.0[i] {
+            touched.push(peer);
+        }
     }
-    let before = tx.0.len();
-    egress_media(
-        &mut media_out,
-        &mut write,
-        &mut subs,
-        &mut peers,
-        &mut rng,
-        now.0,
-        &mut stats,
-        &mut tx.0,
-    );
-    stats.datagrams_out += (tx.0.len() - before) as u64;
+    if !ctx.media_out.0.is_empty() {
+        egress_media(&mut ctx, &mut subs, &mut peers, &mut pacers, &mut touched);
+    }
+    touched.sort_unstable();
+    touched.dedup();
+    for &peer in &touched {
+        drain(&mut ctx, peer, &mut subs, &mut peers, &mut pacers, now);
+    }
+    touched.clear();
+    *ctx.touched = touched;
+    let sent = (ctx.tx.0.len() - before) as u64;
+    ctx.stats.datagrams_out += sent;
 }
 
-/// The media half: every subscriber's copy written and protected into `write`,
-/// every RTCP compound protected, as datagrams on each peer's selected path.
+/// The media half: every subscriber's copy written and protected (or queued in its
+/// pacer), every RTCP compound protected, as datagrams on each peer's selected path.
 fn egress_media(
-    out: &mut MediaOut,
-    write: &mut WriteBuffer,
+    ctx: &mut EgressCtx,
     subs: &mut Query<&mut Subscription>,
-    peers: &mut Query<(&Ice, &mut PeerSrtp, Option<&mut TransportWide>)>,
-    rng: &mut ShardRng,
-    now: Time,
-    stats: &mut ShardStats,
-    transmits: &mut Vec<Datagram>,
+    peers: &mut PeerQuery,
+    pacers: &mut Query<(&mut Pacer, &mut Timers)>,
+    touched: &mut Vec<Entity>,
 ) {
-    for item in out.0.drain(..) {
+    let now = ctx.now.0;
+    let mut out = std::mem::take(&mut ctx.media_out.0);
+    for item in out.drain(..) {
         match item {
             Outgoing::Rtp {
                 subscription,
                 packet,
                 retransmission,
+                probe,
             } => {
-                let Ok(mut sub) = subs.get_mut(subscription) else {
+                let Some(peer) = subs.get(subscription).ok().map(|s| s.subscriber) else {
                     continue;
                 };
-                match send_copy(
-                    &mut sub,
-                    &packet,
-                    retransmission,
-                    write,
-                    peers,
-                    rng,
-                    now,
-                    transmits,
-                ) {
-                    Sent::Yes if retransmission => stats.rtp_retransmitted += 1,
-                    Sent::Yes => stats.rtp_forwarded += 1,
-                    Sent::NotReady => stats.media_receiver_not_ready += 1,
-                    Sent::Failed => stats.media_send_failed += 1,
+                // Paced once the peer's feedback gives an estimate: straight out while
+                // its queue is empty and its budget allows, else queued.
+                let estimate = peers
+                    .get(peer)
+                    .ok()
+                    .and_then(|(_, _, tw)| tw?.send.estimate_bps());
+                if let (Some(estimate), Ok((mut pacer, _)), false) =
+                    (estimate, pacers.get_mut(peer), probe)
+                {
+                    pacer.refill(now, estimate);
+                    if !(pacer.is_empty() && pacer.may_send()) {
+                        let item = Paced {
+                            subscription,
+                            packet,
+                            retransmission,
+                        };
+                        if pacer.push(item) {
+                            ctx.stats.rtp_paced += 1;
+                        } else {
+                            ctx.stats.pacer_dropped += 1;
+                        }
+                        touched.push(peer);
+                        continue;
+                    }
+                    pacer.spend(packet.packet.len());
                 }
+                forward(ctx, subs, peers, subscription, &packet, retransmission);
             }
             Outgoing::Rtcp { peer, packet } => {
                 let Ok((ice, mut srtp, _)) = peers.get_mut(peer) else {
-                    stats.media_receiver_not_ready += 1;
+                    ctx.stats.media_receiver_not_ready += 1;
                     continue;
                 };
                 let Some(path) = ice.selected else {
-                    stats.media_receiver_not_ready += 1;
+                    ctx.stats.media_receiver_not_ready += 1;
                     continue;
                 };
-                reserve(write, packet.len());
-                write.0.extend_from_slice(&packet);
+                reserve(&mut ctx.write, packet.len());
+                ctx.write.0.extend_from_slice(&packet);
                 if srtp
                     .session
                     .outbound
-                    .protect_rtcp_tail(&mut write.0, 0)
+                    .protect_rtcp_tail(&mut ctx.write.0, 0)
                     .is_err()
                 {
-                    write.0.clear();
-                    stats.media_send_failed += 1;
+                    ctx.write.0.clear();
+                    ctx.stats.media_send_failed += 1;
                     continue;
                 }
-                let payload = write.0.split().freeze();
-                transmits.push(Datagram {
+                let payload = ctx.write.0.split().freeze();
+                ctx.tx.0.push(Datagram {
                     local: path.local,
                     remote: path.remote,
                     payload,
                 });
-                stats.rtcp_sent += 1;
+                ctx.stats.rtcp_sent += 1;
             }
         }
+    }
+    ctx.media_out.0 = out;
+}
+
+/// Sends what `peer`'s pacing budget allows of its queue; the rest waits for the
+/// peer's pacing timer.
+fn drain(
+    ctx: &mut EgressCtx,
+    peer: Entity,
+    subs: &mut Query<&mut Subscription>,
+    peers: &mut PeerQuery,
+    pacers: &mut Query<(&mut Pacer, &mut Timers)>,
+    now: Time,
+) {
+    let estimate = peers
+        .get(peer)
+        .ok()
+        .and_then(|(_, _, tw)| tw?.send.estimate_bps());
+    loop {
+        let Ok((mut pacer, mut timers)) = pacers.get_mut(peer) else {
+            return;
+        };
+        if let Some(estimate) = estimate {
+            pacer.refill(now, estimate);
+        }
+        if pacer.is_empty() {
+            return;
+        }
+        if !pacer.may_send() {
+            let at = pacer.next_send(now);
+            ctx.heap.arm(&mut timers, peer, TimerKind::Pace, at);
+            return;
+        }
+        let Some(item) = pacer.pop() else {
+            return;
+        };
+        pacer.spend(item.packet.packet.len());
+        forward(
+            ctx,
+            subs,
+            peers,
+            item.subscription,
+            &item.packet,
+            item.retransmission,
+        );
+    }
+}
+
+/// Writes, protects and sends one subscriber's copy, counting what became of it.
+fn forward(
+    ctx: &mut EgressCtx,
+    subs: &mut Query<&mut Subscription>,
+    peers: &mut PeerQuery,
+    subscription: Entity,
+    packet: &SharedRtp,
+    retransmission: bool,
+) {
+    let Ok(mut sub) = subs.get_mut(subscription) else {
+        return;
+    };
+    let now = ctx.now.0;
+    let EgressCtx {
+        write,
+        rng,
+        tx,
+        stats,
+        ..
+    } = ctx;
+    match send_copy(
+        &mut sub,
+        packet,
+        retransmission,
+        write,
+        peers,
+        rng,
+        now,
+        &mut tx.0,
+    ) {
+        Sent::Yes if retransmission => stats.rtp_retransmitted += 1,
+        Sent::Yes => stats.rtp_forwarded += 1,
+        Sent::NotReady => stats.media_receiver_not_ready += 1,
+        Sent::Failed => stats.media_send_failed += 1,
     }
 }
 
@@ -162,7 +292,7 @@ fn send_copy(
     rtp: &SharedRtp,
     rtx: bool,
     write: &mut WriteBuffer,
-    peers: &mut Query<(&Ice, &mut PeerSrtp, Option<&mut TransportWide>)>,
+    peers: &mut PeerQuery,
     rng: &mut ShardRng,
     now: Time,
     transmits: &mut Vec<Datagram>,
@@ -178,6 +308,13 @@ fn send_copy(
     let Some(path) = ice.selected else {
         return Sent::NotReady;
     };
+    // A retransmission of a simulcast stream other than the one sent last: its
+    // numbers belong to offsets no longer in force.
+    if let (Some(choice), Some(layer), true) = (sub.layers.as_ref(), rtp.layer, rtx)
+        && choice.sent != Some(layer.index)
+    {
+        return Sent::Failed;
+    }
     if !sub.started {
         if rtx {
             return Sent::NotReady;
@@ -190,18 +327,20 @@ fn send_copy(
         sub.seq_offset = (r as u16).wrapping_sub((seq & 0xffff) as u16);
         sub.ts_offset = ((r >> 16) as u32).wrapping_sub(h.timestamp);
         sub.rtx_seq = (r >> 48) as u16;
+        if let (Some(choice), Some(layer)) = (sub.layers.as_mut(), rtp.layer) {
+            choice.sent = Some(layer.index);
+        }
     }
-    // Packets of the stream left, queued in this tick before the switch, still go
-    // out on the old offsets; the first of the new stream re-bases them.
+    // The first packet sent of another simulcast stream (RFC 8853) than the last:
+    // the new stream's numbers go on from the last ones sent, its timestamps from the
+    // last one by the time between them (RFC 3550 §5.1: the timestamp follows the
+    // sampling clock), its VP8 picture numbers from the last picture's (RFC 7741
+    // §4.2). Judged by what is sent, in the order it is sent: a pacing queue may
+    // still hold the old stream's packets when the media pass switched.
     if let (Some(choice), Some(layer), false) = (sub.layers.as_mut(), rtp.layer, rtx)
-        && choice.rebase
-        && choice.current == Some(layer.index)
+        && choice.sent != Some(layer.index)
     {
-        // A switch of simulcast stream (RFC 8853): the new stream's numbers go on
-        // from the last ones sent, its timestamps from the last one by the time
-        // between them (RFC 3550 §5.1: the timestamp follows the sampling clock),
-        // its VP8 picture numbers from the last picture's (RFC 7741 §4.2).
-        choice.rebase = false;
+        choice.sent = Some(layer.index);
         sub.seq_offset = choice
             .last_seq
             .wrapping_add(1)

@@ -478,7 +478,8 @@ fn handle_timer(
         | TimerKind::MediaReport
         | TimerKind::TransportFeedback
         | TimerKind::AudioLevel
-        | TimerKind::Probe => {}
+        | TimerKind::Probe
+        | TimerKind::Pace => {}
         TimerKind::ConsentCheck => {
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
                 return;

@@ -20,11 +20,11 @@ use shoal_components::congestion::{FEEDBACK_INTERVAL, INITIAL_ESTIMATE_BPS, Tran
 use shoal_components::media::{
     AUDIO_LEVEL_INTERVAL, PayloadFormat, PeerMedia, ReceiveStats, Subscription, Track, TrackKind,
 };
-use shoal_components::rtp::payload::{Vp8Descriptor, h264_sps_size, vp8_keyframe_size};
 use shoal_components::peer::Peer;
 use shoal_components::relay::{MediaRelay, MediaRelayOut};
 use shoal_components::rtcp::twcc::FeedbackEncoder;
 use shoal_components::rtcp::{NackEntry, ReportBlock};
+use shoal_components::rtp::payload::{Vp8Descriptor, h264_sps_size, vp8_keyframe_size};
 use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{
@@ -238,11 +238,16 @@ pub fn media(
                         .transport_cc
                         .map(|_| INITIAL_ESTIMATE_BPS as u64))
                 });
+                let loss = transport
+                    .get(subscriber)
+                    .ok()
+                    .and_then(|(tw, _)| tw.send.estimator.as_ref()?.last_loss());
                 let shortfall = layers::choose(
                     &mut ctx,
                     now,
                     subscriber,
                     estimate,
+                    loss,
                     &peers,
                     &mut tracks,
                     &mut subs,
@@ -279,6 +284,7 @@ pub(crate) fn fan_out<F: QueryFilter>(
                 subscription,
                 packet: shared.clone(),
                 retransmission: false,
+                probe: false,
             }));
         return;
     };
@@ -290,6 +296,7 @@ pub(crate) fn fan_out<F: QueryFilter>(
                 subscription,
                 packet: shared.clone(),
                 retransmission: false,
+                probe: false,
             });
         }
     }
@@ -320,7 +327,6 @@ pub(crate) fn admit(
     choice.current = Some(index);
     if started {
         choice.switches += 1;
-        choice.rebase = true;
         // NACKs for the stream left are no longer this subscriber's to ask.
         sub.first_seq = seq;
     }
@@ -691,6 +697,7 @@ fn probe_step(
         subscription,
         packet,
         retransmission: true,
+        probe: true,
     });
 }
 

@@ -18,6 +18,7 @@ use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
 use shoal_components::congestion::TransportWide;
+use shoal_components::congestion::pacer::Pacer;
 use shoal_components::relay::{MediaRelay, MediaRelayOut};
 use shoal_components::shared::{
     MAX_RETIRED_SSRCS, MAX_SUBSCRIPTIONS_PER_PEER, MAX_TRACKS_PER_PEER,
@@ -33,9 +34,11 @@ impl Shard {
     /// congestion control state.
     fn peer_media(&mut self, entity: Entity) -> Mut<'_, PeerMedia> {
         if self.world.get::<PeerMedia>(entity).is_none() {
-            self.world
-                .entity_mut(entity)
-                .insert((PeerMedia::default(), TransportWide::default()));
+            self.world.entity_mut(entity).insert((
+                PeerMedia::default(),
+                TransportWide::default(),
+                Pacer::default(),
+            ));
         }
         self.world
             .get_mut::<PeerMedia>(entity)
@@ -276,6 +279,7 @@ impl Shard {
                         subscription: s,
                         packet: shared.clone(),
                         retransmission: false,
+                        probe: false,
                     });
                 }
             }

@@ -14,7 +14,8 @@
 //! would then receive in all; staying needs what it receives alone, so an estimate
 //! hovering at one stream's rate does not flap. A new target is asked for a keyframe,
 //! which the switch waits for (`super::admit`). A climb the subscriber falls back
-//! from within [`CLIMB_TRIAL`] is not tried again for a while ([`MIN_HOLD`]).
+//! from within [`CLIMB_TRIAL`] is not tried again for a while ([`MIN_HOLD`]), nor is a
+//! stream the subscriber lost more than [`STEP_DOWN_LOSS`] of.
 
 use bevy_ecs::prelude::*;
 use shoal_components::media::{PeerMedia, Subscription, Track};
@@ -37,7 +38,12 @@ pub const CLIMB_TRIAL: std::time::Duration = std::time::Duration::from_secs(5);
 /// otherwise be climbed and fallen from every few seconds.
 pub const MIN_HOLD: std::time::Duration = std::time::Duration::from_secs(8);
 /// See [`MIN_HOLD`].
-pub const MAX_HOLD: std::time::Duration = std::time::Duration::from_secs(64);
+pub const MAX_HOLD: std::time::Duration = std::time::Duration::from_secs(16);
+
+/// The loss on a stream past which the subscriber is stepped down.
+pub const STEP_DOWN_LOSS: f64 = 0.05;
+/// How long a stream must have been the target for its loss to count.
+pub const LOSS_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One simulcast subscription's candidates while the estimate is shared out.
 struct Pick {
@@ -49,6 +55,8 @@ struct Pick {
     max_rank: usize,
     /// The rank of the target chosen last time, if its stream still carries.
     old_rank: Option<usize>,
+    /// The subscriber loses too much on it.
+    lossy: bool,
 }
 
 /// What choosing found: subscriptions whose next climb the estimate could not pay
@@ -68,6 +76,7 @@ pub(super) fn choose(
     now: Time,
     peer: Entity,
     estimate: Option<u64>,
+    loss: Option<(f64, Time)>,
     peers: &Query<(&mut PeerMedia, Option<&PeerSrtp>)>,
     tracks: &mut Query<(&mut Track, &mut Timers), Without<Subscription>>,
     subs: &mut Query<(&mut Subscription, &mut Timers), Without<Track>>,
@@ -108,7 +117,8 @@ pub(super) fn choose(
         if ranked.iter().all(|r| r.3.is_some()) {
             ranked.sort_by_key(|r| (r.3, r.0));
         }
-        let ranked: Vec<(u8, Entity, u64)> = ranked.into_iter().map(|(i, e, b, _)| (i, e, b)).collect();
+        let ranked: Vec<(u8, Entity, u64)> =
+            ranked.into_iter().map(|(i, e, b, _)| (i, e, b)).collect();
         used += ranked[0].2 as i64;
         // A climb that failed holds the subscription below it for a while.
         let held = choice
@@ -117,13 +127,28 @@ pub(super) fn choose(
             .and_then(|_| ranked.iter().position(|(i, _, _)| *i == choice.held_below))
             .map_or(usize::MAX, |r| r.saturating_sub(1));
         let old_rank = ranked.iter().position(|(i, _, _)| *i == choice.target);
+        // Losing more than STEP_DOWN_LOSS on a stream held for a loss interval: one
+        // stream down, as a failed climb (a token bucket's short queue drops a
+        // stream's bursts without the delay ever growing, and GCC holds its estimate
+        // through 2 to 10 % loss).
+        let lossy = match (loss, choice.target_since, old_rank) {
+            (Some((p, at)), Some(since), Some(r)) => {
+                p > STEP_DOWN_LOSS && at.saturating_since(since) >= LOSS_SETTLE && r > 0
+            }
+            _ => false,
+        };
+        let max_rank = usize::from(choice.max_rank).min(held);
         picks.push(Pick {
             sub: entity,
             ranked,
             rank: 0,
             current: choice.current,
-            max_rank: usize::from(choice.max_rank).min(held),
+            max_rank: match (lossy, old_rank) {
+                (true, Some(r)) => max_rank.min(r - 1),
+                _ => max_rank,
+            },
             old_rank,
+            lossy,
         });
     }
     if picks.is_empty() {
@@ -173,9 +198,10 @@ pub(super) fn choose(
             Some(old) if p.rank < old => {
                 // Down again soon after a climb: the climb failed. Held below the
                 // stream it failed on, twice as long as the last time.
-                let failed = choice
-                    .climbed_at
-                    .is_some_and(|at| now.saturating_since(at) < CLIMB_TRIAL);
+                let failed = p.lossy
+                    || choice
+                        .climbed_at
+                        .is_some_and(|at| now.saturating_since(at) < CLIMB_TRIAL);
                 if failed {
                     let hold = (choice.hold * 2).clamp(MIN_HOLD, MAX_HOLD);
                     choice.hold = hold;
@@ -193,6 +219,9 @@ pub(super) fn choose(
                 choice.hold = std::time::Duration::ZERO;
             }
             _ => {}
+        }
+        if choice.target != index || choice.target_since.is_none() {
+            choice.target_since = Some(now);
         }
         choice.target = index;
         if choice.current != Some(index) {

@@ -343,10 +343,11 @@ pub(super) fn on_rtcp(
                 }
             }
             RtcpBody::TransportCc(fb) => {
-                let mut estimate = None;
+                let (mut estimate, mut loss) = (None, None);
                 if let Ok((mut tw, _)) = transport.get_mut(peer) {
                     tw.send.on_feedback(now, &fb);
                     estimate = tw.send.estimate_bps();
+                    loss = tw.send.estimator.as_ref().and_then(|e| e.last_loss());
                 }
                 ctx.stats.transport_feedback_received += 1;
                 if estimate.is_some()
@@ -356,7 +357,7 @@ pub(super) fn on_rtcp(
                         .any(|(_, s)| subs.get(*s).is_ok_and(|(s, _)| s.layers.is_some()))
                 {
                     let shortfall =
-                        super::layers::choose(ctx, now, peer, estimate, peers, tracks, subs);
+                        super::layers::choose(ctx, now, peer, estimate, loss, peers, tracks, subs);
                     if let Some(shortfall) = shortfall {
                         super::start_probe(ctx, now, peer, shortfall, transport);
                     }
@@ -421,6 +422,7 @@ fn answer_nack(
                         ..packet
                     },
                     retransmission: true,
+                    probe: false,
                 });
             }
             _ => ctx.stats.nack_unanswered += 1,

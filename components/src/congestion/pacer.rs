@@ -1,0 +1,253 @@
+//! Pacing what shoal sends one peer (one queue per peer, drained by the egress pass
+//! on the tick's clock): once the peer's feedback gives an estimate, its RTP goes out
+//! at [`PACING_FACTOR`] times the estimate, so a burst (a keyframe, a switch to a
+//! higher simulcast stream) is spread over time instead of landing at once in the
+//! peer's bottleneck queue, where it would be lost or read as over-use. Audio goes
+//! first, then retransmissions, then video; retransmissions and the whole queue are
+//! bounded, and a queue that would take longer than [`MAX_QUEUE_TIME`] to drain at
+//! the pacing rate is drained faster (libwebrtc's pacer does the same), so pacing
+//! never adds more than that much delay.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bevy_ecs::prelude::{Component, Entity};
+
+use crate::tick::SharedRtp;
+use crate::time::Time;
+
+/// The pacing rate as a multiple of the estimate: enough to keep up with an encoder
+/// a little over its target, and to spread a keyframe over a few frame intervals.
+pub const PACING_FACTOR: f64 = 1.0;
+/// The lowest pacing rate, bit/s, whatever the estimate says.
+pub const MIN_PACING_BPS: u64 = 100_000;
+/// How much unused budget carries over: a short burst at line rate.
+pub const MAX_BURST: Duration = Duration::from_millis(5);
+/// The longest a queue may take to drain: past it the pacing rate rises to drain it
+/// in this time.
+pub const MAX_QUEUE_TIME: Duration = Duration::from_millis(500);
+/// Packets a queue holds at most (a second of 10 Mbit/s in 1200-byte packets); past
+/// it the oldest video packet is dropped.
+pub const MAX_QUEUED: usize = 1024;
+/// Retransmissions a queue holds at most; past it a new one is dropped (the peer
+/// asks again).
+pub const MAX_QUEUED_RETRANSMISSIONS: usize = 128;
+
+/// One packet waiting: the subscription it goes out on, the packet, and whether it
+/// is a retransmission.
+#[derive(Clone, Debug)]
+pub struct Paced {
+    /// The subscription.
+    pub subscription: Entity,
+    /// The packet.
+    pub packet: SharedRtp,
+    /// A retransmission (RFC 4588).
+    pub retransmission: bool,
+}
+
+impl Paced {
+    fn bytes(&self) -> usize {
+        self.packet.packet.len()
+    }
+}
+
+/// A peer's pacing queue and budget.
+#[derive(Component, Debug, Default)]
+pub struct Pacer {
+    audio: VecDeque<Paced>,
+    retransmissions: VecDeque<Paced>,
+    video: VecDeque<Paced>,
+    queued_bytes: usize,
+    /// Bytes that may go now (negative: owed).
+    budget: i64,
+    /// When the budget was last filled.
+    filled_at: Option<Time>,
+    /// The rate in force, bit/s.
+    pub rate_bps: u64,
+    /// Packets dropped because the queue was full.
+    pub dropped: u64,
+    /// Packets that waited in the queue.
+    pub paced: u64,
+}
+
+impl Pacer {
+    /// Packets waiting.
+    pub fn len(&self) -> usize {
+        self.audio.len() + self.retransmissions.len() + self.video.len()
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes waiting.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes
+    }
+
+    /// Sets the rate from the peer's `estimate_bps` at `now`, and fills the budget
+    /// for the time since it was last filled.
+    pub fn refill(&mut self, now: Time, estimate_bps: u64) {
+        let mut rate = ((estimate_bps as f64 * PACING_FACTOR) as u64).max(MIN_PACING_BPS);
+        // A queue that would take too long at this rate is drained in MAX_QUEUE_TIME.
+        let drain = (self.queued_bytes as u64 * 8 * 1000) / MAX_QUEUE_TIME.as_millis() as u64;
+        rate = rate.max(drain);
+        self.rate_bps = rate;
+        let elapsed = self
+            .filled_at
+            .map_or(Duration::ZERO, |at| now.saturating_since(at));
+        self.filled_at = Some(now);
+        let add = (rate as u128 * elapsed.as_micros() / 8_000_000) as i64;
+        let cap = (rate as u128 * MAX_BURST.as_micros() / 8_000_000) as i64;
+        self.budget = (self.budget + add).min(cap.max(1500));
+    }
+
+    /// Whether a packet may go now.
+    pub fn may_send(&self) -> bool {
+        self.budget > 0
+    }
+
+    /// Counts `bytes` sent.
+    pub fn spend(&mut self, bytes: usize) {
+        self.budget -= bytes as i64;
+    }
+
+    /// Queues `item`; false if it was dropped (the queue was full).
+    pub fn push(&mut self, item: Paced) -> bool {
+        let audio = item.packet.audio;
+        if item.retransmission {
+            if self.retransmissions.len() >= MAX_QUEUED_RETRANSMISSIONS {
+                self.dropped += 1;
+                return false;
+            }
+        } else if self.len() >= MAX_QUEUED {
+            // The oldest video goes first: audio and repairs are worth more.
+            match self.video.pop_front() {
+                Some(old) => self.queued_bytes -= old.bytes(),
+                None => {
+                    self.dropped += 1;
+                    return false;
+                }
+            }
+            self.dropped += 1;
+        }
+        self.queued_bytes += item.bytes();
+        self.paced += 1;
+        match (audio, item.retransmission) {
+            (true, _) => self.audio.push_back(item),
+            (false, true) => self.retransmissions.push_back(item),
+            (false, false) => self.video.push_back(item),
+        }
+        true
+    }
+
+    /// The next packet to send: audio first, then retransmissions, then video.
+    pub fn pop(&mut self) -> Option<Paced> {
+        let item = self
+            .audio
+            .pop_front()
+            .or_else(|| self.retransmissions.pop_front())
+            .or_else(|| self.video.pop_front())?;
+        self.queued_bytes -= item.bytes();
+        Some(item)
+    }
+
+    /// When the budget will allow the next packet, from `now`.
+    pub fn next_send(&self, now: Time) -> Time {
+        if self.budget > 0 || self.rate_bps == 0 {
+            return now;
+        }
+        let owed = (1 - self.budget) as u128;
+        let us = (owed * 8_000_000).div_ceil(u128::from(self.rate_bps));
+        now + Duration::from_micros(us.min(1_000_000) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::rtp::{RtpFields, RtpHeader, RtpWriter};
+
+    fn packet(bytes: usize, retransmission: bool, audio: bool) -> Paced {
+        let mut out = bytes::BytesMut::new();
+        let fields = RtpFields {
+            marker: false,
+            payload_type: 96,
+            sequence_number: 1,
+            timestamp: 0,
+            ssrc: 1,
+        };
+        let mut w = RtpWriter::new(&mut out, &fields, &[]);
+        w.payload(&vec![0; bytes - 12]);
+        w.finish(0);
+        let packet: Bytes = out.freeze();
+        Paced {
+            subscription: Entity::PLACEHOLDER,
+            packet: SharedRtp {
+                header: RtpHeader::parse(&packet).unwrap(),
+                packet,
+                seq: 0,
+                audio_level: None,
+                audio,
+                layer: None,
+            },
+            retransmission,
+        }
+    }
+
+    #[test]
+    fn a_burst_goes_out_at_the_pacing_rate() {
+        let mut p = Pacer::default();
+        let t0 = Time::from_millis(1000);
+        // 1 Mbit/s estimate: 1.5 Mbit/s pacing, 187.5 bytes a millisecond.
+        p.refill(t0, 1_000_000);
+        assert_eq!(p.rate_bps, 1_500_000);
+        for _ in 0..10 {
+            assert!(p.push(packet(1200, false, false)));
+        }
+        let mut sent = Vec::new();
+        let mut now = t0;
+        while !p.is_empty() {
+            p.refill(now, 1_000_000);
+            while p.may_send() {
+                let Some(item) = p.pop() else { break };
+                p.spend(item.bytes());
+                sent.push(now);
+            }
+            now = p.next_send(now);
+        }
+        // 12 000 bytes at 187.5 a millisecond: the last leaves about 58 ms after the
+        // first (the first may go on the starting budget).
+        let span = sent.last().unwrap().saturating_since(sent[0]);
+        assert!(
+            (Duration::from_millis(50)..=Duration::from_millis(66)).contains(&span),
+            "{span:?}"
+        );
+    }
+
+    #[test]
+    fn audio_then_repairs_then_video_and_bounds() {
+        let mut p = Pacer::default();
+        p.push(packet(100, false, false));
+        p.push(packet(200, true, false));
+        p.push(packet(300, false, true));
+        let order: Vec<usize> = std::iter::from_fn(|| p.pop()).map(|x| x.bytes()).collect();
+        assert_eq!(order, [300, 200, 100]);
+        for _ in 0..MAX_QUEUED_RETRANSMISSIONS {
+            assert!(p.push(packet(100, true, false)));
+        }
+        assert!(!p.push(packet(100, true, false)), "repairs bounded");
+        for _ in 0..MAX_QUEUED {
+            p.push(packet(100, false, false));
+        }
+        assert_eq!(p.len(), MAX_QUEUED);
+        assert!(p.dropped > 1);
+        // A long queue drains within MAX_QUEUE_TIME whatever the estimate.
+        p.refill(Time::from_millis(5), 100_000);
+        let drain = p.queued_bytes() as u64 * 8 * 1000 / MAX_QUEUE_TIME.as_millis() as u64;
+        assert_eq!(p.rate_bps, drain);
+    }
+}

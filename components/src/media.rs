@@ -478,6 +478,19 @@ pub struct Subscription {
     /// For a simulcast track: which stream it is sent, and how the switches between
     /// them are hidden.
     pub layers: Option<LayerChoice>,
+    /// Paused by its subscriber: off its track's subscriber lists, nothing sent.
+    pub paused: bool,
+}
+
+/// How a subscriber wants a track it subscribes to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrackSettings {
+    /// Nothing sent while paused.
+    pub paused: bool,
+    /// The highest simulcast stream by rank (0 the lowest picture), `None` for any.
+    pub max_rank: Option<u8>,
+    /// The largest picture wanted, width and height (0: no bound on that side).
+    pub max_size: Option<(u16, u16)>,
 }
 
 /// A subscription's simulcast state. `Subscription::track` is the stream it is sent
@@ -490,8 +503,10 @@ pub struct LayerChoice {
     pub current: Option<u8>,
     /// The stream chosen for it.
     pub target: u8,
-    /// The highest rank (0 the lowest rate) the subscriber prefers.
+    /// The highest rank (0 the lowest picture) the subscriber prefers.
     pub max_rank: u8,
+    /// The largest picture it wants, width and height (0: no bound on that side).
+    pub max_size: Option<(u16, u16)>,
     /// Switches made.
     pub switches: u32,
     /// The stream of the last packet sent: a packet of another re-bases the

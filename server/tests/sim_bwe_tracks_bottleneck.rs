@@ -29,7 +29,7 @@ use shoal_components::peer::PeerId;
 use shoal_components::rtp::payload::Vp8Descriptor;
 use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
 use shoal_components::tick::ShardEvent;
-use shoal_server::sim::LinkConfig;
+use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::Command;
 
 /// The transport-wide extension's id on both sides of the subscriber's session.
@@ -184,8 +184,28 @@ fn link(seed: u64, bps: u64) -> LinkConfig {
     }
 }
 
-/// One seed's run: what the subscriber received.
+/// One seed's run through the link's steps: what the subscriber received.
 fn run(seed: u64) -> Vec<Received> {
+    let (mut dropped, mut recovered) = (false, false);
+    run_script(seed, END_AT, |elapsed, sim| {
+        if elapsed >= DROP_AT && !dropped {
+            dropped = true;
+            sim.set_link(addr(SRV), cli(2), link(seed, 600_000));
+        }
+        if elapsed >= RECOVER_AT && !recovered {
+            recovered = true;
+            sim.set_link(addr(SRV), cli(2), link(seed, 3_000_000));
+        }
+    })
+}
+
+/// One seed's run over a 3 Mbit/s link for `end`, `script` acting on the sim before
+/// each step: what the subscriber received.
+fn run_script(
+    seed: u64,
+    end: Duration,
+    mut script: impl FnMut(Duration, &mut Sim),
+) -> Vec<Received> {
     let mut sim = connected_sim(seed, &LinkConfig::default(), 1);
     sim.set_link(addr(SRV), cli(2), link(seed, 3_000_000));
     // The publisher: three local sources, each sent on its own SSRC pair, which the
@@ -260,21 +280,12 @@ fn run(seed: u64) -> Vec<Received> {
     let start = sim.now();
     let mut noise = seed;
     let mut got = Vec::new();
-    let mut dropped = false;
-    let mut recovered = false;
     loop {
         let elapsed = sim.now().saturating_since(start);
-        if elapsed >= END_AT {
+        if elapsed >= end {
             break;
         }
-        if elapsed >= DROP_AT && !dropped {
-            dropped = true;
-            sim.set_link(addr(SRV), cli(2), link(seed, 600_000));
-        }
-        if elapsed >= RECOVER_AT && !recovered {
-            recovered = true;
-            sim.set_link(addr(SRV), cli(2), link(seed, 3_000_000));
-        }
+        script(elapsed, &mut sim);
         for (i, e) in encoders.iter_mut().enumerate() {
             if elapsed >= e.next_frame {
                 e.next_frame += Duration::from_micros(1_000_000 / FPS);
@@ -423,4 +434,78 @@ fn sim_bwe_tracks_bottleneck() {
             );
         }
     }
+}
+
+/// A subscriber's own settings bound what it is sent, over a link with room for the
+/// top stream: quality LOW gives the lowest stream; paused, nothing; resumed with a
+/// largest picture of 640 × 360, the middle stream (by the pictures' sizes in their
+/// keyframes, whatever the offer's order); the bound lifted, the top again.
+#[test]
+fn sim_subscriber_track_settings_bound_the_stream() {
+    use shoal_components::media::TrackSettings;
+    let settings = |s: TrackSettings| Command::SetTrackSettings {
+        peer: PeerId(2),
+        track: TRACK,
+        settings: s,
+    };
+    let s = |t: u64| Duration::from_secs(t);
+    let mut done = [false; 4];
+    let got = run_script(7, s(36), |elapsed, sim| {
+        let step = [s(12), s(18), s(22), s(28)]
+            .iter()
+            .rposition(|t| elapsed >= *t);
+        let Some(i) = step.filter(|i| !done[*i]) else {
+            return;
+        };
+        done[i] = true;
+        let command = match i {
+            0 => settings(TrackSettings {
+                max_rank: Some(0),
+                ..TrackSettings::default()
+            }),
+            1 => settings(TrackSettings {
+                paused: true,
+                max_rank: Some(0),
+                ..TrackSettings::default()
+            }),
+            2 => settings(TrackSettings {
+                max_size: Some((640, 360)),
+                ..TrackSettings::default()
+            }),
+            _ => settings(TrackSettings::default()),
+        };
+        sim.command(addr(SRV), command).unwrap();
+    });
+    let timeline = {
+        let mut t = String::new();
+        let mut last = None;
+        for r in &got {
+            if last != Some(r.layer) {
+                t += &format!(" {:.2}s→{}", r.at.as_secs_f64(), r.layer);
+                last = Some(r.layer);
+            }
+        }
+        t
+    };
+    assert_eq!(
+        only_layer(&got, s(10), s(12)),
+        Some(2),
+        "top first:{timeline}"
+    );
+    assert_eq!(only_layer(&got, s(14), s(18)), Some(0), "LOW:{timeline}");
+    let during_pause = got
+        .iter()
+        .filter(|r| r.at >= s(18) + Duration::from_millis(200) && r.at < s(22))
+        .count();
+    assert_eq!(during_pause, 0, "paused:{timeline}");
+    assert_eq!(
+        only_layer(&got, s(24), s(28)),
+        Some(1),
+        "640 × 360 at most:{timeline}"
+    );
+    assert_eq!(
+        only_layer(&got, s(32), s(36)),
+        Some(2),
+        "unbounded:{timeline}"
+    );
 }

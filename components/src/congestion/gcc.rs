@@ -14,6 +14,8 @@ use crate::time::Time;
 
 /// §5.2, §5.6 `burst_time`: packets sent within it of a group's first form one group.
 pub const BURST_TIME_US: i64 = 5_000;
+/// A gap in arrivals after which the delay detector starts over.
+pub const STREAM_TIMEOUT_US: i64 = 2_000_000;
 /// §5.3 `q`, the state noise variance.
 const Q: f64 = 1e-3;
 /// §5.6 `e(0)`, the initial error covariance.
@@ -159,6 +161,15 @@ impl Default for DelayDetector {
 impl DelayDetector {
     /// One packet that arrived, in send order.
     fn packet(&mut self, send: i64, arrival: i64) {
+        // Nothing for a while (a paused stream, a silent path): the groups before
+        // the gap say nothing of the path now, and their gap is no delay gradient.
+        // The detector starts over, as libwebrtc's does after 2 s without packets.
+        if self
+            .current
+            .is_some_and(|c| arrival - c.last_arrival > STREAM_TIMEOUT_US)
+        {
+            *self = DelayDetector::default();
+        }
         let Some(cur) = self.current.as_mut() else {
             self.current = Some(Group {
                 first_send: send,

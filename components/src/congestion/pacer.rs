@@ -94,13 +94,14 @@ impl Pacer {
         let drain = (self.queued_bytes as u64 * 8 * 1000) / MAX_QUEUE_TIME.as_millis() as u64;
         rate = rate.max(drain);
         self.rate_bps = rate;
-        let elapsed = self
-            .filled_at
-            .map_or(Duration::ZERO, |at| now.saturating_since(at));
+        let cap = ((rate as u128 * MAX_BURST.as_micros() / 8_000_000) as i64).max(1500);
+        // It starts with a full burst's worth.
+        let add = match self.filled_at {
+            Some(at) => (rate as u128 * now.saturating_since(at).as_micros() / 8_000_000) as i64,
+            None => cap,
+        };
         self.filled_at = Some(now);
-        let add = (rate as u128 * elapsed.as_micros() / 8_000_000) as i64;
-        let cap = (rate as u128 * MAX_BURST.as_micros() / 8_000_000) as i64;
-        self.budget = (self.budget + add).min(cap.max(1500));
+        self.budget = (self.budget + add).min(cap);
     }
 
     /// Whether a packet may go now.
@@ -202,8 +203,9 @@ mod tests {
     fn a_burst_goes_out_at_the_pacing_rate() {
         let mut p = Pacer::default();
         let t0 = Time::from_millis(1000);
-        // 1 Mbit/s estimate: 1.5 Mbit/s pacing, 187.5 bytes a millisecond.
-        p.refill(t0, 1_000_000);
+        // 1.5 Mbit/s pacing, 187.5 bytes a millisecond.
+        let estimate = (1_500_000.0 / PACING_FACTOR) as u64;
+        p.refill(t0, estimate);
         assert_eq!(p.rate_bps, 1_500_000);
         for _ in 0..10 {
             assert!(p.push(packet(1200, false, false)));
@@ -211,7 +213,7 @@ mod tests {
         let mut sent = Vec::new();
         let mut now = t0;
         while !p.is_empty() {
-            p.refill(now, 1_000_000);
+            p.refill(now, estimate);
             while p.may_send() {
                 let Some(item) = p.pop() else { break };
                 p.spend(item.bytes());
@@ -219,11 +221,12 @@ mod tests {
             }
             now = p.next_send(now);
         }
-        // 12 000 bytes at 187.5 a millisecond: the last leaves about 58 ms after the
-        // first (the first may go on the starting budget).
+        // The first goes on the starting burst (1500 bytes, the smallest), the other
+        // nine 1200-byte packets at 187.5 bytes a millisecond, less what that burst
+        // left over: (10 800 − 1 500) / 187.5 = 49.6 ms from the first to the last.
         let span = sent.last().unwrap().saturating_since(sent[0]);
         assert!(
-            (Duration::from_millis(50)..=Duration::from_millis(66)).contains(&span),
+            (Duration::from_millis(48)..=Duration::from_millis(51)).contains(&span),
             "{span:?}"
         );
     }

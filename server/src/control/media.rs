@@ -397,6 +397,21 @@ impl ControlState {
                                 subscription: subscription_spec(t.id, &mid, &track),
                             },
                         ));
+                        // What the participant asked of the track before.
+                        let asked = members
+                            .by_peer
+                            .get(&peer)
+                            .and_then(|m| m.selection.settings(&track.track));
+                        if let Some(settings) = asked {
+                            commands.push((
+                                shard,
+                                Command::SetTrackSettings {
+                                    peer,
+                                    track: t.id,
+                                    settings,
+                                },
+                            ));
+                        }
                     }
                 }
                 Change::Unsubscribed { track, .. } => {

@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use shoal_components::media::{TrackId, TrackSettings};
 use shoal_components::peer::PeerId;
 use shoal_proto::v1::{self, signal_response, track_event};
 use shoal_systems::Command;
@@ -35,6 +36,9 @@ pub struct Selection {
     wanted: BTreeSet<String>,
     /// Tracks it unsubscribed from.
     unwanted: BTreeSet<String>,
+    /// How it wants tracks it receives, by track: kept across renegotiations and
+    /// resubscriptions, and applied to each new subscription.
+    settings: BTreeMap<String, TrackSettings>,
 }
 
 impl Selection {
@@ -66,6 +70,30 @@ impl Selection {
     fn retain(&mut self, exists: impl Fn(&str) -> bool) {
         self.wanted.retain(|t| exists(t));
         self.unwanted.retain(|t| exists(t));
+        self.settings.retain(|t, _| exists(t));
+    }
+
+    /// The settings asked for `track`, if any.
+    pub fn settings(&self, track: &str) -> Option<TrackSettings> {
+        self.settings.get(track).copied()
+    }
+}
+
+/// The shard's form of a signalled `TrackSettings` (quality as a rank: low the
+/// lowest stream, medium the second).
+pub fn track_settings(s: &v1::TrackSettings) -> TrackSettings {
+    let max_rank = match s.quality() {
+        v1::VideoQuality::Low => Some(0),
+        v1::VideoQuality::Medium => Some(1),
+        v1::VideoQuality::High | v1::VideoQuality::Unspecified => None,
+    };
+    let side = |v: u32| u16::try_from(v).unwrap_or(u16::MAX);
+    let max_size =
+        (s.max_width != 0 || s.max_height != 0).then(|| (side(s.max_width), side(s.max_height)));
+    TrackSettings {
+        paused: s.paused,
+        max_rank,
+        max_size,
     }
 }
 
@@ -103,37 +131,7 @@ impl ControlState {
             ));
         }
         let room = me.room.clone();
-        // The room's tracks once (O(tracks in the room) per update), by whether
-        // they are the participant's own.
-        let in_room: BTreeMap<String, bool> = rooms
-            .get(&room)
-            .map(|r| {
-                r.participants()
-                    .filter_map(|p| Some((p.peer, members.by_peer.get(&p.peer)?)))
-                    .filter_map(|(p, m)| Some((p, m.media.as_ref()?)))
-                    .flat_map(|(p, m)| {
-                        m.tracks
-                            .iter()
-                            .map(move |t| (t.source.id.clone(), p == peer))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        for t in tracks {
-            match in_room.get(t) {
-                None => {
-                    return Err(Status::not_found(format!(
-                        "no track {t:?} in room {room:?}"
-                    )));
-                }
-                Some(true) => {
-                    return Err(Status::invalid_argument(format!(
-                        "track {t:?} is the participant's own"
-                    )));
-                }
-                Some(false) => {}
-            }
-        }
+        let in_room = others_tracks(&rooms, &members, &room, peer, tracks)?;
         let Some(me) = members.by_peer.get_mut(&peer) else {
             return Ok(());
         };
@@ -146,6 +144,54 @@ impl ControlState {
             }
         }
         self.offer_locked(&rooms, &mut members, peer);
+        Ok(())
+    }
+
+    /// Sets how `peer` receives the room's `tracks` (paused, quality, picture size):
+    /// remembered for each, and sent at once to the shard of every one it is
+    /// subscribed to now (later subscriptions take them when made). NOT_FOUND for a
+    /// track not in its room, INVALID_ARGUMENT for its own or for too many ids.
+    pub(super) fn set_track_settings(
+        &self,
+        peer: PeerId,
+        tracks: &[String],
+        settings: TrackSettings,
+    ) -> Result<(), Status> {
+        if tracks.len() > MAX_TRACKS_PER_UPDATE {
+            return Err(Status::invalid_argument(format!(
+                "{} tracks in one update, more than {MAX_TRACKS_PER_UPDATE}",
+                tracks.len()
+            )));
+        }
+        let rooms = self.rooms();
+        let mut members = self.members();
+        let me = members
+            .by_peer
+            .get(&peer)
+            .ok_or_else(|| Status::not_found("the participant has left"))?;
+        let (room, shard) = (me.room.clone(), me.shard);
+        let in_room = others_tracks(&rooms, &members, &room, peer, tracks)?;
+        let ids: Vec<(String, TrackId)> = tracks
+            .iter()
+            .filter_map(|t| Self::room_track(&rooms, &members, &room, t).map(|r| (t.clone(), r.id)))
+            .collect();
+        let Some(me) = members.by_peer.get_mut(&peer) else {
+            return Ok(());
+        };
+        me.selection.retain(|t| in_room.contains_key(t));
+        let mut commands = Vec::new();
+        for (name, id) in ids {
+            me.selection.settings.insert(name, settings);
+            commands.push((
+                shard,
+                Command::SetTrackSettings {
+                    peer,
+                    track: id,
+                    settings,
+                },
+            ));
+        }
+        self.send_media_commands(commands);
         Ok(())
     }
 
@@ -224,4 +270,46 @@ mod tests {
         chosen.retain(|t| t != "TR1");
         assert!(!chosen.wants("TR1"), "a track that left is forgotten");
     }
+}
+
+/// The tracks of `room` by whether `peer` publishes them, once `tracks` are checked to
+/// be others' tracks of the room: NOT_FOUND for one not in it, INVALID_ARGUMENT for
+/// one of `peer`'s own. O(tracks in the room).
+fn others_tracks(
+    rooms: &super::rooms::RoomDirectory,
+    members: &super::participants::Members,
+    room: &str,
+    peer: PeerId,
+    tracks: &[String],
+) -> Result<BTreeMap<String, bool>, Status> {
+    let in_room: BTreeMap<String, bool> = rooms
+        .get(room)
+        .map(|r| {
+            r.participants()
+                .filter_map(|p| Some((p.peer, members.by_peer.get(&p.peer)?)))
+                .filter_map(|(p, m)| Some((p, m.media.as_ref()?)))
+                .flat_map(|(p, m)| {
+                    m.tracks
+                        .iter()
+                        .map(move |t| (t.source.id.clone(), p == peer))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    for t in tracks {
+        match in_room.get(t) {
+            None => {
+                return Err(Status::not_found(format!(
+                    "no track {t:?} in room {room:?}"
+                )));
+            }
+            Some(true) => {
+                return Err(Status::invalid_argument(format!(
+                    "track {t:?} is the participant's own"
+                )));
+            }
+            Some(false) => {}
+        }
+    }
+    Ok(in_room)
 }

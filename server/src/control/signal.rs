@@ -352,6 +352,11 @@ impl Session<'_> {
                 &update.track_ids,
                 update.subscribe,
             ),
+            signal_request::Message::TrackSettings(settings) => self.state.set_track_settings(
+                self.admitted.peer,
+                &settings.track_ids,
+                super::selection::track_settings(&settings),
+            ),
             signal_request::Message::Mute(mute) => self
                 .state
                 .mute_track(self.admitted.peer, &mute.track_id, mute.muted)

@@ -713,7 +713,11 @@ fn probe_packet(
     let (media, _) = peers.get(peer).ok()?;
     media.subscriptions.iter().find_map(|&(_, entity)| {
         let (sub, _) = subs.get(entity).ok()?;
-        if !sub.started || sub.spec.rtx_ssrc.is_none() || sub.spec.rtx_payload_type.is_none() {
+        if !sub.started
+            || sub.paused
+            || sub.spec.rtx_ssrc.is_none()
+            || sub.spec.rtx_payload_type.is_none()
+        {
             return None;
         }
         let (track, _) = tracks.get(sub.track).ok()?;

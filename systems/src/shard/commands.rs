@@ -8,7 +8,7 @@ use bytes::Bytes;
 use rand_core::RngCore;
 use shoal_components::datachannel::DataChannels;
 use shoal_components::dtls::DtlsRole;
-use shoal_components::media::{SubscriptionSpec, TrackId, TrackSpec};
+use shoal_components::media::{SubscriptionSpec, TrackId, TrackSettings, TrackSpec};
 use shoal_components::peer::{
     Ice, IceControlling, IceCredentials, IceRole, IceState, Peer, PeerId, PeerIndex,
     RetiringCredentials,
@@ -121,6 +121,16 @@ pub enum Command {
         peer: PeerId,
         /// The track.
         track: TrackId,
+    },
+    /// How `peer` receives `track`: paused (nothing sent) or not, and for a
+    /// simulcast track the highest stream it may be sent.
+    SetTrackSettings {
+        /// The subscriber.
+        peer: PeerId,
+        /// The track it subscribes to.
+        track: TrackId,
+        /// The settings.
+        settings: TrackSettings,
     },
     /// A published track is muted (nothing of it forwarded) or unmuted (forwarding
     /// resumes at the next keyframe, which is asked of its publisher at once).
@@ -276,6 +286,11 @@ impl Shard {
             Command::Subscribe { peer, subscription } => self.subscribe(peer, subscription),
             Command::Unsubscribe { peer, track } => self.unsubscribe(peer, track),
             Command::SetMuted { track, muted } => self.set_muted(track, muted),
+            Command::SetTrackSettings {
+                peer,
+                track,
+                settings,
+            } => self.set_track_settings(peer, track, settings),
             Command::Receive { peer, track } => self.receive_track(peer, track, true),
             Command::AddSource {
                 peer,

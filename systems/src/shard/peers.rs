@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 
 use bevy_ecs::prelude::*;
 use shoal_components::congestion::TransportWide;
+use shoal_components::congestion::gcc::Estimator;
 use shoal_components::dtls::{CipherSuite, SrtpKeys};
 use shoal_components::media::{PeerMedia, Subscription, Track, TrackId};
 use shoal_components::net::FiveTuple;
@@ -115,6 +116,19 @@ impl Shard {
             probe_clusters: tw.send.prober.clusters,
             last_probe_bps: tw.send.prober.last_result_bps,
         })
+    }
+
+    /// Starts `id`'s send-side estimate at `bps` (libwebrtc's start bitrate): from a
+    /// previous session's, or a link known in advance. Feedback moves it from there;
+    /// its pacer paces at it at once. The peer needs media state first (a track or a
+    /// subscription); `UnknownPeer` otherwise.
+    pub fn seed_estimate(&mut self, id: PeerId, bps: u64) -> Result<(), CommandError> {
+        let entity = self.peer_entity(id)?;
+        let Some(mut tw) = self.world.get_mut::<TransportWide>(entity) else {
+            return Err(CommandError::UnknownPeer(id));
+        };
+        tw.send.estimator = Some(Box::new(Estimator::new(bps as f64)));
+        Ok(())
     }
 
     fn layer_reports(&self, peer: Entity) -> Vec<LayerReport> {

@@ -10,7 +10,7 @@ use bevy_ecs::prelude::*;
 use bytes::Bytes;
 use shoal_components::media::{
     LayerChoice, Layering, MAX_LAYERS, PeerMedia, ReceiveStats, Subscription, SubscriptionSpec,
-    Track, TrackId, TrackIndex, TrackSpec,
+    Track, TrackId, TrackIndex, TrackSettings, TrackSpec,
 };
 use shoal_components::peer::PeerId;
 use shoal_components::rtp::RtpHeader;
@@ -361,6 +361,7 @@ impl Shard {
                 first_seq: 0,
                 recent_resends: Default::default(),
                 layers,
+                paused: false,
             })
             .id();
         // Sender reports start a report interval after the subscription.
@@ -410,6 +411,65 @@ impl Shard {
             if was && !muted {
                 self.world.resource_mut::<MediaStart>().tracks.push(stream);
             }
+        }
+        Ok(())
+    }
+
+    /// `Command::SetTrackSettings`: a paused subscription leaves its track's
+    /// subscriber lists (the fan-out never sees it) and comes back with a keyframe
+    /// asked of the publisher; a simulcast subscription's highest stream is bounded
+    /// by rank and picture size, taken up at the next choice.
+    pub(super) fn set_track_settings(
+        &mut self,
+        peer: PeerId,
+        track: TrackId,
+        settings: TrackSettings,
+    ) -> Result<(), CommandError> {
+        let subscriber = self.peer_entity(peer)?;
+        let entity = self
+            .world
+            .get::<PeerMedia>(subscriber)
+            .and_then(|m| find(&m.subscriptions, track))
+            .ok_or(CommandError::UnknownTrack(track))?;
+        let Some(mut sub) = self.world.get_mut::<Subscription>(entity) else {
+            return Err(CommandError::UnknownTrack(track));
+        };
+        let was_paused = std::mem::replace(&mut sub.paused, settings.paused);
+        let streams_of = sub.track;
+        if let Some(choice) = sub.layers.as_mut() {
+            choice.max_rank = settings.max_rank.unwrap_or(u8::MAX);
+            choice.max_size = settings.max_size;
+        }
+        let streams = match self
+            .world
+            .get::<Track>(streams_of)
+            .and_then(|t| t.layering.as_ref())
+        {
+            Some(l) => l.siblings.clone(),
+            None => vec![streams_of],
+        };
+        match (was_paused, settings.paused) {
+            (false, true) => {
+                for stream in streams {
+                    if let Some(mut t) = self.world.get_mut::<Track>(stream) {
+                        t.subscribers.retain(|e| *e != entity);
+                    }
+                }
+            }
+            (true, false) => {
+                for stream in streams {
+                    if let Some(mut t) = self.world.get_mut::<Track>(stream)
+                        && !t.subscribers.contains(&entity)
+                    {
+                        t.subscribers.push(entity);
+                    }
+                }
+                self.world
+                    .resource_mut::<MediaStart>()
+                    .tracks
+                    .push(streams_of);
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -91,6 +91,10 @@ pub(super) fn choose(
         let Ok((sub, _)) = subs.get(entity) else {
             continue;
         };
+        // A paused subscription is sent nothing: it takes no share.
+        if sub.paused {
+            continue;
+        }
         let Ok((track, _)) = tracks.get(sub.track) else {
             continue;
         };
@@ -137,7 +141,20 @@ pub(super) fn choose(
             }
             _ => false,
         };
-        let max_rank = usize::from(choice.max_rank).min(held);
+        // The subscriber's own bound: by rank, and by picture size where known
+        // (the highest stream that fits, the lowest if none does).
+        let fits = |r: &(u8, Entity, u64)| {
+            let size = tracks
+                .get(r.1)
+                .ok()
+                .and_then(|(t, _)| t.layering.as_ref()?.size);
+            match (choice.max_size, size) {
+                (Some((mw, mh)), Some((w, h))) => (mw == 0 || w <= mw) && (mh == 0 || h <= mh),
+                _ => true,
+            }
+        };
+        let by_size = ranked.iter().rposition(fits).unwrap_or(0);
+        let max_rank = usize::from(choice.max_rank).min(held).min(by_size);
         picks.push(Pick {
             sub: entity,
             ranked,

@@ -250,28 +250,6 @@ impl ControlState {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_selection_follows_subscribes_and_unsubscribes() {
-        let mut auto = Selection::new(true);
-        assert!(auto.wants("TR1"));
-        auto.set("TR1", false);
-        assert!(!auto.wants("TR1") && auto.wants("TR2"));
-        auto.set("TR1", true);
-        assert!(auto.wants("TR1"));
-
-        let mut chosen = Selection::new(false);
-        assert!(!chosen.wants("TR1"));
-        chosen.set("TR1", true);
-        assert!(chosen.wants("TR1") && !chosen.wants("TR2"));
-        chosen.retain(|t| t != "TR1");
-        assert!(!chosen.wants("TR1"), "a track that left is forgotten");
-    }
-}
-
 /// The tracks of `room` by whether `peer` publishes them, once `tracks` are checked to
 /// be others' tracks of the room: NOT_FOUND for one not in it, INVALID_ARGUMENT for
 /// one of `peer`'s own. O(tracks in the room).
@@ -312,4 +290,56 @@ fn others_tracks(
         }
     }
     Ok(in_room)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_selection_follows_subscribes_and_unsubscribes() {
+        let mut auto = Selection::new(true);
+        assert!(auto.wants("TR1"));
+        auto.set("TR1", false);
+        assert!(!auto.wants("TR1") && auto.wants("TR2"));
+        auto.set("TR1", true);
+        assert!(auto.wants("TR1"));
+
+        let mut chosen = Selection::new(false);
+        assert!(!chosen.wants("TR1"));
+        chosen.set("TR1", true);
+        assert!(chosen.wants("TR1") && !chosen.wants("TR2"));
+        chosen.retain(|t| t != "TR1");
+        assert!(!chosen.wants("TR1"), "a track that left is forgotten");
+    }
+
+    #[test]
+    fn signalled_settings_map_to_ranks_and_sizes() {
+        let signalled = |quality: v1::VideoQuality, w: u32, h: u32, paused: bool| {
+            track_settings(&v1::TrackSettings {
+                track_ids: Vec::new(),
+                paused,
+                quality: quality.into(),
+                max_width: w,
+                max_height: h,
+            })
+        };
+        let low = signalled(v1::VideoQuality::Low, 0, 0, false);
+        assert_eq!(
+            (low.max_rank, low.max_size, low.paused),
+            (Some(0), None, false)
+        );
+        assert_eq!(
+            signalled(v1::VideoQuality::Medium, 0, 0, false).max_rank,
+            Some(1)
+        );
+        let any = signalled(v1::VideoQuality::Unspecified, 640, 0, true);
+        assert_eq!(
+            (any.max_rank, any.max_size, any.paused),
+            (None, Some((640, 0)), true)
+        );
+        // A side past what RTP video sizes carry is no bound short of it.
+        let huge = signalled(v1::VideoQuality::High, 100_000, 360, false);
+        assert_eq!(huge.max_size, Some((u16::MAX, 360)));
+    }
 }

@@ -308,6 +308,9 @@ pub struct Track {
     pub rtx_ssrc: Option<u32>,
     /// Its subscriptions on this shard.
     pub subscribers: Vec<Entity>,
+    /// Its subscriptions their subscribers paused: off `subscribers`, so the
+    /// fan-out never sees them, and still ended with the track.
+    pub paused: Vec<Entity>,
     /// Recent packets, for subscribers' NACKs.
     pub cache: PacketCache,
     /// What receiving it measured.
@@ -553,7 +556,13 @@ fn track_removed(mut world: DeferredWorld, ctx: HookContext) {
     let Some(track) = world.get::<Track>(ctx.entity) else {
         return;
     };
-    let (id, publisher, subscribers) = (track.spec.id, track.publisher, track.subscribers.clone());
+    let (id, publisher) = (track.spec.id, track.publisher);
+    let subscribers: Vec<Entity> = track
+        .subscribers
+        .iter()
+        .chain(&track.paused)
+        .copied()
+        .collect();
     // The first stream of a simulcast track stands for it: the others go with it.
     let siblings: Vec<Entity> = match &track.layering {
         Some(l) if l.siblings.first() == Some(&ctx.entity) => l.siblings[1..].to_vec(),
@@ -595,6 +604,7 @@ fn subscription_removed(mut world: DeferredWorld, ctx: HookContext) {
     for stream in streams {
         if let Some(mut t) = world.get_mut::<Track>(stream) {
             t.subscribers.retain(|e| *e != ctx.entity);
+            t.paused.retain(|e| *e != ctx.entity);
         }
     }
     if let Some(mut media) = world.get_mut::<PeerMedia>(subscriber) {

@@ -9,7 +9,8 @@
 //! neither player shares a link with the publisher). The offer sends `q;h;f` and
 //! shoal's answer receives all three. After [`SETTLE`], over 2 s sampled every
 //! 500 ms, both players decode without a stall, the restricted one at the width of
-//! the stream the publisher spends least on and the other at `f`'s, and shoal's own
+//! the stream the publisher spends least on (in every sample but at most one not the
+//! last: shoal tries a climb now and then) and the other at `f`'s, and shoal's own
 //! report (ListParticipants) names the same streams; once the limit is lifted, the
 //! restricted player gets a wider stream within [`RISE_TIMEOUT`]. It runs twice, each
 //! time in a lab of its own: with VP8, then with H.264 (packetization mode 1,
@@ -306,15 +307,25 @@ fn layers_follow_downlinks(codec: &str, tag: &str) {
                 "libvpx's q is its cheapest: {report}"
             );
         }
+        // shoal tries a climb now and then (every 8 to 16 s on this link, each
+        // undone within a second or two when it loses): one sample of the five may
+        // catch one, or the decoder's last frame from it.
+        let on_cheapest = restricted
+            .iter()
+            .filter(|v| int(v, "width") == cheapest.1)
+            .count();
         assert!(
-            restricted.iter().all(|v| int(v, "width") == cheapest.1),
+            on_cheapest >= SAMPLES - 1 && int(restricted[SAMPLES - 1], "width") == cheapest.1
+                || on_cheapest == SAMPLES,
             "the restricted player gets the cheapest stream, {cheapest:?}: {report}"
         );
         // shoal says so too: the restricted player is sent that, the other f.
+        let chosen_cheapest = chosen
+            .iter()
+            .filter(|(r, _)| r.as_deref() == Some(cheapest.0.as_str()))
+            .count();
         assert!(
-            chosen.iter().all(
-                |(r, u)| r.as_deref() == Some(cheapest.0.as_str()) && u.as_deref() == Some("f")
-            ),
+            chosen_cheapest >= SAMPLES - 1 && chosen.iter().all(|(_, u)| u.as_deref() == Some("f")),
             "shoal's own choice: {report}"
         );
         assert!(

@@ -411,6 +411,14 @@ fn sim_bwe_tracks_bottleneck() {
         // each once), PictureIDs in order across every switch.
         let mut seqs: Vec<u64> = got.iter().map(|r| r.seq).collect();
         seqs.sort_unstable();
+        let reported = seqs.len();
+        seqs.dedup();
+        assert_eq!(
+            seqs.len(),
+            reported,
+            "{}",
+            report("a sequence number twice")
+        );
         let span = seqs.last().unwrap() - seqs.first().unwrap() + 1;
         assert!(
             (seqs.len() as f64) > 0.95 * span as f64,

@@ -213,6 +213,8 @@ pub struct SendSide {
     pub feedback_received: u64,
     /// Clusters sent to find more than the estimate says.
     pub prober: Prober,
+    /// When its simulcast streams were last chosen from its feedback.
+    pub chosen_at: Option<Time>,
     results: Vec<PacketResult>,
 }
 

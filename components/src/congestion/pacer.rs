@@ -5,8 +5,8 @@
 //! peer's bottleneck queue, where it would be lost or read as over-use. Audio goes
 //! first, then retransmissions, then video; retransmissions and the whole queue are
 //! bounded, and a queue that would take longer than [`MAX_QUEUE_TIME`] to drain at
-//! the pacing rate is drained faster (libwebrtc's pacer does the same), so pacing
-//! never adds more than that much delay.
+//! the pacing rate is drained faster (libwebrtc's pacer does the same, over 2 s), so
+//! pacing never adds more than that much delay.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -24,7 +24,12 @@ pub const MIN_PACING_BPS: u64 = 100_000;
 /// How much unused budget carries over: a short burst at line rate.
 pub const MAX_BURST: Duration = Duration::from_millis(5);
 /// The longest a queue may take to drain: past it the pacing rate rises to drain it
-/// in this time.
+/// in this time (libwebrtc's pacer allows 2 s). A forwarded stream does not follow
+/// the estimate as an encoder would: while an estimate lags a stream (a new
+/// subscriber's starts at 1 Mbit/s), pacing holds the stream back by at most this
+/// much. Shorter limits (100 and 250 ms) drained a keyframe after a climb to a higher
+/// simulcast stream faster than the path, which read as over-use
+/// (`sim_subscriber_track_settings_bound_the_stream`).
 pub const MAX_QUEUE_TIME: Duration = Duration::from_millis(500);
 /// Packets a queue holds at most (a second of 10 Mbit/s in 1200-byte packets); past
 /// it the oldest video packet is dropped.

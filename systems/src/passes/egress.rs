@@ -119,9 +119,10 @@ fn egress_media(
                 retransmission,
                 probe,
             } => {
-                let Some(peer) = subs.get(subscription).ok().map(|s| s.subscriber) else {
+                let Ok(mut sub) = subs.get_mut(subscription) else {
                     continue;
                 };
+                let peer = sub.subscriber;
                 // Paced once the peer's feedback gives an estimate: straight out while
                 // its queue is empty and its budget allows, else queued.
                 let estimate = peers
@@ -148,7 +149,7 @@ fn egress_media(
                     }
                     pacer.spend(packet.packet.len());
                 }
-                forward(ctx, subs, peers, subscription, &packet, retransmission);
+                forward(ctx, &mut sub, peers, &packet, retransmission);
             }
             Outgoing::Rtcp { peer, packet } => {
                 let Ok((ice, mut srtp, _)) = peers.get_mut(peer) else {
@@ -217,29 +218,20 @@ fn drain(
             return;
         };
         pacer.spend(item.packet.packet.len());
-        forward(
-            ctx,
-            subs,
-            peers,
-            item.subscription,
-            &item.packet,
-            item.retransmission,
-        );
+        if let Ok(mut sub) = subs.get_mut(item.subscription) {
+            forward(ctx, &mut sub, peers, &item.packet, item.retransmission);
+        }
     }
 }
 
 /// Writes, protects and sends one subscriber's copy, counting what became of it.
 fn forward(
     ctx: &mut EgressCtx,
-    subs: &mut Query<&mut Subscription>,
+    sub: &mut Subscription,
     peers: &mut PeerQuery,
-    subscription: Entity,
     packet: &SharedRtp,
     retransmission: bool,
 ) {
-    let Ok(mut sub) = subs.get_mut(subscription) else {
-        return;
-    };
     let now = ctx.now.0;
     let EgressCtx {
         write,
@@ -249,7 +241,7 @@ fn forward(
         ..
     } = ctx;
     match send_copy(
-        &mut sub,
+        sub,
         packet,
         retransmission,
         write,

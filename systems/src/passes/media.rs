@@ -528,21 +528,7 @@ fn on_rtp(
     let ext = track.stats.note(seq);
     if !is_rtx {
         track.rate.add(now, packet.len());
-        // A simulcast stream's picture size, from its keyframes: streams rank by it.
-        let format = track.spec.format;
-        if let Some(layering) = track.layering.as_mut() {
-            let payload = p.payload();
-            let size = match format {
-                PayloadFormat::Vp8 => Vp8Descriptor::parse(payload)
-                    .filter(|d| d.keyframe_start)
-                    .and_then(|d| vp8_keyframe_size(payload, d.len)),
-                PayloadFormat::H264 => h264_sps_size(payload),
-                _ => None,
-            };
-            if size.is_some() {
-                layering.size = size;
-            }
-        }
+        note_picture_size(&mut track, p.payload());
     }
     ctx.stats.rtp_received += 1;
     if !is_rtx {
@@ -734,4 +720,23 @@ fn probe_packet(
             Some((entity, SharedRtp::of(track, p, seq)?))
         })
     })
+}
+
+/// A simulcast stream's picture size, from its keyframes (streams rank by it): VP8's
+/// key frame header, H.264's sequence parameter set.
+pub(crate) fn note_picture_size(track: &mut Track, payload: &[u8]) {
+    let format = track.spec.format;
+    let Some(layering) = track.layering.as_mut() else {
+        return;
+    };
+    let size = match format {
+        PayloadFormat::Vp8 => Vp8Descriptor::parse(payload)
+            .filter(|d| d.keyframe_start)
+            .and_then(|d| vp8_keyframe_size(payload, d.len)),
+        PayloadFormat::H264 => h264_sps_size(payload),
+        _ => None,
+    };
+    if size.is_some() {
+        layering.size = size;
+    }
 }

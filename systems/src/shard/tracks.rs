@@ -13,7 +13,7 @@ use shoal_components::media::{
     Track, TrackId, TrackIndex, TrackSettings, TrackSpec,
 };
 use shoal_components::peer::PeerId;
-use shoal_components::rtp::RtpHeader;
+use shoal_components::rtp::{RtpHeader, RtpPacket};
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
@@ -27,7 +27,7 @@ use shoal_components::tick::{MediaOut, MediaStart, Outgoing, SharedRtp};
 use shoal_components::transport::PeerSrtp;
 
 use super::{CommandError, Shard};
-use crate::passes::media::{REPORT_INTERVAL, admit};
+use crate::passes::media::{REPORT_INTERVAL, admit, note_picture_size};
 
 impl Shard {
     /// The peer's media index, created on first use with its transport-wide
@@ -72,10 +72,13 @@ impl Shard {
         if spec.layers.len() > MAX_LAYERS {
             return Err(CommandError::TooManyLayers(MAX_LAYERS));
         }
+        // A simulcast track's SSRCs are its streams' (`spawn_track` uses no other).
+        let single = spec.layers.len() < 2;
         let announced: Vec<u32> = spec
             .ssrc
             .iter()
             .chain(&spec.rtx_ssrc)
+            .filter(|_| single)
             .chain(
                 spec.layers
                     .iter()
@@ -176,6 +179,7 @@ impl Shard {
                 ssrc,
                 rtx_ssrc,
                 subscribers: Vec::new(),
+                paused: Vec::new(),
                 cache: Default::default(),
                 stats: ReceiveStats::default(),
                 last_keyframe_request: None,
@@ -453,15 +457,30 @@ impl Shard {
                 for stream in streams {
                     if let Some(mut t) = self.world.get_mut::<Track>(stream) {
                         t.subscribers.retain(|e| *e != entity);
+                        t.paused.push(entity);
                     }
                 }
             }
             (true, false) => {
                 for stream in streams {
-                    if let Some(mut t) = self.world.get_mut::<Track>(stream)
-                        && !t.subscribers.contains(&entity)
-                    {
+                    if let Some(mut t) = self.world.get_mut::<Track>(stream) {
+                        t.paused.retain(|e| *e != entity);
                         t.subscribers.push(entity);
+                    }
+                }
+                // It starts again as a new subscription would: at a keyframe, its
+                // numbers going on from the last sent, none of what it missed
+                // retransmitted.
+                let newest = self.world.get::<Track>(streams_of).map(|t| t.stats.max_seq);
+                if let Some(mut sub) = self.world.get_mut::<Subscription>(entity) {
+                    if let Some(newest) = newest.filter(|_| sub.started) {
+                        sub.first_seq = newest + 1;
+                    }
+                    if let Some(choice) = sub.layers.as_mut() {
+                        choice.current = None;
+                        if choice.sent.is_some() {
+                            choice.sent = Some(u8::MAX);
+                        }
                     }
                 }
                 self.world
@@ -618,6 +637,11 @@ impl Shard {
                     // The origin's extended numbers, kept: they count wraps.
                     t.stats.note_extended(seq);
                     t.rate.add(now, packet.len());
+                    if t.layering.is_some()
+                        && let Ok(p) = RtpPacket::parse(&packet)
+                    {
+                        note_picture_size(&mut t, p.payload());
+                    }
                     t.cache.insert(seq, packet.clone());
                     self.forward_local(entity, &packet, seq);
                 }
@@ -782,6 +806,78 @@ mod tests {
             baseline,
             "the three peers and nothing else"
         );
+    }
+
+    #[test]
+    fn a_simulcast_track_is_one_track_of_streams_that_go_together() {
+        use shoal_components::media::{LayerSpec, TrackSettings};
+        let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7000".parse().unwrap(), 1));
+        let t = Time::ZERO;
+        for id in 1..=2 {
+            shard.command(t, Command::AddPeer(lite(id))).unwrap();
+        }
+        // As an a=ssrc-group:SIM offer gives it: the first FID pair is the first
+        // stream's too.
+        let mut spec = track(10, 100);
+        spec.layers = (0..3)
+            .map(|i| LayerSpec {
+                rid: None,
+                ssrc: Some(100 + 2 * i),
+                rtx_ssrc: Some(101 + 2 * i),
+            })
+            .collect();
+        let publish = |track| Command::Publish {
+            peer: PeerId(1),
+            track,
+        };
+        shard.command(t, publish(spec)).unwrap();
+        assert_eq!(shard.media_counts(), (3, 0), "three streams");
+        // Another track may not take a stream's SSRC.
+        assert_eq!(
+            shard.command(t, publish(track(11, 104))),
+            Err(CommandError::SsrcInUse(104))
+        );
+        shard
+            .command(
+                t,
+                Command::Subscribe {
+                    peer: PeerId(2),
+                    subscription: sub(10, 5),
+                },
+            )
+            .unwrap();
+        // Paused, the subscription leaves the streams' lists; it still goes with
+        // the track.
+        shard
+            .command(
+                t,
+                Command::SetTrackSettings {
+                    peer: PeerId(2),
+                    track: TrackId(10),
+                    settings: TrackSettings {
+                        paused: true,
+                        ..TrackSettings::default()
+                    },
+                },
+            )
+            .unwrap();
+        assert_eq!(shard.media_counts(), (3, 1));
+        shard
+            .command(
+                t,
+                Command::Unpublish {
+                    peer: PeerId(1),
+                    track: TrackId(10),
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            shard.media_counts(),
+            (0, 0),
+            "every stream and the paused subscription"
+        );
+        // And its SSRCs are free again.
+        shard.command(t, publish(track(12, 104))).unwrap();
     }
 
     #[test]

@@ -292,23 +292,28 @@ impl Negotiation {
                     .and_then(|p| codecs.iter().find(|c| c.same_format(&p.codec)));
                 let mut codec = kept.or(codecs.first())?.clone();
                 codec.feedback = codec.feedback.intersect(crate::sdp::codec::Feedback::ALL);
-                let (ssrc, rtx_ssrc) = offered_ssrcs(offered);
+                let layers = offered_layers(offered, &codec, &extensions);
+                // A simulcast track's SSRCs are its streams' (an SSRC-signalled
+                // one's first FID group is its first stream's).
+                let (ssrc, rtx_ssrc) = match layers.is_empty() {
+                    true => offered_ssrcs(offered),
+                    false => (None, None),
+                };
                 let rtx_ssrc = rtx_ssrc.filter(|_| codec.rtx_payload_type.is_some());
                 let claimed = |x: Option<u32>| {
                     x.is_some_and(|x| {
-                        published_before
-                            .iter()
-                            .any(|p| p.ssrc == Some(x) || p.rtx_ssrc == Some(x))
+                        published_before.iter().any(|p| {
+                            p.ssrc == Some(x)
+                                || p.rtx_ssrc == Some(x)
+                                || p.layers
+                                    .iter()
+                                    .any(|l| l.ssrc == Some(x) || l.rtx_ssrc == Some(x))
+                        })
                     })
                 };
-                if claimed(ssrc) || claimed(rtx_ssrc) {
-                    return None;
-                }
-                let layers = offered_layers(offered, &codec, &extensions);
-                let claimed_layer = layers
-                    .iter()
-                    .any(|l| claimed(l.ssrc) || claimed(l.rtx_ssrc));
-                if claimed_layer {
+                let mine = std::iter::once((ssrc, rtx_ssrc))
+                    .chain(layers.iter().map(|l| (l.ssrc, l.rtx_ssrc)));
+                if mine.into_iter().any(|(a, b)| claimed(a) || claimed(b)) {
                     return None;
                 }
                 Some(Published {

@@ -40,6 +40,10 @@ pub const MIN_HOLD: std::time::Duration = std::time::Duration::from_secs(8);
 /// See [`MIN_HOLD`].
 pub const MAX_HOLD: std::time::Duration = std::time::Duration::from_secs(16);
 
+/// How often the choice is made from feedback at most (feedback comes every 50 to
+/// 100 ms per subscriber, and a compound may hold many messages).
+pub const CHOICE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The loss on a stream past which the subscriber is stepped down.
 pub const STEP_DOWN_LOSS: f64 = 0.05;
 /// How long a stream must have been the target for its loss to count.

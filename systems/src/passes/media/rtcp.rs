@@ -238,7 +238,19 @@ pub(super) fn subscription_timer(
     if now.saturating_since(at) > 2 * REPORT_INTERVAL {
         return;
     }
-    let Ok((track, _)) = tracks.get(sub.track) else {
+    // A simulcast subscription's offsets are those of the stream it last sent, which
+    // may not yet be the one it switched to.
+    let stream = match (
+        sub.layers.and_then(|c| c.sent),
+        tracks
+            .get(sub.track)
+            .ok()
+            .and_then(|(t, _)| t.layering.as_ref()),
+    ) {
+        (Some(i), Some(l)) => l.siblings.get(usize::from(i)).copied().unwrap_or(sub.track),
+        _ => sub.track,
+    };
+    let Ok((track, _)) = tracks.get(stream) else {
         return;
     };
     let clock = u128::from(track.spec.clock_rate);
@@ -350,7 +362,19 @@ pub(super) fn on_rtcp(
                     loss = tw.send.estimator.as_ref().and_then(|e| e.last_loss());
                 }
                 ctx.stats.transport_feedback_received += 1;
-                if estimate.is_some()
+                // The choice is made again at most every CHOICE_INTERVAL however
+                // often feedback comes.
+                let due = transport.get_mut(peer).is_ok_and(|(mut tw, _)| {
+                    let due = tw.send.chosen_at.is_none_or(|at| {
+                        now.saturating_since(at) >= super::layers::CHOICE_INTERVAL
+                    });
+                    if due {
+                        tw.send.chosen_at = Some(now);
+                    }
+                    due
+                });
+                if due
+                    && estimate.is_some()
                     && media
                         .subscriptions
                         .iter()

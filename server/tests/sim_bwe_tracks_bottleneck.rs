@@ -21,9 +21,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use media_sim::{PT, RECEIVED, RTX_PT, SRV, addr, cli, connected_sim, nack_feedback};
+use media_sim::{PT, RECEIVED, RTX_PT, SRV, addr, cli, connected_sim, nack_feedback, subscription};
 use shoal_components::media::{
-    ExtensionIds, LayerSpec, PayloadFormat, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
+    ExtensionIds, LayerSpec, PayloadFormat, TrackId, TrackKind, TrackSpec,
 };
 use shoal_components::peer::PeerId;
 use shoal_components::rtp::payload::Vp8Descriptor;
@@ -158,19 +158,6 @@ fn video(id: TrackId, ssrc: Option<u32>, rtx: Option<u32>) -> TrackSpec {
     }
 }
 
-fn sending(track: TrackId, ssrc: u32, rtx: u32) -> SubscriptionSpec {
-    SubscriptionSpec {
-        track,
-        mid: "0".into(),
-        ssrc,
-        rtx_ssrc: Some(rtx),
-        payload_type: PT,
-        rtx_payload_type: Some(RTX_PT),
-        extensions: ExtensionIds::default(),
-        feedback: nack_feedback(),
-    }
-}
-
 /// The subscriber's downlink at `bps` for `seed`: 100 ms of queue, a one-way delay
 /// of 10 to 50 ms, up to 3 ms of jitter and 0.2 % random loss besides the queue's.
 fn link(seed: u64, bps: u64) -> LinkConfig {
@@ -220,7 +207,7 @@ fn run_script(
             Command::AddSource {
                 peer: PeerId(1),
                 track: video(source, Some(0xAB00 + i as u32), None),
-                subscription: sending(source, ssrc, rtx),
+                subscription: subscription(source, ssrc, rtx),
             },
         )
         .unwrap();
@@ -254,7 +241,7 @@ fn run_script(
         },
     )
     .unwrap();
-    let mut subscription = sending(TRACK, SUB_SSRC, SUB_RTX);
+    let mut subscription = subscription(TRACK, SUB_SSRC, SUB_RTX);
     subscription.extensions.transport_cc = Some(TWCC_ID);
     subscription.feedback.transport_cc = true;
     sim.command(

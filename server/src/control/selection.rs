@@ -108,12 +108,7 @@ impl ControlState {
         tracks: &[String],
         subscribe: bool,
     ) -> Result<(), Status> {
-        if tracks.len() > MAX_TRACKS_PER_UPDATE {
-            return Err(Status::invalid_argument(format!(
-                "{} tracks in one update, more than {MAX_TRACKS_PER_UPDATE}",
-                tracks.len()
-            )));
-        }
+        check_update_size(tracks)?;
         let rooms = self.rooms();
         let mut members = self.members();
         let me = members
@@ -157,12 +152,7 @@ impl ControlState {
         tracks: &[String],
         settings: TrackSettings,
     ) -> Result<(), Status> {
-        if tracks.len() > MAX_TRACKS_PER_UPDATE {
-            return Err(Status::invalid_argument(format!(
-                "{} tracks in one update, more than {MAX_TRACKS_PER_UPDATE}",
-                tracks.len()
-            )));
-        }
+        check_update_size(tracks)?;
         let rooms = self.rooms();
         let mut members = self.members();
         let me = members
@@ -248,6 +238,17 @@ impl ControlState {
         members.tell(peer, event);
         Ok(info)
     }
+}
+
+/// INVALID_ARGUMENT for an update naming more than [`MAX_TRACKS_PER_UPDATE`] tracks.
+fn check_update_size(tracks: &[String]) -> Result<(), Status> {
+    if tracks.len() > MAX_TRACKS_PER_UPDATE {
+        return Err(Status::invalid_argument(format!(
+            "{} tracks in one update, more than {MAX_TRACKS_PER_UPDATE}",
+            tracks.len()
+        )));
+    }
+    Ok(())
 }
 
 /// The tracks of `room` by whether `peer` publishes them, once `tracks` are checked to

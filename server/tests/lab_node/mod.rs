@@ -15,6 +15,7 @@ use crate::chromium::{Browser, Cdp, attach, devtools_over, devtools_port};
 use crate::grpc_node;
 use crate::lab::{Lab, Spoke, netns};
 use crate::whip_page::STATS;
+use shoal_proto::v1::room_service_client::RoomServiceClient;
 
 /// Starts a node in namespace `ns` from `args` (flags as on the command line) and
 /// creates `room` on it.
@@ -40,27 +41,38 @@ pub fn start_node_in(ns: &str, args: &[&str]) -> (Server, ControlPlane) {
     })
 }
 
-/// Creates `room` over the gRPC at `grpc`, reached from inside namespace `ns`.
-pub fn create_room_in(ns: &str, grpc: SocketAddr, room: &str) {
-    let room = room.to_owned();
+/// Runs `call` on a RoomService client of the gRPC at `grpc`, reached from inside
+/// namespace `ns`.
+fn rooms_in<T: Send + 'static, F>(
+    ns: &str,
+    grpc: SocketAddr,
+    call: impl FnOnce(RoomServiceClient<tonic::transport::Channel>) -> F + Send + 'static,
+) -> T
+where
+    F: std::future::Future<Output = T>,
+{
     netns::run_in(ns, move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("a runtime");
-        runtime.block_on(async {
-            let mut rooms = shoal_proto::v1::room_service_client::RoomServiceClient::new(
-                grpc_node::connect(grpc).await,
-            );
-            rooms
-                .create_room(shoal_proto::v1::CreateRoomRequest {
-                    name: room,
-                    ..Default::default()
-                })
-                .await
-                .expect("room created");
-        });
-    });
+        runtime
+            .block_on(async { call(RoomServiceClient::new(grpc_node::connect(grpc).await)).await })
+    })
+}
+
+/// Creates `room` over the gRPC at `grpc`, reached from inside namespace `ns`.
+pub fn create_room_in(ns: &str, grpc: SocketAddr, room: &str) {
+    let room = room.to_owned();
+    rooms_in(ns, grpc, |mut rooms| async move {
+        rooms
+            .create_room(shoal_proto::v1::CreateRoomRequest {
+                name: room,
+                ..Default::default()
+            })
+            .await
+            .expect("room created");
+    })
 }
 
 /// The participants of `room` as ListParticipants gives them, over the gRPC at
@@ -71,25 +83,16 @@ pub fn participants_in(
     room: &str,
 ) -> Vec<shoal_proto::v1::Participant> {
     let room = room.to_owned();
-    netns::run_in(ns, move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        runtime.block_on(async {
-            let mut rooms = shoal_proto::v1::room_service_client::RoomServiceClient::new(
-                grpc_node::connect(grpc).await,
-            );
-            rooms
-                .list_participants(shoal_proto::v1::ListParticipantsRequest {
-                    room,
-                    ..Default::default()
-                })
-                .await
-                .expect("participants listed")
-                .into_inner()
-                .participants
-        })
+    rooms_in(ns, grpc, |mut rooms| async move {
+        rooms
+            .list_participants(shoal_proto::v1::ListParticipantsRequest {
+                room,
+                ..Default::default()
+            })
+            .await
+            .expect("participants listed")
+            .into_inner()
+            .participants
     })
 }
 

@@ -340,13 +340,9 @@ impl Shard {
         let (id, ssrc, rtx_ssrc) = (spec.track, spec.ssrc, spec.rtx_ssrc);
         // A simulcast track's subscription is listed on every stream and starts on
         // the first; the media pass moves it by the subscriber's estimate.
-        let streams = self
-            .world
-            .get::<Track>(track)
-            .and_then(|t| t.layering.as_ref())
-            .map(|l| l.siblings.clone());
-        let layers = streams.as_ref().map(|s| LayerChoice {
-            max_rank: (s.len() - 1) as u8,
+        let streams = self.streams(track);
+        let layers = (streams.len() > 1).then(|| LayerChoice {
+            max_rank: (streams.len() - 1) as u8,
             ..LayerChoice::default()
         });
         let entity = self
@@ -383,7 +379,7 @@ impl Shard {
         for s in std::iter::once(ssrc).chain(rtx_ssrc) {
             media.subscriptions_by_ssrc.insert(s, entity);
         }
-        for stream in streams.unwrap_or_else(|| vec![track]) {
+        for stream in streams {
             if let Some(mut t) = self.world.get_mut::<Track>(stream) {
                 t.subscribers.push(entity);
             }
@@ -444,14 +440,7 @@ impl Shard {
             choice.max_rank = settings.max_rank.unwrap_or(u8::MAX);
             choice.max_size = settings.max_size;
         }
-        let streams = match self
-            .world
-            .get::<Track>(streams_of)
-            .and_then(|t| t.layering.as_ref())
-        {
-            Some(l) => l.siblings.clone(),
-            None => vec![streams_of],
-        };
+        let streams = self.streams(streams_of);
         match (was_paused, settings.paused) {
             (false, true) => {
                 for stream in streams {

@@ -7,19 +7,21 @@
 //! the router's end of its link, `to-b`, a bucket of two packets), and one in
 //! `client-c`, a third spoke of the router, unrestricted (a namespace of its own, so
 //! neither player shares a link with the publisher). The offer sends `q;h;f` and
-//! shoal's answer receives all three. After [`SETTLE`], over 2 s sampled every
-//! 500 ms, both players decode without a stall, the restricted one at the width of
-//! the stream the publisher spends least on (in every sample but at most one not the
-//! last: shoal tries a climb now and then) and the other at `f`'s, and shoal's own
-//! report (ListParticipants) names the same streams; once the limit is lifted, the
-//! restricted player gets a wider stream within [`RISE_TIMEOUT`]. It runs twice, each
+//! shoal's answer receives all three. After [`SETTLE`], over 6 s sampled every
+//! 500 ms, both players decode without a stall, the restricted one on a stream its
+//! link carries (in two samples of three at least: shoal tries a climb now and then,
+//! and a sample may catch one or the decoder's last frame of it) and the other at
+//! `f`'s in every sample, and shoal's own report (ListParticipants) names the same
+//! streams; once the limit is lifted, the restricted player gets a wider stream
+//! within [`RISE_TIMEOUT`]. It runs twice, each
 //! time in a lab of its own: with VP8, then with H.264 (packetization mode 1,
 //! Constrained Baseline 3.1 `42e01f` first).
 //!
-//! The cheapest stream is `q` for libvpx, and the test holds it to that. Chromium
-//! 156's OpenH264 runs `q` far over its 150 kbit/s target (about 600 kbit/s measured
-//! here, against 240 kbit/s for `h` and 480 kbit/s for `f`): `q` does not fit the
-//! 400 kbit/s link at all, and the restricted H.264 player is rightly sent `h`.
+//! The cheapest stream is `q` for libvpx, and the test holds the restricted VP8
+//! player to it. Chromium 156's OpenH264 runs `q` far over its 150 kbit/s target at
+//! times (about 600 kbit/s averaged over a run, against 240 kbit/s for `h` and
+//! 480 kbit/s for `f`), so the restricted H.264 player is rightly sent `h` while `q`
+//! does not fit the 400 kbit/s link, and `q` when it does: either passes.
 //!
 //! Given an answer that receives the three, Chromium 156 on two cores sends them at
 //! 320, 640 and 1280 wide with libvpx and with OpenH264, at its fake camera's 20
@@ -58,7 +60,7 @@ const SETTLE: Duration = Duration::from_secs(20);
 /// How often the players are sampled over the window after [`SETTLE`].
 const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 /// Samples over the window: 2 s.
-const SAMPLES: usize = 5;
+const SAMPLES: usize = 12;
 /// How long the restricted player may take to get more than `q` once its limit is
 /// lifted.
 const RISE_TIMEOUT: Duration = Duration::from_secs(25);
@@ -109,6 +111,16 @@ const PUBLISHER: &str = r#"(async () => {
 
 fn int(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or(0)
+}
+
+/// The width a player's samples show most often.
+fn settled_width<'a>(samples: impl Iterator<Item = &'a Value>) -> u64 {
+    let widths: Vec<u64> = samples.map(|v| int(v, "width")).collect();
+    widths
+        .iter()
+        .copied()
+        .max_by_key(|w| widths.iter().filter(|x| *x == w).count())
+        .unwrap_or(0)
 }
 
 #[test]
@@ -191,10 +203,12 @@ fn layers_follow_downlinks(codec: &str, tag: &str) {
                         .map(|c| {
                             let l = c.layers.first();
                             format!(
-                                "{}→{} {}k",
+                                "{}→{} {}k probes {} last {}k",
                                 l.map_or(-2, |l| l.current),
                                 l.map_or(-2, |l| l.target),
-                                c.estimated_bps / 1000
+                                c.estimated_bps / 1000,
+                                c.probe_clusters,
+                                c.last_probe_bps / 1000
                             )
                         })
                         .unwrap_or_default()
@@ -220,7 +234,7 @@ fn layers_follow_downlinks(codec: &str, tag: &str) {
             );
             let lifted = Instant::now();
             let mut rise = Vec::new();
-            let limited_width = window.last().map_or(0, |(b, _)| int(b, "width"));
+            let limited_width = settled_width(window.iter().map(|(b, _)| b));
             while lifted.elapsed() < RISE_TIMEOUT {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let v = b.eval(PLAYER).await;
@@ -288,44 +302,53 @@ fn layers_follow_downlinks(codec: &str, tag: &str) {
                 "the {who} player decodes {codec}: {report}"
             );
         }
-        // The stream the publisher spent least on: q, but for OpenH264, whose q runs
-        // far over its target (see the module's documentation).
-        let cheapest = publisher["layers"]
-            .as_array()
-            .and_then(|l| l.iter().min_by_key(|l| int(l, "bytes")))
-            .map(|l| {
-                (
-                    l["rid"].as_str().unwrap_or_default().to_owned(),
-                    int(l, "width"),
-                )
-            })
-            .unwrap_or_default();
+        // libvpx holds q to its target: q is what it spends least on, and what the
+        // restricted player is sent. OpenH264 can run q far over its target (see the
+        // module's documentation), over h's rate and over the link's: the restricted
+        // H.264 player is sent q or h, whichever fits.
+        let width_of = |rid: &str| {
+            publisher["layers"]
+                .as_array()
+                .and_then(|l| l.iter().find(|l| l["rid"].as_str() == Some(rid)))
+                .map_or(0, |l| int(l, "width"))
+        };
         if codec == "VP8" {
-            assert_eq!(
-                cheapest,
-                ("q".to_owned(), LOW_WIDTH),
-                "libvpx's q is its cheapest: {report}"
-            );
+            let cheapest = publisher["layers"]
+                .as_array()
+                .and_then(|l| l.iter().min_by_key(|l| int(l, "bytes")))
+                .and_then(|l| l["rid"].as_str());
+            assert_eq!(cheapest, Some("q"), "libvpx's q is its cheapest: {report}");
         }
-        // shoal tries a climb now and then (every 8 to 16 s on this link, each
-        // undone within a second or two when it loses): one sample of the five may
-        // catch one, or the decoder's last frame from it.
-        let on_cheapest = restricted
+        let settled = settled_width(restricted.iter().copied());
+        let allowed = if codec == "VP8" {
+            vec![LOW_WIDTH]
+        } else {
+            vec![LOW_WIDTH, width_of("h")]
+        };
+        assert!(
+            allowed.contains(&settled),
+            "the restricted player gets a stream its link carries, one {allowed:?} wide: \
+             {report}"
+        );
+        // shoal tries a climb when a probe finds room (on this link every 8 to 16 s:
+        // a probe's 50 ms cluster passes the token bucket whole), undone within a
+        // second or two when it loses; a window of SAMPLES may catch one.
+        let on_settled = restricted
             .iter()
-            .filter(|v| int(v, "width") == cheapest.1)
+            .filter(|v| int(v, "width") == settled)
             .count();
         assert!(
-            on_cheapest >= SAMPLES - 1 && int(restricted[SAMPLES - 1], "width") == cheapest.1
-                || on_cheapest == SAMPLES,
-            "the restricted player gets the cheapest stream, {cheapest:?}: {report}"
+            on_settled * 3 >= SAMPLES * 2,
+            "the restricted player stays on one stream: {report}"
         );
         // shoal says so too: the restricted player is sent that, the other f.
-        let chosen_cheapest = chosen
+        let chosen_settled = chosen
             .iter()
-            .filter(|(r, _)| r.as_deref() == Some(cheapest.0.as_str()))
+            .filter(|(r, _)| r.as_deref().map(width_of) == Some(settled))
             .count();
         assert!(
-            chosen_cheapest >= SAMPLES - 1 && chosen.iter().all(|(_, u)| u.as_deref() == Some("f")),
+            chosen_settled * 3 >= SAMPLES * 2
+                && chosen.iter().all(|(_, u)| u.as_deref() == Some("f")),
             "shoal's own choice: {report}"
         );
         assert!(
@@ -333,7 +356,7 @@ fn layers_follow_downlinks(codec: &str, tag: &str) {
             "the unrestricted player gets f: {report}"
         );
         assert!(
-            rise.last().is_some_and(|&(_, width)| width > cheapest.1),
+            rise.last().is_some_and(|&(_, width)| width > settled),
             "the restricted player gets a wider stream once its limit is lifted: {report}"
         );
     });

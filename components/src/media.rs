@@ -57,6 +57,8 @@ pub struct ExtensionIds {
     /// The transport-wide sequence number
     /// (draft-holmer-rmcat-transport-wide-cc-extensions-01 §2).
     pub transport_cc: Option<u8>,
+    /// webrtc's abs-send-time, for shoal's own estimate of a publisher's path.
+    pub abs_send_time: Option<u8>,
 }
 
 /// RTCP feedback negotiated for a stream (RFC 4585 §4.2, RFC 5104 §7.1).
@@ -71,6 +73,8 @@ pub struct FeedbackKinds {
     /// Transport-wide congestion control feedback
     /// (draft-holmer-rmcat-transport-wide-cc-extensions-01 §3.1).
     pub transport_cc: bool,
+    /// Receiver estimated maximum bitrate (draft-alvestrand-rmcat-remb-03).
+    pub remb: bool,
 }
 
 /// What forwarding needs to know of a track's payload format.

@@ -154,6 +154,9 @@ pub struct ShardStats {
     /// Transport-wide congestion control feedback messages sent to publishers
     /// (draft-holmer-rmcat-transport-wide-cc-extensions-01 §3.1).
     pub transport_feedback_sent: u64,
+    /// REMB messages sent to publishers without transport-wide feedback
+    /// (draft-alvestrand-rmcat-remb-03).
+    pub remb_sent: u64,
     /// Transport-wide congestion control feedback messages subscribers sent on what
     /// shoal stamped.
     pub transport_feedback_received: u64,

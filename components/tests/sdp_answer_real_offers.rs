@@ -12,7 +12,9 @@ use shoal_components::sdp::{
     HOST_PRIORITY, HashFunction, MediaDescription, MediaKind, Negotiation, NegotiationError,
     PROTO_DTLS_SCTP, SessionDescription, Setup,
 };
-use shoal_components::sdp::{Change, EXT_REPAIRED_RID, EXT_RID, RidDirection};
+use shoal_components::sdp::{
+    Change, EXT_ABS_SEND_TIME, EXT_REPAIRED_RID, EXT_RID, EXT_TRANSPORT_CC, RidDirection,
+};
 
 /// A new session's answer to `offer`, with no room tracks to place.
 fn answer(
@@ -160,6 +162,40 @@ fn media_sections_are_taken_with_the_transport() {
         }
         assert_data_section(name, &a.sdp.media[2], &offer.media[2]);
         assert_eq!(a.data_mid.as_deref(), Some("2"));
+    }
+}
+
+#[test]
+fn remb_is_agreed_only_where_transport_cc_is_not() {
+    // aiortc 1.16 offers goog-remb and abs-send-time, no transport-cc: shoal agrees
+    // both and runs its own estimate (draft-ietf-rmcat-gcc-02 §3). Chromium offers
+    // all three: transport-cc only, one estimate per path.
+    for (name, remb) in [
+        ("aiortc116_av_data_offer.sdp", true),
+        ("chromium156_av_data_offer.sdp", false),
+    ] {
+        let (_, a) = answer_to(name);
+        let video = &a.sdp.media[1];
+        let feedback: Vec<&str> = video.rtcp_fbs().map(|f| f.feedback.as_str()).collect();
+        assert_eq!(
+            feedback.contains(&"goog-remb"),
+            remb,
+            "{name}: {feedback:?}"
+        );
+        assert_eq!(
+            feedback.contains(&"transport-cc"),
+            !remb,
+            "{name}: {feedback:?}"
+        );
+        let uris: Vec<&str> = video.extmaps().map(|e| e.uri.as_str()).collect();
+        assert_eq!(uris.contains(&EXT_ABS_SEND_TIME), remb, "{name}: {uris:?}");
+        assert_eq!(uris.contains(&EXT_TRANSPORT_CC), !remb, "{name}: {uris:?}");
+        let published = a.changes.iter().find_map(|c| match c {
+            Change::Published { track, .. } if track.kind == MediaKind::Video => Some(track),
+            _ => None,
+        });
+        let codec = &published.expect("the video published").codec;
+        assert_eq!(codec.feedback.goog_remb, remb, "{name}");
     }
 }
 

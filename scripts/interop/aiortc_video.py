@@ -260,6 +260,12 @@ async def publish(
                 "width": WIDTH,
                 "height": HEIGHT,
                 "codecs": negotiated(pc),
+                # What shoal's answer asks of the publisher's RTCP and RTP.
+                "feedback": [
+                    line
+                    for line in pc.remoteDescription.sdp.splitlines()
+                    if line.startswith(("a=rtcp-fb:", "a=extmap:"))
+                ],
             }
         )
         reports = asyncio.ensure_future(receiver_reports())
@@ -270,11 +276,15 @@ async def publish(
         except asyncio.TimeoutError:
             pass
         reports.cancel()
+        # The bitrate aiortc's video encoder was last told to keep to: its default
+        # until a REMB names the stream (aiortc has no public accessor for it).
+        encoder = getattr(transceiver.sender, "_RTCRtpSender__encoder", None)
         emit(
             {
                 "event": "done",
                 "video_frames_sent": video.sent,
                 "connection": pc.connectionState,
+                "video_target_bitrate": getattr(encoder, "target_bitrate", None),
             }
         )
         return 0

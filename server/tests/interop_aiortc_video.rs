@@ -6,8 +6,11 @@
 //! the way shoal picks the codecs from aiortc's offers, decrypts the publisher's SRTP
 //! and re-encrypts it for the subscriber, asks the publisher for a keyframe for the
 //! new subscription, and sends receiver reports to the publisher and sender reports
-//! to the subscriber for both tracks. It runs twice: with VP8, and with the
-//! publisher's video offer limited to H264 (packetization-mode 1).
+//! to the subscriber for both tracks. aiortc has no transport-wide feedback, so
+//! shoal's answer agrees `goog-remb` and abs-send-time for its video, estimates the
+//! path from the publisher's send times and sends it REMB, which aiortc's encoder
+//! takes as its target. It runs twice: with VP8, and with the publisher's video
+//! offer limited to H264 (packetization-mode 1).
 //!
 //! The Python interpreter is `SHOAL_INTEROP_PYTHON`, else the venv
 //! `target/interop-venv` that `scripts/test-all` creates with aiortc.
@@ -96,6 +99,30 @@ fn publish_and_watch(video_codec: &str) {
     assert!(counters.rtp_forwarded >= FRAMES, "{counters:?}");
     assert!(counters.keyframe_requests_sent >= 1, "{counters:?}");
 
+    // No transport-cc from aiortc: shoal agreed REMB and the send time it runs on,
+    // and sends REMB once a second at least.
+    let feedback: Vec<&str> = up["feedback"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        feedback.iter().any(|l| l.ends_with(" goog-remb")),
+        "shoal's answer agrees goog-remb: {up}"
+    );
+    assert!(
+        feedback
+            .iter()
+            .any(|l| l.ends_with(" http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time")),
+        "shoal's answer agrees abs-send-time: {up}"
+    );
+    assert!(
+        !feedback.iter().any(|l| l.ends_with(" transport-cc")),
+        "{up}"
+    );
+    assert!(counters.remb_sent >= 1, "{counters:?}");
+
     // shoal reports to the publisher too.
     let reports = publisher.next_report(Instant::now() + CLIENT_TIMEOUT, "publisher");
     assert_eq!(reports["event"], "receiver_reports", "publisher: {reports}");
@@ -104,6 +131,15 @@ fn publish_and_watch(video_codec: &str) {
     let done = publisher.next_report(Instant::now() + MARGIN, "publisher");
     assert_eq!(done["event"], "done", "publisher: {done}");
     assert_eq!(done["connection"], "connected", "publisher: {done}");
+    // aiortc's VP8 encoder starts at 500 kbit/s; shoal's estimate starts at 1 Mbit/s
+    // and is not cut on loopback: the encoder was told otherwise by a REMB.
+    if video_codec == "VP8" {
+        let target = count(&done, "video_target_bitrate");
+        assert!(
+            target >= 1_000_000,
+            "aiortc's encoder follows shoal's REMB: {done}"
+        );
+    }
     assert!(
         publisher.exit_ok(Instant::now() + MARGIN, "the publisher"),
         "the publisher failed: {done}"

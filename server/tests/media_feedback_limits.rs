@@ -90,6 +90,7 @@ fn no_rtcp_per_packet_for_tracks_without_pli() {
         pli: false,
         fir: false,
         transport_cc: false,
+        remb: false,
     });
     assert!(
         rtcp <= 5 * 3 * 2,

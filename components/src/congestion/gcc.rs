@@ -419,6 +419,21 @@ impl Estimator {
         self.loss_control(now_us);
     }
 
+    /// Takes arrivals measured at the receiving end (draft-ietf-rmcat-gcc-02 §3's
+    /// receive-side controller): each packet's send time on the sender's clock and
+    /// its arrival on this one, in arrival order. Only the delay-based controller
+    /// runs; loss is the sender's to act on, and the round-trip time keeps its
+    /// default, since a send time from another clock does not measure one.
+    pub fn on_arrivals(&mut self, now: Time, results: &[PacketResult]) {
+        for r in results {
+            if let Some(arrival) = r.arrival_us {
+                self.detector.packet(r.send_us, arrival);
+                self.incoming.add(arrival, r.size);
+            }
+        }
+        self.rate_control(now.as_micros() as i64);
+    }
+
     /// A probe cluster measured `bps` through the path: an estimate below it is
     /// raised to it, the loss-based one too (what arrived at that rate was not lost
     /// enough to count, or the cluster would not have measured it), and the

@@ -8,6 +8,9 @@
 //!   in transport-cc feedback (§3.1) at a bounded rate, so the publisher's own
 //!   send-side estimator (libwebrtc's GCC in a browser) paces its upload to what
 //!   reaches shoal.
+//! - As a receiver of a publisher without transport-wide feedback, shoal estimates
+//!   the path itself from the abs-send-time extension and tells the publisher in
+//!   REMB ([`remb`]).
 //! - As a **sender** to a subscriber, shoal numbers every RTP packet it sends there
 //!   ([`SendSide`], [`history`]) and estimates from the subscriber's feedback on
 //!   them how much the path to it carries ([`gcc`]).
@@ -16,6 +19,7 @@ pub mod gcc;
 pub mod history;
 pub mod pacer;
 pub mod probe;
+pub mod remb;
 
 use std::time::Duration;
 
@@ -263,6 +267,9 @@ impl SendSide {
 pub struct TransportWide {
     /// Arrivals of the peer's packets, for the feedback shoal sends it.
     pub receive: ArrivalLog,
+    /// shoal's own estimate of the peer's path to it, for a peer without
+    /// transport-wide feedback.
+    pub remb: remb::ReceiveSide,
     /// shoal's numbering of the packets it sends the peer, and its estimate.
     pub send: SendSide,
 }

@@ -67,6 +67,10 @@ pub struct Feedback {
     /// (draft-holmer-rmcat-transport-wide-cc-extensions-01 §3.1), with the
     /// [`EXT_TRANSPORT_CC`](super::EXT_TRANSPORT_CC) header extension.
     pub transport_cc: bool,
+    /// `goog-remb`: receiver estimated maximum bitrate (draft-alvestrand-rmcat-remb-03
+    /// §5 registers the value), with the abs-send-time header extension. Agreed only
+    /// where `transport-cc` is not: one estimate per path, the sender's when it can.
+    pub goog_remb: bool,
 }
 
 impl Feedback {
@@ -76,6 +80,7 @@ impl Feedback {
         pli: true,
         fir: true,
         transport_cc: true,
+        goog_remb: true,
     };
 
     fn read(m: &MediaDescription, pt: u8) -> Self {
@@ -90,6 +95,7 @@ impl Feedback {
                 ("nack", Some("pli")) => f.pli = true,
                 ("ccm", Some("fir")) => f.fir = true,
                 ("transport-cc", None) => f.transport_cc = true,
+                ("goog-remb", None) => f.goog_remb = true,
                 _ => {}
             }
         }
@@ -98,11 +104,13 @@ impl Feedback {
 
     /// What both sides do.
     pub fn intersect(self, other: Self) -> Self {
+        let transport_cc = self.transport_cc && other.transport_cc;
         Self {
             nack: self.nack && other.nack,
             pli: self.pli && other.pli,
             fir: self.fir && other.fir,
-            transport_cc: self.transport_cc && other.transport_cc,
+            transport_cc,
+            goog_remb: self.goog_remb && other.goog_remb && !transport_cc,
         }
     }
 }
@@ -232,6 +240,7 @@ impl Codec {
             (f.pli, "nack", Some("pli")),
             (f.fir, "ccm", Some("fir")),
             (f.transport_cc, "transport-cc", None),
+            (f.goog_remb, "goog-remb", None),
         ] {
             if on {
                 m.push_attribute(Attribute::RtcpFb(RtcpFb::new(pt, feedback, param)));

@@ -146,6 +146,7 @@ fn extension_ids(extensions: &[Extmap]) -> ExtensionIds {
         rid: id(sdp::EXT_RID),
         repaired_rid: id(sdp::EXT_REPAIRED_RID),
         transport_cc: id(sdp::EXT_TRANSPORT_CC),
+        abs_send_time: id(sdp::EXT_ABS_SEND_TIME),
     }
 }
 
@@ -155,6 +156,7 @@ fn feedback(codec: &Codec) -> FeedbackKinds {
         pli: codec.feedback.pli,
         fir: codec.feedback.fir,
         transport_cc: codec.feedback.transport_cc,
+        remb: codec.feedback.goog_remb,
     }
 }
 

@@ -46,6 +46,7 @@ pub fn nack_feedback() -> FeedbackKinds {
         pli: true,
         fir: false,
         transport_cc: false,
+        remb: false,
     }
 }
 

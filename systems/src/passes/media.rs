@@ -34,7 +34,9 @@ use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 use shoal_components::transport::PeerSrtp;
 
-use rtcp::{on_rtcp, send_feedback, send_transport_feedback, subscription_timer, track_timer};
+use rtcp::{
+    on_rtcp, send_feedback, send_remb, send_transport_feedback, subscription_timer, track_timer,
+};
 
 /// How often shoal reports: RR to publishers, SR to subscribers (RFC 3550 §6.2 sizes
 /// the interval by bandwidth; WebRTC stacks report about once a second).
@@ -174,6 +176,10 @@ pub fn media(
                     .and_then(|(_, s)| s.map(|s| s.rtcp_ssrc))
                     .unwrap_or(1);
                 send_transport_feedback(&mut ctx, entity, &mut tw.receive, rtcp_ssrc);
+                if let Some(bps) = tw.remb.run(now) {
+                    let ssrcs = tw.remb.ssrcs.clone();
+                    send_remb(&mut ctx, entity, &ssrcs, bps, rtcp_ssrc);
+                }
                 // More than one interval's messages describe: the rest next time.
                 if tw.receive.pending() {
                     ctx.heap.arm(
@@ -420,6 +426,21 @@ fn on_rtp(
         && let Some(id) = tw.receive.ext_id
         && let Ok(Some(seq)) = p.transport_cc_seq(id)
         && tw.receive.record(seq, h.ssrc, arrived)
+        && timers.get(TimerKind::TransportFeedback).is_none()
+    {
+        ctx.heap.arm(
+            &mut timers,
+            peer,
+            TimerKind::TransportFeedback,
+            now + FEEDBACK_INTERVAL,
+        );
+    }
+    // Without transport-wide numbers, shoal's own estimate runs on the packet's
+    // abs-send-time; the same timer runs it and sends REMB.
+    if let Ok((mut tw, mut timers)) = transport.get_mut(peer)
+        && let Some(id) = tw.remb.ext_id
+        && let Ok(Some(sent)) = p.abs_send_time(id)
+        && tw.remb.record(sent, h.ssrc, packet.len(), arrived)
         && timers.get(TimerKind::TransportFeedback).is_none()
     {
         ctx.heap.arm(

@@ -103,6 +103,16 @@ impl Shard {
         {
             tw.receive.ext_id = Some(id);
         }
+        // Without it, shoal estimates the path itself and tells the publisher in
+        // REMB (draft-ietf-rmcat-gcc-02 §3), where the publisher agreed to both.
+        if let Some(id) = spec
+            .extensions
+            .abs_send_time
+            .filter(|_| spec.feedback.remb && !spec.feedback.transport_cc)
+            && let Some(mut tw) = self.world.get_mut::<TransportWide>(publisher)
+        {
+            tw.remb.ext_id = Some(id);
+        }
         let streams = self.spawn_track(spec, Some(publisher), report);
         let mut media = self.peer_media(publisher);
         media.tracks_by_mid.push((mid, streams[0]));

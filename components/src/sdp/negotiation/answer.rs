@@ -266,9 +266,10 @@ impl Negotiation {
             Some(SectionState::Media(m)) => Some(m),
             _ => None,
         };
+        let transport_cc_offered = offered.extmaps().any(|e| e.uri == EXT_TRANSPORT_CC);
         let extensions: Vec<Extmap> = offered
             .extmaps()
-            .filter(|e| receivable(&offered.kind, &e.uri))
+            .filter(|e| receivable(&offered.kind, &e.uri, transport_cc_offered))
             .map(|e| Extmap::new(e.id, &e.uri))
             .collect();
 
@@ -355,7 +356,12 @@ impl Negotiation {
                     .map(|_| fresh_ssrc(new_ssrc, &[used.as_slice(), &[ssrc]].concat()));
                 let mut codec = codec.clone();
                 codec.fmtp = track.codec.fmtp.clone().or(codec.fmtp);
-                codec.feedback = codec.feedback.intersect(crate::sdp::codec::Feedback::ALL);
+                // REMB is shoal's estimate of a publisher's path: not asked of a
+                // subscriber.
+                codec.feedback = codec.feedback.intersect(crate::sdp::codec::Feedback {
+                    goog_remb: false,
+                    ..crate::sdp::codec::Feedback::ALL
+                });
                 Some(Subscribed {
                     track: track.id.clone(),
                     stream_id: track.stream_id.clone(),
@@ -411,11 +417,13 @@ impl Negotiation {
 }
 
 /// The extensions shoal accepts from a publisher of `kind`: the mid (RFC 8843 §9.2
-/// demultiplexing), the audio level it forwards, the stream ids (RFC 8852) and the
-/// transport-wide sequence number it sends feedback on.
-pub(super) fn receivable(kind: &MediaKind, uri: &str) -> bool {
+/// demultiplexing), the audio level it forwards, the stream ids (RFC 8852), the
+/// transport-wide sequence number it sends feedback on, and where that is not offered
+/// (`transport_cc_offered`) the abs-send-time its own estimate runs on (REMB).
+pub(super) fn receivable(kind: &MediaKind, uri: &str, transport_cc_offered: bool) -> bool {
     match uri {
         EXT_MID | EXT_TRANSPORT_CC => true,
+        EXT_ABS_SEND_TIME => !transport_cc_offered,
         EXT_AUDIO_LEVEL => *kind == MediaKind::Audio,
         EXT_RID | EXT_REPAIRED_RID => *kind == MediaKind::Video,
         _ => false,

@@ -73,6 +73,10 @@ pub const EXT_REPAIRED_RID: &str = "urn:ietf:params:rtp-hdrext:sdes:repaired-rtp
 pub const EXT_TRANSPORT_CC: &str =
     "http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01";
 
+/// webrtc's abs-send-time header extension (the send time as 24-bit 6.18 fixed-point
+/// seconds), which draft-ietf-rmcat-gcc-02 §3 has a receive-side estimate run on.
+pub const EXT_ABS_SEND_TIME: &str = crate::rtp::ext::uri::ABS_SEND_TIME;
+
 /// Tracks one participant may publish: the shard's limit per peer.
 pub const MAX_PUBLISHED: usize = 32;
 /// RFC 8285 §4.2: one-byte header extension ids are 1 to 14.

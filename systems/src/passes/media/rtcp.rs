@@ -12,7 +12,7 @@ use bytes::Bytes;
 use shoal_components::congestion::{ArrivalLog, MAX_FEEDBACKS_PER_INTERVAL};
 use shoal_components::media::{PeerMedia, ReceiveStats, Subscription, Track, extend_seq};
 use shoal_components::rtcp::{
-    Compound, Nack, Pli, ReceiverReport, ReportBlock, RtcpBody, SenderReport, WriteRtcp,
+    Compound, Nack, Pli, ReceiverReport, Remb, ReportBlock, RtcpBody, SenderReport, WriteRtcp,
     lost_to_nack_entries,
 };
 use shoal_components::tick::{Outgoing, SharedRtp};
@@ -151,6 +151,41 @@ pub(super) fn send_transport_feedback(
         });
     }
     ctx.scratch.arrivals = arrivals;
+}
+
+/// Sends `publisher` a REMB (draft-alvestrand-rmcat-remb-03 §2.2) of `bitrate_bps`
+/// for the media SSRCs it sent, behind an empty RR (RFC 3550 §6.1: a compound starts
+/// with a report).
+pub(super) fn send_remb(
+    ctx: &mut MediaCtx,
+    publisher: Entity,
+    ssrcs: &[u32],
+    bitrate_bps: u64,
+    rtcp_ssrc: u32,
+) {
+    let (exponent, mantissa) = Remb::<&[u32]>::encode_bitrate(bitrate_bps);
+    ctx.scratch.reserve(1500);
+    ReceiverReport {
+        ssrc: rtcp_ssrc,
+        reports: &[] as &[ReportBlock],
+        extension: Bytes::new(),
+    }
+    .write_to(&mut ctx.scratch.buf);
+    Remb {
+        sender_ssrc: rtcp_ssrc,
+        // §2.2: "The SSRC of the media source is not used and SHALL be set to 0."
+        media_ssrc: 0,
+        exponent,
+        mantissa,
+        ssrcs,
+    }
+    .write_to(&mut ctx.scratch.buf);
+    ctx.stats.remb_sent += 1;
+    let packet = ctx.scratch.buf.split().freeze();
+    ctx.out.0.push(Outgoing::Rtcp {
+        peer: publisher,
+        packet,
+    });
 }
 
 /// An RR with no report blocks: the 4-byte header and the sender's SSRC.

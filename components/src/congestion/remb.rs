@@ -1,0 +1,222 @@
+//! The receive-side estimate of a publisher's path, for publishers without
+//! transport-wide feedback (aiortc, older libwebrtc). draft-ietf-rmcat-gcc-02 §3's
+//! second version: "a delay-based controller at the receive-side, monitoring and
+//! processing the arrival time and size of incoming packets. The sender SHOULD use
+//! the abs-send-time RTP header extension [abs-send-time] to enable the receiver to
+//! compute the inter-group delay variation. The output from the delay-based
+//! controller will be a bitrate, which will be sent back to the sender using the
+//! REMB feedback message [I-D.alvestrand-rmcat-remb]. [...] It is RECOMMENDED to
+//! send the REMB message as soon as congestion is detected, and otherwise at least
+//! once every second."
+//!
+//! The delay-based controller is [`super::gcc::Estimator`]'s, fed each packet's
+//! abs-send-time (the publisher's clock, unwrapped) and its arrival (the shard's).
+//! Loss stays with the publisher, which reads it from receiver reports (§3). A REMB
+//! goes out when the estimate fell by more than [`DECREASE_SIGNIFICANT`] since the
+//! last one (congestion detected), else once every [`REMB_INTERVAL`].
+
+use std::time::Duration;
+
+use super::gcc::Estimator;
+use super::history::PacketResult;
+use crate::rtp::AbsSendTime;
+use crate::time::Time;
+
+/// How often a REMB goes out while the estimate holds or grows (§3: "at least once
+/// every second").
+pub const REMB_INTERVAL: Duration = Duration::from_secs(1);
+/// A fall of the estimate past this share of the last REMB's value is congestion: a
+/// REMB goes out at once (libwebrtc's receiver uses the same 3 %).
+pub const DECREASE_SIGNIFICANT: f64 = 0.03;
+/// Where the estimate starts: what a publisher sends before it hears of any.
+pub const INITIAL_BPS: f64 = 1_000_000.0;
+/// Arrivals buffered between two runs of the controller at most (one run per
+/// transport feedback interval); past it the oldest run early.
+const MAX_PENDING: usize = 1024;
+/// SSRCs one REMB names at most: the publisher's media streams.
+pub const MAX_REMB_SSRCS: usize = 16;
+
+/// One publisher's receive-side estimate.
+#[derive(Clone, Debug, Default)]
+pub struct ReceiveSide {
+    /// The abs-send-time extension id, when the extension and `goog-remb` were
+    /// negotiated and transport-wide feedback was not.
+    pub ext_id: Option<u8>,
+    estimator: Option<Estimator>,
+    /// Arrivals since the controller last ran.
+    pending: Vec<PacketResult>,
+    /// The last abs-send-time and its unwrapped value, µs.
+    last_send: Option<(u32, i64)>,
+    /// The media SSRCs that arrived, for the REMB's list.
+    pub ssrcs: Vec<u32>,
+    /// The last REMB: when, and its value.
+    last_remb: Option<(Time, u64)>,
+    /// REMBs sent.
+    pub sent: u64,
+}
+
+impl ReceiveSide {
+    /// Records a packet of `size` bytes of `ssrc`, stamped `send` by the publisher,
+    /// that arrived `at`. Returns whether the controller has something to run on.
+    pub fn record(&mut self, send: AbsSendTime, ssrc: u32, size: usize, at: Time) -> bool {
+        let raw = send.0 & 0x00FF_FFFF;
+        let send_us = match self.last_send {
+            None => send.as_micros() as i64,
+            Some((last_raw, last_us)) => {
+                // The shortest way round the 24-bit circle: a packet sent before
+                // the last one (reordered) steps back.
+                let diff = (raw.wrapping_sub(last_raw) & 0x00FF_FFFF) as i32;
+                let diff = if diff >= 1 << 23 {
+                    diff - (1 << 24)
+                } else {
+                    diff
+                };
+                last_us + ((i64::from(diff) * 1_000_000) >> 18)
+            }
+        };
+        if self.last_send.is_none_or(|(_, last_us)| send_us > last_us) {
+            self.last_send = Some((raw, send_us));
+        }
+        if self.ssrcs.len() < MAX_REMB_SSRCS && !self.ssrcs.contains(&ssrc) {
+            self.ssrcs.push(ssrc);
+        }
+        if self.pending.len() >= MAX_PENDING {
+            self.pending.remove(0);
+        }
+        self.pending.push(PacketResult {
+            send_us,
+            arrival_us: Some(at.as_micros() as i64),
+            size: size.min(usize::from(u16::MAX)) as u16,
+            probe: 0,
+        });
+        true
+    }
+
+    /// Runs the delay-based controller on what arrived since it last ran; returns the
+    /// bitrate a REMB should carry now, if one is due.
+    pub fn run(&mut self, now: Time) -> Option<u64> {
+        if !self.pending.is_empty() {
+            let estimator = self
+                .estimator
+                .get_or_insert_with(|| Estimator::new(INITIAL_BPS));
+            // Arrival order is what the detector groups by.
+            self.pending.sort_by_key(|r| r.arrival_us);
+            estimator.on_arrivals(now, &self.pending);
+            self.pending.clear();
+        }
+        let bps = self.estimator.as_ref()?.bps();
+        let due = match self.last_remb {
+            None => true,
+            Some((at, last)) => {
+                now.saturating_since(at) >= REMB_INTERVAL
+                    || (bps as f64) < (last as f64) * (1.0 - DECREASE_SIGNIFICANT)
+            }
+        };
+        due.then(|| {
+            self.last_remb = Some((now, bps));
+            self.sent += 1;
+            bps
+        })
+    }
+
+    /// The estimate, bit/s, once packets arrived.
+    pub fn estimate_bps(&self) -> Option<u64> {
+        self.estimator.as_ref().map(|e| e.bps())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A publisher sending 1200-byte packets at `send_bps` through a path of
+    /// `path_bps` with a queue that never drops: (send time, arrival) in µs.
+    fn through(send_bps: f64, path_bps: f64, from_us: i64, count: usize) -> Vec<(i64, i64)> {
+        let gap = 1200.0 * 8.0 / send_bps * 1e6;
+        let service = 1200.0 * 8.0 / path_bps * 1e6;
+        let mut free = 0.0f64;
+        (0..count)
+            .map(|i| {
+                let send = from_us as f64 + i as f64 * gap;
+                let done = send.max(free) + service;
+                free = done;
+                (send as i64, done as i64 + 20_000)
+            })
+            .collect()
+    }
+
+    fn feed(side: &mut ReceiveSide, packets: &[(i64, i64)], rembs: &mut Vec<(i64, u64)>) {
+        let mut next_run = packets.first().map_or(0, |p| p.1) + 50_000;
+        for &(send, arrival) in packets {
+            while arrival >= next_run {
+                if let Some(bps) = side.run(Time::from_micros(next_run as u64)) {
+                    rembs.push((next_run, bps));
+                }
+                next_run += 50_000;
+            }
+            side.record(
+                AbsSendTime::from_micros(send as u64),
+                7,
+                1200,
+                Time::from_micros(arrival as u64),
+            );
+        }
+    }
+
+    #[test]
+    fn a_publisher_over_its_path_is_told_less_at_once_and_an_idle_path_more() {
+        let mut side = ReceiveSide::default();
+        let mut rembs = Vec::new();
+        // 2 Mbit/s through a 2.5 Mbit/s path for 10 s: the estimate is never cut.
+        let ok = through(2_000_000.0, 2_500_000.0, 1_000_000, 2080);
+        feed(&mut side, &ok, &mut rembs);
+        assert!(
+            rembs.iter().all(|&(_, bps)| bps as f64 >= INITIAL_BPS),
+            "{rembs:?}"
+        );
+        assert!(side.estimate_bps().unwrap() > 1_500_000, "{rembs:?}");
+        // About one a second while nothing congests.
+        assert!((9..=12).contains(&rembs.len()), "{rembs:?}");
+        // Then 2 Mbit/s into a 600 kbit/s path: the queue grows, the detector sees
+        // over-use, and a REMB well under 2 Mbit/s goes within half a second.
+        let from = ok.last().unwrap().0 + 4_800;
+        let start = rembs.len();
+        let congested = through(2_000_000.0, 600_000.0, from, 200);
+        feed(&mut side, &congested, &mut rembs);
+        let cut = rembs[start..]
+            .iter()
+            .find(|&&(_, bps)| bps < 1_000_000)
+            .copied();
+        let (at, _) = cut.unwrap_or_else(|| panic!("no cut: {:?}", &rembs[start..]));
+        assert!(at - from < 500_000, "cut after {} ms", (at - from) / 1000);
+    }
+
+    #[test]
+    fn abs_send_time_unwraps_across_its_64_second_wrap() {
+        let mut side = ReceiveSide::default();
+        let before = 63_990_000u64;
+        side.record(
+            AbsSendTime::from_micros(before),
+            1,
+            100,
+            Time::from_millis(1),
+        );
+        side.record(
+            AbsSendTime::from_micros(before + 20_000),
+            1,
+            100,
+            Time::from_millis(21),
+        );
+        // And one reordered from before the wrap.
+        side.record(
+            AbsSendTime::from_micros(before + 5_000),
+            1,
+            100,
+            Time::from_millis(22),
+        );
+        let sends: Vec<i64> = side.pending.iter().map(|r| r.send_us).collect();
+        assert!((sends[1] - sends[0] - 20_000).abs() <= 4, "{sends:?}");
+        assert!((sends[2] - sends[0] - 5_000).abs() <= 4, "{sends:?}");
+        assert_eq!(side.ssrcs, [1]);
+    }
+}

@@ -422,33 +422,25 @@ fn on_rtp(
     let h = *p.header();
     // Every packet the transport carried counts for the publisher's estimate,
     // whatever becomes of it here: padding-only probes, RTX, an SSRC not bound yet.
-    if let Ok((mut tw, mut timers)) = transport.get_mut(peer)
-        && let Some(id) = tw.receive.ext_id
-        && let Ok(Some(seq)) = p.transport_cc_seq(id)
-        && tw.receive.record(seq, h.ssrc, arrived)
-        && timers.get(TimerKind::TransportFeedback).is_none()
-    {
-        ctx.heap.arm(
-            &mut timers,
-            peer,
-            TimerKind::TransportFeedback,
-            now + FEEDBACK_INTERVAL,
-        );
-    }
     // Without transport-wide numbers, shoal's own estimate runs on the packet's
     // abs-send-time; the same timer runs it and sends REMB.
-    if let Ok((mut tw, mut timers)) = transport.get_mut(peer)
-        && let Some(id) = tw.remb.ext_id
-        && let Ok(Some(sent)) = p.abs_send_time(id)
-        && tw.remb.record(sent, h.ssrc, packet.len(), arrived)
-        && timers.get(TimerKind::TransportFeedback).is_none()
-    {
-        ctx.heap.arm(
-            &mut timers,
-            peer,
-            TimerKind::TransportFeedback,
-            now + FEEDBACK_INTERVAL,
-        );
+    if let Ok((mut tw, mut timers)) = transport.get_mut(peer) {
+        let twcc = tw.receive.ext_id.is_some_and(|id| {
+            matches!(p.transport_cc_seq(id), Ok(Some(seq)) if tw.receive.record(seq, h.ssrc, arrived))
+        });
+        let remb = !twcc
+            && tw.remb.ext_id.is_some_and(|id| {
+                matches!(p.abs_send_time(id), Ok(Some(sent))
+                    if tw.remb.record(sent, h.ssrc, packet.len(), arrived))
+            });
+        if (twcc || remb) && timers.get(TimerKind::TransportFeedback).is_none() {
+            ctx.heap.arm(
+                &mut timers,
+                peer,
+                TimerKind::TransportFeedback,
+                now + FEEDBACK_INTERVAL,
+            );
+        }
     }
     let Ok((mut media, srtp)) = peers.get_mut(peer) else {
         ctx.stats.rtp_unknown_ssrc += 1;

@@ -130,13 +130,7 @@ pub(super) fn send_transport_feedback(
             log.reported(1);
             continue;
         }
-        ctx.scratch.reserve(1500);
-        ReceiverReport {
-            ssrc: rtcp_ssrc,
-            reports: &[] as &[ReportBlock],
-            extension: Bytes::new(),
-        }
-        .write_to(&mut ctx.scratch.buf);
+        start_compound(ctx, rtcp_ssrc);
         let scratch = &mut *ctx.scratch;
         scratch
             .encoder
@@ -154,8 +148,7 @@ pub(super) fn send_transport_feedback(
 }
 
 /// Sends `publisher` a REMB (draft-alvestrand-rmcat-remb-03 §2.2) of `bitrate_bps`
-/// for the media SSRCs it sent, behind an empty RR (RFC 3550 §6.1: a compound starts
-/// with a report).
+/// for the media SSRCs it sent, behind an empty RR.
 pub(super) fn send_remb(
     ctx: &mut MediaCtx,
     publisher: Entity,
@@ -164,13 +157,7 @@ pub(super) fn send_remb(
     rtcp_ssrc: u32,
 ) {
     let (exponent, mantissa) = Remb::<&[u32]>::encode_bitrate(bitrate_bps);
-    ctx.scratch.reserve(1500);
-    ReceiverReport {
-        ssrc: rtcp_ssrc,
-        reports: &[] as &[ReportBlock],
-        extension: Bytes::new(),
-    }
-    .write_to(&mut ctx.scratch.buf);
+    start_compound(ctx, rtcp_ssrc);
     Remb {
         sender_ssrc: rtcp_ssrc,
         // §2.2: "The SSRC of the media source is not used and SHALL be set to 0."
@@ -186,6 +173,18 @@ pub(super) fn send_remb(
         peer: publisher,
         packet,
     });
+}
+
+/// Starts a feedback compound in the scratch buffer with an empty RR (RFC 3550 §6.1:
+/// a compound starts with a report).
+fn start_compound(ctx: &mut MediaCtx, rtcp_ssrc: u32) {
+    ctx.scratch.reserve(1500);
+    ReceiverReport {
+        ssrc: rtcp_ssrc,
+        reports: &[] as &[ReportBlock],
+        extension: Bytes::new(),
+    }
+    .write_to(&mut ctx.scratch.buf);
 }
 
 /// An RR with no report blocks: the 4-byte header and the sender's SSRC.

@@ -101,7 +101,7 @@ const PUBLISHER: &str = r#"(async () => {
       fps: s.framesPerSecond || 0, bytes: s.bytesSent || 0, limit: s.qualityLimitationReason,
       encoder: s.encoderImplementation, codec: codec ? codec.mimeType : null,
       keyframes: s.keyFramesEncoded || 0, plis: s.pliCount || 0, target: s.targetBitrate || 0,
-      retransmitted: s.retransmittedBytesSent || 0 });
+      retransmitted: s.retransmittedBytesSent || 0, scalability: s.scalabilityMode || null });
   });
   layers.sort((a, b) => ["q", "h", "f"].indexOf(a.rid) - ["q", "h", "f"].indexOf(b.rid));
   const track = pc.getSenders()[0] && pc.getSenders()[0].track;

@@ -841,3 +841,61 @@ fn an_offer_with_new_ice_credentials_restarts_ice() {
         Err(NegotiationError::NoSession)
     );
 }
+
+/// REMB is shoal's estimate of what a publisher sends it: agreed with an aiortc
+/// publisher (goog-remb and abs-send-time, no transport-cc), never on what shoal
+/// sends a subscriber, and never on a transport that has transport-cc on any section.
+#[test]
+fn remb_is_for_publishers_without_transport_cc_on_the_transport() {
+    let mut n = Negotiation::new(1);
+    let a = answer_fixture(&mut n, "aiortc116_av_data_offer.sdp", &[]).unwrap();
+    let tracks: Vec<TrackSource> = published(&a.changes)
+        .iter()
+        .map(|(mid, p)| track(&format!("A{mid}"), p))
+        .collect();
+    let video = tracks.iter().find(|t| t.kind == MediaKind::Video).unwrap();
+    assert!(video.codec.feedback.goog_remb, "{:?}", video.codec);
+
+    // The aiortc publisher's tracks, offered to a Chromium subscriber in sections
+    // shoal adds: no goog-remb on them.
+    let mut s = Negotiation::new(2);
+    let mut new_ssrc = ssrcs();
+    s.answer(
+        &fixture("chromium156_data_offer.sdp"),
+        &params(),
+        &[],
+        &mut new_ssrc,
+    )
+    .unwrap();
+    let offer = reparsed(&s.offer(&params(), &tracks, &mut new_ssrc).unwrap());
+    let added = &offer.media[1..];
+    assert!(!added.is_empty());
+    for m in added {
+        assert_eq!(m.direction(), Some(Direction::SendOnly));
+        assert!(
+            !m.rtcp_fbs().any(|f| f.feedback == "goog-remb"),
+            "{:?}",
+            m.rtcp_fbs().collect::<Vec<_>>()
+        );
+    }
+
+    // The same aiortc offer with transport-cc's extension on its audio section only:
+    // the transport has transport-cc, so its video gets no REMB either.
+    let mut bundled = fixture("aiortc116_av_data_offer.sdp");
+    bundled.media[0]
+        .attributes
+        .push(Attribute::Extmap(shoal_components::sdp::Extmap::new(
+            9,
+            EXT_TRANSPORT_CC,
+        )));
+    let b = Negotiation::new(3)
+        .answer(&bundled, &params(), &[], &mut ssrcs())
+        .unwrap();
+    let video = &b.sdp.media[1];
+    assert!(!video.rtcp_fbs().any(|f| f.feedback == "goog-remb"));
+    assert!(
+        !video
+            .extmaps()
+            .any(|e| e.uri.ends_with("rtp-hdrext/abs-send-time"))
+    );
+}

@@ -434,6 +434,11 @@ impl Estimator {
         self.rate_control(now.as_micros() as i64);
     }
 
+    /// Brings the delay-based estimate down to `bps` if it is above.
+    pub fn limit_to(&mut self, bps: f64) {
+        self.delay_based = self.delay_based.min(bps).max(MIN_ESTIMATE_BPS);
+    }
+
     /// A probe cluster measured `bps` through the path: an estimate below it is
     /// raised to it, the loss-based one too (what arrived at that rate was not lost
     /// enough to count, or the cluster would not have measured it), and the

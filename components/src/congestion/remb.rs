@@ -11,10 +11,18 @@
 //!
 //! The delay-based controller is [`super::gcc::Estimator`]'s, fed each packet's
 //! abs-send-time (the publisher's clock, unwrapped) and its arrival (the shard's).
-//! Loss stays with the publisher, which reads it from receiver reports (§3). A REMB
-//! goes out when the estimate fell by more than [`DECREASE_SIGNIFICANT`] since the
-//! last one (congestion detected), else once every [`REMB_INTERVAL`].
+//! Loss stays with the publisher, which reads it from receiver reports (§3). The
+//! first REMB waits for a measured incoming rate and says at most
+//! [`MAX_OVER_INCOMING`] times it (§5.5's bound on growth, so the first value is
+//! not a guess); after it one goes out when the estimate fell by more than
+//! [`DECREASE_SIGNIFICANT`] since the last one (congestion detected), else once
+//! every [`REMB_INTERVAL`].
+//!
+//! A send time that steps away from the arrivals by more than [`MAX_CLOCK_STEP`]
+//! (the publisher's clock was set; aiortc stamps its wall clock) starts the send
+//! times over from the arrivals, rather than read as reordering or a queue.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::gcc::Estimator;
@@ -28,11 +36,18 @@ pub const REMB_INTERVAL: Duration = Duration::from_secs(1);
 /// A fall of the estimate past this share of the last REMB's value is congestion: a
 /// REMB goes out at once (libwebrtc's receiver uses the same 3 %).
 pub const DECREASE_SIGNIFICANT: f64 = 0.03;
-/// Where the estimate starts: what a publisher sends before it hears of any.
+/// Where the estimate starts before the first REMB bounds it by what arrives.
 pub const INITIAL_BPS: f64 = 1_000_000.0;
+/// The first REMB says at most this many times the incoming rate.
+pub const MAX_OVER_INCOMING: f64 = 1.5;
 /// Arrivals buffered between two runs of the controller at most (one run per
-/// transport feedback interval); past it the oldest run early.
+/// transport feedback interval); past it the oldest are dropped unseen.
 const MAX_PENDING: usize = 1024;
+/// A step of the send times this far from the arrivals' is the sender's clock
+/// being set, not the path (libwebrtc's receiver takes 3 s too).
+pub const MAX_CLOCK_STEP: Duration = Duration::from_secs(3);
+/// abs-send-time's unit: 2^-18 s.
+const TICKS_PER_SECOND: i64 = 1 << 18;
 /// SSRCs one REMB names at most: the publisher's media streams.
 pub const MAX_REMB_SSRCS: usize = 16;
 
@@ -44,25 +59,22 @@ pub struct ReceiveSide {
     pub ext_id: Option<u8>,
     estimator: Option<Estimator>,
     /// Arrivals since the controller last ran.
-    pending: Vec<PacketResult>,
-    /// The last abs-send-time and its unwrapped value, µs.
-    last_send: Option<(u32, i64)>,
-    /// The media SSRCs that arrived, for the REMB's list.
-    pub ssrcs: Vec<u32>,
+    pending: VecDeque<PacketResult>,
+    /// The newest abs-send-time, its unwrapped value in ticks, and its arrival (µs).
+    last_send: Option<(u32, i64, i64)>,
     /// The last REMB: when, and its value.
     last_remb: Option<(Time, u64)>,
-    /// REMBs sent.
-    pub sent: u64,
 }
 
 impl ReceiveSide {
-    /// Records a packet of `size` bytes of `ssrc`, stamped `send` by the publisher,
-    /// that arrived `at`. Returns whether the controller has something to run on.
-    pub fn record(&mut self, send: AbsSendTime, ssrc: u32, size: usize, at: Time) -> bool {
+    /// Records a packet of `size` bytes, stamped `send` by the publisher, that
+    /// arrived `at`. Returns whether the controller has something to run on.
+    pub fn record(&mut self, send: AbsSendTime, size: usize, at: Time) -> bool {
         let raw = send.0 & 0x00FF_FFFF;
-        let send_us = match self.last_send {
-            None => send.as_micros() as i64,
-            Some((last_raw, last_us)) => {
+        let arrival_us = at.as_micros() as i64;
+        let ticks = match self.last_send {
+            None => i64::from(raw),
+            Some((last_raw, last_ticks, last_arrival)) => {
                 // The shortest way round the 24-bit circle: a packet sent before
                 // the last one (reordered) steps back.
                 let diff = (raw.wrapping_sub(last_raw) & 0x00FF_FFFF) as i32;
@@ -71,21 +83,28 @@ impl ReceiveSide {
                 } else {
                     diff
                 };
-                last_us + ((i64::from(diff) * 1_000_000) >> 18)
+                let sent_us = i64::from(diff) * 1_000_000 / TICKS_PER_SECOND;
+                let step = (sent_us - (arrival_us - last_arrival)).unsigned_abs();
+                if step > MAX_CLOCK_STEP.as_micros() as u64 {
+                    // The publisher's clock was set: go on from the arrivals.
+                    last_ticks + (arrival_us - last_arrival) * TICKS_PER_SECOND / 1_000_000
+                } else {
+                    last_ticks + i64::from(diff)
+                }
             }
         };
-        if self.last_send.is_none_or(|(_, last_us)| send_us > last_us) {
-            self.last_send = Some((raw, send_us));
-        }
-        if self.ssrcs.len() < MAX_REMB_SSRCS && !self.ssrcs.contains(&ssrc) {
-            self.ssrcs.push(ssrc);
+        if self
+            .last_send
+            .is_none_or(|(_, last_ticks, _)| ticks > last_ticks)
+        {
+            self.last_send = Some((raw, ticks, arrival_us));
         }
         if self.pending.len() >= MAX_PENDING {
-            self.pending.remove(0);
+            self.pending.pop_front();
         }
-        self.pending.push(PacketResult {
-            send_us,
-            arrival_us: Some(at.as_micros() as i64),
+        self.pending.push_back(PacketResult {
+            send_us: ticks * 1_000_000 / TICKS_PER_SECOND,
+            arrival_us: Some(arrival_us),
             size: size.min(usize::from(u16::MAX)) as u16,
             probe: 0,
         });
@@ -100,11 +119,17 @@ impl ReceiveSide {
                 .estimator
                 .get_or_insert_with(|| Estimator::new(INITIAL_BPS));
             // Arrival order is what the detector groups by.
-            self.pending.sort_by_key(|r| r.arrival_us);
-            estimator.on_arrivals(now, &self.pending);
+            let pending = self.pending.make_contiguous();
+            pending.sort_by_key(|r| r.arrival_us);
+            estimator.on_arrivals(now, pending);
             self.pending.clear();
         }
-        let bps = self.estimator.as_ref()?.bps();
+        let estimator = self.estimator.as_mut()?;
+        let incoming = estimator.incoming_bps()?;
+        if self.last_remb.is_none() {
+            estimator.limit_to(MAX_OVER_INCOMING * incoming as f64);
+        }
+        let bps = estimator.bps();
         let due = match self.last_remb {
             None => true,
             Some((at, last)) => {
@@ -114,7 +139,6 @@ impl ReceiveSide {
         };
         due.then(|| {
             self.last_remb = Some((now, bps));
-            self.sent += 1;
             bps
         })
     }
@@ -156,7 +180,6 @@ mod tests {
             }
             side.record(
                 AbsSendTime::from_micros(send as u64),
-                7,
                 1200,
                 Time::from_micros(arrival as u64),
             );
@@ -192,31 +215,66 @@ mod tests {
     }
 
     #[test]
+    fn the_first_remb_is_bounded_by_what_arrives() {
+        let mut side = ReceiveSide::default();
+        let mut rembs = Vec::new();
+        let slow = through(300_000.0, 2_500_000.0, 1_000_000, 100);
+        feed(&mut side, &slow, &mut rembs);
+        let (at, first) = rembs[0];
+        // Not before the incoming rate is measured (half a second), and not the
+        // 1 Mbit/s it starts from.
+        assert!(at - slow[0].1 >= 450_000, "{rembs:?}");
+        assert!(
+            (first as f64) <= MAX_OVER_INCOMING * 300_000.0 * 1.1,
+            "{rembs:?}"
+        );
+    }
+
+    #[test]
+    fn a_publisher_clock_set_back_does_not_blind_the_detector() {
+        let mut side = ReceiveSide::default();
+        let mut rembs = Vec::new();
+        let ok = through(2_000_000.0, 2_500_000.0, 20_000_000, 1000);
+        feed(&mut side, &ok, &mut rembs);
+        // The publisher's clock goes back 10 s; its packets then meet a 600 kbit/s
+        // path: the REMB falls within half a second all the same.
+        let last_arrival = ok.last().unwrap().1;
+        let congested: Vec<(i64, i64)> = through(2_000_000.0, 600_000.0, 0, 200)
+            .into_iter()
+            .map(|(send, arrival)| (send + 10_000_000, arrival - 20_000 + last_arrival + 4_800))
+            .collect();
+        let start = rembs.len();
+        feed(&mut side, &congested, &mut rembs);
+        let cut = rembs[start..]
+            .iter()
+            .find(|&&(_, bps)| bps < 1_000_000)
+            .copied();
+        let (at, _) = cut.unwrap_or_else(|| panic!("no cut: {:?}", &rembs[start..]));
+        assert!(
+            at - congested[0].1 < 500_000,
+            "cut after {} ms",
+            (at - congested[0].1) / 1000
+        );
+    }
+
+    #[test]
     fn abs_send_time_unwraps_across_its_64_second_wrap() {
         let mut side = ReceiveSide::default();
         let before = 63_990_000u64;
-        side.record(
-            AbsSendTime::from_micros(before),
-            1,
-            100,
-            Time::from_millis(1),
-        );
+        side.record(AbsSendTime::from_micros(before), 100, Time::from_millis(1));
         side.record(
             AbsSendTime::from_micros(before + 20_000),
-            1,
             100,
             Time::from_millis(21),
         );
         // And one reordered from before the wrap.
         side.record(
             AbsSendTime::from_micros(before + 5_000),
-            1,
             100,
             Time::from_millis(22),
         );
         let sends: Vec<i64> = side.pending.iter().map(|r| r.send_us).collect();
         assert!((sends[1] - sends[0] - 20_000).abs() <= 4, "{sends:?}");
         assert!((sends[2] - sends[0] - 5_000).abs() <= 4, "{sends:?}");
-        assert_eq!(side.ssrcs, [1]);
     }
 }

@@ -68,8 +68,10 @@ pub struct Feedback {
     /// [`EXT_TRANSPORT_CC`](super::EXT_TRANSPORT_CC) header extension.
     pub transport_cc: bool,
     /// `goog-remb`: receiver estimated maximum bitrate (draft-alvestrand-rmcat-remb-03
-    /// §5 registers the value), with the abs-send-time header extension. Agreed only
-    /// where `transport-cc` is not: one estimate per path, the sender's when it can.
+    /// §5 registers the value), with the abs-send-time header extension. Not read
+    /// with the rest: only a publisher's section agrees it, and only where the offer
+    /// has no transport-cc anywhere (one estimate per transport, the sender's when
+    /// it can), so the answer sets it itself.
     pub goog_remb: bool,
 }
 
@@ -95,7 +97,6 @@ impl Feedback {
                 ("nack", Some("pli")) => f.pli = true,
                 ("ccm", Some("fir")) => f.fir = true,
                 ("transport-cc", None) => f.transport_cc = true,
-                ("goog-remb", None) => f.goog_remb = true,
                 _ => {}
             }
         }

@@ -16,6 +16,7 @@ use bevy_ecs::prelude::*;
 use bevy_ecs::query::QueryFilter;
 use bevy_ecs::system::SystemParam;
 use bytes::{Bytes, BytesMut};
+use shoal_components::congestion::remb::MAX_REMB_SSRCS;
 use shoal_components::congestion::{FEEDBACK_INTERVAL, INITIAL_ESTIMATE_BPS, TransportWide};
 use shoal_components::media::{
     AUDIO_LEVEL_INTERVAL, PayloadFormat, PeerMedia, ReceiveStats, Subscription, Track, TrackKind,
@@ -177,7 +178,19 @@ pub fn media(
                     .unwrap_or(1);
                 send_transport_feedback(&mut ctx, entity, &mut tw.receive, rtcp_ssrc);
                 if let Some(bps) = tw.remb.run(now) {
-                    let ssrcs = tw.remb.ssrcs.clone();
+                    // The streams it publishes now (aiortc applies a REMB to a
+                    // sender it names).
+                    let ssrcs: Vec<u32> = peers
+                        .get(entity)
+                        .map(|(media, _)| {
+                            media
+                                .tracks
+                                .iter()
+                                .filter_map(|&(_, t)| tracks.get(t).ok()?.0.ssrc)
+                                .take(MAX_REMB_SSRCS)
+                                .collect()
+                        })
+                        .unwrap_or_default();
                     send_remb(&mut ctx, entity, &ssrcs, bps, rtcp_ssrc);
                 }
                 // More than one interval's messages describe: the rest next time.
@@ -431,7 +444,7 @@ fn on_rtp(
         let remb = !twcc
             && tw.remb.ext_id.is_some_and(|id| {
                 matches!(p.abs_send_time(id), Ok(Some(sent))
-                    if tw.remb.record(sent, h.ssrc, packet.len(), arrived))
+                    if tw.remb.record(sent, packet.len(), arrived))
             });
         if (twcc || remb) && timers.get(TimerKind::TransportFeedback).is_none() {
             ctx.heap.arm(

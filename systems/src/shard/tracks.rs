@@ -102,14 +102,17 @@ impl Shard {
             && let Some(mut tw) = self.world.get_mut::<TransportWide>(publisher)
         {
             tw.receive.ext_id = Some(id);
+            tw.remb.ext_id = None;
         }
         // Without it, shoal estimates the path itself and tells the publisher in
-        // REMB (draft-ietf-rmcat-gcc-02 §3), where the publisher agreed to both.
+        // REMB (draft-ietf-rmcat-gcc-02 §3), where the publisher agreed to both: one
+        // estimate per transport, transport-cc's where any track has it.
         if let Some(id) = spec
             .extensions
             .abs_send_time
             .filter(|_| spec.feedback.remb && !spec.feedback.transport_cc)
             && let Some(mut tw) = self.world.get_mut::<TransportWide>(publisher)
+            && tw.receive.ext_id.is_none()
         {
             tw.remb.ext_id = Some(id);
         }

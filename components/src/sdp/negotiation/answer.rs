@@ -47,6 +47,12 @@ impl Negotiation {
         let old = self.sections.clone();
         let mut sections: Vec<Section> = Vec::with_capacity(offer.media.len());
         let mut placed: Vec<String> = Vec::new();
+        // One transport (BUNDLE): transport-cc offered on any section rules REMB out
+        // on all of them.
+        let transport_cc_offered = offer.media.iter().any(|m| {
+            m.extmaps().any(|e| e.uri == EXT_TRANSPORT_CC)
+                || m.rtcp_fbs().any(|f| f.feedback == "transport-cc")
+        });
         for (index, offered) in offer.media.iter().enumerate() {
             let previous = old.get(index).filter(|s| s.mid.as_deref() == offered.mid());
             let bundled_only = tag.is_some()
@@ -60,7 +66,15 @@ impl Negotiation {
             } else if !open || !is_av(&offered.kind) || offered.proto != PROTO_RTP_SAVPF {
                 SectionState::Closed
             } else {
-                self.answer_media(offered, previous, tracks, &sections, &mut placed, new_ssrc)
+                self.answer_media(
+                    offered,
+                    previous,
+                    tracks,
+                    &sections,
+                    &mut placed,
+                    new_ssrc,
+                    transport_cc_offered,
+                )
             };
             // RFC 8843 §7.3.3: the offerer-tagged section cannot be rejected; one shoal
             // has no use for is kept open and inactive.
@@ -256,6 +270,7 @@ impl Negotiation {
         earlier: &[Section],
         placed: &mut Vec<String>,
         new_ssrc: &mut dyn FnMut() -> u32,
+        transport_cc_offered: bool,
     ) -> SectionState {
         let direction = offered.direction().unwrap_or(Direction::SendRecv);
         let sends =
@@ -266,10 +281,21 @@ impl Negotiation {
             Some(SectionState::Media(m)) => Some(m),
             _ => None,
         };
-        let transport_cc_offered = offered.extmaps().any(|e| e.uri == EXT_TRANSPORT_CC);
+        // REMB (shoal's own estimate of the publisher's path, draft-ietf-rmcat-gcc-02
+        // §3) where the publisher offers it with the abs-send-time it runs on and no
+        // transport-cc: for the formats the offer lists goog-remb for.
+        let remb_for = |pt: u8| {
+            sends
+                && !transport_cc_offered
+                && offered.extmaps().any(|e| e.uri == EXT_ABS_SEND_TIME)
+                && offered
+                    .rtcp_fbs()
+                    .any(|f| f.feedback == "goog-remb" && f.payload_type.is_none_or(|p| p == pt))
+        };
+        let remb_offered = codecs.iter().any(|c| remb_for(c.payload_type));
         let extensions: Vec<Extmap> = offered
             .extmaps()
-            .filter(|e| receivable(&offered.kind, &e.uri, transport_cc_offered))
+            .filter(|e| receivable(&offered.kind, &e.uri, remb_offered))
             .map(|e| Extmap::new(e.id, &e.uri))
             .collect();
 
@@ -293,6 +319,7 @@ impl Negotiation {
                     .and_then(|p| codecs.iter().find(|c| c.same_format(&p.codec)));
                 let mut codec = kept.or(codecs.first())?.clone();
                 codec.feedback = codec.feedback.intersect(crate::sdp::codec::Feedback::ALL);
+                codec.feedback.goog_remb = remb_for(codec.payload_type);
                 let layers = offered_layers(offered, &codec, &extensions);
                 // A simulcast track's SSRCs are its streams' (an SSRC-signalled
                 // one's first FID group is its first stream's).
@@ -356,12 +383,7 @@ impl Negotiation {
                     .map(|_| fresh_ssrc(new_ssrc, &[used.as_slice(), &[ssrc]].concat()));
                 let mut codec = codec.clone();
                 codec.fmtp = track.codec.fmtp.clone().or(codec.fmtp);
-                // REMB is shoal's estimate of a publisher's path: not asked of a
-                // subscriber.
-                codec.feedback = codec.feedback.intersect(crate::sdp::codec::Feedback {
-                    goog_remb: false,
-                    ..crate::sdp::codec::Feedback::ALL
-                });
+                codec.feedback = codec.feedback.intersect(crate::sdp::codec::Feedback::ALL);
                 Some(Subscribed {
                     track: track.id.clone(),
                     stream_id: track.stream_id.clone(),
@@ -418,12 +440,12 @@ impl Negotiation {
 
 /// The extensions shoal accepts from a publisher of `kind`: the mid (RFC 8843 §9.2
 /// demultiplexing), the audio level it forwards, the stream ids (RFC 8852), the
-/// transport-wide sequence number it sends feedback on, and where that is not offered
-/// (`transport_cc_offered`) the abs-send-time its own estimate runs on (REMB).
-pub(super) fn receivable(kind: &MediaKind, uri: &str, transport_cc_offered: bool) -> bool {
+/// transport-wide sequence number it sends feedback on, and where REMB is agreed
+/// instead (`remb`) the abs-send-time its own estimate runs on.
+pub(super) fn receivable(kind: &MediaKind, uri: &str, remb: bool) -> bool {
     match uri {
         EXT_MID | EXT_TRANSPORT_CC => true,
-        EXT_ABS_SEND_TIME => !transport_cc_offered,
+        EXT_ABS_SEND_TIME => remb,
         EXT_AUDIO_LEVEL => *kind == MediaKind::Audio,
         EXT_RID | EXT_REPAIRED_RID => *kind == MediaKind::Video,
         _ => false,

@@ -209,6 +209,8 @@ impl Negotiation {
         };
         let mut taken = Vec::new();
         let mut out = codec.clone();
+        // shoal sends on it: REMB is for what a publisher sends shoal.
+        out.feedback.goog_remb = false;
         out.payload_type = if free(codec.payload_type, &taken, Some(codec)) {
             codec.payload_type
         } else {

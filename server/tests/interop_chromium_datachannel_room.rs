@@ -4,8 +4,9 @@
 //! every message of the other page arrives exactly once, in order, with its type
 //! (string or binary) and bytes intact; on an unordered channel sent once, nothing
 //! arrives twice or corrupted. The `/signal` page also checks the events it was sent:
-//! the other page joined and became active, and its own two channels opened. Each
-//! page then leaves (the socket closes; a WHIP DELETE) and the room is empty again.
+//! the other page joined, became active and (the WHIP page first) left, and its own
+//! two channels opened. Each page leaves (a WHIP DELETE; the socket closes) and the
+//! room is empty again.
 //!
 //! Needs `/usr/bin/chromium` (`scripts/test-all` installs it).
 
@@ -28,8 +29,11 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Until the other page is heard (messages sent before it joined reach no one), the
 /// page says `ready:<me>` every 100 ms, then once more; then it sends COUNT numbered
 /// messages on each channel (even ones strings, odd ones binary, 0 to ~3 KB), pacing
-/// on `bufferedAmount`; once it has all of the other's it says `done:<me>`, and it
-/// finishes when the other's `done` arrives (so both sides received everything).
+/// on `bufferedAmount`; once it has all of the other's it says `done:<me>`. The
+/// /signal page, once the other's `done` arrives, says `bye:<me>` and finishes when
+/// its signalling reports the other left; the WHIP page leaves once `bye` arrives.
+/// So neither leaves with a message still on its way that the other waits for (a page
+/// that left at once on the other's `done` could take its own `done` with it).
 fn room_script(me: &str, via_signal: bool) -> String {
     format!(
         r#"window.shoalResult = null;
@@ -64,11 +68,12 @@ fn room_script(me: &str, via_signal: bool) -> String {
   const un = pc.createDataChannel("unordered", {{ ordered: false, maxRetransmits: 0 }});
   dc.binaryType = un.binaryType = "arraybuffer";
   const r = {{ me, peer: null, ordered: 0, unordered: 0, errors: [] }};
-  let next = 0, peerDone = false;
+  let next = 0, peerDone = false, bye = false;
   const seen = new Set();
   dc.onmessage = (e) => {{
     if (typeof e.data === "string" && e.data.startsWith("ready:")) {{ r.peer = e.data.slice(6); return; }}
     if (typeof e.data === "string" && e.data.startsWith("done:")) {{ peerDone = true; return; }}
+    if (typeof e.data === "string" && e.data.startsWith("bye:")) {{ bye = true; return; }}
     const m = parse(e.data);
     if (!m || m[0] !== r.peer) r.errors.push("malformed ordered message");
     else if (m[1] !== next) {{ r.errors.push(`expected ${{next}}, got ${{m[1]}}`); next = m[1] + 1; }}
@@ -122,6 +127,11 @@ fn room_script(me: &str, via_signal: bool) -> String {
   dc.send(`done:${{me}}`);
   while (!peerDone) await sleep(20);
   if (viaSignal) {{
+    dc.send(`bye:${{me}}`);
+    // The other leaves once it has this: wait for its leaving (KIND_LEFT, 3).
+    const left = () => heard.some((m) => m.participant && m.participant.kind === 3
+      && m.participant.participant.identity === r.peer);
+    while (!left()) await sleep(20);
     // What the events said: the other joined (1) and became active (2); our own
     // channels opened (1), by label.
     const events = heard.filter((m) => m.participant && m.participant.participant.identity === r.peer);
@@ -135,6 +145,7 @@ fn room_script(me: &str, via_signal: bool) -> String {
     ws.close();
     r.deleted = 200;
   }} else {{
+    while (!bye) await sleep(20);
     const gone = await fetch(location, {{ method: "DELETE" }});
     r.deleted = gone.status;
   }}
@@ -191,11 +202,13 @@ fn interop_chromium_datachannel_room() {
             assert_eq!(r["deleted"], Value::from(200), "{me}: {r}");
             if me == "left" {
                 // The /signal page, in the room first, heard the other join (1),
-                // then become active (2), and saw its own two channels open.
+                // then become active (2), then leave (3), and saw its own two
+                // channels open.
                 let kinds = r["peerEvents"].as_array().cloned().unwrap_or_default();
                 assert_eq!(r["othersAtJoin"], serde_json::json!([]), "{me}: {r}");
                 assert!(kinds.contains(&Value::from(1)), "{me}: joined? {r}");
                 assert!(kinds.contains(&Value::from(2)), "{me}: active? {r}");
+                assert!(kinds.contains(&Value::from(3)), "{me}: left? {r}");
                 assert_eq!(
                     r["channelsOpened"],
                     serde_json::json!(["ordered", "unordered"]),

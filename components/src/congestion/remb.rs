@@ -186,6 +186,15 @@ mod tests {
         }
     }
 
+    /// When the first REMB under 1 Mbit/s of `rembs` went, µs.
+    fn first_under_1m(rembs: &[(i64, u64)]) -> i64 {
+        rembs
+            .iter()
+            .find(|&&(_, bps)| bps < 1_000_000)
+            .unwrap_or_else(|| panic!("no cut: {rembs:?}"))
+            .0
+    }
+
     #[test]
     fn a_publisher_over_its_path_is_told_less_at_once_and_an_idle_path_more() {
         let mut side = ReceiveSide::default();
@@ -206,11 +215,7 @@ mod tests {
         let start = rembs.len();
         let congested = through(2_000_000.0, 600_000.0, from, 200);
         feed(&mut side, &congested, &mut rembs);
-        let cut = rembs[start..]
-            .iter()
-            .find(|&&(_, bps)| bps < 1_000_000)
-            .copied();
-        let (at, _) = cut.unwrap_or_else(|| panic!("no cut: {:?}", &rembs[start..]));
+        let at = first_under_1m(&rembs[start..]);
         assert!(at - from < 500_000, "cut after {} ms", (at - from) / 1000);
     }
 
@@ -245,11 +250,7 @@ mod tests {
             .collect();
         let start = rembs.len();
         feed(&mut side, &congested, &mut rembs);
-        let cut = rembs[start..]
-            .iter()
-            .find(|&&(_, bps)| bps < 1_000_000)
-            .copied();
-        let (at, _) = cut.unwrap_or_else(|| panic!("no cut: {:?}", &rembs[start..]));
+        let at = first_under_1m(&rembs[start..]);
         assert!(
             at - congested[0].1 < 500_000,
             "cut after {} ms",

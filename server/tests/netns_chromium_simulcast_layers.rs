@@ -13,9 +13,8 @@
 //! and a sample may catch one or the decoder's last frame of it) and the other at
 //! `f`'s in every sample, and shoal's own report (ListParticipants) names the same
 //! streams; once the limit is lifted, the restricted player gets a wider stream
-//! within [`RISE_TIMEOUT`]. It runs twice, each
-//! time in a lab of its own: with VP8, then with H.264 (packetization mode 1,
-//! Constrained Baseline 3.1 `42e01f` first).
+//! within [`RISE_TIMEOUT`]. It runs twice, each time in a lab of its own: with VP8,
+//! then with H.264 (packetization mode 1, Constrained Baseline 3.1 `42e01f` first).
 //!
 //! The cheapest stream is `q` for libvpx, and the test holds the restricted VP8
 //! player to it. Chromium 156's OpenH264 runs `q` far over its 150 kbit/s target at
@@ -59,7 +58,7 @@ const HIGH_WIDTH: u64 = 1280;
 const SETTLE: Duration = Duration::from_secs(20);
 /// How often the players are sampled over the window after [`SETTLE`].
 const SAMPLE_EVERY: Duration = Duration::from_millis(500);
-/// Samples over the window: 2 s.
+/// Samples over the window: 6 s.
 const SAMPLES: usize = 12;
 /// How long the restricted player may take to get more than `q` once its limit is
 /// lifted.

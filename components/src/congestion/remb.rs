@@ -68,8 +68,8 @@ pub struct ReceiveSide {
 
 impl ReceiveSide {
     /// Records a packet of `size` bytes, stamped `send` by the publisher, that
-    /// arrived `at`. Returns whether the controller has something to run on.
-    pub fn record(&mut self, send: AbsSendTime, size: usize, at: Time) -> bool {
+    /// arrived `at`, for the controller's next run.
+    pub fn record(&mut self, send: AbsSendTime, size: usize, at: Time) {
         let raw = send.0 & 0x00FF_FFFF;
         let arrival_us = at.as_micros() as i64;
         let ticks = match self.last_send {
@@ -108,7 +108,6 @@ impl ReceiveSide {
             size: size.min(usize::from(u16::MAX)) as u16,
             probe: 0,
         });
-        true
     }
 
     /// Runs the delay-based controller on what arrived since it last ran; returns the
@@ -141,11 +140,6 @@ impl ReceiveSide {
             self.last_remb = Some((now, bps));
             bps
         })
-    }
-
-    /// The estimate, bit/s, once packets arrived.
-    pub fn estimate_bps(&self) -> Option<u64> {
-        self.estimator.as_ref().map(|e| e.bps())
     }
 }
 
@@ -206,7 +200,10 @@ mod tests {
             rembs.iter().all(|&(_, bps)| bps as f64 >= INITIAL_BPS),
             "{rembs:?}"
         );
-        assert!(side.estimate_bps().unwrap() > 1_500_000, "{rembs:?}");
+        assert!(
+            side.estimator.as_ref().unwrap().bps() > 1_500_000,
+            "{rembs:?}"
+        );
         // About one a second while nothing congests.
         assert!((9..=12).contains(&rembs.len()), "{rembs:?}");
         // Then 2 Mbit/s into a 600 kbit/s path: the queue grows, the detector sees

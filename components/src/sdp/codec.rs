@@ -105,13 +105,12 @@ impl Feedback {
 
     /// What both sides do.
     pub fn intersect(self, other: Self) -> Self {
-        let transport_cc = self.transport_cc && other.transport_cc;
         Self {
             nack: self.nack && other.nack,
             pli: self.pli && other.pli,
             fir: self.fir && other.fir,
-            transport_cc,
-            goog_remb: self.goog_remb && other.goog_remb && !transport_cc,
+            transport_cc: self.transport_cc && other.transport_cc,
+            goog_remb: self.goog_remb && other.goog_remb,
         }
     }
 }

@@ -442,10 +442,13 @@ fn on_rtp(
             matches!(p.transport_cc_seq(id), Ok(Some(seq)) if tw.receive.record(seq, h.ssrc, arrived))
         });
         let remb = !twcc
-            && tw.remb.ext_id.is_some_and(|id| {
-                matches!(p.abs_send_time(id), Ok(Some(sent))
-                    if tw.remb.record(sent, packet.len(), arrived))
-            });
+            && match tw.remb.ext_id.map(|id| p.abs_send_time(id)) {
+                Some(Ok(Some(sent))) => {
+                    tw.remb.record(sent, packet.len(), arrived);
+                    true
+                }
+                _ => false,
+            };
         if (twcc || remb) && timers.get(TimerKind::TransportFeedback).is_none() {
             ctx.heap.arm(
                 &mut timers,

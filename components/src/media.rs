@@ -19,6 +19,8 @@
 //! subscribers must be told), and a peer's despawn takes its tracks and subscriptions
 //! with it.
 
+pub mod temporal;
+
 use std::collections::VecDeque;
 
 use bevy_ecs::lifecycle::HookContext;
@@ -344,6 +346,9 @@ pub struct Track {
     pub layering: Option<Layering>,
     /// What arrives on it, for choosing among simulcast streams.
     pub rate: RateMeter,
+    /// What arrives of each VP8 temporal layer (TID 0 to 3), for choosing among
+    /// them; all zero for a stream without temporal layers.
+    pub temporal_rates: [RateMeter; 4],
 }
 
 /// One simulcast stream among its track's (each stream is a `Track` of its own: its
@@ -487,6 +492,8 @@ pub struct Subscription {
     pub layers: Option<LayerChoice>,
     /// Paused by its subscriber: off its track's subscriber lists, nothing sent.
     pub paused: bool,
+    /// Which VP8 temporal layers of the stream it is sent.
+    pub temporal: temporal::TemporalFilter,
 }
 
 /// How a subscriber wants a track it subscribes to.
@@ -498,6 +505,8 @@ pub struct TrackSettings {
     pub max_rank: Option<u8>,
     /// The largest picture wanted, width and height (0: no bound on that side).
     pub max_size: Option<(u16, u16)>,
+    /// The highest VP8 temporal layer wanted (0 the base layer), `None` for any.
+    pub max_temporal: Option<u8>,
 }
 
 /// A subscription's simulcast state. `Subscription::track` is the stream it is sent
@@ -533,6 +542,8 @@ pub struct LayerChoice {
     pub held_until: Option<Time>,
     /// See `held_until`.
     pub held_below: u8,
+    /// The temporal layers chosen of `held_below` when its climb failed.
+    pub held_below_temporal: u8,
     /// How long the last failed climb held it.
     pub hold: std::time::Duration,
 }
@@ -630,6 +641,25 @@ fn peer_media_removed(mut world: DeferredWorld, ctx: HookContext) {
     let mut commands = world.commands();
     for e in owned {
         commands.entity(e).try_despawn();
+    }
+}
+
+impl Track {
+    /// What a subscriber is sent of this stream with temporal layers up to each TID,
+    /// bit/s, while they are measured: `None` for a stream without them. Layers
+    /// above the first silent one count as absent.
+    pub fn temporal_bps(&self, now: Time) -> Option<Vec<u64>> {
+        let mut cumulative = Vec::new();
+        let mut sum = 0;
+        for meter in &self.temporal_rates {
+            let bps = meter.bps(now);
+            if bps == 0 {
+                break;
+            }
+            sum += bps;
+            cumulative.push(sum);
+        }
+        (cumulative.len() > 1).then_some(cumulative)
     }
 }
 

@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use bevy_ecs::prelude::{Entity, Resource};
 use bytes::{Bytes, BytesMut};
 
+use crate::media::temporal::Shift;
 use crate::media::{PayloadFormat, Track, TrackKind};
 use crate::net::{Datagram, FiveTuple};
 use crate::peer::PeerId;
@@ -144,9 +145,15 @@ pub struct SharedRtp {
     pub audio_level: Option<u8>,
     /// It is audio (paced ahead of video).
     pub audio: bool,
-    /// For a simulcast stream: whether it starts a keyframe, and its VP8 descriptor
-    /// (whose picture numbers each subscriber's copy continues).
+    /// For a simulcast stream: its index and whether it starts a keyframe.
     pub layer: Option<LayerPacket>,
+    /// Its VP8 payload descriptor, for VP8: the picture numbers each subscriber's
+    /// copy continues, and the temporal layer it belongs to.
+    pub vp8: Option<Vp8Descriptor>,
+    /// What this copy's sequence number and PictureID come down by: the packets and
+    /// frames of temporal layers its subscriber is not sent
+    /// ([`crate::media::temporal`]). Set per copy.
+    pub shift: Shift,
 }
 
 /// What a simulcast stream's packet tells the switch between streams.
@@ -156,8 +163,6 @@ pub struct LayerPacket {
     pub index: u8,
     /// It starts a keyframe: a subscriber may switch to this stream here.
     pub keyframe: bool,
-    /// Its VP8 payload descriptor, for VP8.
-    pub vp8: Option<Vp8Descriptor>,
 }
 
 impl SharedRtp {
@@ -173,20 +178,19 @@ impl SharedRtp {
                 Some(&[level]) => Some(level),
                 _ => None,
             });
+        let vp8 = match track.spec.format {
+            PayloadFormat::Vp8 => Vp8Descriptor::parse(p.payload()),
+            _ => None,
+        };
         let layer = track.layering.as_ref().map(|l| {
-            let payload = p.payload();
-            let (keyframe, vp8) = match track.spec.format {
-                PayloadFormat::Vp8 => {
-                    let d = Vp8Descriptor::parse(payload);
-                    (d.is_some_and(|d| d.keyframe_start), d)
-                }
-                PayloadFormat::H264 => (h264_keyframe_start(payload), None),
-                _ => (false, None),
+            let keyframe = match track.spec.format {
+                PayloadFormat::Vp8 => vp8.is_some_and(|d| d.keyframe_start),
+                PayloadFormat::H264 => h264_keyframe_start(p.payload()),
+                _ => false,
             };
             LayerPacket {
                 index: l.index,
                 keyframe,
-                vp8,
             }
         });
         Some(SharedRtp {
@@ -196,6 +200,8 @@ impl SharedRtp {
             audio_level,
             audio: track.spec.kind == TrackKind::Audio,
             layer,
+            vp8,
+            shift: Shift::default(),
         })
     }
 }

@@ -70,6 +70,10 @@ struct Encoder {
     frame: u32,
     keyframe: bool,
     next_frame: Duration,
+    /// Chromium's three temporal layers (L1T3): TIDs 0, 2, 1, 2 from each key
+    /// frame, Y on frames 1 and 2 of every eight; else no T in the descriptor.
+    temporal: bool,
+    since_key: u64,
 }
 
 impl Encoder {
@@ -78,6 +82,17 @@ impl Encoder {
     /// then the stream's index and the frame number.
     fn frame(&mut self, layer: u8, noise: &mut u64) -> Vec<Bytes> {
         let key = std::mem::take(&mut self.keyframe);
+        if key {
+            self.since_key = 0;
+        }
+        let (tid, sync) = match self.since_key % 8 {
+            0 | 4 => (0u8, key),
+            1 => (2, true),
+            2 => (1, true),
+            6 => (1, false),
+            _ => (2, false),
+        };
+        self.since_key += 1;
         // Frames vary by ±30 % around the stream's rate.
         *noise = noise
             .wrapping_mul(6_364_136_223_846_793_005)
@@ -92,9 +107,12 @@ impl Encoder {
         for i in 0..count {
             let mut payload = BytesMut::new();
             payload.put_u8(if i == 0 { 0x90 } else { 0x80 });
-            payload.put_u8(0xc0);
+            payload.put_u8(if self.temporal { 0xe0 } else { 0xc0 });
             payload.put_u16(0x8000 | self.picture);
             payload.put_u8(self.tl0);
+            if self.temporal {
+                payload.put_u8(tid << 6 | if sync { 0x20 } else { 0 });
+            }
             if i == 0 {
                 // RFC 6386 §9.1: the frame tag (its low bit clear for a key frame),
                 // and a key frame's start code and picture size.
@@ -126,7 +144,10 @@ impl Encoder {
         }
         self.timestamp = self.timestamp.wrapping_add((90_000 / FPS) as u32);
         self.picture = (self.picture + 1) & 0x7fff;
-        self.tl0 = self.tl0.wrapping_add(1);
+        // RFC 7741 §4.2: TL0PICIDX counts base layer frames.
+        if !self.temporal || tid == 0 {
+            self.tl0 = self.tl0.wrapping_add(1);
+        }
         self.frame += 1;
         out
     }
@@ -172,9 +193,9 @@ fn link(seed: u64, bps: u64) -> LinkConfig {
 }
 
 /// One seed's run through the link's steps: what the subscriber received.
-fn run(seed: u64) -> Vec<Received> {
+fn run(seed: u64, temporal: bool) -> Vec<Received> {
     let (mut dropped, mut recovered) = (false, false);
-    run_script(seed, END_AT, |elapsed, sim| {
+    run_script(seed, END_AT, temporal, |elapsed, sim| {
         if elapsed >= DROP_AT && !dropped {
             dropped = true;
             sim.set_link(addr(SRV), cli(2), link(seed, 600_000));
@@ -191,6 +212,7 @@ fn run(seed: u64) -> Vec<Received> {
 fn run_script(
     seed: u64,
     end: Duration,
+    temporal: bool,
     mut script: impl FnMut(Duration, &mut Sim),
 ) -> Vec<Received> {
     let mut sim = connected_sim(seed, &LinkConfig::default(), 1);
@@ -229,6 +251,8 @@ fn run_script(
             frame: 0,
             keyframe: true,
             next_frame: Duration::ZERO,
+            temporal,
+            since_key: 0,
         });
     }
     let mut track = video(TRACK, None, None);
@@ -339,9 +363,21 @@ fn settled_on(got: &[Received], layer: u8, from: Duration, to: Duration) -> Opti
 
 #[test]
 fn sim_bwe_tracks_bottleneck() {
+    tracks_bottleneck(1..=20, false);
+}
+
+/// The same with each stream in three VP8 temporal layers, as Chromium sends them:
+/// the lowest stream's layers are steps of the choice of their own, the others
+/// whole.
+#[test]
+fn sim_bwe_tracks_bottleneck_with_temporal_layers() {
+    tracks_bottleneck(1..=10, true);
+}
+
+fn tracks_bottleneck(seeds: std::ops::RangeInclusive<u64>, temporal: bool) {
     let top = (RATES.len() - 1) as u8;
-    for seed in 1..=20 {
-        let got = run(seed);
+    for seed in seeds {
+        let got = run(seed, temporal);
         let report = |what: &str| {
             let mut timeline = String::new();
             let mut last = None;
@@ -445,7 +481,7 @@ fn sim_subscriber_track_settings_bound_the_stream() {
     };
     let s = |t: u64| Duration::from_secs(t);
     let mut done = [false; 4];
-    let got = run_script(7, s(36), |elapsed, sim| {
+    let got = run_script(7, s(36), false, |elapsed, sim| {
         let step = [s(12), s(18), s(22), s(28)]
             .iter()
             .rposition(|t| elapsed >= *t);

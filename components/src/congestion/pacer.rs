@@ -198,6 +198,8 @@ mod tests {
                 seq: 0,
                 audio_level: None,
                 audio,
+                vp8: None,
+                shift: Default::default(),
                 layer: None,
             },
             retransmission,

@@ -22,6 +22,11 @@ pub struct Vp8Descriptor {
     pub tl0_pic_idx: Option<(u8, usize)>,
     /// The temporal layer index (TID), when the descriptor has one.
     pub temporal_id: Option<u8>,
+    /// Y, the layer sync bit: the frame depends only on its base layer frame (set
+    /// only with a TID).
+    pub layer_sync: bool,
+    /// The first packet of a frame: S set, partition index 0 (§4.5.1 step 3).
+    pub frame_start: bool,
     /// The first packet of a key frame: S set, partition index 0, P clear.
     pub keyframe_start: bool,
     /// Bytes of descriptor before the VP8 payload.
@@ -57,12 +62,14 @@ impl Vp8Descriptor {
                 let t = *payload.get(at)?;
                 if x & 0x20 != 0 {
                     d.temporal_id = Some(t >> 6);
+                    d.layer_sync = t & 0x20 != 0;
                 }
                 at += 1;
             }
         }
         d.len = at;
         let start = first & 0x10 != 0 && first & 0x07 == 0;
+        d.frame_start = start;
         // §4.3: P, the inverse key frame flag, is the low bit of the payload header's
         // first octet.
         d.keyframe_start = start && payload.get(at).is_some_and(|h| h & 0x01 == 0);

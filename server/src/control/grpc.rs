@@ -760,6 +760,9 @@ fn connection_stats(r: &CongestionReport) -> v1::ConnectionStats {
                 current: l.current.map_or(-1, i32::from),
                 target: i32::from(l.target),
                 switches: l.switches,
+                temporal_current: l.temporal_current.map_or(-1, i32::from),
+                temporal_target: l.temporal_target.map_or(-1, i32::from),
+                frames_dropped: l.frames_dropped,
             })
             .collect(),
         probe_clusters: r.probe_clusters,

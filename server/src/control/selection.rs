@@ -94,6 +94,9 @@ pub fn track_settings(s: &v1::TrackSettings) -> TrackSettings {
         paused: s.paused,
         max_rank,
         max_size,
+        max_temporal: s
+            .max_temporal_layer
+            .map(|t| u8::try_from(t).unwrap_or(u8::MAX)),
     }
 }
 
@@ -323,6 +326,7 @@ mod tests {
                 quality: quality.into(),
                 max_width: w,
                 max_height: h,
+                max_temporal_layer: None,
             })
         };
         let low = signalled(v1::VideoQuality::Low, 0, 0, false);
@@ -334,6 +338,12 @@ mod tests {
             signalled(v1::VideoQuality::Medium, 0, 0, false).max_rank,
             Some(1)
         );
+        let base = track_settings(&v1::TrackSettings {
+            max_temporal_layer: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(base.max_temporal, Some(0));
+        assert_eq!(low.max_temporal, None, "unset: any layer");
         let any = signalled(v1::VideoQuality::Unspecified, 640, 0, true);
         assert_eq!(
             (any.max_rank, any.max_size, any.paused),

@@ -307,6 +307,8 @@ fn send_copy(
     {
         return Sent::Failed;
     }
+    // The publisher's number less what temporal layers not sent took out before it.
+    let numbered = ((seq & 0xffff) as u16).wrapping_sub(rtp.shift.seq);
     if !sub.started {
         if rtx {
             return Sent::NotReady;
@@ -316,7 +318,7 @@ fn send_copy(
         sub.started = true;
         sub.first_seq = seq;
         let r = rng.0.next_u64();
-        sub.seq_offset = (r as u16).wrapping_sub((seq & 0xffff) as u16);
+        sub.seq_offset = (r as u16).wrapping_sub(numbered);
         sub.ts_offset = ((r >> 16) as u32).wrapping_sub(h.timestamp);
         sub.rtx_seq = (r >> 48) as u16;
         if let (Some(choice), Some(layer)) = (sub.layers.as_mut(), rtp.layer) {
@@ -333,18 +335,17 @@ fn send_copy(
         && choice.sent != Some(layer.index)
     {
         choice.sent = Some(layer.index);
-        sub.seq_offset = choice
-            .last_seq
-            .wrapping_add(1)
-            .wrapping_sub((seq & 0xffff) as u16);
+        sub.seq_offset = choice.last_seq.wrapping_add(1).wrapping_sub(numbered);
         if let Some((last, at)) = sub.last_rtp_ts {
             let elapsed = now.saturating_since(at).as_micros();
             let step = ((elapsed * u128::from(VIDEO_CLOCK) / 1_000_000) as u32).max(1);
             sub.ts_offset = last.wrapping_add(step).wrapping_sub(h.timestamp);
         }
-        if let Some(d) = layer.vp8 {
+        if let Some(d) = rtp.vp8 {
             let (last_picture, last_tl0) = choice.last_picture;
-            let picture = d.picture_id.map_or(0, |(p, _, _)| p);
+            let picture = d
+                .picture_id
+                .map_or(0, |(p, _, _)| p.wrapping_sub(rtp.shift.picture));
             let tl0 = d.tl0_pic_idx.map_or(0, |(t, _)| t);
             choice.picture_offset = (
                 last_picture.wrapping_add(1).wrapping_sub(picture),
@@ -352,25 +353,27 @@ fn send_copy(
             );
         }
     }
-    let out_seq = ((seq & 0xffff) as u16).wrapping_add(sub.seq_offset);
+    let out_seq = numbered.wrapping_add(sub.seq_offset);
     let timestamp = h.timestamp.wrapping_add(sub.ts_offset);
-    // A simulcast stream's VP8 descriptor, renumbered for this subscriber.
+    // The VP8 descriptor renumbered for this subscriber: a simulcast stream's, and
+    // any stream's once temporal layers were dropped from it.
     let mut descriptor = [0u8; 8];
     let mut renumbered = 0;
-    if let (Some(choice), Some(d)) = (sub.layers.as_mut(), rtp.layer.and_then(|l| l.vp8))
+    if let Some(d) = rtp
+        .vp8
+        .filter(|_| sub.layers.is_some() || sub.temporal.dropping())
         && let Some(prefix) = payload.get(..d.len).filter(|p| p.len() <= descriptor.len())
     {
+        let offset = sub.layers.map_or((0, 0), |c| c.picture_offset);
         let picture = d.picture_id.map_or(0, |(p, _, wide)| {
             let mask = if wide { 0x7fff } else { 0x7f };
-            p.wrapping_add(choice.picture_offset.0) & mask
+            p.wrapping_sub(rtp.shift.picture).wrapping_add(offset.0) & mask
         });
-        let tl0 = d
-            .tl0_pic_idx
-            .map_or(0, |(t, _)| t.wrapping_add(choice.picture_offset.1));
+        let tl0 = d.tl0_pic_idx.map_or(0, |(t, _)| t.wrapping_add(offset.1));
         descriptor[..prefix.len()].copy_from_slice(prefix);
         d.rewrite(&mut descriptor[..prefix.len()], picture, tl0);
         renumbered = prefix.len();
-        if !rtx {
+        if let (Some(choice), false) = (sub.layers.as_mut(), rtx) {
             choice.last_picture = (picture, tl0);
         }
     }

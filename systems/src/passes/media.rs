@@ -18,6 +18,7 @@ use bevy_ecs::system::SystemParam;
 use bytes::{Bytes, BytesMut};
 use shoal_components::congestion::remb::MAX_REMB_SSRCS;
 use shoal_components::congestion::{FEEDBACK_INTERVAL, INITIAL_ESTIMATE_BPS, TransportWide};
+use shoal_components::media::temporal::Shift;
 use shoal_components::media::{
     AUDIO_LEVEL_INTERVAL, PayloadFormat, PeerMedia, ReceiveStats, Subscription, Track, TrackKind,
 };
@@ -246,7 +247,7 @@ pub fn media(
             // Streams come and go with the publisher's encoder: a simulcast
             // subscriber's choice is made again each report interval even without
             // feedback.
-            if sub.layers.is_some() {
+            if layers::has_choice(&sub, &tracks, now) {
                 let subscriber = sub.subscriber;
                 // A subscriber that gives feedback but gave none yet starts from
                 // the initial estimate.
@@ -282,7 +283,8 @@ pub fn media(
 /// Queues `packet` (extended sequence number `seq`) of stream `stream` for every
 /// subscription of `track` that takes it: the one `Bytes`, shared. A simulcast
 /// stream's packet goes only to the subscriptions it is the stream of (or, a keyframe,
-/// the target of: [`admit`]).
+/// the target of: [`admit`]); a VP8 packet with a temporal layer, only to those sent
+/// its layer.
 pub(crate) fn fan_out<F: QueryFilter>(
     track: &Track,
     stream: Entity,
@@ -297,7 +299,8 @@ pub(crate) fn fan_out<F: QueryFilter>(
     let Some(shared) = SharedRtp::of(track, packet, seq) else {
         return;
     };
-    let Some(layer) = shared.layer else {
+    let layered = shared.vp8.is_some_and(|d| d.temporal_id.is_some());
+    if shared.layer.is_none() && !layered {
         out.0
             .extend(track.subscribers.iter().map(|&subscription| Outgoing::Rtp {
                 subscription,
@@ -306,14 +309,17 @@ pub(crate) fn fan_out<F: QueryFilter>(
                 probe: false,
             }));
         return;
-    };
+    }
     for &subscription in &track.subscribers {
         if let Ok((mut sub, _)) = subs.get_mut(subscription)
-            && admit(&mut sub, stream, layer.index, seq, layer.keyframe)
+            && let Some(shift) = admit(&mut sub, stream, &shared)
         {
             out.0.push(Outgoing::Rtp {
                 subscription,
-                packet: shared.clone(),
+                packet: SharedRtp {
+                    shift,
+                    ..shared.clone()
+                },
                 retransmission: false,
                 probe: false,
             });
@@ -321,12 +327,32 @@ pub(crate) fn fan_out<F: QueryFilter>(
     }
 }
 
-/// Whether a subscription takes a packet (extended number `seq`, a keyframe's start
-/// or not) of the simulcast stream `index` (entity `stream`): the packets of the
-/// stream it is sent, from where it switched to it, and the keyframe of its target,
-/// where it switches (RFC 8853 §5.1 leaves the choice among streams to the receiver
-/// of all of them; a decoder can start only at a keyframe).
-pub(crate) fn admit(
+/// Whether a subscription takes `rtp` of stream `stream`, and what its numbers come
+/// down by if it does. Of a simulcast track, the packets of the stream it is sent,
+/// from where it switched to it, and the keyframe of its target, where it switches
+/// (RFC 8853 §5.1 leaves the choice among streams to the receiver of all of them; a
+/// decoder can start only at a keyframe). Of a VP8 stream with temporal layers, the
+/// frames of the layers it is sent (`temporal`).
+pub(crate) fn admit(sub: &mut Subscription, stream: Entity, rtp: &SharedRtp) -> Option<Shift> {
+    if let Some(layer) = rtp.layer {
+        let before = sub.layers.and_then(|c| c.current);
+        if !admit_stream(sub, stream, layer.index, rtp.seq, layer.keyframe) {
+            return None;
+        }
+        if sub.layers.and_then(|c| c.current) != before {
+            sub.temporal.restart();
+        }
+    }
+    match rtp.vp8 {
+        Some(d) if d.temporal_id.is_some() || sub.temporal.dropping() => {
+            sub.temporal
+                .admit(rtp.seq, rtp.header.marker, &d, d.keyframe_start)
+        }
+        _ => Some(Shift::default()),
+    }
+}
+
+fn admit_stream(
     sub: &mut Subscription,
     stream: Entity,
     index: u8,
@@ -558,6 +584,11 @@ fn on_rtp(
     if !is_rtx {
         track.rate.add(now, packet.len());
         note_picture_size(&mut track, p.payload());
+        if track.spec.format == PayloadFormat::Vp8
+            && let Some(tid) = Vp8Descriptor::parse(p.payload()).and_then(|d| d.temporal_id)
+        {
+            track.temporal_rates[usize::from(tid)].add(now, packet.len());
+        }
     }
     ctx.stats.rtp_received += 1;
     if !is_rtx {
@@ -653,6 +684,9 @@ fn keyframe_allowed(track: &Track, now: Time) -> bool {
         .is_none_or(|at| now.saturating_since(at) >= KEYFRAME_REQUEST_INTERVAL)
 }
 
+/// How far back in a stream a probe looks for packets its subscriber was sent.
+pub const PROBE_LOOKBACK: u64 = 64;
+
 /// How far above what a climb needs a probe cluster is sent, so that a path that
 /// carries it measures enough for the climb.
 pub const PROBE_OVERSHOOT: f64 = 1.25;
@@ -740,14 +774,30 @@ fn probe_packet(
             return None;
         }
         let newest = track.stats.max_seq;
-        (0..8u64).find_map(|k| {
-            let seq = newest.checked_sub((u64::from(turn) + k) % 8)?;
+        let dropping = sub.temporal.dropping();
+        if dropping && sub.layers.is_some_and(|c| c.current != c.sent) {
+            return None;
+        }
+        // One of the last eight packets the subscriber was sent, in turn: a frame
+        // of a temporal layer it is not sent is no copy of anything.
+        let mut sent = (0..PROBE_LOOKBACK).filter_map(|k| {
+            let seq = newest.checked_sub(k)?;
             if seq < sub.first_seq {
                 return None;
             }
             let p = track.cache.get(seq)?;
-            Some((entity, SharedRtp::of(track, p, seq)?))
-        })
+            let shared = SharedRtp::of(track, p, seq)?;
+            let shift = match shared.vp8 {
+                Some(d) if dropping => sub.temporal.resend(seq, &d)?,
+                _ => Shift::default(),
+            };
+            Some((entity, SharedRtp { shift, ..shared }))
+        });
+        let first = sent.next()?;
+        match (turn % 8) as usize {
+            0 => Some(first),
+            n => Some(sent.nth(n - 1).unwrap_or(first)),
+        }
     })
 }
 

@@ -6,7 +6,8 @@ use bevy_ecs::prelude::*;
 use shoal_components::congestion::TransportWide;
 use shoal_components::congestion::gcc::Estimator;
 use shoal_components::dtls::{CipherSuite, SrtpKeys};
-use shoal_components::media::{PeerMedia, Subscription, Track, TrackId};
+use shoal_components::media::temporal::ALL_LAYERS;
+use shoal_components::media::{LayerChoice, PeerMedia, Subscription, Track, TrackId};
 use shoal_components::net::FiveTuple;
 use shoal_components::peer::{Ice, IceState, Peer, PeerId, PeerIndex};
 use shoal_components::tick::RemoveReason;
@@ -54,6 +55,12 @@ pub struct LayerReport {
     pub rid: Option<String>,
     /// Switches from one stream to another.
     pub switches: u32,
+    /// The highest VP8 temporal layer it is sent now, `None` for all.
+    pub temporal_current: Option<u8>,
+    /// The highest temporal layer chosen for it, `None` for all.
+    pub temporal_target: Option<u8>,
+    /// Frames of temporal layers it was not sent.
+    pub frames_dropped: u64,
 }
 
 impl Shard {
@@ -140,7 +147,18 @@ impl Shard {
             .iter()
             .filter_map(|&(track, e)| {
                 let sub = self.world.get::<Subscription>(e)?;
-                let choice = sub.layers?;
+                let t = &sub.temporal;
+                let layered = |tid: u8| (tid != ALL_LAYERS).then_some(tid);
+                let temporal = t.dropping() || t.target != ALL_LAYERS || t.frames_dropped > 0;
+                let choice = match sub.layers {
+                    Some(choice) => choice,
+                    // A single stream with temporal layers.
+                    None if temporal => LayerChoice {
+                        current: Some(0),
+                        ..LayerChoice::default()
+                    },
+                    None => return None,
+                };
                 let rid = choice
                     .current
                     .and(self.world.get::<Track>(sub.track))
@@ -151,6 +169,9 @@ impl Shard {
                     target: choice.target,
                     rid,
                     switches: choice.switches,
+                    temporal_current: layered(t.current),
+                    temporal_target: layered(t.target),
+                    frames_dropped: t.frames_dropped,
                 })
             })
             .collect()

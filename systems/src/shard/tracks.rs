@@ -8,6 +8,7 @@
 
 use bevy_ecs::prelude::*;
 use bytes::Bytes;
+use shoal_components::media::temporal::ALL_LAYERS;
 use shoal_components::media::{
     LayerChoice, Layering, MAX_LAYERS, PeerMedia, ReceiveStats, Subscription, SubscriptionSpec,
     Track, TrackId, TrackIndex, TrackSettings, TrackSpec,
@@ -205,6 +206,7 @@ impl Shard {
                 muted: false,
                 layering,
                 rate: Default::default(),
+                temporal_rates: Default::default(),
             })
             .insert(Timers::default())
             .id()
@@ -286,15 +288,17 @@ impl Shard {
                 else {
                     break;
                 };
-                let take = match (shared.layer, world.get_mut::<Subscription>(s)) {
-                    (None, _) => true,
-                    (Some(l), Some(mut sub)) => admit(&mut sub, entity, l.index, seq, l.keyframe),
-                    (Some(_), None) => false,
+                let shift = match world.get_mut::<Subscription>(s) {
+                    Some(mut sub) => admit(&mut sub, entity, &shared),
+                    None => None,
                 };
-                if take {
+                if let Some(shift) = shift {
                     out.0.push(Outgoing::Rtp {
                         subscription: s,
-                        packet: shared.clone(),
+                        packet: SharedRtp {
+                            shift,
+                            ..shared.clone()
+                        },
                         retransmission: false,
                         probe: false,
                     });
@@ -375,6 +379,7 @@ impl Shard {
                 recent_resends: Default::default(),
                 layers,
                 paused: false,
+                temporal: Default::default(),
             })
             .id();
         // Sender reports start a report interval after the subscription.
@@ -453,6 +458,11 @@ impl Shard {
             choice.max_rank = settings.max_rank.unwrap_or(u8::MAX);
             choice.max_size = settings.max_size;
         }
+        // Taken up at the next frame (down) or sync frame (up); the next choice
+        // lowers it again where the subscriber's bandwidth asks.
+        let preferred = settings.max_temporal.unwrap_or(ALL_LAYERS);
+        sub.temporal.preferred = preferred;
+        sub.temporal.target = preferred;
         let streams = self.streams(streams_of);
         match (was_paused, settings.paused) {
             (false, true) => {

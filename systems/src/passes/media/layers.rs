@@ -1,8 +1,11 @@
-//! Which simulcast stream each subscriber is sent: its estimate shared out over its
-//! subscriptions. Single-stream tracks take what they arrive at; every simulcast
-//! subscription starts on its track's lowest stream, then the subscriptions climb
-//! one stream at a time, in turn, while the estimate has room for what each stream
-//! arrives at over the last second. Streams rank by picture size, read from their
+//! Which simulcast stream, and which VP8 temporal layers, each subscriber is sent:
+//! its estimate shared out over its subscriptions. Single-stream tracks take what
+//! they arrive at, but for their temporal layers where they have them; every
+//! simulcast subscription starts on its track's lowest stream (its base temporal
+//! layer, where it has layers: the lowest stream's layers are steps of their own,
+//! at their cumulative rates, RFC 7741 §4.2), then the subscriptions climb one step
+//! at a time, in turn, while the estimate has room for what each step arrives at
+//! over the last second. Streams rank by picture size, read from their
 //! keyframes, and until every size is known by the offer's order (RFC 8853 §5.2 makes
 //! that order one of preference, not of quality; libwebrtc lists its streams lowest
 //! first). A stream that carries nothing (its publisher paused it, RFC 8853's `~`, or
@@ -49,13 +52,20 @@ pub const STEP_DOWN_LOSS: f64 = 0.05;
 /// How long a stream must have been the target for its loss to count.
 pub const LOSS_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// One simulcast subscription's candidates while the estimate is shared out.
+/// One subscription's candidates while the estimate is shared out.
 struct Pick {
     sub: Entity,
-    /// The streams that carry something: (index, entity, bit/s), lowest first.
-    ranked: Vec<(u8, Entity, u64)>,
+    /// What it may be sent, cheapest first: (stream index, stream entity, bit/s,
+    /// highest temporal layer). The streams that carry something, each with all the
+    /// temporal layers the subscriber prefers; before the lowest, its temporal layers
+    /// one by one, where it has them.
+    ranked: Vec<(u8, Entity, u64, u8)>,
+    /// A stream without simulcast: only its temporal layers are chosen.
+    single: bool,
     rank: usize,
+    /// The stream it is sent and the temporal layers chosen for it last.
     current: Option<u8>,
+    current_tid: u8,
     max_rank: usize,
     /// The rank of the target chosen last time, if its stream still carries.
     old_rank: Option<usize>,
@@ -71,7 +81,20 @@ pub struct Shortfall {
     pub wanted_bps: u64,
 }
 
-/// Chooses the streams of `peer`'s simulcast subscriptions from `estimate` (`None`:
+/// Whether `sub` has something to choose: a simulcast stream, or the temporal
+/// layers of its VP8 stream.
+pub(super) fn has_choice(
+    sub: &Subscription,
+    tracks: &Query<(&mut Track, &mut Timers), Without<Subscription>>,
+    now: Time,
+) -> bool {
+    sub.layers.is_some()
+        || tracks
+            .get(sub.track)
+            .is_ok_and(|(t, _)| t.temporal_bps(now).is_some())
+}
+
+/// Chooses the streams and temporal layers of `peer`'s subscriptions from `estimate` (`None`:
 /// no estimate, so every subscription gets the highest stream it prefers), asks
 /// each new target's publisher for a keyframe, and returns what a climb would need
 /// where the estimate held one back.
@@ -102,8 +125,28 @@ pub(super) fn choose(
         let Ok((track, _)) = tracks.get(sub.track) else {
             continue;
         };
+        let preferred = sub.temporal.preferred;
         let (Some(choice), Some(layering)) = (sub.layers, track.layering.as_ref()) else {
-            used += track.rate.bps(now) as i64;
+            // A single stream: its temporal layers, where it has them, are the choice.
+            match track.temporal_bps(now) {
+                Some(rates) => {
+                    let ranked = temporal_steps(0, sub.track, &rates, preferred, true);
+                    let old_rank = ranked.iter().position(|r| r.3 == sub.temporal.target);
+                    used += ranked[0].2 as i64;
+                    picks.push(Pick {
+                        sub: entity,
+                        current: Some(0),
+                        current_tid: sub.temporal.target,
+                        max_rank: ranked.len() - 1,
+                        ranked,
+                        single: true,
+                        rank: 0,
+                        old_rank,
+                        lossy: false,
+                    });
+                }
+                None => used += track.rate.bps(now) as i64,
+            }
             continue;
         };
         let mut ranked: Vec<(u8, Entity, u64, Option<u32>)> = layering
@@ -125,16 +168,40 @@ pub(super) fn choose(
         if ranked.iter().all(|r| r.3.is_some()) {
             ranked.sort_by_key(|r| (r.3, r.0));
         }
-        let ranked: Vec<(u8, Entity, u64)> =
-            ranked.into_iter().map(|(i, e, b, _)| (i, e, b)).collect();
+        // Each stream with the temporal layers preferred; the lowest, one layer at
+        // a time too.
+        let mut steps: Vec<(u8, Entity, u64, u8)> = Vec::with_capacity(ranked.len() + 3);
+        // The subscriber's bound by rank counts streams, not steps: the last step of
+        // the highest stream it allows.
+        let mut rank_bound = 0;
+        for (k, &(i, e, bps, _)) in ranked.iter().enumerate() {
+            match tracks.get(e).ok().and_then(|(t, _)| t.temporal_bps(now)) {
+                Some(rates) => steps.extend(temporal_steps(i, e, &rates, preferred, k == 0)),
+                None => steps.push((i, e, bps, preferred)),
+            }
+            if k <= usize::from(choice.max_rank) {
+                rank_bound = steps.len() - 1;
+            }
+        }
+        let ranked = steps;
         used += ranked[0].2 as i64;
         // A climb that failed holds the subscription below it for a while.
         let held = choice
             .held_until
             .filter(|until| now < *until)
-            .and_then(|_| ranked.iter().position(|(i, _, _)| *i == choice.held_below))
+            .and_then(|_| {
+                let stream = |r: &(u8, Entity, u64, u8)| r.0 == choice.held_below;
+                ranked
+                    .iter()
+                    .position(|r| stream(r) && r.3 == choice.held_below_temporal)
+                    .or_else(|| ranked.iter().position(stream))
+            })
             .map_or(usize::MAX, |r| r.saturating_sub(1));
-        let old_rank = ranked.iter().position(|(i, _, _)| *i == choice.target);
+        // Where it was chosen last: its stream, with the temporal layers chosen.
+        let old_rank = ranked
+            .iter()
+            .position(|r| r.0 == choice.target && r.3 == sub.temporal.target)
+            .or_else(|| ranked.iter().rposition(|r| r.0 == choice.target));
         // Losing more than STEP_DOWN_LOSS on a stream held for a loss interval: one
         // stream down, as a failed climb (a token bucket's short queue drops a
         // stream's bursts without the delay ever growing, and GCC holds its estimate
@@ -147,7 +214,7 @@ pub(super) fn choose(
         };
         // The subscriber's own bound: by rank, and by picture size where known
         // (the highest stream that fits, the lowest if none does).
-        let fits = |r: &(u8, Entity, u64)| {
+        let fits = |r: &(u8, Entity, u64, u8)| {
             let size = tracks
                 .get(r.1)
                 .ok()
@@ -158,12 +225,14 @@ pub(super) fn choose(
             }
         };
         let by_size = ranked.iter().rposition(fits).unwrap_or(0);
-        let max_rank = usize::from(choice.max_rank).min(held).min(by_size);
+        let max_rank = rank_bound.min(held).min(by_size);
         picks.push(Pick {
             sub: entity,
             ranked,
+            single: false,
             rank: 0,
             current: choice.current,
+            current_tid: sub.temporal.target,
             max_rank: match (lossy, old_rank) {
                 (true, Some(r)) => max_rank.min(r - 1),
                 _ => max_rank,
@@ -187,7 +256,8 @@ pub(super) fn choose(
             // What the subscriber would receive in all, with the headroom a climb
             // needs (none to stay where it is).
             let total = used + extra;
-            let needs = if Some(p.ranked[next].0) == p.current {
+            let staying = Some(p.ranked[next].0) == p.current && p.ranked[next].3 == p.current_tid;
+            let needs = if staying {
                 total
             } else {
                 (total as f64 * UPGRADE_HEADROOM) as i64
@@ -207,10 +277,15 @@ pub(super) fn choose(
         }
     }
     for p in &picks {
-        let (index, stream, _) = p.ranked[p.rank];
+        let (index, stream, _, tid) = p.ranked[p.rank];
         let Ok((mut sub, _)) = subs.get_mut(p.sub) else {
             continue;
         };
+        // Lower at the next frame, higher at the next sync frame.
+        sub.temporal.target = tid;
+        if p.single {
+            continue;
+        }
         let Some(choice) = sub.layers.as_mut() else {
             continue;
         };
@@ -228,6 +303,7 @@ pub(super) fn choose(
                     choice.hold = hold;
                     choice.held_until = Some(now + hold);
                     choice.held_below = choice.target;
+                    choice.held_below_temporal = p.current_tid;
                 }
                 choice.climbed_at = None;
             }
@@ -241,7 +317,7 @@ pub(super) fn choose(
             }
             _ => {}
         }
-        if choice.target != index || choice.target_since.is_none() {
+        if choice.target != index || p.current_tid != tid || choice.target_since.is_none() {
             choice.target_since = Some(now);
         }
         choice.target = index;
@@ -254,4 +330,28 @@ pub(super) fn choose(
         }
     }
     shortfall
+}
+
+/// A stream's candidates by temporal layer: with `each`, one per layer up to the
+/// preferred one (`rates` are cumulative, bit/s), else only the preferred one. The
+/// last is the stream with every layer preferred, and carries `preferred` itself, so
+/// a stream without more layers than preferred reads as "all".
+fn temporal_steps(
+    index: u8,
+    stream: Entity,
+    rates: &[u64],
+    preferred: u8,
+    each: bool,
+) -> Vec<(u8, Entity, u64, u8)> {
+    let top = rates.len() - 1;
+    let last = usize::from(preferred).min(top);
+    let mut steps: Vec<(u8, Entity, u64, u8)> = if each {
+        (0..last)
+            .map(|t| (index, stream, rates[t], t as u8))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    steps.push((index, stream, rates[last], preferred));
+    steps
 }

@@ -10,6 +10,7 @@
 use bevy_ecs::prelude::*;
 use bytes::Bytes;
 use shoal_components::congestion::{ArrivalLog, MAX_FEEDBACKS_PER_INTERVAL};
+use shoal_components::media::temporal::Shift;
 use shoal_components::media::{PeerMedia, ReceiveStats, Subscription, Track, extend_seq};
 use shoal_components::rtcp::{
     Compound, Nack, Pli, ReceiverReport, Remb, ReportBlock, RtcpBody, SenderReport, WriteRtcp,
@@ -409,10 +410,10 @@ pub(super) fn on_rtcp(
                 });
                 if due
                     && estimate.is_some()
-                    && media
-                        .subscriptions
-                        .iter()
-                        .any(|(_, s)| subs.get(*s).is_ok_and(|(s, _)| s.layers.is_some()))
+                    && media.subscriptions.iter().any(|(_, s)| {
+                        subs.get(*s)
+                            .is_ok_and(|(s, _)| super::layers::has_choice(s, tracks, now))
+                    })
                 {
                     let shortfall =
                         super::layers::choose(ctx, now, peer, estimate, loss, peers, tracks, subs);
@@ -453,11 +454,21 @@ fn answer_nack(
     // One NACK's entries may repeat a number.
     lost.sort_unstable();
     lost.dedup();
+    // Temporal layers dropped: the numbers map back through what was dropped, for
+    // the stream being sent (not while a switch waits in the pacing queue).
+    let dropping = s.temporal.dropping();
+    if dropping && s.layers.is_some_and(|c| c.current != c.sent) {
+        ctx.stats.nack_unanswered += lost.len() as u64;
+        return;
+    }
     let mut budget = MAX_RETRANSMITS_PER_NACK;
     for &seq in lost.iter() {
         // The subscriber's number back to the publisher's, extended.
         let original = seq.wrapping_sub(offset);
-        let ext = extend_seq(t.stats.max_seq, original);
+        let ext = match s.temporal.source_seq(original) {
+            Some(ext) if dropping => ext,
+            _ => extend_seq(t.stats.max_seq, original),
+        };
         let recent = s
             .recent_resends
             .iter()
@@ -466,8 +477,14 @@ fn answer_nack(
             ctx.stats.nack_unanswered += 1;
             continue;
         }
-        match t.cache.get(ext).and_then(|p| SharedRtp::of(t, p, ext)) {
-            Some(packet) if rtx => {
+        let packet = t.cache.get(ext).and_then(|p| SharedRtp::of(t, p, ext));
+        // A packet of a frame dropped was never sent: not resent either.
+        let shift = match packet.as_ref().and_then(|p| p.vp8) {
+            Some(d) if dropping => s.temporal.resend(ext, &d),
+            _ => Some(Shift::default()),
+        };
+        match (packet, shift) {
+            (Some(packet), Some(shift)) if rtx => {
                 budget -= 1;
                 if s.recent_resends.len() >= RECENT_RESENDS {
                     s.recent_resends.pop_front();
@@ -477,6 +494,7 @@ fn answer_nack(
                     subscription: sub,
                     packet: SharedRtp {
                         audio_level: None,
+                        shift,
                         ..packet
                     },
                     retransmission: true,

@@ -13,7 +13,9 @@
 //! estimate, every copy it sends; `--paced 1` (0): every subscriber's estimate seeded
 //! at 100 Mbit/s and the clock moving 10 ms a batch, so each copy goes through its
 //! pacer, some waiting for the next batch or a timer (what pacing costs when the
-//! estimate keeps up with the stream).
+//! estimate keeps up with the stream); `--temporal 1` (0): the stream in three VP8
+//! temporal layers (L1T3), so each copy is decided by its subscription's temporal
+//! filter (every layer sent). Payloads carry a VP8 payload descriptor either way.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -85,7 +87,7 @@ fn subscription(id: u64, ssrc: u32, twcc: bool) -> SubscriptionSpec {
     }
 }
 
-fn packet(i: u32, size: usize) -> Bytes {
+fn packet(i: u32, size: usize, temporal: bool) -> Bytes {
     let mut out = BytesMut::with_capacity(size + 12);
     let fields = RtpFields {
         marker: i % 8 == 7,
@@ -94,8 +96,29 @@ fn packet(i: u32, size: usize) -> Bytes {
         timestamp: (i / 8) * 3000,
         ssrc: 0x1234,
     };
-    let mut payload = BytesMut::with_capacity(size);
-    payload.put_bytes((i & 0xff) as u8, size);
+    // Eight packets a frame behind a VP8 payload descriptor as Chromium writes it
+    // (RFC 7741 §4.2: X, S on a frame's first packet; I with a 15-bit PictureID;
+    // with `temporal`, L and T too: TL0PICIDX, and TID and Y in the L1T3 pattern),
+    // then the payload header (§4.3: a key frame first) and filler.
+    let frame = i / 8;
+    let mut payload = BytesMut::with_capacity(size.max(16));
+    payload.put_u8(if i.is_multiple_of(8) { 0x90 } else { 0x80 });
+    payload.put_u8(if temporal { 0xe0 } else { 0x80 });
+    payload.put_u16(0x8000 | (frame & 0x7fff) as u16);
+    if temporal {
+        let (tid, sync) = match frame % 8 {
+            0 | 4 => (0, false),
+            1 => (2, true),
+            2 => (1, true),
+            6 => (1, false),
+            _ => (2, false),
+        };
+        payload.put_u8((frame / 4) as u8);
+        payload.put_u8(tid << 6 | if sync { 0x20 } else { 0 });
+    }
+    payload.put_u8(if i == 0 { 0x00 } else { 0x01 });
+    let filler = size.saturating_sub(payload.len());
+    payload.put_bytes((i & 0xff) as u8, filler);
     let mut w = RtpWriter::new(&mut out, &fields, &[]);
     w.payload(&payload);
     w.finish(0);
@@ -119,6 +142,7 @@ fn bench(args: &[String]) -> Result<(), String> {
     let batch = opt(args, "--batch", 64)?.clamp(1, 1024) as usize;
     let twcc = opt(args, "--twcc", 0)? != 0;
     let paced = opt(args, "--paced", 0)? != 0;
+    let temporal = opt(args, "--temporal", 0)? != 0;
 
     let server: SocketAddr = SERVER.parse().map_err(|e| format!("{e}"))?;
     let mut sim = Sim::new(1);
@@ -182,7 +206,7 @@ fn bench(args: &[String]) -> Result<(), String> {
     for i in 0..packets {
         let publisher = sim.shard_mut(client(1));
         publisher
-            .send_rtp(now, TrackId(1), packet(i, size))
+            .send_rtp(now, TrackId(1), packet(i, size, temporal))
             .map_err(|e| e.to_string())?;
         publisher.poll_transmit(&mut input);
     }

@@ -76,6 +76,17 @@ pub struct DataChannels {
     /// The peer may not send: what it sends on its channels is dropped (they open
     /// and receive as any other).
     pub receive_only: bool,
+    /// As a room's sender: its next reliable message waits in its receive buffer
+    /// until every receiver it goes to is down to the relay's low watermark.
+    pub relay_held: bool,
+    /// As a room's receiver: since when it has held a sender back without getting
+    /// down to the low watermark.
+    pub relay_behind_since: Option<Time>,
+    /// As a room's receiver: messages on unreliable channels dropped for it because
+    /// its queue was over the high watermark or its send buffer full.
+    pub relay_dropped: u64,
+    /// As a room's sender: times its messages were held back for a receiver.
+    pub relay_holds: u64,
 }
 
 impl DataChannels {
@@ -87,6 +98,10 @@ impl DataChannels {
             next_id: if dtls_client { 0 } else { 1 },
             remote_max_message_size: usize::MAX,
             receive_only: false,
+            relay_held: false,
+            relay_behind_since: None,
+            relay_dropped: 0,
+            relay_holds: 0,
         }
     }
 

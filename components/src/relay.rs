@@ -5,6 +5,7 @@
 //! copies it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bevy_ecs::prelude::Resource;
 use bytes::Bytes;
@@ -13,7 +14,55 @@ use crate::datachannel::ChannelParams;
 use crate::media::TrackId;
 use crate::room::RoomId;
 use crate::sctp::Ppid;
+use crate::sctp::assoc::SctpLimits;
 use crate::sctp::dcep::ChannelType;
+
+/// How the room relay keeps a receiver's queue (its association's buffered amount)
+/// bounded: by holding back the senders of reliable messages, by dropping unreliable
+/// ones, and at last by cutting the receiver off. One per shard, from its config.
+#[derive(Resource, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RelayLimits {
+    /// A receiver with more queued than this takes no more unreliable messages (they
+    /// are dropped for it and counted), and a sender's next reliable message for it
+    /// waits in the sender's receive buffer, which closes the sender's SCTP window
+    /// (RFC 9260 §6.2) and so slows it.
+    pub high_watermark: usize,
+    /// A sender held back goes on once every receiver it waits for is down to this.
+    pub low_watermark: usize,
+    /// A receiver that has held a sender back this long without getting down to the
+    /// low watermark is disconnected (`RemoveReason::SlowReceiver`), and the room
+    /// goes on without it.
+    pub hold_limit: Duration,
+}
+
+impl RelayLimits {
+    /// The limits for associations with `sctp`'s limits: the high watermark leaves
+    /// room for one more message of the largest size in the send buffer (so a
+    /// message the relay lets through is never refused); a high watermark lowered so
+    /// lowers the low one in proportion, and the low one is at most the high one.
+    pub fn clamped(self, sctp: &SctpLimits) -> RelayLimits {
+        let asked = self.high_watermark.max(1);
+        let high = asked
+            .min(sctp.send_buffer.saturating_sub(sctp.max_message_size))
+            .max(1);
+        let low = (self.low_watermark as u128 * high as u128 / asked as u128) as usize;
+        RelayLimits {
+            high_watermark: high,
+            low_watermark: low.min(high),
+            ..self
+        }
+    }
+}
+
+impl Default for RelayLimits {
+    fn default() -> Self {
+        RelayLimits {
+            high_watermark: 1 << 20,
+            low_watermark: 512 << 10,
+            hold_limit: Duration::from_secs(10),
+        }
+    }
+}
 
 /// A room message on its way to the room's members on another shard, owned and cheap
 /// to clone (reference counts only).
@@ -46,6 +95,12 @@ impl Forwarded {
         }
     }
 }
+
+/// Room members whose messages wait in their receive buffers for a receiver over the
+/// high watermark (`DataChannels::relay_held`): the datachannel pass looks at each
+/// every tick, whether or not it sent anything, to let it go on.
+#[derive(Resource, Debug, Default)]
+pub struct RelayHeld(pub Vec<bevy_ecs::entity::Entity>);
 
 /// This tick's room messages for other shards, in the order the relay produced them.
 #[derive(Resource, Debug, Default)]
@@ -104,3 +159,31 @@ impl MediaRelay {
 /// What the media pass put out for sibling shards this tick.
 #[derive(Resource, Debug, Default)]
 pub struct MediaRelayOut(pub Vec<MediaRelay>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watermarks_fit_the_send_buffer() {
+        let sctp = SctpLimits::default();
+        // The defaults fit the default 4 MiB send buffer as they are.
+        assert_eq!(RelayLimits::default().clamped(&sctp), RelayLimits::default());
+        // A 1 MiB send buffer with 256 KiB messages leaves 768 KiB: the low watermark
+        // goes down in proportion (512 KiB of 1 MiB → 384 KiB of 768 KiB).
+        let small = SctpLimits {
+            send_buffer: 1 << 20,
+            ..sctp
+        };
+        let r = RelayLimits::default().clamped(&small);
+        assert_eq!((r.high_watermark, r.low_watermark), (768 << 10, 384 << 10));
+        // A low watermark over the high one is taken as it.
+        let odd = RelayLimits {
+            high_watermark: 64 << 10,
+            low_watermark: 128 << 10,
+            ..RelayLimits::default()
+        };
+        let r = odd.clamped(&sctp);
+        assert_eq!((r.high_watermark, r.low_watermark), (64 << 10, 64 << 10));
+    }
+}

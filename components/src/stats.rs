@@ -98,12 +98,17 @@ pub struct ShardStats {
     /// Room messages queued for a receiver (one per receiver per message), relayed
     /// or sent by the owner (`SendData`).
     pub relay_messages: u64,
-    /// Room messages on an unreliable channel that a receiver's full send buffer
-    /// refused: dropped for that receiver only.
+    /// Room messages on an unreliable channel dropped for a receiver whose queue was
+    /// over `RelayLimits::high_watermark` (or whose send buffer refused them):
+    /// dropped for that receiver only.
     pub relay_dropped: u64,
-    /// Receivers disconnected because their full send buffer refused a message on a
-    /// reliable channel (`RemoveReason::SlowReceiver`).
+    /// Receivers disconnected as too slow for a reliable channel
+    /// (`RemoveReason::SlowReceiver`): they held a sender back past
+    /// `RelayLimits::hold_limit`, or their full send buffer refused a message.
     pub relay_slow_receivers: u64,
+    /// Times a room member's messages were held back in its receive buffer for a
+    /// receiver over the high watermark.
+    pub relay_holds: u64,
     /// Room messages a receiver could not take for another reason: its channel with
     /// that label is closing, it has no free stream id, or the message is over its
     /// size limit.

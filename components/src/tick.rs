@@ -242,9 +242,11 @@ pub enum RemoveReason {
     DtlsFailed,
     /// The peer closed DTLS (close_notify).
     DtlsClosed,
-    /// A room message on a reliable channel did not fit the peer's send buffer: the
-    /// peer does not read as fast as the room sends, and holding more for it would
-    /// grow memory without bound or lose the message silently.
+    /// The peer does not read a reliable room channel as fast as the room sends: it
+    /// held the room's senders back for the relay's hold limit
+    /// (`RelayLimits::hold_limit`), or a reliable message did not fit its send
+    /// buffer. Holding more for it would stall the room or grow memory without
+    /// bound, and dropping a message would lose it silently.
     SlowReceiver,
 }
 

@@ -52,11 +52,14 @@ pub enum TimerKind {
     Probe = 14,
     /// A peer's pacing queue may send again (`congestion::pacer`).
     Pace = 15,
+    /// A room receiver that holds a sender back reaches the relay's hold limit
+    /// (`RelayLimits::hold_limit`).
+    RelayHold = 16,
 }
 
 impl TimerKind {
     /// Every kind, in slot order.
-    pub const ALL: [TimerKind; 16] = [
+    pub const ALL: [TimerKind; 17] = [
         TimerKind::IceCheck,
         TimerKind::ConsentCheck,
         TimerKind::ConsentExpiry,
@@ -73,6 +76,7 @@ impl TimerKind {
         TimerKind::AudioLevel,
         TimerKind::Probe,
         TimerKind::Pace,
+        TimerKind::RelayHold,
     ];
     /// How many kinds there are: the size of the table.
     pub const COUNT: usize = TimerKind::ALL.len();
@@ -97,7 +101,8 @@ impl TimerKind {
             | TimerKind::TransportFeedback
             | TimerKind::AudioLevel
             | TimerKind::Probe
-            | TimerKind::Pace => self as usize,
+            | TimerKind::Pace
+            | TimerKind::RelayHold => self as usize,
         }
     }
 }

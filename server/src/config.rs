@@ -47,6 +47,12 @@ pub const DEFAULT_TOKEN_CLOCK_SKEW_SECS: u64 = 10;
 pub const MAX_API_KEYS_FILE_BYTES: u64 = 64 * 1024;
 /// Default `--sctp-heartbeat-interval`: RFC 9260 §16's HB.interval.
 pub const DEFAULT_SCTP_HEARTBEAT_INTERVAL_SECS: u32 = 30;
+/// `--relay-high-watermark`'s default: 1 MiB.
+pub const DEFAULT_RELAY_HIGH_WATERMARK: usize = 1 << 20;
+/// `--relay-low-watermark`'s default: 512 KiB.
+pub const DEFAULT_RELAY_LOW_WATERMARK: usize = 512 << 10;
+/// `--relay-hold-limit`'s default, seconds.
+pub const DEFAULT_RELAY_HOLD_LIMIT_SECS: u64 = 10;
 
 /// shoal: a WebRTC selective forwarding unit. One process is one cluster node; it runs
 /// one shard per core, each with its own UDP port.
@@ -171,6 +177,42 @@ pub struct Config {
     /// while the peer's DTLS lives, as WebRTC stacks set it.
     #[arg(long, env = "SHOAL_SCTP_MAX_INIT_RETRANSMITS", value_name = "N")]
     pub sctp_max_init_retransmits: Option<u32>,
+
+    /// Bytes a room member may have queued (its data channels' buffered amount)
+    /// before the room relay holds back the senders of reliable messages to it
+    /// (their SCTP windows close until it is down to --relay-low-watermark) and
+    /// drops unreliable messages for it, counted per member.
+    #[arg(
+        long,
+        env = "SHOAL_RELAY_HIGH_WATERMARK",
+        value_name = "BYTES",
+        default_value_t = DEFAULT_RELAY_HIGH_WATERMARK,
+        value_parser = clap::value_parser!(u32).range(16_384..=3_145_728).map(|n| n as usize)
+    )]
+    pub relay_high_watermark: usize,
+
+    /// Bytes a room member's queue must fall to before the senders it held back go
+    /// on; at most --relay-high-watermark (a larger value is taken as it).
+    #[arg(
+        long,
+        env = "SHOAL_RELAY_LOW_WATERMARK",
+        value_name = "BYTES",
+        default_value_t = DEFAULT_RELAY_LOW_WATERMARK,
+        value_parser = clap::value_parser!(u32).range(0..=3_145_728).map(|n| n as usize)
+    )]
+    pub relay_low_watermark: usize,
+
+    /// Seconds a room member may hold a sender back without its queue falling to
+    /// --relay-low-watermark; then it is disconnected as a slow receiver and the
+    /// room goes on without it.
+    #[arg(
+        long,
+        env = "SHOAL_RELAY_HOLD_LIMIT",
+        value_name = "SECONDS",
+        default_value_t = DEFAULT_RELAY_HOLD_LIMIT_SECS,
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    pub relay_hold_limit: u64,
 
     /// The first shard's TCP port for ICE over TCP (RFC 6544, passive candidates
     /// below the UDP ones), shard n listening on base + n on each --bind address;
@@ -594,6 +636,9 @@ impl Default for Config {
             room_empty_timeout: DEFAULT_ROOM_EMPTY_TIMEOUT_SECS,
             sctp_heartbeat_interval: DEFAULT_SCTP_HEARTBEAT_INTERVAL_SECS,
             sctp_max_init_retransmits: None,
+            relay_high_watermark: DEFAULT_RELAY_HIGH_WATERMARK,
+            relay_low_watermark: DEFAULT_RELAY_LOW_WATERMARK,
+            relay_hold_limit: DEFAULT_RELAY_HOLD_LIMIT_SECS,
             tcp_port_base: TcpPortBase::Auto,
             max_tcp_connections: crate::tcp::DEFAULT_MAX_CONNECTIONS,
             tcp_buffer_bytes: crate::tcp::DEFAULT_BUFFER_BYTES,
@@ -1384,6 +1429,41 @@ sctp-max-init-retransmits = 8
             (c.sctp_heartbeat_interval, c.sctp_max_init_retransmits),
             (0, Some(8))
         );
+    }
+
+    #[test]
+    fn relay_limits_default_and_come_from_flags_or_the_file() {
+        let c = Config::try_parse_from(["shoal"]).unwrap();
+        assert_eq!(
+            (
+                c.relay_high_watermark,
+                c.relay_low_watermark,
+                c.relay_hold_limit
+            ),
+            (1 << 20, 512 << 10, 10)
+        );
+        let (_dir, path) = config_file(
+            "relay-high-watermark = 65536
+relay-low-watermark = 16384
+relay-hold-limit = 3
+",
+        );
+        let c = Config::load_from(["shoal", "--config", &path]).unwrap();
+        assert_eq!(
+            (
+                c.relay_high_watermark,
+                c.relay_low_watermark,
+                c.relay_hold_limit
+            ),
+            (65_536, 16_384, 3)
+        );
+        for args in [
+            &["shoal", "--relay-high-watermark", "100"][..],
+            &["shoal", "--relay-high-watermark", "4194304"],
+            &["shoal", "--relay-hold-limit", "0"],
+        ] {
+            assert!(Config::try_parse_from(args).is_err(), "{args:?}");
+        }
     }
 
     #[test]

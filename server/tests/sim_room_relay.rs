@@ -2,7 +2,9 @@
 //! one client shard per participant. What a member sends on a channel reaches
 //! every other member of its room once, in the sender's order and reliability,
 //! on a channel of the same label (opened by shoal where missing); other rooms
-//! hear nothing; a slow receiver costs only itself.
+//! hear nothing. A slow receiver holds reliable senders back (their SCTP windows
+//! close) for at most the relay's hold limit, after which it alone is cut off; on
+//! unreliable channels it loses messages and nobody else notices.
 
 mod room;
 
@@ -11,7 +13,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use room::{
-    Got, Log, SRV, addr, cli, header, message, open_from_client, room_sim, send_paced, send_range,
+    Got, Log, SRV, addr, cli, header, message, open_from_client, room_sim, room_sim_with,
+    send_paced, send_range,
 };
 use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
@@ -19,7 +22,7 @@ use shoal_components::sctp::assoc::{AssocEnd, SctpLimits};
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_server::sim::{LinkConfig, Sim};
-use shoal_systems::{Command, CommandError};
+use shoal_systems::{Command, CommandError, RelayLimits};
 
 const RELIABLE: ChannelType = ChannelType {
     ordered: true,
@@ -277,11 +280,11 @@ fn sim_room_relay_send_data_to_the_room_and_to_one_member() {
     assert_eq!(sim.shard(srv).stats().relay_messages, 7);
 }
 
-/// Members 1–3 in one room; the server's send buffer is small so a receiver that
-/// stops reading fills it quickly.
+/// Members 1–3 in one room; the server's send buffer is small (1 MiB, so the relay's
+/// high watermark is 768 KiB) so a receiver that stops reading reaches it quickly.
 fn slow_room(seed: u64) -> Sim {
     let limits = SctpLimits {
-        send_buffer: 512 * 1024,
+        send_buffer: 1024 * 1024,
         ..SctpLimits::default()
     };
     room_sim(seed, &link(0.0), limits, &[(1, ROOM), (2, ROOM), (3, ROOM)])
@@ -318,7 +321,8 @@ fn sim_room_relay_slow_receiver_on_a_reliable_channel_is_disconnected() {
     for i in 1..=3 {
         chat[i as usize] = open_from_client(&mut sim, &mut log, i, "chat", "", RELIABLE);
     }
-    // 600 messages with twelve of 70 KiB: far over the 512 KiB member 3 may owe.
+    // 600 messages with twelve of 70 KiB: over the 768 KiB member 3 may owe, so it
+    // holds member 1 back until the hold limit cuts it off.
     member_3_goes_deaf(&mut sim, &mut log, chat[1], "chat", 0..N);
     let want: Vec<Got> = (0..N).map(|k| message(1, k, false)).collect();
     assert!(
@@ -483,4 +487,244 @@ fn a_member_that_restarts_its_association_gets_nothing_on_its_old_channels() {
     });
     let up = at(&|e| matches!(e, ShardEvent::SctpEstablished { peer: PeerId(2) }));
     assert!(closed < channel && channel < up, "{server:?}");
+}
+
+/// Relay limits small enough for a test to pass them within seconds.
+fn tight_relay() -> RelayLimits {
+    RelayLimits {
+        high_watermark: 256 * 1024,
+        low_watermark: 128 * 1024,
+        hold_limit: Duration::from_secs(5),
+    }
+}
+
+/// Members 1–3 in one room on clean 10 ms links, except that what the server sends
+/// member 3 goes at `slow_bps` through a 64 KiB drop-tail queue. The server's
+/// receive window is 512 KiB (4 MiB by default), so what it holds back of a sender
+/// fills the window soon.
+fn room_with_a_slow_member(seed: u64, slow_bps: u64) -> Sim {
+    let members = [(1, ROOM), (2, ROOM), (3, ROOM)];
+    let limits = SctpLimits {
+        receive_window: 512 * 1024,
+        ..SctpLimits::default()
+    };
+    let mut sim = room_sim_with(
+        seed,
+        &LinkConfig::default(),
+        limits,
+        tight_relay(),
+        &members,
+    );
+    sim.set_link(addr(SRV), cli(3), slow_link(slow_bps, 0.0));
+    sim
+}
+
+fn slow_link(bps: u64, loss: f64) -> LinkConfig {
+    LinkConfig {
+        bandwidth_bps: Some(bps),
+        queue_limit_bytes: 64 * 1024,
+        loss,
+        ..LinkConfig::default()
+    }
+}
+
+/// What a browser application with flow control keeps queued at most
+/// (`bufferedAmount` against its own high watermark).
+const APP_HIGH: usize = 1024 * 1024;
+
+/// Sends member `i`'s messages `range` on `channel` as an application with flow
+/// control does: in steps of 5 ms of virtual time, as many as keep its buffered
+/// amount under [`APP_HIGH`]. `each` runs after every step. Returns the largest
+/// buffered amount the sender had.
+fn send_with_flow_control(
+    sim: &mut Sim,
+    log: &mut Log,
+    i: u64,
+    channel: u16,
+    range: std::ops::Range<u32>,
+    mut each: impl FnMut(&mut Sim, &mut Log),
+) -> usize {
+    let mut most = 0;
+    let mut k = range.start;
+    while k < range.end {
+        while k < range.end && sim.shard(cli(i)).sctp_buffered_amount(PeerId(i)) < APP_HIGH {
+            send_range(sim, i, channel, k..k + 1, false);
+            k += 1;
+        }
+        most = most.max(sim.shard(cli(i)).sctp_buffered_amount(PeerId(i)));
+        sim.run_for(Duration::from_millis(5)).ok();
+        log.take(sim);
+        each(sim, log);
+    }
+    most
+}
+
+/// Member 1 sends on a reliable channel far faster than member 3's 1 Mbit/s path
+/// takes. The relay holds member 1 back (its SCTP window closes) instead of letting
+/// member 3's queue grow: both receivers get every message exactly once and in
+/// order, member 1's own stack buffers what its application sends, nobody is
+/// disconnected, and member 3's queue at the server never passes the high
+/// watermark. Then member 3's path dies: once it has held member 1 back for the hold
+/// limit it alone is cut off, as a slow receiver, and the room goes on.
+#[test]
+fn reliable_relay_paces_sender() {
+    const FIRST: u32 = 1500;
+    const ALL: u32 = 2500;
+    let relay = tight_relay();
+    let mut sim = room_with_a_slow_member(41, 1_000_000);
+    let mut log = Log::default();
+    let chat = open_from_client(&mut sim, &mut log, 1, "chat", "", RELIABLE);
+    let mut fullest = 0;
+    let mut watch = |sim: &mut Sim, _: &mut Log| {
+        fullest = fullest.max(sim.shard(addr(SRV)).sctp_buffered_amount(PeerId(3)));
+    };
+    let sender_most = send_with_flow_control(&mut sim, &mut log, 1, chat, 0..FIRST, &mut watch);
+    run(
+        &mut sim,
+        &mut log,
+        Duration::from_secs(60),
+        "first part",
+        |log| log.on(3, "chat").len() >= FIRST as usize,
+    );
+    sim.run_for(Duration::from_secs(1)).ok();
+    log.take(&mut sim);
+    let want: Vec<Got> = (0..FIRST).map(|k| message(1, k, false)).collect();
+    for r in [2, 3] {
+        assert!(
+            log.on(r, "chat") == want.as_slice(),
+            "member {r} missed, repeated or reordered"
+        );
+    }
+    assert!(log.removed.is_empty(), "{:?}", log.removed);
+    let srv = sim.shard(addr(SRV));
+    assert!(
+        srv.stats().relay_holds > 0 && srv.congestion(PeerId(1)).unwrap().relay_holds > 0,
+        "member 1 was never held back"
+    );
+    assert!(
+        sender_most >= APP_HIGH / 2,
+        "the back-pressure never reached member 1's stack: it buffered at most {sender_most}"
+    );
+    assert!(
+        fullest <= relay.high_watermark,
+        "member 3's queue reached {fullest}"
+    );
+    assert_eq!(srv.stats().relay_slow_receivers, 0);
+
+    // Member 3's path dies; member 1 goes on.
+    let dead_at = sim.now();
+    sim.set_link(addr(SRV), cli(3), slow_link(1_000_000, 1.0));
+    let mut cut_at = None;
+    let mut note_cut = |sim: &mut Sim, log: &mut Log| {
+        if cut_at.is_none() && !log.removed.is_empty() {
+            cut_at = Some(sim.now());
+        }
+    };
+    send_with_flow_control(&mut sim, &mut log, 1, chat, FIRST..ALL, &mut note_cut);
+    run(
+        &mut sim,
+        &mut log,
+        Duration::from_secs(60),
+        "second part",
+        |log| log.on(2, "chat").len() >= ALL as usize,
+    );
+    sim.run_for(Duration::from_secs(1)).ok();
+    log.take(&mut sim);
+    let cut_at = cut_at.unwrap_or_else(|| sim.now());
+    assert_eq!(
+        log.removed,
+        vec![(addr(SRV), PeerId(3), RemoveReason::SlowReceiver)],
+        "only member 3 is cut off, as a slow receiver"
+    );
+    let after = cut_at.saturating_since(dead_at);
+    assert!(
+        after >= relay.hold_limit && after <= relay.hold_limit + Duration::from_secs(5),
+        "member 3 was cut off {after:?} after its path died"
+    );
+    let want: Vec<Got> = (0..ALL).map(|k| message(1, k, false)).collect();
+    assert!(
+        log.on(2, "chat") == want.as_slice(),
+        "member 2 missed, repeated or reordered"
+    );
+    let got3 = log.on(3, "chat");
+    assert!(
+        got3 == &want[..got3.len()],
+        "member 3 got a gap or a repeat before it was cut off"
+    );
+    let srv = sim.shard(addr(SRV));
+    assert_eq!(srv.stats().relay_slow_receivers, 1);
+    assert_eq!(srv.room_member_count(ROOM), 2);
+}
+
+/// Member 1 floods an unreliable channel at about 6 Mbit/s; member 2's path takes
+/// it all, member 3's only 1 Mbit/s. Member 2 gets every message, once; what member 3
+/// cannot take is dropped at its queue at the server and counted for it alone;
+/// member 1 is never held back; member 3's queue stays at the high watermark (plus
+/// one message), and nobody is disconnected.
+#[test]
+fn unreliable_relay_drops_at_receiver() {
+    const N: u32 = 3000;
+    let relay = tight_relay();
+    let mut sim = room_with_a_slow_member(42, 1_000_000);
+    let mut log = Log::default();
+    let game = open_from_client(&mut sim, &mut log, 1, "game", "", UDP_LIKE);
+    let largest = (0..N)
+        .map(|k| message(1, k, false).payload.len())
+        .max()
+        .unwrap();
+    let mut fullest = 0;
+    let mut sender_most = 0;
+    for k in (0..N).step_by(10) {
+        send_range(&mut sim, 1, game, k..(k + 10).min(N), false);
+        sim.run_for(Duration::from_millis(20)).ok();
+        log.take(&mut sim);
+        fullest = fullest.max(sim.shard(addr(SRV)).sctp_buffered_amount(PeerId(3)));
+        sender_most = sender_most.max(sim.shard(cli(1)).sctp_buffered_amount(PeerId(1)));
+    }
+    sim.run_for(Duration::from_secs(10)).ok();
+    log.take(&mut sim);
+    let mut got2: Vec<u32> = log
+        .on(2, "game")
+        .iter()
+        .map(|g| {
+            let (s, k) = header(&g.payload).unwrap();
+            assert_eq!(g, &message(s, k, false), "corrupted");
+            k
+        })
+        .collect();
+    got2.sort_unstable();
+    assert_eq!(
+        got2,
+        (0..N).collect::<Vec<_>>(),
+        "member 2 lost or repeated"
+    );
+    let mut got3: Vec<u32> = log
+        .on(3, "game")
+        .iter()
+        .map(|g| header(&g.payload).unwrap().1)
+        .collect();
+    got3.sort_unstable();
+    got3.dedup();
+    assert_eq!(got3.len(), log.on(3, "game").len(), "member 3 got a repeat");
+    let srv = sim.shard(addr(SRV));
+    let dropped3 = srv.congestion(PeerId(3)).unwrap().relay_dropped;
+    assert!(
+        dropped3 > 0 && got3.len() < N as usize,
+        "member 3 got {} and had {dropped3} dropped",
+        got3.len()
+    );
+    assert!(got3.len() as u64 + dropped3 <= u64::from(N));
+    assert_eq!(srv.congestion(PeerId(2)).unwrap().relay_dropped, 0);
+    assert_eq!(srv.stats().relay_dropped, dropped3);
+    assert_eq!(srv.stats().relay_holds, 0, "member 1 was held back");
+    assert!(
+        sender_most < relay.high_watermark,
+        "member 1's stack buffered {sender_most}"
+    );
+    assert!(
+        fullest <= relay.high_watermark + largest,
+        "member 3's queue reached {fullest}"
+    );
+    assert!(log.removed.is_empty(), "{:?}", log.removed);
+    assert_eq!(srv.room_member_count(ROOM), 3);
 }

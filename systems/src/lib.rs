@@ -18,4 +18,5 @@ pub use shard::{
     Command, CommandError, CongestionReport, LayerReport, PeerDtls, PeerSpec, SctpSendError, Shard,
     ShardConfig,
 };
+pub use shoal_components::relay::RelayLimits;
 pub use shoal_components::tick::{RemoveReason, ShardEvent};

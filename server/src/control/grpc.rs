@@ -767,6 +767,10 @@ fn connection_stats(r: &CongestionReport) -> v1::ConnectionStats {
             .collect(),
         probe_clusters: r.probe_clusters,
         last_probe_bps: r.last_probe_bps.unwrap_or(0),
+        data_queued_bytes: r.data_queued as u64,
+        data_relay_dropped: r.relay_dropped,
+        data_relay_holds: r.relay_holds,
+        data_relay_held: r.relay_held,
     }
 }
 

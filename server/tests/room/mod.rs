@@ -16,7 +16,7 @@ use shoal_components::sctp::assoc::SctpLimits;
 use shoal_components::sctp::dcep::ChannelType;
 use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_server::sim::{LinkConfig, Sim};
-use shoal_systems::ShardConfig;
+use shoal_systems::{RelayLimits, ShardConfig};
 
 /// The first server shard's address.
 pub const SRV: &str = "10.0.0.1:7100";
@@ -33,9 +33,15 @@ pub fn cli(i: u64) -> SocketAddr {
 
 /// Adds a server shard at `at` with `limits`.
 pub fn add_server(sim: &mut Sim, at: SocketAddr, limits: SctpLimits) {
+    add_server_with(sim, at, limits, RelayLimits::default());
+}
+
+/// Adds a server shard at `at` with SCTP `limits` and the relay's `relay`.
+pub fn add_server_with(sim: &mut Sim, at: SocketAddr, limits: SctpLimits, relay: RelayLimits) {
     let seed = sim.rng().next_u64();
     let mut config = ShardConfig::new(at, seed);
     config.sctp = limits;
+    config.relay = relay;
     sim.add_shard_with(config);
 }
 
@@ -56,8 +62,19 @@ pub fn room_sim(
     limits: SctpLimits,
     members: &[(u64, RoomId)],
 ) -> Sim {
+    room_sim_with(seed, link, limits, RelayLimits::default(), members)
+}
+
+/// [`room_sim`] with the relay's limits `relay`.
+pub fn room_sim_with(
+    seed: u64,
+    link: &LinkConfig,
+    limits: SctpLimits,
+    relay: RelayLimits,
+    members: &[(u64, RoomId)],
+) -> Sim {
     let mut sim = Sim::new(seed);
-    add_server(&mut sim, addr(SRV), limits);
+    add_server_with(&mut sim, addr(SRV), limits, relay);
     for &(i, room) in members {
         join(&mut sim, addr(SRV), i, room, link);
     }

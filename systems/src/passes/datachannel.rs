@@ -1,8 +1,14 @@
-//! The `datachannel` pass: turns what SCTP reassembled this tick into channel
-//! events (DCEP OPEN and ACK, RFC 8832 §6; user messages with the WebRTC PPIDs, RFC
-//! 8831 §6.6; channels closed by stream resets, §6.7). A message from a room member
-//! is relayed to the other members ([`relay`]) instead of being reported; other
-//! peers' messages become [`ShardEvent::ChannelMessage`] for the shard's owner.
+//! The `datachannel` pass: turns what SCTP reassembled into channel events (DCEP OPEN
+//! and ACK, RFC 8832 §6; user messages with the WebRTC PPIDs, RFC 8831 §6.6;
+//! channels closed by stream resets, §6.7). A message from a room member is relayed
+//! to the other members ([`relay`]) instead of being reported; other peers' messages
+//! become [`ShardEvent::ChannelMessage`] for the shard's owner.
+//!
+//! The pass takes whole messages out of each association's receive buffer itself,
+//! one at a time: a room member's next reliable message stays there while a
+//! receiver it goes to is over the relay's high watermark, and what stays there
+//! keeps the member's SCTP window closed (RFC 9260 §6.2), which is how the relay
+//! slows a sender to its slowest receiver ([`relay`]'s back-pressure).
 
 pub mod relay;
 
@@ -11,13 +17,14 @@ use bevy_ecs::system::SystemParam;
 use bytes::Bytes;
 use shoal_components::datachannel::{Channel, ChannelState, DataChannels, apply_resets, send_dcep};
 use shoal_components::peer::Peer;
-use shoal_components::relay::RelayOutbox;
+use shoal_components::relay::{RelayHeld, RelayLimits, RelayOutbox};
 use shoal_components::room::{RoomIndex, RoomMember, RoomPresence};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::assoc::Sctp;
-use shoal_components::sctp::dcep::DcepMessage;
+use shoal_components::sctp::dcep::{DcepMessage, Reliability};
 use shoal_components::stats::ShardStats;
-use shoal_components::tick::{Events, Now, SctpWork, ShardEvent, SlowReceivers};
+use shoal_components::tick::{DueTimers, Events, Now, SctpWork, ShardEvent, SlowReceivers};
+use shoal_components::timer::{TimerHeap, Timers};
 
 use relay::{Leave, RelayJob, RelayScratch};
 
@@ -42,11 +49,23 @@ pub struct DataChannelCtx<'w, 's> {
     relay: Local<'s, RelayScratch>,
     slow: ResMut<'w, SlowReceivers>,
     leave: Leave<'w, 's>,
+    limits: Res<'w, RelayLimits>,
+    held: ResMut<'w, RelayHeld>,
+    due: Res<'w, DueTimers>,
+    heap: ResMut<'w, TimerHeap>,
+    timers: Query<'w, 's, &'static mut Timers>,
 }
 
-/// The datachannel pass: DCEP and user messages from what SCTP delivered this tick;
-/// room members' messages are relayed to the other members of their room.
+/// The datachannel pass: DCEP and user messages from what SCTP reassembled; room
+/// members' messages are relayed to the other members of their room.
 pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
+    relay::on_hold_limits(&mut ctx.relay_ctx(), &mut q);
+    // Held senders are looked at every tick, whether or not they sent anything: a
+    // receiver's acknowledgements may have let them go on.
+    let mut held = std::mem::take(&mut ctx.held.0);
+    held.retain(|&e| q.get(e).is_ok_and(|(_, _, dc, _)| dc.relay_held));
+    ctx.work.0.extend_from_slice(&held);
+    ctx.held.0 = held;
     // Receivers the relay wakes are appended to the work list (for sack_batch and
     // sctp_tx); they got nothing this tick, so this loop need not visit them.
     let senders = ctx.work.0.len();
@@ -54,21 +73,46 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
         let Some(&entity) = ctx.work.0.get(i) else {
             break;
         };
-        let Ok((peer, mut a, mut dc, member)) = q.get_mut(entity) else {
+        let Ok((_, a, _, member)) = q.get(entity) else {
             continue;
         };
         let room = member.map(|m| m.room);
+        // What this member's reliable messages may add to its receivers' queues
+        // (looked at only when it has something: most entities here brought SACKs).
+        let mut budget = match room {
+            Some(room) if a.peek_message().is_some() => {
+                Some(relay::budget(&mut ctx.relay_ctx(), &mut q, entity, room))
+            }
+            _ => None,
+        };
+        let Ok((peer, mut a, mut dc, _)) = q.get_mut(entity) else {
+            continue;
+        };
+        let mut waits = None;
         // Messages first: what was sent before a stream's reset arrived before it.
-        // The list is taken out while `a` is lent to DCEP and put back empty, so its
-        // capacity serves the next tick.
-        let mut delivered = std::mem::take(&mut a.delivered);
-        for m in delivered.drain(..) {
+        while let Some(next) = a.peek_message() {
+            if let Some(budget) = budget.as_mut()
+                && is_user(next.ppid)
+                && !dc.receive_only
+                && dc
+                    .channels
+                    .get(&next.stream.0)
+                    .is_some_and(|ch| ch.kind.reliability == Reliability::Reliable)
+            {
+                let len = next.payload.len();
+                if !budget.admits(len) {
+                    waits = Some(len);
+                    break;
+                }
+                budget.take(len);
+            }
+            let Some(m) = a.pop_message() else {
+                break;
+            };
             let stream = m.stream.0;
             match m.ppid {
                 Ppid::DCEP => on_dcep(&mut ctx, peer, &mut a, &mut dc, stream, &m.payload),
-                Ppid::STRING | Ppid::BINARY | Ppid::STRING_EMPTY | Ppid::BINARY_EMPTY
-                    if dc.channels.contains_key(&stream) =>
-                {
+                ppid if is_user(ppid) && dc.channels.contains_key(&stream) => {
                     if dc.receive_only {
                         ctx.stats.data_messages_refused += 1;
                         continue;
@@ -105,22 +149,36 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
                 }),
             }
         }
-        a.delivered = delivered;
+        // A SACK may be owed for the window taking messages reopened: sack_batch
+        // sees to it for the entities on the work list, which this one is.
+        let drained = waits.is_none();
         // Relayed before the resets apply, so a channel closed in this tick still
         // names the label its last messages go out on.
-        if let Some(room) = room
-            && !ctx.relay.jobs.is_empty()
-        {
-            relay::fan_out(&mut ctx.relay_ctx(), &mut q, entity, room);
+        if let Some(room) = room {
+            if !ctx.relay.jobs.is_empty() {
+                relay::fan_out(&mut ctx.relay_ctx(), &mut q, entity, room);
+            }
+            if let Some(len) = waits {
+                relay::hold(&mut ctx.relay_ctx(), &mut q, entity, room, len);
+            }
         }
         let Ok((peer, mut a, mut dc, _)) = q.get_mut(entity) else {
             continue;
         };
-        if !a.reset.incoming_done.is_empty() || !a.reset.outgoing_done.is_empty() {
+        // A reset applies once every message before it has been taken.
+        if drained && (!a.reset.incoming_done.is_empty() || !a.reset.outgoing_done.is_empty()) {
             apply_resets(&mut a, &mut dc, peer.id, &mut ctx.events);
         }
     }
     ctx.relay.woken.clear();
+}
+
+/// Whether `ppid` is one of a data channel's user message kinds (RFC 8831 §8).
+fn is_user(ppid: Ppid) -> bool {
+    matches!(
+        ppid,
+        Ppid::STRING | Ppid::BINARY | Ppid::STRING_EMPTY | Ppid::BINARY_EMPTY
+    )
 }
 
 impl<'w, 's> DataChannelCtx<'w, 's> {
@@ -135,6 +193,11 @@ impl<'w, 's> DataChannelCtx<'w, 's> {
             relay: &mut self.relay,
             slow: &mut self.slow,
             leave: &mut self.leave,
+            limits: *self.limits,
+            held: &mut self.held,
+            due: &self.due,
+            heap: &mut self.heap,
+            timers: &mut self.timers,
         }
     }
 }

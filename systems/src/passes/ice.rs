@@ -479,7 +479,8 @@ fn handle_timer(
         | TimerKind::TransportFeedback
         | TimerKind::AudioLevel
         | TimerKind::Probe
-        | TimerKind::Pace => {}
+        | TimerKind::Pace
+        | TimerKind::RelayHold => {}
         TimerKind::ConsentCheck => {
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
                 return;

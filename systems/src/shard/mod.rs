@@ -32,7 +32,7 @@ use shoal_components::dtls::{DtlsCertificate, DtlsConfig};
 use shoal_components::media::{RetiredSsrcs, TrackIndex};
 use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::PeerIndex;
-use shoal_components::relay::{MediaRelayOut, RelayOutbox};
+use shoal_components::relay::{MediaRelayOut, RelayHeld, RelayLimits, RelayOutbox};
 use shoal_components::room::{RoomIndex, RoomPresence};
 use shoal_components::sctp::assoc::SctpLimits;
 use shoal_components::sctp::cookie::CookieKey;
@@ -68,6 +68,8 @@ pub struct ShardConfig {
     pub connect_timeout: Duration,
     /// SCTP buffer, window and packet sizes of every association of the shard.
     pub sctp: SctpLimits,
+    /// How the room relay bounds each receiver's queue (watermarks, hold limit).
+    pub relay: RelayLimits,
     /// DTLS handshake parameters shared by every peer of the shard.
     pub dtls: Arc<DtlsConfig>,
     /// The certificate the shard presents in DTLS; its SHA-256 fingerprint goes into
@@ -104,6 +106,7 @@ impl ShardConfig {
             consent_timeout: ice::CONSENT_TIMEOUT,
             connect_timeout: ice::ICE_CONNECT_BUDGET,
             sctp: SctpLimits::default(),
+            relay: RelayLimits::default(),
             dtls: Arc::new(DtlsConfig::default()),
             certificate,
         }
@@ -155,6 +158,8 @@ impl Shard {
         world.init_resource::<RoomPresence>();
         world.init_resource::<SlowReceivers>();
         world.init_resource::<RelayOutbox>();
+        world.insert_resource(config.relay.clamped(&config.sctp));
+        world.init_resource::<RelayHeld>();
         let mut secret = [0u8; 32];
         world.resource_mut::<ShardRng>().0.fill_bytes(&mut secret);
         world.insert_resource(SctpShared {

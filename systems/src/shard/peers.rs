@@ -5,11 +5,13 @@ use std::net::SocketAddr;
 use bevy_ecs::prelude::*;
 use shoal_components::congestion::TransportWide;
 use shoal_components::congestion::gcc::Estimator;
+use shoal_components::datachannel::DataChannels;
 use shoal_components::dtls::{CipherSuite, SrtpKeys};
 use shoal_components::media::temporal::ALL_LAYERS;
 use shoal_components::media::{LayerChoice, PeerMedia, Subscription, Track, TrackId};
 use shoal_components::net::FiveTuple;
 use shoal_components::peer::{Ice, IceState, Peer, PeerId, PeerIndex};
+use shoal_components::sctp::assoc::Sctp;
 use shoal_components::tick::RemoveReason;
 use shoal_components::transport::DtlsSession;
 
@@ -40,6 +42,14 @@ pub struct CongestionReport {
     pub probe_clusters: u64,
     /// What the last one measured, bit/s.
     pub last_probe_bps: Option<u64>,
+    /// Bytes of data-channel messages queued to the peer, not yet sent.
+    pub data_queued: usize,
+    /// Room messages on unreliable channels the relay dropped for it.
+    pub relay_dropped: u64,
+    /// Times its own room messages were held back for a slower receiver.
+    pub relay_holds: u64,
+    /// Its room messages are held back now.
+    pub relay_held: bool,
 }
 
 /// One simulcast subscription's stream.
@@ -107,22 +117,40 @@ impl Shard {
 
     /// The peer's transport-wide congestion control state: what shoal estimates of
     /// the path to it, and the feedback each way.
+    ///
+    /// A peer without media has only the data-channel part (the rest zero).
     pub fn congestion(&self, id: PeerId) -> Option<CongestionReport> {
         let entity = *self.world.resource::<PeerIndex>().by_id.get(&id)?;
-        let tw = self.world.get::<TransportWide>(entity)?;
-        let est = tw.send.estimator.as_deref();
-        Some(CongestionReport {
-            estimate_bps: est.map(|e| e.bps()),
-            incoming_bps: est.and_then(|e| e.incoming_bps()),
-            rtt_ms: est.map(|e| e.rtt_ms()),
-            decreases: est.map_or(0, |e| e.decreases),
-            stamped: tw.send.history.stamped(),
-            feedback_received: tw.send.feedback_received,
-            feedback_sent: tw.receive.sent,
-            layers: self.layer_reports(entity),
-            probe_clusters: tw.send.prober.clusters,
-            last_probe_bps: tw.send.prober.last_result_bps,
-        })
+        let mut report = match self.world.get::<TransportWide>(entity) {
+            Some(tw) => {
+                let est = tw.send.estimator.as_deref();
+                CongestionReport {
+                    estimate_bps: est.map(|e| e.bps()),
+                    incoming_bps: est.and_then(|e| e.incoming_bps()),
+                    rtt_ms: est.map(|e| e.rtt_ms()),
+                    decreases: est.map_or(0, |e| e.decreases),
+                    stamped: tw.send.history.stamped(),
+                    feedback_received: tw.send.feedback_received,
+                    feedback_sent: tw.receive.sent,
+                    layers: self.layer_reports(entity),
+                    probe_clusters: tw.send.prober.clusters,
+                    last_probe_bps: tw.send.prober.last_result_bps,
+                    ..CongestionReport::default()
+                }
+            }
+            None => CongestionReport::default(),
+        };
+        if let Some(a) = self.world.get::<Sctp>(entity) {
+            report.data_queued =
+                a.tx.as_ref()
+                    .map_or(0, |tx| tx.queue.total_buffered_amount());
+        }
+        if let Some(dc) = self.world.get::<DataChannels>(entity) {
+            report.relay_dropped = dc.relay_dropped;
+            report.relay_holds = dc.relay_holds;
+            report.relay_held = dc.relay_held;
+        }
+        Some(report)
     }
 
     /// Starts `id`'s send-side estimate at `bps` (libwebrtc's start bitrate): from a

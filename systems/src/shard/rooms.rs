@@ -7,7 +7,7 @@ use bevy_ecs::prelude::*;
 use bytes::Bytes;
 use shoal_components::datachannel::{self, ChannelParams, DataChannels, PRIORITY_NORMAL};
 use shoal_components::peer::PeerId;
-use shoal_components::relay::{Forwarded, RelayOutbox};
+use shoal_components::relay::{Forwarded, RelayLimits, RelayOutbox};
 use shoal_components::room::{RoomId, RoomIndex, RoomMember, RoomPresence};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::assoc::Sctp;
@@ -90,6 +90,7 @@ impl Shard {
         payload: &Bytes,
     ) -> usize {
         let now = self.world.resource::<Now>().0;
+        let limits = *self.world.resource::<RelayLimits>();
         let mut queued = 0;
         for &entity in targets {
             let delivery = self
@@ -105,6 +106,7 @@ impl Shard {
                         &mut a,
                         &mut dc,
                         &mut stats,
+                        &limits,
                         now,
                         params,
                         ppid,

@@ -3,8 +3,10 @@
 //! chunks (§6 data and SACKs, §8.5 verification tags); `setup` RFC 9260 §5 (INIT to
 //! COOKIE ACK, and a peer's restart), `shutdown` §9.2, `reset` RFC 6525 stream resets,
 //! `heartbeat` §8.3 path heartbeats, `ootb` §8.4 packets for no association. Nothing here sends: arriving chunks leave work
-//! behind (control chunks queued, a SACK owed, delivered messages) for `sack_batch`
-//! and `sctp_tx`.
+//! behind (control chunks queued, a SACK owed) for `sack_batch` and `sctp_tx`, and whole
+//! messages in the receive buffer until the datachannel pass takes them
+//! ([`Sctp::pop_message`]): what it leaves there keeps the window closed, which is how
+//! a sender is slowed.
 //!
 //! # Never half-open
 //!
@@ -344,8 +346,6 @@ pub struct Sctp {
     pub pending_sack: BytesMut,
     /// The end was reported to the owner.
     pub closed_reported: bool,
-    /// Messages reassembled this tick, for the datachannel pass.
-    pub delivered: Vec<Message>,
     /// How it ended, once it has.
     pub ended: Option<AssocEnd>,
     /// Consecutive T3-rtx expiries without progress.
@@ -410,7 +410,6 @@ impl Sctp {
             sack_now: false,
             pending_sack: BytesMut::new(),
             closed_reported: false,
-            delivered: Vec::new(),
             ended: None,
             error_count: 0,
             reset: StreamReset::default(),
@@ -420,6 +419,24 @@ impl Sctp {
             last_ootb_abort: None,
             stale_cookies: 0,
         }
+    }
+
+    /// The next whole message the peer sent, in delivery order, left in the receive
+    /// buffer (see [`Receiver::peek_message`]).
+    pub fn peek_message(&self) -> Option<&Message> {
+        self.rx.as_ref()?.peek_message()
+    }
+
+    /// Takes the next whole message the peer sent, in delivery order, reopening the
+    /// window by its size; once the window has grown enough past the one last
+    /// advertised, the window update SACK goes in this tick ([`Receiver::pop_message`]).
+    pub fn pop_message(&mut self) -> Option<Message> {
+        let rx = self.rx.as_mut()?;
+        let message = rx.pop_message()?;
+        if rx.ack_urgency() == Some(AckUrgency::Immediate) {
+            self.sack_now = true;
+        }
+        Some(message)
     }
 
     fn abort(&mut self, end: AssocEnd) {
@@ -624,7 +641,6 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
                         f.skipped.iter().map(|s| (s.stream_id, s.ssn)).collect();
                     rx.handle_forward_tsn(f.new_cumulative_tsn, &skipped);
                     has_data = true;
-                    drain_messages(a);
                 }
             }
             Chunk::Heartbeat(hb) => {
@@ -716,7 +732,7 @@ fn on_data(a: &mut Sctp, d: Data, fx: &mut Effects) {
         payload: d.payload,
     };
     match rx.handle_data(chunk) {
-        Ok(DataOutcome::Accepted) => drain_messages(a),
+        Ok(DataOutcome::Accepted) => {}
         Ok(DataOutcome::Duplicate | DataOutcome::Dropped(_)) => a.sack_now = true,
         Ok(DataOutcome::InvalidStream) => {
             // RFC 9260 §6.5: acknowledge it, report the stream with an ERROR chunk,
@@ -732,14 +748,6 @@ fn on_data(a: &mut Sctp, d: Data, fx: &mut Effects) {
         // RFC 9260 §6.9 / §6.2: an inconsistent or oversized message ends the
         // association; there is no way to skip it reliably.
         Err(_) => a.abort(AssocEnd::ProtocolViolation),
-    }
-}
-
-fn drain_messages(a: &mut Sctp) {
-    if let Some(rx) = a.rx.as_mut() {
-        while let Some(m) = rx.pop_message() {
-            a.delivered.push(m);
-        }
     }
 }
 

@@ -32,11 +32,7 @@ impl Sctp {
     /// it. Congestion control starts from its initial values, as §5.2.4 asks; the
     /// caller tells the owner (`Effects::restarted`).
     fn restart(&mut self, c: &CookieContents, limits: &SctpLimits) {
-        let mut fresh = Sctp::new(self.initiator, self.local_port, self.remote_port);
-        // The delivery list keeps its capacity, and nothing else carries over.
-        std::mem::swap(&mut fresh.delivered, &mut self.delivered);
-        fresh.delivered.clear();
-        *self = fresh;
+        *self = Sctp::new(self.initiator, self.local_port, self.remote_port);
         self.establish(c, limits);
     }
 

@@ -470,6 +470,12 @@ impl Reassembly {
         self.discarded_bytes += run.bytes as u64;
     }
 
+    /// The next whole message in delivery order, left where it is (its bytes still
+    /// count against the window).
+    pub fn peek_message(&self) -> Option<&Message> {
+        self.ready.front()
+    }
+
     /// The next whole message in delivery order, freeing its bytes.
     pub fn pop_message(&mut self) -> Option<Message> {
         let message = self.ready.pop_front()?;

@@ -14,6 +14,10 @@ use super::data_tracker::{AckUrgency, DataTracker, ForwardTsnOutcome, Observed, 
 use super::reassembly::{Reassembly, ReassemblyError, ReassemblyLimits, ResetProgress};
 use super::{DataIn, Message};
 
+/// RFC 1122 §4.2.3.3's Eff.snd.MSS for the window update rule: the user data of one
+/// packet at shoal's SCTP packet size.
+const WINDOW_UPDATE_STEP: u32 = crate::sctp::tx::DEFAULT_SCTP_MTU as u32;
+
 /// The limits of both halves.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RxLimits {
@@ -168,14 +172,26 @@ impl Receiver {
         self.tracker.end_of_packet();
     }
 
+    /// The next whole message, in delivery order, left in the buffer: an
+    /// application that cannot take it yet leaves it there, and the window it holds
+    /// stays closed to the peer (RFC 9260 §6.2).
+    pub fn peek_message(&self) -> Option<&Message> {
+        self.reassembly.peek_message()
+    }
+
     /// The next whole message, in delivery order. Once the application has taken
-    /// enough to reopen the window by a quarter of the buffer, a SACK is owed to say
-    /// so (RFC 9260 §6.2: "send a window update only if the window can be increased
-    /// by at least a quarter of the receive buffer size").
+    /// enough to open the window past the last one advertised by min(half the
+    /// buffer, one packet), a SACK is owed at once to say so: RFC 9260 §6.2 asks for
+    /// receiver silly window syndrome avoidance "similar to the one described in
+    /// Section 4.2.3.3 of [RFC1122]", which advances the window once it can grow by
+    /// "min( Fr * RCV.BUFF, Eff.snd.MSS )" with Fr = 1/2. A sender the application
+    /// held back (its window closed) thus learns at once that it may go on, instead
+    /// of at its next zero window probe.
     pub fn pop_message(&mut self) -> Option<Message> {
         let message = self.reassembly.pop_message()?;
-        let quarter = self.reassembly.limits().receive_window_bytes / 4;
-        if self.a_rwnd() >= self.advertised_rwnd.saturating_add(quarter.max(1)) {
+        let half = self.reassembly.limits().receive_window_bytes / 2;
+        let step = half.clamp(1, WINDOW_UPDATE_STEP);
+        if self.a_rwnd() >= self.advertised_rwnd.saturating_add(step) {
             self.tracker.request_sack_now();
         }
         Some(message)

@@ -11,21 +11,42 @@
 //!
 //! # Back-pressure
 //!
-//! A slow receiver never blocks the room nor grows memory for it: its association's
-//! send buffer (bounded by `SctpLimits::send_buffer`) is its whole queue.
+//! A receiver's queue is its association's send queue (its buffered amount); the
+//! relay keeps it near [`RelayLimits::high_watermark`] and never lets memory grow
+//! for a receiver that cannot keep up.
+//! - *Reliable channels* (ordered or not): a reliable message is delivered exactly
+//!   once, in order, or the channel reports an error. So the relay does not drop
+//!   one; it slows its sender instead. Before it takes a sender's next reliable
+//!   message out of the sender's receive buffer, it checks that every receiver in
+//!   the room on this shard can queue it without passing the high watermark; if one
+//!   cannot, the message and all behind it stay in the receive buffer
+//!   (`DataChannels::relay_held`, counted in `ShardStats::relay_holds`), which
+//!   closes the sender's SCTP window (RFC 9260 §6.2: a_rwnd is the buffer less what
+//!   it holds), and the sender's own stack queues what its application sends (its
+//!   `bufferedAmount` rises). Once every receiver is down to
+//!   [`RelayLimits::low_watermark`] the sender goes on, and the window update SACK
+//!   tells it so. So the slowest reliable receiver paces the room's senders, but
+//!   only for so long: a receiver that has held a sender back for
+//!   [`RelayLimits::hold_limit`] without getting down to the low watermark is
+//!   disconnected at the end of the tick: a DTLS close_notify, then removal
+//!   (`RemoveReason::SlowReceiver`, counted in `ShardStats::relay_slow_receivers`;
+//!   the control plane tells its signalling session
+//!   `DISCONNECT_REASON_SLOW_RECEIVER`), and the room goes on without it. Losing
+//!   its connection is the error its application sees, never a silent gap. A
+//!   message its full send buffer refuses (possible only for messages that did not
+//!   come through this shard's relay: another shard's, or the owner's) disconnects
+//!   it the same way.
 //! - *Unreliable channels* (a max-retransmits or max-lifetime policy, ordered or
-//!   not): a message the buffer refuses is dropped for that receiver and counted
+//!   not) never slow a sender: a message for a receiver over the high watermark (or
+//!   whose send buffer refuses it) is dropped for that receiver alone and counted,
+//!   per receiver (`DataChannels::relay_dropped`) and per shard
 //!   (`ShardStats::relay_dropped`); losing it is within what the channel promises.
-//! - *Reliable channels* (ordered or not): a reliable message must arrive exactly
-//!   once, or the channel must report an error. A message the buffer refuses
-//!   therefore disconnects the receiver at the end of the tick: a DTLS close_notify,
-//!   then removal (`RemoveReason::SlowReceiver`, counted in
-//!   `ShardStats::relay_slow_receivers`; the control plane tells its signalling
-//!   session `DISCONNECT_REASON_SLOW_RECEIVER`). Losing its connection is the error
-//!   its application sees, instead of a silent gap.
+//!
+//! Receivers on other shards of the node (below) do not hold a sender back: for
+//! them the send buffer is the whole queue.
 //!
 //! Messages from the owner (`Shard::send_data`) follow the same policy on reliable
-//! ordered channels.
+//! ordered channels, without holding anyone back (there is no sender to slow).
 //!
 //! # Rooms across shards
 //!
@@ -46,14 +67,15 @@ use shoal_components::datachannel::{
     self, ChannelError, ChannelParams, DataChannels, queue_user_message,
 };
 use shoal_components::peer::{Ice, IceState};
-use shoal_components::relay::{Forwarded, RelayOutbox};
+use shoal_components::relay::{Forwarded, RelayHeld, RelayLimits, RelayOutbox};
 use shoal_components::room::{RoomId, RoomIndex, RoomPresence};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::assoc::{AssocState, Sctp};
 use shoal_components::sctp::dcep::Reliability;
 use shoal_components::stats::ShardStats;
-use shoal_components::tick::{SctpWork, SlowReceivers};
+use shoal_components::tick::{DueTimers, SctpWork, SlowReceivers};
 use shoal_components::time::Time;
+use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
 use super::ChannelsQuery;
 
@@ -109,6 +131,181 @@ pub(crate) struct RelayCtx<'a, 'w, 's> {
     pub relay: &'a mut RelayScratch,
     pub slow: &'a mut SlowReceivers,
     pub leave: &'a mut Leave<'w, 's>,
+    pub limits: RelayLimits,
+    pub held: &'a mut RelayHeld,
+    pub due: &'a DueTimers,
+    pub heap: &'a mut TimerHeap,
+    pub timers: &'a mut Query<'w, 's, &'static mut Timers>,
+}
+
+/// A receiver's queue as the relay weighs it: bytes waiting in its association's
+/// send queue (its buffered amount).
+pub(crate) fn queued(a: &Sctp) -> usize {
+    a.tx.as_ref()
+        .map_or(0, |tx| tx.queue.total_buffered_amount())
+}
+
+/// What a sender's reliable messages may still add, this tick, to the queues of the
+/// receivers in its room on this shard.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    /// Bytes before the fullest receiver passes the high watermark.
+    left: usize,
+    /// No receiver has anything queued: the next message goes whatever its size
+    /// (one larger than the high watermark would otherwise wait for ever).
+    empty: bool,
+}
+
+impl Budget {
+    /// Whether a reliable message of `len` bytes may go now.
+    pub(crate) fn admits(&self, len: usize) -> bool {
+        self.empty || len <= self.left
+    }
+
+    /// A reliable message of `len` bytes went.
+    pub(crate) fn take(&mut self, len: usize) {
+        self.left = self.left.saturating_sub(len);
+        self.empty = false;
+    }
+}
+
+/// Whether `to` is a receiver the relay delivers to now (and so waits for).
+fn receiving(
+    slow: &SlowReceivers,
+    leave: &Leave,
+    q: &Query<ChannelsQuery>,
+    from: Entity,
+    to: Entity,
+) -> bool {
+    to != from
+        && !leave.is_leaving(to)
+        && !slow.0.contains(&to)
+        && q.get(to)
+            .is_ok_and(|(_, a, _, _)| a.state == AssocState::Established)
+}
+
+/// The budget of `from`'s reliable messages this tick, from the fullest receiver's
+/// queue in `room`; a held sender stays held (budget 0) until every receiver is down
+/// to the low watermark. Receivers found at or below it are no longer behind.
+/// O(members).
+pub(crate) fn budget(
+    ctx: &mut RelayCtx,
+    q: &mut Query<ChannelsQuery>,
+    from: Entity,
+    room: RoomId,
+) -> Budget {
+    let RelayLimits {
+        high_watermark,
+        low_watermark,
+        ..
+    } = ctx.limits;
+    let mut fullest = 0;
+    for &to in ctx.rooms.members(room) {
+        if !receiving(ctx.slow, ctx.leave, q, from, to) {
+            continue;
+        }
+        let Ok((_, a, mut dc, _)) = q.get_mut(to) else {
+            continue;
+        };
+        let queued = queued(&a);
+        if queued <= low_watermark {
+            dc.relay_behind_since = None;
+        }
+        fullest = fullest.max(queued);
+    }
+    let Ok((_, _, mut dc, _)) = q.get_mut(from) else {
+        return Budget {
+            left: 0,
+            empty: false,
+        };
+    };
+    if dc.relay_held {
+        if fullest > low_watermark {
+            return Budget {
+                left: 0,
+                empty: false,
+            };
+        }
+        dc.relay_held = false;
+    }
+    Budget {
+        left: high_watermark.saturating_sub(fullest),
+        empty: fullest == 0,
+    }
+}
+
+/// `from`'s next reliable message, of `len` bytes, waits: the sender is held, and
+/// each receiver that could not take it is behind from now (if it was not already),
+/// with its hold limit's timer armed.
+pub(crate) fn hold(
+    ctx: &mut RelayCtx,
+    q: &mut Query<ChannelsQuery>,
+    from: Entity,
+    room: RoomId,
+    len: usize,
+) {
+    let now = ctx.now;
+    let RelayLimits {
+        high_watermark,
+        hold_limit,
+        ..
+    } = ctx.limits;
+    if let Ok((_, _, mut dc, _)) = q.get_mut(from)
+        && !dc.relay_held
+    {
+        dc.relay_held = true;
+        dc.relay_holds += 1;
+        ctx.stats.relay_holds += 1;
+        if !ctx.held.0.contains(&from) {
+            ctx.held.0.push(from);
+        }
+    }
+    for &to in ctx.rooms.members(room) {
+        if !receiving(ctx.slow, ctx.leave, q, from, to) {
+            continue;
+        }
+        let Ok((_, a, mut dc, _)) = q.get_mut(to) else {
+            continue;
+        };
+        if queued(&a).saturating_add(len) <= high_watermark || dc.relay_behind_since.is_some() {
+            continue;
+        }
+        dc.relay_behind_since = Some(now);
+        if let Ok(mut timers) = ctx.timers.get_mut(to) {
+            ctx.heap
+                .arm(&mut timers, to, TimerKind::RelayHold, now + hold_limit);
+        }
+    }
+}
+
+/// Receivers whose hold limit fell due this tick: one still behind (over the low
+/// watermark all along since it first held a sender back) is disconnected as a slow
+/// receiver; the senders it held go on in this tick's pass.
+pub(crate) fn on_hold_limits(ctx: &mut RelayCtx, q: &mut Query<ChannelsQuery>) {
+    for &(to, kind) in &ctx.due.0 {
+        if kind != TimerKind::RelayHold {
+            continue;
+        }
+        let Ok((_, a, mut dc, _)) = q.get_mut(to) else {
+            continue;
+        };
+        let Some(since) = dc.relay_behind_since else {
+            continue;
+        };
+        if queued(&a) <= ctx.limits.low_watermark {
+            dc.relay_behind_since = None;
+            continue;
+        }
+        if ctx.now < since + ctx.limits.hold_limit {
+            // Behind again since a later time: its own timer is armed.
+            continue;
+        }
+        dc.relay_behind_since = None;
+        if !ctx.slow.0.contains(&to) {
+            ctx.stats.relay_slow_receivers += 1;
+            ctx.slow.0.push(to);
+        }
+    }
 }
 
 /// Relays the jobs `from` produced to the other members of `room`, and puts them
@@ -130,6 +327,8 @@ pub(crate) fn fan_out(
         relay,
         slow,
         leave,
+        limits,
+        ..
     } = ctx;
     let members = rooms.members(room);
     let shared = !presence.siblings(room).is_empty();
@@ -152,6 +351,7 @@ pub(crate) fn fan_out(
                 &mut a,
                 &mut dc,
                 stats,
+                limits,
                 *now,
                 channel.params(),
                 job.ppid,
@@ -265,10 +465,12 @@ pub(crate) enum Delivery {
 
 /// Delivers one message to one receiver under the back-pressure policy of the
 /// module documentation, and counts what happened.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn deliver(
     a: &mut Sctp,
     dc: &mut DataChannels,
     stats: &mut ShardStats,
+    limits: &RelayLimits,
     now: Time,
     params: ChannelParams<'_>,
     ppid: Ppid,
@@ -277,17 +479,24 @@ pub(crate) fn deliver(
     if a.state != AssocState::Established {
         return Delivery::Skipped;
     }
+    let reliable = params.kind.reliability == Reliability::Reliable;
+    if !reliable && queued(a) > limits.high_watermark {
+        stats.relay_dropped += 1;
+        dc.relay_dropped += 1;
+        return Delivery::Skipped;
+    }
     match relay_to(a, dc, now, params, ppid, payload) {
         Ok(()) => {
             stats.relay_messages += 1;
             Delivery::Queued
         }
-        Err(ChannelError::WouldBlock) if params.kind.reliability == Reliability::Reliable => {
+        Err(ChannelError::WouldBlock) if reliable => {
             stats.relay_slow_receivers += 1;
             Delivery::SlowReceiver
         }
         Err(ChannelError::WouldBlock) => {
             stats.relay_dropped += 1;
+            dc.relay_dropped += 1;
             Delivery::Skipped
         }
         Err(_) => {

@@ -103,7 +103,7 @@ fn a_chunk_dropped_for_room_is_not_acknowledged_but_the_gap_filler_gets_in() {
 }
 
 #[test]
-fn reopening_the_window_by_a_quarter_owes_a_window_update() {
+fn reopening_the_window_by_a_packet_owes_a_window_update() {
     let mut rx = receiver(1, 4000);
     for tsn in 1..=3 {
         rx.handle_data(chunk(tsn, 0, tsn as u16 - 1, "BE", &[0; 600]))
@@ -113,7 +113,7 @@ fn reopening_the_window_by_a_quarter_owes_a_window_update() {
     let (fields, _, _) = sack(&mut rx);
     assert_eq!(fields.a_rwnd, 2200);
     rx.pop_message();
-    assert_eq!(rx.ack_urgency(), None, "600 bytes is less than a quarter");
+    assert_eq!(rx.ack_urgency(), None, "600 bytes is less than a packet");
     rx.pop_message();
     assert_eq!(rx.ack_urgency(), Some(AckUrgency::Immediate));
 }

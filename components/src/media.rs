@@ -349,6 +349,9 @@ pub struct Track {
     /// What arrives of each VP8 temporal layer (TID 0 to 3), for choosing among
     /// them; all zero for a stream without temporal layers.
     pub temporal_rates: [RateMeter; 4],
+    /// A packet with a TID has come on it: its packets go through each
+    /// subscriber's temporal filter from then on.
+    pub temporal_seen: bool,
 }
 
 /// One simulcast stream among its track's (each stream is a `Track` of its own: its
@@ -645,6 +648,21 @@ fn peer_media_removed(mut world: DeferredWorld, ctx: HookContext) {
 }
 
 impl Track {
+    /// Counts a packet of `len` bytes with RTP payload `payload` that arrived at
+    /// `now` towards its VP8 temporal layer's rate, if it has one.
+    pub fn note_temporal(&mut self, now: Time, payload: &[u8], len: usize) {
+        if self.spec.format != PayloadFormat::Vp8 {
+            return;
+        }
+        if let Some(tid) =
+            crate::rtp::payload::Vp8Descriptor::parse(payload).and_then(|d| d.temporal_id)
+            && let Some(meter) = self.temporal_rates.get_mut(usize::from(tid))
+        {
+            meter.add(now, len);
+            self.temporal_seen = true;
+        }
+    }
+
     /// What a subscriber is sent of this stream with temporal layers up to each TID,
     /// bit/s, while they are measured: `None` for a stream without them. Layers
     /// above the first silent one count as absent.

@@ -96,6 +96,16 @@ impl Dropped {
 
     /// The number kept whose place in the numbering, once the drops are taken out, is
     /// `y`: the inverse of `x − below(x)`.
+    /// Folds every listed drop into the count: nothing at or below the newest can be
+    /// numbered any more.
+    fn fold_all(&mut self) {
+        if let Some(&newest) = self.list.back() {
+            self.folded += self.list.len() as u64;
+            self.floor = self.floor.max(newest);
+            self.list.clear();
+        }
+    }
+
     fn inverse(&self, y: u64) -> u64 {
         let mut x = y + self.folded;
         for d in &self.list {
@@ -122,6 +132,18 @@ fn extend(max: u64, v: u16, bits: u32) -> u64 {
     }
 }
 
+/// The smallest extended number above `max` whose low `bits` bits are `v`: a
+/// picture after a pause, however far the PictureID moved meanwhile.
+fn extend_forward(max: u64, v: u16, bits: u32) -> u64 {
+    let m = 1u64 << bits;
+    let candidate = (max & !(m - 1)) | u64::from(v);
+    if candidate > max {
+        candidate
+    } else {
+        candidate + m
+    }
+}
+
 /// One subscription's temporal layer state for the stream it is sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TemporalFilter {
@@ -143,6 +165,9 @@ pub struct TemporalFilter {
     max_picture: u64,
     seqs: Dropped,
     pictures: Dropped,
+    /// The subscription was paused and resumed: the next picture is newer than all
+    /// before it.
+    resumed: bool,
 }
 
 impl Default for TemporalFilter {
@@ -160,6 +185,7 @@ impl Default for TemporalFilter {
             max_picture: 0,
             seqs: Dropped::default(),
             pictures: Dropped::default(),
+            resumed: false,
         }
     }
 }
@@ -175,6 +201,14 @@ impl TemporalFilter {
             frames_dropped: self.frames_dropped,
             ..Self::default()
         };
+    }
+
+    /// The subscription goes on after a pause, in which its packets went unseen:
+    /// what was dropped stays taken out of its numbering, and the next picture is
+    /// taken as newer than every one before it, however far the PictureID moved
+    /// (a 7-bit one wraps in about four seconds).
+    pub fn resume(&mut self) {
+        self.resumed = self.started;
     }
 
     /// Whether anything was dropped on the stream since it started.
@@ -196,20 +230,21 @@ impl TemporalFilter {
             return None;
         }
         let Some((pid, _, wide)) = d.picture_id else {
-            // No PictureID: no frame to decide, so nothing dropped; the packet keeps
-            // its place.
-            self.note_seq(seq, self.max_picture, marker);
-            return Some(Shift {
-                seq: self.seqs.below(seq) as u16,
-                picture: 0,
-            });
+            return self.admit_undescribed(seq, marker);
         };
         if self.started && wide != self.wide {
             // RFC 7741 §4.2: the width may change; the numbering starts over.
             self.restart();
         }
-        let p = if self.started {
-            extend(self.max_picture, pid, if wide { 15 } else { 7 })
+        let bits = if wide { 15 } else { 7 };
+        let p = if std::mem::take(&mut self.resumed) {
+            // Everything dropped before the pause is older than what comes now.
+            self.seqs.fold_all();
+            self.pictures.fold_all();
+            self.seqs.floor = self.seqs.floor.max(self.max_seq);
+            extend_forward(self.max_picture, pid, bits)
+        } else if self.started {
+            extend(self.max_picture, pid, bits)
         } else {
             (1 << 16) + u64::from(pid)
         };
@@ -293,6 +328,21 @@ impl TemporalFilter {
         })
     }
 
+    /// Decides a packet with no frame to decide by (no VP8 descriptor, as padding
+    /// has, or no PictureID): sent, in its place in the numbering, unless its number
+    /// was already given up (a missing packet of a dropped frame, or older than the
+    /// numbering remembers).
+    pub fn admit_undescribed(&mut self, seq: u64, marker: bool) -> Option<Shift> {
+        if self.started && (seq <= self.seqs.floor || self.seqs.contains(seq)) {
+            return None;
+        }
+        self.note_seq(seq, self.max_picture, marker);
+        Some(Shift {
+            seq: self.seqs.below(seq) as u16,
+            picture: 0,
+        })
+    }
+
     fn note_seq(&mut self, seq: u64, picture: u64, marker: bool) {
         if !self.started {
             self.started = true;
@@ -317,17 +367,17 @@ impl TemporalFilter {
         Some(self.seqs.inverse(y))
     }
 
-    /// What a retransmission of the packet `seq` (descriptor `d`) comes down by, or
-    /// `None` if it was not sent (its frame was dropped, or it is older than the
-    /// numbering remembers).
-    pub fn resend(&self, seq: u64, d: &Vp8Descriptor) -> Option<Shift> {
+    /// What a retransmission of the packet `seq` (descriptor `d`, if it has one)
+    /// comes down by, or `None` if it was not sent (its frame was dropped, or it is
+    /// older than the numbering remembers).
+    pub fn resend(&self, seq: u64, d: Option<&Vp8Descriptor>) -> Option<Shift> {
         if !self.started {
             return Some(Shift::default());
         }
         if seq <= self.seqs.floor || self.seqs.contains(seq) {
             return None;
         }
-        let picture = match d.picture_id {
+        let picture = match d.and_then(|d| d.picture_id) {
             Some((pid, _, wide)) => {
                 let p = extend(self.max_picture, pid, if wide { 15 } else { 7 });
                 if p <= self.pictures.floor || self.pictures.contains(p) {
@@ -516,7 +566,7 @@ mod tests {
             let back = f.source_seq(*numbered as u16).unwrap();
             assert_eq!(back, *source);
             let d = &packets[(back - 1000) as usize].2;
-            let s = f.resend(back, d).unwrap();
+            let s = f.resend(back, Some(d)).unwrap();
             assert_eq!((back as u16).wrapping_sub(s.seq) as u64, *numbered);
             let pid = d.picture_id.unwrap().0;
             assert_eq!(pid.wrapping_sub(s.picture) as u64 & 0x7fff, *picture);
@@ -524,7 +574,73 @@ mod tests {
         // A dropped frame's packet is never resent.
         let dropped = &packets[3];
         assert_eq!(dropped.2.temporal_id, Some(2));
-        assert_eq!(f.resend(dropped.0, &dropped.2), None);
+        assert_eq!(f.resend(dropped.0, Some(&dropped.2)), None);
+    }
+
+    #[test]
+    fn a_resumed_subscription_decides_frames_by_layer_after_a_long_pause() {
+        // 7-bit PictureIDs; frames 0–15 seen, 16–115 not (paused), then 116 on.
+        let seven = |(seq, marker, mut d, key): (u64, bool, Vp8Descriptor, bool), i: u64| {
+            d.picture_id = Some(((i & 0x7f) as u16, 1, false));
+            (seq, marker, d, key)
+        };
+        let mut f = TemporalFilter {
+            target: 0,
+            ..TemporalFilter::default()
+        };
+        let mut sent = Vec::new();
+        let mut feed = |f: &mut TemporalFilter, frames: std::ops::Range<u64>| {
+            for i in frames {
+                let (seq, marker, d, key) = seven(packet(1000 + i, i, 0, 1), i);
+                if let Some(s) = f.admit(seq, marker, &d, key) {
+                    let pid = d.picture_id.unwrap().0;
+                    sent.push((
+                        i,
+                        (seq as u16).wrapping_sub(s.seq),
+                        pid.wrapping_sub(s.picture) & 0x7f,
+                    ));
+                }
+            }
+        };
+        feed(&mut f, 0..16);
+        f.resume();
+        feed(&mut f, 116..148);
+        // Only TL0 frames (every fourth), before and after the pause.
+        let frames: Vec<u64> = sent.iter().map(|s| s.0).collect();
+        let want: Vec<u64> = (0..16).chain(116..148).filter(|i| i % 4 == 0).collect();
+        assert_eq!(frames, want);
+        // Numbers go on: consecutive on either side, and across the pause both jump
+        // by the frames it skipped (13 to 116, less the three dropped before it).
+        let at = sent.iter().position(|s| s.0 >= 116).unwrap();
+        for (k, w) in sent.windows(2).enumerate() {
+            let step = if k + 1 == at { 101 } else { 1 };
+            assert_eq!(w[1].1, w[0].1.wrapping_add(step), "{sent:?}");
+            assert_eq!(w[1].2, (w[0].2 + step) & 0x7f, "{sent:?}");
+        }
+    }
+
+    #[test]
+    fn a_packet_without_a_descriptor_keeps_its_place_in_the_numbering() {
+        let mut f = TemporalFilter {
+            target: 0,
+            ..TemporalFilter::default()
+        };
+        // Frames 0–3, one packet each: 1, 2 and 3 are dropped.
+        for i in 0..4 {
+            let (seq, marker, d, key) = packet(1000 + i, i, 0, 1);
+            f.admit(seq, marker, &d, key);
+        }
+        // Padding after them goes right after frame 0's number.
+        let pad = f.admit_undescribed(1004, false).unwrap();
+        assert_eq!(1004u16.wrapping_sub(pad.seq), 1001);
+        // Frame 4 (TL0) follows it.
+        let (seq, marker, d, key) = packet(1005, 4, 0, 1);
+        let s = f.admit(seq, marker, &d, key).unwrap();
+        assert_eq!(1005u16.wrapping_sub(s.seq), 1002);
+        // A number given up with a dropped frame is not taken by padding.
+        assert_eq!(f.admit_undescribed(1002, false), None);
+        assert_eq!(f.resend(1002, None), None);
+        assert_eq!(f.resend(1004, None), Some(pad));
     }
 
     #[test]

@@ -299,7 +299,10 @@ pub(crate) fn fan_out<F: QueryFilter>(
     let Some(shared) = SharedRtp::of(track, packet, seq) else {
         return;
     };
-    let layered = shared.vp8.is_some_and(|d| d.temporal_id.is_some());
+    // A stream that has carried temporal layers goes through each subscriber's
+    // filter from then on, even a packet without a TID (the publisher went back to
+    // one layer, padding): a subscriber that dropped frames numbers it its way.
+    let layered = track.temporal_seen || shared.vp8.is_some_and(|d| d.temporal_id.is_some());
     if shared.layer.is_none() && !layered {
         out.0
             .extend(track.subscribers.iter().map(|&subscription| Outgoing::Rtp {
@@ -347,6 +350,10 @@ pub(crate) fn admit(sub: &mut Subscription, stream: Entity, rtp: &SharedRtp) -> 
         Some(d) if d.temporal_id.is_some() || sub.temporal.dropping() => {
             sub.temporal
                 .admit(rtp.seq, rtp.header.marker, &d, d.keyframe_start)
+        }
+        // Padding, or a payload that is no VP8 descriptor: numbered in its place.
+        None if sub.temporal.dropping() => {
+            sub.temporal.admit_undescribed(rtp.seq, rtp.header.marker)
         }
         _ => Some(Shift::default()),
     }
@@ -584,11 +591,7 @@ fn on_rtp(
     if !is_rtx {
         track.rate.add(now, packet.len());
         note_picture_size(&mut track, p.payload());
-        if track.spec.format == PayloadFormat::Vp8
-            && let Some(tid) = Vp8Descriptor::parse(p.payload()).and_then(|d| d.temporal_id)
-        {
-            track.temporal_rates[usize::from(tid)].add(now, packet.len());
-        }
+        track.note_temporal(now, p.payload(), packet.len());
     }
     ctx.stats.rtp_received += 1;
     if !is_rtx {
@@ -787,9 +790,10 @@ fn probe_packet(
             }
             let p = track.cache.get(seq)?;
             let shared = SharedRtp::of(track, p, seq)?;
-            let shift = match shared.vp8 {
-                Some(d) if dropping => sub.temporal.resend(seq, &d)?,
-                _ => Shift::default(),
+            let shift = if dropping {
+                sub.temporal.resend(seq, shared.vp8.as_ref())?
+            } else {
+                Shift::default()
             };
             Some((entity, SharedRtp { shift, ..shared }))
         });

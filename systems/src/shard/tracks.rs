@@ -207,6 +207,7 @@ impl Shard {
                 layering,
                 rate: Default::default(),
                 temporal_rates: Default::default(),
+                temporal_seen: false,
             })
             .insert(Timers::default())
             .id()
@@ -261,6 +262,9 @@ impl Shard {
         }
         let seq = t.stats.note(header.sequence_number);
         t.rate.add(now, packet.len());
+        if let Ok(p) = RtpPacket::parse(&packet) {
+            t.note_temporal(now, p.payload(), packet.len());
+        }
         t.cache.insert(seq, packet.clone());
         self.forward_local(entity, &packet, seq);
         self.handle_timeout(now);
@@ -488,6 +492,7 @@ impl Shard {
                     if let Some(newest) = newest.filter(|_| sub.started) {
                         sub.first_seq = newest + 1;
                     }
+                    sub.temporal.resume();
                     if let Some(choice) = sub.layers.as_mut() {
                         choice.current = None;
                         if choice.sent.is_some() {
@@ -649,10 +654,11 @@ impl Shard {
                     // The origin's extended numbers, kept: they count wraps.
                     t.stats.note_extended(seq);
                     t.rate.add(now, packet.len());
-                    if t.layering.is_some()
-                        && let Ok(p) = RtpPacket::parse(&packet)
-                    {
-                        note_picture_size(&mut t, p.payload());
+                    if let Ok(p) = RtpPacket::parse(&packet) {
+                        if t.layering.is_some() {
+                            note_picture_size(&mut t, p.payload());
+                        }
+                        t.note_temporal(now, p.payload(), packet.len());
                     }
                     t.cache.insert(seq, packet.clone());
                     self.forward_local(entity, &packet, seq);

@@ -224,7 +224,15 @@ pub(super) fn choose(
                 _ => true,
             }
         };
-        let by_size = ranked.iter().rposition(fits).unwrap_or(0);
+        // None fits: the lowest stream, with all of its temporal layers (its last
+        // step), not only its base layer.
+        let by_size = ranked.iter().rposition(fits).unwrap_or_else(|| {
+            let lowest = ranked.first().map(|r| r.0);
+            ranked
+                .iter()
+                .rposition(|r| Some(r.0) == lowest)
+                .unwrap_or(0)
+        });
         let max_rank = rank_bound.min(held).min(by_size);
         picks.push(Pick {
             sub: entity,

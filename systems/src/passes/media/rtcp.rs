@@ -479,8 +479,8 @@ fn answer_nack(
         }
         let packet = t.cache.get(ext).and_then(|p| SharedRtp::of(t, p, ext));
         // A packet of a frame dropped was never sent: not resent either.
-        let shift = match packet.as_ref().and_then(|p| p.vp8) {
-            Some(d) if dropping => s.temporal.resend(ext, &d),
+        let shift = match &packet {
+            Some(p) if dropping => s.temporal.resend(ext, p.vp8.as_ref()),
             _ => Some(Shift::default()),
         };
         match (packet, shift) {

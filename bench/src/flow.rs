@@ -24,27 +24,36 @@
 //! - `FLOW_MODE` (`p2p`): `sfu` relays each pair through a room of a shoal node run
 //!   in the same process (below).
 //! - `FLOW_SFU_SHARDS` (1): the node's shards in `sfu` mode.
+//! - `FLOW_RECEIVERS` (1): in `sfu` mode, receivers per room: one sender fans out to
+//!   this many (each a client stack on its own thread).
 //! - `FLOW_TIMEOUT_S` (600): give up (exit 1) if the pairs have not all finished.
 //!
 //! In `sfu` mode the process also runs a node (`Server` and `ControlPlane`, gRPC on
-//! 127.0.0.1, `FLOW_SFU_SHARDS` shards on their own UDP sockets), and each pair has a
-//! room of its own. Both endpoints are client stacks that join it as an application
-//! would ([`endpoint::data_offer`] over `SignalService`, so both are ICE-controlling
-//! DTLS clients against the node); the sender opens a data channel `flow` (ordered and
-//! reliable, or unordered with max-retransmits 0) and sends on it with the same
-//! watermarks, and the room relay carries it to the receiver on the channel shoal
-//! opens there. The node does not slow a sender for its room (a reliable receiver
-//! that falls a send buffer behind is disconnected, docs/architecture.md), so the
-//! pair also does what an application moving this much through a room would: the
-//! receiver acknowledges every [`SFU_ACK_EVERY`] bytes it counted with a message on a
-//! channel of its own (`flow-ack`, relayed back to the sender), and a reliable sender
-//! stays within [`SFU_WINDOW`] of the last acknowledgement. An unreliable sender does
-//! not wait for them, and what the node drops for the receiver is not delivered. The CPU of the whole process then covers three stacks per pair's
-//! bytes: sender, node and receiver. The node's relay counters are printed at the end.
+//! 127.0.0.1, `FLOW_SFU_SHARDS` shards on their own UDP sockets), and each pair (a
+//! sender and its `FLOW_RECEIVERS` receivers) has a room of its own. Every endpoint is
+//! a client stack that joins it as an application would ([`endpoint::data_offer`] over
+//! `SignalService`, so each is an ICE-controlling DTLS client against the node); the
+//! sender opens a data channel `flow` (ordered and reliable, or unordered with
+//! max-retransmits 0) and sends on it with the same watermarks, and the room relay
+//! carries it to each receiver on the channel shoal opens there. The node paces a
+//! reliable sender to its slowest receiver (it leaves the sender's messages in its
+//! SCTP receive buffer while a receiver's queue is over the relay's high watermark,
+//! docs/architecture.md), so the sender needs nothing but its own buffered amount; an
+//! unreliable one is never slowed, and what the node drops for a receiver is not
+//! delivered. Each message carries its number in its first 8 bytes (big endian): a
+//! receiver of the ordered, reliable channel checks that it gets 0, 1, 2, … with no
+//! gap or repeat (and fails the run otherwise), one of the unreliable channel counts
+//! what it missed below the highest number it got. The CPU of the whole process then
+//! covers the sender, the node and every receiver. The node's relay counters are
+//! printed at the end.
 //!
-//! Output: per-interval (~1 s) and per-pair lines, then exactly
+//! A receiver keeps reading after its window closed until every receiver of its
+//! pair has measured (a receiver that stopped reading would hold a reliable sender
+//! back, and with it the others); then the sender and the receivers stop.
+//!
+//! Output: per-interval (~1 s) and per-receiver lines, then exactly
 //! `FINAL <Mbps> aggregate over <N> pairs (ordered=<bool>) in <secs>s`, where `Mbps` is
-//! the sum over pairs of each pair's steady-state rate (bits / 2^20 / s over its own
+//! the sum over receivers of each one's steady-state rate (bits / 2^20 / s over its own
 //! measured window) and `secs` the wall time from the first pair's window opening to the
 //! last pair's closing. Exit status 0 on success.
 
@@ -52,11 +61,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::num::NonZeroUsize;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use shoal_components::datachannel::ChannelError;
 use shoal_components::peer::PeerId;
 use shoal_components::sctp::dcep::{self, ChannelType};
@@ -84,18 +93,10 @@ const MIB: u64 = 1024 * 1024;
 const INTERVAL: Duration = Duration::from_secs(1);
 /// The one peer id each endpoint holds.
 const PEER: PeerId = PeerId(1);
-/// In `sfu` mode, how far a reliable sender may run ahead of its receiver's last
-/// acknowledgement: half the node's default send buffer for the receiver, so the node
-/// never holds more for it than that buffer takes.
-const SFU_WINDOW: u64 = 2 * MIB;
-/// In `sfu` mode, the receiver acknowledges each time it has counted this many more
-/// bytes.
-const SFU_ACK_EVERY: u64 = 256 * 1024;
 /// The data channel's label in `sfu` mode.
 const SFU_LABEL: &str = "flow";
-/// The receiver's acknowledgements' channel in `sfu` mode: 8 bytes, the count, big
-/// endian.
-const SFU_ACK_LABEL: &str = "flow-ack";
+/// In `sfu` mode, each message's first bytes: its number, big endian.
+const SEQ_BYTES: usize = 8;
 
 /// How the two endpoints of a pair meet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +111,7 @@ struct Params {
     mode: Mode,
     sfu_shards: NonZeroUsize,
     pairs: usize,
+    receivers: usize,
     warmup: u64,
     window: u64,
     ordered: bool,
@@ -123,6 +125,10 @@ struct Measured {
     bytes: u64,
     start: Instant,
     end: Instant,
+    /// `sfu` mode: messages received in all, and (unreliable) missing below the
+    /// highest number received.
+    messages: u64,
+    missing: u64,
 }
 
 impl Measured {
@@ -190,10 +196,20 @@ fn params() -> Result<Params, String> {
     if !(1..=65_536).contains(&msg_bytes) {
         return Err("FLOW_MSG_BYTES must be in 1..=65536".into());
     }
+    let receivers = env_u64("FLOW_RECEIVERS", 1)?;
+    if !(1..=100).contains(&receivers) || (mode == Mode::P2p && receivers != 1) {
+        return Err("FLOW_RECEIVERS must be 1 (p2p) or 1 to 100 (sfu)".into());
+    }
+    if mode == Mode::Sfu && msg_bytes < SEQ_BYTES as u64 {
+        return Err(format!(
+            "FLOW_MSG_BYTES must be at least {SEQ_BYTES} in sfu mode"
+        ));
+    }
     Ok(Params {
         mode,
         sfu_shards,
         pairs: pairs as usize,
+        receivers: receivers as usize,
         warmup: env_u64("FLOW_WARMUP_MB", 64)?.saturating_mul(MIB),
         window: window.saturating_mul(MIB),
         ordered: std::env::var("FLOW_ORDERED").is_ok_and(|v| v.trim() == "1"),
@@ -205,9 +221,10 @@ fn params() -> Result<Params, String> {
 /// Sets up every pair, runs them all at once and prints the figures.
 fn flow(p: &Params) -> Result<(), String> {
     println!(
-        "shoal-bench flow: {} pair(s), mode={:?}, ordered={}, {} B messages, warm-up {} MiB, \
-         measure {} MiB per pair",
+        "shoal-bench flow: {} pair(s) of 1 sender and {} receiver(s), mode={:?}, ordered={}, \
+         {} B messages, warm-up {} MiB, measure {} MiB per receiver",
         p.pairs,
+        p.receivers,
         p.mode,
         p.ordered,
         p.msg_bytes,
@@ -223,24 +240,45 @@ fn flow(p: &Params) -> Result<(), String> {
     for i in 0..p.pairs {
         pairs.push(start_pair(p, i, deadline, node.as_ref()).map_err(|e| format!("set-up: {e}"))?);
     }
-    let mut results = Vec::with_capacity(p.pairs);
+    let mut results = Vec::with_capacity(p.pairs * p.receivers);
     let mut failures = Vec::new();
-    for (i, (sender, receiver)) in pairs.into_iter().enumerate() {
-        let measured = receiver.join().map_err(|_| "a receiver panicked")?;
+    for (i, (sender, receivers)) in pairs.into_iter().enumerate() {
+        let mut measured = Vec::with_capacity(receivers.len());
+        for r in receivers {
+            measured.push(r.join().map_err(|_| "a receiver panicked")?);
+        }
         let sent = sender.join().map_err(|_| "a sender panicked")?;
-        match (measured, sent) {
-            (Ok(m), Ok(sent)) => {
-                println!(
-                    "pair {i}: {:.1} Mbps steady-state, {:.1} MiB in {:.3}s ({:.1} MiB queued \
-                     in all)",
-                    m.mbps(),
-                    m.bytes as f64 / MIB as f64,
-                    m.secs(),
-                    sent as f64 / MIB as f64,
-                );
-                results.push(m);
+        let sent = match sent {
+            Ok(sent) => sent,
+            Err(e) => {
+                failures.push(format!("pair {i}: {e}"));
+                continue;
             }
-            (Err(e), _) | (_, Err(e)) => failures.push(format!("pair {i}: {e}")),
+        };
+        for (r, m) in measured.into_iter().enumerate() {
+            match m {
+                Ok(m) => {
+                    let who = if p.receivers == 1 {
+                        format!("pair {i}")
+                    } else {
+                        format!("pair {i} receiver {r}")
+                    };
+                    let counted = match p.mode {
+                        Mode::Sfu => format!(", {} messages, {} missing", m.messages, m.missing),
+                        Mode::P2p => String::new(),
+                    };
+                    println!(
+                        "{who}: {:.1} Mbps steady-state, {:.1} MiB in {:.3}s ({:.1} MiB \
+                         queued in all{counted})",
+                        m.mbps(),
+                        m.bytes as f64 / MIB as f64,
+                        m.secs(),
+                        sent as f64 / MIB as f64,
+                    );
+                    results.push(m);
+                }
+                Err(e) => failures.push(format!("pair {i} receiver {r}: {e}")),
+            }
         }
     }
     if let Some(node) = node {
@@ -271,36 +309,48 @@ fn flow(p: &Params) -> Result<(), String> {
 type Sender = JoinHandle<Result<u64, String>>;
 type Receiver = JoinHandle<Result<Measured, String>>;
 
-/// What the two endpoints of a pair share.
-#[derive(Default)]
+/// What the endpoints of a pair share.
 struct Shared {
-    /// The receiver is done: the sender stops.
+    /// Every receiver has measured: everyone stops.
     done: AtomicBool,
-    /// The receiver's association is up (`sfu`: the room relays to it from now on).
-    receiver_ready: AtomicBool,
+    /// Receivers whose association is up (`sfu`: the room relays to them from now
+    /// on); the sender opens its channel once all are.
+    receivers_ready: AtomicUsize,
+    /// Receivers that have measured their window.
+    measured: AtomicUsize,
+    /// The pair's receivers.
+    receivers: usize,
 }
 
-/// Binds two sockets, sets up the peers and starts both endpoint threads.
+/// Binds the sockets, sets up the peers and starts every endpoint's thread.
 fn start_pair(
     p: &Params,
     index: usize,
     deadline: Instant,
     node: Option<&Node>,
-) -> Result<(Sender, Receiver), String> {
-    let rx_sock = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    let tx_sock = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    // Shard seeds only pick transaction ids and tie-breakers; credentials are random.
-    let seed = 2 * index as u64;
+) -> Result<(Sender, Vec<Receiver>), String> {
     let local = |s: &UdpSocket| s.local_addr().map_err(|e| e.to_string());
-    let mut rx_shard = Shard::new(config(local(&rx_sock)?, seed));
-    let mut tx_shard = Shard::new(config(local(&tx_sock)?, seed + 1));
+    let bind = || UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string());
+    // Shard seeds only pick transaction ids and tie-breakers; credentials are random.
+    let seed = 1000 * index as u64;
+    let tx_sock = bind()?;
+    let mut tx_shard = Shard::new(config(local(&tx_sock)?, seed));
+    let mut rx_ends = Vec::with_capacity(p.receivers);
+    for r in 0..p.receivers {
+        let sock = bind()?;
+        let shard = Shard::new(config(local(&sock)?, seed + 1 + r as u64));
+        rx_ends.push((sock, shard));
+    }
     if let Some(node) = node {
         let room = format!("flow-{index}");
         node.open_room(&room)?;
-        node.join(&room, "receiver", &mut rx_shard)?;
+        for (r, (_, shard)) in rx_ends.iter_mut().enumerate() {
+            node.join(&room, &format!("receiver-{r}"), shard)?;
+        }
         node.join(&room, "sender", &mut tx_shard)?;
     } else {
         let mut rng = endpoint::os_rng().map_err(|e| e.to_string())?;
+        let rx_shard = &mut rx_ends[0].1;
         let (lite, controlling) = endpoint::pair_specs(
             PEER,
             rx_shard.local_addr(),
@@ -316,19 +366,34 @@ fn start_pair(
             .map_err(|e| e.to_string())?;
     }
 
-    let shared = Arc::new(Shared::default());
-    let rx_shared = shared.clone();
-    let (warmup, window, mode) = (p.warmup, p.window, p.mode);
-    let receiver = std::thread::Builder::new()
-        .name(format!("flow-rx-{index}"))
-        .spawn(move || {
-            receive(
-                index, rx_sock, rx_shard, warmup, window, deadline, mode, &rx_shared,
-            )
-        })
-        .map_err(|e| e.to_string())?;
+    let shared = Arc::new(Shared {
+        done: AtomicBool::new(false),
+        receivers_ready: AtomicUsize::new(0),
+        measured: AtomicUsize::new(0),
+        receivers: p.receivers,
+    });
+    let mut receivers = Vec::with_capacity(p.receivers);
+    for (r, (sock, shard)) in rx_ends.into_iter().enumerate() {
+        let how = Receiving {
+            pair: index,
+            receiver: r,
+            receivers: p.receivers,
+            warmup: p.warmup,
+            window: p.window,
+            deadline,
+            mode: p.mode,
+            ordered: p.ordered,
+        };
+        let shared = shared.clone();
+        receivers.push(
+            std::thread::Builder::new()
+                .name(format!("flow-rx-{index}-{r}"))
+                .spawn(move || receive(sock, shard, how, &shared))
+                .map_err(|e| e.to_string())?,
+        );
+    }
     let how = Sending {
-        mode,
+        mode: p.mode,
         msg_bytes: p.msg_bytes,
         ordered: p.ordered,
     };
@@ -336,7 +401,7 @@ fn start_pair(
         .name(format!("flow-tx-{index}"))
         .spawn(move || send(tx_sock, tx_shard, how, deadline, &shared))
         .map_err(|e| e.to_string())?;
-    Ok((sender, receiver))
+    Ok((sender, receivers))
 }
 
 /// The node of `sfu` mode: shards, control plane and the client side of signalling.
@@ -406,11 +471,13 @@ impl Node {
         for r in &reports {
             let s = &r.shard;
             println!(
-                "node shard {}: {} messages relayed, {} dropped (unreliable, receiver full), \
-                 {} slow receivers, {} datagrams in, {} out",
+                "node shard {}: {} messages relayed, {} dropped (unreliable, receiver over \
+                 the high watermark), {} holds of a sender, {} slow receivers, {} datagrams \
+                 in, {} out",
                 r.index,
                 s.relay_messages,
                 s.relay_dropped,
+                s.relay_holds,
                 s.relay_slow_receivers,
                 s.datagrams_in,
                 s.datagrams_out
@@ -426,44 +493,73 @@ fn config(addr: SocketAddr, seed: u64) -> ShardConfig {
     config
 }
 
-/// The receiving endpoint: counts message bytes and times its window.
-fn receive(
+/// What one receiver is and measures.
+#[derive(Clone, Copy)]
+struct Receiving {
     pair: usize,
-    socket: UdpSocket,
-    shard: Shard,
+    receiver: usize,
+    receivers: usize,
     warmup: u64,
     window: u64,
     deadline: Instant,
     mode: Mode,
+    ordered: bool,
+}
+
+/// The receiving endpoint: counts message bytes and times its window; in `sfu` mode
+/// it also checks the messages' numbers.
+fn receive(
+    socket: UdpSocket,
+    shard: Shard,
+    how: Receiving,
     shared: &Shared,
 ) -> Result<Measured, String> {
     let mut total = 0u64;
-    // sfu: the acknowledgements' channel, and the count last acknowledged.
-    let mut ack_channel: Option<u16> = None;
-    let mut acked = 0u64;
+    // sfu: messages received, the next number expected (ordered) or the highest seen.
+    let mut messages = 0u64;
+    let mut next = 0u64;
     // (window start, bytes received before it)
     let mut opened: Option<(Instant, u64)> = None;
     let mut tick = (Instant::now(), 0u64);
     let mut interval_no = 0u32;
     let mut result: Option<Measured> = None;
     let mut failure: Option<String> = None;
-    endpoint::run(socket, shard, |shard, _now, events| {
+    let who = if how.receivers == 1 {
+        format!("pair {}", how.pair)
+    } else {
+        format!("pair {} receiver {}", how.pair, how.receiver)
+    };
+    endpoint::run(socket, shard, |_shard, _now, events| {
         for event in events.drain(..) {
             match event {
-                // p2p: the stream; sfu: the channel the relay opened (the only one).
-                ShardEvent::SctpMessage { payload, .. }
-                | ShardEvent::ChannelMessage { payload, .. } => total += payload.len() as u64,
-                ShardEvent::SctpEstablished { .. } => {
-                    if mode == Mode::Sfu {
-                        match shard.open_channel(PEER, SFU_ACK_LABEL, "", ChannelType::default()) {
-                            Ok(id) => ack_channel = Some(id),
-                            Err(e) => {
-                                failure = Some(format!("opening the ack channel: {e}"));
-                                return Control::Stop;
-                            }
+                // p2p: the stream.
+                ShardEvent::SctpMessage { payload, .. } => total += payload.len() as u64,
+                // sfu: the channel the relay opened (the only one).
+                ShardEvent::ChannelMessage { payload, .. } => {
+                    total += payload.len() as u64;
+                    messages += 1;
+                    let Some(number) = payload
+                        .get(..SEQ_BYTES)
+                        .and_then(|b| <[u8; SEQ_BYTES]>::try_from(b).ok())
+                        .map(u64::from_be_bytes)
+                    else {
+                        failure = Some("a message without its number".into());
+                        return Control::Stop;
+                    };
+                    if how.ordered {
+                        if number != next {
+                            failure = Some(format!(
+                                "message {number} arrived where {next} was due: a gap or a repeat"
+                            ));
+                            return Control::Stop;
                         }
+                        next += 1;
+                    } else {
+                        next = next.max(number + 1);
                     }
-                    shared.receiver_ready.store(true, Ordering::Release);
+                }
+                ShardEvent::SctpEstablished { .. } => {
+                    shared.receivers_ready.fetch_add(1, Ordering::AcqRel);
                 }
                 ShardEvent::SctpClosed { .. } | ShardEvent::PeerRemoved { .. } => {
                     failure = Some(format!("connection lost: {event:?}"));
@@ -472,43 +568,47 @@ fn receive(
                 _ => {}
             }
         }
-        if let Some(id) = ack_channel
-            && total >= acked + SFU_ACK_EVERY
-            && shard
-                .channel_send(PEER, id, true, Bytes::copy_from_slice(&total.to_be_bytes()))
-                .is_ok()
-        {
-            acked = total;
+        if shared.done.load(Ordering::Relaxed) {
+            return Control::Stop;
         }
         let now = Instant::now();
         match opened {
-            None if total >= warmup => {
+            _ if result.is_some() => {}
+            None if total >= how.warmup => {
                 opened = Some((now, total));
                 tick = (now, total);
             }
             None => {}
             Some((start, base)) => {
-                if total - base >= window {
+                if total - base >= how.window {
                     result = Some(Measured {
                         bytes: total - base,
                         start,
                         end: now,
+                        messages: 0,
+                        missing: 0,
                     });
-                    return Control::Stop;
+                    // Go on reading until every receiver of the pair has measured.
+                    let measured = shared.measured.fetch_add(1, Ordering::AcqRel) + 1;
+                    if measured == shared.receivers {
+                        shared.done.store(true, Ordering::Relaxed);
+                        return Control::Stop;
+                    }
+                    return Control::Continue;
                 }
                 let dt = now.duration_since(tick.0);
                 if dt >= INTERVAL {
                     interval_no += 1;
                     let mbps = ((total - tick.1) * 8) as f64 / MIB as f64 / dt.as_secs_f64();
                     println!(
-                        "pair {pair}: interval {interval_no}: {mbps:.1} Mbps ({:.0} MiB measured)",
+                        "{who}: interval {interval_no}: {mbps:.1} Mbps ({:.0} MiB measured)",
                         (total - base) as f64 / MIB as f64
                     );
                     tick = (now, total);
                 }
             }
         }
-        if now > deadline {
+        if now > how.deadline {
             failure = Some(format!(
                 "timed out with {:.1} MiB received",
                 total as f64 / MIB as f64
@@ -518,11 +618,19 @@ fn receive(
         Control::Continue
     })
     .map_err(|e| e.to_string())?;
-    // Tell the sender to stop, whatever happened here.
+    // Tell the others to stop, whatever happened here.
     shared.done.store(true, Ordering::Relaxed);
     match (failure, result) {
         (Some(e), _) => Err(e),
-        (None, Some(m)) => Ok(m),
+        (None, Some(m)) => Ok(Measured {
+            messages,
+            missing: if how.mode == Mode::Sfu && !how.ordered {
+                next - messages.min(next)
+            } else {
+                0
+            },
+            ..m
+        }),
         (None, None) => Err("nothing measured".into()),
     }
 }
@@ -560,8 +668,7 @@ impl Sending {
 }
 
 /// The sending endpoint: keeps the buffered amount between the watermarks until the
-/// receiver is done (in `sfu` mode, a reliable one also within [`SFU_WINDOW`] of what
-/// the receiver counted). Returns the bytes it queued.
+/// receivers are done. Returns the bytes it queued.
 fn send(
     socket: UdpSocket,
     shard: Shard,
@@ -569,32 +676,21 @@ fn send(
     deadline: Instant,
     shared: &Shared,
 ) -> Result<u64, String> {
-    // One message, shared by every send: the shard slices it, never copies it.
+    // p2p: one message, shared by every send (the shard slices it, never copies it);
+    // sfu: each message is numbered, so each is its own.
     let message = Bytes::from(vec![0x5a; how.msg_bytes]);
+    let mut numbered = BytesMut::new();
+    let mut number = 0u64;
     let mut established = false;
     // sfu: the data channel, once opened.
     let mut channel: Option<u16> = None;
     let mut paused = false;
     let mut sent = 0u64;
     let mut failure: Option<String> = None;
-    let windowed = how.mode == Mode::Sfu && how.ordered;
-    // sfu: the receiver's acknowledgements (the relayed channel's id, the last count).
-    let mut ack_channel: Option<u16> = None;
-    let mut acked = 0u64;
     endpoint::run(socket, shard, |shard, _now, events| {
         for event in events.drain(..) {
             match event {
                 ShardEvent::SctpEstablished { .. } => established = true,
-                ShardEvent::ChannelOpen { channel, label, .. } if label == SFU_ACK_LABEL => {
-                    ack_channel = Some(channel);
-                }
-                ShardEvent::ChannelMessage {
-                    channel, payload, ..
-                } if Some(channel) == ack_channel => {
-                    if let Ok(count) = <[u8; 8]>::try_from(&payload[..]) {
-                        acked = acked.max(u64::from_be_bytes(count));
-                    }
-                }
                 ShardEvent::SctpClosed { .. } | ShardEvent::PeerRemoved { .. } => {
                     failure = Some(format!("connection lost: {event:?}"));
                     return Control::Stop;
@@ -613,8 +709,8 @@ fn send(
             return Control::Continue;
         }
         if how.mode == Mode::Sfu && channel.is_none() {
-            // The room relays to members connected at the time: wait for the receiver.
-            if !shared.receiver_ready.load(Ordering::Acquire) {
+            // The room relays to members connected at the time: wait for the receivers.
+            if shared.receivers_ready.load(Ordering::Acquire) < shared.receivers {
                 return Control::Continue;
             }
             match shard.open_channel(PEER, SFU_LABEL, "", how.channel_type()) {
@@ -636,18 +732,23 @@ fn send(
             paused = false;
         }
         while buffered <= HIGH_WATERMARK {
-            if windowed && sent >= acked + SFU_WINDOW {
-                break;
-            }
             let queued = match channel {
-                Some(id) => match shard.channel_send(PEER, id, true, message.clone()) {
-                    Ok(()) => true,
-                    Err(ChannelError::WouldBlock) => false,
-                    Err(e) => {
-                        failure = Some(format!("send: {e}"));
-                        return Control::Stop;
+                Some(id) => {
+                    // Messages are cut from 1 MiB buffers: one allocation for many.
+                    if numbered.capacity() < how.msg_bytes {
+                        numbered.reserve(how.msg_bytes.max(MIB as usize));
                     }
-                },
+                    numbered.extend_from_slice(&number.to_be_bytes());
+                    numbered.resize(how.msg_bytes, 0x5a);
+                    match shard.channel_send(PEER, id, true, numbered.split().freeze()) {
+                        Ok(()) => true,
+                        Err(ChannelError::WouldBlock) => false,
+                        Err(e) => {
+                            failure = Some(format!("send: {e}"));
+                            return Control::Stop;
+                        }
+                    }
+                }
                 None => match shard.sctp_send(
                     PEER,
                     STREAM,
@@ -667,6 +768,7 @@ fn send(
             if !queued {
                 break;
             }
+            number += 1;
             buffered += how.msg_bytes;
             sent += how.msg_bytes as u64;
         }

@@ -168,7 +168,10 @@ mod tests {
     fn watermarks_fit_the_send_buffer() {
         let sctp = SctpLimits::default();
         // The defaults fit the default 4 MiB send buffer as they are.
-        assert_eq!(RelayLimits::default().clamped(&sctp), RelayLimits::default());
+        assert_eq!(
+            RelayLimits::default().clamped(&sctp),
+            RelayLimits::default()
+        );
         // A 1 MiB send buffer with 256 KiB messages leaves 768 KiB: the low watermark
         // goes down in proportion (512 KiB of 1 MiB → 384 KiB of 768 KiB).
         let small = SctpLimits {

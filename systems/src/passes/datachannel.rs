@@ -73,10 +73,20 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
         let Some(&entity) = ctx.work.0.get(i) else {
             break;
         };
-        let Ok((_, a, _, member)) = q.get(entity) else {
+        let Ok((_, a, dc, member)) = q.get(entity) else {
             continue;
         };
         let room = member.map(|m| m.room);
+        if dc.relay_held && a.peek_message().is_none() {
+            // Its association started over (or was dropped) under it: nothing waits.
+            if let Ok((_, _, mut dc, _)) = q.get_mut(entity) {
+                dc.relay_held = false;
+            }
+            continue;
+        }
+        let Ok((_, a, _, _)) = q.get(entity) else {
+            continue;
+        };
         // What this member's reliable messages may add to its receivers' queues
         // (looked at only when it has something: most entities here brought SACKs).
         let mut budget = match room {
@@ -94,13 +104,12 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
             if let Some(budget) = budget.as_mut()
                 && is_user(next.ppid)
                 && !dc.receive_only
-                && dc
-                    .channels
-                    .get(&next.stream.0)
-                    .is_some_and(|ch| ch.kind.reliability == Reliability::Reliable)
+                && let Some(ch) = dc.channels.get(&next.stream.0)
             {
+                // Every relayed message counts against the budget; a reliable one
+                // that does not fit waits.
                 let len = next.payload.len();
-                if !budget.admits(len) {
+                if ch.kind.reliability == Reliability::Reliable && !budget.admits(len) {
                     waits = Some(len);
                     break;
                 }
@@ -151,23 +160,36 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
         }
         // A SACK may be owed for the window taking messages reopened: sack_batch
         // sees to it for the entities on the work list, which this one is.
-        let drained = waits.is_none();
         // Relayed before the resets apply, so a channel closed in this tick still
         // names the label its last messages go out on.
         if let Some(room) = room {
             if !ctx.relay.jobs.is_empty() {
                 relay::fan_out(&mut ctx.relay_ctx(), &mut q, entity, room);
             }
-            if let Some(len) = waits {
-                relay::hold(&mut ctx.relay_ctx(), &mut q, entity, room, len);
+            if waits.is_some() {
+                relay::hold(&mut ctx.relay_ctx(), &mut q, entity, room);
             }
         }
         let Ok((peer, mut a, mut dc, _)) = q.get_mut(entity) else {
             continue;
         };
-        // A reset applies once every message before it has been taken.
-        if drained && (!a.reset.incoming_done.is_empty() || !a.reset.outgoing_done.is_empty()) {
-            apply_resets(&mut a, &mut dc, peer.id, &mut ctx.events);
+        if !a.reset.incoming_done.is_empty() || !a.reset.outgoing_done.is_empty() {
+            // A stream's reset applies once every message sent on it before the reset
+            // has been taken; the others' at once.
+            let a = &mut *a;
+            let mut later = Vec::new();
+            if waits.is_some() {
+                let done = std::mem::take(&mut a.reset.incoming_done);
+                for s in done {
+                    if a.has_message_on(s) {
+                        later.push(s);
+                    } else {
+                        a.reset.incoming_done.push(s);
+                    }
+                }
+            }
+            apply_resets(a, &mut dc, peer.id, &mut ctx.events);
+            a.reset.incoming_done.extend(later);
         }
     }
     ctx.relay.woken.clear();

@@ -427,6 +427,11 @@ impl Sctp {
         self.rx.as_ref()?.peek_message()
     }
 
+    /// Whether a whole message the peer sent on `stream` waits to be taken.
+    pub fn has_message_on(&self, stream: StreamId) -> bool {
+        self.rx.as_ref().is_some_and(|rx| rx.has_message_on(stream))
+    }
+
     /// Takes the next whole message the peer sent, in delivery order, reopening the
     /// window by its size; once the window has grown enough past the one last
     /// advertised, the window update SACK goes in this tick ([`Receiver::pop_message`]).

@@ -470,6 +470,11 @@ impl Reassembly {
         self.discarded_bytes += run.bytes as u64;
     }
 
+    /// Whether a whole message on `stream` waits to be taken. O(messages waiting).
+    pub fn has_message_on(&self, stream: StreamId) -> bool {
+        self.ready.iter().any(|m| m.stream == stream)
+    }
+
     /// The next whole message in delivery order, left where it is (its bytes still
     /// count against the window).
     pub fn peek_message(&self) -> Option<&Message> {

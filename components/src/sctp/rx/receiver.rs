@@ -198,10 +198,22 @@ impl Receiver {
     }
 
     /// The receive window to advertise: the buffer less what it holds (RFC 9260 §6.2).
+    ///
+    /// With every entry taken ([`ReassemblyLimits::max_buffered_chunks`]: many small
+    /// messages the application has not taken) nothing more fits whatever the bytes
+    /// say, so the window is 0: the sender stops, rather than send into drops.
     pub fn a_rwnd(&self) -> u32 {
+        if !self.reassembly.has_room(0, true) {
+            return 0;
+        }
         let window = self.reassembly.limits().receive_window_bytes;
         let held = u32::try_from(self.reassembly.buffered_bytes()).unwrap_or(u32::MAX);
         window.saturating_sub(held)
+    }
+
+    /// Whether a whole message on `stream` waits to be taken.
+    pub fn has_message_on(&self, stream: StreamId) -> bool {
+        self.reassembly.has_message_on(stream)
     }
 
     /// Whether a SACK is owed, and how soon.

@@ -138,6 +138,14 @@ pub(crate) struct RelayCtx<'a, 'w, 's> {
     pub timers: &'a mut Query<'w, 's, &'static mut Timers>,
 }
 
+/// Messages a receiver may have queued before the relay holds senders back for it
+/// (and drops unreliable messages for it), whatever their bytes: half of what its
+/// send queue takes (`SendQueueConfig::max_queued_messages`, 16 384), so small
+/// messages meet this, not the queue's refusal.
+pub const HIGH_WATERMARK_MESSAGES: usize = 8 * 1024;
+/// Messages a receiver's queue must fall to for the senders it held to go on.
+pub const LOW_WATERMARK_MESSAGES: usize = 4 * 1024;
+
 /// A receiver's queue as the relay weighs it: bytes waiting in its association's
 /// send queue (its buffered amount).
 pub(crate) fn queued(a: &Sctp) -> usize {
@@ -145,27 +153,46 @@ pub(crate) fn queued(a: &Sctp) -> usize {
         .map_or(0, |tx| tx.queue.total_buffered_amount())
 }
 
-/// What a sender's reliable messages may still add, this tick, to the queues of the
+/// The messages waiting in a receiver's send queue.
+fn queued_messages(a: &Sctp) -> usize {
+    a.tx.as_ref().map_or(0, |tx| tx.queue.queued_messages())
+}
+
+/// Whether a receiver's queue is over the high watermark, in bytes or messages.
+fn over_high(a: &Sctp, limits: &RelayLimits) -> bool {
+    queued(a) > limits.high_watermark || queued_messages(a) > HIGH_WATERMARK_MESSAGES
+}
+
+/// Whether a receiver's queue is down to the low watermark, in bytes and messages.
+fn down_to_low(a: &Sctp, limits: &RelayLimits) -> bool {
+    queued(a) <= limits.low_watermark && queued_messages(a) <= LOW_WATERMARK_MESSAGES
+}
+
+/// What a sender's messages may still add, this tick, to the queues of the
 /// receivers in its room on this shard.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Budget {
     /// Bytes before the fullest receiver passes the high watermark.
     left: usize,
-    /// No receiver has anything queued: the next message goes whatever its size
-    /// (one larger than the high watermark would otherwise wait for ever).
-    empty: bool,
+    /// Messages before the fullest receiver passes the high watermark in messages.
+    left_messages: usize,
+    /// The next message goes whatever its size: no receiver has anything queued,
+    /// or the sender was let go this tick (one larger than the room between the
+    /// watermarks would otherwise wait for ever).
+    first: bool,
 }
 
 impl Budget {
     /// Whether a reliable message of `len` bytes may go now.
     pub(crate) fn admits(&self, len: usize) -> bool {
-        self.empty || len <= self.left
+        self.first || (len <= self.left && self.left_messages > 0)
     }
 
-    /// A reliable message of `len` bytes went.
+    /// A message of `len` bytes went.
     pub(crate) fn take(&mut self, len: usize) {
         self.left = self.left.saturating_sub(len);
-        self.empty = false;
+        self.left_messages = self.left_messages.saturating_sub(1);
+        self.first = false;
     }
 }
 
@@ -184,22 +211,17 @@ fn receiving(
             .is_ok_and(|(_, a, _, _)| a.state == AssocState::Established)
 }
 
-/// The budget of `from`'s reliable messages this tick, from the fullest receiver's
-/// queue in `room`; a held sender stays held (budget 0) until every receiver is down
-/// to the low watermark. Receivers found at or below it are no longer behind.
-/// O(members).
+/// The budget of `from`'s messages this tick, from the fullest receiver's queue in
+/// `room`; a held sender stays held (budget 0) until every receiver is down to the
+/// low watermark. Receivers found down to it are no longer behind. O(members).
 pub(crate) fn budget(
     ctx: &mut RelayCtx,
     q: &mut Query<ChannelsQuery>,
     from: Entity,
     room: RoomId,
 ) -> Budget {
-    let RelayLimits {
-        high_watermark,
-        low_watermark,
-        ..
-    } = ctx.limits;
-    let mut fullest = 0;
+    let limits = ctx.limits;
+    let (mut fullest, mut most_messages, mut all_low) = (0, 0, true);
     for &to in ctx.rooms.members(room) {
         if !receiving(ctx.slow, ctx.leave, q, from, to) {
             continue;
@@ -207,49 +229,40 @@ pub(crate) fn budget(
         let Ok((_, a, mut dc, _)) = q.get_mut(to) else {
             continue;
         };
-        let queued = queued(&a);
-        if queued <= low_watermark {
+        if down_to_low(&a, &limits) {
             dc.relay_behind_since = None;
+        } else {
+            all_low = false;
         }
-        fullest = fullest.max(queued);
+        fullest = fullest.max(queued(&a));
+        most_messages = most_messages.max(queued_messages(&a));
     }
-    let Ok((_, _, mut dc, _)) = q.get_mut(from) else {
-        return Budget {
-            left: 0,
-            empty: false,
-        };
+    let held = Budget {
+        left: 0,
+        left_messages: 0,
+        first: false,
     };
-    if dc.relay_held {
-        if fullest > low_watermark {
-            return Budget {
-                left: 0,
-                empty: false,
-            };
-        }
-        dc.relay_held = false;
+    let Ok((_, _, mut dc, _)) = q.get_mut(from) else {
+        return held;
+    };
+    let released = dc.relay_held && all_low;
+    if dc.relay_held && !released {
+        return held;
     }
+    dc.relay_held = false;
     Budget {
-        left: high_watermark.saturating_sub(fullest),
-        empty: fullest == 0,
+        left: limits.high_watermark.saturating_sub(fullest),
+        left_messages: HIGH_WATERMARK_MESSAGES.saturating_sub(most_messages),
+        first: released || (fullest == 0 && most_messages == 0),
     }
 }
 
-/// `from`'s next reliable message, of `len` bytes, waits: the sender is held, and
-/// each receiver that could not take it is behind from now (if it was not already),
-/// with its hold limit's timer armed.
-pub(crate) fn hold(
-    ctx: &mut RelayCtx,
-    q: &mut Query<ChannelsQuery>,
-    from: Entity,
-    room: RoomId,
-    len: usize,
-) {
+/// `from`'s next reliable message waits: the sender is held, and each receiver over
+/// the low watermark (each one it now waits for) is behind from now if it was not
+/// already, with its hold limit's timer armed.
+pub(crate) fn hold(ctx: &mut RelayCtx, q: &mut Query<ChannelsQuery>, from: Entity, room: RoomId) {
     let now = ctx.now;
-    let RelayLimits {
-        high_watermark,
-        hold_limit,
-        ..
-    } = ctx.limits;
+    let limits = ctx.limits;
     if let Ok((_, _, mut dc, _)) = q.get_mut(from)
         && !dc.relay_held
     {
@@ -267,13 +280,17 @@ pub(crate) fn hold(
         let Ok((_, a, mut dc, _)) = q.get_mut(to) else {
             continue;
         };
-        if queued(&a).saturating_add(len) <= high_watermark || dc.relay_behind_since.is_some() {
+        if down_to_low(&a, &limits) || dc.relay_behind_since.is_some() {
             continue;
         }
         dc.relay_behind_since = Some(now);
         if let Ok(mut timers) = ctx.timers.get_mut(to) {
-            ctx.heap
-                .arm(&mut timers, to, TimerKind::RelayHold, now + hold_limit);
+            ctx.heap.arm(
+                &mut timers,
+                to,
+                TimerKind::RelayHold,
+                now + limits.hold_limit,
+            );
         }
     }
 }
@@ -292,7 +309,12 @@ pub(crate) fn on_hold_limits(ctx: &mut RelayCtx, q: &mut Query<ChannelsQuery>) {
         let Some(since) = dc.relay_behind_since else {
             continue;
         };
-        if queued(&a) <= ctx.limits.low_watermark {
+        // Down to the low watermark, gone from the association, or holding no one
+        // back any more (no sender on the shard is held): not behind.
+        if down_to_low(&a, &ctx.limits)
+            || a.state != AssocState::Established
+            || ctx.held.0.is_empty()
+        {
             dc.relay_behind_since = None;
             continue;
         }
@@ -480,7 +502,7 @@ pub(crate) fn deliver(
         return Delivery::Skipped;
     }
     let reliable = params.kind.reliability == Reliability::Reliable;
-    if !reliable && queued(a) > limits.high_watermark {
+    if !reliable && over_high(a, limits) {
         stats.relay_dropped += 1;
         dc.relay_dropped += 1;
         return Delivery::Skipped;

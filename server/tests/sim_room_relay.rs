@@ -728,3 +728,56 @@ fn unreliable_relay_drops_at_receiver() {
     assert!(log.removed.is_empty(), "{:?}", log.removed);
     assert_eq!(srv.room_member_count(ROOM), 3);
 }
+
+/// A member held back for a slow receiver closes one of its other channels: the
+/// close completes while it is still held (a stream's reset waits only for that
+/// stream's own messages, not for everything the member sent behind it).
+#[test]
+fn a_held_sender_closes_a_channel_at_once() {
+    let mut sim = room_with_a_slow_member(43, 300_000);
+    let mut log = Log::default();
+    let bulk = open_from_client(&mut sim, &mut log, 1, "bulk", "", RELIABLE);
+    let chat = open_from_client(&mut sim, &mut log, 1, "chat", "", RELIABLE);
+    let held = |sim: &Sim| {
+        sim.shard(addr(SRV))
+            .congestion(PeerId(1))
+            .is_some_and(|c| c.relay_held)
+    };
+    // Bulk data until the relay holds member 1 back.
+    let mut k = 0;
+    while !held(&sim) {
+        assert!(k < 3000, "member 1 was never held back");
+        send_range(&mut sim, 1, bulk, k..k + 20, false);
+        k += 20;
+        sim.run_for(Duration::from_millis(5)).ok();
+        log.take(&mut sim);
+    }
+    sim.shard_mut(cli(1))
+        .close_channel(PeerId(1), chat)
+        .unwrap();
+    let mut closed_while_held = None;
+    sim.run_until(
+        |s| {
+            let now_held = held(s);
+            let events: Vec<_> = s.drain_events().collect();
+            for (node, e) in events {
+                match e {
+                    ShardEvent::ChannelClosed { peer, channel }
+                        if node == addr(SRV) && peer == PeerId(1) =>
+                    {
+                        closed_while_held.get_or_insert((channel, now_held));
+                    }
+                    e => log.take_one(node, e),
+                }
+            }
+            closed_while_held.is_some()
+        },
+        Duration::from_secs(5),
+    )
+    .expect("the server closed member 1's chat");
+    let (channel, still_held) = closed_while_held.unwrap();
+    assert!(still_held, "chat closed only once member 1 was let go");
+    // The server's channel is member 1's chat (the same stream id on both sides).
+    assert_eq!(channel, chat);
+    assert!(log.removed.is_empty(), "{:?}", log.removed);
+}

@@ -73,15 +73,7 @@ fn interop_chromium_two_party_video() {
         assert_eq!(tracks(a), ["audio/bob", "video/bob"]);
         assert_eq!(tracks(b), ["audio/alice", "video/alice"]);
         // RoomService lists what each participant publishes.
-        let listed = rooms
-            .list_participants(shoal_proto::v1::ListParticipantsRequest {
-                room: ROOM.into(),
-                ..Default::default()
-            })
-            .await
-            .expect("list participants")
-            .into_inner()
-            .participants;
+        let listed = grpc_node::list_participants(&mut rooms, ROOM).await;
         for p in &listed {
             let mut mimes: Vec<&str> = p.tracks.iter().map(|t| t.mime_type.as_str()).collect();
             mimes.sort_unstable();

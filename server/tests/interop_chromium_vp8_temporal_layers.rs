@@ -144,15 +144,7 @@ fn interop_chromium_vp8_temporal_layers() {
         let report = |rooms: &mut shoal_proto::v1::room_service_client::RoomServiceClient<_>| {
             let mut rooms = rooms.clone();
             async move {
-                let listed = rooms
-                    .list_participants(shoal_proto::v1::ListParticipantsRequest {
-                        room: ROOM.into(),
-                        ..Default::default()
-                    })
-                    .await
-                    .expect("list participants")
-                    .into_inner()
-                    .participants;
+                let listed = grpc_node::list_participants(&mut rooms, ROOM).await;
                 listed
                     .into_iter()
                     .find(|p| p.identity == "player")

@@ -21,10 +21,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use media_sim::{PT, RECEIVED, RTX_PT, SRV, addr, cli, connected_sim, nack_feedback, subscription};
-use shoal_components::media::{
-    ExtensionIds, LayerSpec, PayloadFormat, TrackId, TrackKind, TrackSpec,
-};
+use media_sim::{PT, RECEIVED, SRV, addr, bottleneck, cli, connected_sim, subscription, vp8_video};
+use shoal_components::media::{LayerSpec, TrackId};
 use shoal_components::peer::PeerId;
 use shoal_components::rtp::payload::Vp8Descriptor;
 use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
@@ -162,47 +160,17 @@ struct Received {
     picture: u16,
 }
 
-fn video(id: TrackId, ssrc: Option<u32>, rtx: Option<u32>) -> TrackSpec {
-    TrackSpec {
-        id,
-        kind: TrackKind::Video,
-        mid: "0".into(),
-        ssrc,
-        rtx_ssrc: rtx,
-        payload_type: PT,
-        rtx_payload_type: Some(RTX_PT),
-        clock_rate: 90_000,
-        extensions: ExtensionIds::default(),
-        feedback: nack_feedback(),
-        format: PayloadFormat::Vp8,
-        layers: Vec::new(),
-    }
-}
-
-/// The subscriber's downlink at `bps` for `seed`: 100 ms of queue, a one-way delay
-/// of 10 to 50 ms, up to 3 ms of jitter and 0.2 % random loss besides the queue's.
-fn link(seed: u64, bps: u64) -> LinkConfig {
-    LinkConfig {
-        bandwidth_bps: Some(bps),
-        queue_limit_bytes: (bps / 80) as usize,
-        latency: Duration::from_millis(10 + seed * 7 % 41),
-        jitter: Duration::from_millis(3),
-        loss: 0.002,
-        ..LinkConfig::default()
-    }
-}
-
 /// One seed's run through the link's steps: what the subscriber received.
 fn run(seed: u64, temporal: bool) -> Vec<Received> {
     let (mut dropped, mut recovered) = (false, false);
     run_script(seed, END_AT, temporal, |elapsed, sim| {
         if elapsed >= DROP_AT && !dropped {
             dropped = true;
-            sim.set_link(addr(SRV), cli(2), link(seed, 600_000));
+            sim.set_link(addr(SRV), cli(2), bottleneck(seed, 600_000, 0.002));
         }
         if elapsed >= RECOVER_AT && !recovered {
             recovered = true;
-            sim.set_link(addr(SRV), cli(2), link(seed, 3_000_000));
+            sim.set_link(addr(SRV), cli(2), bottleneck(seed, 3_000_000, 0.002));
         }
     })
 }
@@ -216,7 +184,7 @@ fn run_script(
     mut script: impl FnMut(Duration, &mut Sim),
 ) -> Vec<Received> {
     let mut sim = connected_sim(seed, &LinkConfig::default(), 1);
-    sim.set_link(addr(SRV), cli(2), link(seed, 3_000_000));
+    sim.set_link(addr(SRV), cli(2), bottleneck(seed, 3_000_000, 0.002));
     // The publisher: three local sources, each sent on its own SSRC pair, which the
     // server publishes as one track's three streams (as `a=ssrc-group:SIM` would).
     let mut layers = Vec::new();
@@ -228,7 +196,7 @@ fn run_script(
             cli(1),
             Command::AddSource {
                 peer: PeerId(1),
-                track: video(source, Some(0xAB00 + i as u32), None),
+                track: vp8_video(source, Some(0xAB00 + i as u32), None),
                 subscription: subscription(source, ssrc, rtx),
             },
         )
@@ -255,7 +223,7 @@ fn run_script(
             since_key: 0,
         });
     }
-    let mut track = video(TRACK, None, None);
+    let mut track = vp8_video(TRACK, None, None);
     track.layers = layers;
     sim.command(
         addr(SRV),
@@ -276,7 +244,7 @@ fn run_script(
         },
     )
     .unwrap();
-    let mut received = video(RECEIVED, Some(SUB_SSRC), Some(SUB_RTX));
+    let mut received = vp8_video(RECEIVED, Some(SUB_SSRC), Some(SUB_RTX));
     received.extensions.transport_cc = Some(TWCC_ID);
     received.feedback.transport_cc = true;
     sim.command(

@@ -58,6 +58,22 @@ fn run(sim: &mut Sim, log: &mut Log, limit: Duration, what: &str, done: impl Fn(
     });
 }
 
+/// The numbers of the messages receiver `r` got on `label`, sorted, each checked
+/// whole against what its sender sent.
+fn numbers_on(log: &Log, r: u64, label: &str) -> Vec<u32> {
+    let mut got: Vec<u32> = log
+        .on(r, label)
+        .iter()
+        .map(|g| {
+            let (s, k) = header(&g.payload).unwrap();
+            assert_eq!(g, &message(s, k, false), "corrupted");
+            k
+        })
+        .collect();
+    got.sort_unstable();
+    got
+}
+
 /// Of what `receiver` got on `label`, the messages of sender `s` (empty ones count
 /// as the sender's when only it sends empties), in arrival order.
 fn from_sender(got: &[Got], s: u64, empties_are_s: bool) -> Vec<Got> {
@@ -360,18 +376,8 @@ fn sim_room_relay_slow_receiver_on_an_unreliable_channel_loses_messages_not_memb
         |log| log.label(3, 1).is_some() && log.label(2, 1).is_some(),
     );
     member_3_goes_deaf(&mut sim, &mut log, game, "game", 1..N);
-    let mut got: Vec<u32> = log
-        .on(2, "game")
-        .iter()
-        .map(|g| {
-            let (s, k) = header(&g.payload).unwrap();
-            assert_eq!(g, &message(s, k, false), "corrupted");
-            k
-        })
-        .collect();
-    got.sort_unstable();
     assert_eq!(
-        got,
+        numbers_on(&log, 2, "game"),
         (0..N).collect::<Vec<_>>(),
         "member 2 lost or duplicated"
     );
@@ -683,18 +689,8 @@ fn unreliable_relay_drops_at_receiver() {
     }
     sim.run_for(Duration::from_secs(10)).ok();
     log.take(&mut sim);
-    let mut got2: Vec<u32> = log
-        .on(2, "game")
-        .iter()
-        .map(|g| {
-            let (s, k) = header(&g.payload).unwrap();
-            assert_eq!(g, &message(s, k, false), "corrupted");
-            k
-        })
-        .collect();
-    got2.sort_unstable();
     assert_eq!(
-        got2,
+        numbers_on(&log, 2, "game"),
         (0..N).collect::<Vec<_>>(),
         "member 2 lost or repeated"
     );

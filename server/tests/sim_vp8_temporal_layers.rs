@@ -22,8 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use media_sim::{PT, RECEIVED, RTX_PT, SRV, addr, cli, connected_sim, nack_feedback, subscription};
-use shoal_components::media::{ExtensionIds, PayloadFormat, TrackId, TrackKind, TrackSpec};
+use media_sim::{PT, RECEIVED, SRV, addr, bottleneck, cli, connected_sim, subscription, vp8_video};
+use shoal_components::media::TrackId;
 use shoal_components::peer::PeerId;
 use shoal_components::rtp::payload::Vp8Descriptor;
 use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
@@ -146,42 +146,14 @@ struct Received {
     tid: u8,
 }
 
-fn video(id: TrackId, ssrc: Option<u32>, rtx: Option<u32>) -> TrackSpec {
-    TrackSpec {
-        id,
-        kind: TrackKind::Video,
-        mid: "0".into(),
-        ssrc,
-        rtx_ssrc: rtx,
-        payload_type: PT,
-        rtx_payload_type: Some(RTX_PT),
-        clock_rate: 90_000,
-        extensions: ExtensionIds::default(),
-        feedback: nack_feedback(),
-        format: PayloadFormat::Vp8,
-        layers: Vec::new(),
-    }
-}
-
-fn link(seed: u64, bps: u64) -> LinkConfig {
-    LinkConfig {
-        bandwidth_bps: Some(bps),
-        queue_limit_bytes: (bps / 80) as usize,
-        latency: Duration::from_millis(10 + seed * 7 % 41),
-        jitter: Duration::from_millis(3),
-        loss: 0.01,
-        ..LinkConfig::default()
-    }
-}
-
 fn run(seed: u64) -> Vec<Received> {
     let mut sim = connected_sim(seed, &LinkConfig::default(), 1);
-    sim.set_link(addr(SRV), cli(2), link(seed, 3_000_000));
+    sim.set_link(addr(SRV), cli(2), bottleneck(seed, 3_000_000, 0.01));
     sim.command(
         cli(1),
         Command::AddSource {
             peer: PeerId(1),
-            track: video(SOURCE, Some(0xAB00), None),
+            track: vp8_video(SOURCE, Some(0xAB00), None),
             subscription: subscription(SOURCE, PUB_SSRC, PUB_RTX),
         },
     )
@@ -190,7 +162,7 @@ fn run(seed: u64) -> Vec<Received> {
         addr(SRV),
         Command::Publish {
             peer: PeerId(1),
-            track: video(TRACK, Some(PUB_SSRC), Some(PUB_RTX)),
+            track: vp8_video(TRACK, Some(PUB_SSRC), Some(PUB_RTX)),
         },
     )
     .unwrap();
@@ -205,7 +177,7 @@ fn run(seed: u64) -> Vec<Received> {
         },
     )
     .unwrap();
-    let mut received = video(RECEIVED, Some(SUB_SSRC), Some(SUB_RTX));
+    let mut received = vp8_video(RECEIVED, Some(SUB_SSRC), Some(SUB_RTX));
     received.extensions.transport_cc = Some(TWCC_ID);
     received.feedback.transport_cc = true;
     sim.command(
@@ -237,11 +209,11 @@ fn run(seed: u64) -> Vec<Received> {
         }
         if elapsed >= DROP_AT && !dropped {
             dropped = true;
-            sim.set_link(addr(SRV), cli(2), link(seed, 600_000));
+            sim.set_link(addr(SRV), cli(2), bottleneck(seed, 600_000, 0.01));
         }
         if elapsed >= RECOVER_AT && !recovered {
             recovered = true;
-            sim.set_link(addr(SRV), cli(2), link(seed, 3_000_000));
+            sim.set_link(addr(SRV), cli(2), bottleneck(seed, 3_000_000, 0.01));
         }
         if elapsed >= next_frame {
             next_frame += Duration::from_micros(1_000_000 / FPS);

@@ -75,6 +75,15 @@ pub fn wait_for_shards(
 /// How many participants `room` has now, by ListParticipants.
 #[allow(dead_code)]
 pub async fn participants(rooms: &mut RoomServiceClient<Channel>, room: &str) -> usize {
+    list_participants(rooms, room).await.len()
+}
+
+/// The participants of `room` now (the first page), by ListParticipants.
+#[allow(dead_code)]
+pub async fn list_participants(
+    rooms: &mut RoomServiceClient<Channel>,
+    room: &str,
+) -> Vec<shoal_proto::v1::Participant> {
     rooms
         .list_participants(ListParticipantsRequest {
             room: room.into(),
@@ -84,7 +93,6 @@ pub async fn participants(rooms: &mut RoomServiceClient<Channel>, room: &str) ->
         .expect("list participants")
         .into_inner()
         .participants
-        .len()
 }
 
 /// Waits (at most 10 s, polling) until `room` on `node` has no participant left.

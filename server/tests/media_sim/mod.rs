@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use shoal_components::dtls::DtlsRole;
 use shoal_components::media::{
-    ExtensionIds, FeedbackKinds, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
+    ExtensionIds, FeedbackKinds, PayloadFormat, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
 };
 use shoal_components::peer::PeerId;
 use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
@@ -232,4 +232,35 @@ pub fn connected_sim(seed: u64, link: &LinkConfig, subscribers: u64) -> Sim {
     )
     .unwrap_or_else(|e| panic!("seed {seed}: DTLS not up: {e}"));
     sim
+}
+
+/// A VP8 video track `id` on `ssrc` (and `rtx`), with NACK and PLI.
+pub fn vp8_video(id: TrackId, ssrc: Option<u32>, rtx: Option<u32>) -> TrackSpec {
+    TrackSpec {
+        id,
+        kind: TrackKind::Video,
+        mid: "0".into(),
+        ssrc,
+        rtx_ssrc: rtx,
+        payload_type: PT,
+        rtx_payload_type: Some(RTX_PT),
+        clock_rate: 90_000,
+        extensions: ExtensionIds::default(),
+        feedback: nack_feedback(),
+        format: PayloadFormat::Vp8,
+        layers: Vec::new(),
+    }
+}
+
+/// A subscriber's downlink at `bps` for `seed`: 100 ms of queue, a one-way delay of
+/// 10 to 50 ms, up to 3 ms of jitter, and random loss `loss` besides the queue's.
+pub fn bottleneck(seed: u64, bps: u64, loss: f64) -> LinkConfig {
+    LinkConfig {
+        bandwidth_bps: Some(bps),
+        queue_limit_bytes: (bps / 80) as usize,
+        latency: Duration::from_millis(10 + seed * 7 % 41),
+        jitter: Duration::from_millis(3),
+        loss,
+        ..LinkConfig::default()
+    }
 }

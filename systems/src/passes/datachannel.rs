@@ -82,7 +82,6 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
             if let Ok((_, _, mut dc, _)) = q.get_mut(entity) {
                 dc.relay_held = false;
             }
-            continue;
         }
         let Ok((_, a, _, _)) = q.get(entity) else {
             continue;

@@ -258,11 +258,7 @@ fn flow(p: &Params) -> Result<(), String> {
         for (r, m) in measured.into_iter().enumerate() {
             match m {
                 Ok(m) => {
-                    let who = if p.receivers == 1 {
-                        format!("pair {i}")
-                    } else {
-                        format!("pair {i} receiver {r}")
-                    };
+                    let who = who(i, r, p.receivers);
                     let counted = match p.mode {
                         Mode::Sfu => format!(", {} messages, {} missing", m.messages, m.missing),
                         Mode::P2p => String::new(),
@@ -304,6 +300,15 @@ fn flow(p: &Params) -> Result<(), String> {
         p.pairs, p.ordered
     );
     Ok(())
+}
+
+/// How a receiver is named in the output: by its pair alone when the pair has one.
+fn who(pair: usize, receiver: usize, receivers: usize) -> String {
+    if receivers == 1 {
+        format!("pair {pair}")
+    } else {
+        format!("pair {pair} receiver {receiver}")
+    }
 }
 
 type Sender = JoinHandle<Result<u64, String>>;
@@ -524,11 +529,7 @@ fn receive(
     let mut interval_no = 0u32;
     let mut result: Option<Measured> = None;
     let mut failure: Option<String> = None;
-    let who = if how.receivers == 1 {
-        format!("pair {}", how.pair)
-    } else {
-        format!("pair {} receiver {}", how.pair, how.receiver)
-    };
+    let who = who(how.pair, how.receiver, how.receivers);
     endpoint::run(socket, shard, |_shard, _now, events| {
         for event in events.drain(..) {
             match event {

@@ -360,11 +360,17 @@ fn start_outgoing_reset(a: &mut Sctp, channel: u16) {
 
 /// Applies finished stream resets to the channels: a channel closes when both of
 /// its directions are reset; an incoming reset of an open channel makes us reset
-/// ours (RFC 8831 §6.7).
+/// ours (RFC 8831 §6.7). An incoming reset waits while messages the peer sent on
+/// the stream before it are still in the receive buffer (the room relay may leave
+/// them there, `Sctp::peek_message`): they go out on the channel first.
 pub fn apply_resets(a: &mut Sctp, dc: &mut DataChannels, peer: PeerId, events: &mut Events) {
     let incoming = std::mem::take(&mut a.reset.incoming_done);
     let outgoing = std::mem::take(&mut a.reset.outgoing_done);
     for s in incoming {
+        if a.has_message_on(s) {
+            a.reset.incoming_done.push(s);
+            continue;
+        }
         let Some(ch) = dc.channels.get_mut(&s.0) else {
             continue;
         };

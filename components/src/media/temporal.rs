@@ -94,18 +94,17 @@ impl Dropped {
         self.folded + self.list.len() as u64
     }
 
-    /// The number kept whose place in the numbering, once the drops are taken out, is
-    /// `y`: the inverse of `x − below(x)`.
-    /// Folds every listed drop into the count: nothing at or below the newest can be
-    /// numbered any more.
-    fn fold_all(&mut self) {
-        if let Some(&newest) = self.list.back() {
-            self.folded += self.list.len() as u64;
-            self.floor = self.floor.max(newest);
-            self.list.clear();
-        }
+    /// Folds every listed drop into the count: nothing at or below the newest, nor
+    /// at or below `through`, can be numbered any more.
+    fn fold_all(&mut self, through: u64) {
+        self.folded += self.list.len() as u64;
+        let newest = self.list.back().copied().unwrap_or(0);
+        self.floor = self.floor.max(newest).max(through);
+        self.list.clear();
     }
 
+    /// The number kept whose place in the numbering, once the drops are taken out, is
+    /// `y`: the inverse of `x − below(x)`.
     fn inverse(&self, y: u64) -> u64 {
         let mut x = y + self.folded;
         for d in &self.list {
@@ -239,9 +238,8 @@ impl TemporalFilter {
         let bits = if wide { 15 } else { 7 };
         let p = if std::mem::take(&mut self.resumed) {
             // Everything dropped before the pause is older than what comes now.
-            self.seqs.fold_all();
-            self.pictures.fold_all();
-            self.seqs.floor = self.seqs.floor.max(self.max_seq);
+            self.seqs.fold_all(self.max_seq);
+            self.pictures.fold_all(self.max_picture);
             extend_forward(self.max_picture, pid, bits)
         } else if self.started {
             extend(self.max_picture, pid, bits)

@@ -73,23 +73,20 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
         let Some(&entity) = ctx.work.0.get(i) else {
             break;
         };
-        let Ok((_, a, dc, member)) = q.get(entity) else {
+        let Ok((_, a, mut dc, member)) = q.get_mut(entity) else {
             continue;
         };
         let room = member.map(|m| m.room);
-        if dc.relay_held && a.peek_message().is_none() {
-            // Its association started over (or was dropped) under it: nothing waits.
-            if let Ok((_, _, mut dc, _)) = q.get_mut(entity) {
-                dc.relay_held = false;
-            }
+        let waiting = a.peek_message().is_some();
+        if !waiting {
+            // A held sender with nothing waiting: its association started over (or
+            // was dropped) under it.
+            dc.relay_held = false;
         }
-        let Ok((_, a, _, _)) = q.get(entity) else {
-            continue;
-        };
         // What this member's reliable messages may add to its receivers' queues
         // (looked at only when it has something: most entities here brought SACKs).
         let mut budget = match room {
-            Some(room) if a.peek_message().is_some() => {
+            Some(room) if waiting => {
                 Some(relay::budget(&mut ctx.relay_ctx(), &mut q, entity, room))
             }
             _ => None,
@@ -97,7 +94,7 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
         let Ok((peer, mut a, mut dc, _)) = q.get_mut(entity) else {
             continue;
         };
-        let mut waits = None;
+        let mut waits = false;
         // Messages first: what was sent before a stream's reset arrived before it.
         while let Some(next) = a.peek_message() {
             if let Some(budget) = budget.as_mut()
@@ -109,7 +106,7 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
                 // that does not fit waits.
                 let len = next.payload.len();
                 if ch.kind.reliability == Reliability::Reliable && !budget.admits(len) {
-                    waits = Some(len);
+                    waits = true;
                     break;
                 }
                 budget.take(len);
@@ -165,7 +162,7 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
             if !ctx.relay.jobs.is_empty() {
                 relay::fan_out(&mut ctx.relay_ctx(), &mut q, entity, room);
             }
-            if waits.is_some() {
+            if waits {
                 relay::hold(&mut ctx.relay_ctx(), &mut q, entity, room);
             }
         }
@@ -173,22 +170,7 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
             continue;
         };
         if !a.reset.incoming_done.is_empty() || !a.reset.outgoing_done.is_empty() {
-            // A stream's reset applies once every message sent on it before the reset
-            // has been taken; the others' at once.
-            let a = &mut *a;
-            let mut later = Vec::new();
-            if waits.is_some() {
-                let done = std::mem::take(&mut a.reset.incoming_done);
-                for s in done {
-                    if a.has_message_on(s) {
-                        later.push(s);
-                    } else {
-                        a.reset.incoming_done.push(s);
-                    }
-                }
-            }
-            apply_resets(a, &mut dc, peer.id, &mut ctx.events);
-            a.reset.incoming_done.extend(later);
+            apply_resets(&mut a, &mut dc, peer.id, &mut ctx.events);
         }
     }
     ctx.relay.woken.clear();

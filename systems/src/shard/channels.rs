@@ -193,9 +193,7 @@ impl Shard {
 
     /// Bytes queued on the peer's association and not yet sent.
     pub fn sctp_buffered_amount(&self, id: PeerId) -> usize {
-        self.peer_sctp(id)
-            .and_then(|a| a.tx.as_ref())
-            .map_or(0, |tx| tx.queue.total_buffered_amount())
+        self.peer_sctp(id).map_or(0, Sctp::buffered_amount)
     }
 
     fn peer_sctp(&self, id: PeerId) -> Option<&Sctp> {

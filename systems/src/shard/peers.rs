@@ -140,11 +140,10 @@ impl Shard {
             }
             None => CongestionReport::default(),
         };
-        if let Some(a) = self.world.get::<Sctp>(entity) {
-            report.data_queued =
-                a.tx.as_ref()
-                    .map_or(0, |tx| tx.queue.total_buffered_amount());
-        }
+        report.data_queued = self
+            .world
+            .get::<Sctp>(entity)
+            .map_or(0, Sctp::buffered_amount);
         if let Some(dc) = self.world.get::<DataChannels>(entity) {
             report.relay_dropped = dc.relay_dropped;
             report.relay_holds = dc.relay_holds;

@@ -262,8 +262,8 @@ impl Shard {
         }
         let seq = t.stats.note(header.sequence_number);
         t.rate.add(now, packet.len());
-        if let Ok(p) = RtpPacket::parse(&packet) {
-            t.note_temporal(now, p.payload(), packet.len());
+        if let Some(payload) = packet.get(header.payload_range()) {
+            t.note_temporal(now, payload, packet.len());
         }
         t.cache.insert(seq, packet.clone());
         self.forward_local(entity, &packet, seq);

@@ -427,6 +427,19 @@ impl Sctp {
         self.rx.as_ref()?.peek_message()
     }
 
+    /// Bytes of user messages queued to send and not yet sent (WebRTC's
+    /// `bufferedAmount` over all streams).
+    pub fn buffered_amount(&self) -> usize {
+        self.tx
+            .as_ref()
+            .map_or(0, |tx| tx.queue.total_buffered_amount())
+    }
+
+    /// User messages queued to send and not yet sent.
+    pub fn queued_messages(&self) -> usize {
+        self.tx.as_ref().map_or(0, |tx| tx.queue.queued_messages())
+    }
+
     /// Whether a whole message the peer sent on `stream` waits to be taken.
     pub fn has_message_on(&self, stream: StreamId) -> bool {
         self.rx.as_ref().is_some_and(|rx| rx.has_message_on(stream))

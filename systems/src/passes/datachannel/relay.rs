@@ -146,26 +146,14 @@ pub const HIGH_WATERMARK_MESSAGES: usize = 8 * 1024;
 /// Messages a receiver's queue must fall to for the senders it held to go on.
 pub const LOW_WATERMARK_MESSAGES: usize = 4 * 1024;
 
-/// A receiver's queue as the relay weighs it: bytes waiting in its association's
-/// send queue (its buffered amount).
-pub(crate) fn queued(a: &Sctp) -> usize {
-    a.tx.as_ref()
-        .map_or(0, |tx| tx.queue.total_buffered_amount())
-}
-
-/// The messages waiting in a receiver's send queue.
-fn queued_messages(a: &Sctp) -> usize {
-    a.tx.as_ref().map_or(0, |tx| tx.queue.queued_messages())
-}
-
 /// Whether a receiver's queue is over the high watermark, in bytes or messages.
 fn over_high(a: &Sctp, limits: &RelayLimits) -> bool {
-    queued(a) > limits.high_watermark || queued_messages(a) > HIGH_WATERMARK_MESSAGES
+    a.buffered_amount() > limits.high_watermark || a.queued_messages() > HIGH_WATERMARK_MESSAGES
 }
 
 /// Whether a receiver's queue is down to the low watermark, in bytes and messages.
 fn down_to_low(a: &Sctp, limits: &RelayLimits) -> bool {
-    queued(a) <= limits.low_watermark && queued_messages(a) <= LOW_WATERMARK_MESSAGES
+    a.buffered_amount() <= limits.low_watermark && a.queued_messages() <= LOW_WATERMARK_MESSAGES
 }
 
 /// What a sender's messages may still add, this tick, to the queues of the
@@ -213,7 +201,8 @@ fn receiving(
 
 /// The budget of `from`'s messages this tick, from the fullest receiver's queue in
 /// `room`; a held sender stays held (budget 0) until every receiver is down to the
-/// low watermark. Receivers found down to it are no longer behind. O(members).
+/// low watermark, and each receiver over it meanwhile is behind ([`mark_behind`]).
+/// Receivers found down to it are no longer behind. O(members), one pass.
 pub(crate) fn budget(
     ctx: &mut RelayCtx,
     q: &mut Query<ChannelsQuery>,
@@ -221,6 +210,7 @@ pub(crate) fn budget(
     room: RoomId,
 ) -> Budget {
     let limits = ctx.limits;
+    let was_held = q.get(from).is_ok_and(|(_, _, dc, _)| dc.relay_held);
     let (mut fullest, mut most_messages, mut all_low) = (0, 0, true);
     for &to in ctx.rooms.members(room) {
         if !receiving(ctx.slow, ctx.leave, q, from, to) {
@@ -233,46 +223,65 @@ pub(crate) fn budget(
             dc.relay_behind_since = None;
         } else {
             all_low = false;
+            if was_held {
+                mark_behind(ctx, to, &mut dc);
+            }
         }
-        fullest = fullest.max(queued(&a));
-        most_messages = most_messages.max(queued_messages(&a));
+        fullest = fullest.max(a.buffered_amount());
+        most_messages = most_messages.max(a.queued_messages());
     }
-    let held = Budget {
-        left: 0,
-        left_messages: 0,
-        first: false,
-    };
-    let Ok((_, _, mut dc, _)) = q.get_mut(from) else {
-        return held;
-    };
-    let released = dc.relay_held && all_low;
-    if dc.relay_held && !released {
-        return held;
+    if was_held && !all_low {
+        return Budget {
+            left: 0,
+            left_messages: 0,
+            first: false,
+        };
     }
-    dc.relay_held = false;
+    if let Ok((_, _, mut dc, _)) = q.get_mut(from) {
+        dc.relay_held = false;
+    }
     Budget {
         left: limits.high_watermark.saturating_sub(fullest),
         left_messages: HIGH_WATERMARK_MESSAGES.saturating_sub(most_messages),
-        first: released || (fullest == 0 && most_messages == 0),
+        first: was_held || (fullest == 0 && most_messages == 0),
     }
 }
 
-/// `from`'s next reliable message waits: the sender is held, and each receiver over
-/// the low watermark (each one it now waits for) is behind from now if it was not
-/// already, with its hold limit's timer armed.
-pub(crate) fn hold(ctx: &mut RelayCtx, q: &mut Query<ChannelsQuery>, from: Entity, room: RoomId) {
-    let now = ctx.now;
-    let limits = ctx.limits;
-    if let Ok((_, _, mut dc, _)) = q.get_mut(from)
-        && !dc.relay_held
-    {
-        dc.relay_held = true;
-        dc.relay_holds += 1;
-        ctx.stats.relay_holds += 1;
-        if !ctx.held.0.contains(&from) {
-            ctx.held.0.push(from);
-        }
+/// Receiver `to` holds a sender back: behind from now if it was not already, with
+/// its hold limit's timer armed.
+fn mark_behind(ctx: &mut RelayCtx, to: Entity, dc: &mut DataChannels) {
+    if dc.relay_behind_since.is_some() {
+        return;
     }
+    let now = ctx.now;
+    dc.relay_behind_since = Some(now);
+    if let Ok(mut timers) = ctx.timers.get_mut(to) {
+        ctx.heap.arm(
+            &mut timers,
+            to,
+            TimerKind::RelayHold,
+            now + ctx.limits.hold_limit,
+        );
+    }
+}
+
+/// `from`'s next reliable message waits. A sender not held yet is held from now, and
+/// each receiver over the low watermark (each one it now waits for) is behind; one
+/// held already had its receivers looked at by [`budget`].
+pub(crate) fn hold(ctx: &mut RelayCtx, q: &mut Query<ChannelsQuery>, from: Entity, room: RoomId) {
+    let Ok((_, _, mut dc, _)) = q.get_mut(from) else {
+        return;
+    };
+    if dc.relay_held {
+        return;
+    }
+    dc.relay_held = true;
+    dc.relay_holds += 1;
+    ctx.stats.relay_holds += 1;
+    if !ctx.held.0.contains(&from) {
+        ctx.held.0.push(from);
+    }
+    let limits = ctx.limits;
     for &to in ctx.rooms.members(room) {
         if !receiving(ctx.slow, ctx.leave, q, from, to) {
             continue;
@@ -280,17 +289,8 @@ pub(crate) fn hold(ctx: &mut RelayCtx, q: &mut Query<ChannelsQuery>, from: Entit
         let Ok((_, a, mut dc, _)) = q.get_mut(to) else {
             continue;
         };
-        if down_to_low(&a, &limits) || dc.relay_behind_since.is_some() {
-            continue;
-        }
-        dc.relay_behind_since = Some(now);
-        if let Ok(mut timers) = ctx.timers.get_mut(to) {
-            ctx.heap.arm(
-                &mut timers,
-                to,
-                TimerKind::RelayHold,
-                now + limits.hold_limit,
-            );
+        if !down_to_low(&a, &limits) {
+            mark_behind(ctx, to, &mut dc);
         }
     }
 }

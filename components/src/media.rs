@@ -61,6 +61,8 @@ pub struct ExtensionIds {
     pub transport_cc: Option<u8>,
     /// webrtc's abs-send-time, for shoal's own estimate of a publisher's path.
     pub abs_send_time: Option<u8>,
+    /// webrtc's abs-capture-time: read from a publisher, written to a subscriber.
+    pub abs_capture_time: Option<u8>,
 }
 
 /// RTCP feedback negotiated for a stream (RFC 4585 §4.2, RFC 5104 §7.1).

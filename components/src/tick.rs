@@ -16,6 +16,7 @@ use crate::media::temporal::Shift;
 use crate::media::{PayloadFormat, Track, TrackKind};
 use crate::net::{Datagram, FiveTuple};
 use crate::peer::PeerId;
+use crate::rtp::ext::AbsCaptureTime;
 use crate::rtp::payload::{Vp8Descriptor, h264_keyframe_start};
 use crate::rtp::{RtpHeader, RtpPacket};
 use crate::time::Time;
@@ -143,6 +144,11 @@ pub struct SharedRtp {
     pub seq: u64,
     /// Its audio level (RFC 6464: one byte), to carry over.
     pub audio_level: Option<u8>,
+    /// Its abs-capture-time timestamp (NTP, 32.32), to carry over. The estimated
+    /// capture clock offset is not: it is the capturer's clock against the
+    /// publisher's, and a subscriber reads shoal's clock (its sender reports), not
+    /// the publisher's.
+    pub capture_time: Option<u64>,
     /// It is audio (paced ahead of video).
     pub audio: bool,
     /// For a simulcast stream: its index and whether it starts a keyframe.
@@ -178,6 +184,12 @@ impl SharedRtp {
                 Some(&[level]) => Some(level),
                 _ => None,
             });
+        let capture_time = track
+            .spec
+            .extensions
+            .abs_capture_time
+            .and_then(|id| AbsCaptureTime::parse(p.extension(id)?))
+            .map(|c| c.capture_ntp);
         let vp8 = match track.spec.format {
             PayloadFormat::Vp8 => Vp8Descriptor::parse(p.payload()),
             _ => None,
@@ -198,6 +210,7 @@ impl SharedRtp {
             packet: packet.clone(),
             seq,
             audio_level,
+            capture_time,
             audio: track.spec.kind == TrackKind::Audio,
             layer,
             vp8,

@@ -137,3 +137,111 @@ fn a_subscriber_that_connects_later_gets_its_keyframe_request_then() {
         "a keyframe was requested before the subscriber could receive it: {requests:?}"
     );
 }
+
+/// webrtc's abs-capture-time: a publisher's capture timestamp reaches every subscriber
+/// that negotiated the extension, under that subscriber's own id, in the 8-byte form;
+/// a subscriber that did not negotiate it gets no such element.
+#[test]
+fn the_capture_time_is_carried_over_to_subscribers() {
+    use bytes::BytesMut;
+    use shoal_components::media::ExtensionIds;
+    use shoal_components::peer::PeerId;
+    use shoal_components::rtp::{RtpFields, RtpWriter};
+    use shoal_systems::Command;
+
+    const PUBLISHER_ID: u8 = 3;
+    const SUBSCRIBER_ID: u8 = 9;
+    let capture = |i: u16| 0x1234_5678_0000_0000u64 + u64::from(i) * 0x0100_0000;
+    let with_capture = |id| ExtensionIds {
+        abs_capture_time: Some(id),
+        ..ExtensionIds::default()
+    };
+    let link = LinkConfig::lossy(Duration::from_millis(5), 0.0);
+    let mut sim = media_sim::connected_sim(11, &link, 2);
+    let mut source = media_sim::track_spec(media_sim::SOURCE, 0xABCD, 0xABCE);
+    source.extensions = with_capture(PUBLISHER_ID);
+    let mut outbound =
+        media_sim::subscription(media_sim::SOURCE, media_sim::PUB_SSRC, media_sim::PUB_RTX);
+    outbound.extensions = with_capture(PUBLISHER_ID);
+    sim.command(
+        cli(1),
+        Command::AddSource {
+            peer: PeerId(1),
+            track: source,
+            subscription: outbound,
+        },
+    )
+    .unwrap();
+    let mut published =
+        media_sim::track_spec(media_sim::TRACK, media_sim::PUB_SSRC, media_sim::PUB_RTX);
+    published.extensions = with_capture(PUBLISHER_ID);
+    sim.command(
+        addr(SRV),
+        Command::Publish {
+            peer: PeerId(1),
+            track: published,
+        },
+    )
+    .unwrap();
+    for i in 2..=3u64 {
+        let (ssrc, rtx) = media_sim::subscriber_ssrcs(i);
+        let mut sub = media_sim::subscription(media_sim::TRACK, ssrc, rtx);
+        if i == 2 {
+            sub.extensions = with_capture(SUBSCRIBER_ID);
+        }
+        sim.command(
+            addr(SRV),
+            Command::Subscribe {
+                peer: PeerId(i),
+                subscription: sub,
+            },
+        )
+        .unwrap();
+        sim.command(
+            cli(i),
+            Command::Receive {
+                peer: PeerId(i),
+                track: media_sim::track_spec(media_sim::RECEIVED, ssrc, rtx),
+            },
+        )
+        .unwrap();
+    }
+    for i in 0..50u16 {
+        let plain = media_sim::packet(i);
+        let p = RtpPacket::parse(&plain).unwrap();
+        let mut out = BytesMut::new();
+        let fields = RtpFields {
+            marker: p.header().marker,
+            payload_type: p.header().payload_type,
+            sequence_number: p.header().sequence_number,
+            timestamp: p.header().timestamp,
+            ssrc: p.header().ssrc,
+        };
+        let mut w = RtpWriter::new(&mut out, &fields, &[]);
+        w.extension(PUBLISHER_ID, &capture(i).to_be_bytes())
+            .unwrap();
+        w.payload(p.payload());
+        w.finish(0);
+        let now = sim.now();
+        sim.shard_mut(cli(1))
+            .send_rtp(now, media_sim::SOURCE, out.freeze())
+            .unwrap();
+        let _ = sim.run_for(media_sim::INTERVAL);
+    }
+    let _ = sim.run_for(Duration::from_millis(200));
+    let mut seen = BTreeMap::<u64, Vec<(u16, Option<Vec<u8>>)>>::new();
+    for (at, event) in sim.drain_events() {
+        if let ShardEvent::RtpReceived { packet, .. } = event {
+            let p = RtpPacket::parse(&packet).unwrap();
+            let n = intact(&p).expect("intact");
+            let element = p.extension(SUBSCRIBER_ID).map(<[u8]>::to_vec);
+            seen.entry(cli_index(at)).or_default().push((n, element));
+        }
+    }
+    assert_eq!(seen.get(&2).map(Vec::len), Some(50), "{seen:?}");
+    assert_eq!(seen.get(&3).map(Vec::len), Some(50), "{seen:?}");
+    for (n, element) in &seen[&2] {
+        assert_eq!(element.as_deref(), Some(&capture(*n).to_be_bytes()[..]));
+    }
+    assert!(seen[&3].iter().all(|(_, e)| e.is_none()), "{:?}", seen[&3]);
+}

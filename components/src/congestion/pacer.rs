@@ -197,6 +197,7 @@ mod tests {
                 packet,
                 seq: 0,
                 audio_level: None,
+                capture_time: None,
                 audio,
                 vp8: None,
                 shift: Default::default(),

@@ -47,9 +47,9 @@ pub use media::{
     FORMAT_DATACHANNEL, MediaDescription, MediaKind, PROTO_DTLS_SCTP, PROTO_RTP_SAVPF,
 };
 pub use negotiation::{
-    Answered, Change, EXT_ABS_SEND_TIME, EXT_AUDIO_LEVEL, EXT_MID, EXT_REPAIRED_RID, EXT_RID,
-    EXT_TRANSPORT_CC, MAX_PUBLISHED, Media, Negotiation, NegotiationError, Published,
-    RemoteTransport, Section, SectionState, Subscribed, TrackSource,
+    Answered, Change, EXT_ABS_CAPTURE_TIME, EXT_ABS_SEND_TIME, EXT_AUDIO_LEVEL, EXT_MID,
+    EXT_REPAIRED_RID, EXT_RID, EXT_TRANSPORT_CC, MAX_PUBLISHED, Media, Negotiation,
+    NegotiationError, Published, RemoteTransport, Section, SectionState, Subscribed, TrackSource,
 };
 pub use rtp::{Direction, Extmap, Fmtp, Rtcp, RtcpFb, RtpMap, Ssrc, SsrcGroup};
 pub use session::{Bandwidth, Connection, Origin, SessionDescription, Timing};

@@ -147,6 +147,7 @@ fn extension_ids(extensions: &[Extmap]) -> ExtensionIds {
         repaired_rid: id(sdp::EXT_REPAIRED_RID),
         transport_cc: id(sdp::EXT_TRANSPORT_CC),
         abs_send_time: id(sdp::EXT_ABS_SEND_TIME),
+        abs_capture_time: id(sdp::EXT_ABS_CAPTURE_TIME),
     }
 }
 

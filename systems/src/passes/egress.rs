@@ -409,6 +409,10 @@ fn send_copy(
         if let (Some(id), Some(level)) = (sub.spec.extensions.audio_level, rtp.audio_level) {
             let _ = w.extension(id, &[level]);
         }
+        // The capture time, in the extension's 8-byte form under the subscriber's id.
+        if let (Some(id), Some(ntp)) = (sub.spec.extensions.abs_capture_time, rtp.capture_time) {
+            let _ = w.extension(id, &ntp.to_be_bytes());
+        }
         // shoal's own transport-wide number (draft-holmer-rmcat-transport-wide-cc-
         // extensions-01 §2), one space over everything the subscriber is sent.
         if let (Some(id), Some(tw)) = (sub.spec.extensions.transport_cc, transport.as_mut()) {

@@ -440,11 +440,12 @@ impl Negotiation {
 
 /// The extensions shoal accepts from a publisher of `kind`: the mid (RFC 8843 §9.2
 /// demultiplexing), the audio level it forwards, the stream ids (RFC 8852), the
-/// transport-wide sequence number it sends feedback on, and where REMB is agreed
-/// instead (`remb`) the abs-send-time its own estimate runs on.
+/// transport-wide sequence number it sends feedback on, the capture time it carries
+/// over to subscribers, and where REMB is agreed instead (`remb`) the abs-send-time
+/// its own estimate runs on.
 pub(super) fn receivable(kind: &MediaKind, uri: &str, remb: bool) -> bool {
     match uri {
-        EXT_MID | EXT_TRANSPORT_CC => true,
+        EXT_MID | EXT_TRANSPORT_CC | EXT_ABS_CAPTURE_TIME => true,
         EXT_ABS_SEND_TIME => remb,
         EXT_AUDIO_LEVEL => *kind == MediaKind::Audio,
         EXT_RID | EXT_REPAIRED_RID => *kind == MediaKind::Video,

@@ -77,6 +77,13 @@ pub const EXT_TRANSPORT_CC: &str =
 /// seconds), which draft-ietf-rmcat-gcc-02 §3 has a receive-side estimate run on.
 pub const EXT_ABS_SEND_TIME: &str = crate::rtp::ext::uri::ABS_SEND_TIME;
 
+/// webrtc's abs-capture-time header extension: when the packet's first frame was
+/// captured, on the capturer's NTP clock. It exists for audio/video sync through
+/// RTCP-terminating middle boxes (webrtc.org/experiments/rtp-hdrext/abs-capture-time),
+/// so shoal takes it from a publisher and carries the capture time over to every
+/// subscriber that accepts it.
+pub const EXT_ABS_CAPTURE_TIME: &str = crate::rtp::ext::uri::ABS_CAPTURE_TIME;
+
 /// Tracks one participant may publish: the shard's limit per peer.
 pub const MAX_PUBLISHED: usize = 32;
 /// RFC 8285 §4.2: one-byte header extension ids are 1 to 14.
@@ -89,8 +96,13 @@ const MID_PREFIX: &str = "s";
 /// The extensions shoal writes on what it sends to a subscriber of `kind`.
 fn sendable(kind: &MediaKind) -> &'static [&'static str] {
     match kind {
-        MediaKind::Audio => &[EXT_MID, EXT_AUDIO_LEVEL, EXT_TRANSPORT_CC],
-        _ => &[EXT_MID, EXT_TRANSPORT_CC],
+        MediaKind::Audio => &[
+            EXT_MID,
+            EXT_AUDIO_LEVEL,
+            EXT_TRANSPORT_CC,
+            EXT_ABS_CAPTURE_TIME,
+        ],
+        _ => &[EXT_MID, EXT_TRANSPORT_CC, EXT_ABS_CAPTURE_TIME],
     }
 }
 

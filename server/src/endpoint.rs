@@ -68,9 +68,11 @@ use std::time::{Duration, Instant};
 
 use mio::net::UdpSocket;
 
+pub mod media;
 mod offer;
 pub mod signal;
 
+pub use media::{MediaOffer, MediaSession, OfferShape, media_offer};
 pub use offer::{AnswerError, DataOffer, data_offer};
 
 use crate::udp::UdpIo;

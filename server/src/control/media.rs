@@ -133,7 +133,7 @@ pub(super) fn track_name(id: TrackId) -> String {
 }
 
 /// The extension ids of `extensions` that the shard reads or writes.
-fn extension_ids(extensions: &[Extmap]) -> ExtensionIds {
+pub(crate) fn extension_ids(extensions: &[Extmap]) -> ExtensionIds {
     let id = |uri: &str| {
         extensions
             .iter()
@@ -151,7 +151,8 @@ fn extension_ids(extensions: &[Extmap]) -> ExtensionIds {
     }
 }
 
-fn feedback(codec: &Codec) -> FeedbackKinds {
+/// The RTCP feedback the shard does for `codec`.
+pub(crate) fn feedback(codec: &Codec) -> FeedbackKinds {
     FeedbackKinds {
         nack: codec.feedback.nack,
         pli: codec.feedback.pli,

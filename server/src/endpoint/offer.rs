@@ -62,6 +62,67 @@ pub enum AnswerError {
     /// No UDP candidate with an IP address.
     #[error("the answer has no UDP candidate")]
     NoCandidate,
+    /// No section with a mid the endpoint offered to send in.
+    #[error("the answer has no section {0:?}")]
+    NoSection(String),
+    /// A section the endpoint sends in was rejected or has no usable codec.
+    #[error("the answer rejected section {0:?}")]
+    SectionRejected(String),
+}
+
+/// The controlling, DTLS-pinned peer `id` (local credentials `ufrag`, `pwd`) that the
+/// answer `sdp` describes in section `m`: the answer's credentials and UDP
+/// candidates, DTLS client if the answerer is `passive` and server if it is `active`
+/// (RFC 8842 §5.2), its certificate pinned to its SHA-256 fingerprint; no data
+/// channel limits (the caller sets them).
+pub(super) fn transport_of(
+    id: PeerId,
+    local_ufrag: &str,
+    local_pwd: &str,
+    sdp: &SessionDescription,
+    m: &MediaDescription,
+) -> Result<PeerSpec, AnswerError> {
+    let (ufrag, pwd) = sdp
+        .ice_credentials_for(m)
+        .ok_or(AnswerError::MissingIceCredentials)?;
+    let remote_fingerprint = sdp
+        .fingerprints_for(m)
+        .find(|f| f.hash == HashFunction::Sha256)
+        .and_then(|f| <[u8; 32]>::try_from(f.bytes.as_slice()).ok())
+        .ok_or(AnswerError::MissingSha256Fingerprint)?;
+    // RFC 4145 §4: "The default value of the setup attribute in an offer/answer
+    // exchange is 'active' in the offer and 'passive' in the answer."
+    let role = match sdp.setup_for(m).unwrap_or(Setup::Passive) {
+        Setup::Passive => DtlsRole::Client,
+        Setup::Active => DtlsRole::Server,
+        other => return Err(AnswerError::Setup(other)),
+    };
+    let remote_candidates: Vec<SocketAddr> = m
+        .candidates()
+        .filter(|c| c.is_udp())
+        .filter_map(|c| Some(SocketAddr::new(c.ip()?, c.port)))
+        .collect();
+    if remote_candidates.is_empty() {
+        return Err(AnswerError::NoCandidate);
+    }
+    Ok(PeerSpec {
+        id: id,
+        role: IceRole::Controlling,
+        credentials: IceCredentials {
+            local_ufrag: local_ufrag.to_owned(),
+            local_pwd: local_pwd.to_owned(),
+            remote_ufrag: ufrag.to_owned(),
+            remote_pwd: pwd.to_owned(),
+        },
+        remote_candidates,
+        dtls: Some(PeerDtls {
+            role,
+            remote_fingerprint,
+            max_message_size: None,
+        }),
+        room: None,
+        may_send_data: false,
+    })
 }
 
 /// A fresh offer for peer `id` of a shard whose certificate has SHA-256 `fingerprint`
@@ -134,48 +195,12 @@ impl DataOffer {
         if m.port == 0 {
             return Err(AnswerError::Rejected);
         }
-        let (ufrag, pwd) = sdp
-            .ice_credentials_for(m)
-            .ok_or(AnswerError::MissingIceCredentials)?;
-        let remote_fingerprint = sdp
-            .fingerprints_for(m)
-            .find(|f| f.hash == HashFunction::Sha256)
-            .and_then(|f| <[u8; 32]>::try_from(f.bytes.as_slice()).ok())
-            .ok_or(AnswerError::MissingSha256Fingerprint)?;
-        // RFC 4145 §4: "The default value of the setup attribute in an offer/answer
-        // exchange is 'active' in the offer and 'passive' in the answer."
-        let role = match sdp.setup_for(m).unwrap_or(Setup::Passive) {
-            Setup::Passive => DtlsRole::Client,
-            Setup::Active => DtlsRole::Server,
-            other => return Err(AnswerError::Setup(other)),
-        };
-        let remote_candidates: Vec<SocketAddr> = m
-            .candidates()
-            .filter(|c| c.is_udp())
-            .filter_map(|c| Some(SocketAddr::new(c.ip()?, c.port)))
-            .collect();
-        if remote_candidates.is_empty() {
-            return Err(AnswerError::NoCandidate);
+        let mut spec = transport_of(self.id, &self.ufrag, &self.pwd, &sdp, m)?;
+        if let Some(dtls) = spec.dtls.as_mut() {
+            dtls.max_message_size = Some(remote_max_message_size(m));
         }
-        let max_message_size = remote_max_message_size(m);
-        Ok(PeerSpec {
-            id: self.id,
-            role: IceRole::Controlling,
-            credentials: IceCredentials {
-                local_ufrag: self.ufrag.clone(),
-                local_pwd: self.pwd.clone(),
-                remote_ufrag: ufrag.to_owned(),
-                remote_pwd: pwd.to_owned(),
-            },
-            remote_candidates,
-            dtls: Some(PeerDtls {
-                role,
-                remote_fingerprint,
-                max_message_size: Some(max_message_size),
-            }),
-            room: None,
-            may_send_data: true,
-        })
+        spec.may_send_data = true;
+        Ok(spec)
     }
 }
 

@@ -17,11 +17,16 @@
 //!
 //! `shoal-bench media`: one server shard forwarding a publisher's video to N
 //! subscribers, SRTP in and out (see `media.rs`).
+//!
+//! `shoal-bench sfu-load`: a node under many rooms of publishing and subscribing
+//! participants over real UDP, signalled over `/signal` or WHIP + WHEP: latency
+//! percentiles, loss, join time, the node's CPU and memory (see `sfu_load/mod.rs`).
 
 mod dtls;
 mod flow;
 mod ice;
 mod media;
+mod sfu_load;
 mod srtp;
 mod udp;
 
@@ -34,6 +39,7 @@ fn main() -> ExitCode {
         Some("flow") => flow::run(&args[1..]),
         Some("ice") => ice::run(&args[1..]),
         Some("media") => media::run(&args[1..]),
+        Some("sfu-load") => sfu_load::run(&args[1..]),
         Some("srtp") => srtp::run(&args[1..]),
         Some("udp") => udp::run(&args[1..]),
         Some("--help" | "-h" | "help") => {
@@ -53,6 +59,7 @@ const USAGE: &str = "usage: shoal-bench <benchmark> [options]\n\n\
      flow                                        data-channel throughput over loopback UDP (FLOW_* env)\n  \
      ice [--peers N] [--checks N] [--batch N]   STUN checks answered per second by one shard\n  \
      media [--subscribers N] [--packets N]       one shard forwarding video to N subscribers\n  \
+     sfu-load (--shoal BIN | --http ADDR) [...]  rooms of publishers and subscribers against a node (--help)\n  \
      srtp [--packets N]                          SRTP/SRTCP protect and unprotect per packet, all profiles\n  \
      udp [--size B] [--mib N] [--window-kib K]   loopback UDP ceiling with shoal's batched I/O";
 

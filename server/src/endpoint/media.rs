@@ -118,7 +118,8 @@ pub fn media_offer<R: RngCore + ?Sized>(
     let mut next = || rng.next_u64();
     let ufrag = ice_chars(UFRAG_LEN, &mut next);
     let pwd = ice_chars(PWD_LEN, &mut next);
-    let cname = ice_chars(16, &mut next);
+    // Also the msid's stream id, so only token characters (RFC 8830 §2).
+    let cname = format!("{:016x}", next());
     let session_id = (next() >> 2).min((1 << 62) - 2);
     let ssrc = |next: &mut dyn FnMut() -> u64| (next() as u32).max(1);
     let audio_ssrc = ssrc(&mut next);

@@ -106,7 +106,7 @@ pub(super) fn transport_of(
         return Err(AnswerError::NoCandidate);
     }
     Ok(PeerSpec {
-        id: id,
+        id,
         role: IceRole::Controlling,
         credentials: IceCredentials {
             local_ufrag: local_ufrag.to_owned(),

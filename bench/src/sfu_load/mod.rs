@@ -1,0 +1,484 @@
+//! `shoal-bench sfu-load`: an SFU under the load of many rooms, over real UDP, with
+//! shoal's own client stack as every participant (no browser, no decoding).
+//!
+//! N rooms of P participants: each publishes synthetic VP8 video and Opus-sized
+//! audio and receives every other participant's (see `load.rs` for the media); rooms
+//! arrive `--room-gap-ms` apart and a room's joins spread over `--join-window-ms`.
+//! Signalling is the node's `/signal` WebSocket or WHIP + WHEP (`signal.rs`, which
+//! also says what WHIP + WHEP can and cannot express). After every join and a
+//! warm-up, a steady window of `--duration` seconds measures:
+//! - end-to-end latency of every received packet (abs-capture-time stamped at send,
+//!   read at receipt, one clock), P50 to max;
+//! - loss (from each received stream's sequence numbers), NACKs and PLIs sent,
+//!   retransmissions received;
+//! - join time, offer sent → first media packet received, for participants that
+//!   joined a room where someone was already sending (WHEP: its own offer);
+//! - the server's CPU per thread (from /proc) and RSS, and the generator's own CPU
+//!   and how late its frames went out, so a saturated generator is never taken for
+//!   a slow server.
+//!
+//! `--shoal BIN` starts the server itself (one shard, ephemeral ports) pinned to
+//! `--server-cpu`, and the generator pins itself to `--generator-cpu`; `--http
+//! ADDR` (and `--server-pid PID` for its CPU) loads a server already running.
+//! `--find-max` raises the room count (×1.5 a step) until P99.99 exceeds
+//! `--p9999-bound-ms`, loss exceeds `--loss-bound`, a join fails or the generator
+//! saturates, and reports the largest passing load per server core. Progress prints
+//! each second; `report.md` and PNG plots go to `--out`.
+
+mod load;
+mod report;
+mod signal;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use mio::{Poll, Waker};
+
+use load::{Generator, Live, Measured, MediaShape, ToGen, WAKER};
+use report::{Cpu, Outcome, Step};
+use signal::{Mode, Plan, SignalOutcome, ToGenerator};
+
+/// The options.
+#[derive(Clone, Debug)]
+struct Options {
+    shoal: Option<PathBuf>,
+    http: Option<SocketAddr>,
+    server_pid: Option<u32>,
+    mode: Mode,
+    rooms: usize,
+    participants: usize,
+    duration: Duration,
+    warmup: Duration,
+    room_gap: Duration,
+    join_window: Duration,
+    media: MediaShape,
+    find_max: bool,
+    p9999_bound: Duration,
+    loss_bound: f64,
+    max_rooms: usize,
+    server_cpu: Option<usize>,
+    generator_cpu: Option<usize>,
+    out: PathBuf,
+}
+
+const USAGE: &str = "usage: shoal-bench sfu-load (--shoal BIN | --http ADDR [--server-pid PID]) [options]\n\
+  --signal signal|whip     signalling: the node's /signal, or WHIP + WHEP (signal)\n\
+  --rooms N                rooms (2)\n\
+  --participants P         participants per room (4)\n\
+  --duration S             steady window, seconds (10)\n\
+  --warmup S               after the last join, before the window (5)\n\
+  --room-gap-ms MS         between two rooms' arrivals (100)\n\
+  --join-window-ms MS      a room's joins spread over this (500)\n\
+  --video-kbps K           video bit rate (400)\n\
+  --fps F                  video frames per second (30)\n\
+  --keyframe-interval-s S  a keyframe at least this often (2)\n\
+  --find-max               raise the rooms until a bound is passed\n\
+  --p9999-bound-ms MS      find-max latency bound (5)\n\
+  --loss-bound PERCENT     find-max loss bound (0.1)\n\
+  --max-rooms N            find-max stops here (2000)\n\
+  --server-cpu C           pin the server it starts (0); --generator-cpu C (1); --no-pin\n\
+  --out DIR                report and plots (sfu-load-report)";
+
+fn value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+fn number<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> Result<T, String> {
+    match value(args, name) {
+        None if args.iter().any(|a| a == name) => Err(format!("{name} needs a value")),
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|_| format!("{name}: not a number: {v}")),
+    }
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mode = match value(args, "--signal").unwrap_or("signal") {
+        "signal" => Mode::Signal,
+        "whip" | "whip-whep" => Mode::WhipWhep,
+        other => return Err(format!("--signal: signal or whip, not {other}")),
+    };
+    let pin = !args.iter().any(|a| a == "--no-pin");
+    let o = Options {
+        shoal: value(args, "--shoal").map(PathBuf::from),
+        http: value(args, "--http")
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| format!("--http: not an address: {v}"))
+            })
+            .transpose()?,
+        server_pid: value(args, "--server-pid")
+            .map(|v| v.parse().map_err(|_| format!("--server-pid: {v}")))
+            .transpose()?,
+        mode,
+        rooms: number(args, "--rooms", 2)?,
+        participants: number(args, "--participants", 4)?,
+        duration: Duration::from_secs_f64(number(args, "--duration", 10.0)?),
+        warmup: Duration::from_secs_f64(number(args, "--warmup", 5.0)?),
+        room_gap: Duration::from_millis(number(args, "--room-gap-ms", 100)?),
+        join_window: Duration::from_millis(number(args, "--join-window-ms", 500)?),
+        media: MediaShape {
+            video_bps: number::<u64>(args, "--video-kbps", 400)? * 1000,
+            fps: number(args, "--fps", 30)?,
+            keyframe_interval: Duration::from_secs_f64(number(args, "--keyframe-interval-s", 2.0)?),
+        },
+        find_max: args.iter().any(|a| a == "--find-max"),
+        p9999_bound: Duration::from_secs_f64(number::<f64>(args, "--p9999-bound-ms", 5.0)? / 1e3),
+        loss_bound: number::<f64>(args, "--loss-bound", 0.1)? / 100.0,
+        max_rooms: number(args, "--max-rooms", 2000)?,
+        server_cpu: pin.then(|| number(args, "--server-cpu", 0)).transpose()?,
+        generator_cpu: pin
+            .then(|| number(args, "--generator-cpu", 1))
+            .transpose()?,
+        out: PathBuf::from(value(args, "--out").unwrap_or("sfu-load-report")),
+    };
+    if o.shoal.is_none() == o.http.is_none() {
+        return Err("one of --shoal BIN or --http ADDR".into());
+    }
+    if o.rooms == 0 || o.participants < 2 || o.media.fps == 0 || o.duration.is_zero() {
+        return Err("at least one room of two participants, a frame rate and a duration".into());
+    }
+    Ok(o)
+}
+
+pub(crate) fn run(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let options = match parse(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("sfu-load: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match drive(&options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sfu-load: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A server this run started; killed when dropped.
+struct Server {
+    child: Child,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(
+    bin: &PathBuf,
+    cpu: Option<usize>,
+    log: PathBuf,
+) -> Result<(Server, SocketAddr), String> {
+    let args = [
+        "--shards",
+        "1",
+        "--udp-port-base",
+        "0",
+        "--tcp-port-base",
+        "off",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--max-connections-per-address",
+        "1000000",
+        "--max-connections",
+        "1000000",
+    ];
+    let stderr = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut command = match cpu {
+        Some(c) => {
+            let mut t = Command::new("taskset");
+            t.arg("-c").arg(c.to_string()).arg(bin);
+            t
+        }
+        None => Command::new(bin),
+    };
+    let mut child = command
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let server = Server { child };
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let by = Instant::now() + Duration::from_secs(30);
+    loop {
+        let line = rx
+            .recv_timeout(by.saturating_duration_since(Instant::now()))
+            .map_err(|_| format!("shoal printed no http address (see {})", log.display()))?;
+        if let Some(a) = line.strip_prefix("shoal: http http://") {
+            let addr = a
+                .parse()
+                .map_err(|_| format!("shoal's http address: {a}"))?;
+            return Ok((server, addr));
+        }
+    }
+}
+
+/// Pins this process's threads (and those it starts later) to `cpu`.
+fn pin_self(cpu: usize) -> Result<(), String> {
+    let status = Command::new("taskset")
+        .args([
+            "-a",
+            "-p",
+            "-c",
+            &cpu.to_string(),
+            &std::process::id().to_string(),
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("taskset: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("taskset -c {cpu} failed"))
+    }
+}
+
+fn drive(o: &Options) -> Result<(), String> {
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
+    let (server, http, pid) = match (&o.shoal, o.http) {
+        (Some(bin), _) => {
+            let (server, http) = start_server(bin, o.server_cpu, o.out.join("server.log"))?;
+            let pid = server.child.id();
+            (Some(server), http, Some(pid))
+        }
+        (None, Some(http)) => (None, http, o.server_pid),
+        (None, None) => unreachable!("checked in parse"),
+    };
+    if let Some(c) = o.generator_cpu {
+        pin_self(c)?;
+    }
+    let pid = pid.map(report::proc_pid);
+    println!(
+        "sfu-load: {} at {http}, rooms of {}, {} kbit/s video at {} fps, signalling {}",
+        if server.is_some() {
+            "shoal started"
+        } else {
+            "server"
+        },
+        o.participants,
+        o.media.video_bps / 1000,
+        o.media.fps,
+        o.mode.name()
+    );
+    let mut steps: Vec<Step> = Vec::new();
+    let mut rooms = o.rooms;
+    let mut run = 0;
+    loop {
+        run += 1;
+        let step = one_run(o, http, pid.as_deref(), rooms, run)?;
+        let verdict = step.verdict(o.p9999_bound, o.loss_bound);
+        println!(
+            "sfu-load: {rooms} rooms: {}",
+            verdict.as_deref().unwrap_or("within the bounds")
+        );
+        steps.push(step);
+        if !o.find_max || verdict.is_some() || rooms >= o.max_rooms {
+            break;
+        }
+        rooms = (rooms * 3).div_ceil(2).min(o.max_rooms);
+        // Let the node forget the last step's participants.
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let outcome = Outcome {
+        options: report::Settings {
+            mode: o.mode.name(),
+            participants: o.participants,
+            video_kbps: o.media.video_bps / 1000,
+            fps: o.media.fps,
+            keyframe_interval_s: o.media.keyframe_interval.as_secs_f64(),
+            duration_s: o.duration.as_secs_f64(),
+            find_max: o.find_max,
+            p9999_bound_ms: o.p9999_bound.as_secs_f64() * 1e3,
+            loss_bound: o.loss_bound,
+            server_cpu: o.server_cpu,
+            generator_cpu: o.generator_cpu,
+        },
+        steps,
+    };
+    let written = report::write(&outcome, &o.out)?;
+    println!("{}", outcome.summary());
+    for w in written {
+        println!("sfu-load: wrote {}", w.display());
+    }
+    drop(server);
+    Ok(())
+}
+
+/// One load: joins, warm-up, the steady window, teardown.
+fn one_run(
+    o: &Options,
+    http: SocketAddr,
+    pid: Option<&str>,
+    rooms: usize,
+    run: usize,
+) -> Result<Step, String> {
+    let live = Arc::new(Live::new(rooms));
+    let poll = Poll::new().map_err(|e| e.to_string())?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(|e| e.to_string())?);
+    let (tx, rx) = mpsc::channel();
+    let generator = Generator::new(poll, rx, o.media, rooms, Arc::clone(&live))
+        .map_err(|e| format!("generator: {e}"))?;
+    let fingerprint = generator.fingerprint();
+    let gen_thread = std::thread::Builder::new()
+        .name("sfu-load-gen".into())
+        .spawn(move || generator.run())
+        .map_err(|e| e.to_string())?;
+    let plan = Plan {
+        http,
+        mode: o.mode,
+        rooms,
+        participants: o.participants,
+        room_gap: o.room_gap,
+        join_window: o.join_window,
+        fingerprint,
+        run: format!("load{}-{run}", std::process::id()),
+    };
+    let to_gen = ToGenerator {
+        tx: tx.clone(),
+        waker: Arc::clone(&waker),
+        next_conn: Arc::new(AtomicUsize::new(0)),
+        live: Arc::clone(&live),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let signal_thread = std::thread::Builder::new()
+        .name("sfu-load-signal".into())
+        .spawn(move || -> Result<SignalOutcome, String> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            Ok(rt.block_on(signal::run(plan, to_gen, stop_rx)))
+        })
+        .map_err(|e| e.to_string())?;
+    let peers_per_participant = match o.mode {
+        Mode::Signal => 1,
+        Mode::WhipWhep => 2,
+    };
+    let expected = rooms * o.participants * peers_per_participant;
+    // Joins: every connection up (or the arrivals' span and a margin gone).
+    let arrivals = o.room_gap * rooms as u32 + o.join_window;
+    let join_by = Instant::now() + arrivals + Duration::from_secs(15);
+    let mut progress = Progress::new(&live, pid);
+    while live.connected.load(Ordering::Relaxed) + live.failed.load(Ordering::Relaxed) < expected
+        && Instant::now() < join_by
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        progress.tick(&live, pid, "joining");
+    }
+    let warm_until = Instant::now() + o.warmup;
+    while Instant::now() < warm_until {
+        std::thread::sleep(Duration::from_millis(50));
+        progress.tick(&live, pid, "warm-up");
+    }
+    let send = |m| {
+        let _ = tx.send(m);
+        let _ = waker.wake();
+    };
+    send(ToGen::Steady);
+    let cpu_start = Cpu::sample(pid);
+    let t0 = Instant::now();
+    let mut rss_max_kib = 0;
+    while t0.elapsed() < o.duration {
+        std::thread::sleep(Duration::from_millis(50));
+        progress.tick(&live, pid, "steady");
+        if let Some(p) = pid {
+            rss_max_kib = rss_max_kib.max(report::rss_kib(p).unwrap_or(0));
+        }
+    }
+    let cpu_end = Cpu::sample(pid);
+    let window = t0.elapsed();
+    send(ToGen::Stop);
+    let measured: Measured = gen_thread
+        .join()
+        .map_err(|_| "the generator panicked".to_owned())?
+        .map_err(|e| format!("generator: {e}"))?;
+    let _ = stop_tx.send(true);
+    let signalled = signal_thread
+        .join()
+        .map_err(|_| "the signalling thread panicked".to_owned())??;
+    Ok(Step::new(
+        rooms,
+        o.participants,
+        expected,
+        window,
+        measured,
+        signalled,
+        cpu_start.zip(cpu_end),
+        rss_max_kib,
+    ))
+}
+
+/// A line on the terminal each second.
+struct Progress {
+    last: Instant,
+    sent: u64,
+    received: u64,
+    cpu: Option<Cpu>,
+}
+
+impl Progress {
+    fn new(live: &Live, pid: Option<&str>) -> Progress {
+        Progress {
+            last: Instant::now(),
+            sent: live.sent.load(Ordering::Relaxed),
+            received: live.received.load(Ordering::Relaxed),
+            cpu: Cpu::sample(pid),
+        }
+    }
+
+    fn tick(&mut self, live: &Live, pid: Option<&str>, phase: &str) {
+        let dt = self.last.elapsed();
+        if dt < Duration::from_secs(1) {
+            return;
+        }
+        let sent = live.sent.load(Ordering::Relaxed);
+        let received = live.received.load(Ordering::Relaxed);
+        let cpu = Cpu::sample(pid);
+        let share = |f: fn(&Cpu) -> f64| match (&self.cpu, &cpu) {
+            (Some(a), Some(b)) => format!("{:.0} %", (f(b) - f(a)) / dt.as_secs_f64() * 100.0),
+            _ => "-".into(),
+        };
+        println!(
+            "  {phase:8} peers up {:5} failed {:3}  sent {:7.0} pkt/s  received {:7.0} pkt/s  server cpu {}  generator cpu {}",
+            live.connected.load(Ordering::Relaxed),
+            live.failed.load(Ordering::Relaxed),
+            (sent - self.sent) as f64 / dt.as_secs_f64(),
+            (received - self.received) as f64 / dt.as_secs_f64(),
+            share(|c| c.server_total()),
+            share(|c| c.generator),
+        );
+        *self = Progress {
+            last: Instant::now(),
+            sent,
+            received,
+            cpu,
+        };
+    }
+}

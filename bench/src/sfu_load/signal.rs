@@ -1,0 +1,376 @@
+//! The load's signalling, on a thread of its own (a single-threaded tokio runtime):
+//! each participant joins its room over the node's `/signal` WebSocket, or publishes
+//! over WHIP and plays over WHEP, and hands what it negotiated to the generator.
+//!
+//! `/signal`: `join`, then one offer that publishes (Opus and VP8); the node answers,
+//! and as the room's other publishers arrive it offers their tracks, which the
+//! participant answers (`recvonly`) after telling the generator what it will
+//! receive.
+//!
+//! WHIP + WHEP (RFC 9725, any SFU that speaks them): each participant POSTs a
+//! publishing offer to `/whip/{room}`; once every publisher of its room is sending,
+//! it POSTs to `/whep/{room}` a player's offer of as many `recvonly` audio and video
+//! sections as the room has other publishers. WHEP has no renegotiation, so what a
+//! player receives is fixed by that one offer: the node fills its sections with the
+//! room's tracks as it chooses (shoal: in the room's order, which may include the
+//! player's own publisher), so the number of streams matches `/signal`'s but not
+//! always who sends them. Sessions end with DELETE on their `Location`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use mio::Waker;
+use rand_chacha::ChaCha12Rng;
+use rand_core::SeedableRng;
+use serde_json::{Value, json};
+use shoal_server::endpoint::{MediaOffer, OfferShape, media_offer};
+use shoal_server::sim::PeerId;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_tungstenite::tungstenite::Message;
+
+use super::load::{Join, Live, ToGen};
+
+/// How long one signalling step may take.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The signalling mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// shoal's `/signal` WebSocket.
+    Signal,
+    /// WHIP to publish, WHEP to play.
+    WhipWhep,
+}
+
+impl Mode {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Mode::Signal => "/signal",
+            Mode::WhipWhep => "WHIP + WHEP",
+        }
+    }
+}
+
+/// What the signalling needs.
+#[derive(Clone)]
+pub(super) struct Plan {
+    pub http: SocketAddr,
+    pub mode: Mode,
+    pub rooms: usize,
+    pub participants: usize,
+    /// Rooms start this far apart.
+    pub room_gap: Duration,
+    /// A room's participants join spread over this window.
+    pub join_window: Duration,
+    pub fingerprint: [u8; 32],
+    /// A prefix for room names, so runs against one node never share rooms.
+    pub run: String,
+}
+
+/// Signalling outcomes the run reports.
+#[derive(Debug, Default)]
+pub(super) struct SignalOutcome {
+    /// Joins that failed, with why (the first few).
+    pub failures: Vec<String>,
+    pub failed: usize,
+}
+
+/// Links to the generator.
+#[derive(Clone)]
+pub(super) struct ToGenerator {
+    pub tx: Sender<ToGen>,
+    pub waker: Arc<Waker>,
+    /// The next connection's index.
+    pub next_conn: Arc<AtomicUsize>,
+    /// The generator's counters (publishers sending, per room).
+    pub live: Arc<Live>,
+}
+
+impl ToGenerator {
+    fn send(&self, m: ToGen) {
+        if self.tx.send(m).is_ok() {
+            let _ = self.waker.wake();
+        }
+    }
+}
+
+/// Runs the plan's joins, keeps the sessions until `stop` turns true, then ends
+/// them.
+pub(super) async fn run(
+    plan: Plan,
+    to_gen: ToGenerator,
+    stop: watch::Receiver<bool>,
+) -> SignalOutcome {
+    let mut tasks = Vec::new();
+    let start = tokio::time::Instant::now();
+    for room in 0..plan.rooms {
+        for p in 0..plan.participants {
+            let at = start
+                + plan.room_gap * room as u32
+                + plan.join_window * p as u32 / plan.participants.max(1) as u32;
+            let (plan, to_gen, stop) = (plan.clone(), to_gen.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep_until(at).await;
+                let seed = (room * 10_000 + p) as u64;
+                let result = match plan.mode {
+                    Mode::Signal => participant_signal(&plan, &to_gen, room, p, seed, stop).await,
+                    Mode::WhipWhep => participant_whip(&plan, &to_gen, room, p, seed, stop).await,
+                };
+                if result.is_err() {
+                    to_gen.live.failed.fetch_add(1, Ordering::Relaxed);
+                }
+                result
+            }));
+        }
+    }
+    let mut outcome = SignalOutcome::default();
+    for t in tasks {
+        let result = t.await.unwrap_or_else(|e| Err(format!("task: {e}")));
+        if let Err(e) = result {
+            outcome.failed += 1;
+            if outcome.failures.len() < 5 {
+                outcome.failures.push(e);
+            }
+        }
+    }
+    outcome
+}
+
+fn room_name(plan: &Plan, room: usize) -> String {
+    format!("{}-{room}", plan.run)
+}
+
+fn identity(room: usize, p: usize) -> String {
+    format!("r{room}p{p}")
+}
+
+fn offer_for(plan: &Plan, shape: OfferShape, seed: u64) -> MediaOffer {
+    media_offer(
+        PeerId(1),
+        plan.fingerprint,
+        shape,
+        &mut ChaCha12Rng::seed_from_u64(seed),
+    )
+}
+
+/// One `/signal` participant: join, publish, answer the node's offers, until stop.
+async fn participant_signal(
+    plan: &Plan,
+    to_gen: &ToGenerator,
+    room: usize,
+    p: usize,
+    seed: u64,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let url = format!("ws://{}/signal", plan.http);
+    let (mut ws, _) = tokio::time::timeout(STEP_TIMEOUT, tokio_tungstenite::connect_async(url))
+        .await
+        .map_err(|_| "connect timed out".to_owned())?
+        .map_err(|e| format!("connect: {e}"))?;
+    let send = |v: Value| Message::Text(v.to_string().into());
+    ws.send(send(
+        json!({"join": {"room": room_name(plan, room), "identity": identity(room, p)}}),
+    ))
+    .await
+    .map_err(|e| format!("send join: {e}"))?;
+    let offer = offer_for(
+        plan,
+        OfferShape {
+            publish: true,
+            ..OfferShape::default()
+        },
+        seed,
+    );
+    let offered_at = Instant::now();
+    ws.send(send(json!({"offer": {"sdp": offer.sdp()}})))
+        .await
+        .map_err(|e| format!("send offer: {e}"))?;
+    let conn = to_gen.next_conn.fetch_add(1, Ordering::Relaxed);
+    let mut session = None;
+    loop {
+        let message = tokio::select! {
+            m = ws.next() => m,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let text = match message {
+            Some(Ok(Message::Text(t))) => t,
+            Some(Ok(Message::Close(_))) | None => return Err("the node closed /signal".into()),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(format!("/signal: {e}")),
+        };
+        let v: Value = serde_json::from_str(text.as_str()).map_err(|e| format!("json: {e}"))?;
+        if let Some(sdp) = v.pointer("/answer/sdp").and_then(Value::as_str) {
+            let s = offer.accept(sdp).map_err(|e| format!("answer: {e:?}"))?;
+            to_gen.send(ToGen::Add(Box::new(Join {
+                conn,
+                room,
+                publishes: true,
+                session: s.clone(),
+                offered_at,
+            })));
+            session = Some(s);
+        } else if let Some(sdp) = v.pointer("/offer/sdp").and_then(Value::as_str) {
+            let Some(s) = session.as_mut() else {
+                return Err("an offer before the answer".into());
+            };
+            let (answer, tracks) = s.answer(sdp).map_err(|e| format!("node offer: {e:?}"))?;
+            if !tracks.is_empty() {
+                to_gen.send(ToGen::Receive { conn, tracks });
+            }
+            ws.send(send(json!({"answer": {"sdp": answer}})))
+                .await
+                .map_err(|e| format!("send answer: {e}"))?;
+        } else if let Some(e) = v.get("error") {
+            return Err(format!("node error: {e}"));
+        }
+    }
+    let _ = ws.close(None).await;
+    Ok(())
+}
+
+/// One WHIP publisher, then its WHEP player once its room is sending.
+async fn participant_whip(
+    plan: &Plan,
+    to_gen: &ToGenerator,
+    room: usize,
+    p: usize,
+    seed: u64,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let name = room_name(plan, room);
+    let mut locations = Vec::new();
+    let publish = offer_for(
+        plan,
+        OfferShape {
+            publish: true,
+            ..OfferShape::default()
+        },
+        seed,
+    );
+    let offered_at = Instant::now();
+    let (answer, location) = post(
+        plan.http,
+        &format!("/whip/{name}?identity={}", identity(room, p)),
+        publish.sdp(),
+    )
+    .await?;
+    locations.extend(location);
+    let session = publish
+        .accept(&answer)
+        .map_err(|e| format!("WHIP answer: {e:?}"))?;
+    to_gen.send(ToGen::Add(Box::new(Join {
+        conn: to_gen.next_conn.fetch_add(1, Ordering::Relaxed),
+        room,
+        publishes: true,
+        session,
+        offered_at,
+    })));
+    // The player: once every publisher of the room sends.
+    let others = plan.participants.saturating_sub(1);
+    let ready_by = Instant::now() + STEP_TIMEOUT * 3;
+    while to_gen.live.publishing(room) < plan.participants {
+        if Instant::now() > ready_by {
+            return Err(format!("room {name}: its publishers did not all connect"));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if others > 0 {
+        let play = offer_for(
+            plan,
+            OfferShape {
+                publish: false,
+                receive_audio: others,
+                receive_video: others,
+            },
+            seed ^ 0x5555_5555,
+        );
+        let offered_at = Instant::now();
+        let (answer, location) = post(
+            plan.http,
+            &format!("/whep/{name}?identity={}-view", identity(room, p)),
+            play.sdp(),
+        )
+        .await?;
+        locations.extend(location);
+        let session = play
+            .accept(&answer)
+            .map_err(|e| format!("WHEP answer: {e:?}"))?;
+        to_gen.send(ToGen::Add(Box::new(Join {
+            conn: to_gen.next_conn.fetch_add(1, Ordering::Relaxed),
+            room,
+            publishes: false,
+            session,
+            offered_at,
+        })));
+    }
+    let _ = stop.wait_for(|s| *s).await;
+    for l in locations {
+        let _ = request(plan.http, "DELETE", &l, None).await;
+    }
+    Ok(())
+}
+
+/// POSTs an SDP offer; the answer and the session's `Location`.
+async fn post(http: SocketAddr, path: &str, sdp: &str) -> Result<(String, Option<String>), String> {
+    let (status, headers, body) = request(http, "POST", path, Some(sdp)).await?;
+    if status != 201 {
+        return Err(format!("POST {path}: {status} {}", body.trim()));
+    }
+    Ok((body, headers.get("location").cloned()))
+}
+
+/// One HTTP/1.1 request on a connection of its own (`Connection: close`): status,
+/// headers (lower-cased names) and body.
+async fn request(
+    http: SocketAddr,
+    method: &str,
+    path: &str,
+    sdp: Option<&str>,
+) -> Result<(u16, HashMap<String, String>, String), String> {
+    let exchange = async {
+        let mut s = TcpStream::connect(http).await.map_err(|e| e.to_string())?;
+        let body = sdp.unwrap_or_default();
+        let content_type = if sdp.is_some() {
+            "Content-Type: application/sdp\r\n"
+        } else {
+            ""
+        };
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {http}\r\n{content_type}Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        s.write_all(body.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = text
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| "a response without a header".to_owned())?;
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| "no status line".to_owned())?;
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        Ok::<_, String>((status, headers, body.to_owned()))
+    };
+    tokio::time::timeout(STEP_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("{method} {path}: timed out"))?
+}

@@ -245,3 +245,88 @@ fn the_capture_time_is_carried_over_to_subscribers() {
     }
     assert!(seen[&3].iter().all(|(_, e)| e.is_none()), "{:?}", seen[&3]);
 }
+
+/// A publisher hands a whole frame's packets in at once (`Shard::send_rtp_batch`):
+/// they go out in one tick, and every subscriber gets every packet intact, once, in
+/// sequence, as with one call per packet. A packet the shard refuses stops the
+/// batch there, after those before it went out.
+#[test]
+fn a_frame_handed_in_at_once_reaches_every_subscriber() {
+    const FRAMES: u16 = 40;
+    const PER_FRAME: u16 = 5;
+    let link = LinkConfig::lossy(Duration::from_millis(20), 0.0);
+    let mut sim = media_sim(11, &link, 3);
+    let mut got: BTreeMap<u64, Vec<(u16, u64)>> = BTreeMap::new();
+    let mut collect = |sim: &mut Sim, got: &mut BTreeMap<u64, Vec<(u16, u64)>>| {
+        for (at, event) in sim.drain_events() {
+            if let ShardEvent::RtpReceived { packet, seq, .. } = event {
+                let n = RtpPacket::parse(&packet)
+                    .ok()
+                    .as_ref()
+                    .and_then(intact)
+                    .expect("intact");
+                got.entry(cli_index(at)).or_default().push((n, seq));
+            }
+        }
+    };
+    for f in 0..FRAMES {
+        let now = sim.now();
+        let out_before = sim.shard(cli(1)).stats().datagrams_out;
+        let packets = (0..PER_FRAME).map(|k| media_sim::packet(f * PER_FRAME + k));
+        let taken = sim
+            .shard_mut(cli(1))
+            .send_rtp_batch(now, media_sim::SOURCE, packets)
+            .expect("the frame is taken");
+        assert_eq!(taken, usize::from(PER_FRAME));
+        // Written out in the call's one tick, not one tick per packet later.
+        let out = sim.shard(cli(1)).stats().datagrams_out - out_before;
+        assert!(
+            out >= u64::from(PER_FRAME),
+            "frame {f}: {out} datagrams out of the call"
+        );
+        let _ = sim.run_for(media_sim::INTERVAL * 3);
+        collect(&mut sim, &mut got);
+    }
+    let _ = sim.run_for(Duration::from_millis(500));
+    collect(&mut sim, &mut got);
+    for i in 2..=4u64 {
+        let seen = &got[&i];
+        let indices: Vec<u16> = seen.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            indices,
+            (0..FRAMES * PER_FRAME).collect::<Vec<_>>(),
+            "subscriber {i}: every packet once, in order"
+        );
+        assert!(
+            seen.windows(2).all(|w| w[1].1 == w[0].1 + 1),
+            "subscriber {i}: sequence numbers run on"
+        );
+    }
+    // A malformed packet in the middle: the one before it goes, the rest do not.
+    let now = sim.now();
+    let n = FRAMES * PER_FRAME;
+    let refused = sim.shard_mut(cli(1)).send_rtp_batch(
+        now,
+        media_sim::SOURCE,
+        [
+            media_sim::packet(n),
+            bytes::Bytes::from_static(b"no"),
+            media_sim::packet(n + 1),
+        ],
+    );
+    assert!(refused.is_err(), "{refused:?}");
+    let _ = sim.run_for(Duration::from_millis(200));
+    collect(&mut sim, &mut got);
+    for i in 2..=4u64 {
+        let last: Vec<u16> = got[&i]
+            .iter()
+            .map(|(n, _)| *n)
+            .skip(usize::from(n))
+            .collect();
+        assert_eq!(
+            last,
+            vec![n],
+            "subscriber {i}: only the packet before the refused one"
+        );
+    }
+}

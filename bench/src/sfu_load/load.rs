@@ -4,7 +4,7 @@
 //! Each loop iteration waits until a socket is readable, the signalling thread sends
 //! work (through a mio `Waker`), a shard's timer falls due or a media frame is due;
 //! then reads every readable socket in batches (one tick per batch), sends the due
-//! frames (`Shard::send_rtp`, one tick per packet, then one flush), and fires due
+//! frames (`Shard::send_rtp_batch`, one tick per frame, then one flush), and fires due
 //! timers. Timers and frames wait in two heaps keyed by time; a shard's timer is
 //! pushed again only when it moves earlier or the one pushed has fired.
 //!
@@ -822,7 +822,7 @@ fn send_video(
     const DESCRIPTOR: usize = 4;
     let per_packet = MAX_PAYLOAD - DESCRIPTOR;
     let packets = size.div_ceil(per_packet);
-    let mut sent = 0;
+    let mut frame = Vec::with_capacity(packets);
     for k in 0..packets {
         let chunk = size.min(per_packet);
         size -= chunk;
@@ -856,8 +856,11 @@ fn send_video(
         w.finish(0);
         let packet: Bytes = out.split().freeze();
         p.video_seq = p.video_seq.wrapping_add(1);
-        sent += u64::from(shard.send_rtp(now, VIDEO_SOURCE, packet).is_ok());
+        frame.push(packet);
     }
     p.video_ts = p.video_ts.wrapping_add((90_000 / fps) as u32);
-    sent
+    // The whole frame in one tick, as an encoder hands a frame to its packetizer.
+    shard
+        .send_rtp_batch(now, VIDEO_SOURCE, frame)
+        .map_or(0, |n| n as u64)
 }

@@ -250,6 +250,41 @@ impl Shard {
         track: TrackId,
         packet: Bytes,
     ) -> Result<(), CommandError> {
+        self.queue_rtp(now, track, packet)?;
+        self.handle_timeout(now);
+        Ok(())
+    }
+
+    /// [`Shard::send_rtp`] for several packets of one source at once (a video frame's),
+    /// written out in one tick instead of one each. Returns how many were taken.
+    ///
+    /// # Errors
+    /// As [`Shard::send_rtp`]'s, for the first packet refused: the batch stops there,
+    /// and the packets before it are sent.
+    pub fn send_rtp_batch(
+        &mut self,
+        now: Time,
+        track: TrackId,
+        packets: impl IntoIterator<Item = Bytes>,
+    ) -> Result<usize, CommandError> {
+        let mut taken = 0;
+        let mut outcome = Ok(());
+        for packet in packets {
+            outcome = self.queue_rtp(now, track, packet);
+            if outcome.is_err() {
+                break;
+            }
+            taken += 1;
+        }
+        if taken > 0 {
+            self.handle_timeout(now);
+        }
+        outcome.map(|()| taken)
+    }
+
+    /// Caches `packet` of local source `track` and queues it for its receivers, for
+    /// the next tick to write out.
+    fn queue_rtp(&mut self, now: Time, track: TrackId, packet: Bytes) -> Result<(), CommandError> {
         let entity = self.track_entity(track)?;
         let Ok(header) = RtpHeader::parse(&packet) else {
             return Err(CommandError::MalformedRtp);
@@ -267,7 +302,6 @@ impl Shard {
         }
         t.cache.insert(seq, packet.clone());
         self.forward_local(entity, &packet, seq);
-        self.handle_timeout(now);
         Ok(())
     }
 

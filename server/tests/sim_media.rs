@@ -257,7 +257,7 @@ fn a_frame_handed_in_at_once_reaches_every_subscriber() {
     let link = LinkConfig::lossy(Duration::from_millis(20), 0.0);
     let mut sim = media_sim(11, &link, 3);
     let mut got: BTreeMap<u64, Vec<(u16, u64)>> = BTreeMap::new();
-    let mut collect = |sim: &mut Sim, got: &mut BTreeMap<u64, Vec<(u16, u64)>>| {
+    let collect = |sim: &mut Sim, got: &mut BTreeMap<u64, Vec<(u16, u64)>>| {
         for (at, event) in sim.drain_events() {
             if let ShardEvent::RtpReceived { packet, seq, .. } = event {
                 let n = RtpPacket::parse(&packet)

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use super::load::Measured;
@@ -563,6 +564,29 @@ fn x_range(outcome: &Outcome) -> std::ops::Range<f64> {
     0.0..max * 1.1
 }
 
+/// One line with a dot at each point, labelled in the legend.
+fn draw_line<DB: DrawingBackend, Y: Ranged<ValueType = f64>>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, Y>>,
+    points: Vec<(f64, f64)>,
+    k: usize,
+    label: String,
+) -> Result<(), String> {
+    let color = Palette99::pick(k).to_rgba();
+    chart
+        .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+        .map_err(err)?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+    chart
+        .draw_series(
+            points
+                .into_iter()
+                .map(|p| Circle::new(p, 4, color.filled())),
+        )
+        .map_err(err)?;
+    Ok(())
+}
+
 fn draw_latency(outcome: &Outcome, path: &Path) -> Result<(), String> {
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
@@ -587,24 +611,12 @@ fn draw_latency(outcome: &Outcome, path: &Path) -> Result<(), String> {
         .map_err(err)?;
     let names = ["P50", "P99", "P99.9", "P99.99"];
     for (k, name) in names.iter().enumerate() {
-        let color = Palette99::pick(k).to_rgba();
-        let points: Vec<(f64, f64)> = outcome
+        let points = outcome
             .steps
             .iter()
             .map(|s| (s.consumers as f64, s.latency_ms[k].max(0.011)))
             .collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(*name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-        chart
-            .draw_series(
-                points
-                    .into_iter()
-                    .map(|p| Circle::new(p, 4, color.filled())),
-            )
-            .map_err(err)?;
+        draw_line(&mut chart, points, k, (*name).to_owned())?;
     }
     let bound = outcome.options.p9999_bound_ms;
     let range = x_range(outcome);
@@ -647,24 +659,12 @@ fn draw_cpu(outcome: &Outcome, path: &Path) -> Result<(), String> {
         ("generator", |s| s.generator_cpu),
     ];
     for (k, (name, f)) in series.iter().enumerate() {
-        let color = Palette99::pick(k).to_rgba();
-        let points: Vec<(f64, f64)> = outcome
+        let points = outcome
             .steps
             .iter()
             .filter_map(|s| Some((s.consumers as f64, f(s)? * 100.0)))
             .collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(*name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-        chart
-            .draw_series(
-                points
-                    .into_iter()
-                    .map(|p| Circle::new(p, 4, color.filled())),
-            )
-            .map_err(err)?;
+        draw_line(&mut chart, points, k, (*name).to_owned())?;
     }
     chart
         .configure_series_labels()

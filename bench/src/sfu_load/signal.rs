@@ -180,14 +180,7 @@ async fn participant_signal(
     ))
     .await
     .map_err(|e| format!("send join: {e}"))?;
-    let offer = offer_for(
-        plan,
-        OfferShape {
-            publish: true,
-            ..OfferShape::default()
-        },
-        seed,
-    );
+    let offer = offer_for(plan, OfferShape::PUBLISH, seed);
     let offered_at = Instant::now();
     ws.send(send(json!({"offer": {"sdp": offer.sdp()}})))
         .await
@@ -246,32 +239,9 @@ async fn participant_whip(
 ) -> Result<(), String> {
     let name = room_name(plan, room);
     let mut locations = Vec::new();
-    let publish = offer_for(
-        plan,
-        OfferShape {
-            publish: true,
-            ..OfferShape::default()
-        },
-        seed,
-    );
-    let offered_at = Instant::now();
-    let (answer, location) = post(
-        plan.http,
-        &format!("/whip/{name}?identity={}", identity(room, p)),
-        publish.sdp(),
-    )
-    .await?;
-    locations.extend(location);
-    let session = publish
-        .accept(&answer)
-        .map_err(|e| format!("WHIP answer: {e:?}"))?;
-    to_gen.send(ToGen::Add(Box::new(Join {
-        conn: to_gen.next_conn.fetch_add(1, Ordering::Relaxed),
-        room,
-        publishes: true,
-        session,
-        offered_at,
-    })));
+    let publish = OfferShape::PUBLISH;
+    let whip = format!("/whip/{name}?identity={}", identity(room, p));
+    locations.extend(negotiate_http(plan, to_gen, room, &whip, publish, seed).await?);
     // The player: once every publisher of the room sends.
     let others = plan.participants.saturating_sub(1);
     let ready_by = Instant::now() + STEP_TIMEOUT * 3;
@@ -282,39 +252,46 @@ async fn participant_whip(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     if others > 0 {
-        let play = offer_for(
-            plan,
-            OfferShape {
-                publish: false,
-                receive_audio: others,
-                receive_video: others,
-            },
-            seed ^ 0x5555_5555,
-        );
-        let offered_at = Instant::now();
-        let (answer, location) = post(
-            plan.http,
-            &format!("/whep/{name}?identity={}-view", identity(room, p)),
-            play.sdp(),
-        )
-        .await?;
-        locations.extend(location);
-        let session = play
-            .accept(&answer)
-            .map_err(|e| format!("WHEP answer: {e:?}"))?;
-        to_gen.send(ToGen::Add(Box::new(Join {
-            conn: to_gen.next_conn.fetch_add(1, Ordering::Relaxed),
-            room,
-            publishes: false,
-            session,
-            offered_at,
-        })));
+        let play = OfferShape {
+            publish: false,
+            receive_audio: others,
+            receive_video: others,
+        };
+        let whep = format!("/whep/{name}?identity={}-view", identity(room, p));
+        let seed = seed ^ 0x5555_5555;
+        locations.extend(negotiate_http(plan, to_gen, room, &whep, play, seed).await?);
     }
     let _ = stop.wait_for(|s| *s).await;
     for l in locations {
         let _ = request(plan.http, "DELETE", &l, None).await;
     }
     Ok(())
+}
+
+/// One WHIP or WHEP session: POSTs an offer of `shape` to `path`, hands the
+/// negotiated connection to the generator, and returns the session's `Location`.
+async fn negotiate_http(
+    plan: &Plan,
+    to_gen: &ToGenerator,
+    room: usize,
+    path: &str,
+    shape: OfferShape,
+    seed: u64,
+) -> Result<Option<String>, String> {
+    let offer = offer_for(plan, shape, seed);
+    let offered_at = Instant::now();
+    let (answer, location) = post(plan.http, path, offer.sdp()).await?;
+    let session = offer
+        .accept(&answer)
+        .map_err(|e| format!("{path}: the answer: {e:?}"))?;
+    to_gen.send(ToGen::Add(Box::new(Join {
+        conn: to_gen.next_conn.fetch_add(1, Ordering::Relaxed),
+        room,
+        publishes: shape.publish,
+        session,
+        offered_at,
+    })));
+    Ok(location)
 }
 
 /// POSTs an SDP offer; the answer and the session's `Location`.

@@ -66,6 +66,16 @@ pub struct OfferShape {
     pub receive_video: usize,
 }
 
+impl OfferShape {
+    /// A publisher's: one Opus and one VP8 stream sent, nothing received (WHIP, or a
+    /// `/signal` participant, which receives what the node offers later).
+    pub const PUBLISH: OfferShape = OfferShape {
+        publish: true,
+        receive_audio: 0,
+        receive_video: 0,
+    };
+}
+
 /// A client endpoint's first media offer, and what it needs to read the answer.
 #[derive(Clone, Debug)]
 pub struct MediaOffer {
@@ -593,6 +603,10 @@ mod tests {
         )
     }
 
+    fn node() -> SocketAddr {
+        "127.0.0.1:7100".parse().unwrap()
+    }
+
     /// A room track as shoal's control plane gives it to a negotiation.
     fn room_track(id: &str, kind: MediaKind, codec: &Codec) -> TrackSource {
         TrackSource {
@@ -605,14 +619,8 @@ mod tests {
 
     #[test]
     fn a_publisher_is_answered_with_both_sources_and_their_extensions() {
-        let o = offer(
-            OfferShape {
-                publish: true,
-                ..OfferShape::default()
-            },
-            1,
-        );
-        let node: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+        let o = offer(OfferShape::PUBLISH, 1);
+        let node = node();
         let mut shoal = Negotiation::new(7);
         let parsed = SessionDescription::parse(o.sdp()).expect("the offer parses");
         let answered = shoal
@@ -672,27 +680,15 @@ mod tests {
 
     #[test]
     fn shoals_later_offer_is_answered_and_its_tracks_received() {
-        let publisher = offer(
-            OfferShape {
-                publish: true,
-                ..OfferShape::default()
-            },
-            2,
-        );
+        let publisher = offer(OfferShape::PUBLISH, 2);
         let parsed = SessionDescription::parse(publisher.sdp()).expect("parses");
         let codecs: Vec<Codec> = parsed.media.iter().flat_map(Codec::read_all).collect();
         let tracks = [
             room_track("p-audio", MediaKind::Audio, &codecs[0]),
             room_track("p-video", MediaKind::Video, &codecs[1]),
         ];
-        let o = offer(
-            OfferShape {
-                publish: true,
-                ..OfferShape::default()
-            },
-            3,
-        );
-        let node: SocketAddr = "127.0.0.1:7100".parse().unwrap();
+        let o = offer(OfferShape::PUBLISH, 3);
+        let node = node();
         let mut shoal = Negotiation::new(7);
         let mut ssrcs = 1000..;
         let mut new_ssrc = || ssrcs.next().unwrap();

@@ -124,13 +124,15 @@ fn egress_media(
                 };
                 let peer = sub.subscriber;
                 // Paced once the peer's feedback gives an estimate: straight out while
-                // its queue is empty and its budget allows, else queued.
+                // its queue is empty and its budget allows, else queued. Probes and
+                // new audio are never paced (see `Pacer`).
                 let estimate = peers
                     .get(peer)
                     .ok()
                     .and_then(|(_, _, tw)| tw?.send.estimate_bps());
+                let unpaced = probe || (packet.audio && !retransmission);
                 if let (Some(estimate), Ok((mut pacer, _)), false) =
-                    (estimate, pacers.get_mut(peer), probe)
+                    (estimate, pacers.get_mut(peer), unpaced)
                 {
                     pacer.refill(now, estimate);
                     if !(pacer.is_empty() && pacer.may_send()) {

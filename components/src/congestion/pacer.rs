@@ -2,12 +2,8 @@
 //! on the tick's clock): once the peer's feedback gives an estimate, its RTP goes out
 //! at [`PACING_FACTOR`] times the estimate, so a burst (a keyframe, a switch to a
 //! higher simulcast stream) is spread over time instead of landing at once in the
-//! peer's bottleneck queue, where it would be lost or read as over-use. New audio is
-//! not paced: egress sends it at once and outside the budget, as libwebrtc's pacer
-//! does unless its `WebRTC-Pacer-BlockAudio` trial is on (`pace_audio_`, with
-//! `account_for_audio_` off), so a voice packet never waits behind a keyframe's
-//! debt. In the queue, audio retransmissions go first, then other retransmissions,
-//! then video; retransmissions and the whole queue are
+//! peer's bottleneck queue, where it would be lost or read as over-use. Audio goes
+//! first, then retransmissions, then video; retransmissions and the whole queue are
 //! bounded, and a queue that would take longer than [`MAX_QUEUE_TIME`] to drain at
 //! the pacing rate is drained faster (libwebrtc's pacer does the same, over 2 s), so
 //! pacing never adds more than that much delay.
@@ -20,13 +16,9 @@ use bevy_ecs::prelude::{Component, Entity};
 use crate::tick::SharedRtp;
 use crate::time::Time;
 
-/// The pacing rate as a multiple of the estimate: libwebrtc's pacer paces at 2.5
-/// times its target rate (`PacingController::kDefaultPaceMultiplier`,
-/// modules/pacing/pacing_controller.cc), which spreads a keyframe over a fraction of
-/// a frame interval instead of several. At 1.0 a 7.8 kB keyframe of a 400 kbit/s
-/// stream took 40–60 ms to leave, the whole of `shoal-bench sfu-load`'s P99 and
-/// P99.99 (bench/README.md).
-pub const PACING_FACTOR: f64 = 2.5;
+/// The pacing rate as a multiple of the estimate: enough to keep up with an encoder
+/// a little over its target, and to spread a keyframe over a few frame intervals.
+pub const PACING_FACTOR: f64 = 1.0;
 /// The lowest pacing rate, bit/s, whatever the estimate says.
 pub const MIN_PACING_BPS: u64 = 100_000;
 /// How much unused budget carries over: a short burst at line rate.

@@ -124,15 +124,13 @@ fn egress_media(
                 };
                 let peer = sub.subscriber;
                 // Paced once the peer's feedback gives an estimate: straight out while
-                // its queue is empty and its budget allows, else queued. Probes and
-                // new audio are never paced (see `Pacer`).
+                // its queue is empty and its budget allows, else queued.
                 let estimate = peers
                     .get(peer)
                     .ok()
                     .and_then(|(_, _, tw)| tw?.send.estimate_bps());
-                let unpaced = probe || (packet.audio && !retransmission);
                 if let (Some(estimate), Ok((mut pacer, _)), false) =
-                    (estimate, pacers.get_mut(peer), unpaced)
+                    (estimate, pacers.get_mut(peer), probe)
                 {
                     pacer.refill(now, estimate);
                     if !(pacer.is_empty() && pacer.may_send()) {

@@ -400,25 +400,7 @@ impl MediaOffer {
                 codec.rtx_payload_type.map(|_| self.video_ssrcs.1),
             )
         };
-        let extmaps: Vec<_> = m.extmaps().cloned().collect();
-        let track = TrackSpec {
-            id,
-            kind: if audio {
-                TrackKind::Audio
-            } else {
-                TrackKind::Video
-            },
-            mid: mid.to_owned(),
-            ssrc: Some(ssrc),
-            rtx_ssrc,
-            payload_type: codec.payload_type,
-            rtx_payload_type: codec.rtx_payload_type,
-            clock_rate: if audio { 48_000 } else { 90_000 },
-            extensions: extension_ids(&extmaps),
-            feedback: feedback(&codec),
-            format: payload_format(codec.name),
-            layers: Vec::new(),
-        };
+        let track = track_spec(id, mid, m, &codec, ssrc, rtx_ssrc);
         let out = SubscriptionSpec {
             track: id,
             mid: mid.to_owned(),
@@ -426,8 +408,8 @@ impl MediaOffer {
             rtx_ssrc,
             payload_type: codec.payload_type,
             rtx_payload_type: codec.rtx_payload_type,
-            extensions: extension_ids(&extmaps),
-            feedback: feedback(&codec),
+            extensions: track.extensions,
+            feedback: track.feedback,
         };
         Ok((track, out))
     }
@@ -516,29 +498,12 @@ impl MediaSession {
             };
             let (ssrc, rtx_ssrc) = announced_ssrcs(m);
             let Some(ssrc) = ssrc else { continue };
-            let audio = m.kind == MediaKind::Audio;
             let id = TrackId(self.next_track);
             self.next_track += 1;
-            let extmaps: Vec<_> = m.extmaps().cloned().collect();
             self.received_mids.push((mid.to_owned(), id));
-            self.receives.push(TrackSpec {
-                id,
-                kind: if audio {
-                    TrackKind::Audio
-                } else {
-                    TrackKind::Video
-                },
-                mid: mid.to_owned(),
-                ssrc: Some(ssrc),
-                rtx_ssrc: rtx_ssrc.filter(|_| codec.rtx_payload_type.is_some()),
-                payload_type: codec.payload_type,
-                rtx_payload_type: codec.rtx_payload_type,
-                clock_rate: if audio { 48_000 } else { 90_000 },
-                extensions: extension_ids(&extmaps),
-                feedback: feedback(&codec),
-                format: payload_format(codec.name),
-                layers: Vec::new(),
-            });
+            let rtx_ssrc = rtx_ssrc.filter(|_| codec.rtx_payload_type.is_some());
+            self.receives
+                .push(track_spec(id, mid, m, &codec, ssrc, rtx_ssrc));
         }
     }
 }
@@ -569,6 +534,37 @@ fn direction_name(d: Direction) -> &'static str {
         Direction::RecvOnly => "recvonly",
         Direction::SendRecv => "sendrecv",
         Direction::Inactive => "inactive",
+    }
+}
+
+/// The track section `mid` carries, as `m` and its first codec describe it.
+fn track_spec(
+    id: TrackId,
+    mid: &str,
+    m: &MediaDescription,
+    codec: &Codec,
+    ssrc: u32,
+    rtx_ssrc: Option<u32>,
+) -> TrackSpec {
+    let audio = m.kind == MediaKind::Audio;
+    let extmaps: Vec<_> = m.extmaps().cloned().collect();
+    TrackSpec {
+        id,
+        kind: if audio {
+            TrackKind::Audio
+        } else {
+            TrackKind::Video
+        },
+        mid: mid.to_owned(),
+        ssrc: Some(ssrc),
+        rtx_ssrc,
+        payload_type: codec.payload_type,
+        rtx_payload_type: codec.rtx_payload_type,
+        clock_rate: if audio { 48_000 } else { 90_000 },
+        extensions: extension_ids(&extmaps),
+        feedback: feedback(codec),
+        format: payload_format(codec.name),
+        layers: Vec::new(),
     }
 }
 

@@ -162,7 +162,16 @@ pub(crate) fn feedback(codec: &Codec) -> FeedbackKinds {
     }
 }
 
-fn track_kind(kind: &MediaKind) -> TrackKind {
+/// The payload format the shard reads for codec `name`.
+pub(crate) fn payload_format(name: sdp::CodecName) -> PayloadFormat {
+    match name {
+        sdp::CodecName::Opus => PayloadFormat::Opus,
+        sdp::CodecName::Vp8 => PayloadFormat::Vp8,
+        sdp::CodecName::H264 => PayloadFormat::H264,
+    }
+}
+
+pub(crate) fn track_kind(kind: &MediaKind) -> TrackKind {
     match kind {
         MediaKind::Audio => TrackKind::Audio,
         _ => TrackKind::Video,
@@ -185,11 +194,7 @@ fn track_spec(id: TrackId, mid: &str, p: &Published) -> TrackSpec {
         },
         extensions: extension_ids(&p.extensions),
         feedback: feedback(&p.codec),
-        format: match p.codec.name {
-            sdp::CodecName::Opus => PayloadFormat::Opus,
-            sdp::CodecName::Vp8 => PayloadFormat::Vp8,
-            sdp::CodecName::H264 => PayloadFormat::H264,
-        },
+        format: payload_format(p.codec.name),
         layers: p.layers.clone(),
     }
 }

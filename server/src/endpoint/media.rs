@@ -24,17 +24,17 @@
 
 use rand_core::RngCore;
 use shoal_components::dtls::DtlsRole;
-use shoal_components::media::{PayloadFormat, SubscriptionSpec, TrackId, TrackKind, TrackSpec};
+use shoal_components::media::{SubscriptionSpec, TrackId, TrackSpec};
 use shoal_components::peer::PeerId;
 use shoal_components::sdp::{
-    Codec, CodecName, Direction, EXT_ABS_CAPTURE_TIME, EXT_AUDIO_LEVEL, EXT_MID, EXT_TRANSPORT_CC,
+    Codec, Direction, EXT_ABS_CAPTURE_TIME, EXT_AUDIO_LEVEL, EXT_MID, EXT_TRANSPORT_CC,
     MediaDescription, MediaKind, SessionDescription,
 };
 use shoal_systems::PeerSpec;
 
 use super::offer::transport_of;
 use super::{AnswerError, PWD_LEN, UFRAG_LEN, ice_chars};
-use crate::control::media::{extension_ids, feedback};
+use crate::control::media::{extension_ids, feedback, payload_format, track_kind};
 
 /// The endpoint's payload types: Opus, VP8 and VP8's RTX.
 pub const OPUS_PT: u8 = 111;
@@ -520,14 +520,6 @@ fn announced_ssrcs(m: &MediaDescription) -> (Option<u32>, Option<u32>) {
     (m.ssrcs().next().map(|s| s.ssrc), None)
 }
 
-fn payload_format(name: CodecName) -> PayloadFormat {
-    match name {
-        CodecName::Opus => PayloadFormat::Opus,
-        CodecName::Vp8 => PayloadFormat::Vp8,
-        CodecName::H264 => PayloadFormat::H264,
-    }
-}
-
 fn direction_name(d: Direction) -> &'static str {
     match d {
         Direction::SendOnly => "sendonly",
@@ -550,11 +542,7 @@ fn track_spec(
     let extmaps: Vec<_> = m.extmaps().cloned().collect();
     TrackSpec {
         id,
-        kind: if audio {
-            TrackKind::Audio
-        } else {
-            TrackKind::Video
-        },
+        kind: track_kind(&m.kind),
         mid: mid.to_owned(),
         ssrc: Some(ssrc),
         rtx_ssrc,
@@ -573,6 +561,7 @@ mod tests {
     use super::*;
     use rand_chacha::ChaCha12Rng;
     use rand_core::SeedableRng;
+    use shoal_components::media::TrackKind;
     use shoal_components::sdp::{AnswerParams, Change, Negotiation, TrackSource};
     use std::net::SocketAddr;
 

@@ -1,7 +1,8 @@
 //! `shoal-bench sfu-load` against a real `shoal`, in both signalling modes: two rooms
 //! of four for ten seconds complete, every peer connects, and the report and plots
-//! are written with packets and latency percentiles in them. The figures belong in
-//! the benchmark report (bench/README.md), not here.
+//! are written with packets and latency percentiles (through the node and end to
+//! end) in them. The figures belong in the benchmark report (bench/README.md), not
+//! here.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,10 +73,23 @@ fn run(mode: &str, out: &Path) {
     assert_eq!(row[1], "8", "{mode}: participants");
     let received = number(&row[3]);
     assert!(received > 0.0, "{mode}: no packets received:\n{report}");
+    // Through the node (P50 … max), then end to end (P50 / P99 / P99.99).
     let percentiles: Vec<f64> = row[4..9].iter().map(|c| number(c)).collect();
     assert!(
         percentiles.iter().all(|&p| p > 0.0) && percentiles.windows(2).all(|w| w[0] <= w[1]),
         "{mode}: latency percentiles {percentiles:?}:\n{report}"
+    );
+    let end_to_end: Vec<f64> = row[9].split('/').map(number).collect();
+    assert!(
+        end_to_end.len() == 3
+            && end_to_end.iter().all(|&p| p > 0.0)
+            && end_to_end.windows(2).all(|w| w[0] <= w[1]),
+        "{mode}: end-to-end percentiles {end_to_end:?}:\n{report}"
+    );
+    // Every received packet was matched to when its publisher sent it.
+    assert!(
+        report.contains("(0 without a wire time,"),
+        "{mode}: packets without a wire time:\n{report}"
     );
     for plot in ["latency.png", "cpu.png", "latency-cdf.png"] {
         let bytes = std::fs::read(out.join(plot)).unwrap_or_else(|e| panic!("{mode}: {plot}: {e}"));

@@ -17,6 +17,14 @@
 //! on the first the VP8 payload header with the key/inter flag (RFC 6386 §9.1).
 //! Every packet carries abs-capture-time with the send time (NTP, from one clock the
 //! receiving side reads too), so each received packet gives an end-to-end latency.
+//!
+//! The node's own share: each payload ends in a [`TAG`] naming its publishing
+//! connection, source and sequence number (the node forwards payloads untouched, while
+//! it rewrites SSRCs and sequence numbers). When a publisher's datagrams leave its
+//! socket, the clear SRTP header (RFC 3711 §3.1) gives each packet's SSRC and sequence
+//! number, and its wire time is kept; a subscriber reading the tag finds it, so
+//! receipt − wire time is the packet's time through the node (loopback and both
+//! sockets included, the publisher's pacer and encoder schedule not).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -44,6 +52,16 @@ pub(super) const WAKER: Token = Token(usize::MAX);
 /// The largest VP8 payload in one packet (descriptor included), as browsers keep
 /// packets under a 1200-byte MTU.
 pub(super) const MAX_PAYLOAD: usize = 1100;
+/// The bytes that end every payload: publishing connection (u32), source (u8),
+/// sequence number (u16) and [`TAG_MARK`].
+const TAG: usize = 8;
+const TAG_MARK: u8 = 0xa5;
+/// The sources a tag names.
+const AUDIO: u8 = 0;
+const VIDEO: u8 = 1;
+/// Wire times kept per source: a power of two, indexed by sequence number; 2 048
+/// packets are seconds of video even at keyframes.
+const WIRE_TIMES: usize = 2048;
 /// Opus at about 32 kbit/s: 80 bytes every 20 ms.
 const AUDIO_PAYLOAD: usize = 80;
 const AUDIO_INTERVAL: Duration = Duration::from_millis(20);
@@ -129,6 +147,11 @@ pub(super) struct Measured {
     pub latency_us: Vec<u32>,
     /// The same, of audio packets only.
     pub audio_latency_us: Vec<u32>,
+    /// Time through the node (publisher's socket to subscriber's) of every packet
+    /// received, µs.
+    pub node_latency_us: Vec<u32>,
+    /// Received packets whose wire time was not found (no tag, or overwritten).
+    pub without_wire_time: u64,
     /// Packets received, and expected from the sequence numbers.
     pub received: u64,
     pub expected: u64,
@@ -175,6 +198,8 @@ impl Received {
 
 /// A publishing connection's sources.
 struct Publishing {
+    /// Its connection, named in every payload's tag.
+    conn: usize,
     audio_seq: u16,
     audio_ts: u32,
     audio_ssrc: u32,
@@ -239,6 +264,80 @@ pub(super) struct Generator {
     tx: Vec<Datagram>,
     scratch: BytesMut,
     payload: Vec<u8>,
+    /// Per connection, when its published packets left its socket.
+    wire: Vec<Option<Box<WireTimes>>>,
+}
+
+/// When a publisher's packets left its socket, by source and sequence number.
+///
+/// The client shard renumbers what it sends (RFC 3550 §5.1: a random first number)
+/// by a fixed offset per source, so the first packet on the wire, which is the first
+/// one handed in, gives the offset between the numbers in the tags and those on the
+/// wire.
+struct WireTimes {
+    ssrcs: [u32; 2],
+    /// The first sequence number handed in, per source.
+    first: [u16; 2],
+    /// Wire number − number handed in, per source, once known.
+    offset: [Option<u16>; 2],
+    at: [Box<[(u16, Option<Time>)]>; 2],
+}
+
+impl WireTimes {
+    fn new(ssrcs: [u32; 2], first: [u16; 2]) -> WireTimes {
+        let ring = || vec![(0, None); WIRE_TIMES].into_boxed_slice();
+        WireTimes {
+            ssrcs,
+            first,
+            offset: [None; 2],
+            at: [ring(), ring()],
+        }
+    }
+
+    /// Notes the RTP packets among `tx` (RFC 7983 §7: first byte 128–191; RFC 5761
+    /// §4: second byte 192–223 is RTCP) as sent at `now`; retransmissions (other
+    /// SSRCs) are not noted.
+    fn sent(&mut self, tx: &[Datagram], now: Time) {
+        for d in tx {
+            let b = &d.payload[..];
+            if b.len() < 12 || !(128..192).contains(&b[0]) || (192..224).contains(&b[1]) {
+                continue;
+            }
+            let seq = u16::from_be_bytes([b[2], b[3]]);
+            let ssrc = u32::from_be_bytes([b[8], b[9], b[10], b[11]]);
+            if let Some(source) = self.ssrcs.iter().position(|&s| s == ssrc) {
+                self.offset[source].get_or_insert(seq.wrapping_sub(self.first[source]));
+                self.at[source][usize::from(seq) % WIRE_TIMES] = (seq, Some(now));
+            }
+        }
+    }
+
+    /// When the packet handed in as `seq` of `source` left the socket.
+    fn find(&self, source: u8, seq: u16) -> Option<Time> {
+        let source = usize::from(source);
+        let seq = seq.wrapping_add((*self.offset.get(source)?)?);
+        let (s, at) = *self.at.get(source)?.get(usize::from(seq) % WIRE_TIMES)?;
+        if s == seq { at } else { None }
+    }
+}
+
+/// The tag that ends a payload.
+fn tag(conn: usize, source: u8, seq: u16) -> [u8; TAG] {
+    let c = (conn as u32).to_be_bytes();
+    let s = seq.to_be_bytes();
+    [c[0], c[1], c[2], c[3], source, s[0], s[1], TAG_MARK]
+}
+
+/// The (connection, source, sequence number) a payload's tag names.
+fn read_tag(payload: &[u8]) -> Option<(usize, u8, u16)> {
+    let t = payload.get(payload.len().checked_sub(TAG)?..)?;
+    (t[7] == TAG_MARK).then(|| {
+        (
+            u32::from_be_bytes([t[0], t[1], t[2], t[3]]) as usize,
+            t[4],
+            u16::from_be_bytes([t[5], t[6]]),
+        )
+    })
 }
 
 /// `t` as NTP UQ32.32 (RFC 5905 §6: seconds since 1900).
@@ -286,7 +385,8 @@ impl Generator {
             batch: Vec::with_capacity(BATCH * 2),
             tx: Vec::new(),
             scratch: BytesMut::with_capacity(1 << 16),
-            payload: vec![0; MAX_PAYLOAD],
+            payload: vec![0; MAX_PAYLOAD + TAG],
+            wire: Vec::new(),
         })
     }
 
@@ -419,7 +519,7 @@ impl Generator {
                     )
                     .map_err(to_io)?;
             }
-            publishing = publishing_of(&session, seed);
+            publishing = publishing_of(&session, seed, join.conn);
         }
         let mut rx = Vec::new();
         for t in &session.receives {
@@ -442,7 +542,14 @@ impl Generator {
             .is_some_and(|t| t <= join.offered_at);
         if self.conns.len() <= join.conn {
             self.conns.resize_with(join.conn + 1, || None);
+            self.wire.resize_with(join.conn + 1, || None);
         }
+        self.wire[join.conn] = publishing.as_ref().map(|p| {
+            Box::new(WireTimes::new(
+                [p.audio_ssrc, p.video_ssrc],
+                [p.audio_seq, p.video_seq],
+            ))
+        });
         self.conns[join.conn] = Some(Conn {
             socket,
             udp,
@@ -472,6 +579,9 @@ impl Generator {
         };
         c.shard.poll_transmit(&mut self.tx);
         if !self.tx.is_empty() {
+            if let Some(Some(w)) = self.wire.get_mut(i) {
+                w.sent(&self.tx, now);
+            }
             c.udp.send(&c.socket, &mut self.tx);
             self.tx.clear();
         }
@@ -513,10 +623,23 @@ impl Generator {
                     }
                     r.count += 1;
                     if self.steady {
-                        let capture = r.capture_id.and_then(|id| {
-                            let p = RtpPacket::parse(&packet).ok()?;
-                            AbsCaptureTime::parse(p.extension(id)?)
-                        });
+                        let parsed = RtpPacket::parse(&packet).ok();
+                        let wire = parsed
+                            .as_ref()
+                            .and_then(|p| read_tag(p.payload()))
+                            .and_then(|(conn, source, seq)| {
+                                self.wire.get(conn)?.as_ref()?.find(source, seq)
+                            });
+                        match wire {
+                            Some(t) => self.out.node_latency_us.push(
+                                u32::try_from(now.saturating_since(t).as_micros())
+                                    .unwrap_or(u32::MAX),
+                            ),
+                            None => self.out.without_wire_time += 1,
+                        }
+                        let capture = r
+                            .capture_id
+                            .and_then(|id| AbsCaptureTime::parse(parsed.as_ref()?.extension(id)?));
                         match capture {
                             Some(c) => {
                                 let ntp_now = self
@@ -731,13 +854,14 @@ fn received(t: &TrackSpec) -> Received {
     }
 }
 
-fn publishing_of(session: &MediaSession, seed: u64) -> Option<Publishing> {
+fn publishing_of(session: &MediaSession, seed: u64, conn: usize) -> Option<Publishing> {
     let audio = session.sources.iter().find(|(t, _)| t.id == AUDIO_SOURCE)?;
     let video = session.sources.iter().find(|(t, _)| t.id == VIDEO_SOURCE)?;
     debug_assert_eq!(video.0.kind, TrackKind::Video);
     // Random-looking starting points (RFC 3550 §5.1), from the seed.
     let x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     Some(Publishing {
+        conn,
         audio_seq: x as u16,
         audio_ts: (x >> 16) as u32,
         audio_ssrc: audio.1.ssrc,
@@ -780,7 +904,9 @@ fn send_audio(
     if let Some(id) = p.audio_capture_id {
         let _ = w.extension(id, &ntp.to_be_bytes());
     }
-    w.payload(&[0x78; AUDIO_PAYLOAD]);
+    let mut payload = [0x78; AUDIO_PAYLOAD];
+    payload[AUDIO_PAYLOAD - TAG..].copy_from_slice(&tag(p.conn, AUDIO, p.audio_seq));
+    w.payload(&payload);
     w.finish(0);
     let packet = out.split().freeze();
     p.audio_seq = p.audio_seq.wrapping_add(1);
@@ -824,8 +950,9 @@ fn send_video(
     let packets = size.div_ceil(per_packet);
     let mut frame = Vec::with_capacity(packets);
     for k in 0..packets {
-        let chunk = size.min(per_packet);
-        size -= chunk;
+        // Room for a keyframe's header and the tag, even in a frame's last packet.
+        let chunk = size.min(per_packet).max(10 + TAG);
+        size = size.saturating_sub(chunk);
         let first = k == 0;
         payload[0] = if first { 0x90 } else { 0x80 };
         payload[1] = 0x80;
@@ -837,10 +964,11 @@ fn send_video(
             // RFC 6386 §9.1: P (bit 0) clear for a keyframe, show_frame set; a
             // keyframe's start code and 640×360.
             body[0] = if keyframe { 0x10 } else { 0x11 };
-            if keyframe && body.len() >= 10 {
+            if keyframe {
                 body[3..10].copy_from_slice(&[0x9d, 0x01, 0x2a, 0x80, 0x02, 0x68, 0x01]);
             }
         }
+        body[chunk - TAG..].copy_from_slice(&tag(p.conn, VIDEO, p.video_seq));
         let fields = RtpFields {
             marker: k + 1 == packets,
             payload_type: p.video_pt,

@@ -7,8 +7,10 @@
 //! Signalling is the node's `/signal` WebSocket or WHIP + WHEP (`signal.rs`, which
 //! also says what WHIP + WHEP can and cannot express). After every join and a
 //! warm-up, a steady window of `--duration` seconds measures:
-//! - end-to-end latency of every received packet (abs-capture-time stamped at send,
-//!   read at receipt, one clock), P50 to max;
+//! - every received packet's time through the node (its publisher's datagram
+//!   leaving the socket to the subscriber taking it in, from a tag at the end of each
+//!   payload) and its end-to-end latency (abs-capture-time stamped when the frame is
+//!   made, read at receipt, one clock), P50 to max;
 //! - loss (from each received stream's sequence numbers), NACKs and PLIs sent,
 //!   retransmissions received;
 //! - join time, offer sent → first media packet received, for participants that
@@ -20,7 +22,7 @@
 //! `--shoal BIN` starts the server itself (one shard, ephemeral ports) pinned to
 //! `--server-cpu`, and the generator pins itself to `--generator-cpu`; `--http
 //! ADDR` (and `--server-pid PID` for its CPU) loads a server already running.
-//! `--find-max` raises the room count (×1.5 a step) until P99.99 exceeds
+//! `--find-max` raises the room count (×1.5 a step) until P99.99 through the node exceeds
 //! `--p9999-bound-ms`, loss exceeds `--loss-bound`, a join fails or the generator
 //! saturates, and reports the largest passing load per server core. Progress prints
 //! each second; `report.md` and PNG plots go to `--out`.
@@ -79,7 +81,7 @@ const USAGE: &str = "usage: shoal-bench sfu-load (--shoal BIN | --http ADDR [--s
   --fps F                  video frames per second (30)\n\
   --keyframe-interval-s S  a keyframe at least this often (2)\n\
   --find-max               raise the rooms until a bound is passed\n\
-  --p9999-bound-ms MS      find-max latency bound (5)\n\
+  --p9999-bound-ms MS      find-max bound on P99.99 through the node (5)\n\
   --loss-bound PERCENT     find-max loss bound (0.1)\n\
   --max-rooms N            find-max stops here (2000)\n\
   --server-cpu C           pin the server it starts (0); --generator-cpu C (1); --no-pin\n\

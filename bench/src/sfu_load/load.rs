@@ -71,6 +71,9 @@ const KEYFRAME_FACTOR: usize = 5;
 const READS_PER_TURN: usize = 4;
 /// The longest the loop sleeps.
 const MAX_WAIT: Duration = Duration::from_millis(10);
+/// An arrival is taken as at most this long before it was read (a clock step must
+/// not move it far into the past).
+const MAX_RECEIVE_AGE: Duration = Duration::from_secs(1);
 
 /// What the signalling thread asks of the generator.
 pub(super) enum ToGen {
@@ -261,6 +264,8 @@ pub(super) struct Generator {
     stats_base: [u64; 5],
     sent_base: u64,
     batch: Vec<Datagram>,
+    /// When the kernel received each datagram of `batch`.
+    stamps: Vec<Option<Duration>>,
     tx: Vec<Datagram>,
     scratch: BytesMut,
     payload: Vec<u8>,
@@ -383,6 +388,7 @@ impl Generator {
             stats_base: [0; 5],
             sent_base: 0,
             batch: Vec::with_capacity(BATCH * 2),
+            stamps: Vec::with_capacity(BATCH * 2),
             tx: Vec::new(),
             scratch: BytesMut::with_capacity(1 << 16),
             payload: vec![0; MAX_PAYLOAD + TAG],
@@ -700,7 +706,10 @@ impl Generator {
             let local = c.shard.local_addr();
             let mut more = true;
             while self.batch.len() < BATCH {
-                match c.udp.recv(&c.socket, local, &mut self.batch) {
+                match c
+                    .udp
+                    .recv_stamped(&c.socket, local, &mut self.batch, &mut self.stamps)
+                {
                     Ok(_) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         more = false;
@@ -713,8 +722,23 @@ impl Generator {
             if self.batch.is_empty() {
                 return;
             }
+            // Each datagram arrived when the kernel took it in, not when this loop
+            // got to it (as the node stamps them): a receiver's transport-wide
+            // feedback built from read times would report this loop's own delays
+            // to the node's estimate as the path's.
             let now = Time::ZERO + self.start.elapsed();
-            c.shard.handle_datagrams(now, self.batch.drain(..));
+            let wall = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            self.stamps.resize(self.batch.len(), None);
+            let arrival = |stamp: Option<Duration>| {
+                let age = stamp.map_or(Duration::ZERO, |at| wall.saturating_sub(at));
+                now - age.min(MAX_RECEIVE_AGE)
+            };
+            c.shard.handle_received(
+                now,
+                self.batch.drain(..).zip(self.stamps.drain(..).map(arrival)),
+            );
             self.after(i);
             if !more {
                 return;

@@ -53,6 +53,8 @@ pub const DEFAULT_RELAY_HIGH_WATERMARK: usize = 1 << 20;
 pub const DEFAULT_RELAY_LOW_WATERMARK: usize = 512 << 10;
 /// `--relay-hold-limit`'s default, seconds.
 pub const DEFAULT_RELAY_HOLD_LIMIT_SECS: u64 = 10;
+/// `--pacer-burst-ms`'s default.
+pub const DEFAULT_PACER_BURST_MS: u64 = 5;
 
 /// shoal: a WebRTC selective forwarding unit. One process is one cluster node; it runs
 /// one shard per core, each with its own UDP port.
@@ -213,6 +215,21 @@ pub struct Config {
         value_parser = clap::value_parser!(u64).range(1..=3600)
     )]
     pub relay_hold_limit: u64,
+
+    /// Milliseconds of a subscriber's pacing rate that may go at once when its
+    /// queue was idle (at most 63 000 bytes). Longer bursts cut the delay pacing
+    /// adds to keyframes where paths have room to spare (a LAN, a data centre: at 10
+    /// rooms of 4 on loopback, 40 takes the node's P99.99 from about 20 ms to 4 ms),
+    /// but land in a bottleneck's queue at once, which the bandwidth estimate of a
+    /// subscriber near its path's capacity reads as congestion.
+    #[arg(
+        long,
+        env = "SHOAL_PACER_BURST_MS",
+        value_name = "MS",
+        default_value_t = DEFAULT_PACER_BURST_MS,
+        value_parser = clap::value_parser!(u64).range(1..=100)
+    )]
+    pub pacer_burst_ms: u64,
 
     /// The first shard's TCP port for ICE over TCP (RFC 6544, passive candidates
     /// below the UDP ones), shard n listening on base + n on each --bind address;
@@ -639,6 +656,7 @@ impl Default for Config {
             relay_high_watermark: DEFAULT_RELAY_HIGH_WATERMARK,
             relay_low_watermark: DEFAULT_RELAY_LOW_WATERMARK,
             relay_hold_limit: DEFAULT_RELAY_HOLD_LIMIT_SECS,
+            pacer_burst_ms: DEFAULT_PACER_BURST_MS,
             tcp_port_base: TcpPortBase::Auto,
             max_tcp_connections: crate::tcp::DEFAULT_MAX_CONNECTIONS,
             tcp_buffer_bytes: crate::tcp::DEFAULT_BUFFER_BYTES,
@@ -1461,6 +1479,23 @@ relay-hold-limit = 3
             &["shoal", "--relay-high-watermark", "100"][..],
             &["shoal", "--relay-high-watermark", "4194304"],
             &["shoal", "--relay-hold-limit", "0"],
+        ] {
+            assert!(Config::try_parse_from(args).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn pacer_burst_defaults_and_comes_from_a_flag_or_the_file() {
+        let c = Config::try_parse_from(["shoal"]).unwrap();
+        assert_eq!(c.pacer_burst_ms, 5);
+        let c = Config::try_parse_from(["shoal", "--pacer-burst-ms", "40"]).unwrap();
+        assert_eq!(c.pacer_burst_ms, 40);
+        let (_dir, path) = config_file("pacer-burst-ms = 20\n");
+        let c = Config::load_from(["shoal", "--config", &path]).unwrap();
+        assert_eq!(c.pacer_burst_ms, 20);
+        for args in [
+            &["shoal", "--pacer-burst-ms", "0"][..],
+            &["shoal", "--pacer-burst-ms", "101"],
         ] {
             assert!(Config::try_parse_from(args).is_err(), "{args:?}");
         }

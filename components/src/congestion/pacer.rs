@@ -21,8 +21,20 @@ use crate::time::Time;
 pub const PACING_FACTOR: f64 = 1.0;
 /// The lowest pacing rate, bit/s, whatever the estimate says.
 pub const MIN_PACING_BPS: u64 = 100_000;
-/// How much unused budget carries over: a short burst at line rate.
-pub const MAX_BURST: Duration = Duration::from_millis(5);
+/// How much unused budget carries over by default: a burst at line rate of this
+/// long at the pacing rate. `ShardConfig::pacer_burst` sets it per shard.
+///
+/// Longer bursts cut the delay pacing adds where the path has room to spare (a
+/// keyframe that fits goes at once instead of a packet at a time; libwebrtc's pacer
+/// lets its debt reach 40 ms, `PacingController::kDefaultBurstInterval`), but a burst
+/// lands in a bottleneck's queue at once, and on a path near its capacity the
+/// estimator reads that queue as over-use: at 10 ms and more, the simulcast
+/// subscriber of `sim_bwe_tracks_bottleneck` is knocked off the top stream by the
+/// keyframe of its own climb.
+pub const DEFAULT_BURST: Duration = Duration::from_millis(5);
+/// The largest burst in bytes, whatever the rate and setting: libwebrtc's
+/// `kMaxBurstSize`, so that a burst does not overflow a socket's send buffer.
+pub const MAX_BURST_BYTES: i64 = 63_000;
 /// The longest a queue may take to drain: past it the pacing rate rises to drain it
 /// in this time (libwebrtc's pacer allows 2 s). A forwarded stream does not follow
 /// the estimate as an encoder would: while an estimate lags a stream (a new
@@ -57,7 +69,7 @@ impl Paced {
 }
 
 /// A peer's pacing queue and budget.
-#[derive(Component, Debug, Default)]
+#[derive(Component, Debug)]
 pub struct Pacer {
     audio: VecDeque<Paced>,
     retransmissions: VecDeque<Paced>,
@@ -73,9 +85,34 @@ pub struct Pacer {
     pub dropped: u64,
     /// Packets that waited in the queue.
     pub paced: u64,
+    /// How much unused budget carries over, as time at the pacing rate.
+    burst: Duration,
+}
+
+impl Default for Pacer {
+    fn default() -> Pacer {
+        Pacer::with_burst(DEFAULT_BURST)
+    }
 }
 
 impl Pacer {
+    /// A pacer whose unused budget carries over up to `burst` at its rate (and
+    /// [`MAX_BURST_BYTES`]).
+    pub fn with_burst(burst: Duration) -> Pacer {
+        Pacer {
+            audio: VecDeque::new(),
+            retransmissions: VecDeque::new(),
+            video: VecDeque::new(),
+            queued_bytes: 0,
+            budget: 0,
+            filled_at: None,
+            rate_bps: 0,
+            dropped: 0,
+            paced: 0,
+            burst,
+        }
+    }
+
     /// Packets waiting.
     pub fn len(&self) -> usize {
         self.audio.len() + self.retransmissions.len() + self.video.len()
@@ -99,7 +136,8 @@ impl Pacer {
         let drain = (self.queued_bytes as u64 * 8 * 1000) / MAX_QUEUE_TIME.as_millis() as u64;
         rate = rate.max(drain);
         self.rate_bps = rate;
-        let cap = ((rate as u128 * MAX_BURST.as_micros() / 8_000_000) as i64).max(1500);
+        let cap = ((rate as u128 * self.burst.as_micros() / 8_000_000) as i64)
+            .clamp(1500, MAX_BURST_BYTES);
         // It starts with a full burst's worth.
         let add = match self.filled_at {
             Some(at) => (rate as u128 * now.saturating_since(at).as_micros() / 8_000_000) as i64,
@@ -236,6 +274,46 @@ mod tests {
         assert!(
             (Duration::from_millis(48)..=Duration::from_millis(51)).contains(&span),
             "{span:?}"
+        );
+    }
+
+    #[test]
+    fn a_longer_burst_goes_at_once_up_to_its_bytes() {
+        let t0 = Time::from_millis(1000);
+        // 2 Mbit/s: 40 ms is 10 000 bytes, so a 9 600-byte keyframe goes at once on
+        // a fresh budget, where 5 ms (1 250 bytes) lets one packet through.
+        let estimate = (2_000_000.0 / PACING_FACTOR) as u64;
+        let at_once = |burst: Duration| {
+            let mut p = Pacer::with_burst(burst);
+            p.refill(t0, estimate);
+            for _ in 0..8 {
+                p.push(packet(1200, false, false));
+            }
+            let mut n = 0;
+            while p.may_send() {
+                let Some(item) = p.pop() else { break };
+                p.spend(item.bytes());
+                n += 1;
+            }
+            n
+        };
+        assert_eq!(at_once(Duration::from_millis(40)), 8);
+        assert_eq!(at_once(DEFAULT_BURST), 2);
+        // Whatever the setting, at most MAX_BURST_BYTES.
+        let mut p = Pacer::with_burst(Duration::from_secs(1));
+        p.refill(t0, 100_000_000);
+        let mut sent = 0;
+        for _ in 0..100 {
+            p.push(packet(1200, false, false));
+        }
+        while p.may_send() {
+            let Some(item) = p.pop() else { break };
+            p.spend(item.bytes());
+            sent += item.bytes() as i64;
+        }
+        assert!(
+            (MAX_BURST_BYTES..MAX_BURST_BYTES + 1200).contains(&sent),
+            "{sent}"
         );
     }
 

@@ -795,6 +795,7 @@ fn prepare_shard(
         low_watermark: config.relay_low_watermark,
         hold_limit: std::time::Duration::from_secs(config.relay_hold_limit),
     };
+    shard_config.pacer_burst = std::time::Duration::from_millis(config.pacer_burst_ms);
     let shard_loop = shard_loop::ShardLoop::new(
         index,
         Shard::new(shard_config),

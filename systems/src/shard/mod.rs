@@ -28,6 +28,7 @@ use std::time::Duration;
 use bevy_ecs::prelude::*;
 use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
+use shoal_components::congestion::pacer;
 use shoal_components::dtls::{DtlsCertificate, DtlsConfig};
 use shoal_components::media::{RetiredSsrcs, TrackIndex};
 use shoal_components::net::{Datagram, FiveTuple};
@@ -70,6 +71,10 @@ pub struct ShardConfig {
     pub sctp: SctpLimits,
     /// How the room relay bounds each receiver's queue (watermarks, hold limit).
     pub relay: RelayLimits,
+    /// How much unused pacing budget carries over for each peer, as time at its
+    /// pacing rate: the longest burst sent at once ([`pacer::DEFAULT_BURST`], which
+    /// says what a longer one costs).
+    pub pacer_burst: Duration,
     /// DTLS handshake parameters shared by every peer of the shard.
     pub dtls: Arc<DtlsConfig>,
     /// The certificate the shard presents in DTLS; its SHA-256 fingerprint goes into
@@ -107,6 +112,7 @@ impl ShardConfig {
             connect_timeout: ice::ICE_CONNECT_BUDGET,
             sctp: SctpLimits::default(),
             relay: RelayLimits::default(),
+            pacer_burst: pacer::DEFAULT_BURST,
             dtls: Arc::new(DtlsConfig::default()),
             certificate,
         }

@@ -38,7 +38,7 @@ impl Shard {
             self.world.entity_mut(entity).insert((
                 PeerMedia::default(),
                 TransportWide::default(),
-                Pacer::default(),
+                Pacer::with_burst(self.config.pacer_burst),
             ));
         }
         self.world

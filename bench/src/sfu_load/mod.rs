@@ -19,13 +19,13 @@
 //!   and how late its frames went out, so a saturated generator is never taken for
 //!   a slow server.
 //!
-//! `--shoal BIN` starts the server itself (one shard, ephemeral ports) pinned to
-//! `--server-cpu`, and the generator pins itself to `--generator-cpu`; `--http
-//! ADDR` (and `--server-pid PID` for its CPU) loads a server already running.
-//! `--find-max` raises the room count (×1.5 a step) until P99.99 through the node exceeds
-//! `--p9999-bound-ms`, loss exceeds `--loss-bound`, a join fails or the generator
-//! saturates, and reports the largest passing load per server core. Progress prints
-//! each second; `report.md` and PNG plots go to `--out`.
+//! `--shoal BIN` starts the server itself (one shard, ephemeral ports, and any
+//! `--server-arg`s) pinned to `--server-cpu`, and the generator pins itself to
+//! `--generator-cpu`; `--http ADDR` (and `--server-pid PID` for its CPU) loads a
+//! server already running. `--find-max` raises the room count (×1.5 a step) until
+//! P99.99 through the node exceeds `--p9999-bound-ms`, loss exceeds `--loss-bound`, a
+//! join fails or the generator saturates, and reports the largest passing load per
+//! server core. Progress prints each second; `report.md` and PNG plots go to `--out`.
 
 mod load;
 mod report;
@@ -66,6 +66,8 @@ struct Options {
     max_rooms: usize,
     server_cpu: Option<usize>,
     generator_cpu: Option<usize>,
+    /// Further arguments for the node it starts (`--server-arg`, repeatable).
+    server_args: Vec<String>,
     out: PathBuf,
 }
 
@@ -85,6 +87,8 @@ const USAGE: &str = "usage: shoal-bench sfu-load (--shoal BIN | --http ADDR [--s
   --loss-bound PERCENT     find-max loss bound (0.1)\n\
   --max-rooms N            find-max stops here (2000)\n\
   --server-cpu C           pin the server it starts (0); --generator-cpu C (1); --no-pin\n\
+  --server-arg ARG         one more argument for the server it starts (repeatable:\n\
+                           --server-arg --pacer-burst-ms --server-arg 40)\n\
   --out DIR                report and plots (sfu-load-report)";
 
 fn value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
@@ -140,6 +144,11 @@ fn parse(args: &[String]) -> Result<Options, String> {
         generator_cpu: pin
             .then(|| number(args, "--generator-cpu", 1))
             .transpose()?,
+        server_args: args
+            .windows(2)
+            .filter(|w| w[0] == "--server-arg")
+            .map(|w| w[1].clone())
+            .collect(),
         out: PathBuf::from(value(args, "--out").unwrap_or("sfu-load-report")),
     };
     if o.shoal.is_none() == o.http.is_none() {
@@ -187,6 +196,7 @@ impl Drop for Server {
 fn start_server(
     bin: &PathBuf,
     cpu: Option<usize>,
+    extra: &[String],
     log: PathBuf,
 ) -> Result<(Server, SocketAddr), String> {
     let args = [
@@ -216,6 +226,7 @@ fn start_server(
     };
     let mut child = command
         .args(args)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(stderr)
         .spawn()
@@ -266,7 +277,8 @@ fn drive(o: &Options) -> Result<(), String> {
     std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
     let (server, http, pid) = match (&o.shoal, o.http) {
         (Some(bin), _) => {
-            let (server, http) = start_server(bin, o.server_cpu, o.out.join("server.log"))?;
+            let (server, http) =
+                start_server(bin, o.server_cpu, &o.server_args, o.out.join("server.log"))?;
             let pid = server.child.id();
             (Some(server), http, Some(pid))
         }
@@ -321,6 +333,7 @@ fn drive(o: &Options) -> Result<(), String> {
             loss_bound: o.loss_bound,
             server_cpu: o.server_cpu,
             generator_cpu: o.generator_cpu,
+            server_args: o.server_args.clone(),
         },
         steps,
     };

@@ -112,6 +112,8 @@ pub(super) struct Settings {
     pub loss_bound: f64,
     pub server_cpu: Option<usize>,
     pub generator_cpu: Option<usize>,
+    /// Further arguments the node was started with.
+    pub server_args: Vec<String>,
 }
 
 /// One load's figures.
@@ -446,7 +448,7 @@ fn markdown(outcome: &Outcome, plots: &[&str]) -> String {
     let _ = writeln!(s, "# shoal-bench sfu-load\n");
     let _ = writeln!(
         s,
-        "Rooms of {} participants, each publishing VP8 at {} kbit/s, {} fps, a keyframe every {} s, and Opus-sized audio (50 packets/s), each receiving every other participant; signalling {}; steady window {} s. Server pinned to CPU {}, generator to CPU {}.\n",
+        "Rooms of {} participants, each publishing VP8 at {} kbit/s, {} fps, a keyframe every {} s, and Opus-sized audio (50 packets/s), each receiving every other participant; signalling {}; steady window {} s. Server pinned to CPU {}, generator to CPU {}{}.\n",
         o.participants,
         o.video_kbps,
         o.fps,
@@ -455,6 +457,11 @@ fn markdown(outcome: &Outcome, plots: &[&str]) -> String {
         o.duration_s,
         o.server_cpu.map_or("-".into(), |c| c.to_string()),
         o.generator_cpu.map_or("-".into(), |c| c.to_string()),
+        if o.server_args.is_empty() {
+            String::new()
+        } else {
+            format!("; server started with `{}`", o.server_args.join(" "))
+        },
     );
     let _ = writeln!(
         s,

@@ -32,13 +32,14 @@
 
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use std::os::fd::AsFd;
 
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 use shoal_components::net::Datagram;
+use shoal_components::time::Time;
 
 /// Buffers offered to one `recvmmsg`.
 pub const RECV_SLOTS: usize = 4;
@@ -92,6 +93,23 @@ pub struct UdpIo {
     gso: Vec<u8>,
     /// Where [`UdpIo::recv`] puts the receive times no caller asked for.
     unused_stamps: Vec<Option<Duration>>,
+}
+
+/// The oldest a datagram's kernel receive time is taken as: older (a wall clock
+/// step, a stalled thread) counts as this old.
+pub const MAX_RECEIVE_AGE: Duration = Duration::from_secs(1);
+
+/// Maps the kernel receive stamps of [`UdpIo::recv_stamped`] (wall time) onto a
+/// clock that reads `now` at this moment: each arrival is as long before `now` as
+/// the datagram waited to be read, at most [`MAX_RECEIVE_AGE`]; no stamp, `now`.
+pub fn arrival_clock(now: Time) -> impl Fn(Option<Duration>) -> Time {
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    move |stamp| {
+        let age = stamp.map_or(Duration::ZERO, |at| wall.saturating_sub(at));
+        now - age.min(MAX_RECEIVE_AGE)
+    }
 }
 
 impl UdpIo {

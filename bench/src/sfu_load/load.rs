@@ -45,7 +45,7 @@ use shoal_components::rtp::{AbsCaptureTime, RtpFields, RtpPacket, RtpWriter};
 use shoal_server::endpoint::media::{AUDIO_SOURCE, VIDEO_SOURCE};
 use shoal_server::endpoint::{BATCH, MediaSession};
 use shoal_server::sim::{Command, PeerId, Shard, ShardConfig, ShardEvent, Time};
-use shoal_server::udp::UdpIo;
+use shoal_server::udp::{self, UdpIo};
 
 /// The token of the signalling thread's waker.
 pub(super) const WAKER: Token = Token(usize::MAX);
@@ -71,9 +71,6 @@ const KEYFRAME_FACTOR: usize = 5;
 const READS_PER_TURN: usize = 4;
 /// The longest the loop sleeps.
 const MAX_WAIT: Duration = Duration::from_millis(10);
-/// An arrival is taken as at most this long before it was read (a clock step must
-/// not move it far into the past).
-const MAX_RECEIVE_AGE: Duration = Duration::from_secs(1);
 
 /// What the signalling thread asks of the generator.
 pub(super) enum ToGen {
@@ -727,14 +724,8 @@ impl Generator {
             // feedback built from read times would report this loop's own delays
             // to the node's estimate as the path's.
             let now = Time::ZERO + self.start.elapsed();
-            let wall = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default();
             self.stamps.resize(self.batch.len(), None);
-            let arrival = |stamp: Option<Duration>| {
-                let age = stamp.map_or(Duration::ZERO, |at| wall.saturating_sub(at));
-                now - age.min(MAX_RECEIVE_AGE)
-            };
+            let arrival = udp::arrival_clock(now);
             c.shard.handle_received(
                 now,
                 self.batch.drain(..).zip(self.stamps.drain(..).map(arrival)),

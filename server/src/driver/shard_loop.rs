@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, TryRecvError};
@@ -116,9 +116,6 @@ impl ShardSocket {
 const MAX_BATCHES_PER_WAKE: usize = 16;
 /// Commands applied per wake-up before the socket gets a turn.
 const MAX_COMMANDS_PER_WAKE: usize = 256;
-/// The oldest a datagram's kernel receive time is taken as: older (a wall clock
-/// step, a stalled thread) counts as this old.
-const MAX_RECEIVE_AGE: Duration = Duration::from_secs(1);
 /// The longest a shard sleeps even with nothing scheduled; a guard against a missed
 /// wake-up, not a timer.
 const MAX_POLL_WAIT: Duration = Duration::from_secs(1);
@@ -469,15 +466,7 @@ impl ShardLoop {
         self.stamps.resize(self.batch.len(), None);
         while !self.batch.is_empty() {
             let now = self.now();
-            let wall = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or(Duration::ZERO);
-            // How long ago each arrived, at most MAX_RECEIVE_AGE (a clock step must
-            // not move an arrival far into the past).
-            let arrival = |stamp: Option<Duration>| {
-                let age = stamp.map_or(Duration::ZERO, |at| wall.saturating_sub(at));
-                now - age.min(MAX_RECEIVE_AGE)
-            };
+            let arrival = crate::udp::arrival_clock(now);
             let n = self.batch.len().min(self.batch_limit);
             self.stats.batches += 1;
             let datagrams = self

@@ -137,7 +137,16 @@ fn interop_chromium_vp8_temporal_layers() {
             .and_then(|t| t["id"].as_str())
             .unwrap_or_else(|| panic!("pub publishes no video: {others}"))
             .to_owned();
-        let sent = cdp.evaluate(&publisher, SENT).await;
+        // The encoder takes the new mode at its next reconfiguration: its stats may
+        // name the old one for the first frames after setParameters resolves.
+        let deadline = Instant::now() + JOIN_TIMEOUT;
+        let sent = loop {
+            let sent = cdp.evaluate(&publisher, SENT).await;
+            if sent["mode"] == "L1T3" || Instant::now() >= deadline {
+                break sent;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         assert_eq!(sent["codec"], "video/VP8", "{sent}");
         assert_eq!(sent["mode"], "L1T3", "{sent}");
 

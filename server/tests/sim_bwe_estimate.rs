@@ -7,6 +7,10 @@
 //! follows the estimate (5 % above it, as a probe would), as a layer choice will:
 //! once settled, every estimate sampled over the last 5 s lies within ±20 % of the
 //! link's rate, over 5 seeds and two rates.
+//!
+//! With a publisher that sends whole frames at once, the pacer's bursts follow what
+//! the subscriber's feedback shows drained: on a 3 Mbit/s link 5 ms of the pacing
+//! rate at once, on a 1 Gbit/s one the whole 40 ms.
 
 mod media_sim;
 
@@ -17,11 +21,14 @@ use media_sim::{
     PT, RECEIVED, SOURCE, SRV, TRACK, addr, cli, connected_sim, nack_feedback, publish_source,
     subscription, track_spec,
 };
+use shoal_components::congestion::bursts::GROWTH;
+use shoal_components::congestion::pacer::{BURST_TIME, DEFAULT_BURST};
 use shoal_components::media::{SubscriptionSpec, TrackSpec};
 use shoal_components::peer::PeerId;
 use shoal_components::rtp::{RtpFields, RtpWriter};
 use shoal_server::sim::LinkConfig;
 use shoal_systems::Command;
+use shoal_systems::shard::CongestionReport;
 
 /// The transport-wide extension's id on both sides of the subscriber's session.
 const TWCC_ID: u8 = 3;
@@ -41,9 +48,19 @@ fn with_twcc_track(mut t: TrackSpec) -> TrackSpec {
     t
 }
 
+/// What the publisher sends.
+#[derive(Clone, Copy)]
+enum Encoder {
+    /// 5 % above the estimate, as evenly as the 5 ms steps allow.
+    FollowsEstimate,
+    /// Frames of this many bit/s, 30 a second, each frame's packets at once.
+    Frames(u64),
+}
+
 /// Runs one seed over a subscriber link of `link_bps`; returns the estimates
-/// sampled every 100 ms over the last 5 of `secs` seconds.
-fn run(seed: u64, link_bps: u64, secs: u64) -> Vec<u64> {
+/// sampled every 100 ms over the last 5 of `secs` seconds, and the server's last
+/// report on the subscriber.
+fn run(seed: u64, link_bps: u64, secs: u64, encoder: Encoder) -> (Vec<u64>, CongestionReport) {
     let mut sim = connected_sim(seed, &LinkConfig::default(), 1);
     // The subscriber's downlink: its rate, 100 ms of queue.
     sim.set_link(
@@ -94,8 +111,19 @@ fn run(seed: u64, link_bps: u64, secs: u64) -> Vec<u64> {
             samples.push(estimate);
             next_sample += Duration::from_millis(100);
         }
-        // The encoder: 5 % above the estimate, in whole packets.
-        credit += estimate as f64 * 1.05 * STEP.as_secs_f64() / (PAYLOAD as f64 * 8.0);
+        let packets = |bps: f64| bps * STEP.as_secs_f64() / (PAYLOAD as f64 * 8.0);
+        match encoder {
+            Encoder::FollowsEstimate => credit += packets(estimate as f64 * 1.05),
+            Encoder::Frames(bps) => {
+                // A frame is due when the step crosses a 1/30 s boundary.
+                let frame = Duration::from_secs(1) / 30;
+                if elapsed.as_nanos() / frame.as_nanos()
+                    != (elapsed + STEP).as_nanos() / frame.as_nanos()
+                {
+                    credit += packets(bps as f64) * (frame.as_secs_f64() / STEP.as_secs_f64());
+                }
+            }
+        }
         while credit >= 1.0 {
             credit -= 1.0;
             let now = sim.now();
@@ -109,7 +137,7 @@ fn run(seed: u64, link_bps: u64, secs: u64) -> Vec<u64> {
     let report = sim.shard(addr(SRV)).congestion(PeerId(2)).unwrap();
     assert!(report.feedback_received > 0, "seed {seed}: {report:?}");
     assert!(report.stamped > 0, "seed {seed}: {report:?}");
-    samples
+    (samples, report)
 }
 
 fn packet(i: u16) -> bytes::Bytes {
@@ -134,7 +162,7 @@ fn packet(i: u16) -> bytes::Bytes {
 fn sim_bwe_estimate_follows_the_link() {
     for link in [600_000u64, 3_000_000] {
         for seed in 1..=5 {
-            let samples = run(seed, link, 30);
+            let (samples, _) = run(seed, link, 30, Encoder::FollowsEstimate);
             let (low, high) = (link * 8 / 10, link * 12 / 10);
             let outside: Vec<u64> = samples
                 .iter()
@@ -146,5 +174,32 @@ fn sim_bwe_estimate_follows_the_link() {
                 "link {link}, seed {seed}: estimates outside [{low}, {high}]: {outside:?}\nall: {samples:?}"
             );
         }
+    }
+}
+
+/// Bytes `bps` carries in `time`.
+fn bytes_in(bps: u64, time: Duration) -> i64 {
+    (u128::from(bps) * time.as_micros() / 8_000_000) as i64
+}
+
+#[test]
+fn sim_pacer_bursts_as_the_path_drains() {
+    let video = Encoder::Frames(1_000_000);
+    for seed in 1..=3 {
+        // Near its capacity (two packets take 3.2 ms on it, a frame of 4 kB 11 ms):
+        // no burst drains within 2.5 ms, and bursts stay at 5 ms of the pacing rate.
+        let (_, r) = run(seed, 3_000_000, 20, video);
+        assert_eq!(r.drained_burst_bytes, None, "seed {seed}: {r:?}");
+        let estimate = r.estimate_bps.unwrap();
+        let five_ms = bytes_in(estimate * 12 / 10, BURST_TIME).max(1500);
+        assert!(r.pacer_burst_bytes <= five_ms, "seed {seed}: {r:?}");
+        // Far from it: whole frames drain at once, and bursts grow to the setting.
+        let (_, r) = run(seed, 1_000_000_000, 20, video);
+        let drained = r.drained_burst_bytes.unwrap_or(0);
+        assert!(drained >= 4_000, "seed {seed}: {r:?}");
+        let estimate = r.estimate_bps.unwrap();
+        let whole = bytes_in(estimate * 9 / 10, DEFAULT_BURST).min(GROWTH * drained);
+        assert!(r.pacer_burst_bytes >= whole, "seed {seed}: {r:?}");
+        assert!(r.pacer_burst_bytes > five_ms, "seed {seed}: {r:?}");
     }
 }

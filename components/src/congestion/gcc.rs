@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 
+use super::bursts::Bursts;
 use super::history::PacketResult;
 use crate::time::Time;
 
@@ -307,6 +308,7 @@ impl IncomingRate {
 #[derive(Clone, Debug)]
 pub struct Estimator {
     detector: DelayDetector,
+    bursts: Bursts,
     incoming: IncomingRate,
     state: RateState,
     /// A_hat, bit/s.
@@ -340,6 +342,7 @@ impl Estimator {
         let initial = initial_bps.clamp(MIN_ESTIMATE_BPS, MAX_ESTIMATE_BPS);
         Estimator {
             detector: DelayDetector::default(),
+            bursts: Bursts::default(),
             incoming: IncomingRate::default(),
             state: RateState::Increase,
             delay_based: initial,
@@ -357,6 +360,17 @@ impl Estimator {
             rtt_ms: 100.0,
             decreases: 0,
         }
+    }
+
+    /// The largest burst to send at `now`, bytes: twice the largest the feedback
+    /// showed drained lately ([`Bursts`]), none before one did.
+    pub fn allowed_burst(&self, now: Time) -> Option<i64> {
+        self.bursts.allowed(now.as_micros() as i64)
+    }
+
+    /// The largest burst the feedback showed drained lately, bytes.
+    pub fn largest_drained_burst(&self, now: Time) -> Option<i64> {
+        self.bursts.largest_drained(now.as_micros() as i64)
     }
 
     /// The estimate, bit/s: the smaller of the delay- and loss-based ones (§6).
@@ -400,6 +414,7 @@ impl Estimator {
         let mut newest_send = None;
         for r in results {
             self.reported += 1;
+            self.bursts.packet(r.seq, r.send_us, r.arrival_us, r.size);
             match r.arrival_us {
                 Some(arrival) => {
                     self.detector.packet(r.send_us, arrival);
@@ -514,6 +529,8 @@ impl Estimator {
                     self.delay_based = (BETA * r).min(self.delay_based);
                     self.decreased_at = Some(now);
                     self.decreases += 1;
+                    // Queues grow: what drained before is no evidence now.
+                    self.bursts.clear();
                     match self.max_avg {
                         None => self.max_avg = Some(r),
                         Some(avg) => {
@@ -618,6 +635,7 @@ mod tests {
         let end = start_us + (secs * 1e6) as i64;
         let mut link_free = now;
         let mut batch = Vec::new();
+        let mut sent = 0u64;
         let mut next_feedback = now + 50_000;
         while now < end {
             let rate = sender_bps(est).max(50_000.0);
@@ -628,11 +646,13 @@ mod tests {
                 Some(link_free + 20_000 + jitter())
             };
             batch.push(PacketResult {
+                seq: sent,
                 send_us: now,
                 arrival_us: arrival,
                 size,
                 probe: 0,
             });
+            sent += 1;
             now += tx_us(rate);
             if now >= next_feedback {
                 est.on_feedback(Time::from_micros((now + 20_000) as u64), &batch);

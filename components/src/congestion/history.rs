@@ -14,6 +14,8 @@ pub const SEND_WINDOW: usize = 1024;
 /// One packet the feedback told about, for the first time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PacketResult {
+    /// Its extended transport-wide sequence number.
+    pub seq: u64,
     /// When shoal sent it, in µs on the shard's clock.
     pub send_us: i64,
     /// When it arrived, in µs on the receiver's clock (whose origin is its own);
@@ -154,6 +156,7 @@ impl SendHistory {
                         sent.reported_lost = true;
                         lost += 1;
                         out.push(PacketResult {
+                            seq,
                             send_us: sent.send_us,
                             arrival_us: None,
                             size: sent.size,
@@ -164,6 +167,7 @@ impl SendHistory {
                 Symbol::SmallDelta | Symbol::LargeDelta | Symbol::Reserved => {
                     sent.arrived = true;
                     out.push(PacketResult {
+                        seq,
                         send_us: sent.send_us,
                         // Received without a delta (§3.1.3's reading of "11"): it
                         // arrived, when is not known.
@@ -213,18 +217,21 @@ mod tests {
             out,
             [
                 PacketResult {
+                    seq: 0,
                     send_us: 0,
                     arrival_us: Some(64_000),
                     size: 1000,
                     probe: 0,
                 },
                 PacketResult {
+                    seq: 1,
                     send_us: 10_000,
                     arrival_us: None,
                     size: 1001,
                     probe: 0,
                 },
                 PacketResult {
+                    seq: 2,
                     send_us: 20_000,
                     arrival_us: Some(84_000),
                     size: 1002,

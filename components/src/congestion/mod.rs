@@ -15,6 +15,7 @@
 //!   ([`SendSide`], [`history`]) and estimates from the subscriber's feedback on
 //!   them how much the path to it carries ([`gcc`]).
 
+pub mod bursts;
 pub mod gcc;
 pub mod history;
 pub mod pacer;
@@ -258,6 +259,12 @@ impl SendSide {
     /// The estimate, bit/s, once feedback came.
     pub fn estimate_bps(&self) -> Option<u64> {
         self.estimator.as_ref().map(|e| e.bps())
+    }
+
+    /// The largest burst to send the peer at `now`, bytes, by what its feedback
+    /// showed drained ([`bursts`]).
+    pub fn allowed_burst(&self, now: Time) -> Option<i64> {
+        self.estimator.as_ref().and_then(|e| e.allowed_burst(now))
     }
 }
 

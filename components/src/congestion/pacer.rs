@@ -21,17 +21,24 @@ use crate::time::Time;
 pub const PACING_FACTOR: f64 = 1.0;
 /// The lowest pacing rate, bit/s, whatever the estimate says.
 pub const MIN_PACING_BPS: u64 = 100_000;
-/// How much unused budget carries over by default: a burst at line rate of this
-/// long at the pacing rate. `ShardConfig::pacer_burst` sets it per shard.
+/// The longest burst by default, as time at the pacing rate: libwebrtc's pacer lets
+/// its debt reach 40 ms (`PacingController::kDefaultBurstInterval`).
+/// `ShardConfig::pacer_burst` sets it per shard.
 ///
-/// Longer bursts cut the delay pacing adds where the path has room to spare (a
-/// keyframe that fits goes at once instead of a packet at a time; libwebrtc's pacer
-/// lets its debt reach 40 ms, `PacingController::kDefaultBurstInterval`), but a burst
-/// lands in a bottleneck's queue at once, and on a path near its capacity the
-/// estimator reads that queue as over-use: at 10 ms and more, the simulcast
-/// subscriber of `sim_bwe_tracks_bottleneck` is knocked off the top stream by the
-/// keyframe of its own climb.
-pub const DEFAULT_BURST: Duration = Duration::from_millis(5);
+/// A longer burst cuts the delay pacing adds (a keyframe that fits goes at once
+/// instead of a packet at a time), but it lands in the path's narrowest queue at
+/// once, and on a path near its capacity the estimator reads that queue as over-use:
+/// with every burst 10 ms long or more, the simulcast subscriber of
+/// `sim_bwe_tracks_bottleneck` is knocked off the top stream by the keyframe of its
+/// own climb. So a burst is [`BURST_TIME`] of the pacing rate (or the setting, if
+/// shorter), and grows toward the setting only as far as the path has shown it
+/// drains bursts at once ([`super::bursts`]).
+pub const DEFAULT_BURST: Duration = Duration::from_millis(40);
+/// The burst every path takes, and the time within which the path's narrowest link
+/// must drain a longer one: the delay detector's `burst_time`
+/// (draft-ietf-rmcat-gcc-02 §5.2, [`super::gcc::BURST_TIME_US`]), the spread of
+/// sends it takes as one group.
+pub const BURST_TIME: Duration = Duration::from_micros(super::gcc::BURST_TIME_US as u64);
 /// The largest burst in bytes, whatever the rate and setting: libwebrtc's
 /// `kMaxBurstSize`, so that a burst does not overflow a socket's send buffer.
 pub const MAX_BURST_BYTES: i64 = 63_000;
@@ -85,8 +92,10 @@ pub struct Pacer {
     pub dropped: u64,
     /// Packets that waited in the queue.
     pub paced: u64,
-    /// How much unused budget carries over, as time at the pacing rate.
+    /// How much unused budget carries over at most, as time at the pacing rate.
     burst: Duration,
+    /// How much carries over now, bytes.
+    pub burst_bytes: i64,
 }
 
 impl Default for Pacer {
@@ -96,8 +105,10 @@ impl Default for Pacer {
 }
 
 impl Pacer {
-    /// A pacer whose unused budget carries over up to `burst` at its rate (and
-    /// [`MAX_BURST_BYTES`]).
+    /// A pacer whose unused budget carries over [`BURST_TIME`] at its rate (or
+    /// `burst`, if shorter), more as far as the path has shown it drains more
+    /// ([`Pacer::refill`]), never more than `burst` at its rate nor
+    /// [`MAX_BURST_BYTES`].
     pub fn with_burst(burst: Duration) -> Pacer {
         Pacer {
             audio: VecDeque::new(),
@@ -110,6 +121,7 @@ impl Pacer {
             dropped: 0,
             paced: 0,
             burst,
+            burst_bytes: 0,
         }
     }
 
@@ -128,16 +140,26 @@ impl Pacer {
         self.queued_bytes
     }
 
-    /// Sets the rate from the peer's `estimate_bps` at `now`, and fills the budget
-    /// for the time since it was last filled.
-    pub fn refill(&mut self, now: Time, estimate_bps: u64) {
+    /// Sets the rate from the peer's `estimate_bps` at `now` and the longest burst
+    /// from `allowed_burst`, the bytes its path has shown it drains at once
+    /// ([`super::bursts::Bursts::allowed`]), and fills the budget for the time since
+    /// it was last filled.
+    pub fn refill(&mut self, now: Time, estimate_bps: u64, allowed_burst: Option<i64>) {
         let mut rate = ((estimate_bps as f64 * PACING_FACTOR) as u64).max(MIN_PACING_BPS);
         // A queue that would take too long at this rate is drained in MAX_QUEUE_TIME.
         let drain = (self.queued_bytes as u64 * 8 * 1000) / MAX_QUEUE_TIME.as_millis() as u64;
         rate = rate.max(drain);
         self.rate_bps = rate;
-        let cap = ((rate as u128 * self.burst.as_micros() / 8_000_000) as i64)
+        let bytes_in = |bps: u64, time: Duration| {
+            (u128::from(bps) * time.as_micros() / 8_000_000).min(i64::MAX as u128) as i64
+        };
+        let shortest = bytes_in(rate, self.burst.min(BURST_TIME));
+        let longest = bytes_in(rate, self.burst);
+        let cap = allowed_burst
+            .unwrap_or(shortest)
+            .clamp(shortest, longest)
             .clamp(1500, MAX_BURST_BYTES);
+        self.burst_bytes = cap;
         // It starts with a full burst's worth.
         let add = match self.filled_at {
             Some(at) => (rate as u128 * now.saturating_since(at).as_micros() / 8_000_000) as i64,
@@ -251,7 +273,7 @@ mod tests {
         let t0 = Time::from_millis(1000);
         // 1.5 Mbit/s pacing, 187.5 bytes a millisecond.
         let estimate = (1_500_000.0 / PACING_FACTOR) as u64;
-        p.refill(t0, estimate);
+        p.refill(t0, estimate, None);
         assert_eq!(p.rate_bps, 1_500_000);
         for _ in 0..10 {
             assert!(p.push(packet(1200, false, false)));
@@ -259,7 +281,7 @@ mod tests {
         let mut sent = Vec::new();
         let mut now = t0;
         while !p.is_empty() {
-            p.refill(now, estimate);
+            p.refill(now, estimate, None);
             while p.may_send() {
                 let Some(item) = p.pop() else { break };
                 p.spend(item.bytes());
@@ -278,14 +300,15 @@ mod tests {
     }
 
     #[test]
-    fn a_longer_burst_goes_at_once_up_to_its_bytes() {
+    fn a_burst_is_as_long_as_the_path_has_shown_it_drains() {
         let t0 = Time::from_millis(1000);
         // 2 Mbit/s: 40 ms is 10 000 bytes, so a 9 600-byte keyframe goes at once on
-        // a fresh budget, where 5 ms (1 250 bytes) lets one packet through.
+        // a fresh budget where the path drained bursts half its size; 5 ms at the
+        // pacing rate (1 250 bytes, raised to the 1 500-byte least) lets two through.
         let estimate = (2_000_000.0 / PACING_FACTOR) as u64;
-        let at_once = |burst: Duration| {
+        let at_once = |burst: Duration, allowed: Option<i64>| {
             let mut p = Pacer::with_burst(burst);
-            p.refill(t0, estimate);
+            p.refill(t0, estimate, allowed);
             for _ in 0..8 {
                 p.push(packet(1200, false, false));
             }
@@ -297,11 +320,20 @@ mod tests {
             }
             n
         };
-        assert_eq!(at_once(Duration::from_millis(40)), 8);
-        assert_eq!(at_once(DEFAULT_BURST), 2);
-        // Whatever the setting, at most MAX_BURST_BYTES.
+        let plenty = Some(i64::MAX);
+        assert_eq!(at_once(DEFAULT_BURST, plenty), 8);
+        // Nothing shown yet, or less than 5 ms of the rate: 5 ms.
+        assert_eq!(at_once(DEFAULT_BURST, None), 2);
+        assert_eq!(at_once(DEFAULT_BURST, Some(0)), 2);
+        // 6 250 bytes shown: five packets and the one that takes the budget below
+        // zero.
+        assert_eq!(at_once(DEFAULT_BURST, Some(6_250)), 6);
+        // The setting bounds it, even below burst_time.
+        assert_eq!(at_once(BURST_TIME, plenty), 2);
+        assert_eq!(at_once(Duration::from_millis(1), plenty), 2);
+        // Whatever the setting and the path, at most MAX_BURST_BYTES.
         let mut p = Pacer::with_burst(Duration::from_secs(1));
-        p.refill(t0, 100_000_000);
+        p.refill(t0, 100_000_000, plenty);
         let mut sent = 0;
         for _ in 0..100 {
             p.push(packet(1200, false, false));
@@ -335,7 +367,7 @@ mod tests {
         assert_eq!(p.len(), MAX_QUEUED);
         assert!(p.dropped > 1);
         // A long queue drains within MAX_QUEUE_TIME whatever the estimate.
-        p.refill(Time::from_millis(5), 100_000);
+        p.refill(Time::from_millis(5), 100_000, None);
         let drain = p.queued_bytes() as u64 * 8 * 1000 / MAX_QUEUE_TIME.as_millis() as u64;
         assert_eq!(p.rate_bps, drain);
     }

@@ -261,6 +261,7 @@ mod tests {
 
     fn result(probe: u16, send_us: i64, arrival_us: Option<i64>) -> PacketResult {
         PacketResult {
+            seq: 0,
             send_us,
             arrival_us,
             size: 1200,

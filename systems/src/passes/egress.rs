@@ -125,14 +125,11 @@ fn egress_media(
                 let peer = sub.subscriber;
                 // Paced once the peer's feedback gives an estimate: straight out while
                 // its queue is empty and its budget allows, else queued.
-                let estimate = peers
-                    .get(peer)
-                    .ok()
-                    .and_then(|(_, _, tw)| tw?.send.estimate_bps());
+                let (estimate, allowed) = pacing(peers, peer, now);
                 if let (Some(estimate), Ok((mut pacer, _)), false) =
                     (estimate, pacers.get_mut(peer), probe)
                 {
-                    pacer.refill(now, estimate);
+                    pacer.refill(now, estimate, allowed);
                     if !(pacer.is_empty() && pacer.may_send()) {
                         let item = Paced {
                             subscription,
@@ -185,6 +182,18 @@ fn egress_media(
     ctx.media_out.0 = out;
 }
 
+/// What `peer`'s feedback says of its path at `now`: the estimate, bit/s, and the
+/// largest burst to send it, bytes.
+fn pacing(peers: &PeerQuery, peer: Entity, now: Time) -> (Option<u64>, Option<i64>) {
+    peers
+        .get(peer)
+        .ok()
+        .and_then(|(_, _, tw)| tw)
+        .map_or((None, None), |tw| {
+            (tw.send.estimate_bps(), tw.send.allowed_burst(now))
+        })
+}
+
 /// Sends what `peer`'s pacing budget allows of its queue; the rest waits for the
 /// peer's pacing timer.
 fn drain(
@@ -195,16 +204,13 @@ fn drain(
     pacers: &mut Query<(&mut Pacer, &mut Timers)>,
     now: Time,
 ) {
-    let estimate = peers
-        .get(peer)
-        .ok()
-        .and_then(|(_, _, tw)| tw?.send.estimate_bps());
+    let (estimate, allowed) = pacing(peers, peer, now);
     loop {
         let Ok((mut pacer, mut timers)) = pacers.get_mut(peer) else {
             return;
         };
         if let Some(estimate) = estimate {
-            pacer.refill(now, estimate);
+            pacer.refill(now, estimate, allowed);
         }
         if pacer.is_empty() {
             return;

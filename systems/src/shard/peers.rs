@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use bevy_ecs::prelude::*;
 use shoal_components::congestion::TransportWide;
 use shoal_components::congestion::gcc::Estimator;
+use shoal_components::congestion::pacer::Pacer;
 use shoal_components::datachannel::DataChannels;
 use shoal_components::dtls::{CipherSuite, SrtpKeys};
 use shoal_components::media::temporal::ALL_LAYERS;
@@ -50,6 +51,11 @@ pub struct CongestionReport {
     pub relay_holds: u64,
     /// Its room messages are held back now.
     pub relay_held: bool,
+    /// The largest burst sent the peer over the last 10 s that its feedback showed
+    /// arrived within 1.25 ms, bytes.
+    pub drained_burst_bytes: Option<i64>,
+    /// The most its pacer lets go at once now, bytes; 0 before it paced.
+    pub pacer_burst_bytes: i64,
 }
 
 /// One simulcast subscription's stream.
@@ -135,11 +141,15 @@ impl Shard {
                     layers: self.layer_reports(entity),
                     probe_clusters: tw.send.prober.clusters,
                     last_probe_bps: tw.send.prober.last_result_bps,
+                    drained_burst_bytes: est.and_then(|e| e.largest_drained_burst(self.now())),
                     ..CongestionReport::default()
                 }
             }
             None => CongestionReport::default(),
         };
+        if let Some(pacer) = self.world.get::<Pacer>(entity) {
+            report.pacer_burst_bytes = pacer.burst_bytes;
+        }
         report.data_queued = self
             .world
             .get::<Sctp>(entity)

@@ -57,10 +57,18 @@ enum Encoder {
     Frames(u64),
 }
 
-/// Runs one seed over a subscriber link of `link_bps`; returns the estimates
-/// sampled every 100 ms over the last 5 of `secs` seconds, and the server's last
-/// report on the subscriber.
-fn run(seed: u64, link_bps: u64, secs: u64, encoder: Encoder) -> (Vec<u64>, CongestionReport) {
+/// What one run sampled.
+struct Run {
+    /// Estimates every 100 ms over the last 5 s.
+    estimates: Vec<u64>,
+    /// Every 5 ms from the first feedback on: (estimate, the pacer's burst, bytes).
+    bursts: Vec<(u64, i64)>,
+    /// The server's last report on the subscriber.
+    report: CongestionReport,
+}
+
+/// Runs one seed over a subscriber link of `link_bps` for `secs` seconds.
+fn run(seed: u64, link_bps: u64, secs: u64, encoder: Encoder) -> Run {
     let mut sim = connected_sim(seed, &LinkConfig::default(), 1);
     // The subscriber's downlink: its rate, 100 ms of queue.
     sim.set_link(
@@ -97,6 +105,7 @@ fn run(seed: u64, link_bps: u64, secs: u64, encoder: Encoder) -> (Vec<u64>, Cong
     let mut seq: u16 = 0;
     let mut credit = 0.0f64;
     let mut samples = Vec::new();
+    let mut bursts = Vec::new();
     let mut next_sample = Duration::from_secs(secs - 5);
     loop {
         let elapsed = sim.now().saturating_since(start);
@@ -107,6 +116,9 @@ fn run(seed: u64, link_bps: u64, secs: u64, encoder: Encoder) -> (Vec<u64>, Cong
         let estimate = report
             .estimate_bps
             .unwrap_or(shoal_components::congestion::INITIAL_ESTIMATE_BPS as u64);
+        if report.estimate_bps.is_some() {
+            bursts.push((estimate, report.pacer_burst_bytes));
+        }
         if elapsed >= next_sample {
             samples.push(estimate);
             next_sample += Duration::from_millis(100);
@@ -137,7 +149,11 @@ fn run(seed: u64, link_bps: u64, secs: u64, encoder: Encoder) -> (Vec<u64>, Cong
     let report = sim.shard(addr(SRV)).congestion(PeerId(2)).unwrap();
     assert!(report.feedback_received > 0, "seed {seed}: {report:?}");
     assert!(report.stamped > 0, "seed {seed}: {report:?}");
-    (samples, report)
+    Run {
+        estimates: samples,
+        bursts,
+        report,
+    }
 }
 
 fn packet(i: u16) -> bytes::Bytes {
@@ -162,7 +178,7 @@ fn packet(i: u16) -> bytes::Bytes {
 fn sim_bwe_estimate_follows_the_link() {
     for link in [600_000u64, 3_000_000] {
         for seed in 1..=5 {
-            let (samples, _) = run(seed, link, 30, Encoder::FollowsEstimate);
+            let samples = run(seed, link, 30, Encoder::FollowsEstimate).estimates;
             let (low, high) = (link * 8 / 10, link * 12 / 10);
             let outside: Vec<u64> = samples
                 .iter()
@@ -187,19 +203,30 @@ fn sim_pacer_bursts_as_the_path_drains() {
     let video = Encoder::Frames(1_000_000);
     for seed in 1..=3 {
         // Near its capacity (two packets take 3.2 ms on it, a frame of 4 kB 11 ms):
-        // no burst drains within 2.5 ms, and bursts stay at 5 ms of the pacing rate.
-        let (_, r) = run(seed, 3_000_000, 20, video);
-        assert_eq!(r.drained_burst_bytes, None, "seed {seed}: {r:?}");
-        let estimate = r.estimate_bps.unwrap();
-        let five_ms = bytes_in(estimate * 12 / 10, BURST_TIME).max(1500);
-        assert!(r.pacer_burst_bytes <= five_ms, "seed {seed}: {r:?}");
-        // Far from it: whole frames drain at once, and bursts grow to the setting.
-        let (_, r) = run(seed, 1_000_000_000, 20, video);
-        let drained = r.drained_burst_bytes.unwrap_or(0);
-        assert!(drained >= 4_000, "seed {seed}: {r:?}");
-        let estimate = r.estimate_bps.unwrap();
-        let whole = bytes_in(estimate * 9 / 10, DEFAULT_BURST).min(GROWTH * drained);
-        assert!(r.pacer_burst_bytes >= whole, "seed {seed}: {r:?}");
-        assert!(r.pacer_burst_bytes > five_ms, "seed {seed}: {r:?}");
+        // no burst crosses within 2.5 ms, and at no time does the pacer send more
+        // than 5 ms of its rate at once.
+        let run_ = run(seed, 3_000_000, 20, video);
+        let r = &run_.report;
+        assert_eq!(r.earned_burst_bytes, None, "seed {seed}: {r:?}");
+        for &(estimate, burst) in &run_.bursts {
+            let five_ms = bytes_in(estimate * 12 / 10, BURST_TIME).max(1500);
+            assert!(burst <= five_ms, "seed {seed}: {burst} at {estimate} bit/s");
+        }
+        // Far from it: whole frames cross at once, and over the last 5 s the
+        // pacer's burst is the whole 40 ms of its rate (or what the path earned,
+        // if less).
+        let run_ = run(seed, 1_000_000_000, 20, video);
+        let r = &run_.report;
+        let earned = r.earned_burst_bytes.unwrap_or(0);
+        assert!(earned >= GROWTH * 3_000, "seed {seed}: {r:?}");
+        let last = &run_.bursts[run_.bursts.len() - 1000..];
+        for &(estimate, burst) in last {
+            let whole = bytes_in(estimate * 9 / 10, DEFAULT_BURST).min(earned);
+            let five_ms = bytes_in(estimate * 12 / 10, BURST_TIME).max(1500);
+            assert!(
+                burst >= whole && burst > five_ms,
+                "seed {seed}: {burst}: {r:?}"
+            );
+        }
     }
 }

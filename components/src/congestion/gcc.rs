@@ -362,15 +362,16 @@ impl Estimator {
         }
     }
 
-    /// The largest burst to send at `now`, bytes: twice the largest the feedback
-    /// showed drained lately ([`Bursts`]), none before one did.
+    /// The largest burst to send at `now`, bytes, by what the feedback showed
+    /// drained lately ([`Bursts::allowed`]); none before enough did.
     pub fn allowed_burst(&self, now: Time) -> Option<i64> {
         self.bursts.allowed(now.as_micros() as i64)
     }
 
-    /// The largest burst the feedback showed drained lately, bytes.
-    pub fn largest_drained_burst(&self, now: Time) -> Option<i64> {
-        self.bursts.largest_drained(now.as_micros() as i64)
+    /// The largest burst the path earned lately, bytes, vetoes aside
+    /// ([`Bursts::earned`]).
+    pub fn earned_burst(&self, now: Time) -> Option<i64> {
+        self.bursts.earned(now.as_micros() as i64)
     }
 
     /// The estimate, bit/s: the smaller of the delay- and loss-based ones (§6).
@@ -529,8 +530,9 @@ impl Estimator {
                     self.delay_based = (BETA * r).min(self.delay_based);
                     self.decreased_at = Some(now);
                     self.decreases += 1;
-                    // Queues grow: what drained before is no evidence now.
-                    self.bursts.clear();
+                    // Queues grow: what drained before is no evidence now, and
+                    // the burst allowed may be why.
+                    self.bursts.over_use(now);
                     match self.max_avg {
                         None => self.max_avg = Some(r),
                         Some(avg) => {

@@ -767,7 +767,7 @@ fn connection_stats(r: &CongestionReport) -> v1::ConnectionStats {
             .collect(),
         probe_clusters: r.probe_clusters,
         last_probe_bps: r.last_probe_bps.unwrap_or(0),
-        drained_burst_bytes: r.drained_burst_bytes.unwrap_or(0).max(0) as u64,
+        earned_burst_bytes: r.earned_burst_bytes.unwrap_or(0).max(0) as u64,
         pacer_burst_bytes: r.pacer_burst_bytes.max(0) as u64,
         data_queued_bytes: r.data_queued as u64,
         data_relay_dropped: r.relay_dropped,

@@ -51,9 +51,10 @@ pub struct CongestionReport {
     pub relay_holds: u64,
     /// Its room messages are held back now.
     pub relay_held: bool,
-    /// The largest burst sent the peer over the last 10 s that its feedback showed
-    /// arrived within 1.25 ms, bytes.
-    pub drained_burst_bytes: Option<i64>,
+    /// The largest burst its path earned over the last 10 s, bytes: what the rate
+    /// its drained bursts crossed at carries in 5 ms, at most 8 times what crossed
+    /// ([`shoal_components::congestion::bursts`]).
+    pub earned_burst_bytes: Option<i64>,
     /// The most its pacer lets go at once now, bytes; 0 before it paced.
     pub pacer_burst_bytes: i64,
 }
@@ -141,7 +142,7 @@ impl Shard {
                     layers: self.layer_reports(entity),
                     probe_clusters: tw.send.prober.clusters,
                     last_probe_bps: tw.send.prober.last_result_bps,
-                    drained_burst_bytes: est.and_then(|e| e.largest_drained_burst(self.now())),
+                    earned_burst_bytes: est.and_then(|e| e.earned_burst(self.now())),
                     ..CongestionReport::default()
                 }
             }

@@ -221,8 +221,9 @@ pub struct Config {
     /// idle, in milliseconds (at most 63 000 bytes). Bursts start at 5 ms of the
     /// rate (or this, if less) and grow toward this only as the subscriber's
     /// feedback shows its path takes them at once: what the rate its recent bursts
-    /// crossed at carries in 5 ms, at most 8 times what crossed, and less than any
-    /// recent burst that spread or met an over-use (docs/architecture.md). Long
+    /// crossed at carries in 2.25 ms, at most 8 times what crossed, and less than
+    /// half any recent burst that spread and than the allowance at an over-use
+    /// (docs/architecture.md). Long
     /// bursts cut the delay pacing adds to keyframes where paths have room to
     /// spare; a burst that lands at once in a narrow link's queue reads to the
     /// bandwidth estimate as congestion.

@@ -4,21 +4,23 @@
 //! Packets the pacer sends in one egress pass (one send time) leave together; the
 //! narrowest link on the path spreads them by the time it takes to serve them, and
 //! the peer's feedback shows that spread in their arrival times. What crossed after
-//! a burst's first packet, over its spread (plus the 250 µs feedback's ticks can
-//! hide), is at least the rate the path served it at; a burst that took longer
-//! than half the delay detector's `burst_time` (draft-ietf-rmcat-gcc-02 §5.2) to
-//! cross, or lost a packet, did not drain. One that drained earns the burst that
-//! rate carries within `burst_time`, which so never reads as a delay gradient the
-//! detector would take for over-use; but no more than [`GROWTH`] times what crossed,
-//! so that bursts grow only from what the path was seen to take.
+//! a burst's first arrival (its largest packet counted out), over its spread plus
+//! the 250 µs feedback's ticks can hide, is at least the rate the path served it
+//! at; a burst that took longer than half the delay detector's `burst_time`
+//! (draft-ietf-rmcat-gcc-02 §5.2) to cross, or lost a packet, did not drain. One
+//! that drained earns the burst that rate carries within that half, tick aside,
+//! which so drains again and never reads as a delay gradient the detector would
+//! take for over-use; but no more than [`GROWTH`] times what crossed, so that
+//! bursts grow only from what the path was seen to take.
 //!
 //! Whole bursts, not pairs of packets, are the evidence: a pair crosses a
 //! token-bucket shaper or a time-slotted radio at its line rate whatever rate it
 //! sustains (packet-pair dispersion measures capacity, not what a train gets:
 //! Dovrolis, Ramanathan and Moore, "What do packet dispersion techniques measure?",
 //! INFOCOM 2001). A burst past a shaper's bucket spreads; and one that did not drain
-//! vetoes every allowance as large as itself, so does an over-use the allowance in
-//! force ([`Bursts::over_use`]), for [`EVIDENCE_WINDOW_US`]. The veto also keeps
+//! vetoes every allowance of half its size or more (the least it can have been sent
+//! on), as an over-use vetoes the allowance in force ([`Bursts::over_use`]), for
+//! [`EVIDENCE_WINDOW_US`]. The veto also keeps
 //! bursts that random delay happened to bunch on a narrow link from counting, since
 //! their like spread more often. The allowance is the most a burst that drained
 //! earned among what nothing vetoes, once [`MIN_DRAINED`] drained. Whatever it says,
@@ -50,6 +52,9 @@ pub const EVIDENCE_WINDOW_US: i64 = 10_000_000;
 pub const MIN_DRAINED: usize = 4;
 /// Bursts of each kind kept at most.
 pub const MAX_EVIDENCE: usize = 64;
+/// How far back the bursts sent lately reach, for the veto an over-use sets: a
+/// round trip and a feedback interval or two.
+pub const IN_FORCE_US: i64 = 1_000_000;
 
 const _: () = assert!(DRAINED_WITHIN_US >= 2 * DELTA_TICK_US);
 
@@ -59,7 +64,7 @@ struct Reading {
     last_seq: u64,
     first_send_us: i64,
     bytes: i64,
-    first_size: i64,
+    largest: i64,
     packets: u32,
     /// The earliest and latest arrival, once a packet of it arrived.
     arrivals: Option<(i64, i64)>,
@@ -92,6 +97,10 @@ pub struct Bursts {
     spread: VecDeque<Burst>,
     /// When the last [`MIN_DRAINED`] bursts that drained were sent.
     recent_drained: VecDeque<i64>,
+    /// The largest burst read lately: when it was sent, its bytes.
+    largest_sent: Option<(i64, i64)>,
+    /// When the last over-use was told of (shard clock).
+    over_use_at: Option<i64>,
 }
 
 impl Bursts {
@@ -109,6 +118,7 @@ impl Bursts {
         {
             r.last_seq = seq;
             r.bytes = r.bytes.saturating_add(size);
+            r.largest = r.largest.max(size);
             r.packets += 1;
             match arrival_us {
                 Some(a) => {
@@ -125,7 +135,7 @@ impl Bursts {
             last_seq: seq,
             first_send_us: send_us,
             bytes: size,
-            first_size: size,
+            largest: size,
             packets: 1,
             arrivals: arrival_us.map(|a| (a, a)),
             lost: arrival_us.is_none(),
@@ -142,21 +152,41 @@ impl Bursts {
             // It lost a packet: it did not drain.
             _ => i64::MAX,
         };
+        self.remember_sent(r.first_send_us, r.bytes);
         // Feedback's ticks can hide up to one of spread.
         let spread = spread.saturating_add(DELTA_TICK_US);
         if spread > DRAINED_WITHIN_US {
-            self.push_spread(r.first_send_us, r.bytes);
+            // The pacer sent it on an allowance of at least half its bytes (its
+            // budget ran past zero by at most a packet, and it counts packets
+            // before SRTP's tag): that allowance, and any larger, is vetoed.
+            self.push_spread(r.first_send_us, r.bytes / 2);
             return;
         }
-        // What crossed after the first packet, over the time it took: at least the
-        // rate the path served it at. The burst it earns drains within burst_time
-        // at that rate, and is at most GROWTH times what crossed.
-        let crossed = r.bytes.saturating_sub(r.first_size).max(0);
-        let by_rate = (i128::from(crossed) * i128::from(super::gcc::BURST_TIME_US)
-            / i128::from(spread))
-        .min(i128::from(i64::MAX)) as i64;
+        // Bursts sent before an over-use the feedback already told of are no
+        // evidence, though their own feedback comes after it.
+        if self.over_use_at.is_some_and(|t| r.first_send_us <= t) {
+            return;
+        }
+        // What crossed after the first packet to arrive, over the time it took: at
+        // least the rate the path served it at (the largest packet counted out, as
+        // reordering may have let any packet arrive first). The burst it earns
+        // crosses within DRAINED_WITHIN_US at that rate, tick included, so that it
+        // drains again rather than vetoing itself; and it is at most GROWTH times
+        // what crossed.
+        let crossed = r.bytes.saturating_sub(r.largest).max(0);
+        let window = DRAINED_WITHIN_US - DELTA_TICK_US;
+        let by_rate = (i128::from(crossed) * i128::from(window) / i128::from(spread))
+            .min(i128::from(i64::MAX)) as i64;
         let earned = by_rate.min(crossed.saturating_mul(GROWTH));
         self.push_drained(r.first_send_us, earned);
+    }
+
+    /// Keeps the largest burst sent within [`IN_FORCE_US`] of the newest.
+    fn remember_sent(&mut self, send_us: i64, bytes: i64) {
+        let keep = self
+            .largest_sent
+            .filter(|&(t, b)| send_us.saturating_sub(t) <= IN_FORCE_US && b > bytes);
+        self.largest_sent = keep.or(Some((send_us, bytes)));
     }
 
     /// Drops what is older than the window before `send_us`.
@@ -202,13 +232,25 @@ impl Bursts {
     }
 
     /// An over-use at `now_us` (shard clock): what drained before is no evidence
-    /// now, and the allowance in force, which may have caused it, is vetoed.
+    /// now, nor what was sent before it; and the allowance in force, which may
+    /// have caused it, is vetoed at the least it can have been: the allowance, or
+    /// half the largest burst lately sent on it, if less (the pacer may have held
+    /// bursts below the allowance).
     pub fn over_use(&mut self, now_us: i64) {
-        if let Some(a) = self.allowed(now_us) {
-            self.push_spread(now_us, a);
+        let sent = self
+            .largest_sent
+            .filter(|&(t, _)| now_us.saturating_sub(t) <= IN_FORCE_US)
+            .map(|(_, b)| b / 2);
+        let veto = match (self.allowed(now_us), sent) {
+            (Some(a), Some(s)) => Some(a.min(s)),
+            (a, s) => a.or(s),
+        };
+        if let Some(v) = veto {
+            self.push_spread(now_us, v);
         }
         self.drained.clear();
         self.recent_drained.clear();
+        self.over_use_at = Some(now_us);
     }
 
     /// The bursts of `list` sent within [`EVIDENCE_WINDOW_US`] before `now_us`.
@@ -347,13 +389,14 @@ mod tests {
 
     #[test]
     fn a_medium_link_earns_what_it_drains_in_burst_time() {
-        // 8 Mbit/s spreads two packets by 1.2 ms: they drain, and earn what 8 Mbit/s
-        // carries in 5 ms at most (5 000 bytes), not 8 times 1 200.
+        // 8 Mbit/s spreads two packets by 1.2 ms: they drain, and earn what the rate
+        // they show carries in 2.25 ms (the tick aside), at most 2 250 bytes of
+        // 8 Mbit/s, not 8 times 1 200.
         let mut b = Bursts::default();
         let mut path = Path::new(8_000_000.0, None, 0);
         let t = frames(&mut path, &mut b, 0, 2);
         let allowed = b.allowed(t).unwrap();
-        assert!((3_000..=5_000).contains(&allowed), "{allowed}");
+        assert!((1_500..=2_250).contains(&allowed), "{allowed}");
     }
 
     #[test]
@@ -389,19 +432,30 @@ mod tests {
         assert_eq!(b.allowed(t), None);
         // Once they are old, the bursts of 4 earn as before.
         t = frames(&mut path, &mut b, t + EVIDENCE_WINDOW_US, 4);
-        assert_eq!(b.allowed(t), Some(GROWTH * 3 * 1200));
+        let allowed = b.allowed(t).unwrap();
+        assert_eq!(allowed, GROWTH * 3 * 1200);
+        // What the pacer sends on it, the allowance and a packet past it, spreads
+        // and vetoes the allowance itself.
+        let n = (allowed / 1200 + 1) as usize;
+        t = frames(&mut path, &mut b, t, n);
+        assert!(
+            b.allowed(t).is_none_or(|a| a < allowed),
+            "{:?}",
+            b.allowed(t)
+        );
     }
 
     #[test]
     fn jitter_on_a_narrow_link_earns_nothing() {
         // Up to 8 ms of random delay per packet where the link spaces two by 3.2:
-        // bursts bunch by chance as often as not, and those that spread veto them.
+        // bursts bunch by chance as often as not, and those that spread veto what
+        // they earn; nothing is left above the pacer's least burst (1 500 bytes).
         let mut b = Bursts::default();
         let mut path = Path::new(3_000_000.0, None, 8_000);
         let mut t = 0;
         for _ in 0..10 {
             t = frames(&mut path, &mut b, t, 2);
-            assert_eq!(b.allowed(t), None);
+            assert!(b.allowed(t).is_none_or(|a| a < 1_500), "{:?}", b.allowed(t));
         }
         assert!(
             b.earned(t).is_some(),
@@ -432,7 +486,7 @@ mod tests {
         b.packet(2003, t + 33_000, Some(t + 43_000), 1200);
         b.packet(2004, t + 66_000, Some(t + 76_000), 1200);
         assert_eq!(b.allowed(t + 66_000), None);
-        assert_eq!(b.earned(t + 66_000), Some(GROWTH * 4 * 1200));
+        assert_eq!(b.recent_drained.back(), Some(&t));
         // Packets of one send time but not consecutive numbers are two bursts.
         let mut b = Bursts::default();
         for i in 0..20u64 {
@@ -448,6 +502,14 @@ mod tests {
         let t = frames(&mut path, &mut b, 0, 5);
         b.over_use(t);
         assert_eq!(b.allowed(t), None);
+        // Bursts sent before it, told of after it, are no evidence.
+        for i in 0..10u64 {
+            let at = t - 1_000 + i as i64;
+            b.packet(5000 + 2 * i, at, Some(at + 10_000), 1200);
+            b.packet(5001 + 2 * i, at, Some(at + 10_000), 1200);
+        }
+        assert!(b.recent_drained.is_empty());
+        path.seq = 6_000;
         let t = frames(&mut path, &mut b, t, 5);
         assert_eq!(b.allowed(t), None);
         let t = frames(&mut path, &mut b, t + EVIDENCE_WINDOW_US, 5);

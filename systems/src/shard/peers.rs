@@ -52,7 +52,7 @@ pub struct CongestionReport {
     /// Its room messages are held back now.
     pub relay_held: bool,
     /// The largest burst its path earned over the last 10 s, bytes: what the rate
-    /// its drained bursts crossed at carries in 5 ms, at most 8 times what crossed
+    /// its drained bursts crossed at carries in 2.25 ms, at most 8 times what crossed
     /// ([`shoal_components::congestion::bursts`]).
     pub earned_burst_bytes: Option<i64>,
     /// The most its pacer lets go at once now, bytes; 0 before it paced.

@@ -223,10 +223,9 @@ pub struct Config {
     /// feedback shows its path takes them at once: what the rate its recent bursts
     /// crossed at carries in 2.25 ms, at most 8 times what crossed, and less than
     /// half any recent burst that spread and than the allowance at an over-use
-    /// (docs/architecture.md). Long
-    /// bursts cut the delay pacing adds to keyframes where paths have room to
-    /// spare; a burst that lands at once in a narrow link's queue reads to the
-    /// bandwidth estimate as congestion.
+    /// (docs/architecture.md). Long bursts cut the delay pacing adds to keyframes
+    /// where paths have room to spare; a burst that lands at once in a narrow
+    /// link's queue reads to the bandwidth estimate as congestion.
     #[arg(
         long,
         env = "SHOAL_PACER_BURST_MS",

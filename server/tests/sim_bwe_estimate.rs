@@ -22,7 +22,7 @@ use media_sim::{
     subscription, track_spec,
 };
 use shoal_components::congestion::bursts::GROWTH;
-use shoal_components::congestion::pacer::{BURST_TIME, DEFAULT_BURST};
+use shoal_components::congestion::pacer::{BURST_TIME, DEFAULT_BURST, bytes_in};
 use shoal_components::media::{SubscriptionSpec, TrackSpec};
 use shoal_components::peer::PeerId;
 use shoal_components::rtp::{RtpFields, RtpWriter};
@@ -191,11 +191,6 @@ fn sim_bwe_estimate_follows_the_link() {
             );
         }
     }
-}
-
-/// Bytes `bps` carries in `time`.
-fn bytes_in(bps: u64, time: Duration) -> i64 {
-    (u128::from(bps) * time.as_micros() / 8_000_000) as i64
 }
 
 #[test]

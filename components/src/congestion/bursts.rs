@@ -241,11 +241,7 @@ impl Bursts {
             .largest_sent
             .filter(|&(t, _)| now_us.saturating_sub(t) <= IN_FORCE_US)
             .map(|(_, b)| b / 2);
-        let veto = match (self.allowed(now_us), sent) {
-            (Some(a), Some(s)) => Some(a.min(s)),
-            (a, s) => a.or(s),
-        };
-        if let Some(v) = veto {
+        if let Some(v) = [self.allowed(now_us), sent].into_iter().flatten().min() {
             self.push_spread(now_us, v);
         }
         self.drained.clear();

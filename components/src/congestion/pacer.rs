@@ -57,6 +57,11 @@ pub const MAX_QUEUED: usize = 1024;
 /// asks again).
 pub const MAX_QUEUED_RETRANSMISSIONS: usize = 128;
 
+/// The bytes `bps` carries in `time` (at most `i64::MAX`).
+pub fn bytes_in(bps: u64, time: Duration) -> i64 {
+    (u128::from(bps) * time.as_micros() / 8_000_000).min(i64::MAX as u128) as i64
+}
+
 /// One packet waiting: the subscription it goes out on, the packet, and whether it
 /// is a retransmission.
 #[derive(Clone, Debug)]
@@ -150,9 +155,6 @@ impl Pacer {
         let drain = (self.queued_bytes as u64 * 8 * 1000) / MAX_QUEUE_TIME.as_millis() as u64;
         rate = rate.max(drain);
         self.rate_bps = rate;
-        let bytes_in = |bps: u64, time: Duration| {
-            (u128::from(bps) * time.as_micros() / 8_000_000).min(i64::MAX as u128) as i64
-        };
         let shortest = bytes_in(rate, self.burst.min(BURST_TIME));
         let longest = bytes_in(rate, self.burst);
         let cap = allowed_burst
@@ -162,7 +164,7 @@ impl Pacer {
         self.burst_bytes = cap;
         // It starts with a full burst's worth.
         let add = match self.filled_at {
-            Some(at) => (rate as u128 * now.saturating_since(at).as_micros() / 8_000_000) as i64,
+            Some(at) => bytes_in(rate, now.saturating_since(at)),
             None => cap,
         };
         self.filled_at = Some(now);

@@ -61,7 +61,8 @@ const USAGE: &str = "usage: shoal-bench <benchmark> [options]\n\n\
      media [--subscribers N] [--packets N]       one shard forwarding video to N subscribers\n  \
      sfu-load (--shoal BIN | --http ADDR) [...]  rooms of publishers and subscribers against a node (--help)\n  \
      srtp [--packets N]                          SRTP/SRTCP protect and unprotect per packet, all profiles\n  \
-     udp [--size B] [--mib N] [--window-kib K]   loopback UDP ceiling with shoal's batched I/O";
+     udp [--size B] [--mib N] [--window-kib K] [--receivers N]
+                                                  loopback UDP ceiling with shoal's batched I/O";
 
 /// Reads `--name value` from `args`, or `default`.
 pub(crate) fn opt(args: &[String], name: &str, default: u64) -> Result<u64, String> {

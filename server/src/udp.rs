@@ -14,6 +14,14 @@
 //!   to segment (EIO/EINVAL from a device without the offload) goes again datagram by
 //!   datagram.
 //!
+//! An SFU's sends are mostly the other case: one packet to each of many subscribers,
+//! every datagram alone. Those, from a socket bound to one address, go out up to
+//! [`SEND_SLOTS`] at a time in one `sendmmsg` (through `rustix`, whose `unsafe` it is),
+//! which the kernel treats as that many `sendmsg` calls without the system call's
+//! entry, exit and file lookup each time. A wildcard socket's datagrams name their
+//! source in a control message that `rustix` cannot build, so they go one `sendmsg`
+//! each through `quinn-udp`, as GSO runs do.
+//!
 //! `quinn-udp` also sets the socket up its way: don't-fragment on (IPv4
 //! `IP_PMTUDISC_PROBE`, IPv6 `IPV6_DONTFRAG`), so a datagram larger than the path MTU
 //! is lost rather than fragmented (shoal's 1 200-byte datagrams fit any real path),
@@ -43,6 +51,9 @@ use shoal_components::time::Time;
 
 /// Buffers offered to one `recvmmsg`.
 pub const RECV_SLOTS: usize = 4;
+/// Datagrams one `sendmmsg` carries at most (the kernel takes up to 1 024,
+/// `UIO_MAXIOV`; an egress pass rarely has more to send alone than this).
+pub const SEND_SLOTS: usize = 64;
 /// One receive buffer: the largest UDP payload, or a whole GRO burst (the kernel
 /// coalesces at most 64 KiB).
 const SLOT_LEN: usize = 1 << 16;
@@ -270,6 +281,28 @@ impl UdpIo {
         while i < tx.len() {
             // Read each time: a failed GSO send turns segmentation off for the socket.
             let max_segments = self.state.max_gso_segments().max(1);
+            let alone = self.alone_run(&tx[i..], max_segments);
+            if alone > 1 {
+                outcome.calls += 1;
+                match send_many(socket, &tx[i..i + alone]) {
+                    // The kernel stops at the first datagram it cannot take and reports
+                    // what went before; the next call starts at that one, and fails on
+                    // it alone.
+                    Ok(sent) => {
+                        outcome.sent += sent as u64;
+                        i += sent.max(1);
+                    }
+                    Err(e) => {
+                        if e.kind() == io::ErrorKind::WouldBlock {
+                            outcome.would_block += 1;
+                        } else {
+                            outcome.errors += 1;
+                        }
+                        i += 1;
+                    }
+                }
+                continue;
+            }
             let run = gso_run(&tx[i..], max_segments);
             let first = &tx[i];
             let size = first.payload.len();
@@ -317,6 +350,45 @@ impl UdpIo {
     /// unspecified too (then the kernel picks by route).
     fn source(&self, local: SocketAddr) -> Option<IpAddr> {
         (self.wildcard && !local.ip().is_unspecified()).then_some(local.ip())
+    }
+
+    /// How many datagrams from the start of `tx` go out alone (no GSO run, no source
+    /// address to name), so that one `sendmmsg` may carry them: at most
+    /// [`SEND_SLOTS`].
+    fn alone_run(&self, tx: &[Datagram], max_segments: usize) -> usize {
+        let mut n = 0;
+        while n < tx.len().min(SEND_SLOTS)
+            && self.source(tx[n].local).is_none()
+            && gso_run(&tx[n..], max_segments) == 1
+        {
+            n += 1;
+        }
+        n
+    }
+}
+
+/// One `sendmmsg` of `tx`, each datagram to its own destination: how many the kernel
+/// took (at least one), or the error of the first. Retried when interrupted.
+fn send_many(socket: &impl AsFd, tx: &[Datagram]) -> io::Result<usize> {
+    use rustix::net::addr::SocketAddrArg;
+    use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
+    let addresses: Vec<SocketAddrAny> = tx.iter().map(|d| d.remote.as_any()).collect();
+    let payloads: Vec<[io::IoSlice<'_>; 1]> =
+        tx.iter().map(|d| [io::IoSlice::new(&d.payload)]).collect();
+    let mut controls: Vec<SendAncillaryBuffer<'_, '_, '_>> =
+        tx.iter().map(|_| SendAncillaryBuffer::default()).collect();
+    let mut messages: Vec<MMsgHdr<'_>> = addresses
+        .iter()
+        .zip(&payloads)
+        .zip(controls.iter_mut())
+        .map(|((address, payload), control)| MMsgHdr::new_with_addr(address, payload, control))
+        .collect();
+    loop {
+        match rustix::net::sendmmsg(socket, &mut messages, SendFlags::empty()) {
+            Ok(sent) => return Ok(sent),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
@@ -475,12 +547,8 @@ mod tests {
     #[test]
     fn interleaved_destinations_keep_their_order() {
         let a = UdpSocket::from_std(StdUdpSocket::bind("127.0.0.1:0").unwrap());
-        let b = StdUdpSocket::bind("127.0.0.1:0").unwrap();
-        let c = StdUdpSocket::bind("127.0.0.1:0").unwrap();
-        b.set_nonblocking(true).unwrap();
-        c.set_nonblocking(true).unwrap();
-        let (b_addr, c_addr) = (b.local_addr().unwrap(), c.local_addr().unwrap());
-        let (b, c) = (UdpSocket::from_std(b), UdpSocket::from_std(c));
+        let mut to = receivers(2).into_iter();
+        let ((b, b_addr), (c, c_addr)) = (to.next().unwrap(), to.next().unwrap());
         let mut a_io = UdpIo::new(&a).unwrap();
         let plan = [
             b_addr, b_addr, c_addr, b_addr, b_addr, b_addr, c_addr, c_addr,
@@ -494,19 +562,96 @@ mod tests {
         assert_eq!(o.sent, plan.len() as u64);
         assert!(tx.is_empty());
         for (sock, addr) in [(&b, b_addr), (&c, c_addr)] {
-            let mut io = UdpIo::new(sock).unwrap();
-            let mut got = Vec::new();
-            let deadline = Instant::now() + Duration::from_secs(5);
             let want: Vec<u8> = (0..plan.len() as u8)
                 .filter(|&i| plan[usize::from(i)] == addr)
                 .collect();
-            while got.len() < want.len() {
-                assert!(Instant::now() < deadline);
-                let _ = io.recv(sock, addr, &mut got);
-            }
-            let fills: Vec<u8> = got.iter().map(|d| d.payload[0]).collect();
-            assert_eq!(fills, want);
+            assert_eq!(fills(sock, addr, want.len()), want);
         }
+    }
+
+    /// Binds `n` non-blocking receivers on loopback.
+    fn receivers(n: usize) -> Vec<(UdpSocket, SocketAddr)> {
+        (0..n)
+            .map(|_| {
+                let s = StdUdpSocket::bind("127.0.0.1:0").unwrap();
+                s.set_nonblocking(true).unwrap();
+                let addr = s.local_addr().unwrap();
+                (UdpSocket::from_std(s), addr)
+            })
+            .collect()
+    }
+
+    /// Reads what `sock` received until `want` datagrams are in, and returns their
+    /// first bytes in arrival order.
+    fn fills(sock: &UdpSocket, addr: SocketAddr, want: usize) -> Vec<u8> {
+        let mut io = UdpIo::new(sock).unwrap();
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while got.len() < want {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {want} at {addr}",
+                got.len()
+            );
+            let _ = io.recv(sock, addr, &mut got);
+        }
+        got.iter().map(|d| d.payload[0]).collect()
+    }
+
+    /// One packet to each of many subscribers, a GSO run to one of them, one packet
+    /// to each again: two `sendmmsg` calls around one GSO `sendmsg`, and everyone gets
+    /// theirs in order; more than [`SEND_SLOTS`] alone take another call.
+    #[test]
+    fn one_call_carries_datagrams_to_many_destinations() {
+        let a = UdpSocket::from_std(StdUdpSocket::bind("127.0.0.1:0").unwrap());
+        let mut a_io = UdpIo::new(&a).unwrap();
+        let to = receivers(10);
+        let mut plan: Vec<usize> = (0..10).collect();
+        plan.extend([3, 3, 3]);
+        plan.extend(0..10);
+        let mut tx: Vec<Datagram> = plan
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| datagram(to[r].1, 1000, i as u8))
+            .collect();
+        let o = a_io.send(&a, &mut tx);
+        assert_eq!((o.sent, o.errors, o.would_block), (plan.len() as u64, 0, 0));
+        let gso = a_io.max_gso_segments() > 1;
+        assert_eq!(o.calls, if gso { 3 } else { 2 + 3 }, "{o:?}");
+        for (r, (sock, addr)) in to.iter().enumerate() {
+            let want: Vec<u8> = (0..plan.len())
+                .filter(|&i| plan[i] == r)
+                .map(|i| i as u8)
+                .collect();
+            assert_eq!(fills(sock, *addr, want.len()), want);
+        }
+
+        let mut tx: Vec<Datagram> = (0..SEND_SLOTS + 6)
+            .map(|i| datagram(to[i % 10].1, 100, i as u8))
+            .collect();
+        let o = a_io.send(&a, &mut tx);
+        assert_eq!((o.sent, o.calls), ((SEND_SLOTS + 6) as u64, 2));
+    }
+
+    /// A datagram the kernel refuses in the middle of a `sendmmsg` (an IPv6
+    /// destination from an IPv4 socket) is counted as an error alone: what came
+    /// before and after it is sent.
+    #[test]
+    fn a_refused_datagram_among_many_costs_only_itself() {
+        let a = UdpSocket::from_std(StdUdpSocket::bind("127.0.0.1:0").unwrap());
+        let mut a_io = UdpIo::new(&a).unwrap();
+        let to = receivers(2);
+        let nowhere: SocketAddr = "[::1]:9".parse().unwrap();
+        let plan = [to[0].1, to[1].1, nowhere, to[0].1, to[1].1];
+        let mut tx: Vec<Datagram> = plan
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| datagram(r, 100, i as u8))
+            .collect();
+        let o = a_io.send(&a, &mut tx);
+        assert_eq!((o.sent, o.errors, o.calls), (4, 1, 3), "{o:?}");
+        assert_eq!(fills(&to[0].0, to[0].1, 2), [0, 3]);
+        assert_eq!(fills(&to[1].0, to[1].1, 2), [1, 4]);
     }
 
     /// A socket bound to 0.0.0.0 (and one to `::`) addresses what it receives to the

@@ -1,7 +1,7 @@
-//! `shoal-bench sfu-load` against a real `shoal`, in both signalling modes: two rooms
-//! of four for ten seconds complete, every peer connects, and the report and plots
-//! are written with packets and latency percentiles (through the node and end to
-//! end) in them. The figures belong in the benchmark report (bench/README.md), not
+//! `shoal-bench sfu-load` against a real `shoal`, in both signalling modes and with
+//! simulcast publishers: two rooms of four for ten seconds complete, every peer
+//! connects, and the report and plots are written with packets and latency
+//! percentiles (through the node and end to end) in them. The figures belong in the benchmark report (bench/README.md), not
 //! here.
 
 use std::path::{Path, PathBuf};
@@ -43,7 +43,7 @@ fn number(cell: &str) -> f64 {
         .unwrap_or_else(|| panic!("not a number: {cell:?}"))
 }
 
-fn run(mode: &str, out: &Path) {
+fn run(mode: &str, extra: &[&str], out: &Path) {
     let _ = std::fs::remove_dir_all(out);
     let output = Command::new(env!("CARGO_BIN_EXE_shoal-bench"))
         .arg("sfu-load")
@@ -51,6 +51,7 @@ fn run(mode: &str, out: &Path) {
         .arg(shoal_bin())
         .args(["--signal", mode, "--rooms", "2", "--participants", "4"])
         .args(["--duration", "10", "--warmup", "2"])
+        .args(extra)
         .arg("--out")
         .arg(out)
         .output()
@@ -107,6 +108,12 @@ fn run(mode: &str, out: &Path) {
 #[test]
 fn sfu_load_smoke() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sfu-load-smoke");
-    run("signal", &dir.join("signal"));
-    run("whip", &dir.join("whip"));
+    run("signal", &[], &dir.join("signal"));
+    run("whip", &[], &dir.join("whip"));
+    // Every packet of every simulcast stream the node forwarded is matched to its
+    // publisher's send (the wire-time check in `run`), and the report says so.
+    let simulcast = dir.join("simulcast");
+    run("signal", &["--simulcast"], &simulcast);
+    let report = std::fs::read_to_string(simulcast.join("report.md")).expect("report.md");
+    assert!(report.contains("three simulcast streams"), "{report}");
 }

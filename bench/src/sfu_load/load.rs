@@ -15,6 +15,10 @@
 //! out as packets of at most [`MAX_PAYLOAD`] bytes, each with a real VP8 payload
 //! descriptor (RFC 7741 §4.2: S on the frame's first packet, a 15-bit PictureID) and
 //! on the first the VP8 payload header with the key/inter flag (RFC 6386 §9.1).
+//! With simulcast, every frame goes out as three streams (signalled as an SSRC
+//! `SIM` group), at 1/16, 1/4 and all of the bit rate and a quarter, half and all of
+//! 640×360, as a camera's three resolutions would; a keyframe request for any of
+//! them makes the next frame a keyframe on all three.
 //! Every packet carries abs-capture-time with the send time (NTP, from one clock the
 //! receiving side reads too), so each received packet gives an end-to-end latency.
 //!
@@ -42,7 +46,7 @@ use shoal_components::dtls::DtlsCertificate;
 use shoal_components::media::{TrackId, TrackKind, TrackSpec};
 use shoal_components::net::Datagram;
 use shoal_components::rtp::{AbsCaptureTime, RtpFields, RtpPacket, RtpWriter};
-use shoal_server::endpoint::media::{AUDIO_SOURCE, VIDEO_SOURCE};
+use shoal_server::endpoint::media::{AUDIO_SOURCE, SIMULCAST_LAYERS, VIDEO_LAYER_SOURCES};
 use shoal_server::endpoint::{BATCH, MediaSession};
 use shoal_server::sim::{Command, PeerId, Shard, ShardConfig, ShardEvent, Time};
 use shoal_server::udp::{self, UdpIo};
@@ -56,9 +60,12 @@ pub(super) const MAX_PAYLOAD: usize = 1100;
 /// sequence number (u16) and [`TAG_MARK`].
 const TAG: usize = 8;
 const TAG_MARK: u8 = 0xa5;
-/// The sources a tag names.
+/// The sources a tag names: audio, then the video streams (lowest first).
 const AUDIO: u8 = 0;
 const VIDEO: u8 = 1;
+/// A simulcast stream's share of the video bit rate, lowest first (each a quarter
+/// of the pixels of the next).
+const SIMULCAST_DIVISORS: [u64; SIMULCAST_LAYERS] = [16, 4, 1];
 /// Wire times kept per source: a power of two, indexed by sequence number; 2 048
 /// packets are seconds of video even at keyframes.
 const WIRE_TIMES: usize = 2048;
@@ -107,6 +114,8 @@ pub(super) struct MediaShape {
     pub fps: u32,
     /// A keyframe at least this often.
     pub keyframe_interval: Duration,
+    /// Publish video as three simulcast streams.
+    pub simulcast: bool,
 }
 
 /// Counters the progress display reads while the generator runs.
@@ -206,16 +215,27 @@ struct Publishing {
     audio_pt: u8,
     audio_level_id: Option<u8>,
     audio_capture_id: Option<u8>,
-    video_seq: u16,
-    video_ts: u32,
-    video_ssrc: u32,
-    video_pt: u8,
-    video_capture_id: Option<u8>,
-    picture_id: u16,
+    /// One stream, or the simulcast streams lowest first.
+    video: Vec<VideoStream>,
     frame: u64,
     started: Time,
     last_keyframe: Option<Time>,
     keyframe_wanted: bool,
+}
+
+/// One published video stream.
+struct VideoStream {
+    source: TrackId,
+    /// The source number its packets' tags name.
+    tag: u8,
+    ssrc: u32,
+    pt: u8,
+    capture_id: Option<u8>,
+    seq: u16,
+    ts: u32,
+    picture_id: u16,
+    /// Its share of the video bit rate: the rate divided by this.
+    divisor: u64,
 }
 
 struct Conn {
@@ -277,22 +297,26 @@ pub(super) struct Generator {
 /// one handed in, gives the offset between the numbers in the tags and those on the
 /// wire.
 struct WireTimes {
-    ssrcs: [u32; 2],
+    /// Per source, by its tag number.
+    ssrcs: Vec<u32>,
     /// The first sequence number handed in, per source.
-    first: [u16; 2],
+    first: Vec<u16>,
     /// Wire number − number handed in, per source, once known.
-    offset: [Option<u16>; 2],
-    at: [Box<[(u16, Option<Time>)]>; 2],
+    offset: Vec<Option<u16>>,
+    at: Vec<Box<[(u16, Option<Time>)]>>,
 }
 
 impl WireTimes {
-    fn new(ssrcs: [u32; 2], first: [u16; 2]) -> WireTimes {
-        let ring = || vec![(0, None); WIRE_TIMES].into_boxed_slice();
+    /// For a publisher's sources, as (SSRC, first sequence number) by tag number.
+    fn new(sources: &[(u32, u16)]) -> WireTimes {
         WireTimes {
-            ssrcs,
-            first,
-            offset: [None; 2],
-            at: [ring(), ring()],
+            ssrcs: sources.iter().map(|s| s.0).collect(),
+            first: sources.iter().map(|s| s.1).collect(),
+            offset: vec![None; sources.len()],
+            at: sources
+                .iter()
+                .map(|_| vec![(0, None); WIRE_TIMES].into_boxed_slice())
+                .collect(),
         }
     }
 
@@ -548,10 +572,11 @@ impl Generator {
             self.wire.resize_with(join.conn + 1, || None);
         }
         self.wire[join.conn] = publishing.as_ref().map(|p| {
-            Box::new(WireTimes::new(
-                [p.audio_ssrc, p.video_ssrc],
-                [p.audio_seq, p.video_seq],
-            ))
+            let video = p.video.iter().map(|v| (v.ssrc, v.seq));
+            let sources: Vec<(u32, u16)> = std::iter::once((p.audio_ssrc, p.audio_seq))
+                .chain(video)
+                .collect();
+            Box::new(WireTimes::new(&sources))
         });
         self.conns[join.conn] = Some(Conn {
             socket,
@@ -596,7 +621,7 @@ impl Generator {
                     self.live.connected.fetch_add(1, Ordering::Relaxed);
                     start_media = c.publishing.is_some();
                 }
-                ShardEvent::KeyframeRequested { track } if track == VIDEO_SOURCE => {
+                ShardEvent::KeyframeRequested { track } if VIDEO_LAYER_SOURCES.contains(&track) => {
                     if let Some(p) = c.publishing.as_mut() {
                         p.keyframe_wanted = true;
                     }
@@ -871,10 +896,34 @@ fn received(t: &TrackSpec) -> Received {
 
 fn publishing_of(session: &MediaSession, seed: u64, conn: usize) -> Option<Publishing> {
     let audio = session.sources.iter().find(|(t, _)| t.id == AUDIO_SOURCE)?;
-    let video = session.sources.iter().find(|(t, _)| t.id == VIDEO_SOURCE)?;
-    debug_assert_eq!(video.0.kind, TrackKind::Video);
+    let streams: Vec<_> = VIDEO_LAYER_SOURCES
+        .iter()
+        .filter_map(|&id| session.sources.iter().find(|(t, _)| t.id == id))
+        .collect();
     // Random-looking starting points (RFC 3550 §5.1), from the seed.
     let x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let simulcast = streams.len() > 1;
+    let video = streams
+        .iter()
+        .enumerate()
+        .map(|(l, (track, out))| {
+            let y = x.rotate_left(8 * l as u32);
+            VideoStream {
+                source: track.id,
+                tag: VIDEO + l as u8,
+                ssrc: out.ssrc,
+                pt: track.payload_type,
+                capture_id: track.extensions.abs_capture_time,
+                seq: (y >> 8) as u16,
+                ts: (y >> 24) as u32,
+                picture_id: (y >> 40) as u16 & 0x7fff,
+                divisor: if simulcast { SIMULCAST_DIVISORS[l] } else { 1 },
+            }
+        })
+        .collect::<Vec<_>>();
+    if video.is_empty() {
+        return None;
+    }
     Some(Publishing {
         conn,
         audio_seq: x as u16,
@@ -883,12 +932,7 @@ fn publishing_of(session: &MediaSession, seed: u64, conn: usize) -> Option<Publi
         audio_pt: audio.0.payload_type,
         audio_level_id: audio.0.extensions.audio_level,
         audio_capture_id: audio.0.extensions.abs_capture_time,
-        video_seq: (x >> 8) as u16,
-        video_ts: (x >> 24) as u32,
-        video_ssrc: video.1.ssrc,
-        video_pt: video.0.payload_type,
-        video_capture_id: video.0.extensions.abs_capture_time,
-        picture_id: (x >> 40) as u16 & 0x7fff,
+        video,
         frame: 0,
         started: Time::ZERO,
         last_keyframe: None,
@@ -929,7 +973,7 @@ fn send_audio(
     u64::from(shard.send_rtp(now, AUDIO_SOURCE, packet).is_ok())
 }
 
-/// One VP8 frame, as packets of at most [`MAX_PAYLOAD`] bytes.
+/// One VP8 frame on every video stream, as packets of at most [`MAX_PAYLOAD`] bytes.
 fn send_video(
     shard: &mut Shard,
     p: &mut Publishing,
@@ -946,19 +990,46 @@ fn send_video(
         p.keyframe_wanted = false;
         p.last_keyframe = Some(now);
     }
+    p.frame += 1;
+    let streams = p.video.len();
+    let mut sent = 0;
+    for (l, v) in p.video.iter_mut().enumerate() {
+        // Each lower stream a quarter of the pixels of the next.
+        let shift = streams - 1 - l;
+        let dimensions = (640u16 >> shift, 360u16 >> shift);
+        sent += send_frame(
+            shard, p.conn, v, media, keyframe, dimensions, now, ntp, out, payload,
+        );
+    }
+    sent
+}
+
+/// One frame of video stream `v`, keyframe or not, as packets of at most
+/// [`MAX_PAYLOAD`] bytes; a keyframe's header names `dimensions`.
+fn send_frame(
+    shard: &mut Shard,
+    conn: usize,
+    v: &mut VideoStream,
+    media: &MediaShape,
+    keyframe: bool,
+    dimensions: (u16, u16),
+    now: Time,
+    ntp: u64,
+    out: &mut BytesMut,
+    payload: &mut [u8],
+) -> u64 {
     // Frames per keyframe interval: one keyframe of KEYFRAME_FACTOR delta frames.
     let fps = u64::from(media.fps.max(1));
     let per_interval = (media.keyframe_interval.as_millis() as u64 * fps / 1000).max(1);
     let bytes_per_interval =
-        media.video_bps / 8 * media.keyframe_interval.as_millis() as u64 / 1000;
+        media.video_bps / v.divisor / 8 * media.keyframe_interval.as_millis() as u64 / 1000;
     let delta = (bytes_per_interval / (per_interval - 1 + KEYFRAME_FACTOR as u64)).max(1) as usize;
     let mut size = if keyframe {
         delta * KEYFRAME_FACTOR
     } else {
         delta
     };
-    p.frame += 1;
-    p.picture_id = (p.picture_id + 1) & 0x7fff;
+    v.picture_id = (v.picture_id + 1) & 0x7fff;
     // The descriptor: X, S on the first packet, PID 0; I with a 15-bit PictureID.
     const DESCRIPTOR: usize = 4;
     let per_packet = MAX_PAYLOAD - DESCRIPTOR;
@@ -971,39 +1042,41 @@ fn send_video(
         let first = k == 0;
         payload[0] = if first { 0x90 } else { 0x80 };
         payload[1] = 0x80;
-        payload[2] = 0x80 | (p.picture_id >> 8) as u8;
-        payload[3] = p.picture_id as u8;
+        payload[2] = 0x80 | (v.picture_id >> 8) as u8;
+        payload[3] = v.picture_id as u8;
         let body = &mut payload[DESCRIPTOR..DESCRIPTOR + chunk];
         body.fill(0x5a);
         if first {
             // RFC 6386 §9.1: P (bit 0) clear for a keyframe, show_frame set; a
-            // keyframe's start code and 640×360.
+            // keyframe's start code, then width and height (14 bits each, little
+            // endian, no scaling).
             body[0] = if keyframe { 0x10 } else { 0x11 };
             if keyframe {
-                body[3..10].copy_from_slice(&[0x9d, 0x01, 0x2a, 0x80, 0x02, 0x68, 0x01]);
+                let (w, h) = (dimensions.0.to_le_bytes(), dimensions.1.to_le_bytes());
+                body[3..10].copy_from_slice(&[0x9d, 0x01, 0x2a, w[0], w[1], h[0], h[1]]);
             }
         }
-        body[chunk - TAG..].copy_from_slice(&tag(p.conn, VIDEO, p.video_seq));
+        body[chunk - TAG..].copy_from_slice(&tag(conn, v.tag, v.seq));
         let fields = RtpFields {
             marker: k + 1 == packets,
-            payload_type: p.video_pt,
-            sequence_number: p.video_seq,
-            timestamp: p.video_ts,
-            ssrc: p.video_ssrc,
+            payload_type: v.pt,
+            sequence_number: v.seq,
+            timestamp: v.ts,
+            ssrc: v.ssrc,
         };
         let mut w = RtpWriter::new(out, &fields, &[]);
-        if let Some(id) = p.video_capture_id {
+        if let Some(id) = v.capture_id {
             let _ = w.extension(id, &ntp.to_be_bytes());
         }
         w.payload(&payload[..DESCRIPTOR + chunk]);
         w.finish(0);
         let packet: Bytes = out.split().freeze();
-        p.video_seq = p.video_seq.wrapping_add(1);
+        v.seq = v.seq.wrapping_add(1);
         frame.push(packet);
     }
-    p.video_ts = p.video_ts.wrapping_add((90_000 / fps) as u32);
+    v.ts = v.ts.wrapping_add((90_000 / fps) as u32);
     // The whole frame in one tick, as an encoder hands a frame to its packetizer.
     shard
-        .send_rtp_batch(now, VIDEO_SOURCE, frame)
+        .send_rtp_batch(now, v.source, frame)
         .map_or(0, |n| n as u64)
 }

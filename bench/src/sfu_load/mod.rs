@@ -1,8 +1,9 @@
 //! `shoal-bench sfu-load`: an SFU under the load of many rooms, over real UDP, with
 //! shoal's own client stack as every participant (no browser, no decoding).
 //!
-//! N rooms of P participants: each publishes synthetic VP8 video and Opus-sized
-//! audio and receives every other participant's (see `load.rs` for the media); rooms
+//! N rooms of P participants: each publishes synthetic VP8 video (one stream, or
+//! with `--simulcast` three) and Opus-sized audio and receives every other
+//! participant's (see `load.rs` for the media); rooms
 //! arrive `--room-gap-ms` apart and a room's joins spread over `--join-window-ms`.
 //! Signalling is the node's `/signal` WebSocket or WHIP + WHEP (`signal.rs`, which
 //! also says what WHIP + WHEP can and cannot express). After every join and a
@@ -82,6 +83,7 @@ const USAGE: &str = "usage: shoal-bench sfu-load (--shoal BIN | --http ADDR [--s
   --video-kbps K           video bit rate (400)\n\
   --fps F                  video frames per second (30)\n\
   --keyframe-interval-s S  a keyframe at least this often (2)\n\
+  --simulcast              video as three simulcast streams: 1/16, 1/4 and all of the rate\n\
   --find-max               raise the rooms until a bound is passed\n\
   --p9999-bound-ms MS      find-max bound on P99.99 through the node (5)\n\
   --loss-bound PERCENT     find-max loss bound (0.1)\n\
@@ -135,6 +137,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             video_bps: number::<u64>(args, "--video-kbps", 400)? * 1000,
             fps: number(args, "--fps", 30)?,
             keyframe_interval: Duration::from_secs_f64(number(args, "--keyframe-interval-s", 2.0)?),
+            simulcast: args.iter().any(|a| a == "--simulcast"),
         },
         find_max: args.iter().any(|a| a == "--find-max"),
         p9999_bound: Duration::from_secs_f64(number::<f64>(args, "--p9999-bound-ms", 5.0)? / 1e3),
@@ -290,7 +293,7 @@ fn drive(o: &Options) -> Result<(), String> {
     }
     let pid = pid.map(report::proc_pid);
     println!(
-        "sfu-load: {} at {http}, rooms of {}, {} kbit/s video at {} fps, signalling {}",
+        "sfu-load: {} at {http}, rooms of {}, {} kbit/s video{} at {} fps, signalling {}",
         if server.is_some() {
             "shoal started"
         } else {
@@ -298,6 +301,11 @@ fn drive(o: &Options) -> Result<(), String> {
         },
         o.participants,
         o.media.video_bps / 1000,
+        if o.media.simulcast {
+            " (top of three simulcast streams)"
+        } else {
+            ""
+        },
         o.media.fps,
         o.mode.name()
     );
@@ -325,6 +333,7 @@ fn drive(o: &Options) -> Result<(), String> {
             mode: o.mode.name(),
             participants: o.participants,
             video_kbps: o.media.video_bps / 1000,
+            simulcast: o.media.simulcast,
             fps: o.media.fps,
             keyframe_interval_s: o.media.keyframe_interval.as_secs_f64(),
             duration_s: o.duration.as_secs_f64(),
@@ -374,6 +383,7 @@ fn one_run(
         join_window: o.join_window,
         fingerprint,
         run: format!("load{}-{run}", std::process::id()),
+        simulcast: o.media.simulcast,
     };
     let to_gen = ToGenerator {
         tx: tx.clone(),

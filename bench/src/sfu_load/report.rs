@@ -104,6 +104,8 @@ pub(super) struct Settings {
     pub mode: &'static str,
     pub participants: usize,
     pub video_kbps: u64,
+    /// Video as three simulcast streams (`video_kbps` the top one's rate).
+    pub simulcast: bool,
     pub fps: u32,
     pub keyframe_interval_s: f64,
     pub duration_s: f64,
@@ -448,9 +450,14 @@ fn markdown(outcome: &Outcome, plots: &[&str]) -> String {
     let _ = writeln!(s, "# shoal-bench sfu-load\n");
     let _ = writeln!(
         s,
-        "Rooms of {} participants, each publishing VP8 at {} kbit/s, {} fps, a keyframe every {} s, and Opus-sized audio (50 packets/s), each receiving every other participant; signalling {}; steady window {} s. Server pinned to CPU {}, generator to CPU {}{}.\n",
+        "Rooms of {} participants, each publishing VP8 at {} kbit/s{}, {} fps, a keyframe every {} s, and Opus-sized audio (50 packets/s), each receiving every other participant; signalling {}; steady window {} s. Server pinned to CPU {}, generator to CPU {}{}.\n",
         o.participants,
         o.video_kbps,
+        if o.simulcast {
+            " (the top of three simulcast streams, with 1/4 and 1/16 of it)"
+        } else {
+            ""
+        },
         o.fps,
         o.keyframe_interval_s,
         o.mode,

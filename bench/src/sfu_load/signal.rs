@@ -72,6 +72,8 @@ pub(super) struct Plan {
     pub fingerprint: [u8; 32],
     /// A prefix for room names, so runs against one node never share rooms.
     pub run: String,
+    /// Publishers send simulcast video.
+    pub simulcast: bool,
 }
 
 /// Signalling outcomes the run reports.
@@ -151,6 +153,17 @@ fn identity(room: usize, p: usize) -> String {
     format!("r{room}p{p}")
 }
 
+impl Plan {
+    /// What a publisher offers.
+    fn publish_shape(&self) -> OfferShape {
+        if self.simulcast {
+            OfferShape::PUBLISH_SIMULCAST
+        } else {
+            OfferShape::PUBLISH
+        }
+    }
+}
+
 fn offer_for(plan: &Plan, shape: OfferShape, seed: u64) -> MediaOffer {
     media_offer(
         PeerId(1),
@@ -180,7 +193,7 @@ async fn participant_signal(
     ))
     .await
     .map_err(|e| format!("send join: {e}"))?;
-    let offer = offer_for(plan, OfferShape::PUBLISH, seed);
+    let offer = offer_for(plan, plan.publish_shape(), seed);
     let offered_at = Instant::now();
     ws.send(send(json!({"offer": {"sdp": offer.sdp()}})))
         .await
@@ -239,7 +252,7 @@ async fn participant_whip(
 ) -> Result<(), String> {
     let name = room_name(plan, room);
     let mut locations = Vec::new();
-    let publish = OfferShape::PUBLISH;
+    let publish = plan.publish_shape();
     let whip = format!("/whip/{name}?identity={}", identity(room, p));
     locations.extend(negotiate_http(plan, to_gen, room, &whip, publish, seed).await?);
     // The player: once every publisher of the room sends.
@@ -256,6 +269,7 @@ async fn participant_whip(
             publish: false,
             receive_audio: others,
             receive_video: others,
+            simulcast: false,
         };
         let whep = format!("/whep/{name}?identity={}-view", identity(room, p));
         let seed = seed ^ 0x5555_5555;

@@ -6,7 +6,11 @@
 //! [`media_offer`] writes the first offer: one `sendonly` Opus section and one
 //! `sendonly` VP8 section (with RTX, RFC 4588) when the endpoint publishes (WHIP, or a
 //! `/signal` participant), and any number of `recvonly` audio and video sections (a
-//! WHEP player's). Every section offers the same header extensions under the same ids
+//! WHEP player's). A simulcast publisher's VP8 section sends [`SIMULCAST_LAYERS`]
+//! streams, each with its RTX stream, signalled as libwebrtc's legacy simulcast does
+//! (`a=ssrc-group:SIM` over the streams, lowest resolution first, and an
+//! `a=ssrc-group:FID` per stream, RFC 5576 §4.2), which a node relates by SSRC from
+//! the first packet, with no RtpStreamId extension to write. Every section offers the same header extensions under the same ids
 //! (RFC 8285 §6: one id space per BUNDLE group): the mid (RFC 8843 §15.2), the audio
 //! level (RFC 6464), the transport-wide sequence number
 //! (draft-holmer-rmcat-transport-wide-cc-extensions-01) and webrtc's abs-capture-time,
@@ -54,6 +58,8 @@ pub const ABS_CAPTURE_TIME_ID: u8 = 4;
 pub const AUDIO_MID: &str = "a";
 /// The video section's mid.
 pub const VIDEO_MID: &str = "v";
+/// Streams a simulcast publisher sends.
+pub const SIMULCAST_LAYERS: usize = 3;
 
 /// What the endpoint's first offer holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -64,6 +70,8 @@ pub struct OfferShape {
     pub receive_audio: usize,
     /// `recvonly` video sections.
     pub receive_video: usize,
+    /// The published video is [`SIMULCAST_LAYERS`] simulcast streams.
+    pub simulcast: bool,
 }
 
 impl OfferShape {
@@ -73,6 +81,13 @@ impl OfferShape {
         publish: true,
         receive_audio: 0,
         receive_video: 0,
+        simulcast: false,
+    };
+
+    /// [`OfferShape::PUBLISH`] with simulcast video.
+    pub const PUBLISH_SIMULCAST: OfferShape = OfferShape {
+        simulcast: true,
+        ..OfferShape::PUBLISH
     };
 }
 
@@ -84,9 +99,10 @@ pub struct MediaOffer {
     pwd: String,
     fingerprint: [u8; 32],
     cname: String,
-    /// Primary and RTX SSRCs of the published audio and video.
+    /// Primary and RTX SSRCs of the published audio and video (one pair per
+    /// simulcast stream, lowest first).
     audio_ssrc: u32,
-    video_ssrcs: (u32, u32),
+    video_ssrcs: Vec<(u32, u32)>,
     shape: OfferShape,
     sdp: String,
 }
@@ -112,8 +128,10 @@ pub struct MediaSession {
 
 /// Track ids of the endpoint's own sources.
 pub const AUDIO_SOURCE: TrackId = TrackId(1);
-/// The video source.
+/// The video source (a simulcast publisher's lowest stream).
 pub const VIDEO_SOURCE: TrackId = TrackId(2);
+/// A simulcast publisher's video sources, lowest first.
+pub const VIDEO_LAYER_SOURCES: [TrackId; SIMULCAST_LAYERS] = [VIDEO_SOURCE, TrackId(3), TrackId(4)];
 /// Received tracks are numbered from here.
 const FIRST_RECEIVED: u64 = 100;
 
@@ -133,7 +151,10 @@ pub fn media_offer<R: RngCore + ?Sized>(
     let session_id = (next() >> 2).min((1 << 62) - 2);
     let ssrc = |next: &mut dyn FnMut() -> u64| (next() as u32).max(1);
     let audio_ssrc = ssrc(&mut next);
-    let video_ssrcs = (ssrc(&mut next), ssrc(&mut next));
+    let streams = if shape.simulcast { SIMULCAST_LAYERS } else { 1 };
+    let video_ssrcs = (0..streams)
+        .map(|_| (ssrc(&mut next), ssrc(&mut next)))
+        .collect();
     let mut offer = MediaOffer {
         id,
         ufrag,
@@ -326,12 +347,24 @@ impl MediaOffer {
                     self.cname
                 ));
             } else {
-                let (s, r) = self.video_ssrcs;
-                t.push_str(&format!(
-                    "a=msid:{stream} video\r\na=ssrc-group:FID {s} {r}\r\n\
-                     a=ssrc:{s} cname:{}\r\na=ssrc:{r} cname:{}\r\n",
-                    self.cname, self.cname
-                ));
+                t.push_str(&format!("a=msid:{stream} video\r\n"));
+                if self.video_ssrcs.len() > 1 {
+                    let sim: Vec<String> = self
+                        .video_ssrcs
+                        .iter()
+                        .map(|(s, _)| s.to_string())
+                        .collect();
+                    t.push_str(&format!("a=ssrc-group:SIM {}\r\n", sim.join(" ")));
+                }
+                for (s, r) in &self.video_ssrcs {
+                    t.push_str(&format!("a=ssrc-group:FID {s} {r}\r\n"));
+                }
+                for (s, r) in &self.video_ssrcs {
+                    t.push_str(&format!(
+                        "a=ssrc:{s} cname:{}\r\na=ssrc:{r} cname:{}\r\n",
+                        self.cname, self.cname
+                    ));
+                }
             }
         }
         Section {
@@ -366,40 +399,37 @@ impl MediaOffer {
             role,
         };
         if self.shape.publish {
-            for (mid, id) in [(AUDIO_MID, AUDIO_SOURCE), (VIDEO_MID, VIDEO_SOURCE)] {
+            let video = self.video_ssrcs.iter().zip(VIDEO_LAYER_SOURCES);
+            let sources = std::iter::once((AUDIO_MID, AUDIO_SOURCE, (self.audio_ssrc, None)))
+                .chain(video.map(|(&(s, r), id)| (VIDEO_MID, id, (s, Some(r)))));
+            for (mid, id, ssrcs) in sources {
                 let m = sdp
                     .media_by_mid(mid)
                     .ok_or_else(|| AnswerError::NoSection(mid.to_owned()))?;
                 if m.port == 0 {
                     return Err(AnswerError::SectionRejected(mid.to_owned()));
                 }
-                session.sources.push(self.source(id, mid, m)?);
+                session.sources.push(self.source(id, mid, m, ssrcs)?);
             }
         }
         session.take_receives(&sdp);
         Ok(session)
     }
 
-    /// The source the endpoint sends in section `mid`, as the answer `m` agreed it.
+    /// The source the endpoint sends in section `mid` with `ssrcs` (primary, and
+    /// RTX when it has one), as the answer `m` agreed it.
     fn source(
         &self,
         id: TrackId,
         mid: &str,
         m: &MediaDescription,
+        (ssrc, rtx): (u32, Option<u32>),
     ) -> Result<(TrackSpec, SubscriptionSpec), AnswerError> {
         let codec = Codec::read_all(m)
             .into_iter()
             .next()
             .ok_or_else(|| AnswerError::SectionRejected(mid.to_owned()))?;
-        let audio = m.kind == MediaKind::Audio;
-        let (ssrc, rtx_ssrc) = if audio {
-            (self.audio_ssrc, None)
-        } else {
-            (
-                self.video_ssrcs.0,
-                codec.rtx_payload_type.map(|_| self.video_ssrcs.1),
-            )
-        };
+        let rtx_ssrc = rtx.filter(|_| codec.rtx_payload_type.is_some());
         let track = track_spec(id, mid, m, &codec, ssrc, rtx_ssrc);
         let out = SubscriptionSpec {
             track: id,
@@ -626,8 +656,8 @@ mod tests {
                 (AUDIO_MID.to_owned(), Some(o.audio_ssrc), None),
                 (
                     VIDEO_MID.to_owned(),
-                    Some(o.video_ssrcs.0),
-                    Some(o.video_ssrcs.1)
+                    Some(o.video_ssrcs[0].0),
+                    Some(o.video_ssrcs[0].1)
                 ),
             ]
         );
@@ -643,7 +673,7 @@ mod tests {
         assert_eq!(audio_out.ssrc, o.audio_ssrc);
         assert_eq!(
             (video_out.ssrc, video_out.rtx_ssrc),
-            (o.video_ssrcs.0, Some(o.video_ssrcs.1))
+            (o.video_ssrcs[0].0, Some(o.video_ssrcs[0].1))
         );
         assert_eq!(
             (video.payload_type, video.rtx_payload_type),
@@ -661,6 +691,50 @@ mod tests {
         assert_eq!(video_out.extensions.mid, Some(MID_ID));
         assert_eq!(audio_out.extensions.audio_level, Some(AUDIO_LEVEL_ID));
         assert!(video_out.feedback.nack && video_out.feedback.pli);
+    }
+
+    #[test]
+    fn a_simulcast_publisher_is_read_as_three_streams() {
+        let o = offer(OfferShape::PUBLISH_SIMULCAST, 5);
+        let node = node();
+        let mut shoal = Negotiation::new(7);
+        let parsed = SessionDescription::parse(o.sdp()).expect("the offer parses");
+        let answered = shoal
+            .answer(&parsed, &params(&[node]), &[], &mut || 5)
+            .expect("shoal answers");
+        let layers: Vec<(Option<u32>, Option<u32>)> = answered
+            .changes
+            .iter()
+            .find_map(|c| match c {
+                Change::Published { mid, track } if mid == VIDEO_MID => Some(&track.layers),
+                _ => None,
+            })
+            .expect("the video is published")
+            .iter()
+            .map(|l| (l.ssrc, l.rtx_ssrc))
+            .collect();
+        let offered: Vec<(Option<u32>, Option<u32>)> = o
+            .video_ssrcs
+            .iter()
+            .map(|&(s, r)| (Some(s), Some(r)))
+            .collect();
+        assert_eq!(offered.len(), SIMULCAST_LAYERS);
+        assert_eq!(layers, offered, "shoal reads the SIM group, lowest first");
+        let session = o
+            .accept(&answered.sdp.to_sdp_string())
+            .expect("the endpoint takes shoal's answer");
+        let video: Vec<(TrackId, u32, Option<u32>)> = session
+            .sources
+            .iter()
+            .filter(|(t, _)| t.mid == VIDEO_MID)
+            .map(|(t, out)| (t.id, out.ssrc, out.rtx_ssrc))
+            .collect();
+        let want: Vec<(TrackId, u32, Option<u32>)> = VIDEO_LAYER_SOURCES
+            .iter()
+            .zip(&o.video_ssrcs)
+            .map(|(&id, &(s, r))| (id, s, Some(r)))
+            .collect();
+        assert_eq!(video, want);
     }
 
     #[test]
@@ -748,6 +822,7 @@ mod tests {
                 publish: false,
                 receive_audio: 2,
                 receive_video: 3,
+                simulcast: false,
             },
             4,
         );

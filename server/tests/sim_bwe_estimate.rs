@@ -11,6 +11,8 @@
 //! With a publisher that sends whole frames at once, the pacer's bursts follow what
 //! the subscriber's feedback shows drained: on a 3 Mbit/s link 5 ms of the pacing
 //! rate at once, on a 1 Gbit/s one the whole 40 ms.
+//!
+//! A stream above the estimate that shoal cannot thin is probed for.
 
 mod media_sim;
 
@@ -223,5 +225,62 @@ fn sim_pacer_bursts_as_the_path_drains() {
                 "seed {seed}: {burst}: {r:?}"
             );
         }
+    }
+}
+
+/// A subscriber sent more than its estimate by streams shoal cannot thin (no
+/// simulcast, no temporal layers: a room of ten at 400 kbit/s each is 3.6 Mbit/s
+/// against the initial 1 Mbit/s) is probed: on a fast path the estimate covers the
+/// stream within 3 s, where growing at 8 % a second from what arrives takes some
+/// 18 s and the pacer holds the difference back; on a path a little wider than the
+/// stream the estimate covers it and stays; on a path narrower than the stream,
+/// the probes find no more than the path carries, and stop once over-use or loss
+/// has cut the estimate.
+#[test]
+fn sim_probe_when_sent_more_than_estimated() {
+    let video = Encoder::Frames(4_000_000);
+    for seed in 1..=3 {
+        let run_ = run(seed, 1_000_000_000, 8, video);
+        let r = &run_.report;
+        assert!(r.probe_clusters > 0, "seed {seed}: {r:?}");
+        // Sampled every 5 ms from the first feedback; 3 s is 600 samples.
+        let at_3s = run_.bursts.get(600).map(|b| b.0);
+        assert!(
+            at_3s.is_some_and(|e| e >= 4_000_000),
+            "seed {seed}: {at_3s:?} at 3 s: {r:?}"
+        );
+        // A path a third wider than the stream: the estimate covers it and stays.
+        let run_ = run(seed, 5_300_000, 20, video);
+        let under: Vec<u64> = run_
+            .estimates
+            .iter()
+            .copied()
+            .filter(|&e| e < 4_000_000)
+            .collect();
+        assert!(
+            under.is_empty(),
+            "seed {seed}: under the stream: {under:?}: {:?}",
+            run_.report
+        );
+        // A path narrower than the stream: the probes find no more than it
+        // carries, and stop once the estimate is cut.
+        let run_ = run(seed, 3_000_000, 30, video);
+        let high = 3_000_000 * 12 / 10;
+        let over: Vec<u64> = run_
+            .estimates
+            .iter()
+            .copied()
+            .filter(|&e| e > high)
+            .collect();
+        assert!(
+            over.is_empty(),
+            "seed {seed}: over {high}: {over:?}: {:?}",
+            run_.report
+        );
+        assert!(
+            run_.report.probe_clusters <= 3,
+            "seed {seed}: {:?}",
+            run_.report
+        );
     }
 }

@@ -319,6 +319,9 @@ pub struct Estimator {
     updated_at: Option<i64>,
     /// When it last decreased.
     decreased_at: Option<i64>,
+    /// When over-use or loss last lowered the estimate (a decrease that left it
+    /// where it was does not count).
+    cut_at: Option<i64>,
     /// The average and variance of R_hat at decreases (§5.5).
     max_avg: Option<f64>,
     max_var: f64,
@@ -350,6 +353,7 @@ impl Estimator {
             loss_based: MAX_ESTIMATE_BPS,
             updated_at: None,
             decreased_at: None,
+            cut_at: None,
             max_avg: None,
             max_var: 0.0,
             reported: 0,
@@ -372,6 +376,11 @@ impl Estimator {
     /// ([`Bursts::earned`]).
     pub fn earned_burst(&self, now: Time) -> Option<i64> {
         self.bursts.earned(now.as_micros() as i64)
+    }
+
+    /// Whether over-use or loss has ever lowered the estimate.
+    pub fn was_cut(&self) -> bool {
+        self.cut_at.is_some()
     }
 
     /// The estimate, bit/s: the smaller of the delay- and loss-based ones (§6).
@@ -527,6 +536,9 @@ impl Estimator {
                     .is_none_or(|t| (now - t) as f64 / 1000.0 >= response_ms);
                 if due {
                     let r = incoming.unwrap_or(self.delay_based);
+                    if BETA * r < self.delay_based {
+                        self.cut_at = Some(now);
+                    }
                     self.delay_based = (BETA * r).min(self.delay_based);
                     self.decreased_at = Some(now);
                     self.decreases += 1;
@@ -565,6 +577,7 @@ impl Estimator {
         }
         if p > LOSS_HIGH {
             self.loss_cut_at = Some(now);
+            self.cut_at = Some(now);
         }
         if p > LOSS_HIGH {
             // From the rate in force: As_hat may stand far above it (see below).

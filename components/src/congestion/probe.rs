@@ -96,9 +96,12 @@ impl Measured {
 
     /// The rate it measured, once every packet was reported on: the smaller of its
     /// send and receive rates, each over the span between its first and last packet
-    /// (the bytes of the packet that opens a span are not counted in it).
+    /// (the bytes of the packet that opens a span are not counted in it). A cluster
+    /// that closed with fewer than [`MIN_CLUSTER_PACKETS`] (nothing to send it with)
+    /// measures nothing: one or two packets of forwarded media tagged with it have
+    /// no span, and would read as its target.
     fn rate(&self) -> Option<f64> {
-        if self.stamped == 0
+        if self.stamped < MIN_CLUSTER_PACKETS
             || f64::from(self.received) < MIN_RECEIVED_SHARE * f64::from(self.stamped)
         {
             return None;
@@ -238,19 +241,20 @@ impl Prober {
                 return true;
             };
             if m.received + m.lost >= m.stamped {
-                found = m.rate().map(|r| (r, m.target_bps));
+                found = Some((m.rate(), m.target_bps));
                 return false;
             }
             now_us - closed < timeout
         });
         let (rate, target) = found?;
-        self.last_result_bps = Some(rate as u64);
-        // Found what it looked for: probe again soon; else less often.
-        self.interval = if rate >= 0.9 * target as f64 {
-            PROBE_INTERVAL
-        } else {
-            (self.interval * 2).min(MAX_PROBE_INTERVAL)
+        // Found what it looked for: probe again soon; else (less, or nothing)
+        // less often.
+        self.interval = match rate {
+            Some(r) if r >= 0.9 * target as f64 => PROBE_INTERVAL,
+            _ => (self.interval * 2).min(MAX_PROBE_INTERVAL),
         };
+        let rate = rate?;
+        self.last_result_bps = Some(rate as u64);
         Some(rate)
     }
 }

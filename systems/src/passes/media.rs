@@ -695,7 +695,14 @@ pub const PROBE_LOOKBACK: u64 = 64;
 pub const PROBE_OVERSHOOT: f64 = 1.25;
 
 /// Starts a probe cluster to `peer` when the stream choice wants more than its
-/// estimate gives (see `congestion::probe`): its first packet goes at once.
+/// estimate gives (see `congestion::probe`): its first packet goes at once. For
+/// streams that cannot be thinned and already pass the estimate, only while
+/// over-use or loss has never lowered the estimate: that finds a fresh subscriber's
+/// path (or one whose room grew) at once, while a path that has shown itself
+/// narrower than what it was sent is left to the estimate's own climb, as before
+/// such probes (probing it every second or few, beside a stream that follows the
+/// estimate, drove the estimate of a 600 kbit/s path to half of it in
+/// `sim_bwe_estimate_follows_the_link`).
 pub(crate) fn start_probe(
     ctx: &mut MediaCtx,
     now: Time,
@@ -706,9 +713,13 @@ pub(crate) fn start_probe(
     let Ok((mut tw, mut timers)) = transport.get_mut(peer) else {
         return;
     };
-    let Some(estimate) = tw.send.estimate_bps() else {
+    let Some(estimator) = tw.send.estimator.as_ref() else {
         return;
     };
+    if shortfall.sent_past_estimate && estimator.was_cut() {
+        return;
+    }
+    let estimate = estimator.bps();
     let target = ((shortfall.wanted_bps as f64 * PROBE_OVERSHOOT) as u64).max(estimate);
     if tw.send.prober.start(now, target, 1200).is_some() {
         ctx.heap.arm(&mut timers, peer, TimerKind::Probe, now);

@@ -79,6 +79,9 @@ struct Pick {
 pub struct Shortfall {
     /// The rate the next stream up would have the subscriber receive in all, bit/s.
     pub wanted_bps: u64,
+    /// No stream can be climbed: what the subscriber is sent at the least already
+    /// passes the estimate (`wanted_bps`).
+    pub sent_past_estimate: bool,
 }
 
 /// Whether `sub` has something to choose: a simulcast stream, or the temporal
@@ -127,6 +130,10 @@ pub(super) fn choose(
         };
         let preferred = sub.temporal.preferred;
         let (Some(choice), Some(layering)) = (sub.layers, track.layering.as_ref()) else {
+            // A muted single stream is sent nothing (its rate counts what arrives).
+            if track.muted {
+                continue;
+            }
             // A single stream: its temporal layers, where it has them, are the choice.
             match track.temporal_bps(now) {
                 Some(rates) => {
@@ -249,8 +256,18 @@ pub(super) fn choose(
             lossy,
         });
     }
+    // Nothing to choose, and what the subscriber is sent already takes more than
+    // the estimate: only a probe tells whether the path carries it, or the pacer
+    // holds it back until the estimate has climbed at 8 % a second from what
+    // arrives (a fresh subscriber in a room of ten, at the initial 1 Mbit/s, for
+    // some 20 s). libwebrtc's sender probes when what it allocates passes its
+    // estimate (`ProbeController::OnMaxTotalAllocatedBitrate`); see `start_probe`
+    // for when shoal does.
     if picks.is_empty() {
-        return None;
+        return (used > estimate_total).then_some(Shortfall {
+            wanted_bps: used as u64,
+            sent_past_estimate: true,
+        });
     }
     let mut shortfall = None;
     loop {
@@ -277,12 +294,22 @@ pub(super) fn choose(
             } else if shortfall.is_none() {
                 shortfall = Some(Shortfall {
                     wanted_bps: needs.max(0) as u64,
+                    sent_past_estimate: false,
                 });
             }
         }
         if !climbed {
             break;
         }
+    }
+    // No climb is wanted, but what is sent at the least already passes the
+    // estimate (streams that cannot be thinned, beside ones held or bounded where
+    // they are): as with nothing to choose, above.
+    if shortfall.is_none() && used > estimate_total {
+        shortfall = Some(Shortfall {
+            wanted_bps: used.max(0) as u64,
+            sent_past_estimate: true,
+        });
     }
     for p in &picks {
         let (index, stream, _, tid) = p.ranked[p.rank];

@@ -408,13 +408,9 @@ pub(super) fn on_rtcp(
                     }
                     due
                 });
-                if due
-                    && estimate.is_some()
-                    && media.subscriptions.iter().any(|(_, s)| {
-                        subs.get(*s)
-                            .is_ok_and(|(s, _)| super::layers::has_choice(s, tracks, now))
-                    })
-                {
+                // Every subscriber: one without a choice may still be sent more
+                // than its estimate, which a probe looks into.
+                if due && estimate.is_some() && !media.subscriptions.is_empty() {
                     let shortfall =
                         super::layers::choose(ctx, now, peer, estimate, loss, peers, tracks, subs);
                     if let Some(shortfall) = shortfall {

@@ -632,15 +632,19 @@ mod tests {
         }
     }
 
+    /// shoal's answer to `o`, from a node at `node`.
+    fn answered_by_shoal(o: &MediaOffer, node: SocketAddr) -> shoal_components::sdp::Answered {
+        let parsed = SessionDescription::parse(o.sdp()).expect("the offer parses");
+        Negotiation::new(7)
+            .answer(&parsed, &params(&[node]), &[], &mut || 5)
+            .expect("shoal answers")
+    }
+
     #[test]
     fn a_publisher_is_answered_with_both_sources_and_their_extensions() {
         let o = offer(OfferShape::PUBLISH, 1);
         let node = node();
-        let mut shoal = Negotiation::new(7);
-        let parsed = SessionDescription::parse(o.sdp()).expect("the offer parses");
-        let answered = shoal
-            .answer(&parsed, &params(&[node]), &[], &mut || 5)
-            .expect("shoal answers");
+        let answered = answered_by_shoal(&o, node);
         // shoal read both published streams with the announced SSRCs.
         let published: Vec<(String, Option<u32>, Option<u32>)> = answered
             .changes
@@ -696,12 +700,7 @@ mod tests {
     #[test]
     fn a_simulcast_publisher_is_read_as_three_streams() {
         let o = offer(OfferShape::PUBLISH_SIMULCAST, 5);
-        let node = node();
-        let mut shoal = Negotiation::new(7);
-        let parsed = SessionDescription::parse(o.sdp()).expect("the offer parses");
-        let answered = shoal
-            .answer(&parsed, &params(&[node]), &[], &mut || 5)
-            .expect("shoal answers");
+        let answered = answered_by_shoal(&o, node());
         let layers: Vec<(Option<u32>, Option<u32>)> = answered
             .changes
             .iter()

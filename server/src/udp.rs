@@ -83,6 +83,17 @@ pub struct SendOutcome {
     pub calls: u64,
 }
 
+impl SendOutcome {
+    /// Counts `n` datagrams a send failed with `e` on.
+    fn failed(&mut self, e: &io::Error, n: u64) {
+        if e.kind() == io::ErrorKind::WouldBlock {
+            self.would_block += n;
+        } else {
+            self.errors += n;
+        }
+    }
+}
+
 /// The batched I/O state of one socket: its offload capabilities, the receive chunk
 /// and scratch buffers, and the send-side concatenation buffer. One per socket, owned
 /// by the thread that drives it.
@@ -281,32 +292,30 @@ impl UdpIo {
         while i < tx.len() {
             // Read each time: a failed GSO send turns segmentation off for the socket.
             let max_segments = self.state.max_gso_segments().max(1);
-            let alone = self.alone_run(&tx[i..], max_segments);
-            if alone > 1 {
-                outcome.calls += 1;
-                match send_many(socket, &tx[i..i + alone]) {
-                    // The kernel stops at the first datagram it cannot take and reports
-                    // what went before; the next call starts at that one, and fails on
-                    // it alone.
-                    Ok(sent) => {
-                        outcome.sent += sent as u64;
-                        i += sent.max(1);
-                    }
-                    Err(e) => {
-                        if e.kind() == io::ErrorKind::WouldBlock {
-                            outcome.would_block += 1;
-                        } else {
-                            outcome.errors += 1;
-                        }
-                        i += 1;
-                    }
-                }
-                continue;
-            }
             let run = gso_run(&tx[i..], max_segments);
             let first = &tx[i];
             let size = first.payload.len();
             let source = self.source(first.local);
+            if run == 1 && source.is_none() {
+                let alone = 1 + self.alone_run(&tx[i + 1..], max_segments);
+                if alone > 1 {
+                    outcome.calls += 1;
+                    // The kernel stops at the first datagram it cannot take and
+                    // reports what went before; the next call starts at that one, and
+                    // fails on it alone.
+                    i += match send_many(socket, &tx[i..i + alone]) {
+                        Ok(sent) => {
+                            outcome.sent += sent as u64;
+                            sent.max(1)
+                        }
+                        Err(e) => {
+                            outcome.failed(&e, 1);
+                            1
+                        }
+                    };
+                    continue;
+                }
+            }
             let result = if run == 1 {
                 transmit(&self.state, socket, first, &first.payload, None, source)
             } else {
@@ -320,22 +329,18 @@ impl UdpIo {
             let n = run as u64;
             match result {
                 Ok(()) => outcome.sent += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => outcome.would_block += n,
                 // A path or device that refuses segmentation offload (EIO, EINVAL):
                 // the run goes again one datagram at a time.
-                Err(_) if run > 1 => {
+                Err(e) if run > 1 && e.kind() != io::ErrorKind::WouldBlock => {
                     for d in &tx[i..i + run] {
                         outcome.calls += 1;
                         match transmit(&self.state, socket, d, &d.payload, None, source) {
                             Ok(()) => outcome.sent += 1,
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                                outcome.would_block += 1;
-                            }
-                            Err(_) => outcome.errors += 1,
+                            Err(e) => outcome.failed(&e, 1),
                         }
                     }
                 }
-                Err(_) => outcome.errors += n,
+                Err(e) => outcome.failed(&e, n),
             }
             i += run;
         }
@@ -353,11 +358,11 @@ impl UdpIo {
     }
 
     /// How many datagrams from the start of `tx` go out alone (no GSO run, no source
-    /// address to name), so that one `sendmmsg` may carry them: at most
-    /// [`SEND_SLOTS`].
+    /// address to name), so that one `sendmmsg` may carry them after one that does:
+    /// at most [`SEND_SLOTS`] − 1.
     fn alone_run(&self, tx: &[Datagram], max_segments: usize) -> usize {
         let mut n = 0;
-        while n < tx.len().min(SEND_SLOTS)
+        while n < tx.len().min(SEND_SLOTS - 1)
             && self.source(tx[n].local).is_none()
             && gso_run(&tx[n..], max_segments) == 1
         {
@@ -500,6 +505,15 @@ mod tests {
         }
     }
 
+    /// One datagram of `len` bytes to each of `plan`, in order, each filled with
+    /// its index.
+    fn numbered(plan: &[SocketAddr], len: usize) -> Vec<Datagram> {
+        plan.iter()
+            .enumerate()
+            .map(|(i, &to)| datagram(to, len, i as u8))
+            .collect()
+    }
+
     #[test]
     fn gso_runs_follow_the_kernel_rules() {
         let a: SocketAddr = "127.0.0.1:5000".parse().unwrap();
@@ -553,11 +567,7 @@ mod tests {
         let plan = [
             b_addr, b_addr, c_addr, b_addr, b_addr, b_addr, c_addr, c_addr,
         ];
-        let mut tx: Vec<Datagram> = plan
-            .iter()
-            .enumerate()
-            .map(|(i, &to)| datagram(to, 900, i as u8))
-            .collect();
+        let mut tx = numbered(&plan, 900);
         let o = a_io.send(&a, &mut tx);
         assert_eq!(o.sent, plan.len() as u64);
         assert!(tx.is_empty());
@@ -609,11 +619,8 @@ mod tests {
         let mut plan: Vec<usize> = (0..10).collect();
         plan.extend([3, 3, 3]);
         plan.extend(0..10);
-        let mut tx: Vec<Datagram> = plan
-            .iter()
-            .enumerate()
-            .map(|(i, &r)| datagram(to[r].1, 1000, i as u8))
-            .collect();
+        let addresses: Vec<SocketAddr> = plan.iter().map(|&r| to[r].1).collect();
+        let mut tx = numbered(&addresses, 1000);
         let o = a_io.send(&a, &mut tx);
         assert_eq!((o.sent, o.errors, o.would_block), (plan.len() as u64, 0, 0));
         let gso = a_io.max_gso_segments() > 1;
@@ -643,11 +650,7 @@ mod tests {
         let to = receivers(2);
         let nowhere: SocketAddr = "[::1]:9".parse().unwrap();
         let plan = [to[0].1, to[1].1, nowhere, to[0].1, to[1].1];
-        let mut tx: Vec<Datagram> = plan
-            .iter()
-            .enumerate()
-            .map(|(i, &r)| datagram(r, 100, i as u8))
-            .collect();
+        let mut tx = numbered(&plan, 100);
         let o = a_io.send(&a, &mut tx);
         assert_eq!((o.sent, o.errors, o.calls), (4, 1, 3), "{o:?}");
         assert_eq!(fills(&to[0].0, to[0].1, 2), [0, 3]);

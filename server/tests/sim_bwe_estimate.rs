@@ -158,6 +158,15 @@ fn run(seed: u64, link_bps: u64, secs: u64, encoder: Encoder) -> Run {
     }
 }
 
+/// The estimates not in `range`.
+fn outside(estimates: &[u64], range: std::ops::RangeInclusive<u64>) -> Vec<u64> {
+    estimates
+        .iter()
+        .copied()
+        .filter(|e| !range.contains(e))
+        .collect()
+}
+
 fn packet(i: u16) -> bytes::Bytes {
     let mut payload = BytesMut::new();
     payload.put_u16(i);
@@ -182,11 +191,7 @@ fn sim_bwe_estimate_follows_the_link() {
         for seed in 1..=5 {
             let samples = run(seed, link, 30, Encoder::FollowsEstimate).estimates;
             let (low, high) = (link * 8 / 10, link * 12 / 10);
-            let outside: Vec<u64> = samples
-                .iter()
-                .copied()
-                .filter(|e| !(low..=high).contains(e))
-                .collect();
+            let outside = outside(&samples, low..=high);
             assert!(
                 outside.is_empty(),
                 "link {link}, seed {seed}: estimates outside [{low}, {high}]: {outside:?}\nall: {samples:?}"
@@ -251,12 +256,7 @@ fn sim_probe_when_sent_more_than_estimated() {
         );
         // A path a third wider than the stream: the estimate covers it and stays.
         let run_ = run(seed, 5_300_000, 20, video);
-        let under: Vec<u64> = run_
-            .estimates
-            .iter()
-            .copied()
-            .filter(|&e| e < 4_000_000)
-            .collect();
+        let under = outside(&run_.estimates, 4_000_000..=u64::MAX);
         assert!(
             under.is_empty(),
             "seed {seed}: under the stream: {under:?}: {:?}",
@@ -266,12 +266,7 @@ fn sim_probe_when_sent_more_than_estimated() {
         // carries, and stop once the estimate is cut.
         let run_ = run(seed, 3_000_000, 30, video);
         let high = 3_000_000 * 12 / 10;
-        let over: Vec<u64> = run_
-            .estimates
-            .iter()
-            .copied()
-            .filter(|&e| e > high)
-            .collect();
+        let over = outside(&run_.estimates, 0..=high);
         assert!(
             over.is_empty(),
             "seed {seed}: over {high}: {over:?}: {:?}",

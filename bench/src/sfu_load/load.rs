@@ -297,27 +297,34 @@ pub(super) struct Generator {
 /// one handed in, gives the offset between the numbers in the tags and those on the
 /// wire.
 struct WireTimes {
-    /// Per source, by its tag number.
-    ssrcs: Vec<u32>,
-    /// The first sequence number handed in, per source.
-    first: Vec<u16>,
-    /// Wire number − number handed in, per source, once known.
-    offset: Vec<Option<u16>>,
-    at: Vec<Box<[(u16, Option<Time>)]>>,
+    /// By tag number.
+    sources: Vec<SourceTimes>,
+}
+
+/// One source's wire times.
+struct SourceTimes {
+    ssrc: u32,
+    /// The first sequence number handed in.
+    first: u16,
+    /// Wire number − number handed in, once known.
+    offset: Option<u16>,
+    /// By wire sequence number, modulo [`WIRE_TIMES`].
+    at: Box<[(u16, Option<Time>)]>,
 }
 
 impl WireTimes {
     /// For a publisher's sources, as (SSRC, first sequence number) by tag number.
     fn new(sources: &[(u32, u16)]) -> WireTimes {
-        WireTimes {
-            ssrcs: sources.iter().map(|s| s.0).collect(),
-            first: sources.iter().map(|s| s.1).collect(),
-            offset: vec![None; sources.len()],
-            at: sources
-                .iter()
-                .map(|_| vec![(0, None); WIRE_TIMES].into_boxed_slice())
-                .collect(),
-        }
+        let sources = sources
+            .iter()
+            .map(|&(ssrc, first)| SourceTimes {
+                ssrc,
+                first,
+                offset: None,
+                at: vec![(0, None); WIRE_TIMES].into_boxed_slice(),
+            })
+            .collect();
+        WireTimes { sources }
     }
 
     /// Notes the RTP packets among `tx` (RFC 7983 §7: first byte 128–191; RFC 5761
@@ -331,19 +338,19 @@ impl WireTimes {
             }
             let seq = u16::from_be_bytes([b[2], b[3]]);
             let ssrc = u32::from_be_bytes([b[8], b[9], b[10], b[11]]);
-            if let Some(source) = self.ssrcs.iter().position(|&s| s == ssrc) {
-                self.offset[source].get_or_insert(seq.wrapping_sub(self.first[source]));
-                self.at[source][usize::from(seq) % WIRE_TIMES] = (seq, Some(now));
+            if let Some(s) = self.sources.iter_mut().find(|s| s.ssrc == ssrc) {
+                s.offset.get_or_insert(seq.wrapping_sub(s.first));
+                s.at[usize::from(seq) % WIRE_TIMES] = (seq, Some(now));
             }
         }
     }
 
     /// When the packet handed in as `seq` of `source` left the socket.
     fn find(&self, source: u8, seq: u16) -> Option<Time> {
-        let source = usize::from(source);
-        let seq = seq.wrapping_add((*self.offset.get(source)?)?);
-        let (s, at) = *self.at.get(source)?.get(usize::from(seq) % WIRE_TIMES)?;
-        if s == seq { at } else { None }
+        let s = self.sources.get(usize::from(source))?;
+        let seq = seq.wrapping_add(s.offset?);
+        let (wire, at) = *s.at.get(usize::from(seq) % WIRE_TIMES)?;
+        if wire == seq { at } else { None }
     }
 }
 

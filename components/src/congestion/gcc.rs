@@ -319,9 +319,9 @@ pub struct Estimator {
     updated_at: Option<i64>,
     /// When it last decreased.
     decreased_at: Option<i64>,
-    /// When over-use or loss last lowered the estimate (a decrease that left it
-    /// where it was does not count).
-    cut_at: Option<i64>,
+    /// Over-use or loss has lowered the estimate (a decrease that left it where it
+    /// was does not count).
+    cut: bool,
     /// The average and variance of R_hat at decreases (§5.5).
     max_avg: Option<f64>,
     max_var: f64,
@@ -353,7 +353,7 @@ impl Estimator {
             loss_based: MAX_ESTIMATE_BPS,
             updated_at: None,
             decreased_at: None,
-            cut_at: None,
+            cut: false,
             max_avg: None,
             max_var: 0.0,
             reported: 0,
@@ -380,7 +380,7 @@ impl Estimator {
 
     /// Whether over-use or loss has ever lowered the estimate.
     pub fn was_cut(&self) -> bool {
-        self.cut_at.is_some()
+        self.cut
     }
 
     /// The estimate, bit/s: the smaller of the delay- and loss-based ones (§6).
@@ -536,9 +536,7 @@ impl Estimator {
                     .is_none_or(|t| (now - t) as f64 / 1000.0 >= response_ms);
                 if due {
                     let r = incoming.unwrap_or(self.delay_based);
-                    if BETA * r < self.delay_based {
-                        self.cut_at = Some(now);
-                    }
+                    self.cut |= BETA * r < self.delay_based;
                     self.delay_based = (BETA * r).min(self.delay_based);
                     self.decreased_at = Some(now);
                     self.decreases += 1;
@@ -577,7 +575,7 @@ impl Estimator {
         }
         if p > LOSS_HIGH {
             self.loss_cut_at = Some(now);
-            self.cut_at = Some(now);
+            self.cut = true;
         }
         if p > LOSS_HIGH {
             // From the rate in force: As_hat may stand far above it (see below).

@@ -256,19 +256,6 @@ pub(super) fn choose(
             lossy,
         });
     }
-    // Nothing to choose, and what the subscriber is sent already takes more than
-    // the estimate: only a probe tells whether the path carries it, or the pacer
-    // holds it back until the estimate has climbed at 8 % a second from what
-    // arrives (a fresh subscriber in a room of ten, at the initial 1 Mbit/s, for
-    // some 20 s). libwebrtc's sender probes when what it allocates passes its
-    // estimate (`ProbeController::OnMaxTotalAllocatedBitrate`); see `start_probe`
-    // for when shoal does.
-    if picks.is_empty() {
-        return (used > estimate_total).then_some(Shortfall {
-            wanted_bps: used as u64,
-            sent_past_estimate: true,
-        });
-    }
     let mut shortfall = None;
     loop {
         let mut climbed = false;
@@ -302,9 +289,14 @@ pub(super) fn choose(
             break;
         }
     }
-    // No climb is wanted, but what is sent at the least already passes the
-    // estimate (streams that cannot be thinned, beside ones held or bounded where
-    // they are): as with nothing to choose, above.
+    // No climb is wanted (nothing to choose, or nothing that can climb), but what
+    // is sent at the least already passes the estimate: only a probe tells whether
+    // the path carries it, or the pacer holds it back until the estimate has
+    // climbed at 8 % a second from what arrives (a fresh subscriber in a room of
+    // ten, at the initial 1 Mbit/s, for some 20 s). libwebrtc's sender probes when
+    // what it allocates passes its estimate
+    // (`ProbeController::OnMaxTotalAllocatedBitrate`); see `start_probe` for when
+    // shoal does.
     if shortfall.is_none() && used > estimate_total {
         shortfall = Some(Shortfall {
             wanted_bps: used.max(0) as u64,

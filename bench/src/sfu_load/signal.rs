@@ -270,6 +270,7 @@ async fn participant_whip(
             receive_audio: others,
             receive_video: others,
             simulcast: false,
+            data: false,
         };
         let whep = format!("/whep/{name}?identity={}-view", identity(room, p));
         let seed = seed ^ 0x5555_5555;

@@ -32,7 +32,8 @@ use shoal_components::media::{SubscriptionSpec, TrackId, TrackSpec};
 use shoal_components::peer::PeerId;
 use shoal_components::sdp::{
     Codec, Direction, EXT_ABS_CAPTURE_TIME, EXT_AUDIO_LEVEL, EXT_MID, EXT_TRANSPORT_CC,
-    MediaDescription, MediaKind, SessionDescription,
+    FORMAT_DATACHANNEL, MAX_MESSAGE_SIZE, MediaDescription, MediaKind, PROTO_DTLS_SCTP, SCTP_PORT,
+    SessionDescription, remote_max_message_size,
 };
 use shoal_systems::PeerSpec;
 
@@ -56,6 +57,8 @@ pub const TRANSPORT_CC_ID: u8 = 3;
 pub const ABS_CAPTURE_TIME_ID: u8 = 4;
 /// The mids of the sections the endpoint publishes in.
 pub const AUDIO_MID: &str = "a";
+/// The mid of the data channel section ([`OfferShape::data`]).
+pub const DATA_MID: &str = "d";
 /// The video section's mid.
 pub const VIDEO_MID: &str = "v";
 /// Streams a simulcast publisher sends.
@@ -72,6 +75,10 @@ pub struct OfferShape {
     pub receive_video: usize,
     /// The published video is [`SIMULCAST_LAYERS`] simulcast streams.
     pub simulcast: bool,
+    /// A data channel section ([`DATA_MID`]) after the media, in the same BUNDLE
+    /// group (RFC 8843): the endpoint's SCTP association rides the media's
+    /// transport, as a browser's does when it has both.
+    pub data: bool,
 }
 
 impl OfferShape {
@@ -82,6 +89,7 @@ impl OfferShape {
         receive_audio: 0,
         receive_video: 0,
         simulcast: false,
+        data: false,
     };
 
     /// [`OfferShape::PUBLISH`] with simulcast video.
@@ -177,6 +185,9 @@ pub fn media_offer<R: RngCore + ?Sized>(
     for i in 0..shape.receive_video {
         sections.push(offer.section(MediaKind::Video, &format!("rv{i}"), Direction::RecvOnly));
     }
+    if shape.data {
+        sections.push(offer.data_section("actpass"));
+    }
     offer.sdp = session(session_id, 1, &sections);
     offer
 }
@@ -218,6 +229,30 @@ impl MediaOffer {
     /// The peer id it was made for.
     pub fn peer(&self) -> PeerId {
         self.id
+    }
+
+    /// The data channel section (RFC 8841 §5.1: `UDP/DTLS/SCTP webrtc-datachannel`,
+    /// the SCTP port and the largest message the endpoint takes), offered or
+    /// answered with `setup`.
+    fn data_section(&self, setup: &str) -> Section {
+        let hex: Vec<String> = self
+            .fingerprint
+            .iter()
+            .map(|b| format!("{b:02X}"))
+            .collect();
+        Section {
+            mid: DATA_MID.to_owned(),
+            rejected: false,
+            text: format!(
+                "m=application 9 {PROTO_DTLS_SCTP} {FORMAT_DATACHANNEL}\r\nc=IN IP4 0.0.0.0\r\n\
+                 a=mid:{DATA_MID}\r\na=ice-ufrag:{}\r\na=ice-pwd:{}\r\n\
+                 a=fingerprint:sha-256 {}\r\na=setup:{setup}\r\n\
+                 a=sctp-port:{SCTP_PORT}\r\na=max-message-size:{MAX_MESSAGE_SIZE}\r\n",
+                self.ufrag,
+                self.pwd,
+                hex.join(":")
+            ),
+        }
     }
 
     /// A section the endpoint offers (or answers, with `setup`) of `kind`.
@@ -412,6 +447,18 @@ impl MediaOffer {
                 session.sources.push(self.source(id, mid, m, ssrcs)?);
             }
         }
+        if self.shape.data {
+            let m = sdp
+                .media_by_mid(DATA_MID)
+                .ok_or_else(|| AnswerError::NoSection(DATA_MID.to_owned()))?;
+            if m.port == 0 {
+                return Err(AnswerError::SectionRejected(DATA_MID.to_owned()));
+            }
+            session.peer.may_send_data = true;
+            if let Some(dtls) = session.peer.dtls.as_mut() {
+                dtls.max_message_size = Some(remote_max_message_size(m));
+            }
+        }
         session.take_receives(&sdp);
         Ok(session)
     }
@@ -463,6 +510,10 @@ impl MediaSession {
         let mut sections = Vec::new();
         for m in &sdp.media {
             let mid = m.mid().unwrap_or_default().to_owned();
+            if self.offer.shape.data && mid == DATA_MID && m.port != 0 {
+                sections.push(self.offer.data_section(setup));
+                continue;
+            }
             let codec = Codec::read_all(m).into_iter().next();
             let media = match m.kind {
                 MediaKind::Audio => "audio",
@@ -737,6 +788,43 @@ mod tests {
     }
 
     #[test]
+    fn a_publisher_with_data_keeps_its_channel_through_later_offers() {
+        let shape = OfferShape {
+            data: true,
+            ..OfferShape::PUBLISH
+        };
+        let o = offer(shape, 6);
+        let parsed = SessionDescription::parse(o.sdp()).expect("parses");
+        assert_eq!(parsed.bundle_mids().map(<[String]>::len), Some(3));
+        let node = node();
+        let mut shoal = Negotiation::new(7);
+        let mut ssrcs = 2000..;
+        let mut new_ssrc = || ssrcs.next().unwrap();
+        let answered = shoal
+            .answer(&parsed, &params(&[node]), &[], &mut new_ssrc)
+            .expect("answered");
+        assert_eq!(answered.data_mid.as_deref(), Some(DATA_MID));
+        let mut session = o.accept(&answered.sdp.to_sdp_string()).expect("accepted");
+        assert!(session.peer.may_send_data);
+        let dtls = session.peer.dtls.as_ref().expect("DTLS");
+        assert!(dtls.max_message_size.is_some());
+        assert_eq!(session.sources.len(), 2, "audio and video still published");
+        // shoal offers another publisher's audio: the data section stays open.
+        let codecs: Vec<Codec> = parsed.media.iter().flat_map(Codec::read_all).collect();
+        let tracks = [room_track("p-audio", MediaKind::Audio, &codecs[0])];
+        let again = shoal
+            .offer(&params(&[node]), &tracks, &mut new_ssrc)
+            .expect("shoal offers");
+        let (answer, new) = session.answer(&again.to_sdp_string()).expect("answers");
+        assert_eq!(new.len(), 1);
+        let answer = SessionDescription::parse(&answer).expect("parses");
+        let data = answer.media_by_mid(DATA_MID).expect("the data section");
+        assert_ne!(data.port, 0, "kept open");
+        assert_eq!(data.sctp_port(), Some(SCTP_PORT));
+        shoal.accept(&answer).expect("shoal takes the answer");
+    }
+
+    #[test]
     fn shoals_later_offer_is_answered_and_its_tracks_received() {
         let publisher = offer(OfferShape::PUBLISH, 2);
         let parsed = SessionDescription::parse(publisher.sdp()).expect("parses");
@@ -822,6 +910,7 @@ mod tests {
                 receive_audio: 2,
                 receive_video: 3,
                 simulcast: false,
+                data: false,
             },
             4,
         );

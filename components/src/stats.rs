@@ -2,6 +2,34 @@
 
 use bevy_ecs::prelude::Resource;
 
+/// Defines a struct of `u64` counters whose doc comments also describe them at run
+/// time: `Self::each` hands every counter's name, its doc comment (the help an
+/// exporter shows) and its value to a closure, in declaration order. The
+/// node's `/metrics` reads shard and driver counters this way, so a counter added
+/// here is exported with no second list to keep in step.
+#[macro_export]
+macro_rules! counters {
+    (
+        $(#[$attr:meta])*
+        $vis:vis struct $name:ident {
+            $( $(#[doc = $doc:literal])+ pub $field:ident: u64, )*
+        }
+    ) => {
+        $(#[$attr])*
+        $vis struct $name {
+            $( $(#[doc = $doc])+ pub $field: u64, )*
+        }
+
+        impl $name {
+            /// Every counter's name, description and value, in declaration order.
+            pub fn each(&self, mut f: impl FnMut(&'static str, &'static str, u64)) {
+                $( f(stringify!($field), concat!($($doc),+), self.$field); )*
+            }
+        }
+    };
+}
+
+counters! {
 /// Per-shard counters. Dropped input is counted here, never panicked on.
 #[derive(Resource, Clone, Debug, Default, PartialEq, Eq)]
 pub struct ShardStats {
@@ -82,6 +110,9 @@ pub struct ShardStats {
     /// T3-rtx expiries with DATA outstanding (RFC 9260 §6.3.3): each resends from
     /// the earliest outstanding chunk with cwnd at one packet.
     pub sctp_t3_expiries: u64,
+    /// DATA chunks sent again: after a T3-rtx expiry or as fast retransmissions
+    /// (RFC 9260 §6.3.3, §7.2.4).
+    pub sctp_retransmissions: u64,
     /// DCEP messages that failed to parse.
     pub dcep_malformed: u64,
     /// DATA_CHANNEL_OPENs refused: a stream of our parity, or one in use.
@@ -154,6 +185,12 @@ pub struct ShardStats {
     pub keyframe_requests_sent: u64,
     /// NACKs sent to publishers for packets that did not arrive.
     pub nacks_sent: u64,
+    /// NACK messages subscribers sent (RFC 4585 §6.2.1), each naming one or more
+    /// lost packets.
+    pub nacks_received: u64,
+    /// Keyframe requests subscribers sent: PLI (RFC 4585 §6.3.1) and FIR entries
+    /// (RFC 5104 §4.3.1).
+    pub keyframe_requests_received: u64,
     /// RTCP packets (compounds) sent: reports and feedback.
     pub rtcp_sent: u64,
     /// Transport-wide congestion control feedback messages sent to publishers
@@ -184,4 +221,5 @@ pub struct ShardStats {
     pub media_relay_out: u64,
     /// Packets of mirrored tracks taken from their origin shard.
     pub media_relay_in: u64,
+}
 }

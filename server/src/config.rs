@@ -630,6 +630,16 @@ pub struct Config {
     )]
     pub tls_key: Option<PathBuf>,
 
+    /// Log filter: a level (error, warn, info, debug, trace) or directives in
+    /// RUST_LOG's syntax (`info,shoal_server::control=debug`). Unset: RUST_LOG, else
+    /// info.
+    #[arg(long, env = "SHOAL_LOG_LEVEL", value_name = "FILTER")]
+    pub log_level: Option<crate::logging::LogLevel>,
+
+    /// How log lines (stderr) look: text, or json (one object per line).
+    #[arg(long, env = "SHOAL_LOG_FORMAT", value_name = "FORMAT", default_value_t = crate::logging::LogFormat::Text)]
+    pub log_format: crate::logging::LogFormat,
+
     /// TEST ONLY: registers an ICE-lite peer with these credentials on every shard at
     /// start-up, for tests that reach a shard without signalling. Repeatable; the n-th flag (from 0) is
     /// peer id n. Format LOCAL_UFRAG:LOCAL_PWD:REMOTE_UFRAG:REMOTE_PWD (RFC 8839 §5.4:
@@ -698,6 +708,8 @@ impl Default for Config {
                 crate::control::connections::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             max_connections: crate::control::connections::DEFAULT_MAX_CONNECTIONS,
             allowed_origins: Vec::new(),
+            log_level: None,
+            log_format: crate::logging::LogFormat::Text,
             tls_cert: None,
             tls_key: None,
             static_peers: Vec::new(),

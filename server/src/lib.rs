@@ -10,6 +10,7 @@ pub mod control;
 pub mod driver;
 pub mod endpoint;
 pub mod ice_servers;
+pub mod logging;
 pub mod sim;
 pub mod tcp;
 pub mod token;

@@ -50,6 +50,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    shoal_server::logging::init(config.log_level.as_ref(), config.log_format);
     // Read once: the keys file's keys join --api-key's; no key and a listener
     // others can reach is refused here, before anything starts.
     let keys = match config
@@ -58,17 +59,42 @@ fn main() -> ExitCode {
     {
         Ok(keys) => keys,
         Err(e) => {
-            eprintln!("shoal: {e}");
+            tracing::error!(event = "config_refused", "{e}");
             return ExitCode::FAILURE;
         }
     };
+    log_config(&config, &keys);
     match run(&config, keys) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("shoal: {e}");
+            tracing::error!(event = "stopped", "{e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// One event with the configuration that matters to an operator reading the log
+/// later. Never a secret: API keys by name, TLS by its files' paths.
+fn log_config(config: &Config, keys: &[ApiKey]) {
+    let list = |items: &mut dyn Iterator<Item = String>| items.collect::<Vec<_>>().join(",");
+    tracing::info!(
+        event = "config",
+        version = env!("CARGO_PKG_VERSION"),
+        shards = config.shards.get(),
+        udp_port_base = config.udp_port_base,
+        bind = list(&mut config.bind.iter().map(ToString::to_string)),
+        announce = list(&mut config.announce.iter().map(ToString::to_string)),
+        grpc = %config.grpc_addr,
+        http = %config.http_addr,
+        tls = config.tls_cert.is_some(),
+        api_keys = list(&mut keys.iter().map(|k| k.key.clone())),
+        max_peers_per_shard = config.max_peers_per_shard,
+        max_rooms = config.max_rooms,
+        auto_create_rooms = config.auto_create_rooms,
+        ice_servers = list(&mut config.ice_servers.iter().map(|u| u.as_str().to_owned())),
+        log_format = %config.log_format,
+        "shoal starting"
+    );
 }
 
 fn run(config: &Config, api_keys: Vec<ApiKey>) -> Result<(), MainError> {
@@ -180,9 +206,14 @@ fn run(config: &Config, api_keys: Vec<ApiKey>) -> Result<(), MainError> {
     loop {
         match signals_rx.recv_timeout(HEALTH_CHECK_INTERVAL) {
             Ok(SIGHUP) => match control.as_ref().and_then(ControlPlane::reload_tls) {
-                Some(Ok(())) => eprintln!("shoal: TLS certificate reloaded"),
-                Some(Err(e)) => eprintln!("shoal: TLS certificate kept: {e}"),
-                None => eprintln!("shoal: SIGHUP: no TLS certificate to reload"),
+                Some(Ok(())) => tracing::info!(event = "tls_reloaded", "TLS certificate reloaded"),
+                Some(Err(e)) => {
+                    tracing::warn!(event = "tls_reload_failed", "TLS certificate kept: {e}")
+                }
+                None => tracing::warn!(
+                    event = "tls_reload_failed",
+                    "SIGHUP: no TLS certificate to reload"
+                ),
             },
             Ok(_) | Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {
@@ -211,16 +242,18 @@ fn run(config: &Config, api_keys: Vec<ApiKey>) -> Result<(), MainError> {
     }
 
     for r in server.shutdown()? {
-        eprintln!(
-            "shoal: shard {} udp {}: {} datagrams in, {} out, {} checks answered, {} peers",
-            r.index,
-            r.local_addr,
-            r.driver.datagrams_received,
-            r.driver.datagrams_sent,
-            r.shard.ice_checks_answered,
-            r.peers,
+        tracing::info!(
+            event = "shard_stopped",
+            shard = r.index,
+            udp = %r.local_addr,
+            datagrams_in = r.driver.datagrams_received,
+            datagrams_out = r.driver.datagrams_sent,
+            checks_answered = r.shard.ice_checks_answered,
+            peers = r.peers,
+            "shard stopped"
         );
     }
+    tracing::info!(event = "stopped", "shoal stopped");
     println!("shoal: stopped");
     Ok(())
 }

@@ -15,8 +15,8 @@ pub mod shard;
 pub use node::{Links, Node, SiblingBatch};
 pub use passes::Pass;
 pub use shard::{
-    Command, CommandError, CongestionReport, LayerReport, PeerDtls, PeerSpec, SctpSendError, Shard,
-    ShardConfig,
+    Census, Command, CommandError, CongestionReport, LayerReport, PeerDtls, PeerSpec,
+    SctpSendError, Shard, ShardConfig,
 };
 pub use shoal_components::relay::RelayLimits;
 pub use shoal_components::tick::{RemoveReason, ShardEvent};

@@ -484,6 +484,11 @@ impl Auth {
             .collect()
     }
 
+    /// Refusals for `refusal` so far.
+    pub fn refusal_count(&self, refusal: Refusal) -> u64 {
+        self.refusals[refusal as usize].load(Ordering::Relaxed)
+    }
+
     /// `result`, its refusal counted.
     pub fn counted<T>(&self, result: Result<T, AuthError>) -> Result<T, AuthError> {
         result.inspect_err(|e| self.count(e.refusal))
@@ -493,6 +498,12 @@ impl Auth {
     pub fn count(&self, refusal: Refusal) {
         // The discriminants are the positions in `Refusal::ALL`.
         self.refusals[refusal as usize].fetch_add(1, Ordering::Relaxed);
+        // The reason only: never the token, which may be valid for another act.
+        tracing::info!(
+            event = "auth_refused",
+            reason = refusal.name(),
+            "access token refused"
+        );
     }
 
     /// A refusal for `refusal` saying `message`, counted.

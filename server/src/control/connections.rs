@@ -150,6 +150,11 @@ impl LimitCounters {
         self.counts[limit as usize].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// How many connections `limit` refused or cut off so far.
+    pub fn count_of(&self, limit: Limit) -> u64 {
+        self.counts[limit as usize].load(Ordering::Relaxed)
+    }
+
     /// The counts by limit name (limits never hit are left out).
     pub fn counts(&self) -> BTreeMap<String, u64> {
         Limit::ALL

@@ -23,6 +23,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::{Act, Auth};
 use super::connections::{AddressTable, Limit, LimitCounters, Slot};
+use super::metrics::ControlMetrics;
 use super::origin::AllowedOrigins;
 use super::participants::Members;
 use super::pending::{Pending, PendingLimits};
@@ -102,6 +103,8 @@ pub struct ControlState {
     limit_counters: Arc<LimitCounters>,
     /// Signalling connections ended for not reading (SIGNAL_SLOW_READER).
     slow_signal_readers: AtomicU64,
+    /// Joins, leaves, requests ([`super::metrics`]).
+    metrics: Arc<ControlMetrics>,
     pub(super) next_peer: AtomicU64,
     /// The next track id (node-wide).
     pub(super) next_track: AtomicU64,
@@ -138,6 +141,7 @@ impl ControlState {
             allowed_origins: AllowedOrigins::default(),
             limit_counters: Arc::default(),
             slow_signal_readers: AtomicU64::new(0),
+            metrics: Arc::new(ControlMetrics::new()),
             next_peer: AtomicU64::new(FIRST_PEER_ID),
             next_track: AtomicU64::new(1),
             rng: SystemRandom::new(),
@@ -239,6 +243,24 @@ impl ControlState {
     /// Counts a signalling connection ended for not reading.
     pub fn count_slow_signal_reader(&self) {
         self.slow_signal_readers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The control plane's metrics.
+    pub fn metrics(&self) -> &Arc<ControlMetrics> {
+        &self.metrics
+    }
+
+    /// Signalling connections ended for not reading (SIGNAL_SLOW_READER).
+    pub fn slow_signal_readers(&self) -> &AtomicU64 {
+        &self.slow_signal_readers
+    }
+
+    /// The text of `/metrics`: every shard's report (asked fresh) and the depth of
+    /// its command queue, with the control plane's own metrics.
+    pub async fn metrics_text(self: &Arc<Self>) -> Result<String, Status> {
+        let reports = self.shard_reports().await?;
+        let queued = self.shards.iter().map(ShardSender::queued).collect();
+        Ok(super::metrics::render(self, reports, queued))
     }
 
     /// Who may do what.
@@ -382,7 +404,10 @@ impl ControlState {
         // The directory has let them go already; a shard that cannot be reached is
         // failing as a whole, which the process notices on its own.
         for e in errors {
-            eprintln!("shoal: control: disconnect: {e}");
+            tracing::warn!(
+                event = "disconnect_failed",
+                "disconnecting a participant: {e}"
+            );
         }
         Ok(())
     }

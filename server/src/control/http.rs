@@ -3,6 +3,7 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /healthz` | 200 while serving |
+//! | `GET /metrics` | the node's metrics in the Prometheus text format ([`super::metrics`]); 503 if a shard does not answer |
 //! | `GET /` | the demo page: join a room, see who is there, chat on a data channel |
 //! | `POST /whip/{room}`, `POST /whep/{room}` | an SDP offer in (`?identity=`, `?name=` form-encoded), 201 with the answer, a `Location` (RFC 9725 §4.2) and a `Link` per configured STUN/TURN server (§4.6) |
 //! | `DELETE /whip/{room}/{session}` (and `/whep/…`) | ends the session (RFC 9725 §4.2); a WHIP session is not found under `/whep/` nor the other way round |
@@ -134,10 +135,33 @@ pub fn router(state: Arc<ControlState>) -> Router {
     Router::new()
         .route("/", get(|| async { Html(DEMO_PAGE) }))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
         .merge(whip_whep)
         .route("/signal", get(signal))
         .layer(DefaultBodyLimit::max(body_bytes))
+        .route_layer(axum::middleware::from_fn_with_state(
+            http.state.clone(),
+            super::metrics::count_http,
+        ))
+        .fallback(not_found)
         .with_state(http)
+}
+
+/// Any other path: 404, counted under the route `unmatched`.
+async fn not_found(State(http): State<Http>, request: Request) -> StatusCode {
+    http.state
+        .metrics()
+        .http_unmatched(request.method(), StatusCode::NOT_FOUND.as_u16());
+    StatusCode::NOT_FOUND
+}
+
+/// `GET /metrics`: the node's metrics in the Prometheus text format; 503 if a shard
+/// does not answer.
+async fn metrics(State(http): State<Http>) -> Response {
+    match http.state.metrics_text().await {
+        Ok(text) => ([(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)], text).into_response(),
+        Err(status) => error_response(&status),
+    }
 }
 
 /// A plain-text error response for `status`.

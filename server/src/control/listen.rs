@@ -66,6 +66,7 @@ use tonic::transport::server::TcpConnectInfo;
 use tower::ServiceExt;
 
 use super::connections::{AddressTable, ConnectionLimits, Handshakes, Limit, LimitCounters, Slot};
+use super::metrics::ControlMetrics;
 
 /// Bytes one HTTP/2 stream buffers for sending at most.
 pub const H2_SEND_BUFFER_BYTES: usize = 64 * 1024;
@@ -89,6 +90,8 @@ pub struct Listening {
     pub handshakes: Arc<Handshakes>,
     /// What was refused or cut off.
     pub counters: Arc<LimitCounters>,
+    /// Where gRPC requests are counted.
+    pub metrics: Arc<ControlMetrics>,
 }
 
 impl Listening {
@@ -99,7 +102,13 @@ impl Listening {
             table: AddressTable::new(limits.per_address, limits.total),
             handshakes: Handshakes::new(limits.tls_handshakes_per_address, limits.tls_handshakes),
             counters,
+            metrics: Arc::default(),
         }
+    }
+
+    /// The same, counting gRPC requests into `metrics`.
+    pub fn with_metrics(self, metrics: Arc<ControlMetrics>) -> Listening {
+        Listening { metrics, ..self }
     }
 }
 
@@ -508,6 +517,7 @@ pub async fn serve_grpc(
 ) {
     let limits = listening.limits;
     let counters = listening.counters.clone();
+    let metrics = listening.metrics.clone();
     accept_loop(
         listener,
         tls,
@@ -520,7 +530,7 @@ pub async fn serve_grpc(
                 routes.clone(),
                 settings,
                 limits,
-                counters.clone(),
+                (counters.clone(), metrics.clone()),
                 stop,
             )
         },
@@ -680,13 +690,15 @@ async fn serve_http1(
 
 /// One HTTP/2 connection of gRPC: each request goes to `routes` with the client's
 /// address as `TcpConnectInfo` (what `tonic::Request::remote_addr` reads), within
-/// the request timeout and the connection's concurrency.
+/// the request timeout and the connection's concurrency. Each request is counted by
+/// method and the status its response starts with (a refusal's trailers-only
+/// `grpc-status`, else OK: a unary success, or a stream that began).
 async fn serve_http2(
     accepted: Accepted,
     routes: tonic::service::Routes,
     settings: Http2Settings,
     limits: ConnectionLimits,
-    counters: Arc<LimitCounters>,
+    (counters, metrics): (Arc<LimitCounters>, Arc<ControlMetrics>),
     stop: watch::Receiver<bool>,
 ) {
     let Accepted {
@@ -708,7 +720,9 @@ async fn serve_http2(
         let routes = routes.clone();
         let concurrency = concurrency.clone();
         let timeout = settings.request_timeout;
+        let metrics = metrics.clone();
         async move {
+            let path = request.uri().path().to_owned();
             // The semaphore is never closed; the permit is held until the answer.
             let _permit = concurrency.acquire_owned().await;
             let response = match tokio::time::timeout(timeout, routes.oneshot(request)).await {
@@ -720,6 +734,13 @@ async fn serve_http2(
                 ))
                 .into_http(),
             };
+            let code = response
+                .headers()
+                .get("grpc-status")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<i32>().ok())
+                .map_or(tonic::Code::Ok, tonic::Code::from_i32);
+            metrics.grpc_request(&path, code);
             Ok::<_, Infallible>(response.map(|body| Tracked {
                 body,
                 _in_flight: in_flight,

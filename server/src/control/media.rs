@@ -468,7 +468,11 @@ impl ControlState {
             if let Some(sender) = self.shards().get(shard)
                 && sender.try_send(ShardCommand::Media(command)).is_err()
             {
-                eprintln!("shoal: shard {shard}'s queue refused a media command");
+                tracing::warn!(
+                    event = "media_command_dropped",
+                    shard,
+                    "the shard's queue refused a media command"
+                );
             }
         }
     }

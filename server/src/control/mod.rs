@@ -32,6 +32,7 @@ pub mod ice_restart;
 pub mod join_pages;
 pub mod listen;
 pub mod media;
+pub mod metrics;
 pub mod origin;
 pub mod outbox;
 pub mod participants;
@@ -443,7 +444,8 @@ impl Services {
             )
             .with_allowed_origins(settings.allowed_origins),
         );
-        let listening = Listening::new(settings.connection_limits, state.limit_counters().clone());
+        let listening = Listening::new(settings.connection_limits, state.limit_counters().clone())
+            .with_metrics(state.metrics().clone());
         let api = ControlApi::new(state.clone());
         let (health, health_service) = tonic_health::server::health_reporter();
         let routes = Routes::new(health_service)
@@ -603,7 +605,11 @@ async fn expire_rooms(state: Arc<ControlState>) {
         state.members().sweep_speakers();
         state.expire_pending().await;
         for name in state.expire_rooms() {
-            eprintln!("shoal: control: room {name:?} closed after its empty timeout");
+            tracing::info!(
+                event = "room_closed",
+                room = %name,
+                "room closed after its empty timeout"
+            );
         }
     }
 }

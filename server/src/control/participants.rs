@@ -41,6 +41,7 @@ use super::auth::Permissions;
 use super::grpc::ControlState;
 use super::join_pages::JoinCursor;
 use super::media::{LocalTransport, MemberMedia, track_name};
+use super::metrics::JoinKind;
 use super::outbox::{Outbox, Outgoing};
 use super::pending::{Pending, PendingLimits};
 use super::presence::{Presence, PresenceUpdate};
@@ -358,6 +359,44 @@ impl ControlState {
     /// it on a shard, joins it to the room directory, tells the room, and (for a
     /// signalling connection) queues its join response ahead of any room event.
     pub async fn admit(self: &Arc<Self>, admission: Admission) -> Result<Admitted, Status> {
+        let kind = match admission.http_session {
+            Some(SessionKind::Whip) => JoinKind::Whip,
+            Some(SessionKind::Whep) => JoinKind::Whep,
+            None => JoinKind::Signal,
+        };
+        let (room, identity) = (admission.room.clone(), admission.identity.clone());
+        match self.admit_counted(admission).await {
+            Ok(admitted) => {
+                self.metrics().joined(kind);
+                tracing::info!(
+                    event = "join",
+                    room = %admitted.room,
+                    identity = %admitted.identity,
+                    peer = admitted.peer.0,
+                    shard = admitted.shard,
+                    kind = kind.name(),
+                    "participant joined"
+                );
+                Ok(admitted)
+            }
+            Err(status) => {
+                self.metrics().join_refused(kind, status.code());
+                tracing::info!(
+                    event = "join_refused",
+                    %room,
+                    %identity,
+                    kind = kind.name(),
+                    code = super::metrics::code_name(status.code()),
+                    reason = status.message(),
+                    "join refused"
+                );
+                Err(status)
+            }
+        }
+    }
+
+    /// [`ControlState::admit`] before it is counted and logged.
+    async fn admit_counted(self: &Arc<Self>, admission: Admission) -> Result<Admitted, Status> {
         // The pending slot first: a session refused for want of one neither opens a
         // room nor replaces anyone, and the slot taken here is the one it holds.
         let reserved = self.reserve_pending(admission.from)?;
@@ -610,7 +649,10 @@ impl ControlState {
             .filter_map(|peer| self.forget(peer, DisconnectReason::ConnectionTimeout))
             .collect();
         if let Err(e) = self.disconnect(placed).await {
-            eprintln!("shoal: control: removing sessions that did not connect: {e}");
+            tracing::warn!(
+                event = "disconnect_failed",
+                "removing sessions that did not connect: {e}"
+            );
         }
     }
 
@@ -624,6 +666,16 @@ impl ControlState {
         let mut rooms = self.rooms();
         let mut members = self.members();
         let member = members.remove(peer)?;
+        self.metrics().left(reason);
+        tracing::info!(
+            event = "leave",
+            room = %member.room,
+            identity = %member.identity,
+            peer = peer.0,
+            shard = member.shard,
+            reason = super::metrics::leave_reason(reason),
+            "participant left"
+        );
         let updates = members.presence.leave(member.room_id, member.shard);
         self.tell_shards(&mut members, updates);
         let still_there = rooms
@@ -685,7 +737,10 @@ impl ControlState {
                 let mut rooms = self.rooms();
                 let mut members = self.members();
                 // Connected: it no longer holds a pending slot.
-                members.pending.remove(*peer);
+                if let Some(admitted) = members.pending.remove(*peer) {
+                    let took = self.clock().now().saturating_since(admitted);
+                    self.metrics().connected_after(took);
+                }
                 let Some(member) = members.by_peer.get(peer) else {
                     return;
                 };

@@ -223,11 +223,10 @@ impl Pending {
         }
     }
 
-    /// `peer` connected or left: it no longer holds a pending slot.
-    pub fn remove(&mut self, peer: PeerId) {
-        let Some((deadline, key)) = self.of_peer.remove(&peer) else {
-            return;
-        };
+    /// `peer` connected or left: it no longer holds a pending slot. Returns when it
+    /// was admitted, if it was pending.
+    pub fn remove(&mut self, peer: PeerId) -> Option<Time> {
+        let (deadline, key) = self.of_peer.remove(&peer)?;
         self.by_deadline.remove(&(deadline, peer));
         if let Some(key) = key
             && let Some(peers) = self.by_address.get_mut(&key)
@@ -237,6 +236,7 @@ impl Pending {
                 self.by_address.remove(&key);
             }
         }
+        Some(deadline - self.limits.setup_timeout)
     }
 
     /// Takes out every session whose deadline is at or before `now`, counting each

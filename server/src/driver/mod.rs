@@ -46,7 +46,7 @@ use shoal_components::room::RoomId;
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
 use shoal_systems::{
-    Command, CommandError, CongestionReport, PeerSpec, Shard, ShardConfig, SiblingBatch,
+    Census, Command, CommandError, CongestionReport, PeerSpec, Shard, ShardConfig, SiblingBatch,
 };
 
 use crate::addresses::{self, AddressError};
@@ -135,6 +135,7 @@ pub struct SendData {
     pub payload: Bytes,
 }
 
+shoal_components::counters! {
 /// What the driver itself counted for one shard (the shard counts the rest).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DriverStats {
@@ -183,6 +184,64 @@ pub struct DriverStats {
     /// Packets for an ICE-TCP connection dropped: its send queue was full.
     pub tcp_send_dropped: u64,
 }
+}
+
+/// A histogram a shard thread keeps without atomics: counts of observations at or
+/// below each bound (not cumulative; above the last bound is `count` minus their
+/// sum), their number and their sum, in the unit of the bounds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Histogram {
+    /// Upper bounds, ascending.
+    pub bounds: &'static [u64],
+    /// Observations per bound: `counts[i]` were above `bounds[i - 1]` and at most
+    /// `bounds[i]`.
+    pub counts: Vec<u64>,
+    /// Observations in all.
+    pub count: u64,
+    /// Their sum.
+    pub sum: u64,
+}
+
+impl Histogram {
+    /// An empty histogram over `bounds` (ascending).
+    pub fn new(bounds: &'static [u64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            count: 0,
+            sum: 0,
+        }
+    }
+
+    /// Counts one observation of `value`.
+    pub fn observe(&mut self, value: u64) {
+        let i = self.bounds.partition_point(|&b| b < value);
+        if let Some(c) = self.counts.get_mut(i) {
+            *c += 1;
+        }
+        self.count += 1;
+        self.sum = self.sum.saturating_add(value);
+    }
+}
+
+/// Bounds of [`ShardReport::tick_nanos`]: 5 µs to 100 ms.
+pub const TICK_NANOS_BOUNDS: &[u64] = &[
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    100_000_000,
+];
+/// Bounds of [`ShardReport::batch_sizes`], datagrams.
+pub const BATCH_SIZE_BOUNDS: &[u64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256];
 
 /// A snapshot of one shard's counters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,10 +260,17 @@ pub struct ShardReport {
     /// Rooms whose members this shard shares with other shards (its relay
     /// forwards their messages there).
     pub shared_rooms: usize,
+    /// What the shard holds now, by kind.
+    pub census: Census,
     /// What the shard counted.
     pub shard: ShardStats,
     /// What the driver counted.
     pub driver: DriverStats,
+    /// How long the shard took over each batch of datagrams, ns
+    /// ([`Shard::handle_received`](shoal_systems::Shard::handle_received)).
+    pub tick_nanos: Histogram,
+    /// Datagrams per batch.
+    pub batch_sizes: Histogram,
 }
 
 /// Why the driver could not start, or a shard could not be reached.
@@ -304,6 +370,12 @@ impl ShardSender {
     /// The shard's index.
     pub fn index(&self) -> usize {
         self.index
+    }
+
+    /// Commands (from the control plane and sibling shards) waiting in the shard's
+    /// queue now, of at most [`COMMAND_QUEUE_LEN`].
+    pub fn queued(&self) -> usize {
+        self.commands.len()
     }
 
     /// Queues a command and wakes the shard; blocks while the queue is full.

@@ -13,12 +13,15 @@ use mio::{Events, Interest, Poll, Token};
 use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::tick::ShardEvent;
 use shoal_components::time::Time;
-use shoal_systems::{Command, Links, Shard};
+use shoal_systems::{Command, Links, RemoveReason, Shard};
 
 use crate::tcp::{Closed, Connection, TcpSettings};
 use crate::udp::UdpIo;
 
-use super::{DriverError, DriverStats, ShardCommand, ShardEventSender, ShardReport, ShardSender};
+use super::{
+    BATCH_SIZE_BOUNDS, DriverError, DriverStats, Histogram, ShardCommand, ShardEventSender,
+    ShardReport, ShardSender, TICK_NANOS_BOUNDS,
+};
 
 /// The token of the shard's waker (commands are waiting).
 pub(super) const WAKER: Token = Token(0);
@@ -136,6 +139,10 @@ pub(super) struct ShardLoop {
     stamps: Vec<Option<Duration>>,
     tx: Vec<Datagram>,
     stats: DriverStats,
+    /// How long each batch's tick took, ns.
+    tick_nanos: Histogram,
+    /// Datagrams per batch.
+    batch_sizes: Histogram,
     events: ShardEventSender,
     /// Every shard's command handle, by index (this shard's own is never used):
     /// where the batches for siblings go.
@@ -182,6 +189,8 @@ impl ShardLoop {
             stamps: Vec::with_capacity(batch_limit),
             tx: Vec::new(),
             stats: DriverStats::default(),
+            tick_nanos: Histogram::new(TICK_NANOS_BOUNDS),
+            batch_sizes: Histogram::new(BATCH_SIZE_BOUNDS),
             events,
             siblings: Vec::new(),
             links: Links::new(index, 0),
@@ -469,11 +478,15 @@ impl ShardLoop {
             let arrival = crate::udp::arrival_clock(now);
             let n = self.batch.len().min(self.batch_limit);
             self.stats.batches += 1;
+            self.batch_sizes.observe(n as u64);
             let datagrams = self
                 .batch
                 .drain(..n)
                 .zip(self.stamps.drain(..n).map(arrival));
+            let started = Instant::now();
             self.shard.handle_received(now, datagrams);
+            let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.tick_nanos.observe(took);
             self.flush();
         }
     }
@@ -565,7 +578,11 @@ impl ShardLoop {
                 }
                 ShardCommand::Media(command) => {
                     if let Err(e) = self.shard.command(now, command) {
-                        eprintln!("shoal: shard {} refused a media command: {e}", self.index);
+                        tracing::warn!(
+                            event = "media_command_refused",
+                            shard = self.index,
+                            "a media command was refused: {e}"
+                        );
                     }
                 }
                 ShardCommand::Shutdown => return Flow::Stop,
@@ -632,11 +649,11 @@ impl ShardLoop {
                 | ShardEvent::PeerRemoved { .. }
                 | ShardEvent::ChannelOpen { .. }
                 | ShardEvent::ChannelClosed { .. } => {
-                    eprintln!("shoal: shard {} {event:?}", self.index);
+                    log_event(self.index, &event);
                     // Nobody listening (no control plane) is fine: nothing to update.
                     let _ = self.events.send((self.index, event));
                 }
-                _ => eprintln!("shoal: shard {} {event:?}", self.index),
+                _ => log_event(self.index, &event),
             }
         }
     }
@@ -696,11 +713,101 @@ impl ShardLoop {
             peers: self.shard.peer_count(),
             entities: self.shard.entity_count(),
             shared_rooms: self.shard.shared_room_count(),
+            census: self.shard.census(),
             shard: self.shard.stats().clone(),
             driver: DriverStats {
                 datagrams_misaddressed: self.sockets.iter().map(|s| s.udp.misaddressed()).sum(),
                 ..self.stats.clone()
             },
+            tick_nanos: self.tick_nanos.clone(),
+            batch_sizes: self.batch_sizes.clone(),
         }
+    }
+}
+
+/// Logs what a shard reported: a session's failure (consent lost, ICE or DTLS
+/// failed) as a warning, its other milestones at `info` or `debug`, anything per
+/// packet at `trace` only.
+fn log_event(shard: usize, event: &ShardEvent) {
+    match event {
+        ShardEvent::PeerRemoved { peer, reason } => {
+            let why = remove_reason(*reason);
+            match reason {
+                RemoveReason::ConsentExpired
+                | RemoveReason::IceFailed
+                | RemoveReason::DtlsFailed => {
+                    tracing::warn!(
+                        event = "session_failure",
+                        shard,
+                        peer = peer.0,
+                        reason = why,
+                        "session failed"
+                    )
+                }
+                _ => tracing::info!(
+                    event = "peer_removed",
+                    shard,
+                    peer = peer.0,
+                    reason = why,
+                    "peer removed"
+                ),
+            }
+        }
+        ShardEvent::DtlsConnected { peer, srtp_profile } => tracing::info!(
+            event = "dtls_connected",
+            shard,
+            peer = peer.0,
+            srtp_profile = srtp_profile.map(|p| format!("{p:#06x}")),
+            "DTLS connected"
+        ),
+        ShardEvent::IceConnected { peer, remote } => {
+            tracing::debug!(event = "ice_connected", shard, peer = peer.0, %remote, "ICE connected")
+        }
+        ShardEvent::SctpEstablished { peer } => {
+            tracing::debug!(
+                event = "sctp_established",
+                shard,
+                peer = peer.0,
+                "SCTP established"
+            )
+        }
+        ShardEvent::SctpClosed { peer, reason } => {
+            tracing::info!(event = "sctp_closed", shard, peer = peer.0, reason = ?reason, "SCTP association ended")
+        }
+        ShardEvent::ChannelOpen {
+            peer,
+            channel,
+            label,
+            ..
+        } => tracing::debug!(
+            event = "channel_open",
+            shard,
+            peer = peer.0,
+            channel,
+            label = label.as_str(),
+            "data channel open"
+        ),
+        ShardEvent::ChannelClosed { peer, channel } => {
+            tracing::debug!(
+                event = "channel_closed",
+                shard,
+                peer = peer.0,
+                channel,
+                "data channel closed"
+            )
+        }
+        other => tracing::trace!(shard, ?other, "shard event"),
+    }
+}
+
+/// A removal reason as a log field.
+fn remove_reason(reason: RemoveReason) -> &'static str {
+    match reason {
+        RemoveReason::Command => "command",
+        RemoveReason::ConsentExpired => "consent_expired",
+        RemoveReason::IceFailed => "ice_failed",
+        RemoveReason::DtlsFailed => "dtls_failed",
+        RemoveReason::DtlsClosed => "dtls_closed",
+        RemoveReason::SlowReceiver => "slow_receiver",
     }
 }

@@ -18,7 +18,7 @@ mod tracks;
 
 pub use channels::SctpSendError;
 pub use commands::{Command, CommandError, PeerDtls, PeerSpec};
-pub use peers::{CongestionReport, LayerReport};
+pub use peers::{Census, CongestionReport, LayerReport};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

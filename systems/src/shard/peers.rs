@@ -19,6 +19,27 @@ use shoal_components::transport::DtlsSession;
 use super::{CommandError, Shard};
 use crate::peer;
 
+/// What a shard holds now, by kind, as [`Shard::census`] counts it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Census {
+    /// Peers.
+    pub peers: usize,
+    /// Rooms with at least one member on the shard.
+    pub rooms: usize,
+    /// Published tracks (local sources and mirrors of other shards' tracks among
+    /// them).
+    pub tracks: usize,
+    /// Subscriptions: one per subscriber and track.
+    pub subscriptions: usize,
+    /// SCTP associations, in any state.
+    pub associations: usize,
+    /// Data channels, open, opening or closing.
+    pub data_channels: usize,
+    /// Every peer's current send-side bandwidth estimate, bit/s (peers whose
+    /// transport-wide feedback has not come yet are left out).
+    pub estimates_bps: Vec<u64>,
+}
+
 /// A peer's congestion control state as [`Shard::congestion`] reports it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CongestionReport {
@@ -238,6 +259,37 @@ impl Shard {
     pub(crate) fn close_entity(&mut self, entity: Entity, reason: RemoveReason) {
         peer::close_now(&mut self.world, entity, reason);
         self.collect_events();
+    }
+
+    /// How many peers, rooms, tracks, subscriptions, associations and channels the
+    /// shard holds, and its peers' bandwidth estimates. O(entities): for reports, not
+    /// for the packet path.
+    pub fn census(&self) -> Census {
+        fn count<C: Component>(world: &World) -> usize {
+            world
+                .try_query::<&C>()
+                .map_or(0, |mut q| q.iter(world).count())
+        }
+        let world = &self.world;
+        let data_channels = world
+            .try_query::<&DataChannels>()
+            .map_or(0, |mut q| q.iter(world).map(|dc| dc.channels.len()).sum());
+        let estimates_bps = world
+            .try_query::<&TransportWide>()
+            .map_or_else(Vec::new, |mut q| {
+                q.iter(world)
+                    .filter_map(|tw| tw.send.estimate_bps())
+                    .collect()
+            });
+        Census {
+            peers: self.peer_count(),
+            rooms: self.room_count(),
+            tracks: count::<Track>(world),
+            subscriptions: count::<Subscription>(world),
+            associations: count::<Sctp>(world),
+            data_channels,
+            estimates_bps,
+        }
     }
 
     /// How many entities the shard's World holds: one per peer (with all of its

@@ -365,6 +365,7 @@ pub(super) fn on_rtcp(
                 }
             }
             RtcpBody::Nack(n) => {
+                ctx.stats.nacks_received += 1;
                 if let Some(&sub) = media.subscriptions_by_ssrc.get(&n.media_ssrc) {
                     let mut lost = std::mem::take(&mut ctx.scratch.lost);
                     lost.clear();
@@ -374,6 +375,7 @@ pub(super) fn on_rtcp(
                 }
             }
             RtcpBody::Pli(p) => {
+                ctx.stats.keyframe_requests_received += 1;
                 if let Some(&sub) = media.subscriptions_by_ssrc.get(&p.media_ssrc)
                     && let Ok((s, _)) = subs.get(sub)
                 {
@@ -382,6 +384,7 @@ pub(super) fn on_rtcp(
             }
             RtcpBody::Fir(f) => {
                 for e in f.entries.iter() {
+                    ctx.stats.keyframe_requests_received += 1;
                     if let Some(&sub) = media.subscriptions_by_ssrc.get(&e.ssrc)
                         && let Ok((s, _)) = subs.get(sub)
                     {

@@ -260,6 +260,7 @@ fn fill_packet(
             // did not.
             tx.t3_restart_due |= bypass && tsn == earliest;
             push_data(w, tsn, d);
+            stats.sctp_retransmissions += 1;
             sent_data = true;
         }
         tx.apply_discards();

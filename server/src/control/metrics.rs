@@ -39,6 +39,7 @@ use tonic::Code;
 use super::auth::Refusal;
 use super::connections::Limit;
 use super::grpc::ControlState;
+use super::signal::code_name;
 use crate::driver::{Histogram as ShardHistogram, ShardReport};
 
 /// The `Content-Type` of `/metrics`.
@@ -572,29 +573,6 @@ fn histogram(mut m: MetricEncoder, h: &ShardHistogram, unit: f64) -> fmt::Result
         &buckets,
         None,
     )
-}
-
-/// A gRPC status code as a label value.
-pub fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "ok",
-        Code::Cancelled => "cancelled",
-        Code::Unknown => "unknown",
-        Code::InvalidArgument => "invalid_argument",
-        Code::DeadlineExceeded => "deadline_exceeded",
-        Code::NotFound => "not_found",
-        Code::AlreadyExists => "already_exists",
-        Code::PermissionDenied => "permission_denied",
-        Code::ResourceExhausted => "resource_exhausted",
-        Code::FailedPrecondition => "failed_precondition",
-        Code::Aborted => "aborted",
-        Code::OutOfRange => "out_of_range",
-        Code::Unimplemented => "unimplemented",
-        Code::Internal => "internal",
-        Code::Unavailable => "unavailable",
-        Code::DataLoss => "data_loss",
-        Code::Unauthenticated => "unauthenticated",
-    }
 }
 
 /// A leave reason as a label value: its proto name without the prefix, in lower case.

@@ -386,7 +386,7 @@ impl ControlState {
                     %room,
                     %identity,
                     kind = kind.name(),
-                    code = super::metrics::code_name(status.code()),
+                    code = super::signal::code_name(status.code()),
                     reason = status.message(),
                     "join refused"
                 );

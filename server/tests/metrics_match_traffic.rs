@@ -126,8 +126,12 @@ fn metrics_match_traffic() {
     }
     // The last forwarded copies reach the subscriber: what the node forwarded
     // stops growing once the subscriber has it all.
+    // (A scrape's shard numbers may be up to a second old: wait for a snapshot that
+    // has the last packet in and every copy out.)
     let metrics = wait_for_metrics(http, "the subscriber receives every forwarded copy", |m| {
-        m.sum("shoal_shard_rtp_forwarded_total") == shared.audio_received.load(Ordering::SeqCst)
+        m.sum("shoal_shard_rtp_received_total") == shared.audio_sent.load(Ordering::SeqCst)
+            && m.sum("shoal_shard_rtp_forwarded_total")
+                == shared.audio_received.load(Ordering::SeqCst)
     });
 
     let sent = shared.audio_sent.load(Ordering::SeqCst);

@@ -41,6 +41,9 @@ use shoal_systems::{CongestionReport, PeerSpec};
 pub const MAX_SEND_DATA_BYTES: usize = 65_536;
 /// Blocking shard round trips in flight at once; more requests wait their turn.
 const MAX_SHARD_QUERIES: usize = 4;
+/// `/metrics` asks the shards at most this often; scrapes in between get the same
+/// shard numbers (the control plane's own are always current).
+pub const METRICS_MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Wall-clock and monotonic time of the control plane. The directory runs on the
 /// monotonic [`Time`] (since the control plane started); replies show Unix times
@@ -105,6 +108,9 @@ pub struct ControlState {
     slow_signal_readers: AtomicU64,
     /// Joins, leaves, requests ([`super::metrics`]).
     metrics: Arc<ControlMetrics>,
+    /// The shard reports the last scrape fetched, and when. Held across the fetch,
+    /// so scrapes go one at a time, apart from joins' shard queries.
+    scraped: tokio::sync::Mutex<Option<(Instant, Vec<ShardReport>)>>,
     pub(super) next_peer: AtomicU64,
     /// The next track id (node-wide).
     pub(super) next_track: AtomicU64,
@@ -142,6 +148,7 @@ impl ControlState {
             limit_counters: Arc::default(),
             slow_signal_readers: AtomicU64::new(0),
             metrics: Arc::new(ControlMetrics::new()),
+            scraped: tokio::sync::Mutex::new(None),
             next_peer: AtomicU64::new(FIRST_PEER_ID),
             next_track: AtomicU64::new(1),
             rng: SystemRandom::new(),
@@ -255,10 +262,28 @@ impl ControlState {
         &self.slow_signal_readers
     }
 
-    /// The text of `/metrics`: every shard's report (asked fresh) and the depth of
-    /// its command queue, with the control plane's own metrics.
+    /// The text of `/metrics`: every shard's report and the depth of its command
+    /// queue, with the control plane's own metrics. Scrapes take turns, outside the
+    /// shard queries joins wait on, and the shards are asked at most once per
+    /// [`METRICS_MIN_INTERVAL`]: a scrape flood can neither delay a join nor keep
+    /// the shards counting.
     pub async fn metrics_text(self: &Arc<Self>) -> Result<String, Status> {
-        let reports = self.shard_reports().await?;
+        let mut scraped = self.scraped.lock().await;
+        let reports = match scraped.as_ref() {
+            Some((at, reports)) if at.elapsed() < METRICS_MIN_INTERVAL => reports.clone(),
+            _ => {
+                let state = self.clone();
+                let reports = tokio::task::spawn_blocking(move || {
+                    shards::reports(&state.shards, SHARD_REPLY_TIMEOUT)
+                })
+                .await
+                .map_err(|_| Status::internal("asking the shards failed"))?
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+                *scraped = Some((Instant::now(), reports.clone()));
+                reports
+            }
+        };
+        drop(scraped);
         let queued = self.shards.iter().map(ShardSender::queued).collect();
         Ok(super::metrics::render(self, reports, queued))
     }

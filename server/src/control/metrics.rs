@@ -50,7 +50,8 @@ const JOIN_SECONDS_BOUNDS: [f64; 12] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 /// Bounds of `shoal_shard_estimated_bandwidth_bps`.
-const ESTIMATE_BOUNDS: [u64; 9] = [
+/// (The estimator's ceiling is 100 Mbit/s.)
+const ESTIMATE_BOUNDS: [u64; 7] = [
     100_000,
     300_000,
     1_000_000,
@@ -58,8 +59,6 @@ const ESTIMATE_BOUNDS: [u64; 9] = [
     10_000_000,
     30_000_000,
     100_000_000,
-    300_000_000,
-    1_000_000_000,
 ];
 
 /// How a participant came in: a signalling connection, a WHIP or a WHEP session.
@@ -265,9 +264,9 @@ pub fn render(state: &ControlState, reports: Vec<ShardReport>, queued: Vec<usize
     );
     registry.register(
         "shoal_join_refusals",
-        "Joins refused after the token check, by how they came and the status they got \
-         (not_found: no such room; resource_exhausted: the node or every shard full, or \
-         too many sessions not yet connected; ...)",
+        "Joins admission refused, by how they came and the status they got (not_found: no \
+         such room; resource_exhausted: every shard full; unavailable: too many sessions not \
+         yet connected; ...)",
         m.join_refusals.clone(),
     );
     registry.register(

@@ -607,7 +607,7 @@ async fn expire_rooms(state: Arc<ControlState>) {
         for name in state.expire_rooms() {
             tracing::info!(
                 event = "room_closed",
-                room = %name,
+                room = name.as_str(),
                 "room closed after its empty timeout"
             );
         }

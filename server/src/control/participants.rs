@@ -370,8 +370,8 @@ impl ControlState {
                 self.metrics().joined(kind);
                 tracing::info!(
                     event = "join",
-                    room = %admitted.room,
-                    identity = %admitted.identity,
+                    room = admitted.room.as_str(),
+                    identity = admitted.identity.as_str(),
                     peer = admitted.peer.0,
                     shard = admitted.shard,
                     kind = kind.name(),
@@ -383,8 +383,10 @@ impl ControlState {
                 self.metrics().join_refused(kind, status.code());
                 tracing::info!(
                     event = "join_refused",
-                    %room,
-                    %identity,
+                    // As strings: the text format quotes and escapes them (they are
+                    // not validated yet; a newline must not forge a log line).
+                    room = room.as_str(),
+                    identity = identity.as_str(),
                     kind = kind.name(),
                     code = super::signal::code_name(status.code()),
                     reason = status.message(),
@@ -669,8 +671,8 @@ impl ControlState {
         self.metrics().left(reason);
         tracing::info!(
             event = "leave",
-            room = %member.room,
-            identity = %member.identity,
+            room = member.room.as_str(),
+            identity = member.identity.as_str(),
             peer = peer.0,
             shard = member.shard,
             reason = super::metrics::leave_reason(reason),

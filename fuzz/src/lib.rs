@@ -7,7 +7,8 @@
 //! The state machines are driven past their first gate so the fuzzer spends its time
 //! where the rules are: `sctp_association` sets up an association first and wraps the
 //! fuzzer's chunks in packets with the right tag and checksum; `dtls_server` feeds a
-//! server connection the datagrams `data` is split into.
+//! server connection the datagrams `data` is split into; `jwt` signs its input as
+//! claims, as only a signed token's claims are read.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -328,17 +329,26 @@ pub fn tcp_framing(data: &[u8]) {
     }
 }
 
-/// Access tokens (JWT HS256): `data` as a token, checked for a join.
+/// Access tokens (JWT HS256): `data` as a token, and `data` as the claims of a token
+/// signed with the node's secret (the signature is checked before the claims are
+/// read, so only a signed token reaches the claims and grants), each checked for a
+/// join.
 pub fn jwt(data: &[u8]) {
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    const SECRET: &str = "fuzz-secret-of-at-least-thirty-two-characters";
     static AUTH: OnceLock<Auth> = OnceLock::new();
     let auth = AUTH.get_or_init(|| {
-        let key: ApiKey = "fuzzkey:fuzz-secret-of-at-least-thirty-two-characters"
-            .parse()
-            .expect("a valid key");
+        let key: ApiKey = format!("fuzzkey:{SECRET}").parse().expect("a valid key");
         Auth::new(&[key], Duration::from_secs(10))
     });
-    let Ok(token) = std::str::from_utf8(data) else {
-        return;
-    };
-    let _ = auth.check(Some(token), Act::Join { room: "room" });
+    if let Ok(token) = std::str::from_utf8(data) {
+        let _ = auth.check(Some(token), Act::Join { room: "room" });
+    }
+    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let signed = format!("{header}.{}", URL_SAFE_NO_PAD.encode(data));
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET.as_bytes());
+    let tag = ring::hmac::sign(&key, signed.as_bytes());
+    let token = format!("{signed}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()));
+    let _ = auth.check(Some(&token), Act::Join { room: "room" });
 }

@@ -95,20 +95,20 @@ pub struct Listening {
 }
 
 impl Listening {
-    /// Shared state for listeners bounded by `limits`, counting into `counters`.
-    pub fn new(limits: ConnectionLimits, counters: Arc<LimitCounters>) -> Listening {
+    /// Shared state for listeners bounded by `limits`, counting refusals into
+    /// `counters` and gRPC requests into `metrics`.
+    pub fn new(
+        limits: ConnectionLimits,
+        counters: Arc<LimitCounters>,
+        metrics: Arc<ControlMetrics>,
+    ) -> Listening {
         Listening {
             limits,
             table: AddressTable::new(limits.per_address, limits.total),
             handshakes: Handshakes::new(limits.tls_handshakes_per_address, limits.tls_handshakes),
             counters,
-            metrics: Arc::default(),
+            metrics,
         }
-    }
-
-    /// The same, counting gRPC requests into `metrics`.
-    pub fn with_metrics(self, metrics: Arc<ControlMetrics>) -> Listening {
-        Listening { metrics, ..self }
     }
 }
 
@@ -885,7 +885,11 @@ mod tests {
                 peer.ip().to_string()
             }),
         );
-        let listening = Listening::new(ConnectionLimits::default(), Arc::default());
+        let listening = Listening::new(
+            ConnectionLimits::default(),
+            Arc::default(),
+            Arc::new(ControlMetrics::new()),
+        );
         let (stop_tx, stop) = watch::channel(false);
         let server = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()

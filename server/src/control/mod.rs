@@ -444,8 +444,11 @@ impl Services {
             )
             .with_allowed_origins(settings.allowed_origins),
         );
-        let listening = Listening::new(settings.connection_limits, state.limit_counters().clone())
-            .with_metrics(state.metrics().clone());
+        let listening = Listening::new(
+            settings.connection_limits,
+            state.limit_counters().clone(),
+            state.metrics().clone(),
+        );
         let api = ControlApi::new(state.clone());
         let (health, health_service) = tonic_health::server::health_reporter();
         let routes = Routes::new(health_service)

@@ -136,7 +136,7 @@ pub fn sctp(
             let restart = fx.cumulative_advanced;
             rearm_t3(&mut ctx.heap, entity, &mut a, &mut timers, now, restart);
         }
-        if fx.shutdown_acked {
+        if fx.shutdown_acked || fx.shutdown_sent {
             arm_t2(&mut ctx.heap, entity, &a, &mut timers, now);
         }
         after_input(&mut ctx, entity, peer, &mut a, &mut timers);
@@ -205,8 +205,9 @@ fn after_input(ctx: &mut SctpCtx, entity: Entity, peer: &Peer, a: &mut Sctp, tim
             reason,
         });
     }
-    // RFC 9260 §9.2: the last of our data acknowledged after a SHUTDOWN.
-    if a.ack_shutdown_when_drained() {
+    // RFC 9260 §9.2: the last of our data acknowledged after the peer's SHUTDOWN,
+    // or after ours was asked for (SHUTDOWN-PENDING).
+    if a.ack_shutdown_when_drained() || a.send_shutdown_when_drained() {
         arm_t2(&mut ctx.heap, entity, a, timers, ctx.now.0);
     }
     // A delayed SACK gets its timer (RFC 9260 §6.2); an immediate one goes this tick.
@@ -291,11 +292,19 @@ fn arm_t2(heap: &mut TimerHeap, entity: Entity, a: &Sctp, timers: &mut Timers, n
     heap.arm(timers, entity, TimerKind::SctpT2, now + rto);
 }
 
-/// T2-shutdown expired in SHUTDOWN-ACK-SENT: "If the timer expires, the endpoint MUST
-/// resend the SHUTDOWN ACK chunk", at most Association.Max.Retrans times, after which
-/// the peer is unreachable (RFC 9260 §9.2); the RTO backs off as for T3-rtx (§6.3.3).
+/// T2-shutdown expired (RFC 9260 §9.2). In SHUTDOWN-SENT: "If the timer expires, the
+/// endpoint MUST resend the SHUTDOWN chunk with the updated last sequential TSN
+/// received from its peer"; in SHUTDOWN-ACK-SENT: "If the timer expires, the
+/// endpoint MUST resend the SHUTDOWN ACK chunk". Either at most
+/// Association.Max.Retrans times ("An endpoint SHOULD limit the number of
+/// retransmissions of the SHUTDOWN chunk to the protocol parameter
+/// 'Association.Max.Retrans'"), after which the peer is unreachable; the RTO backs
+/// off as for T3-rtx (§6.3.3).
 fn on_t2(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
-    if a.state != AssocState::ShutdownAckSent {
+    if !matches!(
+        a.state,
+        AssocState::ShutdownSent | AssocState::ShutdownAckSent
+    ) {
         return;
     }
     a.error_count += 1;
@@ -306,7 +315,11 @@ fn on_t2(ctx: &mut SctpCtx, entity: Entity, a: &mut Sctp, timers: &mut Timers) {
     if let Some(tx) = a.tx.as_mut() {
         tx.rto.on_t3_expiry();
     }
-    a.queue_shutdown_ack();
+    if a.state == AssocState::ShutdownSent {
+        a.queue_shutdown();
+    } else {
+        a.queue_shutdown_ack();
+    }
     arm_t2(&mut ctx.heap, entity, a, timers, ctx.now.0);
 }
 

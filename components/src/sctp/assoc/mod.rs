@@ -77,6 +77,9 @@ pub enum AssocState {
     CookieEchoed,
     /// Data flows.
     Established,
+    /// Our side closes (RFC 9260 §9.2): no new user messages; what is queued and
+    /// outstanding still goes, and the SHUTDOWN waits until all of it is acknowledged.
+    ShutdownPending,
     /// SHUTDOWN sent (our side closing).
     ShutdownSent,
     /// SHUTDOWN received (the peer closes): no new user messages, but what is queued
@@ -533,6 +536,9 @@ pub struct Effects {
     pub dropped: bool,
     /// A SHUTDOWN ACK was queued: (re)start T2-shutdown.
     pub shutdown_acked: bool,
+    /// Our SHUTDOWN was queued again, answering DATA in SHUTDOWN-SENT (RFC 9260
+    /// §9.2): restart T2-shutdown.
+    pub shutdown_sent: bool,
     /// The peer restarted (§5.2.4 A): the old association ended and a new one is
     /// established in its place.
     pub restarted: bool,
@@ -728,6 +734,9 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
         if rx.ack_urgency() == Some(AckUrgency::Immediate) {
             a.sack_now = true;
         }
+    }
+    if has_data && a.state == AssocState::ShutdownSent {
+        shutdown::answer_data_while_shutting_down(a, &mut fx);
     }
     fx
 }

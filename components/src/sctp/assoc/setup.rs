@@ -137,9 +137,10 @@ pub(super) fn on_init(a: &mut Sctp, init: &Init, inp: &Inputs) {
         AssocState::Closed => (inp.fresh.0, inp.fresh.1, 0),
         AssocState::CookieWait => (a.my_vtag, a.my_initial_tsn, 0),
         AssocState::CookieEchoed => (a.my_vtag, a.my_initial_tsn, a.tie_tags(inp.nonce)),
-        AssocState::Established | AssocState::ShutdownSent | AssocState::ShutdownReceived => {
-            (inp.fresh.0, inp.fresh.1, a.tie_tags(inp.nonce))
-        }
+        AssocState::Established
+        | AssocState::ShutdownPending
+        | AssocState::ShutdownSent
+        | AssocState::ShutdownReceived => (inp.fresh.0, inp.fresh.1, a.tie_tags(inp.nonce)),
         // RFC 9260 §9.2: in SHUTDOWN-ACK-SENT an INIT (our SHUTDOWN COMPLETE may be
         // lost) is discarded and the SHUTDOWN ACK sent again.
         AssocState::ShutdownAckSent => {
@@ -276,7 +277,10 @@ pub(super) fn on_cookie_echo(
             a.establish(&c, inp.limits);
             fx.established = true;
         }
-        AssocState::Established | AssocState::ShutdownSent | AssocState::ShutdownReceived
+        AssocState::Established
+        | AssocState::ShutdownPending
+        | AssocState::ShutdownSent
+        | AssocState::ShutdownReceived
             if restart =>
         {
             a.restart(&c, inp.limits);

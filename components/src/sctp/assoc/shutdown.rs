@@ -1,14 +1,88 @@
-//! Closing an association the peer asked to close (RFC 9260 §9.2): a SHUTDOWN
+//! Closing an association (RFC 9260 §9.2), either way. The peer's SHUTDOWN
 //! acknowledges by its cumulative TSN and stops new user messages; the SHUTDOWN ACK
-//! waits until every chunk of ours is acknowledged. shoal never starts a SHUTDOWN.
+//! waits until every chunk of ours is acknowledged. Ours (when the node drains)
+//! waits in SHUTDOWN-PENDING until what we queued and sent is acknowledged, then
+//! goes under T2-shutdown until the peer's SHUTDOWN ACK.
 
 use super::{AssocEnd, AssocState, Effects, Sctp};
 use crate::sctp::Tsn;
-use crate::sctp::chunk::{ShutdownAck, WriteChunk};
+use crate::sctp::chunk::{Shutdown, ShutdownAck, WriteChunk};
 use crate::sctp::tx::SackError;
 use crate::time::Time;
 
 impl Sctp {
+    /// The SHUTDOWN primitive (RFC 9260 §9.2): "Upon receipt of the SHUTDOWN
+    /// primitive from its upper layer, the endpoint enters the SHUTDOWN-PENDING state
+    /// and remains there until all outstanding data has been acknowledged by its
+    /// peer. The endpoint accepts no new data from its upper layer, but retransmits
+    /// data to the far end if necessary to fill gaps." True when the association is
+    /// closing (or closed) after the call; the caller then runs
+    /// [`Sctp::send_shutdown_when_drained`] (at once, and after every SACK) and arms
+    /// T2-shutdown when it sends.
+    ///
+    /// An association still being set up has no data to wait for: one that sent no
+    /// COOKIE ECHO just ends; after a COOKIE ECHO the peer may hold an association,
+    /// so it is told with ABORT. A peer closing already (SHUTDOWN received) is left
+    /// to finish its own sequence.
+    pub fn shutdown(&mut self) -> bool {
+        match self.state {
+            AssocState::Established => {
+                self.state = AssocState::ShutdownPending;
+                true
+            }
+            AssocState::CookieWait => {
+                self.end(AssocEnd::Shutdown);
+                true
+            }
+            AssocState::CookieEchoed => {
+                self.give_up(AssocEnd::Shutdown);
+                true
+            }
+            AssocState::ShutdownPending
+            | AssocState::ShutdownSent
+            | AssocState::ShutdownReceived
+            | AssocState::ShutdownAckSent => true,
+            // Never started, or over.
+            AssocState::Closed => self.ended.is_some(),
+        }
+    }
+
+    /// RFC 9260 §9.2: in SHUTDOWN-PENDING, "Once all its outstanding data has been
+    /// acknowledged, the endpoint sends a SHUTDOWN chunk to its peer, including in
+    /// the Cumulative TSN Ack field the last sequential TSN it has received from the
+    /// peer. It SHOULD then start the T2-shutdown timer and enter the SHUTDOWN-SENT
+    /// state." True when it just did (the caller arms T2).
+    pub fn send_shutdown_when_drained(&mut self) -> bool {
+        if self.state != AssocState::ShutdownPending || !self.our_data_acknowledged() {
+            return false;
+        }
+        self.queue_shutdown();
+        self.state = AssocState::ShutdownSent;
+        true
+    }
+
+    /// Queues a SHUTDOWN carrying the last TSN received in sequence from the peer
+    /// (first send, on T2-shutdown, or answering DATA in SHUTDOWN-SENT).
+    pub fn queue_shutdown(&mut self) {
+        let Some(rx) = self.rx.as_ref() else {
+            return;
+        };
+        Shutdown {
+            cumulative_tsn_ack: rx.tracker().cumulative_tsn(),
+        }
+        .write_to(&mut self.control.scratch);
+        self.control.commit();
+    }
+
+    /// Every TSN we assigned is covered by the peer's cumulative ack and nothing is
+    /// queued: a chunk gap-acked or abandoned but still above it (a FORWARD TSN owed)
+    /// is not done.
+    fn our_data_acknowledged(&self) -> bool {
+        self.tx
+            .as_ref()
+            .is_none_or(|tx| !tx.queue.has_data() && tx.outstanding.is_empty())
+    }
+
     /// Queues a SHUTDOWN ACK (first send, or again on T2-shutdown or a repeated
     /// SHUTDOWN or INIT).
     pub fn queue_shutdown_ack(&mut self) {
@@ -24,12 +98,7 @@ impl Sctp {
         if self.state != AssocState::ShutdownReceived {
             return false;
         }
-        // Every TSN we assigned is covered by the peer's cumulative ack: a chunk
-        // gap-acked or abandoned but still above it (a FORWARD TSN owed) is not done.
-        let drained = self
-            .tx
-            .as_ref()
-            .is_none_or(|tx| !tx.queue.has_data() && tx.outstanding.is_empty());
+        let drained = self.our_data_acknowledged();
         if drained {
             self.queue_shutdown_ack();
             self.state = AssocState::ShutdownAckSent;
@@ -41,7 +110,9 @@ impl Sctp {
 /// A SHUTDOWN chunk (RFC 9260 §9.2). False: the association was aborted.
 pub(super) fn on_shutdown(a: &mut Sctp, cum_ack: Tsn, now: Time, fx: &mut Effects) -> bool {
     match a.state {
-        AssocState::Established | AssocState::ShutdownReceived => {
+        // SHUTDOWN-PENDING too: the peer closes first, and its SHUTDOWN ACK waits for
+        // our data as ours would have.
+        AssocState::Established | AssocState::ShutdownPending | AssocState::ShutdownReceived => {
             // "verify, by checking the Cumulative TSN Ack field of the chunk, that all
             // its outstanding DATA chunks have been received by the SHUTDOWN chunk
             // sender": it acknowledges what it covers.
@@ -87,4 +158,19 @@ pub(super) fn on_shutdown(a: &mut Sctp, cum_ack: Tsn, now: Time, fx: &mut Effect
         }
     }
     true
+}
+
+/// RFC 9260 §9.2: "While in the SHUTDOWN-SENT state, the SHUTDOWN chunk sender MUST
+/// immediately respond to each received packet containing one or more DATA chunks
+/// with a SHUTDOWN chunk and restart the T2-shutdown timer. If a SHUTDOWN chunk by
+/// itself cannot acknowledge all of the received DATA chunks (i.e., there are TSNs
+/// that can be acknowledged that are larger than the cumulative TSN, and thus gaps
+/// exist in the TSN sequence), or if duplicate TSNs have been received, then a SACK
+/// chunk MUST also be sent." (A duplicate already asks for a SACK in `on_data`.)
+pub(super) fn answer_data_while_shutting_down(a: &mut Sctp, fx: &mut Effects) {
+    a.queue_shutdown();
+    fx.shutdown_sent = true;
+    if a.rx.as_ref().is_some_and(|rx| rx.tracker().has_gaps()) {
+        a.sack_now = true;
+    }
 }

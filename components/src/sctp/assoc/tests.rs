@@ -647,3 +647,127 @@ fn a_late_cookie_from_a_collision_updates_the_peers_tag() {
         chunk_type::COOKIE_ACK
     );
 }
+
+/// One unfragmented DATA chunk from the client on stream 1.
+fn data_chunk(tsn: Tsn, ssn: u16) -> BytesMut {
+    let mut chunk = BytesMut::new();
+    crate::sctp::chunk::Data {
+        header: crate::sctp::chunk::DataHeader {
+            tsn,
+            stream_id: StreamId(1),
+            ssn: Ssn(ssn),
+            ppid: Ppid(53),
+            immediate: false,
+            unordered: false,
+            beginning: true,
+            end: true,
+        },
+        payload: &b"late"[..],
+    }
+    .write_to(&mut chunk);
+    chunk
+}
+
+/// RFC 9260 §9.2, our side closing: SHUTDOWN-PENDING takes no new user message
+/// and holds the SHUTDOWN until what is in flight is acknowledged; the SHUTDOWN
+/// carries the last TSN received from the peer; the peer's SHUTDOWN ACK gets a
+/// SHUTDOWN COMPLETE and ends the association on both sides.
+#[test]
+fn our_shutdown_waits_for_our_data_then_completes_on_both_sides() {
+    let key = CookieKey::new(&[9; 32]);
+    let limits = SctpLimits::default();
+    let (mut client, mut server) = established(&key, &limits);
+    let (ctag, stag) = (client.my_vtag, server.my_vtag);
+    let inp = |t| inputs(t, &key, &limits, 1);
+    let tsn = in_flight(&mut server, TxReliability::Reliable);
+    assert!(server.shutdown());
+    assert_eq!(server.state, AssocState::ShutdownPending);
+    // A message in flight: no SHUTDOWN yet.
+    assert!(!server.send_shutdown_when_drained());
+    assert!(control_types(&mut server).is_empty());
+    // The client's DATA still arrives in SHUTDOWN-PENDING.
+    let client_tsn = in_flight(&mut client, TxReliability::Reliable);
+    let data = data_chunk(client_tsn, 0);
+    let fx = handle_packet(&mut server, &packet(stag, &[&data]), &inp(Time::ZERO));
+    assert!(!fx.dropped && !fx.shutdown_sent);
+    assert_eq!(server.pop_message().unwrap().payload.as_ref(), b"late");
+    // The SACK covering our message: SHUTDOWN, SHUTDOWN-SENT.
+    let sack = sack_chunk(tsn);
+    let fx = handle_packet(&mut server, &packet(stag, &[&sack]), &inp(Time::ZERO));
+    assert!(fx.sack_processed);
+    assert!(server.send_shutdown_when_drained());
+    assert_eq!(server.state, AssocState::ShutdownSent);
+    let sent = server.control.pop_fitting(usize::MAX, true).unwrap();
+    let Ok(Chunk::Shutdown(sh)) = packet_chunk(&sent) else {
+        panic!("a SHUTDOWN")
+    };
+    assert_eq!(sh.cumulative_tsn_ack, client_tsn, "the client's last TSN");
+    // Once only.
+    assert!(!server.send_shutdown_when_drained());
+    // The client (its message acknowledged by the SHUTDOWN) answers with SHUTDOWN
+    // ACK.
+    let fx = handle_packet(&mut client, &packet(ctag, &[&sent]), &inp(Time::ZERO));
+    assert!(fx.shutdown_acked);
+    assert_eq!(client.state, AssocState::ShutdownAckSent);
+    let ack = client.control.pop_fitting(usize::MAX, true).unwrap();
+    handle_packet(&mut server, &packet(stag, &[&ack]), &inp(Time::ZERO));
+    assert_eq!(server.ended, Some(AssocEnd::Shutdown));
+    let complete = server.solo.pop().expect("a SHUTDOWN COMPLETE");
+    assert_eq!(chunk_types(&complete), vec![chunk_type::SHUTDOWN_COMPLETE]);
+    handle_packet(&mut client, &complete, &inp(Time::ZERO));
+    assert_eq!(client.ended, Some(AssocEnd::Shutdown));
+}
+
+/// RFC 9260 §9.2: in SHUTDOWN-SENT, each packet with DATA is answered with a
+/// SHUTDOWN (T2 restarts), and with a SACK too when a gap exists.
+#[test]
+fn data_in_shutdown_sent_is_answered_with_shutdown_and_a_sack_for_gaps() {
+    let key = CookieKey::new(&[9; 32]);
+    let limits = SctpLimits::default();
+    let (client, mut server) = established(&key, &limits);
+    let inp = |t| inputs(t, &key, &limits, 1);
+    assert!(server.shutdown());
+    assert!(server.send_shutdown_when_drained());
+    assert_eq!(control_types(&mut server), vec![chunk_type::SHUTDOWN]);
+    let first = client.my_initial_tsn;
+    let tag = server.my_vtag;
+    let fx = handle_packet(
+        &mut server,
+        &packet(tag, &[&data_chunk(first, 0)]),
+        &inp(Time::ZERO),
+    );
+    assert!(fx.shutdown_sent);
+    let sent = server.control.pop_fitting(usize::MAX, true).unwrap();
+    let Ok(Chunk::Shutdown(sh)) = packet_chunk(&sent) else {
+        panic!("a SHUTDOWN")
+    };
+    assert_eq!(sh.cumulative_tsn_ack, first);
+    // TSN first+2 with first+1 missing: a gap, so a SACK as well.
+    server.sack_now = false;
+    let third = Tsn(first.0.wrapping_add(2));
+    let fx = handle_packet(
+        &mut server,
+        &packet(tag, &[&data_chunk(third, 2)]),
+        &inp(Time::ZERO),
+    );
+    assert!(fx.shutdown_sent && server.sack_now);
+    assert_eq!(server.state, AssocState::ShutdownSent);
+}
+
+/// A peer's SHUTDOWN while ours waits in SHUTDOWN-PENDING: the peer's sequence
+/// runs (SHUTDOWN-RECEIVED), ours is not sent.
+#[test]
+fn a_peer_shutdown_during_shutdown_pending_takes_over() {
+    let key = CookieKey::new(&[9; 32]);
+    let limits = SctpLimits::default();
+    let (_client, mut server) = established(&key, &limits);
+    let stag = server.my_vtag;
+    let inp = |t| inputs(t, &key, &limits, 1);
+    let tsn = in_flight(&mut server, TxReliability::Reliable);
+    assert!(server.shutdown());
+    let fx = handle_packet(&mut server, &shutdown(stag, tsn), &inp(Time::ZERO));
+    assert!(fx.shutdown_acked);
+    assert_eq!(server.state, AssocState::ShutdownAckSent);
+    assert!(!server.send_shutdown_when_drained());
+    assert_eq!(control_types(&mut server), vec![chunk_type::SHUTDOWN_ACK]);
+}

@@ -212,10 +212,11 @@ fn fill_packet(
     let mut sent_data = false;
     let mut deferred = false;
     let mut wake_at = None;
-    // §9.2: after a SHUTDOWN, queued and outstanding data still goes.
+    // §9.2: after a SHUTDOWN (ours asked for, or the peer's), queued and
+    // outstanding data still goes.
     let sending = matches!(
         a.state,
-        AssocState::Established | AssocState::ShutdownReceived
+        AssocState::Established | AssocState::ShutdownPending | AssocState::ShutdownReceived
     );
     if sending && let Some(tx) = a.tx.as_mut() {
         tx.cc.on_idle(now, tx.rto.rto());

@@ -261,6 +261,9 @@ pub enum RemoveReason {
     /// buffer. Holding more for it would stall the room or grow memory without
     /// bound, and dropping a message would lose it silently.
     SlowReceiver,
+    /// The shard drains (the node shuts down): the peer's SCTP association shut
+    /// down (or it had none), and it was closed with close_notify.
+    Drained,
 }
 
 /// Something the shard tells its owner.

@@ -199,6 +199,9 @@ pub enum CommandError {
     /// The shard holds `max_peers` already.
     #[error("shard is full ({0} peers)")]
     Full(usize),
+    /// The shard is draining ([`Shard::drain`]): it takes no new peer.
+    #[error("shard is draining")]
+    Draining,
     /// A ufrag or password breaks RFC 8839 §5.4's length rules.
     #[error("invalid ICE credential: {0}")]
     InvalidCredential(&'static str),
@@ -365,6 +368,9 @@ impl Shard {
     }
 
     fn add_peer(&mut self, now: Time, spec: PeerSpec) -> Result<(), CommandError> {
+        if self.is_draining() {
+            return Err(CommandError::Draining);
+        }
         validate_credentials(&spec.credentials)?;
         let index = self.world.resource::<PeerIndex>();
         if index.by_id.contains_key(&spec.id) {

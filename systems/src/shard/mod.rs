@@ -127,6 +127,9 @@ pub struct Shard {
     events: VecDeque<ShardEvent>,
     /// Scratch for `send_data`'s receivers, reused.
     room_targets: Vec<Entity>,
+    /// Set by [`Shard::drain`]: the peers whose SCTP associations are shutting
+    /// down, each closed once its association has ended.
+    draining: Option<Vec<Entity>>,
 }
 
 impl Shard {
@@ -195,6 +198,7 @@ impl Shard {
             config,
             events: VecDeque::new(),
             room_targets: Vec::new(),
+            draining: None,
         }
     }
 
@@ -273,6 +277,7 @@ impl Shard {
                 self.close_entity(entity, RemoveReason::SlowReceiver);
             }
         }
+        self.close_drained();
         self.collect_events();
     }
 

@@ -13,7 +13,7 @@ use shoal_components::media::{LayerChoice, PeerMedia, Subscription, Track, Track
 use shoal_components::net::FiveTuple;
 use shoal_components::peer::{Ice, IceState, Peer, PeerId, PeerIndex};
 use shoal_components::sctp::assoc::Sctp;
-use shoal_components::tick::RemoveReason;
+use shoal_components::tick::{Now, RemoveReason};
 use shoal_components::transport::DtlsSession;
 
 use super::{CommandError, Shard};
@@ -250,6 +250,68 @@ impl Shard {
         let entity = self.peer_entity(id)?;
         self.close_entity(entity, RemoveReason::Command);
         Ok(())
+    }
+
+    /// Starts draining the shard (the node is shutting down): every peer's SCTP
+    /// association gets the SHUTDOWN primitive (RFC 9260 §9.2: what is queued and in
+    /// flight is delivered first, then SHUTDOWN, SHUTDOWN ACK, SHUTDOWN COMPLETE),
+    /// and once it has ended the peer is closed with close_notify
+    /// ([`Shard::close_peer`]) and removed ([`RemoveReason::Drained`]). A peer
+    /// without an association, or whose association is not up, is closed at once.
+    /// An association that does not finish its shutdown ends as the RFC says (T2
+    /// expiring Association.Max.Retrans times; T3-rtx likewise); the owner bounds the
+    /// whole drain by its own deadline. From now on the shard takes no new peer
+    /// ([`CommandError::Draining`]). Calling it again changes nothing.
+    pub fn drain(&mut self) {
+        if self.draining.is_some() {
+            return;
+        }
+        let now = self.world.resource::<Now>().0;
+        let entities: Vec<Entity> = self
+            .world
+            .resource::<PeerIndex>()
+            .by_id
+            .values()
+            .copied()
+            .collect();
+        let mut closing = Vec::new();
+        for entity in entities {
+            let shutting_down = self
+                .world
+                .get_mut::<Sctp>(entity)
+                .is_some_and(|mut a| a.shutdown());
+            if shutting_down {
+                // The sctp pass sends the SHUTDOWN (or the last data first) in the
+                // next tick, which `poll_timeout` asks for at once.
+                self.wake_sctp(entity, now);
+                closing.push(entity);
+            } else {
+                self.close_entity(entity, RemoveReason::Drained);
+            }
+        }
+        self.draining = Some(closing);
+    }
+
+    /// Whether [`Shard::drain`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.draining.is_some()
+    }
+
+    /// Closes the draining peers whose associations have ended (after the tick
+    /// that ended them, so their last SCTP packet goes before the close_notify).
+    pub(super) fn close_drained(&mut self) {
+        let Some(mut list) = self.draining.take() else {
+            return;
+        };
+        let world = &self.world;
+        let (done, waiting): (Vec<Entity>, Vec<Entity>) = list
+            .drain(..)
+            .filter(|&e| world.get_entity(e).is_ok())
+            .partition(|&e| world.get::<Sctp>(e).is_none_or(|a| a.ended.is_some()));
+        for entity in done {
+            self.close_entity(entity, RemoveReason::Drained);
+        }
+        self.draining = Some(waiting);
     }
 
     /// [`Shard::close_peer`] for an entity, removed for `reason`. RFC 7675 §5.2 and

@@ -43,6 +43,8 @@ pub const DEFAULT_MAX_PARTICIPANTS_PER_ROOM: u32 = 1_000;
 pub const DEFAULT_ROOM_EMPTY_TIMEOUT_SECS: u32 = 300;
 /// Default `--token-clock-skew`.
 pub const DEFAULT_TOKEN_CLOCK_SKEW_SECS: u64 = 10;
+/// Default of `--drain-timeout`: how long a drain waits for participants to go.
+pub const DEFAULT_DRAIN_TIMEOUT_SECS: u64 = 30;
 /// The largest API keys file read, in bytes.
 pub const MAX_API_KEYS_FILE_BYTES: u64 = 64 * 1024;
 /// Default `--sctp-heartbeat-interval`: RFC 9260 §16's HB.interval.
@@ -483,6 +485,18 @@ pub struct Config {
     )]
     pub max_request_head_bytes: usize,
 
+    /// Seconds a drain (the first SIGTERM or SIGINT, or `NodeService.Drain`) waits
+    /// for every participant to be gone before the process exits anyway; a second
+    /// signal exits at once. 0: exit without draining.
+    #[arg(
+        long,
+        env = "SHOAL_DRAIN_TIMEOUT",
+        value_name = "SECONDS",
+        default_value_t = DEFAULT_DRAIN_TIMEOUT_SECS,
+        value_parser = clap::value_parser!(u64).range(0..=3600)
+    )]
+    pub drain_timeout: u64,
+
     /// Seconds a session has from its WHIP/WHEP POST or signalling join until its
     /// connection is up (ICE and DTLS); a session still not connected then is
     /// removed (leave reason CONNECTION_TIMEOUT) and counted.
@@ -694,6 +708,7 @@ impl Default for Config {
             max_signal_message_bytes: crate::control::http::MAX_SIGNAL_MESSAGE_BYTES,
             max_grpc_message_bytes: crate::control::DEFAULT_MAX_GRPC_MESSAGE_BYTES,
             max_request_head_bytes: crate::control::connections::DEFAULT_MAX_REQUEST_HEAD_BYTES,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT_SECS,
             session_setup_timeout: crate::control::pending::DEFAULT_SETUP_TIMEOUT_SECS,
             max_pending_sessions: crate::control::pending::DEFAULT_MAX_PENDING,
             max_pending_sessions_per_address:

@@ -1,12 +1,14 @@
 //! The `shoal` binary: reads its configuration (flags, `SHOAL_*` variables, a TOML
 //! file), starts one shard thread per core and the control plane (gRPC and HTTP), and
-//! runs until SIGINT or SIGTERM, then shuts the control plane and every shard down
-//! cleanly. SIGHUP reloads the TLS certificate. `shoal token …` mints an access token
-//! instead.
+//! runs until SIGINT or SIGTERM. The first of those drains the node
+//! (`shoal_server::control::drain`: no new joins, everyone told to leave) and waits
+//! up to `--drain-timeout` for its participants to be gone; a second one stops at
+//! once. Then the control plane and every shard shut down cleanly. SIGHUP reloads
+//! the TLS certificate. `shoal token …` mints an access token instead.
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 use shoal_server::config::{Config, ConfigError};
@@ -18,6 +20,8 @@ use signal_hook::iterator::Signals;
 
 /// How often the main thread checks that no shard or control thread died on its own.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a draining node looks whether its participants are gone.
+const DRAIN_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Why the process exits with a failure.
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +99,15 @@ fn log_config(config: &Config, keys: &[ApiKey]) {
         log_format = %config.log_format,
         "shoal starting"
     );
+}
+
+/// The name of a signal that stops or drains the node, for its log event.
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        SIGTERM => "SIGTERM",
+        SIGINT => "SIGINT",
+        _ => "signal",
+    }
 }
 
 fn run(config: &Config, api_keys: Vec<ApiKey>) -> Result<(), MainError> {
@@ -203,8 +216,35 @@ fn run(config: &Config, api_keys: Vec<ApiKey>) -> Result<(), MainError> {
     stdout.flush()?;
     drop(stdout);
 
+    // Set once the node drains: when the wait for participants ends.
+    let mut drain_deadline: Option<Instant> = None;
     loop {
-        match signals_rx.recv_timeout(HEALTH_CHECK_INTERVAL) {
+        let wait = match drain_deadline {
+            Some(_) => DRAIN_CHECK_INTERVAL,
+            None => HEALTH_CHECK_INTERVAL,
+        };
+        if let Some(c) = control.as_ref()
+            && drain_deadline.is_none()
+            && c.is_draining()
+        {
+            // Asked for over gRPC (NodeService.Drain).
+            drain_deadline = Some(Instant::now() + Duration::from_secs(config.drain_timeout));
+        }
+        if let Some(deadline) = drain_deadline {
+            if control.as_ref().is_none_or(ControlPlane::is_drained) {
+                tracing::info!(event = "drain_done", "every participant is gone");
+                break;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    event = "drain_timeout",
+                    seconds = config.drain_timeout,
+                    "participants still connected after the drain timeout"
+                );
+                break;
+            }
+        }
+        match signals_rx.recv_timeout(wait) {
             Ok(SIGHUP) => match control.as_ref().and_then(ControlPlane::reload_tls) {
                 Some(Ok(())) => tracing::info!(event = "tls_reloaded", "TLS certificate reloaded"),
                 Some(Err(e)) => {
@@ -215,6 +255,25 @@ fn run(config: &Config, api_keys: Vec<ApiKey>) -> Result<(), MainError> {
                     "SIGHUP: no TLS certificate to reload"
                 ),
             },
+            // The first SIGTERM or SIGINT drains (when there is anyone to tell); a
+            // second one stops at once.
+            Ok(signal @ (SIGTERM | SIGINT)) => {
+                let drains = drain_deadline.is_none() && config.drain_timeout > 0;
+                match control.as_ref() {
+                    Some(c) if drains => {
+                        c.drain();
+                        tracing::info!(
+                            event = "drain_requested",
+                            by = signal_name(signal),
+                            timeout_seconds = config.drain_timeout,
+                            "draining; a second signal stops at once"
+                        );
+                        drain_deadline =
+                            Some(Instant::now() + Duration::from_secs(config.drain_timeout));
+                    }
+                    _ => break,
+                }
+            }
             Ok(_) | Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {
                 if let Some(index) = server.stopped_shard() {

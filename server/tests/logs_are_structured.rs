@@ -7,67 +7,19 @@
 //! the log.
 
 mod http_client;
+mod node_process;
 mod tokens;
 
-use std::io::{BufRead, BufReader, Read};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
-
+use node_process::Node;
 use serde_json::Value;
 
-const SHOAL: &str = env!("CARGO_BIN_EXE_shoal");
 const ROOM: &str = "logged";
-const TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Kills the node if the test fails before it stops it.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
 
 #[test]
 fn logs_are_structured() {
     let key = format!("{}:{}", tokens::KEY, tokens::SECRET);
-    let mut child = Command::new(SHOAL)
-        .env_clear()
-        .args([
-            "--shards",
-            "1",
-            "--udp-port-base",
-            "0",
-            "--tcp-port-base",
-            "off",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--api-key",
-            &key,
-            "--log-format",
-            "json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn shoal");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let mut guard = ChildGuard(child);
-    let (log_tx, log_rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut all = String::new();
-        let _ = stderr.read_to_string(&mut all);
-        let _ = log_tx.send(all);
-    });
-    let http = http_addr(stdout);
+    let mut node = Node::start(&["--api-key", &key, "--log-format", "json"]);
+    let http = node.http;
 
     // A join with a valid token, and its leave.
     let token = tokens::token("alice", tokens::join(ROOM));
@@ -108,12 +60,11 @@ fn logs_are_structured() {
     );
     assert_eq!(refused.status, 401, "{refused:?}");
 
-    // SIGTERM: the node stops, and its log is complete.
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(guard.0.id()).expect("a pid"));
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
-    let status = guard.0.wait().expect("shoal exits");
+    // SIGTERM: the node stops (nobody to drain), and its log is complete.
+    node.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = node.wait(std::time::Duration::from_secs(20));
     assert!(status.success(), "{status}");
-    let log = log_rx.recv_timeout(TIMEOUT).expect("the whole log");
+    let log = node.log();
 
     let lines: Vec<Value> = log
         .lines()
@@ -171,26 +122,5 @@ fn logs_are_structured() {
     for t in [&token, &forged] {
         let signature = t.rsplit('.').next().expect("a signature");
         assert!(!log.contains(signature), "a signature in the log");
-    }
-}
-
-/// Reads the node's stdout until it prints its HTTP address.
-fn http_addr(stdout: std::process::ChildStdout) -> SocketAddr {
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = lines.recv_timeout(left).expect("shoal starts");
-        if let Some(addr) = line.strip_prefix("shoal: http http://") {
-            return addr.trim().parse().expect("an address");
-        }
     }
 }

@@ -437,6 +437,9 @@ pub enum Act<'a> {
     CreateRoom,
     /// ListRooms, GetRoom: `roomList`.
     ListRooms,
+    /// NodeService.Drain: `roomCreate` and `roomList` (a token that manages the
+    /// node's rooms).
+    Drain,
     /// DeleteRoom, ListParticipants, RemoveParticipant, SendData on `room`:
     /// `roomAdmin` for that room.
     Admin {
@@ -634,6 +637,8 @@ fn allows(claims: &Claims, act: Act<'_>) -> Result<(), AuthError> {
         Act::CreateRoom => forbidden("the token does not grant roomCreate".into()),
         Act::ListRooms if grant.room_list => Ok(()),
         Act::ListRooms => forbidden("the token does not grant roomList".into()),
+        Act::Drain if grant.room_create && grant.room_list => Ok(()),
+        Act::Drain => forbidden("draining needs a token granting roomCreate and roomList".into()),
         Act::Admin { room } if admin_of(room) => Ok(()),
         Act::Admin { room } => forbidden(format!(
             "the token does not grant roomAdmin of room {:?}",

@@ -23,6 +23,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::{Act, Auth};
 use super::connections::{AddressTable, Limit, LimitCounters, Slot};
+use super::drain::Drain;
 use super::metrics::ControlMetrics;
 use super::origin::AllowedOrigins;
 use super::participants::Members;
@@ -111,6 +112,8 @@ pub struct ControlState {
     /// The shard reports the last scrape fetched, and when. Held across the fetch,
     /// so scrapes go one at a time, apart from joins' shard queries.
     scraped: tokio::sync::Mutex<Option<(Instant, Vec<ShardReport>)>>,
+    /// Whether the node drains ([`super::drain`]).
+    drain: Arc<Drain>,
     pub(super) next_peer: AtomicU64,
     /// The next track id (node-wide).
     pub(super) next_track: AtomicU64,
@@ -149,6 +152,7 @@ impl ControlState {
             slow_signal_readers: AtomicU64::new(0),
             metrics: Arc::new(ControlMetrics::new()),
             scraped: tokio::sync::Mutex::new(None),
+            drain: Arc::default(),
             next_peer: AtomicU64::new(FIRST_PEER_ID),
             next_track: AtomicU64::new(1),
             rng: SystemRandom::new(),
@@ -255,6 +259,11 @@ impl ControlState {
     /// The control plane's metrics.
     pub fn metrics(&self) -> &Arc<ControlMetrics> {
         &self.metrics
+    }
+
+    /// Whether the node drains.
+    pub fn drain(&self) -> &Arc<Drain> {
+        &self.drain
     }
 
     /// Signalling connections ended for not reading (SIGNAL_SLOW_READER).
@@ -461,7 +470,7 @@ impl ControlState {
     }
 
     /// Every shard's report, fetched off the runtime's workers.
-    async fn shard_reports(self: &Arc<Self>) -> Result<Vec<ShardReport>, Status> {
+    pub(super) async fn shard_reports(self: &Arc<Self>) -> Result<Vec<ShardReport>, Status> {
         let _turn = self.shard_turn().await?;
         let state = self.clone();
         tokio::task::spawn_blocking(move || shards::reports(&state.shards, SHARD_REPLY_TIMEOUT))
@@ -540,6 +549,7 @@ impl RoomService for ControlApi {
         self.state
             .auth
             .check(bearer_of(&request), Act::CreateRoom)?;
+        self.state.drain().check_open()?;
         let req = request.into_inner();
         let spec = RoomSpec {
             name: req.name,
@@ -731,6 +741,18 @@ impl RoomService for ControlApi {
 
 #[tonic::async_trait]
 impl NodeService for ControlApi {
+    async fn drain(
+        &self,
+        request: Request<v1::DrainRequest>,
+    ) -> Result<Response<v1::DrainResponse>, Status> {
+        self.state.auth.check(bearer_of(&request), Act::Drain)?;
+        let started = self.state.drain().request();
+        if started {
+            tracing::info!(event = "drain_requested", by = "grpc", "drain asked for");
+        }
+        Ok(Response::new(v1::DrainResponse { started }))
+    }
+
     async fn get_node_info(
         &self,
         request: Request<v1::GetNodeInfoRequest>,

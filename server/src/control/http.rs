@@ -2,7 +2,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /healthz` | 200 while serving |
+//! | `GET /healthz` | 200 `ok` while serving; 503 `draining` once the node drains ([`super::drain`]), so a load balancer sends no one new |
 //! | `GET /metrics` | the node's metrics in the Prometheus text format ([`super::metrics`]); 503 if a shard does not answer |
 //! | `GET /` | the demo page: join a room, see who is there, chat on a data channel |
 //! | `POST /whip/{room}`, `POST /whep/{room}` | an SDP offer in (`?identity=`, `?name=` form-encoded), 201 with the answer, a `Location` (RFC 9725 §4.2) and a `Link` per configured STUN/TURN server (§4.6) |
@@ -134,7 +134,7 @@ pub fn router(state: Arc<ControlState>) -> Router {
         ));
     Router::new()
         .route("/", get(|| async { Html(DEMO_PAGE) }))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .merge(whip_whep)
         .route("/signal", get(signal))
@@ -161,6 +161,15 @@ async fn metrics(State(http): State<Http>) -> Response {
     match http.state.metrics_text().await {
         Ok(text) => ([(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)], text).into_response(),
         Err(status) => error_response(&status),
+    }
+}
+
+/// 200 `ok` while serving, 503 `draining` once the node drains.
+async fn healthz(State(http): State<Http>) -> Response {
+    if http.state.drain().is_requested() {
+        text(StatusCode::SERVICE_UNAVAILABLE, "draining")
+    } else {
+        text(StatusCode::OK, "ok")
     }
 }
 

@@ -301,6 +301,7 @@ pub fn render(state: &ControlState, reports: Vec<ShardReport>, queued: Vec<usize
         rooms,
         participants,
         pending,
+        draining: state.drain().is_requested(),
         refused_node: pending_stats.refused_node,
         refused_address: pending_stats.refused_address,
         timed_out: pending_stats.timed_out,
@@ -329,6 +330,7 @@ struct Snapshot {
     rooms: usize,
     participants: usize,
     pending: usize,
+    draining: bool,
     refused_node: u64,
     refused_address: u64,
     timed_out: u64,
@@ -354,6 +356,12 @@ impl Collector for Snapshot {
             "shoal_pending_sessions",
             "Sessions admitted whose connection (ICE and DTLS) is not up yet",
             self.pending,
+        )?;
+        gauge(
+            &mut e,
+            "shoal_draining",
+            "1 once the node drains (SIGTERM or NodeService.Drain): no new joins",
+            usize::from(self.draining),
         )?;
         let mut m = e.encode_descriptor(
             "shoal_uptime_seconds",

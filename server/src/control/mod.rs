@@ -26,6 +26,7 @@
 
 pub mod auth;
 pub mod connections;
+pub mod drain;
 pub mod grpc;
 pub mod http;
 pub mod ice_restart;
@@ -235,6 +236,7 @@ pub enum ControlError {
 /// does, without the report).
 #[derive(Debug)]
 pub struct ControlPlane {
+    drain: Arc<drain::Drain>,
     grpc_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
     certificate: Option<Arc<Certificate>>,
@@ -278,6 +280,7 @@ impl ControlPlane {
             certificate: certificate.clone(),
         };
         let services = Services::new(settings, shards)?;
+        let drain = services.state.drain().clone();
 
         let (stop, stopped) = oneshot::channel();
         let thread = std::thread::Builder::new()
@@ -290,6 +293,7 @@ impl ControlPlane {
             })
             .map_err(io_err("spawn"))?;
         Ok(ControlPlane {
+            drain,
             grpc_addr,
             http_addr,
             certificate,
@@ -317,6 +321,21 @@ impl ControlPlane {
     /// connections get the new pair; on failure the old one stays in use.
     pub fn reload_tls(&self) -> Option<Result<(), TlsError>> {
         self.certificate.as_ref().map(|c| c.reload())
+    }
+
+    /// Starts draining the node ([`drain`]); true if this call started it.
+    pub fn drain(&self) -> bool {
+        self.drain.request()
+    }
+
+    /// Whether the node drains (asked here, or by `NodeService.Drain`).
+    pub fn is_draining(&self) -> bool {
+        self.drain.is_requested()
+    }
+
+    /// Whether the drain is over: no peer left on any shard.
+    pub fn is_drained(&self) -> bool {
+        self.drain.is_finished()
     }
 
     /// Whether the control thread has ended (it only does so on its own on failure;
@@ -496,6 +515,7 @@ impl Services {
                 .await;
         }
         let expiry = tokio::spawn(expire_rooms(state.clone()));
+        let draining = tokio::spawn(drain::run(state.clone(), health.clone()));
         let shard_events =
             events.map(|events| tokio::spawn(apply_shard_events(state.clone(), events)));
         let (graceful, graceful_rx) = tokio::sync::watch::channel(false);
@@ -505,6 +525,7 @@ impl Services {
             ended = &mut server => Some(ended),
         };
         expiry.abort();
+        draining.abort();
         if let Some(task) = shard_events {
             task.abort();
         }

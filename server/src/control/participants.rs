@@ -399,6 +399,8 @@ impl ControlState {
 
     /// [`ControlState::admit`] before it is counted and logged.
     async fn admit_counted(self: &Arc<Self>, admission: Admission) -> Result<Admitted, Status> {
+        // A draining node takes no one (checked again under the directory's lock).
+        self.drain().check_open()?;
         // The pending slot first: a session refused for want of one neither opens a
         // room nor replaces anyone, and the slot taken here is the one it holds.
         let reserved = self.reserve_pending(admission.from)?;
@@ -436,6 +438,9 @@ impl ControlState {
     fn admit_now(&self, mut admission: Admission, reserved: Reserved) -> Result<Admitted, Status> {
         let now = self.clock().now();
         let mut rooms = self.rooms();
+        // Under the lock the drain's sweep takes: a participant admitted before the
+        // drain started is in the directory when the sweep tells everyone to leave.
+        self.drain().check_open()?;
         if self.auto_create_rooms()
             && matches!(rooms.get(&admission.room), Err(RoomError::RoomNotFound(_)))
         {
@@ -607,6 +612,10 @@ impl ControlState {
                 source: CommandError::Full(_),
                 ..
             } => Status::resource_exhausted(e.to_string()),
+            ShardError::Refused {
+                source: CommandError::Draining,
+                ..
+            } => Status::unavailable(super::drain::DRAINING),
             ShardError::Refused { .. } => Status::invalid_argument(e.to_string()),
             _ => Status::unavailable(e.to_string()),
         })?;
@@ -792,6 +801,7 @@ impl ControlState {
                     RemoveReason::Command => DisconnectReason::Removed,
                     RemoveReason::DtlsClosed => DisconnectReason::ClientLeft,
                     RemoveReason::SlowReceiver => DisconnectReason::SlowReceiver,
+                    RemoveReason::Drained => DisconnectReason::ServerShutdown,
                     _ => DisconnectReason::ConnectionLost,
                 };
                 self.forget(*peer, reason);

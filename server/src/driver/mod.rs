@@ -116,6 +116,9 @@ pub enum ShardCommand {
     /// (`Command::Publish`, `Unpublish`, `Subscribe`, `Unsubscribe`), in the order the
     /// control plane negotiated them; no reply (a refusal is logged).
     Media(Command),
+    /// Starts draining the shard (`Shard::drain`): SCTP associations shut down, then
+    /// every peer is closed with close_notify; no new peer is taken.
+    Drain,
     /// Stops the shard thread after the current tick.
     Shutdown,
 }

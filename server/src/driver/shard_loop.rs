@@ -585,6 +585,10 @@ impl ShardLoop {
                         );
                     }
                 }
+                ShardCommand::Drain => {
+                    self.shard.advance_clock(now);
+                    self.shard.drain();
+                }
                 ShardCommand::Shutdown => return Flow::Stop,
             }
         }
@@ -809,5 +813,6 @@ fn remove_reason(reason: RemoveReason) -> &'static str {
         RemoveReason::DtlsFailed => "dtls_failed",
         RemoveReason::DtlsClosed => "dtls_closed",
         RemoveReason::SlowReceiver => "slow_receiver",
+        RemoveReason::Drained => "drained",
     }
 }

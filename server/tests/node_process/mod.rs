@@ -1,0 +1,126 @@
+//! The `shoal` binary as a child process, for tests that need the real process:
+//! its signals, its exit status, its log. Started on ephemeral loopback ports with
+//! one shard; stdout is read until the HTTP address is printed, stderr (the log) is
+//! collected whole. Dropping the node kills it if it is still running.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const SHOAL: &str = env!("CARGO_BIN_EXE_shoal");
+/// How long the node has to start, and to hand over its log once it exited.
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A running `shoal` process.
+pub struct Node {
+    child: Child,
+    /// The HTTP listener's address.
+    pub http: SocketAddr,
+    log: mpsc::Receiver<String>,
+}
+
+impl Node {
+    /// Starts `shoal` with one shard, ephemeral UDP ports, no ICE-TCP, gRPC and HTTP
+    /// on ephemeral loopback ports, an empty environment, and `extra` flags.
+    pub fn start(extra: &[&str]) -> Node {
+        let mut child = Command::new(SHOAL)
+            .env_clear()
+            .args([
+                "--shards",
+                "1",
+                "--udp-port-base",
+                "0",
+                "--tcp-port-base",
+                "off",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+            ])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn shoal");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut stderr = child.stderr.take().expect("stderr");
+        let (log_tx, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut all = String::new();
+            let _ = stderr.read_to_string(&mut all);
+            let _ = log_tx.send(all);
+        });
+        let mut node = Node {
+            child,
+            http: SocketAddr::from(([127, 0, 0, 1], 0)),
+            log,
+        };
+        node.http = http_addr(stdout);
+        node
+    }
+
+    /// Sends the process `signal`.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("a pid"));
+        nix::sys::signal::kill(pid, signal).expect("signal shoal");
+    }
+
+    /// The exit status if the process has exited.
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("poll shoal")
+    }
+
+    /// Waits for the process to exit, at most `limit`.
+    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll shoal") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "shoal still runs after {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The whole log (stderr), once the process has exited.
+    pub fn log(&self) -> String {
+        self.log.recv_timeout(TIMEOUT).expect("the whole log")
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Reads the node's stdout until it prints its HTTP address.
+fn http_addr(stdout: std::process::ChildStdout) -> SocketAddr {
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = lines.recv_timeout(left).expect("shoal starts");
+        if let Some(addr) = line.strip_prefix("shoal: http http://") {
+            return addr.trim().parse().expect("an address");
+        }
+    }
+}

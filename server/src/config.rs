@@ -487,7 +487,8 @@ pub struct Config {
 
     /// Seconds a drain (the first SIGTERM or SIGINT, or `NodeService.Drain`) waits
     /// for every participant to be gone before the process exits anyway; a second
-    /// signal exits at once. 0: exit without draining.
+    /// signal exits at once. 0: a signal exits without draining, and a
+    /// `NodeService.Drain` waits until everyone is gone (consent expiry bounds it).
     #[arg(
         long,
         env = "SHOAL_DRAIN_TIMEOUT",

@@ -216,26 +216,34 @@ fn run(config: &Config, api_keys: Vec<ApiKey>) -> Result<(), MainError> {
     stdout.flush()?;
     drop(stdout);
 
-    // Set once the node drains: when the wait for participants ends.
+    // Once the node drains: whether it does, and when the wait for participants
+    // ends (none: a NodeService.Drain with `--drain-timeout 0` waits until they
+    // are gone, which consent expiry bounds).
+    let mut draining = false;
     let mut drain_deadline: Option<Instant> = None;
+    // SIGTERMs and SIGINTs so far: the first drains, the second stops at once.
+    let mut stop_signals = 0u32;
     loop {
-        let wait = match drain_deadline {
-            Some(_) => DRAIN_CHECK_INTERVAL,
-            None => HEALTH_CHECK_INTERVAL,
+        let wait = if draining {
+            DRAIN_CHECK_INTERVAL
+        } else {
+            HEALTH_CHECK_INTERVAL
         };
         if let Some(c) = control.as_ref()
-            && drain_deadline.is_none()
+            && !draining
             && c.is_draining()
         {
             // Asked for over gRPC (NodeService.Drain).
-            drain_deadline = Some(Instant::now() + Duration::from_secs(config.drain_timeout));
+            draining = true;
+            drain_deadline = (config.drain_timeout > 0)
+                .then(|| Instant::now() + Duration::from_secs(config.drain_timeout));
         }
-        if let Some(deadline) = drain_deadline {
+        if draining {
             if control.as_ref().is_none_or(ControlPlane::is_drained) {
                 tracing::info!(event = "drain_done", "every participant is gone");
                 break;
             }
-            if Instant::now() >= deadline {
+            if drain_deadline.is_some_and(|d| Instant::now() >= d) {
                 tracing::warn!(
                     event = "drain_timeout",
                     seconds = config.drain_timeout,
@@ -255,24 +263,24 @@ fn run(config: &Config, api_keys: Vec<ApiKey>) -> Result<(), MainError> {
                     "SIGHUP: no TLS certificate to reload"
                 ),
             },
-            // The first SIGTERM or SIGINT drains (when there is anyone to tell); a
-            // second one stops at once.
+            // The first SIGTERM or SIGINT drains (or lets a drain asked for over
+            // gRPC go on); a second one, or any with `--drain-timeout 0` or no
+            // control plane (no one to tell), stops at once.
             Ok(signal @ (SIGTERM | SIGINT)) => {
-                let drains = drain_deadline.is_none() && config.drain_timeout > 0;
-                match control.as_ref() {
-                    Some(c) if drains => {
-                        c.drain();
-                        tracing::info!(
-                            event = "drain_requested",
-                            by = signal_name(signal),
-                            timeout_seconds = config.drain_timeout,
-                            "draining; a second signal stops at once"
-                        );
-                        drain_deadline =
-                            Some(Instant::now() + Duration::from_secs(config.drain_timeout));
-                    }
-                    _ => break,
+                stop_signals += 1;
+                let Some(c) = control.as_ref() else { break };
+                if stop_signals > 1 || config.drain_timeout == 0 {
+                    break;
                 }
+                tracing::info!(
+                    event = "drain_requested",
+                    by = signal_name(signal),
+                    timeout_seconds = config.drain_timeout,
+                    "draining; a second signal stops at once"
+                );
+                c.drain();
+                draining = true;
+                drain_deadline = Some(Instant::now() + Duration::from_secs(config.drain_timeout));
             }
             Ok(_) | Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {

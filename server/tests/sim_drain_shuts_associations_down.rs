@@ -7,19 +7,26 @@
 //!   peer gets close_notify (its side reports DTLS closed; a lost alert leaves it to
 //!   consent expiry) and the draining side removes it as drained. No message is sent after the drain starts, and no new
 //!   peer is taken.
-//! - With the peer gone silent: the peer is removed all the same within a bound
-//!   (consent expiry, or T2-shutdown giving up after Association.Max.Retrans).
+//! - With the peer gone silent: the peer is removed all the same, by T2-shutdown
+//!   giving up after Association.Max.Retrans (consent out of the way) or by consent
+//!   expiry (30 s), whichever comes first; a draining shard takes no new peer.
+//! - With the peer restarting its association during the drain: the new one is
+//!   shut down too.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rand_chacha::ChaCha12Rng;
+use rand_core::SeedableRng;
 use shoal_components::dtls::DtlsRole;
 use shoal_components::peer::PeerId;
 use shoal_components::sctp::assoc::AssocEnd;
 use shoal_components::sctp::tx::Reliability;
 use shoal_components::tick::{RemoveReason, ShardEvent};
+use shoal_server::endpoint::pair_specs;
 use shoal_server::sim::{LinkConfig, Sim, Time};
+use shoal_systems::{Command, CommandError, ShardConfig};
 
 const SRV: &str = "10.0.0.1:7100";
 const CLI: &str = "10.0.0.2:50000";
@@ -161,40 +168,107 @@ fn sim_drain_shuts_associations_down() {
     // At most 15 % loss, most alerts arrive.
     assert!(notified >= 28, "close_notify reached {notified} of 40");
     silent_peer();
+    restarted_during_the_drain();
 }
 
-/// The peer vanishes as the drain starts: the peer is removed all the same, by
-/// T2-shutdown giving up (Association.Max.Retrans) or consent expiring, whichever
-/// comes first.
-fn silent_peer() {
-    let (mut sim, mut log) = connected(9, LinkConfig::lossy(Duration::from_millis(20), 0.0));
+/// The peer restarts its association (RFC 9260 §5.2.4 A) while the drain waits on
+/// it: the new association is shut down too, and the peer is closed.
+fn restarted_during_the_drain() {
+    let (mut sim, mut log) = connected(11, LinkConfig::lossy(Duration::from_millis(20), 0.0));
     let srv = addr(SRV);
-    sim.set_link_both(
-        srv,
-        addr(CLI),
-        LinkConfig::lossy(Duration::from_millis(20), 1.0),
-    );
     sim.shard_mut(srv).drain();
+    sim.shard_mut(addr(CLI)).forget_sctp(ID, true).unwrap();
     sim.run_until(
         |s| {
             take(s, &mut log);
             log[0].removed.is_some()
         },
-        Duration::from_secs(3600),
+        Duration::from_secs(120),
     )
-    .unwrap_or_else(|e| panic!("silent peer: never removed: {e}: {log:?}"));
-    // Whichever comes first ends it: T2-shutdown giving up, or consent expiring
-    // (RFC 7675 §5.1, 30 s) on the silent path.
-    let removed = log[0].removed;
-    match removed {
-        Some(RemoveReason::Drained) => assert_eq!(log[0].closed, [AssocEnd::PeerUnreachable]),
-        Some(RemoveReason::ConsentExpired) => {}
-        other => panic!("silent peer: removed as {other:?}"),
-    }
+    .unwrap_or_else(|e| panic!("restarted: never closed: {e}: {log:?}"));
+    assert_eq!(log[0].removed, Some(RemoveReason::Drained), "{log:?}");
     assert!(
-        sim.now() < Time::ZERO + Duration::from_secs(120),
+        sim.now() < Time::ZERO + Duration::from_secs(60),
         "{:?}",
         sim.now()
     );
-    assert_eq!(sim.shard(srv).peer_count(), 0);
+}
+
+/// The peer vanishes as the drain starts. With consent out of the way (its
+/// timeout an hour here), T2-shutdown expires Association.Max.Retrans + 1 times,
+/// the association is given up, and the peer is removed as drained; with the
+/// default 30 s consent timeout, consent expiry gets there first. A draining shard
+/// takes no new peer.
+fn silent_peer() {
+    for consent in [
+        Duration::from_secs(3600),
+        ShardConfig::new(addr(SRV), 0).consent_timeout,
+    ] {
+        let mut sim = Sim::new(9);
+        let mut config = ShardConfig::new(addr(SRV), 9);
+        config.consent_timeout = consent;
+        sim.add_shard_with(config);
+        sim.add_shard(addr(CLI));
+        sim.set_link_both(
+            addr(SRV),
+            addr(CLI),
+            LinkConfig::lossy(Duration::from_millis(20), 0.0),
+        );
+        sim.connect_dtls(addr(SRV), addr(CLI), ID, DtlsRole::Server)
+            .unwrap();
+        let mut log: [Side; 2] = Default::default();
+        sim.run_until(
+            |s| {
+                take(s, &mut log);
+                s.shard(addr(SRV)).sctp_established(ID)
+            },
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let srv = addr(SRV);
+        sim.set_link_both(
+            srv,
+            addr(CLI),
+            LinkConfig::lossy(Duration::from_millis(20), 1.0),
+        );
+        let started = sim.now();
+        sim.shard_mut(srv).drain();
+        // No new peer on a draining shard.
+        let (spec, _) = pair_specs(
+            PeerId(2),
+            srv,
+            [1; 32],
+            [2; 32],
+            &mut ChaCha12Rng::seed_from_u64(2),
+        );
+        let now = sim.now();
+        assert_eq!(
+            sim.shard_mut(srv).command(now, Command::AddPeer(spec)),
+            Err(CommandError::Draining)
+        );
+        sim.run_until(
+            |s| {
+                take(s, &mut log);
+                log[0].removed.is_some()
+            },
+            Duration::from_secs(3600),
+        )
+        .unwrap_or_else(|e| panic!("silent peer: never removed: {e}: {log:?}"));
+        let took = sim.now().saturating_since(started);
+        if consent > Duration::from_secs(600) {
+            assert_eq!(log[0].closed, [AssocEnd::PeerUnreachable], "{log:?}");
+            assert_eq!(log[0].removed, Some(RemoveReason::Drained));
+            // Eleven T2 expiries, backing off, within a bound.
+            assert!(took < Duration::from_secs(300), "{took:?}");
+            assert_eq!(sim.shard(srv).stats().sctp_t3_expiries, 0);
+        } else {
+            assert_eq!(
+                log[0].removed,
+                Some(RemoveReason::ConsentExpired),
+                "{log:?}"
+            );
+            assert!(took <= consent + Duration::from_secs(1), "{took:?}");
+        }
+        assert_eq!(sim.shard(srv).peer_count(), 0);
+    }
 }

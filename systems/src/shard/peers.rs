@@ -12,7 +12,7 @@ use shoal_components::media::temporal::ALL_LAYERS;
 use shoal_components::media::{LayerChoice, PeerMedia, Subscription, Track, TrackId};
 use shoal_components::net::FiveTuple;
 use shoal_components::peer::{Ice, IceState, Peer, PeerId, PeerIndex};
-use shoal_components::sctp::assoc::Sctp;
+use shoal_components::sctp::assoc::{AssocState, Sctp};
 use shoal_components::tick::{Now, RemoveReason};
 use shoal_components::transport::DtlsSession;
 
@@ -298,11 +298,23 @@ impl Shard {
     }
 
     /// Closes the draining peers whose associations have ended (after the tick
-    /// that ended them, so their last SCTP packet goes before the close_notify).
+    /// that ended them, so their last SCTP packet goes before the close_notify). An
+    /// association the peer restarted meanwhile (RFC 9260 §5.2.4 A: a new one,
+    /// established) gets the SHUTDOWN primitive again.
     pub(super) fn close_drained(&mut self) {
         let Some(mut list) = self.draining.take() else {
             return;
         };
+        let now = self.world.resource::<Now>().0;
+        for &entity in &list {
+            let restarted = self
+                .world
+                .get_mut::<Sctp>(entity)
+                .is_some_and(|mut a| a.state == AssocState::Established && a.shutdown());
+            if restarted {
+                self.wake_sctp(entity, now);
+            }
+        }
         let world = &self.world;
         let (done, waiting): (Vec<Entity>, Vec<Entity>) = list
             .drain(..)

@@ -13,7 +13,12 @@ use crate::sctp::rx::ResetProgress;
 /// RFC 6525 §5.2: a request to reset the peer's outgoing (our incoming) streams, or
 /// the response to ours.
 pub(super) fn on_reconfig(a: &mut Sctp, rc: &ReConfig) {
-    if a.state != AssocState::Established {
+    // SHUTDOWN-PENDING too: a reset of ours in flight still needs its response,
+    // and the peer's requests their answers, until our SHUTDOWN goes.
+    if !matches!(
+        a.state,
+        AssocState::Established | AssocState::ShutdownPending
+    ) {
         return;
     }
     for param in rc.params.iter() {

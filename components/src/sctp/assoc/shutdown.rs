@@ -20,22 +20,17 @@ impl Sctp {
     /// [`Sctp::send_shutdown_when_drained`] (at once, and after every SACK) and arms
     /// T2-shutdown when it sends.
     ///
-    /// An association still being set up has no data to wait for: one that sent no
-    /// COOKIE ECHO just ends; after a COOKIE ECHO the peer may hold an association,
-    /// so it is told with ABORT. A peer closing already (SHUTDOWN received) is left
-    /// to finish its own sequence.
+    /// An association still being set up has no data to wait for: it just ends
+    /// (the caller closes the DTLS connection under it, which tells the peer). A
+    /// peer closing already (SHUTDOWN received) is left to finish its own sequence.
     pub fn shutdown(&mut self) -> bool {
         match self.state {
             AssocState::Established => {
                 self.state = AssocState::ShutdownPending;
                 true
             }
-            AssocState::CookieWait => {
+            AssocState::CookieWait | AssocState::CookieEchoed => {
                 self.end(AssocEnd::Shutdown);
-                true
-            }
-            AssocState::CookieEchoed => {
-                self.give_up(AssocEnd::Shutdown);
                 true
             }
             AssocState::ShutdownPending

@@ -20,13 +20,21 @@ pub struct Node {
     child: Child,
     /// The HTTP listener's address.
     pub http: SocketAddr,
+    /// What it printed on stdout up to its HTTP address (bound addresses).
+    pub banner: Vec<String>,
     log: mpsc::Receiver<String>,
 }
 
 impl Node {
-    /// Starts `shoal` with one shard, ephemeral UDP ports, no ICE-TCP, gRPC and HTTP
-    /// on ephemeral loopback ports, an empty environment, and `extra` flags.
+    /// Starts `shoal` with one shard, ephemeral UDP ports, no ICE-TCP (unless
+    /// `extra` sets `--tcp-port-base`), gRPC and HTTP on ephemeral loopback ports,
+    /// an empty environment, and `extra` flags.
     pub fn start(extra: &[&str]) -> Node {
+        let tcp: &[&str] = if extra.contains(&"--tcp-port-base") {
+            &[]
+        } else {
+            &["--tcp-port-base", "off"]
+        };
         let mut child = Command::new(SHOAL)
             .env_clear()
             .args([
@@ -34,13 +42,12 @@ impl Node {
                 "1",
                 "--udp-port-base",
                 "0",
-                "--tcp-port-base",
-                "off",
                 "--grpc-addr",
                 "127.0.0.1:0",
                 "--http-addr",
                 "127.0.0.1:0",
             ])
+            .args(tcp)
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -54,13 +61,23 @@ impl Node {
             let _ = stderr.read_to_string(&mut all);
             let _ = log_tx.send(all);
         });
-        let mut node = Node {
+        let (http, banner) = http_addr(stdout);
+        Node {
             child,
-            http: SocketAddr::from(([127, 0, 0, 1], 0)),
+            http,
+            banner,
             log,
-        };
-        node.http = http_addr(stdout);
-        node
+        }
+    }
+
+    /// The first address after `prefix` in a banner line (`shoal: shard 0 udp `).
+    pub fn banner_addr(&self, prefix: &str) -> SocketAddr {
+        self.banner
+            .iter()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix:?} in {:?}", self.banner))
     }
 
     /// Sends the process `signal`.
@@ -104,8 +121,9 @@ impl Drop for Node {
     }
 }
 
-/// Reads the node's stdout until it prints its HTTP address.
-fn http_addr(stdout: std::process::ChildStdout) -> SocketAddr {
+/// Reads the node's stdout until it prints its HTTP address; that and the lines
+/// before it.
+fn http_addr(stdout: std::process::ChildStdout) -> (SocketAddr, Vec<String>) {
     let (tx, lines) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
@@ -116,11 +134,13 @@ fn http_addr(stdout: std::process::ChildStdout) -> SocketAddr {
         }
     });
     let deadline = Instant::now() + TIMEOUT;
+    let mut banner = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let line = lines.recv_timeout(left).expect("shoal starts");
         if let Some(addr) = line.strip_prefix("shoal: http http://") {
-            return addr.trim().parse().expect("an address");
+            return (addr.trim().parse().expect("an address"), banner);
         }
+        banner.push(line);
     }
 }

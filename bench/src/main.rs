@@ -18,10 +18,15 @@
 //! `shoal-bench media`: one server shard forwarding a publisher's video to N
 //! subscribers, SRTP in and out (see `media.rs`).
 //!
+//! `shoal-bench churn`: sessions joining and leaving a node at a rate, a third of
+//! them vanishing without a word, so that what they leave behind shows (see
+//! `churn.rs`).
+//!
 //! `shoal-bench sfu-load`: a node under many rooms of publishing and subscribing
 //! participants over real UDP, signalled over `/signal` or WHIP + WHEP: latency
 //! percentiles, loss, join time, the node's CPU and memory (see `sfu_load/mod.rs`).
 
+mod churn;
 mod dtls;
 mod flow;
 mod ice;
@@ -35,6 +40,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
+        Some("churn") => churn::run(&args[1..]),
         Some("dtls") => dtls::run(&args[1..]),
         Some("flow") => flow::run(&args[1..]),
         Some("ice") => ice::run(&args[1..]),
@@ -55,6 +61,7 @@ fn main() -> ExitCode {
 
 const USAGE: &str = "usage: shoal-bench <benchmark> [options]\n\n\
      benchmarks:\n  \
+     churn --http ADDR [...]                     sessions joining and leaving a node, a third abruptly (--help)\n  \
      dtls [--records N]                          DTLS record seal/open throughput, both suites\n  \
      flow                                        data-channel throughput over loopback UDP (FLOW_* env)\n  \
      ice [--peers N] [--checks N] [--batch N]   STUN checks answered per second by one shard\n  \

@@ -1,5 +1,5 @@
 //! `shoal-bench sfu-load` against a real `shoal`, in both signalling modes and with
-//! simulcast publishers: two rooms of four for ten seconds complete, every peer
+//! simulcast publishers: two rooms of four for five seconds complete, every peer
 //! connects, and the report and plots are written with packets and latency
 //! percentiles (through the node and end to end) in them. The figures belong in the benchmark report (bench/README.md), not
 //! here.
@@ -50,7 +50,7 @@ fn run(mode: &str, extra: &[&str], out: &Path) {
         .arg("--shoal")
         .arg(shoal_bin())
         .args(["--signal", mode, "--rooms", "2", "--participants", "4"])
-        .args(["--duration", "10", "--warmup", "2"])
+        .args(["--duration", "5", "--warmup", "2"])
         .args(extra)
         .arg("--out")
         .arg(out)

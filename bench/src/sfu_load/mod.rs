@@ -93,14 +93,18 @@ const USAGE: &str = "usage: shoal-bench sfu-load (--shoal BIN | --http ADDR [--s
                            --server-arg --pacer-burst-ms --server-arg 40)\n\
   --out DIR                report and plots (sfu-load-report)";
 
-fn value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+pub(crate) fn value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
         .map(String::as_str)
 }
 
-fn number<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> Result<T, String> {
+pub(crate) fn number<T: std::str::FromStr>(
+    args: &[String],
+    name: &str,
+    default: T,
+) -> Result<T, String> {
     match value(args, name) {
         None if args.iter().any(|a| a == name) => Err(format!("{name} needs a value")),
         None => Ok(default),

@@ -27,10 +27,13 @@
 //! P99.99 through the node exceeds `--p9999-bound-ms`, loss exceeds `--loss-bound`, a
 //! join fails or the generator saturates, and reports the largest passing load per
 //! server core. Progress prints each second; `report.md` and PNG plots go to `--out`.
+//! `--soak` samples the server's memory and what the node holds through the window
+//! and reports the memory's slope (`soak.rs`).
 
 mod load;
 mod report;
 mod signal;
+mod soak;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -69,6 +72,8 @@ struct Options {
     generator_cpu: Option<usize>,
     /// Further arguments for the node it starts (`--server-arg`, repeatable).
     server_args: Vec<String>,
+    /// Sample memory and the node's counts through the steady window (`soak.rs`).
+    soak: Option<Duration>,
     out: PathBuf,
 }
 
@@ -91,7 +96,9 @@ const USAGE: &str = "usage: shoal-bench sfu-load (--shoal BIN | --http ADDR [--s
   --server-cpu C           pin the server it starts (0); --generator-cpu C (1); --no-pin\n\
   --server-arg ARG         one more argument for the server it starts (repeatable:\n\
                            --server-arg --pacer-burst-ms --server-arg 40)\n\
-  --out DIR                report and plots (sfu-load-report)";
+  --out DIR                report and plots (sfu-load-report)\n\
+  --soak                   a soak: sample RSS and the node's counts through the window\n\
+                           (every --soak-sample-s S, 10), slope and soak.png in the report";
 
 pub(crate) fn value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter()
@@ -157,6 +164,11 @@ fn parse(args: &[String]) -> Result<Options, String> {
             .map(|w| w[1].clone())
             .collect(),
         out: PathBuf::from(value(args, "--out").unwrap_or("sfu-load-report")),
+        soak: args
+            .iter()
+            .any(|a| a == "--soak")
+            .then(|| number(args, "--soak-sample-s", 10.0).map(Duration::from_secs_f64))
+            .transpose()?,
     };
     if o.shoal.is_none() == o.http.is_none() {
         return Err("one of --shoal BIN or --http ADDR".into());
@@ -314,11 +326,15 @@ fn drive(o: &Options) -> Result<(), String> {
         o.mode.name()
     );
     let mut steps: Vec<Step> = Vec::new();
+    let mut soak = None;
     let mut rooms = o.rooms;
     let mut run = 0;
     loop {
         run += 1;
-        let step = one_run(o, http, pid.as_deref(), rooms, run)?;
+        let (step, soaked) = one_run(o, http, pid.as_deref(), rooms, run)?;
+        if soaked.is_some() {
+            soak = soaked;
+        }
         let verdict = step.verdict(o.p9999_bound, o.loss_bound);
         println!(
             "sfu-load: {rooms} rooms: {}",
@@ -350,7 +366,19 @@ fn drive(o: &Options) -> Result<(), String> {
         },
         steps,
     };
-    let written = report::write(&outcome, &o.out)?;
+    let mut written = report::write(&outcome, &o.out)?;
+    if let Some(soak) = &soak {
+        let md = o.out.join("report.md");
+        let mut text =
+            std::fs::read_to_string(&md).map_err(|e| format!("{}: {e}", md.display()))?;
+        text += &soak::markdown(soak);
+        std::fs::write(&md, text).map_err(|e| format!("{}: {e}", md.display()))?;
+        written.extend(soak::write(soak, &o.out)?);
+        println!(
+            "sfu-load: soak:{}",
+            soak::markdown(soak).lines().nth(3).unwrap_or_default()
+        );
+    }
     println!("{}", outcome.summary());
     for w in written {
         println!("sfu-load: wrote {}", w.display());
@@ -366,7 +394,12 @@ fn one_run(
     pid: Option<&str>,
     rooms: usize,
     run: usize,
-) -> Result<Step, String> {
+) -> Result<(Step, Option<soak::Soak>), String> {
+    // A soak's baseline: what the node holds before the first join.
+    let mut soaked = o.soak.map(|_| soak::Soak {
+        baseline: soak::counts(http).ok(),
+        ..soak::Soak::default()
+    });
     let live = Arc::new(Live::new(rooms));
     let poll = Poll::new().map_err(|e| e.to_string())?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(|e| e.to_string())?);
@@ -434,11 +467,22 @@ fn one_run(
     let cpu_start = Cpu::sample(pid);
     let t0 = Instant::now();
     let mut rss_max_kib = 0;
+    let mut next_sample = t0;
     while t0.elapsed() < o.duration {
         std::thread::sleep(Duration::from_millis(50));
         progress.tick(&live, pid, "steady");
         if let Some(p) = pid {
             rss_max_kib = rss_max_kib.max(report::rss_kib(p).unwrap_or(0));
+        }
+        if let (Some(s), Some(every)) = (soaked.as_mut(), o.soak)
+            && Instant::now() >= next_sample
+        {
+            next_sample += every;
+            s.samples.push(soak::Sample {
+                at_s: t0.elapsed().as_secs_f64(),
+                rss_kib: pid.and_then(report::rss_kib),
+                counts: soak::counts(http).ok(),
+            });
         }
     }
     let cpu_end = Cpu::sample(pid);
@@ -452,7 +496,11 @@ fn one_run(
     let signalled = signal_thread
         .join()
         .map_err(|_| "the signalling thread panicked".to_owned())??;
-    Ok(Step::new(
+    // The load has left: a soak waits for the node to let everything go.
+    if let Some(s) = soaked.as_mut() {
+        soak::settle(s, http);
+    }
+    let step = Step::new(
         rooms,
         o.participants,
         expected,
@@ -461,7 +509,8 @@ fn one_run(
         signalled,
         cpu_start.zip(cpu_end),
         rss_max_kib,
-    ))
+    );
+    Ok((step, soaked))
 }
 
 /// A line on the terminal each second.

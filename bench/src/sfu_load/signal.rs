@@ -39,6 +39,9 @@ use super::load::{Join, Live, ToGen};
 
 /// How long one signalling step may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a `/signal` participant sends a ping, so that its socket is never
+/// silent for the node's idle timeout.
+const KEEPALIVE: Duration = Duration::from_secs(20);
 
 /// The signalling mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,10 +203,21 @@ async fn participant_signal(
         .map_err(|e| format!("send offer: {e}"))?;
     let conn = to_gen.next_conn.fetch_add(1, Ordering::Relaxed);
     let mut session = None;
+    // A frame now and then: the node closes a `/signal` socket silent for its
+    // `--idle-timeout` (60 s), and a soak runs for longer.
+    let mut keepalive = tokio::time::interval(KEEPALIVE);
+    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let message = tokio::select! {
-            m = ws.next() => m,
+            m = ws.next() => Some(m),
             _ = stop.wait_for(|s| *s) => break,
+            _ = keepalive.tick() => None,
+        };
+        let Some(message) = message else {
+            ws.send(Message::Ping(Default::default()))
+                .await
+                .map_err(|e| format!("send ping: {e}"))?;
+            continue;
         };
         let text = match message {
             Some(Ok(Message::Text(t))) => t,

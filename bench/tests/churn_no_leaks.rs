@@ -11,10 +11,12 @@
 //! same churn twice over (the allocator keeps what the load once needed; a leak
 //! grows with every round).
 
+mod shoal_bin;
+
+use shoal_bin::shoal_bin;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -26,21 +28,6 @@ const ROOMS: u64 = 20;
 /// How long the node may take to notice every session gone: consent expiry (30 s)
 /// for the last abrupt WHIP session, the rooms' empty timeout (1 s here), margin.
 const SETTLE: Duration = Duration::from_secs(90);
-
-/// The `shoal` binary built beside `shoal-bench`, or `SHOAL_BIN`.
-fn shoal_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("SHOAL_BIN") {
-        return PathBuf::from(p);
-    }
-    let bench = Path::new(env!("CARGO_BIN_EXE_shoal-bench"));
-    let shoal = bench.with_file_name("shoal");
-    assert!(
-        shoal.exists(),
-        "{} is missing: build it first (cargo test --workspace), or set SHOAL_BIN",
-        shoal.display()
-    );
-    shoal
-}
 
 /// Kills the node if the test ends before it stopped.
 struct Node(Child);

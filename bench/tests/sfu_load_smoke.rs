@@ -4,24 +4,11 @@
 //! percentiles (through the node and end to end) in them. The figures belong in the benchmark report (bench/README.md), not
 //! here.
 
+mod shoal_bin;
+
+use shoal_bin::shoal_bin;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// The `shoal` binary built beside `shoal-bench` (`cargo test --workspace` builds
-/// both), or `SHOAL_BIN`.
-fn shoal_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("SHOAL_BIN") {
-        return PathBuf::from(p);
-    }
-    let bench = Path::new(env!("CARGO_BIN_EXE_shoal-bench"));
-    let shoal = bench.with_file_name("shoal");
-    assert!(
-        shoal.exists(),
-        "{} is missing: build it first (cargo test --workspace, or cargo build -p shoal-server), or set SHOAL_BIN",
-        shoal.display()
-    );
-    shoal
-}
 
 /// The cells of the report's first table row.
 fn first_row(report: &str) -> Vec<String> {

@@ -461,7 +461,20 @@ impl Sctp {
     }
 
     fn abort(&mut self, end: AssocEnd) {
-        let causes: &[crate::sctp::chunk::ErrorCause] = &[];
+        self.abort_with(end, &[]);
+    }
+
+    /// Ends the association for the peer's breach of the protocol, with an ABORT
+    /// carrying a Protocol Violation cause that says what it was (RFC 9260
+    /// §3.3.10.13: "MAY be included in ABORT chunks that are sent because an SCTP
+    /// endpoint detects a protocol violation of the peer").
+    fn violation(&mut self, what: &'static str) {
+        let cause =
+            crate::sctp::chunk::ErrorCause::protocol_violation(Bytes::from_static(what.as_bytes()));
+        self.abort_with(AssocEnd::ProtocolViolation, &[cause]);
+    }
+
+    fn abort_with(&mut self, end: AssocEnd, causes: &[crate::sctp::chunk::ErrorCause]) {
         let abort = Abort {
             t_bit: false,
             causes,
@@ -631,7 +644,7 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
                         // RFC 9260 §11.4: "An SCTP implementation MUST abort the
                         // association if it receives a SACK chunk acknowledging a TSN
                         // that has not been sent."
-                        a.abort(AssocEnd::ProtocolViolation);
+                        a.violation("SACK acknowledges a TSN never sent");
                         return fx;
                     }
                     if handled.is_ok() {
@@ -774,7 +787,7 @@ fn on_data(a: &mut Sctp, d: Data, fx: &mut Effects) {
         }
         // RFC 9260 §6.9 / §6.2: an inconsistent or oversized message ends the
         // association; there is no way to skip it reliably.
-        Err(_) => a.abort(AssocEnd::ProtocolViolation),
+        Err(_) => a.violation("DATA inconsistent with the message it continues"),
     }
 }
 

@@ -126,7 +126,7 @@ pub(super) fn on_shutdown(a: &mut Sctp, cum_ack: Tsn, now: Time, fx: &mut Effect
                     }
                     Err(SackError::AcksUnsentTsn { .. }) => {
                         // §11.4, as for a SACK acknowledging a TSN never sent.
-                        a.abort(AssocEnd::ProtocolViolation);
+                        a.violation("SHUTDOWN acknowledges a TSN never sent");
                         return false;
                     }
                     Err(SackError::OutOfOrder { .. }) => {}

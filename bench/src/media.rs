@@ -84,6 +84,7 @@ fn subscription(id: u64, ssrc: u32, twcc: bool) -> SubscriptionSpec {
             transport_cc: twcc,
             ..FeedbackKinds::default()
         },
+        cname: "publisher".into(),
     }
 }
 

@@ -159,6 +159,10 @@ pub struct SubscriptionSpec {
     pub extensions: ExtensionIds,
     /// Feedback the subscriber sends.
     pub feedback: FeedbackKinds,
+    /// The CNAME its SSRCs have in the subscriber's SDP (`a=ssrc:… cname:`, RFC 5576
+    /// §6.1): the publisher's stream id. Its sender reports carry it in an SDES
+    /// (RFC 3550 §6.1), and streams to be synchronised share it (RFC 7022 §4.1).
+    pub cname: String,
 }
 
 /// How often a published audio track's level is reported to the owner

@@ -63,20 +63,54 @@ pub fn flush_sealed(conn: &mut DtlsConn, path: Option<FiveTuple>, out: &mut Outb
     }
 }
 
-/// A peer's SRTP contexts (from its DTLS-SRTP export) and the SSRC shoal sends its
-/// own RTCP with on that session.
+/// Who shoal's own RTCP in one peer's session comes from: the SSRC of its reports and
+/// feedback, and the CNAME its SDES gives that SSRC (RFC 3550 §6.1: "An SDES packet
+/// containing a CNAME item MUST be included in each compound RTCP packet").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtcpSender {
+    /// The sender SSRC.
+    pub ssrc: u32,
+    /// The CNAME: 16 lower-case hex digits of a random value drawn for the session
+    /// (RFC 7022 §4.1 lets an endpoint choose a name per session; nothing of
+    /// shoal's is synchronised with it).
+    pub cname: [u8; 16],
+}
+
+impl RtcpSender {
+    /// For a peer without SRTP keys, whose RTCP cannot go out anyway.
+    pub const UNKEYED: RtcpSender = RtcpSender {
+        ssrc: 1,
+        cname: *b"0000000000000000",
+    };
+
+    /// SSRC `ssrc` (0 is taken as 1) named by the hex digits of `name`.
+    pub fn new(ssrc: u32, name: u64) -> RtcpSender {
+        let mut cname = [0u8; 16];
+        for (i, c) in cname.iter_mut().enumerate() {
+            let nibble = (name >> (60 - 4 * i)) & 0xf;
+            *c = b"0123456789abcdef"[nibble as usize];
+        }
+        RtcpSender {
+            ssrc: ssrc.max(1),
+            cname,
+        }
+    }
+}
+
+/// A peer's SRTP contexts (from its DTLS-SRTP export) and who shoal's own RTCP on
+/// that session comes from.
 #[derive(Component)]
 pub struct PeerSrtp {
     /// Both directions.
     pub session: SrtpSession,
-    /// shoal's RTCP sender SSRC in this session.
-    pub rtcp_ssrc: u32,
+    /// shoal's RTCP sender in this session.
+    pub rtcp: RtcpSender,
 }
 
 impl PeerSrtp {
     /// Contexts keyed from `keys` for shoal's DTLS `role`. Retransmissions go as RTX
     /// (new indices), so the sender never protects an index twice.
-    pub fn new(keys: &SrtpKeys, role: DtlsRole, rtcp_ssrc: u32) -> Option<PeerSrtp> {
+    pub fn new(keys: &SrtpKeys, role: DtlsRole, rtcp: RtcpSender) -> Option<PeerSrtp> {
         // Room for every SSRC a peer may be sent at once (a subscription and its
         // RTX) and its own, with the ones of ended subscriptions forgotten.
         let config = SrtpConfig {
@@ -84,6 +118,6 @@ impl PeerSrtp {
             ..SrtpConfig::default()
         };
         let session = SrtpSession::new(keys, role, config).ok()?;
-        Some(PeerSrtp { session, rtcp_ssrc })
+        Some(PeerSrtp { session, rtcp })
     }
 }

@@ -295,3 +295,88 @@ fn reports_stop_when_the_stream_does() {
         "RTCP kept going for a silent stream"
     );
 }
+
+/// Every compound shoal sends carries an SDES CNAME right after its report (RFC 3550
+/// §6.1): the RRs, NACKs and PLIs to the publisher name shoal's own SSRC for that
+/// session with one 16-hex-digit name, and the SRs to a subscriber name the SSRC it
+/// sends with by the CNAME its SDP announced (the publisher's stream id).
+#[test]
+fn every_rtcp_compound_carries_an_sdes_cname() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use shoal_components::rtcp::{Compound, RtcpBody};
+
+    // Loss on the publisher's link makes NACKs, and the start a PLI.
+    let link = LinkConfig::lossy(Duration::from_millis(10), 0.05);
+    let mut sim = media_sim(11, &link, 1);
+    let captured: Rc<RefCell<Vec<(u64, Vec<u8>)>>> = Rc::default();
+    for i in [1u64, 2] {
+        let c = captured.clone();
+        sim.set_drop_filter(
+            addr(SRV),
+            cli(i),
+            Some(Box::new(move |_, payload: &[u8]| {
+                // RTCP by its packet type (RFC 5761 §4): 192–223 in the second byte.
+                if payload.len() > 1 && (192..=223).contains(&payload[1]) && payload[0] >> 6 == 2 {
+                    c.borrow_mut().push((i, payload.to_vec()));
+                }
+                false
+            })),
+        );
+    }
+    for i in 0..300u16 {
+        publish_packet(&mut sim, i);
+        sim.drain_events().count();
+    }
+    let mut sessions: Vec<SrtpSession> = [1u64, 2]
+        .iter()
+        .map(|&i| {
+            let keys = sim.shard(cli(i)).srtp_keys(PeerId(i)).expect("keys");
+            SrtpSession::new(&keys, DtlsRole::Client, SrtpConfig::default()).unwrap()
+        })
+        .collect();
+    let (sub_ssrc, _) = subscriber_ssrcs(2);
+    let mut names_to_publisher = std::collections::HashSet::new();
+    let (mut to_publisher, mut to_subscriber, mut with_feedback) = (0, 0, 0);
+    for (i, mut wire) in captured.borrow().iter().cloned() {
+        let plain = sessions[i as usize - 1]
+            .inbound
+            .unprotect_rtcp(&mut wire)
+            .expect("shoal's SRTCP");
+        let packets: Vec<_> = Compound::new(Bytes::copy_from_slice(&wire[..plain.len]))
+            .map(|p| p.expect("a valid compound").body)
+            .collect();
+        let reporter = match &packets[0] {
+            RtcpBody::ReceiverReport(rr) if i == 1 => rr.ssrc,
+            RtcpBody::SenderReport(sr) if i == 2 => sr.ssrc,
+            other => panic!("to client {i}, a compound starting with {other:?}"),
+        };
+        let RtcpBody::Sdes(sdes) = &packets[1] else {
+            panic!("to client {i}, no SDES after the report: {packets:?}")
+        };
+        let chunk = sdes.chunks.iter().next().expect("one chunk");
+        assert_eq!(chunk.ssrc, reporter, "the CNAME is the reporter's");
+        let cname = chunk.cname().expect("a CNAME item").to_vec();
+        if i == 1 {
+            assert_eq!(cname.len(), 16);
+            assert!(cname.iter().all(u8::is_ascii_hexdigit));
+            names_to_publisher.insert(cname);
+            to_publisher += 1;
+            with_feedback += usize::from(packets.len() > 2);
+        } else {
+            assert_eq!(reporter, sub_ssrc);
+            assert_eq!(cname, media_sim::PUBLISHER_CNAME.as_bytes());
+            to_subscriber += 1;
+        }
+    }
+    assert_eq!(names_to_publisher.len(), 1, "one name for the session");
+    assert!(to_subscriber >= 2, "{to_subscriber} SRs to the subscriber");
+    assert!(
+        with_feedback >= 3 && to_publisher > with_feedback,
+        "{to_publisher} compounds to the publisher, {with_feedback} with feedback"
+    );
+    println!(
+        "{to_publisher} compounds to the publisher ({with_feedback} with NACK or PLI), {to_subscriber} SRs"
+    );
+}

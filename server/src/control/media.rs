@@ -209,6 +209,7 @@ fn subscription_spec(id: TrackId, mid: &str, s: &Subscribed) -> SubscriptionSpec
         rtx_payload_type: s.codec.rtx_payload_type,
         extensions: extension_ids(&s.extensions),
         feedback: feedback(&s.codec),
+        cname: s.stream_id.clone(),
     }
 }
 

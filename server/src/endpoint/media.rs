@@ -487,6 +487,7 @@ impl MediaOffer {
             rtx_payload_type: codec.rtx_payload_type,
             extensions: track.extensions,
             feedback: track.feedback,
+            cname: self.cname.clone(),
         };
         Ok((track, out))
     }

@@ -26,6 +26,8 @@ pub const PUB_SSRC: u32 = 0x1000;
 pub const PUB_RTX: u32 = 0x1001;
 /// The server's track id and the clients' ids for their streams.
 pub const TRACK: TrackId = TrackId(7);
+/// The CNAME shoal announces for its streams of the track to subscribers.
+pub const PUBLISHER_CNAME: &str = "publisher-stream";
 pub const SOURCE: TrackId = TrackId(1);
 pub const RECEIVED: TrackId = TrackId(2);
 /// Packets the publisher sends: 100 a second for 10 s.
@@ -79,6 +81,7 @@ pub fn subscription(track: TrackId, ssrc: u32, rtx: u32) -> SubscriptionSpec {
         rtx_payload_type: Some(RTX_PT),
         extensions: ExtensionIds::default(),
         feedback: nack_feedback(),
+        cname: PUBLISHER_CNAME.into(),
     }
 }
 

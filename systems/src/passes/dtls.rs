@@ -24,7 +24,7 @@ use shoal_components::tick::{
     SctpStart, ShardEvent,
 };
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
-use shoal_components::transport::{DtlsSession, PeerSrtp, flush_sealed};
+use shoal_components::transport::{DtlsSession, PeerSrtp, RtcpSender, flush_sealed};
 
 use crate::peer::remove_in_pass;
 
@@ -179,8 +179,8 @@ fn drive(
                 let srtp_profile = srtp.as_ref().map(|k| k.profile as u16);
                 // RFC 5764 §4.2: the exported keys key SRTP both ways from now on.
                 if let Some(keys) = &srtp {
-                    let rtcp_ssrc = (ctx.rng.0.next_u32()).max(1);
-                    match PeerSrtp::new(keys, session.role, rtcp_ssrc) {
+                    let rtcp = RtcpSender::new(ctx.rng.0.next_u32(), ctx.rng.0.next_u64());
+                    match PeerSrtp::new(keys, session.role, rtcp) {
                         Some(contexts) => {
                             commands.entity(entity).insert(contexts);
                             ctx.media_start.peers.push(entity);

@@ -34,7 +34,7 @@ use shoal_components::tick::{
 };
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
-use shoal_components::transport::PeerSrtp;
+use shoal_components::transport::{PeerSrtp, RtcpSender};
 
 use rtcp::{
     on_rtcp, send_feedback, send_remb, send_transport_feedback, subscription_timer, track_timer,
@@ -172,12 +172,12 @@ pub fn media(
         let (entity, kind) = ctx.due.0[i];
         if kind == TimerKind::TransportFeedback {
             if let Ok((mut tw, mut timers)) = transport.get_mut(entity) {
-                let rtcp_ssrc = peers
+                let sender = peers
                     .get(entity)
                     .ok()
-                    .and_then(|(_, s)| s.map(|s| s.rtcp_ssrc))
-                    .unwrap_or(1);
-                send_transport_feedback(&mut ctx, entity, &mut tw.receive, rtcp_ssrc);
+                    .and_then(|(_, s)| s.map(|s| s.rtcp))
+                    .unwrap_or(RtcpSender::UNKEYED);
+                send_transport_feedback(&mut ctx, entity, &mut tw.receive, sender);
                 if let Some(bps) = tw.remb.run(now) {
                     // The streams it publishes now (aiortc applies a REMB to a
                     // sender it names).
@@ -192,7 +192,7 @@ pub fn media(
                                 .collect()
                         })
                         .unwrap_or_default();
-                    send_remb(&mut ctx, entity, &ssrcs, bps, rtcp_ssrc);
+                    send_remb(&mut ctx, entity, &ssrcs, bps, sender);
                 }
                 // More than one interval's messages describe: the rest next time.
                 if tw.receive.pending() {
@@ -236,12 +236,12 @@ pub fn media(
             continue;
         }
         if let Ok((mut track, mut timers)) = tracks.get_mut(entity) {
-            let rtcp_ssrc = track
+            let sender = track
                 .publisher
                 .and_then(|p| peers.get(p).ok())
-                .and_then(|(_, s)| s.map(|s| s.rtcp_ssrc))
-                .unwrap_or(1);
-            track_timer(&mut ctx, now, entity, &mut track, &mut timers, rtcp_ssrc);
+                .and_then(|(_, s)| s.map(|s| s.rtcp))
+                .unwrap_or(RtcpSender::UNKEYED);
+            track_timer(&mut ctx, now, entity, &mut track, &mut timers, sender);
         } else if let Ok((mut sub, mut timers)) = subs.get_mut(entity) {
             subscription_timer(&mut ctx, now, entity, &mut sub, &mut timers, &tracks);
             // Streams come and go with the publisher's encoder: a simulcast
@@ -419,12 +419,12 @@ fn request_keyframe(
     }
     t.keyframe_wanted = true;
     if keyframe_allowed(&t, now) {
-        let rtcp_ssrc = peers
+        let sender = peers
             .get(publisher)
             .ok()
-            .and_then(|(_, s)| s.map(|s| s.rtcp_ssrc))
-            .unwrap_or(1);
-        send_feedback(ctx, now, publisher, &mut t, rtcp_ssrc);
+            .and_then(|(_, s)| s.map(|s| s.rtcp))
+            .unwrap_or(RtcpSender::UNKEYED);
+        send_feedback(ctx, now, publisher, &mut t, sender);
     } else if let Some(at) = t.last_keyframe_request {
         let when = at + KEYFRAME_REQUEST_INTERVAL;
         if timers.get(TimerKind::MediaReport).is_none_or(|d| d > when) {
@@ -495,7 +495,7 @@ fn on_rtp(
         ctx.stats.rtp_unknown_ssrc += 1;
         return;
     };
-    let rtcp_ssrc = srtp.map_or(1, |s| s.rtcp_ssrc);
+    let sender = srtp.map_or(RtcpSender::UNKEYED, |s| s.rtcp);
     let entity = match media.tracks_by_ssrc.get(&h.ssrc) {
         Some(e) => *e,
         None => {
@@ -669,7 +669,7 @@ fn on_rtp(
     let wants_feedback = track.missing.iter().any(|(_, at, _)| at.is_none())
         || (track.keyframe_wanted && keyframe_allowed(&track, now));
     if wants_feedback {
-        send_feedback(ctx, now, peer, &mut track, rtcp_ssrc);
+        send_feedback(ctx, now, peer, &mut track, sender);
     }
     if timers.get(TimerKind::MediaReport).is_none() {
         ctx.heap.arm(

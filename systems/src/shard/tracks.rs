@@ -778,6 +778,7 @@ mod tests {
             rtx_payload_type: None,
             extensions: ExtensionIds::default(),
             feedback: FeedbackKinds::default(),
+            cname: "stream".into(),
         }
     }
 

@@ -5,21 +5,23 @@
 //! §6.3.1, RFC 5104 §4.3.1) becomes one throttled PLI to the publisher. Per-track
 //! and per-subscription timers send receiver reports with any feedback due to
 //! publishers, and sender reports to subscribers (RFC 3550 §6.4), so each side sees
-//! the loss and jitter of its own hop.
+//! the loss and jitter of its own hop. Every compound shoal sends carries an SDES
+//! CNAME after its report (RFC 3550 §6.1): a subscription's SR the name the
+//! subscriber's SDP gave its SSRC, everything else shoal's name for the session.
 
 use bevy_ecs::prelude::*;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use shoal_components::congestion::{ArrivalLog, MAX_FEEDBACKS_PER_INTERVAL};
 use shoal_components::media::temporal::Shift;
 use shoal_components::media::{PeerMedia, ReceiveStats, Subscription, Track, extend_seq};
 use shoal_components::rtcp::{
-    Compound, Nack, Pli, ReceiverReport, Remb, ReportBlock, RtcpBody, SenderReport, WriteRtcp,
-    lost_to_nack_entries,
+    Compound, Nack, Pli, ReceiverReport, Remb, ReportBlock, RtcpBody, Sdes, SdesChunk, SdesItem,
+    SenderReport, WriteRtcp, lost_to_nack_entries, sdes_type,
 };
 use shoal_components::tick::{Outgoing, SharedRtp};
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerKind, Timers};
-use shoal_components::transport::PeerSrtp;
+use shoal_components::transport::{PeerSrtp, RtcpSender};
 
 use super::{
     KEYFRAME_REQUEST_INTERVAL, MAX_NACKS_PER_PACKET, MAX_RETRANSMITS_PER_NACK, MediaCtx,
@@ -34,7 +36,7 @@ pub(super) fn send_feedback(
     now: Time,
     publisher: Entity,
     track: &mut Track,
-    rtcp_ssrc: u32,
+    sender: RtcpSender,
 ) {
     let Some(media_ssrc) = track.ssrc else {
         return;
@@ -50,22 +52,25 @@ pub(super) fn send_feedback(
     }
     let start = ctx.scratch.buf.len();
     ReceiverReport {
-        ssrc: rtcp_ssrc,
+        ssrc: sender.ssrc,
         reports: blocks.as_slice(),
         extension: Bytes::new(),
     }
     .write_to(&mut ctx.scratch.buf);
     ctx.scratch.blocks = blocks;
+    write_cname(&mut ctx.scratch.buf, sender.ssrc, &sender.cname);
+    let mut feedback = false;
     // keyframe_wanted is only set for a track that takes PLI (request_keyframe).
     if track.keyframe_wanted && keyframe_allowed(track, now) {
         Pli {
-            sender_ssrc: rtcp_ssrc,
+            sender_ssrc: sender.ssrc,
             media_ssrc,
         }
         .write_to(&mut ctx.scratch.buf);
         track.keyframe_wanted = false;
         track.last_keyframe_request = Some(now);
         ctx.stats.keyframe_requests_sent += 1;
+        feedback = true;
     }
     let mut lost = std::mem::take(&mut ctx.scratch.lost);
     lost.clear();
@@ -85,17 +90,18 @@ pub(super) fn send_feedback(
         entries.clear();
         entries.extend(lost_to_nack_entries(lost.iter().copied()));
         Nack {
-            sender_ssrc: rtcp_ssrc,
+            sender_ssrc: sender.ssrc,
             media_ssrc,
             entries: entries.as_slice(),
         }
         .write_to(&mut ctx.scratch.buf);
         ctx.scratch.nack = entries;
         ctx.stats.nacks_sent += 1;
+        feedback = true;
     }
     ctx.scratch.lost = lost;
     // Nothing to report and no feedback: nothing to send.
-    if !heard && ctx.scratch.buf.len() - start == RR_HEADER_LEN {
+    if !heard && !feedback {
         ctx.scratch.buf.truncate(start);
         return;
     }
@@ -108,15 +114,15 @@ pub(super) fn send_feedback(
 
 /// Transport-wide feedback to a publisher
 /// (draft-holmer-rmcat-transport-wide-cc-extensions-01 §3.1): what arrived since the
-/// last, each message headed by an RR without report blocks so it is a valid
-/// compound whether or not reduced-size RTCP was negotiated (RFC 3550 §6.1, RFC 5506
-/// §3.1). At most [`MAX_FEEDBACKS_PER_INTERVAL`] messages; a run longer than they
+/// last, each message headed by an RR without report blocks and shoal's CNAME, so it
+/// is a valid full compound whether or not reduced-size RTCP was negotiated (RFC 3550
+/// §6.1, RFC 5506 §3.1). At most [`MAX_FEEDBACKS_PER_INTERVAL`] messages; a run longer than they
 /// describe goes out next interval.
 pub(super) fn send_transport_feedback(
     ctx: &mut MediaCtx,
     publisher: Entity,
     log: &mut ArrivalLog,
-    rtcp_ssrc: u32,
+    sender: RtcpSender,
 ) {
     let mut arrivals = std::mem::take(&mut ctx.scratch.arrivals);
     for _ in 0..MAX_FEEDBACKS_PER_INTERVAL {
@@ -131,11 +137,11 @@ pub(super) fn send_transport_feedback(
             log.reported(1);
             continue;
         }
-        start_compound(ctx, rtcp_ssrc);
+        start_compound(ctx, sender);
         let scratch = &mut *ctx.scratch;
         scratch
             .encoder
-            .feedback(rtcp_ssrc, log.media_ssrc, base, log.sent as u8, encoded)
+            .feedback(sender.ssrc, log.media_ssrc, base, log.sent as u8, encoded)
             .write_to(&mut scratch.buf);
         log.reported(encoded.status_count);
         ctx.stats.transport_feedback_sent += 1;
@@ -149,18 +155,18 @@ pub(super) fn send_transport_feedback(
 }
 
 /// Sends `publisher` a REMB (draft-alvestrand-rmcat-remb-03 §2.2) of `bitrate_bps`
-/// for the media SSRCs it sent, behind an empty RR.
+/// for the media SSRCs it sent, behind an empty RR and shoal's CNAME.
 pub(super) fn send_remb(
     ctx: &mut MediaCtx,
     publisher: Entity,
     ssrcs: &[u32],
     bitrate_bps: u64,
-    rtcp_ssrc: u32,
+    sender: RtcpSender,
 ) {
     let (exponent, mantissa) = Remb::<&[u32]>::encode_bitrate(bitrate_bps);
-    start_compound(ctx, rtcp_ssrc);
+    start_compound(ctx, sender);
     Remb {
-        sender_ssrc: rtcp_ssrc,
+        sender_ssrc: sender.ssrc,
         // §2.2: "The SSRC of the media source is not used and SHALL be set to 0."
         media_ssrc: 0,
         exponent,
@@ -176,20 +182,36 @@ pub(super) fn send_remb(
     });
 }
 
-/// Starts a feedback compound in the scratch buffer with an empty RR (RFC 3550 §6.1:
-/// a compound starts with a report).
-fn start_compound(ctx: &mut MediaCtx, rtcp_ssrc: u32) {
+/// Starts a feedback compound in the scratch buffer with an empty RR and our CNAME
+/// (RFC 3550 §6.1: a compound starts with a report, and "An SDES packet containing
+/// a CNAME item MUST be included in each compound RTCP packet").
+fn start_compound(ctx: &mut MediaCtx, sender: RtcpSender) {
     ctx.scratch.reserve(1500);
     ReceiverReport {
-        ssrc: rtcp_ssrc,
+        ssrc: sender.ssrc,
         reports: &[] as &[ReportBlock],
         extension: Bytes::new(),
     }
     .write_to(&mut ctx.scratch.buf);
+    write_cname(&mut ctx.scratch.buf, sender.ssrc, &sender.cname);
 }
 
-/// An RR with no report blocks: the 4-byte header and the sender's SSRC.
-const RR_HEADER_LEN: usize = 8;
+/// An SDES packet of one chunk: `ssrc` and its CNAME item (RFC 3550 §6.5.1). An item
+/// holds at most 255 bytes; a longer name (a stream id a publisher chose) is cut there.
+fn write_cname(out: &mut BytesMut, ssrc: u32, cname: &[u8]) {
+    let items = [SdesItem {
+        kind: sdes_type::CNAME,
+        text: &cname[..cname.len().min(255)],
+    }];
+    let chunks = [SdesChunk {
+        ssrc,
+        items: &items,
+    }];
+    Sdes {
+        chunks: chunks.as_slice(),
+    }
+    .write_to(out);
+}
 
 /// RFC 3550 §6.4.1 and Appendix A.3: the report block for one received source.
 fn report_block(s: &mut ReceiveStats, ssrc: u32, now: Time) -> ReportBlock {
@@ -227,13 +249,13 @@ pub(super) fn track_timer(
     entity: Entity,
     track: &mut Track,
     timers: &mut Timers,
-    rtcp_ssrc: u32,
+    sender: RtcpSender,
 ) {
     let Some(publisher) = track.publisher else {
         // A local source has no one to report to.
         return;
     };
-    send_feedback(ctx, now, publisher, track, rtcp_ssrc);
+    send_feedback(ctx, now, publisher, track, sender);
     let mut next = now + REPORT_INTERVAL;
     if !track.missing.is_empty() {
         next = next.min(now + NACK_RETRY);
@@ -302,7 +324,7 @@ pub(super) fn subscription_timer(
         }
         None => (ntp(now), ts.wrapping_add(units(now.saturating_since(at)))),
     };
-    ctx.scratch.reserve(64);
+    ctx.scratch.reserve(64 + 8 + sub.spec.cname.len().min(255));
     SenderReport {
         ssrc: sub.spec.ssrc,
         ntp_time,
@@ -313,6 +335,12 @@ pub(super) fn subscription_timer(
         extension: Bytes::new(),
     }
     .write_to(&mut ctx.scratch.buf);
+    // The name the subscriber's SDP gave this SSRC (RFC 3550 §6.1, RFC 5576 §6.1).
+    write_cname(
+        &mut ctx.scratch.buf,
+        sub.spec.ssrc,
+        sub.spec.cname.as_bytes(),
+    );
     let packet = ctx.scratch.buf.split().freeze();
     ctx.out.0.push(Outgoing::Rtcp {
         peer: sub.subscriber,

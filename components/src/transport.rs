@@ -28,6 +28,8 @@ pub struct DtlsSession {
     pub srtp: Option<SrtpKeys>,
     /// The negotiated cipher suite, once connected.
     pub suite: Option<CipherSuite>,
+    /// The handshake must agree an SRTP profile (the peer's SDP has media).
+    pub srtp_required: bool,
 }
 
 impl DtlsSession {
@@ -40,6 +42,7 @@ impl DtlsSession {
             reply_path: None,
             srtp: None,
             suite: None,
+            srtp_required: false,
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use dtls_util::{Link, app_data, connected, pair};
 use shoal_components::dtls::{
-    CipherSuite, DtlsConfig, DtlsConn, DtlsEvent, NamedGroup, SrtpKeys, SrtpProfile,
+    CipherSuite, DtlsConfig, DtlsConn, DtlsError, DtlsEvent, NamedGroup, SrtpKeys, SrtpProfile,
 };
 
 fn config(suite: CipherSuite, group: NamedGroup) -> DtlsConfig {
@@ -122,6 +122,52 @@ fn no_common_srtp_profile_connects_without_srtp() {
     assert!(p.handshake(1000));
     assert_eq!(srtp_of(&p.client_events).1, None);
     assert_eq!(srtp_of(&p.server_events).1, None);
+}
+
+/// A session with media requires SRTP: with no profile in common the side that sees
+/// it fails the handshake with handshake_failure (RFC 5764 §4.1.1), as server on the
+/// ClientHello and as client on the ServerHello, and the peer is told.
+#[test]
+fn a_session_that_requires_srtp_refuses_one_without_it() {
+    let cm80 = DtlsConfig {
+        srtp_profiles: vec![SrtpProfile::Aes128CmHmacSha1_80],
+        ..DtlsConfig::default()
+    };
+    let none = DtlsConfig {
+        srtp_profiles: Vec::new(),
+        ..DtlsConfig::default()
+    };
+    let gcm = DtlsConfig {
+        srtp_profiles: vec![SrtpProfile::AeadAes128Gcm],
+        ..DtlsConfig::default()
+    };
+    // Server requires: a client offering no use_srtp, or no common profile.
+    for (seed, client) in [(30, none.clone()), (31, cm80.clone())] {
+        let mut p = pair(client, gcm.clone(), seed, Link::clean());
+        p.server.require_srtp();
+        p.run_until(1000, |p| dtls_util::closed(&p.client_events).is_some());
+        assert_eq!(
+            dtls_util::failed(&p.server_events),
+            Some(&DtlsError::NoSharedSrtpProfile)
+        );
+        assert_eq!(dtls_util::closed(&p.client_events), Some(Some(40)));
+        assert!(!p.client.is_connected() && !p.server.is_connected());
+    }
+    // Client requires: a server that answers without use_srtp.
+    let mut p = pair(cm80.clone(), none, 32, Link::clean());
+    p.client.require_srtp();
+    p.run_until(1000, |p| dtls_util::closed(&p.server_events).is_some());
+    assert_eq!(
+        dtls_util::failed(&p.client_events),
+        Some(&DtlsError::NoSharedSrtpProfile)
+    );
+    assert_eq!(dtls_util::closed(&p.server_events), Some(Some(40)));
+    // Required and agreed: connects with keys.
+    let mut p = pair(cm80.clone(), cm80, 33, Link::clean());
+    p.server.require_srtp();
+    p.client.require_srtp();
+    assert!(p.handshake(1000));
+    assert!(srtp_of(&p.server_events).1.is_some());
 }
 
 #[test]

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use shoal_components::dtls::crypto::fingerprint_sha256;
 use shoal_components::dtls::{
-    DtlsCertificate, DtlsConfig, DtlsConn, DtlsEvent, DtlsRole, DtlsStats, SrtpKeys, SrtpProfile,
+    DtlsCertificate, DtlsConfig, DtlsConn, DtlsError, DtlsEvent, DtlsRole, DtlsStats, SrtpKeys,
+    SrtpProfile,
 };
 use shoal_components::time::Time;
 
@@ -535,6 +536,87 @@ fn interop_openssl_srtp_aead_profiles() {
                 profile,
                 ..Case::new(shoal)
             });
+        }
+    }
+}
+
+/// A session with media needs SRTP keys: openssl's `s_client` offering no use_srtp, or
+/// only a profile shoal does not implement (AES_CM_128_HMAC_SHA1_32), is refused by
+/// shoal as DTLS server with a fatal handshake_failure alert (RFC 5764 §4.1.1), which
+/// openssl reports. The same client without the requirement (a data-only session)
+/// connects without SRTP, as the RFC's fallback allows.
+#[test]
+fn interop_openssl_client_without_a_shared_srtp_profile_is_refused_for_media() {
+    assert!(
+        openssl_available(),
+        "the openssl command line is required (apt-get install openssl)"
+    );
+    for (use_srtp, required) in [
+        (None, true),
+        (Some("SRTP_AES128_CM_SHA1_32"), true),
+        (Some("SRTP_AES128_CM_SHA1_32"), false),
+    ] {
+        let dir = TempDir::new("no-srtp");
+        let openssl_fp = make_openssl_cert(&dir.0);
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let p = |x: &str| dir.0.join(x).to_string_lossy().into_owned();
+        let mut args: Vec<String> = vec![
+            "s_client".into(),
+            "-dtls1_2".into(),
+            "-connect".into(),
+            format!("127.0.0.1:{}", socket.local_addr().unwrap().port()),
+            "-cert".into(),
+            p("c.pem"),
+            "-key".into(),
+            p("k.pem"),
+        ];
+        if let Some(profile) = use_srtp {
+            args.extend(["-use_srtp".into(), profile.into()]);
+        }
+        let (_child, _stdin, rx) = spawn_openssl(&args);
+        let mut out = Output {
+            rx,
+            seen: Vec::new(),
+        };
+        let (first, from) = first_datagram(&socket, &mut out);
+        socket.connect(from).unwrap();
+        let mut conn = DtlsConn::new(
+            DtlsRole::Server,
+            Arc::new(DtlsConfig::default()),
+            Arc::new(DtlsCertificate::generate().unwrap()),
+            openssl_fp,
+            random32(),
+            Time::ZERO,
+        );
+        if required {
+            conn.require_srtp();
+        }
+        let mut driver = Driver {
+            conn,
+            socket,
+            start: Instant::now(),
+            events: Vec::new(),
+        };
+        let now = driver.now();
+        let _ = driver.conn.handle_datagram(now, &first);
+        let case = format!("use_srtp {use_srtp:?}, required {required}");
+        if required {
+            let failed = driver.pump_until(DEADLINE, |d| {
+                d.events
+                    .iter()
+                    .any(|e| matches!(e, DtlsEvent::Failed(DtlsError::NoSharedSrtpProfile)))
+            });
+            assert!(failed, "{case}: {:?}", driver.events);
+            assert!(
+                out.wait(DEADLINE, &|l| l.contains("alert handshake failure"))
+                    .is_some(),
+                "{case}: openssl did not report the alert:\n{}",
+                out.dump()
+            );
+        } else {
+            let ok = driver.pump_until(DEADLINE, |d| d.conn.is_connected());
+            assert!(ok, "{case}: {:?}\n{}", driver.events, out.dump());
+            assert_eq!(driver.srtp(), None, "{case}");
         }
     }
 }

@@ -250,11 +250,13 @@ pub fn pair_specs<R: RngCore + ?Sized>(
             role: DtlsRole::Server,
             remote_fingerprint: controlling_fingerprint,
             max_message_size: None,
+            srtp_required: false,
         },
         PeerDtls {
             role: DtlsRole::Client,
             remote_fingerprint: lite_fingerprint,
             max_message_size: None,
+            srtp_required: false,
         },
     );
     specs_from(id, lite_addr, Some(dtls), &mut || rng.next_u64())

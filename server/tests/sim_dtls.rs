@@ -171,6 +171,7 @@ fn a_peer_with_the_wrong_certificate_is_removed_and_others_are_served() {
                 role: DtlsRole::Server,
                 remote_fingerprint: wrong,
                 max_message_size: None,
+                srtp_required: false,
             },
         )),
     )
@@ -187,6 +188,7 @@ fn a_peer_with_the_wrong_certificate_is_removed_and_others_are_served() {
                 role: DtlsRole::Client,
                 remote_fingerprint: srv_fp,
                 max_message_size: None,
+                srtp_required: false,
             },
         )),
     )
@@ -231,4 +233,90 @@ fn a_peer_with_the_wrong_certificate_is_removed_and_others_are_served() {
         client_at.saturating_since(at) < Duration::from_millis(100),
         "{client_at:?} vs {at:?}"
     );
+}
+
+/// A peer whose SDP has media (`srtp_required`) and whose DTLS client offers no SRTP
+/// profile is refused during the handshake: the shard removes it as a DTLS failure
+/// and the client hears a handshake_failure alert (RFC 5764 §4.1.1), rather than a
+/// session that connects and can never carry media. A data-only peer from the same
+/// client connects on DTLS alone.
+#[test]
+fn a_media_peer_without_srtp_is_refused_with_an_alert() {
+    let mut sim = Sim::new(4);
+    sim.add_shard(addr(SRV));
+    // Two clients (one path each), neither offering use_srtp.
+    let clients = [addr(CLI), addr("10.0.0.3:50000")];
+    for (seed, at) in clients.iter().enumerate() {
+        let mut cfg = ShardConfig::new(*at, seed as u64);
+        cfg.dtls = Arc::new(DtlsConfig {
+            srtp_profiles: Vec::new(),
+            ..DtlsConfig::default()
+        });
+        sim.add_shard_with(cfg);
+    }
+    sim.set_default_link(LinkConfig::lossy(Duration::from_millis(20), 0.0));
+    let srv_fp = sim.shard(addr(SRV)).fingerprint();
+    for (id, required) in [(1u64, true), (2, false)] {
+        let at = clients[id as usize - 1];
+        let cli_fp = sim.shard(at).fingerprint();
+        let s = (format!("srv{id}"), format!("serverpassword{id}serverpw"));
+        let c = (format!("cli{id}"), format!("clientpassword{id}clientpw"));
+        let server = spec(
+            id,
+            IceRole::Lite,
+            (&s.0, &s.1),
+            (&c.0, &c.1),
+            vec![],
+            PeerDtls {
+                role: DtlsRole::Server,
+                remote_fingerprint: cli_fp,
+                max_message_size: None,
+                srtp_required: required,
+            },
+        );
+        let client = spec(
+            id,
+            IceRole::Controlling,
+            (&c.0, &c.1),
+            (&s.0, &s.1),
+            vec![addr(SRV)],
+            PeerDtls {
+                role: DtlsRole::Client,
+                remote_fingerprint: srv_fp,
+                max_message_size: None,
+                srtp_required: false,
+            },
+        );
+        sim.command(addr(SRV), Command::AddPeer(server)).unwrap();
+        sim.command(at, Command::AddPeer(client)).unwrap();
+    }
+    let mut removed = Vec::new();
+    sim.run_until(
+        |s| {
+            for (node, e) in s.drain_events() {
+                if let ShardEvent::PeerRemoved { peer, reason } = e {
+                    removed.push((node, peer, reason));
+                }
+            }
+            removed.len() == 2 && s.shard(addr(SRV)).dtls_connected(PeerId(2))
+        },
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:?}: removed {removed:?}, peer 2 connected {}",
+            sim.shard(addr(SRV)).dtls_connected(PeerId(2))
+        )
+    });
+    removed.sort_by_key(|r| r.0 != addr(SRV));
+    assert_eq!(
+        removed,
+        vec![
+            (addr(SRV), PeerId(1), RemoveReason::DtlsFailed),
+            (addr(CLI), PeerId(1), RemoveReason::DtlsClosed),
+        ]
+    );
+    let srv = sim.shard(addr(SRV));
+    assert_eq!(srv.stats().dtls_failed, 1);
+    assert!(srv.srtp_keys(PeerId(2)).is_none(), "data only: no keys");
 }

@@ -30,7 +30,9 @@ use shoal_components::media::TrackId;
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_components::room::RoomId;
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
-use shoal_components::sdp::{self, AnswerParams, Negotiation, SessionDescription, Setup};
+use shoal_components::sdp::{
+    self, AnswerParams, MediaKind, Negotiation, SessionDescription, Setup,
+};
 use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_proto::v1::{self, DisconnectReason, participant_event, signal_response};
 use shoal_systems::{CommandError, PeerDtls, PeerSpec};
@@ -589,6 +591,13 @@ impl ControlState {
             Setup::Active => DtlsRole::Client,
             _ => DtlsRole::Server,
         };
+        // Audio or video accepted: its DTLS must key SRTP, or the media could never
+        // flow (RFC 5764 §4.1.1); a data-only session may go on DTLS alone.
+        let srtp_required = answer
+            .sdp
+            .media
+            .iter()
+            .any(|m| matches!(m.kind, MediaKind::Audio | MediaKind::Video) && m.port != 0);
         let spec = PeerSpec {
             id: who.peer,
             role: IceRole::Lite,
@@ -603,6 +612,7 @@ impl ControlState {
                 role,
                 remote_fingerprint: answer.transport.fingerprint_sha256,
                 max_message_size: Some(answer.remote_max_message_size),
+                srtp_required,
             }),
             room: Some(who.room_id),
             may_send_data,

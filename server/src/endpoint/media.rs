@@ -422,7 +422,11 @@ impl MediaOffer {
             .iter()
             .find(|m| m.port != 0)
             .ok_or(AnswerError::Rejected)?;
-        let peer = transport_of(self.id, &self.ufrag, &self.pwd, &sdp, first)?;
+        let mut peer = transport_of(self.id, &self.ufrag, &self.pwd, &sdp, first)?;
+        // The session sends media: no SRTP profile, no session.
+        if let Some(dtls) = peer.dtls.as_mut() {
+            dtls.srtp_required = true;
+        }
         let role = peer.dtls.as_ref().map_or(DtlsRole::Client, |d| d.role);
         let mut session = MediaSession {
             peer,

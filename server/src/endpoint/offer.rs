@@ -119,6 +119,7 @@ pub(super) fn transport_of(
             role,
             remote_fingerprint,
             max_message_size: None,
+            srtp_required: false,
         }),
         room: None,
         may_send_data: false,

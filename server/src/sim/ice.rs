@@ -93,11 +93,13 @@ impl Sim {
                     role,
                     remote_fingerprint: client_fp,
                     max_message_size: None,
+                    srtp_required: false,
                 },
                 PeerDtls {
                     role: client_role,
                     remote_fingerprint: server_fp,
                     max_message_size: None,
+                    srtp_required: false,
                 },
             )
         });

@@ -216,6 +216,7 @@ impl Lab {
                 role: DtlsRole::Server,
                 remote_fingerprint: cert.fingerprint_sha256(),
                 max_message_size: Some(256 * 1024),
+                srtp_required: false,
             }),
             room: None,
             may_send_data: true,

@@ -126,7 +126,7 @@ pub fn dtls(
 fn start_conn(ctx: &mut DtlsCtx, session: &mut DtlsSession) {
     let mut random = [0u8; 32];
     rand_core::RngCore::fill_bytes(&mut ctx.rng.0, &mut random);
-    let conn = DtlsConn::new(
+    let mut conn = DtlsConn::new(
         session.role,
         ctx.setup.config.clone(),
         ctx.setup.certificate.clone(),
@@ -134,6 +134,9 @@ fn start_conn(ctx: &mut DtlsCtx, session: &mut DtlsSession) {
         random,
         ctx.now.0,
     );
+    if session.srtp_required {
+        conn.require_srtp();
+    }
     session.conn = Some(Box::new(conn));
 }
 

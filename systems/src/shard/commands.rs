@@ -60,6 +60,11 @@ pub struct PeerDtls {
     /// RFC 8829 §5.8.2 asks the value be stored and respected); `None`: the shard's
     /// own `SctpLimits::max_message_size`.
     pub max_message_size: Option<usize>,
+    /// The peer's SDP has audio or video sections: the handshake must agree an SRTP
+    /// protection profile, else it fails with a handshake_failure alert
+    /// (`DtlsConn::require_srtp`). False for a data-only session, which may go on
+    /// DTLS alone (RFC 5764 §4.1.1).
+    pub srtp_required: bool,
 }
 
 /// What the owner of a shard can ask of it.
@@ -432,8 +437,10 @@ impl Shard {
                 .max_message_size
                 .unwrap_or(self.config.sctp.max_message_size);
             channels.receive_only = !may_send_data;
+            let mut session = DtlsSession::new(d.role, d.remote_fingerprint);
+            session.srtp_required = d.srtp_required;
             self.world.entity_mut(entity).insert((
-                DtlsSession::new(d.role, d.remote_fingerprint),
+                session,
                 Sctp::new(initiator, DEFAULT_SCTP_PORT, DEFAULT_SCTP_PORT),
                 channels,
             ));

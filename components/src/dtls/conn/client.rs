@@ -136,6 +136,9 @@ impl DtlsConn {
             ));
         }
         let srtp = check_server_extensions(&sh.extensions, &config.srtp_profiles)?;
+        if srtp.is_none() && self.srtp_required {
+            return Err(DtlsError::NoSharedSrtpProfile);
+        }
         let hs = self.hs_mut()?;
         hs.server_random = sh.random;
         hs.suite = Some(suite);

@@ -84,6 +84,8 @@ pub struct DtlsConn {
     rx: BytesMut,
     events: VecDeque<DtlsEvent>,
     pub(super) stats: DtlsStats,
+    /// The handshake fails unless it agrees an SRTP profile ([`DtlsConn::require_srtp`]).
+    pub(super) srtp_required: bool,
 }
 
 impl DtlsConn {
@@ -132,6 +134,7 @@ impl DtlsConn {
             rx: BytesMut::new(),
             events: VecDeque::new(),
             stats: DtlsStats::default(),
+            srtp_required: false,
         };
         let started = match role {
             DtlsRole::Client => conn.client_start(now),
@@ -141,6 +144,17 @@ impl DtlsConn {
             conn.fail(e);
         }
         conn
+    }
+
+    /// Makes an agreed SRTP protection profile a condition of the handshake: for a
+    /// session whose SDP has audio or video, which cannot go without SRTP keys. With
+    /// none in common the handshake fails with [`DtlsError::NoSharedSrtpProfile`] and a
+    /// fatal handshake_failure alert: as server once the ClientHello has been read
+    /// (RFC 5764 §4.1.1: "If that is not acceptable, the server SHOULD return an
+    /// appropriate DTLS alert"), as client when the ServerHello names none. Call it
+    /// before the peer's hello arrives.
+    pub fn require_srtp(&mut self) {
+        self.srtp_required = true;
     }
 
     /// Takes one UDP datagram, which may hold several records (RFC 6347 §4.1.1).

@@ -38,6 +38,11 @@ pub enum DtlsError {
     /// No signature algorithm in common with the peer.
     #[error("no signature algorithm in common")]
     NoSharedSignatureAlgorithm,
+    /// The session must key SRTP (the peer's SDP has media sections) and no SRTP
+    /// protection profile was agreed: RFC 5764 §4.1.1 lets the handshake fall back to
+    /// DTLS alone, "If that is not acceptable" the server sends an alert.
+    #[error("no SRTP protection profile in common, and the session carries media")]
+    NoSharedSrtpProfile,
     /// The peer speaks no DTLS 1.2.
     #[error("unsupported DTLS version {0:#06x}")]
     ProtocolVersion(u16),
@@ -99,6 +104,7 @@ impl DtlsError {
             | NoSharedCipherSuite
             | NoSharedGroup
             | NoSharedSignatureAlgorithm
+            | NoSharedSrtpProfile
             | BadRenegotiationInfo
             | HandshakeTooLarge
             | TooManyHelloVerifyRequests => AlertDescription::HANDSHAKE_FAILURE,

@@ -233,6 +233,10 @@ impl DtlsConn {
             }
             None => None,
         };
+        // A session with media cannot fall back to DTLS alone.
+        if srtp.is_none() && self.srtp_required {
+            return Err(DtlsError::NoSharedSrtpProfile);
+        }
         Ok(Choice {
             suite,
             group,

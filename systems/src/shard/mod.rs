@@ -279,6 +279,22 @@ impl Shard {
         }
         self.close_drained();
         self.collect_events();
+        // bevy_ecs writes a message for every component removed or despawned, for
+        // `RemovedComponents` readers (shoal has none); a World run outside bevy's App
+        // keeps them until `clear_trackers` swaps their buffers. Without this they
+        // piled up with every peer, track and subscription that ever went: a few
+        // hundred bytes a session, for as long as the process ran.
+        self.world.clear_trackers();
+    }
+
+    /// Removal messages bevy_ecs holds (see the end of `tick`).
+    #[cfg(test)]
+    pub(crate) fn removal_messages(&self) -> usize {
+        self.world
+            .removed_components()
+            .iter()
+            .map(|(_, m)| m.len())
+            .sum()
     }
 
     fn collect_events(&mut self) {

@@ -782,6 +782,45 @@ mod tests {
         }
     }
 
+    /// Peers, tracks and subscriptions that come and go leave nothing behind: not
+    /// even bevy's removal messages, which a World outside bevy's App keeps until
+    /// they are cleared (the shard does at the end of every tick).
+    #[test]
+    fn removal_messages_do_not_pile_up_with_churn() {
+        let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7000".parse().unwrap(), 1));
+        let mut t = Time::ZERO;
+        let baseline = shard.entity_count();
+        let mut most = 0;
+        for round in 0..200u64 {
+            let (a, b) = (2 * round + 1, 2 * round + 2);
+            shard.command(t, Command::AddPeer(lite(a))).unwrap();
+            shard.command(t, Command::AddPeer(lite(b))).unwrap();
+            let track = Command::Publish {
+                peer: PeerId(a),
+                track: track(1000 + round, 100),
+            };
+            shard.command(t, track).unwrap();
+            let subscribe = Command::Subscribe {
+                peer: PeerId(b),
+                subscription: sub(1000 + round, 5),
+            };
+            shard.command(t, subscribe).unwrap();
+            shard.command(t, Command::RemovePeer(PeerId(a))).unwrap();
+            shard.command(t, Command::RemovePeer(PeerId(b))).unwrap();
+            t = t + std::time::Duration::from_millis(20);
+            shard.handle_timeout(t);
+            most = most.max(shard.removal_messages());
+        }
+        assert_eq!(shard.entity_count(), baseline);
+        // At most the last two ticks' worth (one round's), not 200 rounds'.
+        assert!(most > 0, "the rounds removed components");
+        assert!(
+            shard.removal_messages() <= most && most < 200,
+            "{} removal messages held after 200 rounds (at most {most} at once)",
+            shard.removal_messages()
+        );
+    }
+
     #[test]
     fn tracks_and_subscriptions_go_with_their_peers() {
         let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7000".parse().unwrap(), 1));

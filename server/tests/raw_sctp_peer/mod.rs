@@ -65,7 +65,7 @@ pub fn data(tsn: Tsn, stream: u16, ssn: u16, ppid: u32, payload: &[u8]) -> Bytes
     let mut b = BytesMut::new();
     h.write_to(&mut b, payload.len());
     b.put_slice(payload);
-    while b.len() % 4 != 0 {
+    while !b.len().is_multiple_of(4) {
         b.put_u8(0);
     }
     b.freeze()

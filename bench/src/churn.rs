@@ -477,10 +477,13 @@ async fn signal(
                 fail("an offer before the answer".into());
                 continue;
             };
+            // The answer echoes the offer's id (absent: 0, as the node reads it).
+            let id = v.pointer("/offer/id").and_then(Value::as_u64).unwrap_or(0);
             match s.answer(sdp) {
                 Ok((answer, tracks)) => {
                     let _ = to_shard.send(Signalled::Receive(tracks));
-                    let _ = ws.send(text(json!({"answer": {"sdp": answer}}))).await;
+                    let answer = json!({"answer": {"sdp": answer, "id": id}});
+                    let _ = ws.send(text(answer)).await;
                 }
                 Err(e) => fail(format!("the node's offer: {e:?}")),
             }

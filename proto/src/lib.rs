@@ -82,11 +82,21 @@ mod tests {
         assert!(serde_json::from_str::<signal_request::Message>(r#"{"bogus": {}}"#).is_err());
         let answer = super::v1::signal_response::Message::Answer(super::v1::SessionDescription {
             sdp: "v=0".into(),
+            id: 7,
         });
         assert_eq!(
             serde_json::to_string(&answer).unwrap(),
-            r#"{"answer":{"sdp":"v=0"}}"#
+            r#"{"answer":{"sdp":"v=0","id":7}}"#
         );
+        // An answer without an id (older clients) reads as id 0.
+        let bare = r#"{"answer": {"sdp": "v=0"}}"#;
+        let Ok(signal_request::Message::Answer(a)) = serde_json::from_str(bare) else {
+            panic!("{bare}");
+        };
+        assert_eq!(a.id, 0);
+        // An id out of range is an error, not a wrapped number.
+        let negative = r#"{"answer": {"sdp": "v=0", "id": -1}}"#;
+        assert!(serde_json::from_str::<signal_request::Message>(negative).is_err());
     }
 
     #[test]

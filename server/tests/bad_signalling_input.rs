@@ -256,7 +256,10 @@ fn bad_signalling_input() {
         let mut signal = SignalServiceClient::new(channel.clone());
         for (first, code, mention) in [
             (
-                signal_request::Message::Offer(SessionDescription { sdp: offer.clone() }),
+                signal_request::Message::Offer(SessionDescription {
+                    sdp: offer.clone(),
+                    id: 0,
+                }),
                 Code::FailedPrecondition,
                 "join",
             ),

@@ -191,6 +191,7 @@ fn an_offer_with_a_mid_twice_is_refused() {
         grpc.join("lobby", "grpc-twice").await;
         grpc.send(signal_request::Message::Offer(SessionDescription {
             sdp: offer.clone(),
+            id: 0,
         }))
         .await;
         match grpc.next().await {
@@ -428,6 +429,7 @@ fn an_oversized_signalling_message_ends_the_session_with_an_error() {
         let over = shoal_server::control::DEFAULT_MAX_GRPC_MESSAGE_BYTES + 1024;
         grpc.send(signal_request::Message::Offer(SessionDescription {
             sdp: "x".repeat(over),
+            id: 0,
         }))
         .await;
         let status = loop {

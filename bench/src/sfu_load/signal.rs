@@ -244,7 +244,9 @@ async fn participant_signal(
             if !tracks.is_empty() {
                 to_gen.send(ToGen::Receive { conn, tracks });
             }
-            ws.send(send(json!({"answer": {"sdp": answer}})))
+            // The answer echoes the offer's id (absent: 0, as the node reads it).
+            let id = v.pointer("/offer/id").and_then(Value::as_u64).unwrap_or(0);
+            ws.send(send(json!({"answer": {"sdp": answer, "id": id}})))
                 .await
                 .map_err(|e| format!("send answer: {e}"))?;
         } else if let Some(e) = v.get("error") {

@@ -107,6 +107,8 @@ pub struct ControlState {
     limit_counters: Arc<LimitCounters>,
     /// Signalling connections ended for not reading (SIGNAL_SLOW_READER).
     slow_signal_readers: AtomicU64,
+    /// Stale answers ignored: answers to shoal offers no longer out.
+    stale_answers: AtomicU64,
     /// Joins, leaves, requests ([`super::metrics`]).
     metrics: Arc<ControlMetrics>,
     /// The shard reports the last scrape fetched, and when. Held across the fetch,
@@ -150,6 +152,7 @@ impl ControlState {
             allowed_origins: AllowedOrigins::default(),
             limit_counters: Arc::default(),
             slow_signal_readers: AtomicU64::new(0),
+            stale_answers: AtomicU64::new(0),
             metrics: Arc::new(ControlMetrics::new()),
             scraped: tokio::sync::Mutex::new(None),
             drain: Arc::default(),
@@ -254,6 +257,16 @@ impl ControlState {
     /// Counts a signalling connection ended for not reading.
     pub fn count_slow_signal_reader(&self) {
         self.slow_signal_readers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an answer ignored for naming an offer that is no longer out.
+    pub fn count_stale_answer(&self) {
+        self.stale_answers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Answers ignored for naming an offer that is no longer out.
+    pub fn stale_answers(&self) -> &AtomicU64 {
+        &self.stale_answers
     }
 
     /// The control plane's metrics.

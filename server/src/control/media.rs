@@ -14,6 +14,13 @@
 //!   present when it starts.
 //! - A participant that leaves takes its tracks along: the shard removes them with
 //!   its peer, the room hears UNPUBLISHED, and the others get offers without them.
+//! - shoal's offers to a participant are numbered (`SessionDescription.id`, from 1,
+//!   each higher than the last) and one is out at a time. An answer that names
+//!   another offer than the one out now answers one that timed out or that glare
+//!   dropped, however alike their sections: it is stale, counted
+//!   (`shoal_stale_answers_total`, a `stale_answer` log event) and ignored, and the
+//!   offer out now still waits for its own answer. An answer without an id (0)
+//!   answers whatever offer is out, as it did before offers were numbered.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -122,9 +129,64 @@ pub struct MemberMedia {
     pub answering: bool,
     /// When shoal's outstanding offer went out.
     pub offered_at: Option<std::time::Instant>,
+    /// The id of shoal's latest offer (`SessionDescription.id`); 0 before the first.
+    pub offer_id: u32,
     /// An ICE restart is on its way to the shard: another waits (one at a time, so
     /// the records and the shard agree on the current credentials).
     pub restarting: bool,
+}
+
+impl MemberMedia {
+    /// The id for shoal's next offer: one more than the last, never 0 (0 is "no
+    /// id"; after `u32::MAX` offers the count starts again at 1).
+    fn next_offer_id(&self) -> u32 {
+        self.offer_id.checked_add(1).unwrap_or(1)
+    }
+
+    /// Whether shoal's outstanding offer has waited [`OFFER_TIMEOUT`] for its answer
+    /// at `now`, and is to be rolled back.
+    pub(super) fn offer_expired(&self, now: std::time::Instant) -> bool {
+        self.negotiation.offer_outstanding()
+            && self
+                .offered_at
+                .is_some_and(|at| now.saturating_duration_since(at) >= OFFER_TIMEOUT)
+    }
+
+    /// shoal's next offer at `now` and its id, the outstanding one rolled back first
+    /// if it has waited [`OFFER_TIMEOUT`]; `None` while one is out, or when the
+    /// session has nothing to change.
+    fn next_offer(
+        &mut self,
+        now: std::time::Instant,
+        fingerprint_sha256: [u8; 32],
+        tracks: &[TrackSource],
+        new_ssrc: &mut dyn FnMut() -> u32,
+    ) -> Option<(u32, SessionDescription)> {
+        if self.offer_expired(now) {
+            self.negotiation.rollback();
+        }
+        let params = self.local.params(fingerprint_sha256);
+        let offer = self.negotiation.offer(&params, tracks, new_ssrc)?;
+        // Numbered even if it never leaves: an id names one offer only.
+        self.offer_id = self.next_offer_id();
+        self.offered_at = Some(now);
+        Some((self.offer_id, offer))
+    }
+
+    /// Whether an answer numbered `id` answers shoal's offer out now: any answer
+    /// without an id does (older clients); one with an id must name that offer.
+    pub(super) fn answers_outstanding(&self, id: u32) -> bool {
+        id == 0 || (self.negotiation.offer_outstanding() && id == self.offer_id)
+    }
+
+    /// The outstanding offer's id, or 0 if none is out.
+    fn outstanding_id(&self) -> u32 {
+        if self.negotiation.offer_outstanding() {
+            self.offer_id
+        } else {
+            0
+        }
+    }
 }
 
 /// The text form of a track id in SDP (`a=msid`) and signalling.
@@ -298,6 +360,7 @@ impl ControlState {
             tracks: Vec::new(),
             answering: true,
             offered_at: None,
+            offer_id: 0,
             restarting: false,
         });
         Ok((answered, changes))
@@ -510,27 +573,18 @@ impl ControlState {
             // Offered once the answer is out (`answer_delivered`).
             return;
         }
-        if media.negotiation.offer_outstanding()
-            && media
-                .offered_at
-                .is_some_and(|at| at.elapsed() >= OFFER_TIMEOUT)
-        {
-            media.negotiation.rollback();
-        }
-        let params = media.local.params(fingerprint);
-        if let Some(offer) = media
-            .negotiation
-            .offer(&params, &tracks, &mut || self.random_ssrc())
+        let now = std::time::Instant::now();
+        if let Some((id, offer)) =
+            media.next_offer(now, fingerprint, &tracks, &mut || self.random_ssrc())
         {
             let message = signal_response::Message::Offer(v1::SessionDescription {
                 sdp: offer.to_sdp_string(),
+                id,
             });
             // A connection that is ending (or that this offer takes past its bound)
             // takes no offer; roll it back so that a later change offers again.
             if link.outbox.push(&Outgoing::new(message)).is_err() {
                 media.negotiation.rollback();
-            } else {
-                media.offered_at = Some(std::time::Instant::now());
             }
         }
     }
@@ -588,26 +642,48 @@ impl ControlState {
         self.offer_if_needed(peer);
     }
 
-    /// Applies `peer`'s answer to shoal's offer.
+    /// Applies `peer`'s answer to shoal's offer; `id` is the offer it says it answers
+    /// (0: whichever is out). A stale answer, to an offer no longer out, is counted
+    /// and ignored.
     pub(super) fn accept_answer(
         &self,
         peer: PeerId,
         answer: &SessionDescription,
+        id: u32,
     ) -> Result<(), Status> {
-        let changes = {
-            let mut members = self.members();
-            let media = members
-                .by_peer
-                .get_mut(&peer)
-                .and_then(|m| m.media.as_mut())
-                .ok_or_else(|| Status::failed_precondition("shoal has sent no offer to answer"))?;
-            media.negotiation.accept(answer).map_err(|e| match e {
-                sdp::NegotiationError::NoOfferOutstanding => {
-                    Status::failed_precondition("shoal has no offer outstanding")
+        let changes =
+            {
+                let mut members = self.members();
+                let member = members.by_peer.get_mut(&peer).ok_or_else(|| {
+                    Status::failed_precondition("shoal has sent no offer to answer")
+                })?;
+                let (room, identity) = (member.room.as_str(), member.identity.as_str());
+                let media = member.media.as_mut().ok_or_else(|| {
+                    Status::failed_precondition("shoal has sent no offer to answer")
+                })?;
+                if !media.answers_outstanding(id) {
+                    // A late answer to an offer that timed out or that glare dropped:
+                    // applying it to the offer out now could agree to sections the
+                    // client never saw. The offer out now waits for its own answer.
+                    self.count_stale_answer();
+                    tracing::info!(
+                        event = "stale_answer",
+                        room,
+                        identity,
+                        peer = peer.0,
+                        answered = id,
+                        outstanding = media.outstanding_id(),
+                        "an answer to an offer that is no longer out was ignored"
+                    );
+                    return Ok(());
                 }
-                e => negotiation_error(&e),
-            })?
-        };
+                media.negotiation.accept(answer).map_err(|e| match e {
+                    sdp::NegotiationError::NoOfferOutstanding => {
+                        Status::failed_precondition("shoal has no offer outstanding")
+                    }
+                    e => negotiation_error(&e),
+                })?
+            };
         self.apply_media_changes(peer, changes);
         // Something may have changed while the offer was out.
         self.offer_if_needed(peer);
@@ -646,5 +722,121 @@ impl ControlState {
             }
         }
         self.offer_to_room(room, Some(peer));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use shoal_components::sdp::{Codec, MediaKind, Negotiation, SessionDescription, TrackSource};
+
+    use super::*;
+    use crate::endpoint::{OfferShape, media_offer, os_rng};
+
+    const FINGERPRINT: [u8; 32] = [0xcd; 32];
+
+    /// A participant's media after shoal answered its first offer (one section of
+    /// its own to receive audio in), and a publisher's audio for shoal to offer it.
+    fn answered_participant() -> (MemberMedia, TrackSource) {
+        let mut rng = os_rng().expect("a random generator");
+        let shape = OfferShape {
+            receive_audio: 1,
+            ..OfferShape::default()
+        };
+        let client = media_offer(PeerId(1), [0xab; 32], shape, &mut rng);
+        let publisher = media_offer(PeerId(2), [0xab; 32], OfferShape::PUBLISH, &mut rng);
+        let published = SessionDescription::parse(publisher.sdp()).expect("parses");
+        let codec = published
+            .media
+            .iter()
+            .flat_map(Codec::read_all)
+            .next()
+            .expect("the publisher's audio codec");
+        let track = TrackSource {
+            id: "TR1".to_owned(),
+            kind: MediaKind::Audio,
+            stream_id: "publisher".to_owned(),
+            codec,
+        };
+        let candidates: Arc<[SocketAddr]> = Arc::from(["127.0.0.1:7100".parse().unwrap()]);
+        let mut media = MemberMedia {
+            negotiation: Negotiation::new(7),
+            local: LocalTransport {
+                candidates,
+                tcp_candidates: Arc::from([]),
+                ufrag: "nodeufrag".to_owned(),
+                pwd: "nodepasswordnodepassword".to_owned(),
+                session_id: 7,
+            },
+            tracks: Vec::new(),
+            answering: false,
+            offered_at: None,
+            offer_id: 0,
+            restarting: false,
+        };
+        let offer = SessionDescription::parse(client.sdp()).expect("parses");
+        let params = media.local.params(FINGERPRINT);
+        media
+            .negotiation
+            .answer(&offer, &params, &[], &mut || 5)
+            .expect("shoal answers");
+        (media, track)
+    }
+
+    #[test]
+    fn a_timed_out_offer_is_numbered_again_and_its_answer_is_stale() {
+        let (mut media, track) = answered_participant();
+        let tracks = [track];
+        let mut ssrcs = 1000..;
+        let mut new_ssrc = || ssrcs.next().unwrap_or(1);
+        let t0 = Instant::now();
+        let (first, first_offer) = media
+            .next_offer(t0, FINGERPRINT, &tracks, &mut new_ssrc)
+            .expect("shoal offers the track");
+        assert_eq!(first, 1, "offers are numbered from 1");
+        assert!(media.answers_outstanding(first));
+        assert!(media.answers_outstanding(0), "no id: whichever is out");
+        assert!(!media.answers_outstanding(first + 1));
+        // Unanswered, but not for long enough: it stays out, and no other goes.
+        let almost = t0 + OFFER_TIMEOUT - Duration::from_millis(1);
+        assert!(!media.offer_expired(almost));
+        assert!(
+            media
+                .next_offer(almost, FINGERPRINT, &tracks, &mut new_ssrc)
+                .is_none()
+        );
+        // Timed out: rolled back, and the same change offered again, numbered anew.
+        let late = t0 + OFFER_TIMEOUT;
+        assert!(media.offer_expired(late));
+        let (second, second_offer) = media
+            .next_offer(late, FINGERPRINT, &tracks, &mut new_ssrc)
+            .expect("offered again");
+        assert!(second > first, "{second} after {first}");
+        let mids = |o: &SessionDescription| -> Vec<Option<String>> {
+            o.media.iter().map(|m| m.mid().map(str::to_owned)).collect()
+        };
+        assert_eq!(mids(&first_offer), mids(&second_offer), "the same sections");
+        // An answer to the first is stale; one to the second, or without an id, is
+        // not.
+        assert!(!media.answers_outstanding(first));
+        assert!(media.answers_outstanding(second));
+        assert!(media.answers_outstanding(0));
+        assert_eq!(media.outstanding_id(), second);
+        // Once nothing is out, only an answer without an id gets through (to be
+        // refused for want of an offer, as before ids).
+        media.negotiation.rollback();
+        assert!(!media.answers_outstanding(second));
+        assert!(media.answers_outstanding(0));
+        assert_eq!(media.outstanding_id(), 0);
+    }
+
+    #[test]
+    fn offer_ids_are_never_zero() {
+        let (mut media, _) = answered_participant();
+        media.offer_id = u32::MAX;
+        assert_eq!(media.next_offer_id(), 1);
+        media.offer_id = 41;
+        assert_eq!(media.next_offer_id(), 42);
     }
 }

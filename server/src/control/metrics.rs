@@ -314,6 +314,7 @@ pub fn render(state: &ControlState, reports: Vec<ShardReport>, queued: Vec<usize
             .map(|l| (l.name(), state.limit_counters().count_of(*l)))
             .collect(),
         slow_signal_readers: state.slow_signal_readers().load(Ordering::Relaxed),
+        stale_answers: state.stale_answers().load(Ordering::Relaxed),
         uptime: state.clock().now().as_micros() as f64 / 1e6,
         reports,
         queued,
@@ -337,6 +338,7 @@ struct Snapshot {
     auth: Vec<(&'static str, u64)>,
     limits: Vec<(&'static str, u64)>,
     slow_signal_readers: u64,
+    stale_answers: u64,
     uptime: f64,
     reports: Vec<ShardReport>,
     queued: Vec<usize>,
@@ -405,6 +407,13 @@ impl Collector for Snapshot {
             "Signalling connections ended because their client did not read them fast \
              enough",
             self.slow_signal_readers,
+        )?;
+        counter(
+            &mut e,
+            "shoal_stale_answers",
+            "Answers ignored because the offer they name is no longer out (it timed out \
+             or glare dropped it)",
+            self.stale_answers,
         )?;
         self.encode_shards(&mut e)
     }

@@ -10,7 +10,11 @@
 //! - `offer` from shoal whenever the room's tracks change for the participant, to
 //!   be answered with `answer`. shoal is the polite side of glare: an offer of the
 //!   participant's while one of shoal's is out drops shoal's, which comes again after
-//!   the answer; so a client ignores shoal's offers while its own is out;
+//!   the answer; so a client ignores shoal's offers while its own is out. shoal's
+//!   offers carry an `id` that the answer echoes: an answer naming an offer that is
+//!   no longer out (timed out, dropped on glare) is stale and ignored, not applied
+//!   to the offer out now (see `media`); shoal's answers echo the id of the client's
+//!   offer;
 //! - `trickle` is accepted and ignored: shoal is ICE-lite (RFC 8445 §2.5), it never
 //!   checks toward the client, so the client's candidates are of no use to it;
 //! - `leave`, or the end of the stream, removes the participant;
@@ -303,6 +307,7 @@ impl Session<'_> {
     async fn handle(&mut self, message: signal_request::Message) -> Result<(), Status> {
         match message {
             signal_request::Message::Offer(offer) => {
+                let offer_id = offer.id;
                 let offer = check_offer(offer.sdp.as_bytes())?;
                 let sdp = if self.negotiated {
                     // New ice-ufrag and ice-pwd: an ICE restart (RFC 8839 §4.4.1.1.1),
@@ -319,7 +324,9 @@ impl Session<'_> {
                     self.negotiated = true;
                     sdp
                 };
-                let answer = signal_response::Message::Answer(v1::SessionDescription { sdp });
+                // The client's id for its offer, if it numbers them, names the answer.
+                let answer =
+                    signal_response::Message::Answer(v1::SessionDescription { sdp, id: offer_id });
                 let _ = self.out.push(&Outgoing::new(answer));
                 if !self.may_publish && sends_media(&offer) {
                     self.state.auth().count(Refusal::Forbidden);
@@ -336,9 +343,10 @@ impl Session<'_> {
                 Ok(())
             }
             signal_request::Message::Answer(answer) => {
+                let id = answer.id;
                 let answer = SessionDescription::parse(&answer.sdp)
                     .map_err(|e| Status::invalid_argument(format!("invalid SDP answer: {e}")))?;
-                self.state.accept_answer(self.admitted.peer, &answer)
+                self.state.accept_answer(self.admitted.peer, &answer, id)
             }
             // RFC 8445 §2.5: a lite agent never checks toward the peer; its candidates
             // are not needed.

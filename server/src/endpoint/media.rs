@@ -498,6 +498,21 @@ impl MediaOffer {
 }
 
 impl MediaSession {
+    /// [`MediaSession::answer`] for an offer as shoal's signalling carries it: the
+    /// answer echoes the offer's `id`, so the node can tell it from a late answer to
+    /// an offer it has since dropped (timed out, or lost to glare).
+    ///
+    /// # Errors
+    /// As [`MediaSession::answer`].
+    pub fn answer_description(
+        &mut self,
+        offer: &shoal_proto::v1::SessionDescription,
+    ) -> Result<(shoal_proto::v1::SessionDescription, Vec<TrackSpec>), AnswerError> {
+        let (sdp, tracks) = self.answer(&offer.sdp)?;
+        let answer = shoal_proto::v1::SessionDescription { sdp, id: offer.id };
+        Ok((answer, tracks))
+    }
+
     /// Answers the answerer's later offer (RFC 8829 §5.3.1): the endpoint's own
     /// sections `sendonly` again, a `sendonly` section of the offerer's `recvonly`
     /// with its first codec, a rejected section rejected, anything else `inactive`.
@@ -856,11 +871,17 @@ mod tests {
         let again = shoal
             .offer(&params(&[node]), &tracks, &mut new_ssrc)
             .expect("shoal offers the new tracks");
+        // As the signalling carries it: the answer names the offer it answers.
+        let numbered = shoal_proto::v1::SessionDescription {
+            sdp: again.to_sdp_string(),
+            id: 41,
+        };
         let (answer, new) = session
-            .answer(&again.to_sdp_string())
+            .answer_description(&numbered)
             .expect("the endpoint answers");
+        assert_eq!(answer.id, 41, "the offer's id is echoed");
         let changes = shoal
-            .accept(&SessionDescription::parse(&answer).expect("the answer parses"))
+            .accept(&SessionDescription::parse(&answer.sdp).expect("the answer parses"))
             .expect("shoal takes the answer");
         let subscribed: Vec<(String, u32)> = changes
             .iter()

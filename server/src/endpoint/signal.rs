@@ -65,8 +65,10 @@ pub async fn join(
             identity: identity.to_owned(),
             ..JoinRequest::default()
         }),
+        // The endpoint's one offer, numbered so that the answer names it.
         signal_request::Message::Offer(SessionDescription {
             sdp: offer.to_owned(),
+            id: 1,
         }),
     ] {
         requests

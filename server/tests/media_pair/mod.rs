@@ -306,11 +306,14 @@ async fn signal(
             let s = offer.accept(sdp).expect("the node's answer");
             let _ = to_shard.send(Signalled::Session(Box::new(s.clone())));
             session = Some(s);
-        } else if let Some(sdp) = v.pointer("/offer/sdp").and_then(Value::as_str) {
+        } else if let Some(offer) = v.get("offer") {
             let s = session.as_mut().expect("an offer after the answer");
-            let (answer, tracks) = s.answer(sdp).expect("the node's offer");
+            let offer: shoal_proto::v1::SessionDescription =
+                serde_json::from_value(offer.clone()).expect("the node's offer");
+            // The answer echoes the offer's id.
+            let (answer, tracks) = s.answer_description(&offer).expect("the node's offer");
             let _ = to_shard.send(Signalled::Receive(tracks));
-            ws.send(send(json!({"answer": {"sdp": answer}})))
+            ws.send(send(json!({ "answer": answer })))
                 .await
                 .expect("send answer");
         } else if let Some(e) = v.get("error") {

@@ -95,7 +95,7 @@ pub fn join_script_opts(room: &str, me: &str, relay: bool, auto_subscribe: bool)
       state.offers++;
       await pc.setRemoteDescription({{ type: "offer", sdp: m.offer.sdp }});
       await pc.setLocalDescription(await pc.createAnswer());
-      ws.send(JSON.stringify({{ answer: {{ sdp: pc.localDescription.sdp }} }}));
+      ws.send(JSON.stringify({{ answer: {{ sdp: pc.localDescription.sdp, id: m.offer.id || 0 }} }}));
     }}).catch((err) => state.errors.push(String(err)));
   }};
   ws.send(JSON.stringify({{ join: {{ room: "{room}", identity: me, autoSubscribe: {auto_subscribe} }} }}));

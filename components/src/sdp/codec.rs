@@ -5,13 +5,31 @@
 //! An SFU does not decode, so what matters is that publisher and subscriber agree on
 //! the format: the same encoding name, clock rate and channels (RFC 3264 §6.1), and for
 //! H.264 the same packetization mode and profile (RFC 6184 §8.1: `profile-level-id`
-//! and `packetization-mode` describe the stream). shoal compares the profile by its
-//! `profile_idc` and `profile-iop` bytes and does not compare levels: a subscriber is
-//! offered the publisher's `profile-level-id` as it is, and one that cannot decode that
-//! level answers without the format. Mandatory-to-implement codecs are Opus (RFC 7874
-//! §3) and VP8 and H.264 Constrained Baseline (RFC 7742 §5).
+//! and `packetization-mode` describe the stream). [`Codec::same_format`] compares the
+//! profile by `profile_idc` and `profile-iop`, less the bit that is part of the level
+//! (RFC 6184 §8.2.2: "The level part of profile-level-id is changeable"), and so
+//! leaves levels out: a format is one format at any level.
+//!
+//! Levels decide where a stream may go ([`Codec::receives`]). A publisher's track has
+//! the level of its offer: shoal answers it with the offer's `profile-level-id` and
+//! `level-asymmetry-allowed` unchanged, and a receiver can take any level, so the
+//! publisher may send up to the level it offered and no higher. A subscriber must
+//! receive at least that level, whoever offers: the level in its answer to shoal's
+//! offer (which carries `level-asymmetry-allowed=1`, [`Codec::with_level_asymmetry`])
+//! is the highest it can receive when both sides allow asymmetry, and otherwise the
+//! level of both directions, which may only be lower than or equal to the offer's
+//! (RFC 6184 §8.2.2: "an answer to an offer may indicate a level equal to or lower
+//! than the level indicated in the offer"; a higher one, outside that rule, still names
+//! a decoder that takes the stream); the level in its own offer is the one shoal's
+//! answer may not exceed. A lower level is a format the subscriber cannot take, as a
+//! different profile is. Mandatory-to-implement codecs are Opus (RFC 7874 §3) and VP8
+//! and H.264 Constrained Baseline (RFC 7742 §5).
 
+use super::h264::{H264Level, ProfileLevelId, ProfileLevelIdError};
 use super::{Attribute, MediaDescription, RtcpFb, RtpMap};
+
+/// The `fmtp` parameter that lets H.264 levels differ by direction (RFC 6184 §8.1).
+const LEVEL_ASYMMETRY_ALLOWED: &str = "level-asymmetry-allowed";
 
 /// The codecs shoal forwards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -136,7 +154,8 @@ pub struct Codec {
 impl Codec {
     /// The codec of payload type `pt` in `m`, if shoal forwards it; its RTX format too
     /// when `m` has one whose `apt` names `pt` (RFC 4588 §8.1). `None` for formats shoal
-    /// does not forward, H.264 other than packetization mode 1 among them.
+    /// does not forward, H.264 other than packetization mode 1 or with a malformed
+    /// `profile-level-id` among them.
     pub fn read(m: &MediaDescription, pt: u8) -> Option<Self> {
         let rtpmap = m.rtpmap(pt)?;
         let name = CodecName::from_rtpmap(rtpmap)?;
@@ -160,7 +179,10 @@ impl Codec {
             feedback: Feedback::read(m, pt),
             rtx_payload_type: rtx_for(m, pt),
         };
-        if name == CodecName::H264 && codec.h264_mode() != Some(1) {
+        // A profile-level-id that is not one names no format (RFC 6184 §8.1).
+        if name == CodecName::H264
+            && (codec.h264_mode() != Some(1) || codec.h264_profile_level_id().is_err())
+        {
             return None;
         }
         Some(codec)
@@ -188,32 +210,73 @@ impl Codec {
         }
     }
 
-    /// H.264 `profile_idc` and `profile-iop` (the first two bytes of
-    /// `profile-level-id`, RFC 6184 §8.1; absent means 42 00 1f, Baseline).
-    fn h264_profile(&self) -> Option<[u8; 2]> {
-        let id = self.param("profile-level-id").unwrap_or("42001f");
-        if id.len() != 6 || !id.is_ascii() {
-            return None;
-        }
-        let byte = |i: usize| u8::from_str_radix(id.get(i..i + 2)?, 16).ok();
-        Some([byte(0)?, byte(2)?])
+    /// H.264 `profile-level-id` ([`ProfileLevelId::DEFAULT`] when absent).
+    fn h264_profile_level_id(&self) -> Result<ProfileLevelId, ProfileLevelIdError> {
+        self.param("profile-level-id")
+            .map_or(Ok(ProfileLevelId::DEFAULT), ProfileLevelId::parse)
+    }
+
+    /// The H.264 level of this format, or why its `profile-level-id` is not one; `None`
+    /// for other codecs.
+    pub fn h264_level(&self) -> Option<Result<H264Level, ProfileLevelIdError>> {
+        (self.name == CodecName::H264).then(|| self.h264_profile_level_id().map(|p| p.level()))
+    }
+
+    /// Whether the `fmtp` says `level-asymmetry-allowed=1` (RFC 6184 §8.1).
+    pub fn h264_level_asymmetry_allowed(&self) -> bool {
+        self.param(LEVEL_ASYMMETRY_ALLOWED) == Some("1")
     }
 
     /// Whether a stream of this codec can be sent to a peer that offered `other`: the
     /// same format, whatever the payload types (RFC 3264 §6.1 compares encodings, not
-    /// numbers).
+    /// numbers) and, for H.264, whatever the levels (RFC 6184 §8.2.2). A malformed
+    /// `profile-level-id` is no format.
     pub fn same_format(&self, other: &Self) -> bool {
         if self.name != other.name || self.channels != other.channels {
             return false;
         }
         match self.name {
             CodecName::H264 => {
+                let profile = |c: &Self| c.h264_profile_level_id().map(ProfileLevelId::profile);
                 self.h264_mode() == other.h264_mode()
-                    && self.h264_profile().is_some()
-                    && self.h264_profile() == other.h264_profile()
+                    && matches!((profile(self), profile(other)), (Ok(a), Ok(b)) if a == b)
             }
             CodecName::Opus | CodecName::Vp8 => true,
         }
+    }
+
+    /// Whether a peer that describes what it receives with this format (in its offer,
+    /// or in its answer to shoal's) can take `stream`: the same format, and for H.264
+    /// a level at least the stream's (see the module comment for RFC 6184 §8.2.2).
+    pub fn receives(&self, stream: &Self) -> bool {
+        if !self.same_format(stream) {
+            return false;
+        }
+        match (self.h264_level(), stream.h264_level()) {
+            (Some(Ok(receivable)), Some(Ok(sent))) => receivable >= sent,
+            (None, None) => true,
+            _ => false,
+        }
+    }
+
+    /// This format as shoal offers it: for H.264 with `level-asymmetry-allowed=1` (RFC
+    /// 6184 §8.1), so that the level of the answer is the highest the answerer can
+    /// receive rather than one both directions share.
+    pub fn with_level_asymmetry(mut self) -> Self {
+        if self.name != CodecName::H264 || self.h264_level_asymmetry_allowed() {
+            return self;
+        }
+        let others = self.fmtp.iter().flat_map(|f| f.split(';')).filter(|kv| {
+            !kv.trim().is_empty()
+                && kv
+                    .split_once('=')
+                    .is_none_or(|(k, _)| k.trim() != LEVEL_ASYMMETRY_ALLOWED)
+        });
+        let params: Vec<&str> = std::iter::once("level-asymmetry-allowed=1")
+            .chain(others)
+            .collect();
+        self.fmtp = Some(params.join(";"));
+        self
     }
 
     /// The payload types the codec uses: its own and its RTX one.
@@ -273,4 +336,57 @@ fn rtx_for(m: &MediaDescription, pt: u8) -> Option<u8> {
                 .and_then(|apt| apt.parse::<u8>().ok())
                 == Some(pt)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h264(fmtp: &str) -> Codec {
+        Codec {
+            name: CodecName::H264,
+            payload_type: 108,
+            channels: None,
+            fmtp: Some(fmtp.to_owned()),
+            feedback: Feedback::default(),
+            rtx_payload_type: None,
+        }
+    }
+
+    #[test]
+    fn shoals_offers_allow_level_asymmetry_and_keep_the_rest() {
+        let offered = |fmtp: &str| h264(fmtp).with_level_asymmetry().fmtp.unwrap();
+        assert_eq!(
+            offered("packetization-mode=1;profile-level-id=42e01f"),
+            "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"
+        );
+        assert_eq!(
+            offered("packetization-mode=1; level-asymmetry-allowed=0;profile-level-id=640c1f"),
+            "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=640c1f"
+        );
+        let chromium = "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f";
+        assert_eq!(offered(chromium), chromium);
+        let mut vp8 = h264("");
+        vp8.name = CodecName::Vp8;
+        vp8.fmtp = None;
+        assert_eq!(vp8.clone().with_level_asymmetry(), vp8);
+    }
+
+    #[test]
+    fn a_receiver_takes_a_stream_at_its_level_or_below_in_the_same_profile() {
+        let at = |id: &str| h264(&format!("packetization-mode=1;profile-level-id={id}"));
+        assert!(at("42e01f").receives(&at("42e01f")));
+        assert!(at("42e028").receives(&at("42e01f")));
+        assert!(!at("42e01e").receives(&at("42e01f")));
+        assert!(
+            at("42e01e").same_format(&at("42e01f")),
+            "one format at any level"
+        );
+        assert!(!at("4d0028").receives(&at("42e01f")), "another profile");
+        assert!(!at("42e0").receives(&at("42e01f")) && !at("42e01f").receives(&at("42e0")));
+        assert!(
+            !at("42e0").same_format(&at("42e0")),
+            "malformed is no format"
+        );
+    }
 }

@@ -20,6 +20,7 @@ mod codec;
 mod dtls;
 mod error;
 mod grouping;
+mod h264;
 mod media;
 mod negotiation;
 mod parse;
@@ -43,6 +44,7 @@ pub use codec::{Codec, CodecName, Feedback};
 pub use dtls::{Fingerprint, HashFunction, Setup};
 pub use error::SdpError;
 pub use grouping::{BUNDLE, Group, Msid, MsidSemantic};
+pub use h264::{H264Level, ProfileLevelId, ProfileLevelIdError};
 pub use media::{
     FORMAT_DATACHANNEL, MediaDescription, MediaKind, PROTO_DTLS_SCTP, PROTO_RTP_SAVPF,
 };

@@ -359,10 +359,11 @@ impl Negotiation {
         let subscribe = if receives {
             match previous.and_then(|p| p.subscribe.as_ref()) {
                 Some(s) if tracks.iter().any(|t| t.id == s.track) => {
-                    // The codec must still be offered with the payload type agreed.
+                    // The codec must still be offered with the payload type agreed, at a
+                    // level that takes the track.
                     codecs
                         .iter()
-                        .find(|c| c.same_format(&s.codec) && c.payload_type == s.codec.payload_type)
+                        .find(|c| c.receives(&s.codec) && c.payload_type == s.codec.payload_type)
                         .map(|_| s.clone())
                 }
                 _ => None,
@@ -374,9 +375,11 @@ impl Negotiation {
                         && !placed.contains(&t.id)
                         && !self.declined.contains(&t.id)
                         && !self.is_placed(&t.id)
-                        && codecs.iter().any(|c| c.same_format(&t.codec))
+                        && codecs.iter().any(|c| c.receives(&t.codec))
                 })?;
-                let codec = codecs.iter().find(|c| c.same_format(&track.codec))?;
+                // A format the participant receives at a lower level than the track's is
+                // one it cannot take (RFC 6184 §8.2.2; see the `codec` module).
+                let codec = codecs.iter().find(|c| c.receives(&track.codec))?;
                 let ssrc = fresh_ssrc(new_ssrc, &used);
                 let rtx_ssrc = codec
                     .rtx_payload_type

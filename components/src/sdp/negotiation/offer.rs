@@ -55,7 +55,7 @@ impl Negotiation {
                     s.kind == track.kind
                         && m.subscribe.is_none()
                         && m.receives
-                        && m.receivable.iter().any(|c| c.same_format(&track.codec))
+                        && m.receivable.iter().any(|c| c.receives(&track.codec))
                 }
                 _ => false,
             });
@@ -64,15 +64,17 @@ impl Negotiation {
                     let SectionState::Media(m) = &sections[i].state else {
                         continue;
                     };
-                    let Some(c) = m.receivable.iter().find(|c| c.same_format(&track.codec)) else {
+                    let Some(c) = m.receivable.iter().find(|c| c.receives(&track.codec)) else {
                         continue;
                     };
                     let mut c = c.clone();
                     c.fmtp = track.codec.fmtp.clone().or(c.fmtp);
-                    (i, c)
+                    (i, c.with_level_asymmetry())
                 }
                 None => {
-                    let codec = self.session_codec(&sections, &track.codec);
+                    let codec = self
+                        .session_codec(&sections, &track.codec)
+                        .with_level_asymmetry();
                     let mid = self.new_mid(&sections);
                     let section = Section {
                         mid: Some(mid),
@@ -317,7 +319,8 @@ impl Negotiation {
                         m.publish = None;
                     }
                     if let Some(x) = &m.subscribe {
-                        let has_codec = a.payload_types().any(|pt| pt == x.codec.payload_type);
+                        let has_codec = a.payload_types().any(|pt| pt == x.codec.payload_type)
+                            && answer_takes(a, &x.codec);
                         if !receives || !has_codec {
                             if !self.declined.contains(&x.track) {
                                 self.declined.push(x.track.clone());
@@ -368,6 +371,15 @@ pub(super) fn placed_in(sections: &[Section], track: &str) -> bool {
         SectionState::Media(m) => m.subscribe.as_ref().is_some_and(|x| x.track == track),
         _ => false,
     })
+}
+
+/// Whether answer section `a` takes `sent` on its payload type. An answer that
+/// describes the format again must keep it (RFC 6184 §8.2.2: the answerer "MUST either
+/// maintain all configuration parameters or remove the media format") at a level that
+/// takes the stream: a lower one is a format the participant cannot receive.
+pub(super) fn answer_takes(a: &MediaDescription, sent: &Codec) -> bool {
+    a.rtpmap(sent.payload_type).is_none()
+        || Codec::read(a, sent.payload_type).is_some_and(|c| c.receives(sent))
 }
 
 /// A format for a disabled section's `m=` line (RFC 8866 §5.14 needs one).

@@ -259,14 +259,7 @@ fn a_stale_cookie_gets_an_error_and_a_fresh_setup_works() {
     lab.send(a.peer_tag, &[data(a.next_tsn, 0, 0, PPID_BINARY, b"fresh")]);
     let p = lab.recv(Duration::from_secs(1)).expect("a SACK");
     assert!(has(&p, chunk_type::SACK));
-    let messages: Vec<_> = lab
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            ShardEvent::SctpMessage { payload, .. } => Some(payload.clone()),
-            _ => None,
-        })
-        .collect();
+    let messages: Vec<_> = lab.sctp_messages();
     assert_eq!(messages, vec![Bytes::from_static(b"fresh")]);
     assert_eq!(
         lab.count(|e| matches!(e, ShardEvent::SctpEstablished { .. })),
@@ -382,14 +375,7 @@ fn shoals_own_shutdown_with_data_queued_sends_the_data_first() {
     // everything the peer sent, the three late messages included.
     assert_eq!(rx.indices(), (0..40).collect::<Vec<_>>());
     assert_eq!(shutdown.cumulative_tsn_ack, a.next_tsn.prev());
-    let late: Vec<_> = lab
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            ShardEvent::SctpMessage { payload, .. } => Some(payload.clone()),
-            _ => None,
-        })
-        .collect();
+    let late: Vec<_> = lab.sctp_messages();
     assert_eq!(
         late,
         (0..3)

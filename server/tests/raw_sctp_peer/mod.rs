@@ -457,6 +457,17 @@ impl Lab {
         self.events.iter().filter(|e| f(e)).count()
     }
 
+    /// The payloads of every raw SCTP message the shard delivered so far.
+    pub fn sctp_messages(&self) -> Vec<Bytes> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                ShardEvent::SctpMessage { payload, .. } => Some(payload.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The reasons of every `SctpClosed` so far.
     pub fn sctp_closed(&self) -> Vec<shoal_components::sctp::assoc::AssocEnd> {
         self.events

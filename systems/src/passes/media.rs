@@ -175,8 +175,7 @@ pub fn media(
                 let sender = peers
                     .get(entity)
                     .ok()
-                    .and_then(|(_, s)| s.map(|s| s.rtcp))
-                    .unwrap_or(RtcpSender::UNKEYED);
+                    .map_or(RtcpSender::UNKEYED, |(_, s)| rtcp_sender(s));
                 send_transport_feedback(&mut ctx, entity, &mut tw.receive, sender);
                 if let Some(bps) = tw.remb.run(now) {
                     // The streams it publishes now (aiortc applies a REMB to a
@@ -239,8 +238,7 @@ pub fn media(
             let sender = track
                 .publisher
                 .and_then(|p| peers.get(p).ok())
-                .and_then(|(_, s)| s.map(|s| s.rtcp))
-                .unwrap_or(RtcpSender::UNKEYED);
+                .map_or(RtcpSender::UNKEYED, |(_, s)| rtcp_sender(s));
             track_timer(&mut ctx, now, entity, &mut track, &mut timers, sender);
         } else if let Ok((mut sub, mut timers)) = subs.get_mut(entity) {
             subscription_timer(&mut ctx, now, entity, &mut sub, &mut timers, &tracks);
@@ -422,8 +420,7 @@ fn request_keyframe(
         let sender = peers
             .get(publisher)
             .ok()
-            .and_then(|(_, s)| s.map(|s| s.rtcp))
-            .unwrap_or(RtcpSender::UNKEYED);
+            .map_or(RtcpSender::UNKEYED, |(_, s)| rtcp_sender(s));
         send_feedback(ctx, now, publisher, &mut t, sender);
     } else if let Some(at) = t.last_keyframe_request {
         let when = at + KEYFRAME_REQUEST_INTERVAL;
@@ -495,7 +492,7 @@ fn on_rtp(
         ctx.stats.rtp_unknown_ssrc += 1;
         return;
     };
-    let sender = srtp.map_or(RtcpSender::UNKEYED, |s| s.rtcp);
+    let sender = rtcp_sender(srtp);
     let entity = match media.tracks_by_ssrc.get(&h.ssrc) {
         Some(e) => *e,
         None => {
@@ -833,4 +830,9 @@ pub(crate) fn note_picture_size(track: &mut Track, payload: &[u8]) {
     if size.is_some() {
         layering.size = size;
     }
+}
+
+/// Who shoal's RTCP to a peer comes from; a peer without SRTP keys gets none anyway.
+fn rtcp_sender(srtp: Option<&PeerSrtp>) -> RtcpSender {
+    srtp.map_or(RtcpSender::UNKEYED, |s| s.rtcp)
 }

@@ -645,6 +645,45 @@ pub struct Config {
     )]
     pub tls_key: Option<PathBuf>,
 
+    /// etcd client URLs (`http://HOST:PORT`), repeatable or comma-separated: the node
+    /// joins the cluster they coordinate (membership, room ownership, routing; see
+    /// docs/cluster.md). Unset: the node runs alone and needs no etcd.
+    #[arg(long, env = "SHOAL_ETCD", value_name = "URL", value_delimiter = ',')]
+    pub etcd: Vec<crate::control::cluster::EtcdEndpoint>,
+
+    /// The etcd key prefix of this cluster: nodes register under PREFIX/nodes/ and
+    /// rooms' owners live under PREFIX/rooms/. Clusters with different prefixes
+    /// share an etcd without meeting.
+    #[arg(long, env = "SHOAL_CLUSTER_PREFIX", value_name = "PREFIX", default_value = crate::control::cluster::DEFAULT_PREFIX, value_parser = parse_cluster_prefix)]
+    pub cluster_prefix: String,
+
+    /// This node's id in its cluster (1 to 64 of A-Z a-z 0-9 . _ -), unique among
+    /// the live nodes. Unset: a random one at every start.
+    #[arg(long, env = "SHOAL_NODE_ID", value_name = "ID")]
+    pub node_id: Option<crate::control::cluster::Label>,
+
+    /// This node's region label (as --node-id's characters), shown to the cluster.
+    #[arg(long, env = "SHOAL_REGION", value_name = "REGION")]
+    pub region: Option<crate::control::cluster::Label>,
+
+    /// Seconds the node's membership lease lives without a keep-alive (3-300). A
+    /// node that cannot reach etcd closes its rooms a second before this could run
+    /// out, and a dead node's rooms are free again after it.
+    #[arg(
+        long,
+        env = "SHOAL_CLUSTER_LEASE_TTL",
+        value_name = "SECONDS",
+        default_value_t = crate::control::cluster::DEFAULT_LEASE_TTL_SECS,
+        value_parser = clap::value_parser!(u32).range(3..=300)
+    )]
+    pub cluster_lease_ttl: u32,
+
+    /// The host name or IP address other nodes reach this node's gRPC at and clients
+    /// are redirected to for its HTTP, in a cluster. Unset: the listeners' own
+    /// address, which then must not be 0.0.0.0 or ::.
+    #[arg(long, env = "SHOAL_ADVERTISE_HOST", value_name = "HOST", value_parser = parse_advertise_host)]
+    pub advertise_host: Option<String>,
+
     /// Log filter: a level (error, warn, info, debug, trace) or directives in
     /// RUST_LOG's syntax (`info,shoal_server::control=debug`). Unset: RUST_LOG, else
     /// info.
@@ -724,6 +763,12 @@ impl Default for Config {
                 crate::control::connections::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             max_connections: crate::control::connections::DEFAULT_MAX_CONNECTIONS,
             allowed_origins: Vec::new(),
+            etcd: Vec::new(),
+            cluster_prefix: crate::control::cluster::DEFAULT_PREFIX.to_owned(),
+            node_id: None,
+            region: None,
+            cluster_lease_ttl: crate::control::cluster::DEFAULT_LEASE_TTL_SECS,
+            advertise_host: None,
             log_level: None,
             log_format: crate::logging::LogFormat::Text,
             tls_cert: None,
@@ -1207,6 +1252,40 @@ impl FromStr for StaticPeer {
                 remote_pwd: rp,
             },
         })
+    }
+}
+
+/// `--cluster-prefix`: `/` then printable ASCII without spaces, at most 128 bytes,
+/// no trailing `/`.
+fn parse_cluster_prefix(s: &str) -> Result<String, String> {
+    let ok = s.starts_with('/')
+        && s.len() <= 128
+        && s.len() > 1
+        && !s.ends_with('/')
+        && s.bytes().all(|b| b.is_ascii_graphic());
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err("expected / then up to 127 printable ASCII characters, not ending in /".to_owned())
+    }
+}
+
+/// `--advertise-host`: an IP address or a DNS name.
+fn parse_advertise_host(s: &str) -> Result<String, String> {
+    if s.parse::<IpAddr>().is_ok() {
+        return Ok(s.to_owned());
+    }
+    let ok = (1..=253).contains(&s.len())
+        && s.split('.').all(|l| {
+            (1..=63).contains(&l.len())
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        });
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err("expected an IP address or a host name".to_owned())
     }
 }
 

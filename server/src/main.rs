@@ -209,6 +209,10 @@ fn run(config: &Config, api_keys: Vec<ApiKey>) -> Result<(), MainError> {
         Some(addr) => writeln!(stdout, "shoal: grpc {grpc_scheme}://{addr}")?,
         None => writeln!(stdout, "shoal: grpc off")?,
     }
+    match control.as_ref().and_then(ControlPlane::cluster_node) {
+        Some((id, prefix)) => writeln!(stdout, "shoal: cluster node {id} prefix {prefix}")?,
+        None => writeln!(stdout, "shoal: cluster off (no --etcd)")?,
+    }
     match control.as_ref().and_then(ControlPlane::http_addr) {
         Some(addr) => writeln!(stdout, "shoal: http {http_scheme}://{addr}")?,
         None => writeln!(stdout, "shoal: http off")?,

@@ -17,11 +17,13 @@ use shoal_components::time::Time;
 use shoal_proto::v1;
 use shoal_proto::v1::DisconnectReason;
 use shoal_proto::v1::node_service_server::NodeService;
+use shoal_proto::v1::room_service_client::RoomServiceClient;
 use shoal_proto::v1::room_service_server::RoomService;
 use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
 
 use super::auth::{Act, Auth};
+use super::cluster::{self, Cluster, NodeRecord, Route};
 use super::connections::{AddressTable, Limit, LimitCounters, Slot};
 use super::drain::Drain;
 use super::metrics::ControlMetrics;
@@ -120,6 +122,8 @@ pub struct ControlState {
     /// The next track id (node-wide).
     pub(super) next_track: AtomicU64,
     pub(super) rng: SystemRandom,
+    /// The cluster this node belongs to; `None`: it runs alone.
+    cluster: Option<Arc<Cluster>>,
 }
 
 impl ControlState {
@@ -159,7 +163,59 @@ impl ControlState {
             next_peer: AtomicU64::new(FIRST_PEER_ID),
             next_track: AtomicU64::new(1),
             rng: SystemRandom::new(),
+            cluster: None,
         }
+    }
+
+    /// The same, as a node of `cluster` (or alone).
+    pub fn with_cluster(mut self, cluster: Option<Arc<Cluster>>) -> ControlState {
+        self.cluster = cluster;
+        self
+    }
+
+    /// The cluster this node belongs to; `None` when it runs alone.
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.as_ref()
+    }
+
+    /// Where a request for `room` is served: `None` here, else the node it goes to.
+    /// `place`: a request that opens the room if it is not open places it when
+    /// nobody owns it. `hops`: how often the request was passed on already.
+    pub async fn room_owner(
+        &self,
+        room: &str,
+        place: bool,
+        hops: u32,
+    ) -> Result<Option<NodeRecord>, Status> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(None);
+        };
+        let room = validate_name(room, NameKind::Room)?;
+        let route = if place {
+            cluster.place(&room).await?
+        } else {
+            cluster.route(&room).await?
+        };
+        match route {
+            Route::Local => Ok(None),
+            Route::Remote(_) if hops >= cluster::MAX_HOPS => Err(Status::unavailable(format!(
+                "the request for room {room:?} was passed between nodes {hops} times; try again"
+            ))),
+            Route::Remote(node) => Ok(Some(node)),
+        }
+    }
+
+    /// Closes `room` here, disconnecting its participants with NODE_FENCED: the node
+    /// may no longer own it. Nothing happens if it is not open.
+    pub async fn close_room(self: &Arc<Self>, room: &str) {
+        let Ok(room) = self.rooms().delete(room) else {
+            return;
+        };
+        let peers: Vec<(usize, PeerId)> = room.participants().map(|p| (p.shard, p.peer)).collect();
+        for (_, peer) in &peers {
+            self.forget(*peer, DisconnectReason::NodeFenced);
+        }
+        let _ = self.disconnect(peers).await;
     }
 
     /// The same, with what answers need: each shard's UDP and TCP host candidates
@@ -371,6 +427,11 @@ impl ControlState {
             metadata: room.metadata.clone(),
             num_participants: saturating_u32(room.participant_count()),
             creation_time_unix_ms: self.clock.unix_ms(room.created_at),
+            node_id: self
+                .cluster
+                .as_ref()
+                .map(|c| c.node_id().to_owned())
+                .unwrap_or_default(),
         }
     }
 
@@ -430,7 +491,13 @@ impl ControlState {
     /// Closes the rooms whose empty-timeout has run out by now.
     pub fn expire_rooms(&self) -> Vec<String> {
         let now = self.clock.now();
-        self.rooms().expire(now)
+        let closed = self.rooms().expire(now);
+        if let Some(cluster) = &self.cluster {
+            for room in &closed {
+                cluster.release(room);
+            }
+        }
+        closed
     }
 
     /// Removes peers from their shards, off the runtime's workers, and logs failures.
@@ -551,7 +618,110 @@ impl ControlApi {
             .check(bearer_of(request), Act::Admin { room })?;
         Ok(self.state.rooms().participant(room, identity)?.peer)
     }
+
+    /// The node a request for `room` goes to, when not this one (see
+    /// [`ControlState::room_owner`]).
+    async fn elsewhere<T>(
+        &self,
+        request: &Request<T>,
+        room: &str,
+        place: bool,
+    ) -> Result<Option<NodeRecord>, Status> {
+        let hops = cluster::hops_of(request.metadata());
+        self.state.room_owner(room, place, hops).await
+    }
+
+    /// ListRooms over the whole cluster: this node's rooms and every other live
+    /// node's (each asked for its own), merged by name into one page.
+    async fn list_cluster_rooms(
+        &self,
+        cluster: &Arc<Cluster>,
+        request: Request<v1::ListRoomsRequest>,
+    ) -> Result<Response<v1::ListRoomsResponse>, Status> {
+        let req = request.get_ref().clone();
+        let size = rooms::page_len(page_size(req.page_size));
+        let mut all: Vec<v1::Room> = {
+            let rooms = self.state.rooms();
+            let page = rooms.list(&req.page_token, size)?;
+            page.items
+                .iter()
+                .map(|r| self.state.room_message(r))
+                .collect()
+        };
+        let others: Vec<NodeRecord> = cluster
+            .nodes()
+            .into_iter()
+            .filter(|n| n.id != cluster.node_id())
+            .collect();
+        let authorization = request.metadata().get("authorization").cloned();
+        let asks = others.iter().map(|node| {
+            let mut ask = Request::new(req.clone());
+            if let Some(a) = &authorization {
+                ask.metadata_mut().insert("authorization", a.clone());
+            }
+            forward(&self.state, node, ask, |mut c, r| async move {
+                c.list_rooms(r).await
+            })
+        });
+        for answer in futures_util::future::join_all(asks).await {
+            all.extend(answer?.into_inner().rooms);
+        }
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        // A room that moved while the nodes were asked shows once.
+        all.dedup_by(|a, b| a.name == b.name);
+        let more = all.len() > size;
+        all.truncate(size);
+        let next_page_token = match (more, all.last()) {
+            (true, Some(last)) => last.name.clone(),
+            _ => String::new(),
+        };
+        Ok(Response::new(v1::ListRoomsResponse {
+            rooms: all,
+            next_page_token,
+        }))
+    }
 }
+
+/// Passes `request` on to `node` with its `authorization` and one more hop, and
+/// returns what `node` answered.
+async fn forward<Req, Resp, F, Fut>(
+    state: &ControlState,
+    node: &NodeRecord,
+    request: Request<Req>,
+    call: F,
+) -> Result<Response<Resp>, Status>
+where
+    F: FnOnce(RoomServiceClient<tonic::transport::Channel>, Request<Req>) -> Fut,
+    Fut: Future<Output = Result<Response<Resp>, Status>>,
+{
+    let cluster = state
+        .cluster()
+        .ok_or_else(|| Status::internal("forwarding without a cluster"))?;
+    let hops = cluster::hops_of(request.metadata()) + 1;
+    let authorization = request.metadata().get("authorization").cloned();
+    let mut out = Request::new(request.into_inner());
+    if let Some(authorization) = authorization {
+        out.metadata_mut().insert("authorization", authorization);
+    }
+    out.metadata_mut().insert(cluster::HOPS, hops.into());
+    out.set_timeout(REQUEST_FORWARD_TIMEOUT);
+    let channel = cluster.channel(node)?;
+    match tokio::time::timeout(
+        REQUEST_FORWARD_TIMEOUT,
+        call(RoomServiceClient::new(channel), out),
+    )
+    .await
+    {
+        Ok(result) => result,
+        Err(_) => Err(Status::unavailable(format!(
+            "node {} did not answer in time",
+            node.id
+        ))),
+    }
+}
+
+/// How long a request passed on to another node may take there.
+const REQUEST_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[tonic::async_trait]
 impl RoomService for ControlApi {
@@ -563,6 +733,15 @@ impl RoomService for ControlApi {
             .auth
             .check(bearer_of(&request), Act::CreateRoom)?;
         self.state.drain().check_open()?;
+        if let Some(node) = self
+            .elsewhere(&request, &request.get_ref().name, true)
+            .await?
+        {
+            return forward(&self.state, &node, request, |mut c, r| async move {
+                c.create_room(r).await
+            })
+            .await;
+        }
         let req = request.into_inner();
         let spec = RoomSpec {
             name: req.name,
@@ -581,6 +760,15 @@ impl RoomService for ControlApi {
         request: Request<v1::GetRoomRequest>,
     ) -> Result<Response<v1::Room>, Status> {
         self.state.auth.check(bearer_of(&request), Act::ListRooms)?;
+        if let Some(node) = self
+            .elsewhere(&request, &request.get_ref().name, false)
+            .await?
+        {
+            return forward(&self.state, &node, request, |mut c, r| async move {
+                c.get_room(r).await
+            })
+            .await;
+        }
         let rooms = self.state.rooms();
         let room = rooms.get(&request.get_ref().name)?;
         Ok(Response::new(self.state.room_message(room)))
@@ -591,6 +779,11 @@ impl RoomService for ControlApi {
         request: Request<v1::ListRoomsRequest>,
     ) -> Result<Response<v1::ListRoomsResponse>, Status> {
         self.state.auth.check(bearer_of(&request), Act::ListRooms)?;
+        if let Some(cluster) = self.state.cluster()
+            && cluster::hops_of(request.metadata()) == 0
+        {
+            return self.list_cluster_rooms(cluster, request).await;
+        }
         let req = request.get_ref();
         let rooms = self.state.rooms();
         let page = rooms.list(&req.page_token, page_size(req.page_size))?;
@@ -612,7 +805,16 @@ impl RoomService for ControlApi {
         self.state
             .auth
             .check(bearer_of(&request), Act::Admin { room })?;
+        if let Some(node) = self.elsewhere(&request, room, false).await? {
+            return forward(&self.state, &node, request, |mut c, r| async move {
+                c.delete_room(r).await
+            })
+            .await;
+        }
         let room = self.state.rooms().delete(&request.get_ref().name)?;
+        if let Some(cluster) = self.state.cluster() {
+            cluster.release(&room.name);
+        }
         let peers: Vec<(usize, PeerId)> = room.participants().map(|p| (p.shard, p.peer)).collect();
         let participants_removed = saturating_u32(peers.len());
         for (_, peer) in &peers {
@@ -632,6 +834,13 @@ impl RoomService for ControlApi {
         self.state
             .auth
             .check(bearer_of(&request), Act::Admin { room: &req.room })?;
+        if let Some(node) = self.elsewhere(&request, &req.room, false).await? {
+            return forward(&self.state, &node, request, |mut c, r| async move {
+                c.list_participants(r).await
+            })
+            .await;
+        }
+        let req = request.get_ref();
         let (mut participants, next_page_token, by_shard) = {
             let rooms = self.state.rooms();
             let page = rooms.participants(&req.room, &req.page_token, page_size(req.page_size))?;
@@ -675,6 +884,13 @@ impl RoomService for ControlApi {
         self.state
             .auth
             .check(bearer_of(&request), Act::Admin { room: &req.room })?;
+        if let Some(node) = self.elsewhere(&request, &req.room, false).await? {
+            return forward(&self.state, &node, request, |mut c, r| async move {
+                c.remove_participant(r).await
+            })
+            .await;
+        }
+        let req = request.get_ref();
         let now = self.state.clock.now();
         let gone = self
             .state
@@ -690,6 +906,16 @@ impl RoomService for ControlApi {
         request: Request<v1::UpdateSubscriptionsRequest>,
     ) -> Result<Response<v1::UpdateSubscriptionsResponse>, Status> {
         let req = request.get_ref();
+        self.state
+            .auth
+            .check(bearer_of(&request), Act::Admin { room: &req.room })?;
+        if let Some(node) = self.elsewhere(&request, &req.room, false).await? {
+            return forward(&self.state, &node, request, |mut c, r| async move {
+                c.update_subscriptions(r).await
+            })
+            .await;
+        }
+        let req = request.get_ref();
         let peer = self.admin_over(&request, &req.room, &req.identity)?;
         self.state
             .update_subscriptions(peer, &req.track_ids, req.subscribe)?;
@@ -700,6 +926,16 @@ impl RoomService for ControlApi {
         &self,
         request: Request<v1::MutePublishedTrackRequest>,
     ) -> Result<Response<v1::MutePublishedTrackResponse>, Status> {
+        let req = request.get_ref();
+        self.state
+            .auth
+            .check(bearer_of(&request), Act::Admin { room: &req.room })?;
+        if let Some(node) = self.elsewhere(&request, &req.room, false).await? {
+            return forward(&self.state, &node, request, |mut c, r| async move {
+                c.mute_published_track(r).await
+            })
+            .await;
+        }
         let req = request.get_ref();
         let peer = self.admin_over(&request, &req.room, &req.identity)?;
         let track = self.state.mute_track(peer, &req.track_id, req.muted)?;
@@ -723,6 +959,13 @@ impl RoomService for ControlApi {
                 req.payload.len()
             )));
         }
+        if let Some(node) = self.elsewhere(&request, &req.room, false).await? {
+            return forward(&self.state, &node, request, |mut c, r| async move {
+                c.send_data(r).await
+            })
+            .await;
+        }
+        let req = request.get_ref();
         // One message per shard that holds a recipient: every member there, or the
         // one participant named.
         let messages: Vec<(usize, SendData)> = {
@@ -822,7 +1065,37 @@ impl NodeService for ControlApi {
             session_setup_timeouts: pending_stats.timed_out,
             connections_refused: self.state.limit_counters.counts().into_iter().collect(),
             slow_signal_readers: self.state.slow_signal_readers.load(Ordering::Relaxed),
+            node_id: self
+                .state
+                .cluster()
+                .map(|c| c.node_id().to_owned())
+                .unwrap_or_default(),
+            cluster: self.state.cluster().map(|c| cluster_info(c)),
         }))
+    }
+}
+
+/// The cluster as `cluster`'s node sees it.
+fn cluster_info(cluster: &Cluster) -> v1::ClusterInfo {
+    let rooms = cluster.rooms_by_node();
+    v1::ClusterInfo {
+        member: cluster.is_member(),
+        etcd_reachable: cluster.etcd_reachable(),
+        nodes: cluster
+            .nodes()
+            .into_iter()
+            .map(|n| v1::ClusterNode {
+                rooms: saturating_u32(rooms.get(&n.id).copied().unwrap_or(0)),
+                id: n.id,
+                grpc_url: n.grpc_url,
+                http_url: n.http_url,
+                region: n.region,
+                shards: n.shards,
+                peers: n.peers,
+                max_peers: n.max_peers,
+                draining: n.draining,
+            })
+            .collect(),
     }
 }
 

@@ -313,6 +313,10 @@ async fn create(
     };
     let state = &http.state;
     let from = client_ip(request.extensions());
+    let path_and_query = request
+        .uri()
+        .path_and_query()
+        .map_or_else(String::new, ToString::to_string);
     // RFC 9725 §4.5: the bearer token decides who joins, before the offer is read.
     let caller = match state
         .auth()
@@ -346,6 +350,13 @@ async fn create(
         Ok(body) => body,
         Err(response) => return response,
     };
+    // In a cluster, the room's owner serves the session (RFC 9725 §4.5: the
+    // endpoint may redirect with 307; the client repeats the POST there).
+    match state.room_owner(&room, state.auto_create_rooms(), 0).await {
+        Ok(None) => {}
+        Ok(Some(node)) => return redirect(&node.http_url, &path_and_query),
+        Err(status) => return error_response(&status),
+    }
     if !state.auto_create_rooms()
         && let Err(e) = state.rooms().get(&room)
     {
@@ -776,6 +787,23 @@ async fn signal(
         }
     };
     websocket::accept(upgrade, http.state, token, unauthenticated, slot, from)
+}
+
+/// 307 Temporary Redirect to the same path and query on the node at `base`: the
+/// client repeats the same request there.
+fn redirect(base: &str, path_and_query: &str) -> Response {
+    let location = format!("{base}{path_and_query}");
+    let mut response = text(
+        StatusCode::TEMPORARY_REDIRECT,
+        &format!("the room is served by {base}"),
+    );
+    match HeaderValue::from_str(&location) {
+        Ok(location) => {
+            response.headers_mut().insert(header::LOCATION, location);
+            response
+        }
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "no redirect location"),
+    }
 }
 
 /// `s` with everything but RFC 3986 unreserved characters percent-encoded, for a path

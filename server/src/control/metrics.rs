@@ -604,6 +604,7 @@ pub fn leave_reason(reason: DisconnectReason) -> &'static str {
         DisconnectReason::SlowReceiver => "slow_receiver",
         DisconnectReason::ConnectionTimeout => "connection_timeout",
         DisconnectReason::SignalSlowReader => "signal_slow_reader",
+        DisconnectReason::NodeFenced => "node_fenced",
     }
 }
 

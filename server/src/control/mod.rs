@@ -25,6 +25,7 @@
 //! it; without, the node runs open, and only on loopback listeners.
 
 pub mod auth;
+pub mod cluster;
 pub mod connections;
 pub mod drain;
 pub mod grpc;
@@ -141,6 +142,72 @@ pub struct ControlSettings {
     /// The web origins whose pages may open `/signal` and read WHIP/WHEP
     /// responses; empty: any.
     pub allowed_origins: AllowedOrigins,
+    /// The cluster to join (`--etcd`); `None`: the node runs alone.
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// `--etcd` and the settings that go with it, before the listeners are bound.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// etcd's client URLs.
+    pub endpoints: Vec<String>,
+    /// The cluster's key prefix.
+    pub prefix: String,
+    /// This node's id.
+    pub node_id: String,
+    /// This node's region label.
+    pub region: String,
+    /// The membership lease's time to live.
+    pub lease_ttl: Duration,
+    /// The host the node's URLs carry; `None`: the listeners' addresses.
+    pub advertise_host: Option<String>,
+}
+
+impl ClusterConfig {
+    /// The cluster settings once the listeners are bound at `grpc` and `http`,
+    /// served with TLS or not.
+    fn settings(
+        &self,
+        grpc: Option<SocketAddr>,
+        http: Option<SocketAddr>,
+        tls: bool,
+    ) -> Result<cluster::ClusterSettings, ControlError> {
+        let scheme = if tls { "https" } else { "http" };
+        let url = |what: &'static str, addr: Option<SocketAddr>| -> Result<String, ControlError> {
+            let Some(addr) = addr else {
+                return Ok(String::new());
+            };
+            let host = match &self.advertise_host {
+                Some(host) if host.contains(':') => format!("[{host}]"),
+                Some(host) => host.clone(),
+                None if addr.ip().is_unspecified() => {
+                    return Err(ControlError::Cluster(format!(
+                        "{what} listens on {addr}: give --advertise-host, the address other \
+                         nodes and redirected clients reach this node at"
+                    )));
+                }
+                None if addr.is_ipv6() => format!("[{}]", addr.ip()),
+                None => addr.ip().to_string(),
+            };
+            Ok(format!("{scheme}://{host}:{}", addr.port()))
+        };
+        if grpc.is_none() {
+            return Err(ControlError::Cluster(
+                "a cluster node needs its gRPC listener (--grpc-addr): nodes forward \
+                 requests to each other over it"
+                    .to_owned(),
+            ));
+        }
+        Ok(cluster::ClusterSettings {
+            endpoints: self.endpoints.clone(),
+            prefix: self.prefix.clone(),
+            node_id: self.node_id.clone(),
+            region: self.region.clone(),
+            lease_ttl: self.lease_ttl,
+            grpc_url: url("gRPC", grpc)?,
+            http_url: url("HTTP", http)?,
+        })
+    }
 }
 
 impl ControlSettings {
@@ -196,6 +263,21 @@ impl ControlSettings {
                 head_bytes: config.max_request_head_bytes,
             },
             allowed_origins: AllowedOrigins::new(config.allowed_origins.clone()),
+            cluster: (!config.etcd.is_empty()).then(|| ClusterConfig {
+                endpoints: config.etcd.iter().map(|e| e.0.clone()).collect(),
+                prefix: config.cluster_prefix.clone(),
+                node_id: config
+                    .node_id
+                    .as_ref()
+                    .map_or_else(random_node_id, |id| id.0.clone()),
+                region: config
+                    .region
+                    .as_ref()
+                    .map(|r| r.0.clone())
+                    .unwrap_or_default(),
+                lease_ttl: Duration::from_secs(config.cluster_lease_ttl.into()),
+                advertise_host: config.advertise_host.clone(),
+            }),
         })
     }
 }
@@ -230,6 +312,9 @@ pub enum ControlError {
     /// The control thread panicked.
     #[error("the control thread panicked")]
     Panicked,
+    /// The cluster settings do not fit, or the etcd client could not be made.
+    #[error("cluster: {0}")]
+    Cluster(String),
 }
 
 /// The running control plane. Dropping it stops it (as [`ControlPlane::shutdown`]
@@ -240,6 +325,8 @@ pub struct ControlPlane {
     grpc_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
     certificate: Option<Arc<Certificate>>,
+    /// This node's id and cluster prefix, in a cluster.
+    cluster_node: Option<(String, String)>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<(), ControlError>>>,
 }
@@ -279,7 +366,18 @@ impl ControlPlane {
             http: http.map(|(l, _)| l),
             certificate: certificate.clone(),
         };
-        let services = Services::new(settings, shards)?;
+        let cluster = settings
+            .cluster
+            .as_ref()
+            .map(|c| c.settings(grpc_addr, http_addr, certificate.is_some()))
+            .transpose()?
+            .map(|c| runtime.block_on(cluster::Cluster::new(c)))
+            .transpose()
+            .map_err(|e| ControlError::Cluster(e.to_string()))?;
+        let cluster_node = cluster
+            .as_ref()
+            .map(|c| (c.node_id().to_owned(), c.settings().prefix.clone()));
+        let services = Services::new(settings, shards, cluster)?;
         let drain = services.state.drain().clone();
 
         let (stop, stopped) = oneshot::channel();
@@ -297,6 +395,7 @@ impl ControlPlane {
             grpc_addr,
             http_addr,
             certificate,
+            cluster_node,
             stop: Some(stop),
             thread: Some(thread),
         })
@@ -310,6 +409,13 @@ impl ControlPlane {
     /// The address HTTP listens on (the bound port when 0 was asked for).
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http_addr
+    }
+
+    /// This node's id and its cluster's key prefix, when it runs in a cluster.
+    pub fn cluster_node(&self) -> Option<(&str, &str)> {
+        self.cluster_node
+            .as_ref()
+            .map(|(id, prefix)| (id.as_str(), prefix.as_str()))
     }
 
     /// Whether HTTP and gRPC serve TLS.
@@ -436,7 +542,11 @@ const HEALTH_NAMES: [&str; 4] = [
 ];
 
 impl Services {
-    fn new(settings: ControlSettings, shards: ShardHandles) -> Result<Services, ControlError> {
+    fn new(
+        settings: ControlSettings,
+        shards: ShardHandles,
+        cluster: Option<Arc<cluster::Cluster>>,
+    ) -> Result<Services, ControlError> {
         let state = Arc::new(
             ControlState::new(
                 RoomDirectory::new(settings.limits),
@@ -461,7 +571,8 @@ impl Services {
                 settings.max_http_body_bytes,
                 settings.connection_limits.header_timeout,
             )
-            .with_allowed_origins(settings.allowed_origins),
+            .with_allowed_origins(settings.allowed_origins)
+            .with_cluster(cluster),
         );
         let listening = Listening::new(
             settings.connection_limits,
@@ -518,6 +629,15 @@ impl Services {
         let draining = tokio::spawn(drain::run(state.clone(), health.clone()));
         let shard_events =
             events.map(|events| tokio::spawn(apply_shard_events(state.clone(), events)));
+        let cluster_tasks: Vec<_> = state
+            .cluster()
+            .map(|c| {
+                vec![
+                    tokio::spawn(cluster::membership::run(c.clone(), state.clone())),
+                    tokio::spawn(cluster::view::run(c.clone())),
+                ]
+            })
+            .unwrap_or_default();
         let (graceful, graceful_rx) = tokio::sync::watch::channel(false);
         let mut server = tokio::spawn(serve_all(listeners, routes, listening, state, graceful_rx));
         let early = tokio::select! {
@@ -527,6 +647,9 @@ impl Services {
         expiry.abort();
         draining.abort();
         if let Some(task) = shard_events {
+            task.abort();
+        }
+        for task in cluster_tasks {
             task.abort();
         }
         if let Some(ended) = early {
@@ -636,4 +759,13 @@ async fn expire_rooms(state: Arc<ControlState>) {
             );
         }
     }
+}
+
+/// A random node id: 12 hex digits.
+fn random_node_id() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 6];
+    // The system's generator does not fail on Linux; zeros would still be an id.
+    let _ = ring::rand::SystemRandom::new().fill(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

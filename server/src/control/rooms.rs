@@ -591,15 +591,21 @@ pub fn validate_metadata(metadata: &str) -> Result<(), RoomError> {
 }
 
 /// The page of `map` after `page_token`, whose next token is the page's last key.
+/// How many items a page asked for with `page_size` holds at most: 0 means the
+/// default.
+pub fn page_len(page_size: usize) -> usize {
+    match page_size {
+        0 => DEFAULT_PAGE_SIZE,
+        n => n.min(MAX_PAGE_SIZE),
+    }
+}
+
 fn page<'a, T>(
     map: &'a BTreeMap<String, T>,
     page_token: &str,
     page_size: usize,
 ) -> Result<Page<'a, T>, RoomError> {
-    let size = match page_size {
-        0 => DEFAULT_PAGE_SIZE,
-        n => n.min(MAX_PAGE_SIZE),
-    };
+    let size = page_len(page_size);
     let token = match page_token {
         "" => None,
         t => Some(validate_name(t, NameKind::PageToken)?),

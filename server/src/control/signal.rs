@@ -219,6 +219,18 @@ where
     auth.permit(&caller, Act::Join { room: &room })?;
     let identity = auth.counted(caller.identity_for(join.identity))?;
     let permissions = caller.permissions();
+    // In a cluster, the room's owner serves the session: the client goes there.
+    if let Some(node) = state
+        .room_owner(&room, state.auto_create_rooms(), 0)
+        .await?
+    {
+        out.push_last(signal_response::Message::Redirect(v1::Redirect {
+            signal_url: node.signal_url(),
+            grpc_url: node.grpc_url,
+            node_id: node.id,
+        }));
+        return Ok(());
+    }
     drop(unauthenticated);
     let (ended_tx, mut ended) = oneshot::channel();
     let admitted = state

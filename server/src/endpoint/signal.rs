@@ -43,21 +43,48 @@ impl Drop for Session {
     }
 }
 
+/// How many `redirect`s [`join`] follows (a cluster redirects a join to the node
+/// that serves the room; that one serves it).
+pub const MAX_REDIRECTS: usize = 2;
+
 /// Joins `room` as `identity` on the node whose gRPC listens at `grpc`, offering
-/// `offer`, and returns once the answer came. Runs on the caller's tokio runtime,
-/// which must keep running for the session to stay open.
+/// `offer`, and returns once the answer came. In a cluster, a node that does not
+/// serve the room says `redirect`: the join goes to the node named, at most
+/// [`MAX_REDIRECTS`] times. Runs on the caller's tokio runtime, which must keep
+/// running for the session to stay open.
 ///
 /// # Errors
 /// The node's status for a refused join or offer (`NOT_FOUND` for a room that is not
 /// open, `INVALID_ARGUMENT` for an offer it cannot answer), `UNAVAILABLE` when it
-/// cannot be reached, `DEADLINE_EXCEEDED` after [`JOIN_TIMEOUT`].
+/// cannot be reached, `DEADLINE_EXCEEDED` after [`JOIN_TIMEOUT`], `ABORTED` after
+/// too many redirects.
 pub async fn join(
     grpc: SocketAddr,
     room: &str,
     identity: &str,
     offer: &str,
 ) -> Result<Session, Status> {
-    let channel = connect(grpc).await?;
+    let mut url = format!("http://{grpc}");
+    for _ in 0..=MAX_REDIRECTS {
+        match join_at(&url, room, identity, offer).await? {
+            Joined::Session(session) => return Ok(session),
+            Joined::Redirect(next) => url = next,
+        }
+    }
+    Err(Status::aborted("redirected too often"))
+}
+
+/// What one node said to a join.
+enum Joined {
+    /// It serves the room: the session.
+    Session(Session),
+    /// Another node does, at this gRPC URL.
+    Redirect(String),
+}
+
+/// [`join`] on the node at `url`, without following a redirect.
+async fn join_at(url: &str, room: &str, identity: &str, offer: &str) -> Result<Joined, Status> {
+    let channel = connect_url(url).await?;
     let (requests, queue) = mpsc::channel(4);
     for message in [
         signal_request::Message::Join(JoinRequest {
@@ -94,6 +121,7 @@ pub async fn join(
             .map_err(|_| Status::deadline_exceeded("no answer from the node"))??;
         match next.and_then(|r: SignalResponse| r.message) {
             Some(signal_response::Message::Answer(a)) => break a.sdp,
+            Some(signal_response::Message::Redirect(r)) => return Ok(Joined::Redirect(r.grpc_url)),
             Some(signal_response::Message::Error(e)) => {
                 return Err(Status::failed_precondition(format!(
                     "{}: {}",
@@ -105,11 +133,11 @@ pub async fn join(
         }
     };
     let reader = tokio::spawn(async move { while let Ok(Some(_)) = responses.message().await {} });
-    Ok(Session {
+    Ok(Joined::Session(Session {
         answer,
         _requests: requests,
         reader,
-    })
+    }))
 }
 
 /// Work for the [`Signaller`]'s thread, and where its outcome goes.
@@ -256,7 +284,12 @@ async fn create_room(grpc: SocketAddr, room: &str) -> Result<(), Status> {
 /// A channel to the node's gRPC at `grpc` (no per-call deadline: a session's stream
 /// lasts as long as the session).
 async fn connect(grpc: SocketAddr) -> Result<Channel, Status> {
-    Endpoint::from_shared(format!("http://{grpc}"))
+    connect_url(&format!("http://{grpc}")).await
+}
+
+/// A channel to the gRPC server at `url` (`http://HOST:PORT`).
+async fn connect_url(url: &str) -> Result<Channel, Status> {
+    Endpoint::from_shared(url.to_owned())
         .map_err(|e| Status::invalid_argument(e.to_string()))?
         .connect_timeout(JOIN_TIMEOUT)
         .connect()

@@ -1,0 +1,548 @@
+//! A cluster of nodes coordinated through etcd (`--etcd`): membership, one owner per
+//! room, and where a request for a room goes.
+//!
+//! - **Membership.** The node registers `PREFIX/nodes/ID` (a [`NodeRecord`]: its
+//!   URLs, region, shards and load) bound to a lease of `--cluster-lease-ttl`
+//!   seconds that it keeps alive ([`membership`]). A node whose lease expires is gone
+//!   for everyone: etcd deletes its keys with the lease.
+//! - **Ownership.** A room's key `PREFIX/rooms/NAME` names its owner and is bound to
+//!   the owner's lease. A node claims a room with one transaction: create the key if
+//!   it does not exist (its create revision is 0), else read it. So two nodes never
+//!   both own a room; a room whose owner died is free again once its lease expired.
+//! - **Routing.** Every node watches the prefix ([`view`]) and so knows the live
+//!   nodes and who owns which room. A request for a room the node does not own goes
+//!   to the owner: gRPC calls are forwarded, WHIP/WHEP answer 307, signalling says
+//!   `redirect`. A room nobody owns is placed on the least-loaded live node.
+//! - **Fencing.** The node only serves rooms while its lease is surely alive: until
+//!   the moment of its last acknowledged keep-alive's sending plus the lease's TTL,
+//!   less [`FENCE_MARGIN`]. Past that (etcd unreachable for that long) it closes
+//!   every room it owns; it could no longer know it still owns them, and another node
+//!   may claim them once etcd expires the lease. Without etcd it places nothing.
+//!
+//! Without `--etcd` none of this runs, and the node serves every room itself.
+
+pub mod membership;
+pub mod view;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tonic::Status;
+use tonic::transport::{Channel, Endpoint};
+
+/// Default of `--cluster-lease-ttl`, in seconds.
+pub const DEFAULT_LEASE_TTL_SECS: u32 = 10;
+/// Default of `--cluster-prefix`.
+pub const DEFAULT_PREFIX: &str = "/shoal";
+/// How long before its lease could expire a node stops serving its rooms: room
+/// closing takes a shard round trip, and the fencing check runs every
+/// [`membership::TICK`].
+pub const FENCE_MARGIN: Duration = Duration::from_secs(1);
+/// How long one etcd request may take before the node counts etcd unreachable.
+pub const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
+/// How many times a request may be passed from node to node: a node that did not
+/// place the room may send it to the node it picked (1), which may send it once more
+/// to the owner if another node won the room meanwhile (2).
+pub const MAX_HOPS: u32 = 2;
+/// The gRPC metadata key that counts how often a request was forwarded, and the
+/// WHIP/WHEP/signalling query parameter that does so for redirects.
+pub const HOPS: &str = "shoal-hops";
+
+/// What a node needs to join its cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// etcd's client URLs.
+    pub endpoints: Vec<String>,
+    /// The key prefix under which this cluster's nodes and rooms live, without a
+    /// trailing `/`.
+    pub prefix: String,
+    /// This node's id, unique in the cluster.
+    pub node_id: String,
+    /// This node's region label; may be empty.
+    pub region: String,
+    /// The membership lease's time to live.
+    pub lease_ttl: Duration,
+    /// The base URL other nodes reach this node's gRPC at.
+    pub grpc_url: String,
+    /// The base URL clients are redirected to for this node's HTTP.
+    pub http_url: String,
+}
+
+/// A node as it registers itself: the value of `PREFIX/nodes/ID`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Its `--node-id`.
+    pub id: String,
+    /// The base URL of its gRPC listener.
+    pub grpc_url: String,
+    /// The base URL of its HTTP listener.
+    pub http_url: String,
+    /// Its region label.
+    pub region: String,
+    /// Its shards.
+    pub shards: u32,
+    /// Peers it holds now.
+    pub peers: u32,
+    /// Peers it holds at most.
+    pub max_peers: u32,
+    /// Whether it drains: it takes no new rooms.
+    pub draining: bool,
+    /// Its membership lease, which its rooms' keys are bound to.
+    pub lease: i64,
+}
+
+impl NodeRecord {
+    /// Its `/signal` WebSocket URL.
+    pub fn signal_url(&self) -> String {
+        let ws = if let Some(rest) = self.http_url.strip_prefix("https://") {
+            format!("wss://{rest}")
+        } else if let Some(rest) = self.http_url.strip_prefix("http://") {
+            format!("ws://{rest}")
+        } else {
+            self.http_url.clone()
+        };
+        format!("{ws}/signal")
+    }
+}
+
+/// The value of `PREFIX/rooms/NAME`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoomRecord {
+    /// The owner's node id.
+    pub owner: String,
+    /// The owner's lease, which the key is bound to.
+    pub lease: i64,
+}
+
+/// Where a request for a room is served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Here: this node owns the room (or, for a request about a room, nobody does:
+    /// it is served here, as not found).
+    Local,
+    /// By this other node.
+    Remote(NodeRecord),
+}
+
+/// A node name or region label: 1 to 64 of `A-Z a-z 0-9 . _ -`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Label(pub String);
+
+impl FromStr for Label {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Label, String> {
+        let ok = (1..=64).contains(&s.len())
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if ok {
+            Ok(Label(s.to_owned()))
+        } else {
+            Err("expected 1 to 64 of A-Z a-z 0-9 . _ -".to_owned())
+        }
+    }
+}
+
+impl std::fmt::Display for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An etcd client URL: `http://HOST:PORT` (TLS to etcd is not supported yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdEndpoint(pub String);
+
+impl FromStr for EtcdEndpoint {
+    type Err = String;
+    fn from_str(s: &str) -> Result<EtcdEndpoint, String> {
+        let rest = s
+            .strip_prefix("http://")
+            .ok_or_else(|| "expected http://HOST:PORT".to_owned())?;
+        let uri: axum::http::Uri = s.parse().map_err(|e| format!("{e}"))?;
+        if rest.is_empty() || uri.host().is_none() || uri.port_u16().is_none() {
+            return Err("expected http://HOST:PORT".to_owned());
+        }
+        Ok(EtcdEndpoint(s.trim_end_matches('/').to_owned()))
+    }
+}
+
+impl std::fmt::Display for EtcdEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What the node knows of its cluster and of its own standing in it.
+#[derive(Debug, Default)]
+struct Inner {
+    /// Live nodes, by id, as the watch last saw them (this one included once its
+    /// registration was seen).
+    nodes: BTreeMap<String, NodeRecord>,
+    /// Room owners by room name, as the watch last saw them.
+    owners: HashMap<String, RoomRecord>,
+    /// This node's lease, once granted; `None` before and after it was lost.
+    lease: Option<i64>,
+    /// Until when this node may serve the rooms it owns.
+    serve_until: Option<Instant>,
+    /// Whether the last etcd request succeeded.
+    etcd_ok: bool,
+    /// The rooms this node claimed under `lease` and serves.
+    owned: HashSet<String>,
+    /// Room keys of this node to delete from etcd (rooms closed or fenced here).
+    release: HashSet<String>,
+    /// This node's registration as last written.
+    record: Option<NodeRecord>,
+    /// Rooms placed on this node that it does not serve yet, since when.
+    unserved: HashMap<String, Instant>,
+}
+
+/// A node's membership of its cluster, shared by the control plane's tasks.
+pub struct Cluster {
+    settings: ClusterSettings,
+    client: etcd_client::Client,
+    inner: Mutex<Inner>,
+    /// gRPC channels to other nodes, by their gRPC URL.
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the cluster client could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("etcd: {0}")]
+pub struct ClusterError(#[from] etcd_client::Error);
+
+impl Cluster {
+    /// A cluster client for `settings`. Connects lazily: etcd need not be up yet.
+    pub async fn new(settings: ClusterSettings) -> Result<Arc<Cluster>, ClusterError> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(ETCD_TIMEOUT)
+            // Dead connections (etcd stopped, a partition) break watches and
+            // keep-alive streams within a few seconds.
+            .with_keep_alive(Duration::from_secs(1), ETCD_TIMEOUT)
+            .with_keep_alive_while_idle(true)
+            // A member cut off from its leader refuses rather than answer stale.
+            .with_require_leader(true);
+        let client = etcd_client::Client::connect(&settings.endpoints, Some(options)).await?;
+        Ok(Arc::new(Cluster {
+            settings,
+            client,
+            inner: Mutex::new(Inner::default()),
+            channels: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The settings it runs with.
+    pub fn settings(&self) -> &ClusterSettings {
+        &self.settings
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> &str {
+        &self.settings.node_id
+    }
+
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn node_key(&self, id: &str) -> String {
+        format!("{}/nodes/{id}", self.settings.prefix)
+    }
+
+    fn room_key(&self, room: &str) -> String {
+        format!("{}/rooms/{room}", self.settings.prefix)
+    }
+
+    /// Whether this node holds a lease it may serve under now.
+    pub fn is_member(&self) -> bool {
+        let inner = self.inner();
+        inner.lease.is_some() && inner.serve_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Whether etcd answered the last request.
+    pub fn etcd_reachable(&self) -> bool {
+        self.inner().etcd_ok
+    }
+
+    /// Every live node as the watch saw them, by id.
+    pub fn nodes(&self) -> Vec<NodeRecord> {
+        self.inner().nodes.values().cloned().collect()
+    }
+
+    /// Rooms each live node owns, by node id.
+    pub fn rooms_by_node(&self) -> HashMap<String, usize> {
+        let inner = self.inner();
+        let mut counts = HashMap::new();
+        for r in inner.owners.values() {
+            *counts.entry(r.owner.clone()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// Whether this node serves `room` now.
+    pub fn serves(&self, room: &str) -> bool {
+        let inner = self.inner();
+        inner.owned.contains(room) && inner.serve_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Where a request about the existing room `room` (normalised) goes: to its
+    /// owner, or here when this node owns it or nobody does.
+    pub async fn route(&self, room: &str) -> Result<Route, Status> {
+        if let Some(route) = self.known_route(room)? {
+            return Ok(route);
+        }
+        // The watch may lag a claim made a moment ago: ask etcd.
+        match self.read_owner(room).await? {
+            None => Ok(Route::Local),
+            Some(owner) => self.route_to(room, &owner).await,
+        }
+    }
+
+    /// Where a request that opens `room` (normalised) goes: [`Cluster::route`],
+    /// except that a room nobody owns is placed on the least-loaded live node first
+    /// (this one when it sees no other).
+    pub async fn place(&self, room: &str) -> Result<Route, Status> {
+        if let Some(route) = self.known_route(room)? {
+            return Ok(route);
+        }
+        let target = self.least_loaded();
+        self.claim(room, target).await
+    }
+
+    /// The route the watch's view gives, when it gives one for sure.
+    fn known_route(&self, room: &str) -> Result<Option<Route>, Status> {
+        let inner = self.inner();
+        if inner.owned.contains(room) {
+            return if inner.serve_until.is_some_and(|t| Instant::now() < t) {
+                Ok(Some(Route::Local))
+            } else {
+                Err(fenced())
+            };
+        }
+        Ok(match inner.owners.get(room) {
+            Some(r) if r.owner != self.settings.node_id => {
+                inner.nodes.get(&r.owner).cloned().map(Route::Remote)
+            }
+            _ => None,
+        })
+    }
+
+    /// The route to `owner` of `room`: here if it names this node under its current
+    /// lease (another node placed the room here, or this node closed it a moment
+    /// ago, or owned it before it fenced itself and the key outlived the outage),
+    /// else the owner's node.
+    async fn route_to(&self, room: &str, owner: &RoomRecord) -> Result<Route, Status> {
+        if owner.owner == self.settings.node_id {
+            let mine = {
+                let inner = self.inner();
+                Some(owner.lease) == inner.lease
+                    && inner.serve_until.is_some_and(|t| Instant::now() < t)
+            };
+            if !mine {
+                return Err(fenced());
+            }
+            return self.take_up(room, owner).await;
+        }
+        let inner = self.inner();
+        match inner.nodes.get(&owner.owner) {
+            Some(node) => Ok(Route::Remote(node.clone())),
+            None => Err(Status::unavailable(format!(
+                "room {room:?} belongs to node {:?}, which this node does not see yet; try again",
+                owner.owner
+            ))),
+        }
+    }
+
+    /// The least-loaded live node that takes rooms: fewest peers for its capacity,
+    /// then fewest rooms, then the lowest id.
+    fn least_loaded(&self) -> Option<NodeRecord> {
+        let rooms = self.rooms_by_node();
+        let inner = self.inner();
+        inner
+            .nodes
+            .values()
+            .filter(|n| !n.draining)
+            .min_by(|a, b| {
+                let load = |n: &NodeRecord| f64::from(n.peers) / f64::from(n.max_peers.max(1));
+                load(a)
+                    .total_cmp(&load(b))
+                    .then_with(|| {
+                        let count = |n: &NodeRecord| rooms.get(&n.id).copied().unwrap_or(0);
+                        count(a).cmp(&count(b))
+                    })
+                    .then_with(|| a.id.cmp(&b.id))
+            })
+            .cloned()
+    }
+
+    /// Claims `room` for `target` (this node when `None` or named so): one
+    /// transaction creates its key bound to the target's lease unless it exists; if
+    /// it does, the owner it names decides.
+    async fn claim(&self, room: &str, target: Option<NodeRecord>) -> Result<Route, Status> {
+        let (lease, target) = {
+            let inner = self.inner();
+            match target {
+                Some(node) if node.id != self.settings.node_id => (node.lease, Some(node)),
+                _ => match (inner.lease, inner.serve_until) {
+                    (Some(lease), Some(t)) if Instant::now() < t => (lease, None),
+                    _ => return Err(fenced()),
+                },
+            }
+        };
+        let owner = target
+            .as_ref()
+            .map_or_else(|| self.settings.node_id.clone(), |n| n.id.clone());
+        let key = self.room_key(room);
+        let value = serde_json::to_vec(&RoomRecord {
+            owner: owner.clone(),
+            lease,
+        })
+        .map_err(|_| Status::internal("room record"))?;
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )])
+            .or_else([TxnOp::get(key, None)]);
+        let mut client = self.client.clone();
+        let response = self.etcd(client.txn(txn)).await?;
+        if response.succeeded() {
+            tracing::info!(
+                event = "room_placed",
+                room,
+                owner = owner.as_str(),
+                lease,
+                "room placed"
+            );
+            if let Some(node) = target {
+                return Ok(Route::Remote(node));
+            }
+            let mut inner = self.inner();
+            inner.owned.insert(room.to_owned());
+            inner.release.remove(room);
+            return Ok(Route::Local);
+        }
+        let owner = response.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(get) => get.kvs().first().and_then(|kv| decode(kv.value())),
+            _ => None,
+        });
+        match owner {
+            Some(owner) => self.route_to(room, &owner).await,
+            // Deleted between the compare and the read: the caller may try again.
+            None => Err(Status::unavailable(format!(
+                "room {room:?} changed hands while being placed; try again"
+            ))),
+        }
+    }
+
+    /// Starts serving `room`, whose key names this node: rewrites the key if it still
+    /// holds `owner`, which moves its modification revision so that a deletion of
+    /// the key decided before (the room had closed here) no longer applies.
+    async fn take_up(&self, room: &str, owner: &RoomRecord) -> Result<Route, Status> {
+        let key = self.room_key(room);
+        let value = serde_json::to_vec(owner).map_err(|_| Status::internal("room record"))?;
+        let txn = Txn::new()
+            .when([Compare::value(key.clone(), CompareOp::Equal, value.clone())])
+            .and_then([TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(owner.lease)),
+            )]);
+        let mut client = self.client.clone();
+        if !self.etcd(client.txn(txn)).await?.succeeded() {
+            return Err(Status::unavailable(format!(
+                "room {room:?} changed hands while being opened; try again"
+            )));
+        }
+        let mut inner = self.inner();
+        inner.owned.insert(room.to_owned());
+        inner.release.remove(room);
+        Ok(Route::Local)
+    }
+
+    /// The owner etcd names for `room` now.
+    async fn read_owner(&self, room: &str) -> Result<Option<RoomRecord>, Status> {
+        let mut client = self.client.clone();
+        let response = self.etcd(client.get(self.room_key(room), None)).await?;
+        Ok(response.kvs().first().and_then(|kv| decode(kv.value())))
+    }
+
+    /// Runs an etcd request within [`ETCD_TIMEOUT`], noting whether etcd answered;
+    /// its failure is UNAVAILABLE.
+    async fn etcd<T>(
+        &self,
+        request: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, Status> {
+        let outcome = tokio::time::timeout(ETCD_TIMEOUT, request).await;
+        let ok = matches!(outcome, Ok(Ok(_)));
+        self.inner().etcd_ok = ok;
+        match outcome {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(Status::unavailable(format!(
+                "the cluster store (etcd) failed: {e}; no room can be placed now"
+            ))),
+            Err(_) => Err(Status::unavailable(
+                "the cluster store (etcd) did not answer; no room can be placed now",
+            )),
+        }
+    }
+
+    /// Notes that this node no longer serves `room` (it closed), so its key is
+    /// deleted from etcd.
+    pub fn release(&self, room: &str) {
+        let mut inner = self.inner();
+        if inner.owned.remove(room) {
+            inner.release.insert(room.to_owned());
+        }
+    }
+
+    /// A gRPC channel to `node` (made once, connected on first use).
+    pub fn channel(&self, node: &NodeRecord) -> Result<Channel, Status> {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = channels.get(&node.grpc_url) {
+            return Ok(c.clone());
+        }
+        let channel = Endpoint::from_shared(node.grpc_url.clone())
+            .map_err(|_| Status::internal(format!("node {} has a bad gRPC URL", node.id)))?
+            .connect_timeout(ETCD_TIMEOUT)
+            .connect_lazy();
+        channels.insert(node.grpc_url.clone(), channel.clone());
+        Ok(channel)
+    }
+}
+
+/// The error for a node that may no longer serve or place rooms.
+fn fenced() -> Status {
+    Status::unavailable(
+        "this node has lost contact with the cluster store (etcd) for too long to know \
+         it still owns its rooms; try another node",
+    )
+}
+
+/// A room record, or `None` for a value that is not one.
+fn decode(value: &[u8]) -> Option<RoomRecord> {
+    serde_json::from_slice(value).ok()
+}
+
+/// The hop count a request carries (0 when none, or a bad value).
+pub fn hops_of(metadata: &tonic::metadata::MetadataMap) -> u32 {
+    metadata
+        .get(HOPS)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}

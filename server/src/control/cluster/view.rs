@@ -1,0 +1,118 @@
+//! The node's view of its cluster: every live node and every room's owner, read
+//! from etcd once and then kept current by a watch on the cluster's prefix.
+//!
+//! The read gives a revision; the watch starts right after it, so no change falls
+//! between the two. Its first response confirms the watch was created (events
+//! follow only after). When the watch breaks (etcd stopped, a partition, a
+//! compaction past its revision) the view is read again and a new watch started.
+//! Meanwhile the view stays as it was: stale, not empty.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{EventType, GetOptions, WatchOptions};
+
+use super::{Cluster, NodeRecord, RoomRecord};
+
+/// How long to wait before reading again after the watch broke.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// Keeps the view current until the control plane stops.
+pub async fn run(cluster: Arc<Cluster>) {
+    loop {
+        if let Err(e) = follow(&cluster).await {
+            tracing::debug!(event = "cluster_watch_broken", error = %e, "watching etcd again");
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// One read of the prefix and the watch after it, until the watch ends.
+async fn follow(cluster: &Cluster) -> Result<(), String> {
+    let prefix = format!("{}/", cluster.settings.prefix);
+    let mut client = cluster.client.clone();
+    let read = client.get(prefix.clone(), Some(GetOptions::new().with_prefix()));
+    let response = cluster
+        .etcd(read)
+        .await
+        .map_err(|s| s.message().to_owned())?;
+    let revision = response.header().map_or(0, |h| h.revision());
+    {
+        let mut nodes = BTreeMap::new();
+        let mut owners = HashMap::new();
+        for kv in response.kvs() {
+            apply(cluster, &mut nodes, &mut owners, kv.key(), Some(kv.value()));
+        }
+        let mut inner = cluster.inner();
+        inner.nodes = nodes;
+        inner.owners = owners;
+    }
+    let options = WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(revision + 1);
+    let mut stream = client
+        .watch(prefix, Some(options))
+        .await
+        .map_err(|e| e.to_string())?;
+    loop {
+        let Some(response) = stream.message().await.map_err(|e| e.to_string())? else {
+            return Ok(());
+        };
+        if response.canceled() {
+            return Err(format!("watch cancelled: {}", response.cancel_reason()));
+        }
+        let mut inner = cluster.inner();
+        let inner = &mut *inner;
+        for event in response.events() {
+            let Some(kv) = event.kv() else { continue };
+            let value = match event.event_type() {
+                EventType::Put => Some(kv.value()),
+                EventType::Delete => None,
+            };
+            apply(
+                cluster,
+                &mut inner.nodes,
+                &mut inner.owners,
+                kv.key(),
+                value,
+            );
+        }
+    }
+}
+
+/// Applies one key's new value (`None`: deleted) to the view. Keys and values that
+/// are not the cluster's are ignored.
+fn apply(
+    cluster: &Cluster,
+    nodes: &mut BTreeMap<String, NodeRecord>,
+    owners: &mut HashMap<String, RoomRecord>,
+    key: &[u8],
+    value: Option<&[u8]>,
+) {
+    let Ok(key) = std::str::from_utf8(key) else {
+        return;
+    };
+    let Some(rest) = key.strip_prefix(cluster.settings.prefix.as_str()) else {
+        return;
+    };
+    if let Some(id) = rest.strip_prefix("/nodes/") {
+        match value.and_then(|v| serde_json::from_slice::<NodeRecord>(v).ok()) {
+            Some(record) if record.id == id => {
+                nodes.insert(id.to_owned(), record);
+            }
+            _ => {
+                nodes.remove(id);
+            }
+        }
+    } else if let Some(room) = rest.strip_prefix("/rooms/") {
+        match value.and_then(|v| serde_json::from_slice::<RoomRecord>(v).ok()) {
+            Some(record) => {
+                owners.insert(room.to_owned(), record);
+            }
+            None => {
+                owners.remove(room);
+            }
+        }
+    }
+}

@@ -1,0 +1,530 @@
+//! shoal nodes as a cluster on a real etcd (Debian's etcd-server), each node a real
+//! `shoal` process: placement with one owner per room, routing from any node to the
+//! owner, and what a node does while etcd is away. A node alone needs no etcd.
+//!
+//! Waits poll real processes for a condition with a deadline; none sleeps to let a
+//! race pass.
+
+mod cluster_harness;
+mod node_process;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cluster_harness::{ClusterNode, Etcd, wait_formed};
+use shoal_components::peer::PeerId;
+use shoal_components::sctp::dcep::ChannelType;
+use shoal_components::time::Time;
+use shoal_proto::v1::{
+    CreateRoomRequest, GetRoomRequest, ListParticipantsRequest, ListRoomsRequest,
+};
+use shoal_server::endpoint::{self, Control, data_offer, signal};
+use shoal_systems::{Command as ShardCommand, Shard, ShardConfig, ShardEvent};
+use tonic::Code;
+
+/// The lease TTL the tests' nodes run with (seconds).
+const TTL: u32 = 4;
+/// The client stacks' one peer: the node.
+const NODE: PeerId = PeerId(1);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// `n` nodes named node-0 … of a cluster on `etcd` under `prefix`.
+fn start_nodes(etcd: &Etcd, prefix: &str, n: usize) -> Vec<ClusterNode> {
+    (0..n)
+        .map(|i| ClusterNode::start(&etcd.url(), prefix, &format!("node-{i}"), TTL, &[]))
+        .collect()
+}
+
+/// Creates `room` through `node`; the owner's id.
+async fn create(node: &ClusterNode, room: &str) -> Result<String, tonic::Status> {
+    node.rooms()
+        .await
+        .create_room(CreateRoomRequest {
+            name: room.to_owned(),
+            ..CreateRoomRequest::default()
+        })
+        .await
+        .map(|r| r.into_inner().node_id)
+}
+
+/// The owner of every room etcd holds under `prefix`, by room.
+async fn owners_in_etcd(etcd: &Etcd, prefix: &str) -> BTreeMap<String, String> {
+    let mut client = etcd.client().await;
+    let rooms = format!("{prefix}/rooms/");
+    let response = client
+        .get(
+            rooms.clone(),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .expect("etcd answers");
+    response
+        .kvs()
+        .iter()
+        .map(|kv| {
+            let room = kv
+                .key_str()
+                .expect("UTF-8")
+                .strip_prefix(&rooms)
+                .expect("prefix");
+            let value: serde_json::Value = serde_json::from_slice(kv.value()).expect("JSON");
+            (
+                room.to_owned(),
+                value["owner"].as_str().expect("owner").to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn cluster_place_and_route() {
+    let etcd = Etcd::start();
+    let prefix = "/place-and-route";
+    let nodes = start_nodes(&etcd, prefix, 3);
+    let ids: HashSet<String> = nodes.iter().map(|n| n.id.clone()).collect();
+    let rt = runtime();
+    let owners = rt.block_on(async {
+        wait_formed(&nodes).await;
+        // 30 rooms, each created through a node picked by a fixed sequence.
+        let mut owners = BTreeMap::new();
+        for i in 0..30usize {
+            let via = &nodes[(i * 7 + i / 3) % 3];
+            let room = format!("room-{i:02}");
+            let owner = create(via, &room).await.expect("room created");
+            assert!(ids.contains(&owner), "{room}: owner {owner:?} is no node");
+            owners.insert(room, owner);
+        }
+        owners
+    });
+    let per_node: HashMap<&String, usize> = owners.values().fold(HashMap::new(), |mut m, o| {
+        *m.entry(o).or_default() += 1;
+        m
+    });
+    assert_eq!(
+        per_node.len(),
+        3,
+        "rooms spread over every node: {per_node:?}"
+    );
+    rt.block_on(async {
+        // etcd holds exactly these owners, one key per room.
+        assert_eq!(owners_in_etcd(&etcd, prefix).await, owners);
+        for node in &nodes {
+            // Every node lists the whole cluster's rooms with their owners.
+            let listed = node
+                .rooms()
+                .await
+                .list_rooms(ListRoomsRequest {
+                    page_size: 100,
+                    ..ListRoomsRequest::default()
+                })
+                .await
+                .expect("ListRooms")
+                .into_inner();
+            let listed: BTreeMap<String, String> = listed
+                .rooms
+                .into_iter()
+                .map(|r| (r.name, r.node_id))
+                .collect();
+            assert_eq!(listed, owners, "ListRooms through {}", node.id);
+            // Any node answers for any room, with the owner's view of it.
+            for (room, owner) in owners.iter().step_by(7) {
+                let got = node
+                    .rooms()
+                    .await
+                    .get_room(GetRoomRequest { name: room.clone() })
+                    .await
+                    .expect("GetRoom")
+                    .into_inner();
+                assert_eq!(&got.node_id, owner, "GetRoom {room} through {}", node.id);
+            }
+            // A second creation, through any node, reaches the owner and is refused.
+            let again = create(node, "room-00").await.expect_err("exists");
+            assert_eq!(again.code(), Code::AlreadyExists, "{again:?}");
+            let info = node.info().await;
+            assert_eq!(info.node_id, node.id);
+            assert_eq!(
+                info.rooms as usize,
+                per_node.get(&node.id).copied().unwrap_or(0),
+                "rooms open on {}",
+                node.id
+            );
+        }
+    });
+
+    // Three client stacks join one room, each through a different node: two of the
+    // joins are redirected to the owner, and all three exchange messages there.
+    let room = "room-00";
+    let owner = &owners[room];
+    let members = ["alice", "bob", "carol"];
+    let via: Vec<&ClusterNode> = nodes.iter().collect();
+    let got = exchange(room, &members, &via);
+    for (i, name) in members.iter().enumerate() {
+        for (j, sender) in members.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            let from: Vec<&Bytes> = got[i]
+                .iter()
+                .filter(|(l, _)| l == sender)
+                .map(|(_, m)| m)
+                .collect();
+            assert_eq!(
+                from.len(),
+                MESSAGES,
+                "{name} got {} from {sender}",
+                from.len()
+            );
+            for (seq, m) in from.iter().enumerate() {
+                assert_eq!(
+                    &m[..],
+                    &message(sender, seq)[..],
+                    "{name}: message {seq} of {sender}"
+                );
+            }
+        }
+    }
+    // The owner holds them; asked through a node that is not the owner.
+    let other = nodes.iter().find(|n| &n.id != owner).expect("a non-owner");
+    let _ = rt.block_on(async {
+        other
+            .rooms()
+            .await
+            .list_participants(ListParticipantsRequest {
+                room: room.to_owned(),
+                ..ListParticipantsRequest::default()
+            })
+            .await
+            .expect("ListParticipants through a non-owner")
+    });
+}
+
+/// Messages each member sends.
+const MESSAGES: usize = 40;
+
+/// Message `seq` of `sender`.
+fn message(sender: &str, seq: usize) -> Vec<u8> {
+    format!("{sender} {seq} {}", "x".repeat(seq * 13 % 300)).into_bytes()
+}
+
+/// Members join `room`, member i through `via[i]`, each opens a channel labelled
+/// with its name and sends [`MESSAGES`] on it once everyone is connected; returns
+/// what each received: (label, message) in arrival order.
+fn exchange(
+    room: &str,
+    members: &[&'static str],
+    via: &[&ClusterNode],
+) -> Vec<Vec<(String, Bytes)>> {
+    let mut rng = endpoint::os_rng().expect("randomness");
+    let signaller = signal::Signaller::start().expect("signalling");
+    let connected = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let n = members.len();
+    let mut threads = Vec::new();
+    for (i, &name) in members.iter().enumerate() {
+        let socket = UdpSocket::bind("127.0.0.1:0").expect("a socket");
+        let mut shard = Shard::new(ShardConfig::new(
+            socket.local_addr().expect("bound"),
+            i as u64,
+        ));
+        let offer = data_offer(NODE, shard.fingerprint(), &mut rng);
+        let answer = signaller
+            .join(via[i].grpc, room, name, offer.sdp())
+            .unwrap_or_else(|e| panic!("{name} joins through {}: {e}", via[i].id));
+        let peer = offer.accept(&answer).expect("a usable answer");
+        shard
+            .command(Time::ZERO, ShardCommand::AddPeer(peer))
+            .expect("peer added");
+        let (connected, done) = (connected.clone(), done.clone());
+        threads.push(std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut channel = None;
+            let mut labels: HashMap<u16, String> = HashMap::new();
+            let mut got: Vec<(String, Bytes)> = Vec::new();
+            let mut sent = 0;
+            let mut finished = false;
+            let mut failure = None;
+            endpoint::run(socket, shard, |shard, _now, events| {
+                for event in events.drain(..) {
+                    match event {
+                        ShardEvent::SctpEstablished { .. } => {
+                            connected.fetch_add(1, Ordering::SeqCst);
+                            channel = shard
+                                .open_channel(NODE, name, "", ChannelType::default())
+                                .ok();
+                        }
+                        ShardEvent::ChannelOpen { channel, label, .. } => {
+                            labels.insert(channel, label);
+                        }
+                        ShardEvent::ChannelMessage {
+                            channel, payload, ..
+                        } => {
+                            if let Some(label) = labels.get(&channel) {
+                                got.push((label.clone(), payload));
+                            }
+                        }
+                        ShardEvent::SctpClosed { .. } | ShardEvent::PeerRemoved { .. } => {
+                            failure = Some(format!("{name}: connection lost: {event:?}"));
+                        }
+                        _ => {}
+                    }
+                }
+                if failure.is_some() {
+                    return Control::Stop;
+                }
+                if let Some(id) = channel.filter(|_| connected.load(Ordering::SeqCst) == n) {
+                    while sent < MESSAGES
+                        && shard
+                            .channel_send(NODE, id, true, Bytes::from(message(name, sent)))
+                            .is_ok()
+                    {
+                        sent += 1;
+                    }
+                }
+                if !finished && got.len() == MESSAGES * (n - 1) {
+                    finished = true;
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+                if done.load(Ordering::SeqCst) == n {
+                    return Control::Stop;
+                }
+                if Instant::now() > deadline {
+                    failure = Some(format!(
+                        "{name}: {} of {} messages by the deadline",
+                        got.len(),
+                        MESSAGES * (n - 1)
+                    ));
+                    return Control::Stop;
+                }
+                Control::Continue
+            })
+            .expect("the endpoint runs");
+            failure.map_or(Ok(got), Err)
+        }));
+    }
+    let results: Vec<Result<Vec<(String, Bytes)>, String>> = threads
+        .into_iter()
+        .map(|t| t.join().expect("no panic"))
+        .collect();
+    drop(signaller);
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+#[test]
+fn cluster_no_double_owner_under_race() {
+    let etcd = Etcd::start();
+    let prefix = "/race";
+    let nodes = start_nodes(&etcd, prefix, 3);
+    let rt = runtime();
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        for round in 0..5 {
+            let room = format!("contested-{round}");
+            // 20 creations at once, through the nodes in turn.
+            let attempts = (0..20).map(|i| create(&nodes[(i + round) % 3], &room));
+            let outcomes = futures_util::future::join_all(attempts).await;
+            let created: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().ok()).collect();
+            assert_eq!(
+                created.len(),
+                1,
+                "{room}: one creation succeeds: {outcomes:?}"
+            );
+            let owner = created[0].clone();
+            for o in &outcomes {
+                if let Err(e) = o {
+                    assert_eq!(e.code(), Code::AlreadyExists, "{room}: {e:?}");
+                }
+            }
+            let in_etcd = owners_in_etcd(&etcd, prefix).await;
+            assert_eq!(in_etcd.get(&room), Some(&owner), "{room} in etcd");
+            // Exactly one node has it open, and every node routes to it.
+            let mut open = 0;
+            for node in &nodes {
+                let got = node
+                    .rooms()
+                    .await
+                    .get_room(GetRoomRequest { name: room.clone() })
+                    .await
+                    .expect("GetRoom")
+                    .into_inner();
+                assert_eq!(got.node_id, owner, "{room} through {}", node.id);
+                open += node.info().await.rooms;
+            }
+            assert_eq!(
+                open as usize,
+                round + 1,
+                "rooms open over the cluster after {room}"
+            );
+        }
+    });
+}
+
+#[test]
+fn cluster_etcd_unavailable() {
+    let mut etcd = Etcd::start();
+    let prefix = "/outage";
+    let nodes = start_nodes(&etcd, prefix, 2);
+    let rt = runtime();
+    let owner = rt.block_on(async {
+        wait_formed(&nodes).await;
+        create(&nodes[0], "kept").await.expect("room created")
+    });
+    let owner_id = owner;
+    let owner = nodes.iter().find(|n| n.id == owner_id).expect("the owner");
+    etcd.stop();
+    let stopped = Instant::now();
+    rt.block_on(async {
+        // The owner still serves its room while its lease is surely valid...
+        let kept = owner
+            .rooms()
+            .await
+            .get_room(GetRoomRequest {
+                name: "kept".into(),
+            })
+            .await
+            .expect("the room is still served");
+        assert_eq!(kept.into_inner().node_id, owner.id);
+        // ...and nobody places a new one.
+        for node in &nodes {
+            let refused = create(node, "new")
+                .await
+                .expect_err("no placement without etcd");
+            assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+            assert!(refused.message().contains("etcd"), "{refused:?}");
+        }
+        // Once the lease could have expired, the owner has closed its room.
+        loop {
+            let cluster = owner.info().await.cluster.expect("cluster info");
+            assert!(!cluster.etcd_reachable || stopped.elapsed() < Duration::from_secs(1));
+            if !cluster.member {
+                break;
+            }
+            assert!(
+                stopped.elapsed() < Duration::from_secs(u64::from(TTL) + 3),
+                "still a member {:?} after etcd stopped",
+                stopped.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let fenced_after = stopped.elapsed();
+        assert!(
+            fenced_after >= Duration::from_secs(u64::from(TTL) - 2),
+            "fenced after {fenced_after:?}: too early for a TTL of {TTL} s"
+        );
+        assert_eq!(owner.info().await.rooms, 0, "the owner closed its room");
+    });
+    etcd.resume();
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        // Placement works again, through every node.
+        for (i, node) in nodes.iter().enumerate() {
+            let room = format!("after-{i}");
+            loop {
+                match create(node, &room).await {
+                    Ok(owner) => {
+                        assert!(!owner.is_empty());
+                        break;
+                    }
+                    Err(e) => {
+                        assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+                        assert!(
+                            Instant::now() < deadline,
+                            "no placement after etcd returned: {e:?}"
+                        );
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        }
+        for node in &nodes {
+            assert!(node.info().await.cluster.expect("cluster info").member);
+        }
+    });
+    let log = {
+        let mut owner_process = nodes.into_iter().find(|n| n.id == owner_id).expect("owner");
+        owner_process
+            .process
+            .signal(nix::sys::signal::Signal::SIGTERM);
+        owner_process.process.wait(Duration::from_secs(20));
+        owner_process.process.log()
+    };
+    assert!(log.contains("\"cluster_fenced\""), "the fencing is logged");
+    assert!(
+        log.contains("\"room_fenced\""),
+        "the room's closing is logged"
+    );
+}
+
+/// The README's run command: `shoal` with no flags and no environment runs alone,
+/// with no etcd anywhere.
+#[test]
+fn single_node_needs_no_etcd() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .env_clear()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("shoal starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut banner = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("a line");
+        let last = line.starts_with("shoal: http ");
+        banner.push(line);
+        if last {
+            break;
+        }
+    }
+    assert!(
+        banner.iter().any(|l| l == "shoal: cluster off (no --etcd)"),
+        "{banner:?}"
+    );
+    let grpc = banner
+        .iter()
+        .find_map(|l| l.strip_prefix("shoal: grpc http://"))
+        .expect("gRPC address")
+        .to_owned();
+    let rt = runtime();
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+            .expect("URI")
+            .connect()
+            .await
+            .expect("gRPC connects");
+        let mut rooms =
+            shoal_proto::v1::room_service_client::RoomServiceClient::new(channel.clone());
+        let room = rooms
+            .create_room(CreateRoomRequest {
+                name: "alone".into(),
+                ..CreateRoomRequest::default()
+            })
+            .await
+            .expect("a room without etcd")
+            .into_inner();
+        assert_eq!(room.node_id, "");
+        let info = shoal_proto::v1::node_service_client::NodeServiceClient::new(channel)
+            .get_node_info(shoal_proto::v1::GetNodeInfoRequest {})
+            .await
+            .expect("NodeInfo")
+            .into_inner();
+        assert_eq!(info.node_id, "");
+        assert!(info.cluster.is_none());
+        assert_eq!(info.rooms, 1);
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+}

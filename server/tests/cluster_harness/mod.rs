@@ -1,0 +1,216 @@
+//! A cluster for tests: one real `etcd` (Debian's etcd-server) on loopback ports in a
+//! data directory of its own, and `shoal` processes that join it. Dropping the
+//! harness kills what it started and deletes the directory.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use shoal_proto::v1::node_service_client::NodeServiceClient;
+use shoal_proto::v1::room_service_client::RoomServiceClient;
+use shoal_proto::v1::{GetNodeInfoRequest, NodeInfo};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::node_process::Node;
+
+/// How long etcd and a cluster have to come up.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A port free on 127.0.0.1 a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A single-member etcd.
+pub struct Etcd {
+    child: Option<Child>,
+    dir: PathBuf,
+    client_port: u16,
+    peer_port: u16,
+}
+
+impl Etcd {
+    /// Starts etcd and waits until it reports healthy.
+    pub fn start() -> Etcd {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "shoal-etcd-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("etcd's directory");
+        let mut etcd = Etcd {
+            child: None,
+            dir,
+            client_port: free_port(),
+            peer_port: free_port(),
+        };
+        etcd.resume();
+        etcd
+    }
+
+    /// The client URL nodes are given (`--etcd`).
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Stops etcd (SIGKILL): every request to it fails from now on.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts etcd again on the same ports and data, and waits until it is healthy.
+    pub fn resume(&mut self) {
+        assert!(self.child.is_none(), "etcd runs already");
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("etcd.log"))
+            .expect("etcd's log");
+        let child = Command::new("etcd")
+            .env_clear()
+            .args(["--name", "test"])
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .args(["--listen-client-urls", &self.url()])
+            .args(["--advertise-client-urls", &self.url()])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("test={peer}")])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("etcd starts (Debian package etcd-server)");
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !self.healthy() {
+            assert!(Instant::now() < deadline, "etcd is not healthy in time");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Whether `GET /health` says so.
+    fn healthy(&self) -> bool {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.client_port));
+        let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+        let request = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+        if stream.write_all(request.as_bytes()).is_err() {
+            return false;
+        }
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response.contains("\"health\":\"true\"")
+    }
+
+    /// A client of this etcd.
+    pub async fn client(&self) -> etcd_client::Client {
+        etcd_client::Client::connect([self.url()], None)
+            .await
+            .expect("an etcd client")
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A node of a cluster: the process, and its gRPC address.
+pub struct ClusterNode {
+    /// The process.
+    pub process: Node,
+    /// Its `--node-id`.
+    pub id: String,
+    /// Its gRPC listener.
+    pub grpc: SocketAddr,
+}
+
+impl ClusterNode {
+    /// Starts `shoal` as node `id` of the cluster on `etcd` under `prefix`, with a
+    /// lease of `ttl_secs`, and `extra` flags.
+    pub fn start(etcd: &str, prefix: &str, id: &str, ttl_secs: u32, extra: &[&str]) -> ClusterNode {
+        let ttl = ttl_secs.to_string();
+        let mut args = vec![
+            "--etcd",
+            etcd,
+            "--cluster-prefix",
+            prefix,
+            "--node-id",
+            id,
+            "--cluster-lease-ttl",
+            &ttl,
+            "--log-format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let process = Node::start(&args);
+        let grpc = process.banner_addr("shoal: grpc http://");
+        ClusterNode {
+            process,
+            id: id.to_owned(),
+            grpc,
+        }
+    }
+
+    /// A channel to its gRPC.
+    pub async fn channel(&self) -> Channel {
+        Endpoint::from_shared(format!("http://{}", self.grpc))
+            .expect("a URI")
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(15))
+            .connect_lazy()
+    }
+
+    /// Its RoomService.
+    pub async fn rooms(&self) -> RoomServiceClient<Channel> {
+        RoomServiceClient::new(self.channel().await)
+    }
+
+    /// Its NodeInfo.
+    pub async fn info(&self) -> NodeInfo {
+        NodeServiceClient::new(self.channel().await)
+            .get_node_info(GetNodeInfoRequest {})
+            .await
+            .expect("NodeInfo")
+            .into_inner()
+    }
+}
+
+/// Waits until every node of `nodes` sees all of them live.
+pub async fn wait_formed(nodes: &[ClusterNode]) {
+    let deadline = Instant::now() + START_TIMEOUT;
+    for node in nodes {
+        loop {
+            let info = node.info().await;
+            let seen = info.cluster.map_or(0, |c| c.nodes.len());
+            if seen == nodes.len() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {} sees {seen} of {} nodes",
+                node.id,
+                nodes.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -84,9 +84,14 @@ fn interop_chromium_two_party_video() {
                 p.identity,
                 p.tracks
             );
-            assert!(p.tracks.iter().all(|t| t.stream_id == p.identity));
+            // One stream per publisher, named at random (a token, RFC 8830 §2), not
+            // by its identity.
+            let stream = &p.tracks[0].stream_id;
+            assert!(p.tracks.iter().all(|t| &t.stream_id == stream), "{p:?}");
+            assert!(stream.len() == 32 && stream.bytes().all(|b| b.is_ascii_hexdigit()));
         }
         assert_eq!(listed.len(), 2);
+        assert_ne!(listed[0].tracks[0].stream_id, listed[1].tracks[0].stream_id);
         let report = report.expect("the shard reports");
         assert_eq!(report.shard.srtp_unprotect_failed, 0, "{:?}", report.shard);
         assert!(

@@ -391,6 +391,7 @@ impl ControlState {
             return effects;
         };
         let (shard, room, identity) = (member.shard, member.room.clone(), member.identity.clone());
+        let stream_id = member.stream_id.clone();
         let mut commands = Vec::new();
         let mut events = Vec::new();
         for change in changes {
@@ -406,8 +407,9 @@ impl ControlState {
                         source: TrackSource {
                             id: track_name(id),
                             kind: track.kind.clone(),
-                            // One stream per publisher: its audio and video play in sync.
-                            stream_id: identity.clone(),
+                            // One stream per publisher: its audio and video play in
+                            // sync. Not its identity, which need not be a token.
+                            stream_id: stream_id.clone(),
                             codec: track.codec.clone(),
                         },
                         muted: false,
@@ -736,9 +738,10 @@ mod tests {
 
     const FINGERPRINT: [u8; 32] = [0xcd; 32];
 
-    /// A participant's media after shoal answered its first offer (one section of
-    /// its own to receive audio in), and a publisher's audio for shoal to offer it.
-    fn answered_participant() -> (MemberMedia, TrackSource) {
+    /// A participant's media before shoal answered its first offer, that offer (one
+    /// section of its own to receive audio in), and a publisher's audio for shoal
+    /// to send it.
+    fn participant() -> (MemberMedia, SessionDescription, TrackSource) {
         let mut rng = os_rng().expect("a random generator");
         let shape = OfferShape {
             receive_audio: 1,
@@ -760,7 +763,7 @@ mod tests {
             codec,
         };
         let candidates: Arc<[SocketAddr]> = Arc::from(["127.0.0.1:7100".parse().unwrap()]);
-        let mut media = MemberMedia {
+        let media = MemberMedia {
             negotiation: Negotiation::new(7),
             local: LocalTransport {
                 candidates,
@@ -776,12 +779,55 @@ mod tests {
             restarting: false,
         };
         let offer = SessionDescription::parse(client.sdp()).expect("parses");
+        (media, offer, track)
+    }
+
+    /// A participant's media after shoal answered its first offer, with no track
+    /// for it yet, and a publisher's audio for shoal to offer it.
+    fn answered_participant() -> (MemberMedia, TrackSource) {
+        let (mut media, offer, track) = participant();
         let params = media.local.params(FINGERPRINT);
         media
             .negotiation
             .answer(&offer, &params, &[], &mut || 5)
             .expect("shoal answers");
         (media, track)
+    }
+
+    /// The CNAME shoal's SRs give a subscription's SSRC (`SubscriptionSpec::cname`)
+    /// is the one the subscriber's SDP named it by (RFC 5576 §4.1), so the
+    /// subscriber ties the SRs to the stream.
+    #[test]
+    fn a_subscription_sends_reports_under_the_cname_of_its_sdp() {
+        let (mut media, offer, mut track) = participant();
+        track.stream_id = "0123456789abcdef0123456789abcdef".to_owned();
+        let params = media.local.params(FINGERPRINT);
+        let answered = media
+            .negotiation
+            .answer(&offer, &params, std::slice::from_ref(&track), &mut || 5)
+            .expect("shoal answers");
+        let (mid, subscribed) = answered
+            .changes
+            .iter()
+            .find_map(|c| match c {
+                Change::Subscribed { mid, track } => Some((mid, track)),
+                _ => None,
+            })
+            .expect("the track goes to the participant's section");
+        let spec = subscription_spec(TrackId(1), mid, subscribed);
+        let section = answered
+            .sdp
+            .media
+            .iter()
+            .find(|m| m.mid() == Some(mid.as_str()))
+            .expect("the section");
+        let named: Vec<_> = section
+            .ssrcs()
+            .filter(|s| s.ssrc == spec.ssrc && s.attribute == "cname")
+            .collect();
+        assert_eq!(named.len(), 1, "{section:?}");
+        assert_eq!(named[0].value.as_deref(), Some(spec.cname.as_str()));
+        assert_eq!(spec.cname, track.stream_id);
     }
 
     #[test]

@@ -129,6 +129,10 @@ pub(super) struct Member {
     pub(super) room: String,
     pub(super) room_id: RoomId,
     pub(super) identity: String,
+    /// The MediaStream id its tracks carry in subscribers' `a=msid` and the CNAME
+    /// shoal sends them under: random, not its identity, which may hold characters
+    /// an msid-id cannot (RFC 8830 §2: `1*64token-char`).
+    pub(super) stream_id: String,
     pub(super) shard: usize,
     pub(super) session: Option<String>,
     pub(super) signal: Option<SignalLink>,
@@ -508,6 +512,7 @@ impl ControlState {
                 ));
             }
         }
+        let stream_id = self.random_stream_id()?;
         let session = match admission.http_session {
             Some(kind) => {
                 let id = self.random_token(16)?;
@@ -538,6 +543,7 @@ impl ControlState {
                 room: admission.room.clone(),
                 room_id,
                 identity: admission.identity.clone(),
+                stream_id,
                 shard,
                 session: session.clone(),
                 signal: admission.signal,
@@ -871,6 +877,16 @@ impl ControlState {
             // RFC 8839 §5.4 ice-chars: 64 of them, so a random byte modulo 64 is uniform.
             .map(|b| char::from(crate::endpoint::ICE_CHARS[usize::from(b % 64)]))
             .collect())
+    }
+
+    /// A participant's MediaStream id, which is also the CNAME its tracks reach
+    /// subscribers under: 128 random bits as 32 hex digits. Hex digits are
+    /// token-chars and 32 are within an msid-id's 64 (RFC 8830 §2). As a CNAME it
+    /// is short-term persistent and shared by the streams to be synchronised, a
+    /// publisher's audio and video (RFC 7022 §4.1); RFC 8834 §4.9 lets a
+    /// middlebox send streams under more than one CNAME.
+    fn random_stream_id(&self) -> Result<String, Status> {
+        self.random_token(16)
     }
 
     /// `bytes` random bytes in hex, for session ids and generated identities.

@@ -73,24 +73,24 @@ pub fn flush_sealed(conn: &mut DtlsConn, path: Option<FiveTuple>, out: &mut Outb
 pub struct RtcpSender {
     /// The sender SSRC.
     pub ssrc: u32,
-    /// The CNAME: 16 lower-case hex digits of a random value drawn for the session
-    /// (RFC 7022 §4.1 lets an endpoint choose a name per session; nothing of
-    /// shoal's is synchronised with it).
-    pub cname: [u8; 16],
+    /// The CNAME: 32 lower-case hex digits of 128 random bits drawn for the session
+    /// (RFC 7022 §4.1 lets an endpoint choose a name per session, and §5 makes one
+    /// from a random number; nothing of shoal's is synchronised with it).
+    pub cname: [u8; 32],
 }
 
 impl RtcpSender {
     /// For a peer without SRTP keys, whose RTCP cannot go out anyway.
     pub const UNKEYED: RtcpSender = RtcpSender {
         ssrc: 1,
-        cname: *b"0000000000000000",
+        cname: [b'0'; 32],
     };
 
     /// SSRC `ssrc` (0 is taken as 1) named by the hex digits of `name`.
-    pub fn new(ssrc: u32, name: u64) -> RtcpSender {
-        let mut cname = [0u8; 16];
+    pub fn new(ssrc: u32, name: u128) -> RtcpSender {
+        let mut cname = [0u8; 32];
         for (i, c) in cname.iter_mut().enumerate() {
-            let nibble = (name >> (60 - 4 * i)) & 0xf;
+            let nibble = (name >> (124 - 4 * i)) & 0xf;
             *c = b"0123456789abcdef"[nibble as usize];
         }
         RtcpSender {

@@ -298,7 +298,7 @@ fn reports_stop_when_the_stream_does() {
 
 /// Every compound shoal sends carries an SDES CNAME right after its report (RFC 3550
 /// §6.1): the RRs, NACKs and PLIs to the publisher name shoal's own SSRC for that
-/// session with one 16-hex-digit name, and the SRs to a subscriber name the SSRC it
+/// session with one 32-hex-digit name (128 random bits), and the SRs to a subscriber name the SSRC it
 /// sends with by the CNAME its SDP announced (the publisher's stream id).
 #[test]
 fn every_rtcp_compound_carries_an_sdes_cname() {
@@ -359,7 +359,7 @@ fn every_rtcp_compound_carries_an_sdes_cname() {
         assert_eq!(chunk.ssrc, reporter, "the CNAME is the reporter's");
         let cname = chunk.cname().expect("a CNAME item").to_vec();
         if i == 1 {
-            assert_eq!(cname.len(), 16);
+            assert_eq!(cname.len(), 32);
             assert!(cname.iter().all(u8::is_ascii_hexdigit));
             names_to_publisher.insert(cname);
             to_publisher += 1;

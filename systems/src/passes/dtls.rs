@@ -182,7 +182,10 @@ fn drive(
                 let srtp_profile = srtp.as_ref().map(|k| k.profile as u16);
                 // RFC 5764 §4.2: the exported keys key SRTP both ways from now on.
                 if let Some(keys) = &srtp {
-                    let rtcp = RtcpSender::new(ctx.rng.0.next_u32(), ctx.rng.0.next_u64());
+                    let ssrc = ctx.rng.0.next_u32();
+                    let name =
+                        u128::from(ctx.rng.0.next_u64()) << 64 | u128::from(ctx.rng.0.next_u64());
+                    let rtcp = RtcpSender::new(ssrc, name);
                     match PeerSrtp::new(keys, session.role, rtcp) {
                         Some(contexts) => {
                             commands.entity(entity).insert(contexts);

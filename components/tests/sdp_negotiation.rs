@@ -5,7 +5,8 @@
 //! sessions change: a section the participant stops is not offered back, an answer
 //! that stops sending unpublishes, a refused answer does not wedge later offers,
 //! shoal's new sections do not reuse the participant's payload types for other
-//! formats (RFC 8843 §9.1), and a narrower answer does not re-make a subscription.
+//! formats (RFC 8843 §9.1), a narrower answer does not re-make a subscription, and a
+//! session whose DTLS came up without SRTP keys gets no audio or video.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -897,5 +898,67 @@ fn remb_is_for_publishers_without_transport_cc_on_the_transport() {
         !video
             .extmaps()
             .any(|e| e.uri.ends_with("rtp-hdrext/abs-send-time"))
+    );
+}
+
+/// A data-only session whose DTLS connected without SRTP keys (`refuse_media`) can
+/// carry no RTP: shoal offers it none of the room's tracks, and when it adds audio and
+/// video by renegotiation they are rejected with port 0 (RFC 3264 §6), where a keyed
+/// session publishes them.
+#[test]
+fn a_session_without_srtp_keys_is_neither_offered_nor_given_media() {
+    let tracks = chromium_tracks();
+    let (mut unkeyed, mut new_ssrc) = data_only_session(30);
+    let mut keyed = unkeyed.clone();
+    unkeyed.refuse_media();
+    assert!(unkeyed.media_refused() && !keyed.media_refused());
+    assert!(
+        keyed
+            .clone()
+            .offer(&params(), &tracks, &mut ssrcs())
+            .is_some(),
+        "a keyed session is offered the tracks"
+    );
+    assert_eq!(unkeyed.offer(&params(), &tracks, &mut new_ssrc), None);
+
+    // The participant adds Chromium's audio and video sections after its data one.
+    let mut reoffer = fixture("chromium156_data_offer.sdp");
+    let av = fixture("chromium156_av_data_offer.sdp");
+    for (i, m) in av
+        .media
+        .iter()
+        .filter(|m| m.kind != MediaKind::Application)
+        .enumerate()
+    {
+        let mut m = m.clone();
+        for a in &mut m.attributes {
+            if let Attribute::Mid(mid) = a {
+                *mid = format!("m{i}");
+            }
+        }
+        reoffer.push_media(m);
+    }
+    let a = keyed
+        .answer(&reoffer, &params(), &tracks, &mut ssrcs())
+        .unwrap();
+    assert_eq!(published(&a.changes).len(), 2, "{:?}", a.changes);
+
+    let a = unkeyed
+        .answer(&reoffer, &params(), &tracks, &mut new_ssrc)
+        .unwrap();
+    assert!(a.changes.is_empty(), "nothing flows: {:?}", a.changes);
+    let sdp = reparsed(&a.sdp);
+    assert_eq!(sdp.media.len(), 3);
+    assert_eq!(sdp.media[0].kind, MediaKind::Application);
+    assert_ne!(sdp.media[0].port, 0, "the data section stays");
+    for m in &sdp.media[1..] {
+        assert_eq!(m.port, 0, "{:?} rejected:\n{}", m.kind, sdp.to_sdp_string());
+    }
+    assert!(
+        unkeyed
+            .sections()
+            .iter()
+            .skip(1)
+            .all(|s| s.state == SectionState::Closed)
     );
 }

@@ -34,6 +34,8 @@ pub mod ice_restart;
 pub mod join_pages;
 pub mod listen;
 pub mod media;
+#[cfg(test)]
+mod media_without_keys_tests;
 pub mod metrics;
 pub mod origin;
 pub mod outbox;

@@ -757,7 +757,7 @@ impl ControlState {
     /// active), or a peer gone on its own (its participant leaves).
     pub fn shard_event(&self, event: &ShardEvent) {
         match event {
-            ShardEvent::DtlsConnected { peer, .. } => {
+            ShardEvent::DtlsConnected { peer, srtp_profile } => {
                 // The directory, then the members, as `forget` takes them: the
                 // participant cannot leave (or be replaced) between the look-up and
                 // the UPDATED, which would announce it after its LEFT.
@@ -767,6 +767,18 @@ impl ControlState {
                 if let Some(admitted) = members.pending.remove(*peer) {
                     let took = self.clock().now().saturating_since(admitted);
                     self.metrics().connected_after(took);
+                }
+                if srtp_profile.is_none() {
+                    // A data-only session whose DTLS agreed no use_srtp (RFC 5764
+                    // §4.1.1): audio or video it adds later could never be keyed, so
+                    // its renegotiations refuse them rather than accept media the
+                    // shard would drop. Tracks placed before this are offered away.
+                    if let Some(media) =
+                        members.by_peer.get_mut(peer).and_then(|m| m.media.as_mut())
+                    {
+                        media.negotiation.refuse_media();
+                    }
+                    self.offer_locked(&rooms, &mut members, *peer);
                 }
                 let Some(member) = members.by_peer.get(peer) else {
                     return;

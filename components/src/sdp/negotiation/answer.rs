@@ -16,6 +16,7 @@ impl Negotiation {
         if offer.media.len() < self.sections.len() {
             return Err(NegotiationError::SectionsRemoved);
         }
+        let tracks = if self.media_refused { &[] } else { tracks };
         let bundle = offer.bundle_mids().unwrap_or_default();
         let (tag, data, transport_index) = Self::layout(offer);
         let transport_index = transport_index.ok_or(NegotiationError::NoUsableSection)?;
@@ -63,7 +64,11 @@ impl Negotiation {
             let open = offered.port != 0 || bundled_only;
             let state = if Some(index) == data {
                 SectionState::Data
-            } else if !open || !is_av(&offered.kind) || offered.proto != PROTO_RTP_SAVPF {
+            } else if !open
+                || !is_av(&offered.kind)
+                || offered.proto != PROTO_RTP_SAVPF
+                || self.media_refused
+            {
                 SectionState::Closed
             } else {
                 self.answer_media(

@@ -21,6 +21,9 @@
 //!   outstanding drops shoal's (a rollback, RFC 8829 §4.1.10.2) and is answered; shoal
 //!   offers again afterwards. A participant therefore ignores shoal's offers while it
 //!   has one of its own outstanding.
+//! - A session whose DTLS connected without SRTP keys ([`Negotiation::refuse_media`])
+//!   can carry no RTP: its later audio and video sections are rejected (port 0) and
+//!   shoal offers it no tracks.
 //!
 //! Every call reports what changed as [`Change`]s, from the old agreed state to the
 //! new, for the control plane to carry to the shard. Sections are matched by index (JSEP
@@ -146,6 +149,10 @@ pub struct Negotiation {
     /// in the answer"; one offered sendrecv "MAY be marked as sendonly, recvonly,
     /// sendrecv, or inactive").
     may_publish: bool,
+    /// Whether the session's DTLS came up without SRTP keys (RFC 5764 §4.1.1: no
+    /// use_srtp agreed): RTP can never flow on it, so audio and video are neither
+    /// offered nor accepted from then on (rejected with port 0, RFC 3264 §6).
+    media_refused: bool,
 }
 
 impl Negotiation {
@@ -167,7 +174,22 @@ impl Negotiation {
             own_mids: Vec::new(),
             offered_codecs: Vec::new(),
             may_publish: true,
+            media_refused: false,
         }
+    }
+
+    /// Refuses audio and video from now on: the session's DTLS connected without
+    /// SRTP keys. The participant's audio and video sections are rejected (port 0,
+    /// RFC 3264 §6: "An offered stream MAY be rejected in the answer, for any
+    /// reason"), save the offerer-tagged one, which stays open and inactive (RFC 8843
+    /// §7.3.3), and shoal offers it no tracks.
+    pub fn refuse_media(&mut self) {
+        self.media_refused = true;
+    }
+
+    /// Whether audio and video are refused ([`Negotiation::refuse_media`]).
+    pub fn media_refused(&self) -> bool {
+        self.media_refused
     }
 
     /// Answers the participant's sending sections from now on as shoal not receiving

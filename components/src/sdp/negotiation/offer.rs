@@ -17,6 +17,7 @@ impl Negotiation {
         if self.transport.is_none() || self.pending.is_some() {
             return None;
         }
+        let tracks = if self.media_refused { &[] } else { tracks };
         let mut sections = self.sections.clone();
         let mut changed = false;
         // Stop what is gone.

@@ -205,17 +205,37 @@ impl ControlState {
         }
     }
 
-    /// Closes `room` here, disconnecting its participants with NODE_FENCED: the node
-    /// may no longer own it. Nothing happens if it is not open.
-    pub async fn close_room(self: &Arc<Self>, room: &str) {
-        let Ok(room) = self.rooms().delete(room) else {
-            return;
+    /// Closes `rooms` here, disconnecting their participants with NODE_FENCED: the
+    /// node may no longer own them. Rooms not open are skipped.
+    pub async fn close_rooms(self: &Arc<Self>, rooms: &[String]) {
+        let closed: Vec<rooms::Room> = {
+            let mut directory = self.rooms();
+            rooms
+                .iter()
+                .filter_map(|r| directory.delete(r).ok())
+                .collect()
         };
-        let peers: Vec<(usize, PeerId)> = room.participants().map(|p| (p.shard, p.peer)).collect();
+        let peers: Vec<(usize, PeerId)> = closed
+            .iter()
+            .flat_map(|room| room.participants().map(|p| (p.shard, p.peer)))
+            .collect();
         for (_, peer) in &peers {
             self.forget(*peer, DisconnectReason::NodeFenced);
         }
         let _ = self.disconnect(peers).await;
+    }
+
+    /// Whether this node may open `room` (normalised) now: always when it runs
+    /// alone; in a cluster, while it owns the room under a lease surely alive.
+    /// Checked under the directory's lock, which closing a room also holds.
+    pub fn may_open(&self, room: &str) -> Result<(), Status> {
+        match &self.cluster {
+            Some(cluster) if !cluster.serves(room) => Err(Status::unavailable(format!(
+                "room {room:?} is not served by this node now (it moved, or this node lost \
+                 the cluster store); try again"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// The same, with what answers need: each shard's UDP and TCP host candidates
@@ -491,7 +511,10 @@ impl ControlState {
     /// Closes the rooms whose empty-timeout has run out by now.
     pub fn expire_rooms(&self) -> Vec<String> {
         let now = self.clock.now();
-        let closed = self.rooms().expire(now);
+        let mut rooms = self.rooms();
+        let closed = rooms.expire(now);
+        // Under the directory's lock: a join that finds the room gone also finds it
+        // no longer served.
         if let Some(cluster) = &self.cluster {
             for room in &closed {
                 cluster.release(room);
@@ -640,9 +663,12 @@ impl ControlApi {
     ) -> Result<Response<v1::ListRoomsResponse>, Status> {
         let req = request.get_ref().clone();
         let size = rooms::page_len(page_size(req.page_size));
+        // Whether some node has rooms beyond the page it gave.
+        let mut more = false;
         let mut all: Vec<v1::Room> = {
             let rooms = self.state.rooms();
             let page = rooms.list(&req.page_token, size)?;
+            more |= page.next_page_token.is_some();
             page.items
                 .iter()
                 .map(|r| self.state.room_message(r))
@@ -659,17 +685,39 @@ impl ControlApi {
             if let Some(a) = &authorization {
                 ask.metadata_mut().insert("authorization", a.clone());
             }
-            forward(&self.state, node, ask, |mut c, r| async move {
+            let ask = forward(&self.state, node, ask, |mut c, r| async move {
                 c.list_rooms(r).await
-            })
+            });
+            async move {
+                tokio::time::timeout(LIST_TIMEOUT, ask)
+                    .await
+                    .unwrap_or_else(|_| Err(Status::unavailable("no answer in time")))
+            }
         });
-        for answer in futures_util::future::join_all(asks).await {
-            all.extend(answer?.into_inner().rooms);
+        for (node, answer) in others
+            .iter()
+            .zip(futures_util::future::join_all(asks).await)
+        {
+            match answer {
+                Ok(page) => {
+                    let page = page.into_inner();
+                    more |= !page.next_page_token.is_empty();
+                    all.extend(page.rooms);
+                }
+                // A node that cannot answer (it died, and its lease has not expired
+                // yet) is left out rather than failing the listing.
+                Err(status) => tracing::warn!(
+                    event = "list_rooms_node_skipped",
+                    node = node.id.as_str(),
+                    code = super::signal::code_name(status.code()),
+                    "a node did not answer ListRooms"
+                ),
+            }
         }
         all.sort_by(|a, b| a.name.cmp(&b.name));
         // A room that moved while the nodes were asked shows once.
         all.dedup_by(|a, b| a.name == b.name);
-        let more = all.len() > size;
+        more |= all.len() > size;
         all.truncate(size);
         let next_page_token = match (more, all.last()) {
             (true, Some(last)) => last.name.clone(),
@@ -720,6 +768,8 @@ where
     }
 }
 
+/// How long ListRooms waits for each other node's rooms.
+const LIST_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a request passed on to another node may take there.
 const REQUEST_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -751,6 +801,10 @@ impl RoomService for ControlApi {
         };
         let now = self.state.clock.now();
         let mut rooms = self.state.rooms();
+        if self.state.cluster().is_some() {
+            self.state
+                .may_open(&validate_name(&spec.name, NameKind::Room)?)?;
+        }
         let room = rooms.create(spec, now)?;
         Ok(Response::new(self.state.room_message(room)))
     }
@@ -811,10 +865,14 @@ impl RoomService for ControlApi {
             })
             .await;
         }
-        let room = self.state.rooms().delete(&request.get_ref().name)?;
-        if let Some(cluster) = self.state.cluster() {
-            cluster.release(&room.name);
-        }
+        let room = {
+            let mut rooms = self.state.rooms();
+            let room = rooms.delete(&request.get_ref().name)?;
+            if let Some(cluster) = self.state.cluster() {
+                cluster.release(&room.name);
+            }
+            room
+        };
         let peers: Vec<(usize, PeerId)> = room.participants().map(|p| (p.shard, p.peer)).collect();
         let participants_removed = saturating_u32(peers.len());
         for (_, peer) in &peers {

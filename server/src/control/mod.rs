@@ -193,10 +193,18 @@ impl ClusterConfig {
             };
             Ok(format!("{scheme}://{host}:{}", addr.port()))
         };
-        if grpc.is_none() {
+        if grpc.is_none() || http.is_none() {
             return Err(ControlError::Cluster(
-                "a cluster node needs its gRPC listener (--grpc-addr): nodes forward \
-                 requests to each other over it"
+                "a cluster node needs its gRPC listener (--grpc-addr), over which nodes \
+                 forward requests to each other, and its HTTP listener (--http-addr), to \
+                 which clients are redirected"
+                    .to_owned(),
+            ));
+        }
+        if tls {
+            return Err(ControlError::Cluster(
+                "TLS on the listeners (--tls-cert) is not supported in a cluster yet: \
+                 nodes forward requests to each other's gRPC in plain HTTP/2"
                     .to_owned(),
             ));
         }
@@ -636,6 +644,7 @@ impl Services {
             .map(|c| {
                 vec![
                     tokio::spawn(cluster::membership::run(c.clone(), state.clone())),
+                    tokio::spawn(cluster::membership::fence(c.clone(), state.clone())),
                     tokio::spawn(cluster::view::run(c.clone())),
                 ]
             })

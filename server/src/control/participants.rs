@@ -450,6 +450,10 @@ impl ControlState {
         if self.auto_create_rooms()
             && matches!(rooms.get(&admission.room), Err(RoomError::RoomNotFound(_)))
         {
+            // In a cluster, only the room's owner opens it.
+            if self.cluster().is_some() {
+                self.may_open(&validate_name(&admission.room, NameKind::Room)?)?;
+            }
             let spec = RoomSpec {
                 name: admission.room.clone(),
                 ..RoomSpec::default()

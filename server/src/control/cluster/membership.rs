@@ -1,15 +1,19 @@
 //! The node's lease: granted, registered under, kept alive, and its loss acted on.
 //!
-//! Every [`TICK`] the loop (1) fences: past the moment its lease could have expired
-//! it closes every room it owns; (2) registers when it has no lease (grant, then put
-//! its [`NodeRecord`] under it); (3) every quarter of the TTL sends a keep-alive and,
-//! when etcd acknowledges it, moves the serving deadline to that keep-alive's
-//! sending plus the TTL etcd returned, less [`FENCE_MARGIN`]; (4) republishes its
-//! record when its load changed; (5) deletes the keys of rooms it closed.
+//! Two tasks. [`run`] talks to etcd: every [`TICK`] it (1) registers when the node
+//! has no lease (grant, then create its [`NodeRecord`] under it); (2) every quarter
+//! of the TTL sends a keep-alive and, when etcd acknowledges it, moves the serving
+//! deadline to that keep-alive's sending plus the TTL etcd returned, less
+//! [`FENCE_MARGIN`]; (3) republishes its record when its load changed; (4) deletes
+//! the keys of rooms it closed, and of rooms placed here that never opened.
 //!
-//! A keep-alive answered with TTL 0 means the lease is gone (etcd expired it while
-//! the node could not reach it): every room is fenced at once and the node
-//! registers anew; the rooms it owned are free and may be claimed again.
+//! [`fence`] talks to nobody: it closes every room the node owns once the serving
+//! deadline has passed. It runs apart so that no etcd request, however slow, can
+//! hold it past the deadline.
+//!
+//! etcd answering that it does not know the lease (it expired while the node could
+//! not reach it) fences every room at once; the node then registers anew, and the
+//! rooms it owned are free to be placed again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,11 +24,14 @@ use tokio::time::Instant;
 use super::{Cluster, FENCE_MARGIN, NodeRecord, RoomRecord};
 use crate::control::grpc::ControlState;
 
-/// How often the loop runs.
+/// How often the etcd loop runs.
 pub const TICK: Duration = Duration::from_millis(200);
+/// How often the fence checks the serving deadline.
+pub const FENCE_TICK: Duration = Duration::from_millis(50);
 /// How often the node's load is republished (when it changed).
 const PUBLISH_EVERY: Duration = Duration::from_secs(2);
-/// How long a room placed on this node by another may wait for its first request.
+/// How long a room placed on this node may wait for its first request, and a room
+/// this node owns may stay owned without being open.
 const UNSERVED_GRACE: Duration = Duration::from_secs(30);
 
 /// Keeps the node a member until the control plane stops.
@@ -38,7 +45,6 @@ pub async fn run(cluster: Arc<Cluster>, state: Arc<ControlState>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        fence_if_due(&cluster, &state).await;
         let lease = cluster.inner().lease;
         let Some(lease) = lease else {
             if register(&cluster, &state).await {
@@ -54,7 +60,9 @@ pub async fn run(cluster: Arc<Cluster>, state: Arc<ControlState>) {
                 KeepAlive::Renewed { sent, ttl } => {
                     let mut inner = cluster.inner();
                     inner.etcd_ok = true;
-                    inner.serve_until = Some(sent + ttl.saturating_sub(FENCE_MARGIN));
+                    if inner.lease == Some(lease) {
+                        inner.serve_until = Some(deadline(sent, ttl));
+                    }
                 }
                 KeepAlive::Failed => {
                     keeper = None;
@@ -62,30 +70,50 @@ pub async fn run(cluster: Arc<Cluster>, state: Arc<ControlState>) {
                 }
                 KeepAlive::Expired => {
                     keeper = None;
-                    tracing::warn!(
-                        event = "cluster_lease_lost",
-                        node = cluster.node_id(),
-                        lease,
-                        "the membership lease expired: every room of this node is closed"
-                    );
-                    {
-                        let mut inner = cluster.inner();
-                        inner.lease = None;
-                        inner.serve_until = None;
-                        inner.record = None;
-                    }
-                    fence_all(&cluster, &state).await;
+                    lease_lost(&cluster, &state, lease).await;
                     continue;
                 }
             }
         }
         if now >= next_publish {
             next_publish = now + PUBLISH_EVERY;
-            publish(&cluster, &state, lease).await;
-            sweep_unserved(&cluster);
+            if publish(&cluster, &state, lease).await == Published::LeaseGone {
+                keeper = None;
+                lease_lost(&cluster, &state, lease).await;
+                continue;
+            }
+            sweep_unserved(&cluster, &state);
         }
         release_closed(&cluster).await;
     }
+}
+
+/// The serving deadline for a lease acknowledged for `ttl` by a keep-alive sent at
+/// `sent`. The TTL is etcd's answer; more than the configured one is not believed.
+fn deadline(sent: Instant, ttl: Duration) -> Instant {
+    let ttl = ttl.min(Duration::from_secs(300));
+    sent.checked_add(ttl.saturating_sub(FENCE_MARGIN))
+        .unwrap_or(sent)
+}
+
+/// etcd no longer knows `lease`: every room is closed, and the node registers anew.
+async fn lease_lost(cluster: &Cluster, state: &Arc<ControlState>, lease: i64) {
+    tracing::warn!(
+        event = "cluster_lease_lost",
+        node = cluster.node_id(),
+        lease,
+        "the membership lease expired: every room of this node is closed"
+    );
+    {
+        let mut inner = cluster.inner();
+        inner.lease = None;
+        inner.serve_until = None;
+        inner.record = None;
+        // The keys went with the lease.
+        inner.release.clear();
+        inner.unserved.clear();
+    }
+    fence_all(cluster, state).await;
 }
 
 /// What a keep-alive came to.
@@ -96,6 +124,11 @@ enum KeepAlive {
     Failed,
     /// etcd does not know the lease any more.
     Expired,
+}
+
+/// Whether an etcd error says the lease is unknown.
+fn lease_not_found(e: &etcd_client::Error) -> bool {
+    e.to_string().contains("lease not found")
 }
 
 /// Sends one keep-alive on the lease's stream (opening it if need be) and reads the
@@ -109,6 +142,8 @@ async fn keep_alive(
     let attempt = async {
         if keeper.is_none() {
             let mut client = cluster.client.clone();
+            // Opening the stream sends a keep-alive and reads its answer (TTL 0, an
+            // unknown lease, is an error).
             *keeper = Some(client.lease_keep_alive(lease).await?);
         }
         let Some((k, stream)) = keeper.as_mut() else {
@@ -123,11 +158,13 @@ async fn keep_alive(
             ttl: Duration::from_secs(response.ttl().unsigned_abs()),
         },
         Ok(Ok(Some(_))) => KeepAlive::Expired,
+        Ok(Err(e)) if lease_not_found(&e) => KeepAlive::Expired,
         _ => KeepAlive::Failed,
     }
 }
 
-/// Grants a lease and registers the node under it; true once registered.
+/// Grants a lease and registers the node under it, unless another live node has its
+/// id; true once registered. A lease whose registration failed is revoked.
 async fn register(cluster: &Cluster, state: &ControlState) -> bool {
     let ttl = i64::try_from(cluster.settings.lease_ttl.as_secs()).unwrap_or(i64::MAX);
     let sent = Instant::now();
@@ -137,19 +174,41 @@ async fn register(cluster: &Cluster, state: &ControlState) -> bool {
     };
     let lease = granted.id();
     let record = record(cluster, state, lease);
-    let Ok(value) = serde_json::to_vec(&record) else {
-        return false;
+    let registered = match serde_json::to_vec(&record) {
+        Ok(value) => {
+            let key = cluster.node_key(&cluster.settings.node_id);
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key,
+                    value,
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            match cluster.etcd(client.txn(txn)).await {
+                Ok(response) if response.succeeded() => true,
+                Ok(_) => {
+                    tracing::warn!(
+                        event = "cluster_node_id_taken",
+                        node = cluster.node_id(),
+                        "another live node is registered under this node's id; waiting for \
+                         it to go"
+                    );
+                    false
+                }
+                Err(_) => false,
+            }
+        }
+        Err(_) => false,
     };
-    let key = cluster.node_key(&cluster.settings.node_id);
-    let put = client.put(key, value, Some(PutOptions::new().with_lease(lease)));
-    if cluster.etcd(put).await.is_err() {
+    if !registered {
+        let _ = cluster.etcd(client.lease_revoke(lease)).await;
         return false;
     }
     let granted_ttl = Duration::from_secs(granted.ttl().unsigned_abs());
     {
         let mut inner = cluster.inner();
         inner.lease = Some(lease);
-        inner.serve_until = Some(sent + granted_ttl.saturating_sub(FENCE_MARGIN));
+        inner.serve_until = Some(deadline(sent, granted_ttl));
         inner.record = Some(record);
     }
     tracing::info!(
@@ -181,28 +240,49 @@ fn record(cluster: &Cluster, state: &ControlState, lease: i64) -> NodeRecord {
     }
 }
 
+/// What republishing the registration came to.
+#[derive(PartialEq, Eq)]
+enum Published {
+    /// Written, unchanged, or etcd unreachable (tried again later).
+    Done,
+    /// etcd does not know the lease.
+    LeaseGone,
+}
+
 /// Writes the node's registration again if its load changed.
-async fn publish(cluster: &Cluster, state: &ControlState, lease: i64) {
+async fn publish(cluster: &Cluster, state: &ControlState, lease: i64) -> Published {
     let record = record(cluster, state, lease);
     if cluster.inner().record.as_ref() == Some(&record) {
-        return;
+        return Published::Done;
     }
     let Ok(value) = serde_json::to_vec(&record) else {
-        return;
+        return Published::Done;
     };
     let mut client = cluster.client.clone();
     let key = cluster.node_key(&cluster.settings.node_id);
     let put = client.put(key, value, Some(PutOptions::new().with_lease(lease)));
-    if cluster.etcd(put).await.is_ok() {
-        cluster.inner().record = Some(record);
+    match tokio::time::timeout(super::ETCD_TIMEOUT, put).await {
+        Ok(Ok(_)) => {
+            cluster.inner().record = Some(record);
+            Published::Done
+        }
+        Ok(Err(e)) if lease_not_found(&e) => Published::LeaseGone,
+        _ => Published::Done,
     }
 }
 
-/// Deletes the keys of rooms this node closed, each only if it names this node and
-/// was not rewritten since it was read: a room opened here again meanwhile
-/// ([`Cluster::take_up`] rewrites its key) keeps it.
+/// Deletes the keys of rooms this node closed, each only if it names this node
+/// under its current lease and was not rewritten since it was read: a room opened
+/// here again meanwhile ([`Cluster::take_up`] rewrites its key) keeps it.
 async fn release_closed(cluster: &Cluster) {
-    let rooms: Vec<String> = cluster.inner().release.iter().cloned().collect();
+    let (rooms, lease) = {
+        let inner = cluster.inner();
+        (
+            inner.release.iter().cloned().collect::<Vec<String>>(),
+            inner.lease,
+        )
+    };
+    let Some(lease) = lease else { return };
     for room in rooms {
         let key = cluster.room_key(&room);
         let mut client = cluster.client.clone();
@@ -215,6 +295,7 @@ async fn release_closed(cluster: &Cluster) {
         });
         if let Some((record, revision)) = current
             && record.owner == cluster.settings.node_id
+            && record.lease == lease
         {
             let txn = Txn::new()
                 .when([Compare::mod_revision(
@@ -229,49 +310,67 @@ async fn release_closed(cluster: &Cluster) {
         }
         let mut inner = cluster.inner();
         // Opened here again meanwhile: it stays.
-        if !inner.owned.contains(&room) {
+        if !inner.owned.contains_key(&room) {
             inner.release.remove(&room);
         }
     }
 }
 
-/// Rooms another node placed here (their keys name this node under its lease) that
-/// no request opened within [`UNSERVED_GRACE`]: their keys are deleted, so they do
-/// not count as this node's load for ever.
-fn sweep_unserved(cluster: &Cluster) {
+/// Rooms whose keys name this node under its lease but that are not open here for
+/// [`UNSERVED_GRACE`]: placed here by another node for a request that never came,
+/// or claimed for a request that then failed. Their keys are deleted, so they do
+/// not count as this node's rooms for ever.
+fn sweep_unserved(cluster: &Cluster, state: &ControlState) {
+    // The directory first, as everywhere: then the cluster's state.
+    let rooms = state.rooms();
     let mut inner = cluster.inner();
     let Some(lease) = inner.lease else { return };
     let now = Instant::now();
     let me = cluster.settings.node_id.as_str();
-    let unserved: Vec<String> = inner
+    let mut idle: Vec<String> = inner
         .owners
         .iter()
-        .filter(|(room, r)| r.owner == me && r.lease == lease && !inner.owned.contains(*room))
+        .filter(|(room, r)| r.owner == me && r.lease == lease && !inner.owned.contains_key(*room))
         .map(|(room, _)| room.clone())
         .collect();
-    inner.unserved.retain(|room, _| unserved.contains(room));
-    for room in unserved {
+    idle.extend(
+        inner
+            .owned
+            .keys()
+            .filter(|room| rooms.get(room).is_err())
+            .cloned(),
+    );
+    inner.unserved.retain(|room, _| idle.contains(room));
+    for room in idle {
         let since = *inner.unserved.entry(room.clone()).or_insert(now);
         if now.duration_since(since) >= UNSERVED_GRACE {
+            inner.owned.remove(&room);
+            inner.unserved.remove(&room);
             inner.release.insert(room);
         }
     }
 }
 
-/// Closes every room this node owns once its serving deadline has passed.
-async fn fence_if_due(cluster: &Cluster, state: &Arc<ControlState>) {
-    let due = {
-        let inner = cluster.inner();
-        !inner.owned.is_empty() && inner.serve_until.is_none_or(|t| Instant::now() >= t)
-    };
-    if due {
-        tracing::warn!(
-            event = "cluster_fenced",
-            node = cluster.node_id(),
-            "etcd unreachable until the membership lease could have expired: every room of \
-             this node is closed"
-        );
-        fence_all(cluster, state).await;
+/// Closes every room this node owns once the serving deadline has passed, until the
+/// control plane stops.
+pub async fn fence(cluster: Arc<Cluster>, state: Arc<ControlState>) {
+    let mut tick = tokio::time::interval(FENCE_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let due = {
+            let inner = cluster.inner();
+            !inner.owned.is_empty() && inner.serve_until.is_none_or(|t| Instant::now() >= t)
+        };
+        if due {
+            tracing::warn!(
+                event = "cluster_fenced",
+                node = cluster.node_id(),
+                "etcd unreachable until the membership lease could have expired: every \
+                 room of this node is closed"
+            );
+            fence_all(&cluster, &state).await;
+        }
     }
 }
 
@@ -279,18 +378,22 @@ async fn fence_if_due(cluster: &Cluster, state: &Arc<ControlState>) {
 /// the lease still holds them).
 async fn fence_all(cluster: &Cluster, state: &Arc<ControlState>) {
     let rooms: Vec<String> = {
+        // The directory's lock first: no room opens between the two.
+        let _rooms = state.rooms();
         let mut inner = cluster.inner();
-        let rooms: Vec<String> = inner.owned.drain().collect();
-        inner.release.extend(rooms.iter().cloned());
+        let rooms: Vec<String> = inner.owned.drain().map(|(room, _)| room).collect();
+        if inner.lease.is_some() {
+            inner.release.extend(rooms.iter().cloned());
+        }
         rooms
     };
-    for room in rooms {
+    for room in &rooms {
         tracing::info!(
             event = "room_fenced",
             room = room.as_str(),
             node = cluster.node_id(),
             "room closed: this node may no longer own it"
         );
-        state.close_room(&room).await;
     }
+    state.close_rooms(&rooms).await;
 }

@@ -191,14 +191,36 @@ struct Inner {
     serve_until: Option<Instant>,
     /// Whether the last etcd request succeeded.
     etcd_ok: bool,
-    /// The rooms this node claimed under `lease` and serves.
-    owned: HashSet<String>,
+    /// The rooms this node serves, each with the lease it owns it under: only those
+    /// under the current lease count.
+    owned: HashMap<String, i64>,
     /// Room keys of this node to delete from etcd (rooms closed or fenced here).
     release: HashSet<String>,
     /// This node's registration as last written.
     record: Option<NodeRecord>,
     /// Rooms placed on this node that it does not serve yet, since when.
     unserved: HashMap<String, Instant>,
+}
+
+impl Inner {
+    /// See [`Cluster::serves`].
+    fn serves(&self, room: &str) -> bool {
+        self.lease.is_some()
+            && self.owned.get(room).copied() == self.lease
+            && self.serve_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Notes that this node serves `room` under `lease`, if that is still its lease
+    /// and the lease is surely alive; whether it does.
+    fn take(&mut self, room: &str, lease: i64) -> bool {
+        if self.lease != Some(lease) || self.serve_until.is_none_or(|t| Instant::now() >= t) {
+            return false;
+        }
+        self.owned.insert(room.to_owned(), lease);
+        self.release.remove(room);
+        self.unserved.remove(room);
+        true
+    }
 }
 
 /// A node's membership of its cluster, shared by the control plane's tasks.
@@ -291,22 +313,24 @@ impl Cluster {
         counts
     }
 
-    /// Whether this node serves `room` now.
+    /// Whether this node may serve `room` now: it owns it under its current lease,
+    /// and that lease is surely alive. A room opens only when this holds (under the
+    /// room directory's lock, which closing a room also takes).
     pub fn serves(&self, room: &str) -> bool {
-        let inner = self.inner();
-        inner.owned.contains(room) && inner.serve_until.is_some_and(|t| Instant::now() < t)
+        self.inner().serves(room)
     }
 
     /// Where a request about the existing room `room` (normalised) goes: to its
-    /// owner, or here when this node owns it or nobody does.
+    /// owner, or here when this node owns it or nobody does (then the room is not
+    /// open here either, and the request finds it so). It never opens a room.
     pub async fn route(&self, room: &str) -> Result<Route, Status> {
         if let Some(route) = self.known_route(room)? {
             return Ok(route);
         }
         // The watch may lag a claim made a moment ago: ask etcd.
         match self.read_owner(room).await? {
-            None => Ok(Route::Local),
-            Some(owner) => self.route_to(room, &owner).await,
+            Some(owner) if owner.owner != self.settings.node_id => self.remote(room, &owner.owner),
+            _ => Ok(Route::Local),
         }
     }
 
@@ -324,8 +348,8 @@ impl Cluster {
     /// The route the watch's view gives, when it gives one for sure.
     fn known_route(&self, room: &str) -> Result<Option<Route>, Status> {
         let inner = self.inner();
-        if inner.owned.contains(room) {
-            return if inner.serve_until.is_some_and(|t| Instant::now() < t) {
+        if inner.owned.contains_key(room) {
+            return if inner.serves(room) {
                 Ok(Some(Route::Local))
             } else {
                 Err(fenced())
@@ -355,12 +379,16 @@ impl Cluster {
             }
             return self.take_up(room, owner).await;
         }
-        let inner = self.inner();
-        match inner.nodes.get(&owner.owner) {
+        self.remote(room, &owner.owner)
+    }
+
+    /// The route to node `owner`, which this node must see live.
+    fn remote(&self, room: &str, owner: &str) -> Result<Route, Status> {
+        match self.inner().nodes.get(owner) {
             Some(node) => Ok(Route::Remote(node.clone())),
             None => Err(Status::unavailable(format!(
-                "room {room:?} belongs to node {:?}, which this node does not see yet; try again",
-                owner.owner
+                "room {room:?} belongs to node {owner:?}, which this node does not see live; \
+                 try again"
             ))),
         }
     }
@@ -431,10 +459,12 @@ impl Cluster {
             if let Some(node) = target {
                 return Ok(Route::Remote(node));
             }
-            let mut inner = self.inner();
-            inner.owned.insert(room.to_owned());
-            inner.release.remove(room);
-            return Ok(Route::Local);
+            // The lease may have been lost while the transaction ran.
+            return if self.inner().take(room, lease) {
+                Ok(Route::Local)
+            } else {
+                Err(fenced())
+            };
         }
         let owner = response.op_responses().into_iter().find_map(|r| match r {
             TxnOpResponse::Get(get) => get.kvs().first().and_then(|kv| decode(kv.value())),
@@ -468,10 +498,11 @@ impl Cluster {
                 "room {room:?} changed hands while being opened; try again"
             )));
         }
-        let mut inner = self.inner();
-        inner.owned.insert(room.to_owned());
-        inner.release.remove(room);
-        Ok(Route::Local)
+        if self.inner().take(room, owner.lease) {
+            Ok(Route::Local)
+        } else {
+            Err(fenced())
+        }
     }
 
     /// The owner etcd names for `room` now.
@@ -502,10 +533,11 @@ impl Cluster {
     }
 
     /// Notes that this node no longer serves `room` (it closed), so its key is
-    /// deleted from etcd.
+    /// deleted from etcd. Called under the room directory's lock, with the room's
+    /// removal from it.
     pub fn release(&self, room: &str) {
         let mut inner = self.inner();
-        if inner.owned.remove(room) {
+        if inner.owned.remove(room).is_some() {
             inner.release.insert(room.to_owned());
         }
     }

@@ -6,7 +6,9 @@
 //! race pass.
 
 mod cluster_harness;
+mod http_client;
 mod node_process;
+mod tokens;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -618,6 +620,95 @@ fn cluster_node_failure() {
         }
     });
     eprintln!("rooms of the killed node placed again {recovered:?} after the kill");
+}
+
+/// A WHIP POST with a token, sent to a node that does not own the room: the 307
+/// carries a short-lived token in its URL (clients drop `Authorization` on a
+/// redirect to another origin), and the owner admits the POST with it alone.
+#[test]
+fn whip_redirect_carries_a_short_lived_token() {
+    let etcd = Etcd::start();
+    let key = format!("{}:{}", tokens::KEY, tokens::SECRET);
+    let operator = tokens::token("operator", tokens::operator("tokened"));
+    let nodes: Vec<ClusterNode> = (0..2)
+        .map(|i| {
+            let mut node = ClusterNode::start(
+                &etcd.url(),
+                "/tokens",
+                &format!("node-{i}"),
+                TTL,
+                &["--api-key", &key],
+            );
+            node.token = Some(operator.clone());
+            node
+        })
+        .collect();
+    let rt = runtime();
+    let owner = rt.block_on(async {
+        wait_formed(&nodes).await;
+        let mut request = tonic::Request::new(CreateRoomRequest {
+            name: "tokened".into(),
+            ..CreateRoomRequest::default()
+        });
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {operator}").parse().expect("metadata"),
+        );
+        nodes[0]
+            .rooms()
+            .await
+            .create_room(request)
+            .await
+            .expect("room created")
+            .into_inner()
+            .node_id
+    });
+    let owner = nodes.iter().find(|n| n.id == owner).expect("the owner");
+    let other = nodes.iter().find(|n| n.id != owner.id).expect("the other");
+    let offer = http_client::fixture_offer("chromium156_data_offer.sdp");
+    let token = tokens::token("alice", tokens::join("tokened"));
+    let bearer = format!("Bearer {token}");
+    let reply = http_client::request_with_headers(
+        other.process.http,
+        "POST",
+        "/whip/tokened?name=Alice",
+        &[
+            ("Content-Type", "application/sdp"),
+            ("Authorization", &bearer),
+        ],
+        offer.as_bytes(),
+    );
+    assert_eq!(reply.status, 307, "{}", reply.body);
+    let location = reply.header("location").expect("a Location");
+    let base = format!("http://{}", owner.process.http);
+    let rest = location
+        .strip_prefix(&base)
+        .unwrap_or_else(|| panic!("{location} is on {base}"));
+    let (path, query) = rest.split_once('?').expect("a query");
+    assert_eq!(path, "/whip/tokened");
+    assert!(query.contains("name=Alice"), "{query}");
+    let carried = query
+        .split('&')
+        .find_map(|p| p.strip_prefix("access_token="))
+        .expect("a token in the URL");
+    assert_ne!(carried, token, "a new token, not the caller's");
+    let claims: serde_json::Value = {
+        use base64::Engine;
+        let payload = carried.split('.').nth(1).expect("a JWT");
+        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .expect("base64url");
+        serde_json::from_slice(&json).expect("JSON claims")
+    };
+    assert_eq!(claims["sub"], "alice");
+    let exp = claims["exp"].as_u64().expect("exp");
+    assert!(exp <= tokens::now() + 61, "short-lived: exp {exp}");
+    // Followed without the header, as a browser does across origins.
+    let followed = http_client::post_offer(owner.process.http, rest, &offer);
+    assert_eq!(followed.status, 201, "{}", followed.body);
+    // The redirecting node checked the token first: without one, no redirect.
+    let refused = http_client::post_offer(other.process.http, "/whip/tokened", &offer);
+    assert_eq!(refused.status, 401, "{}", refused.body);
 }
 
 /// The README's run command: `shoal` with no flags and no environment runs alone,

@@ -472,6 +472,24 @@ impl Auth {
         }
     }
 
+    /// The caller's token again, signed by this node with the same key, claims and
+    /// grants but expiring within `ttl` (or when the original does, if sooner);
+    /// `None` in open mode. A node redirecting a request carries it in the new URL,
+    /// where clients drop the `Authorization` header on the way (Fetch drops it on
+    /// a redirect to another origin).
+    pub fn reissue(&self, caller: &Caller, ttl: Duration) -> Option<String> {
+        let Caller::Token(claims) = caller else {
+            return None;
+        };
+        let secret = self.keys.get(&claims.iss)?;
+        let exp = unix_secs(SystemTime::now()).saturating_add(ttl.as_secs());
+        let claims = Claims {
+            exp: exp.min(claims.exp),
+            ..(**claims).clone()
+        };
+        mint(&claims, secret).ok()
+    }
+
     /// Whether the node runs open (no API keys).
     pub fn is_open(&self) -> bool {
         self.keys.is_empty()

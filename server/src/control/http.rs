@@ -218,11 +218,15 @@ fn text(code: StatusCode, message: &str) -> Response {
         .into_response()
 }
 
-/// The `?identity=` and `?name=` of a WHIP/WHEP POST.
+/// The `?identity=`, `?name=` and `?access_token=` of a WHIP/WHEP POST.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct JoinQuery {
     identity: String,
     name: String,
+    /// A token in the URL: what a cluster node's redirect carries, since clients
+    /// drop `Authorization` when they follow it. The header wins when both are
+    /// given.
+    access_token: String,
 }
 
 impl JoinQuery {
@@ -234,6 +238,7 @@ impl JoinQuery {
     fn parse(query: &str) -> Result<JoinQuery, String> {
         let mut identity = None;
         let mut name = None;
+        let mut access_token = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             let key = form_decode(key)
@@ -241,6 +246,7 @@ impl JoinQuery {
             let slot = match key.as_str() {
                 "identity" => &mut identity,
                 "name" => &mut name,
+                "access_token" => &mut access_token,
                 _ => continue,
             };
             if slot.is_some() {
@@ -253,6 +259,7 @@ impl JoinQuery {
         Ok(JoinQuery {
             identity: identity.unwrap_or_default(),
             name: name.unwrap_or_default(),
+            access_token: access_token.unwrap_or_default(),
         })
     }
 }
@@ -307,21 +314,18 @@ async fn create(
             "the offer must be sent with Content-Type: application/sdp",
         );
     }
-    let query = match JoinQuery::parse(query.as_deref().unwrap_or_default()) {
+    let raw_query = query.unwrap_or_default();
+    let query = match JoinQuery::parse(&raw_query) {
         Ok(query) => query,
         Err(message) => return text(StatusCode::BAD_REQUEST, &message),
     };
     let state = &http.state;
     let from = client_ip(request.extensions());
-    let path_and_query = request
-        .uri()
-        .path_and_query()
-        .map_or_else(String::new, ToString::to_string);
+    let path = request.uri().path().to_owned();
     // RFC 9725 §4.5: the bearer token decides who joins, before the offer is read.
-    let caller = match state
-        .auth()
-        .check(authorization(request.headers()), Act::Join { room: &room })
-    {
+    let token = authorization(request.headers())
+        .or(Some(query.access_token.as_str()).filter(|t| !t.is_empty()));
+    let caller = match state.auth().check(token, Act::Join { room: &room }) {
         Ok(caller) => caller,
         Err(e) => return auth_refusal(&e),
     };
@@ -354,7 +358,10 @@ async fn create(
     // endpoint may redirect with 307; the client repeats the POST there).
     match state.room_owner(&room, state.auto_create_rooms(), 0).await {
         Ok(None) => {}
-        Ok(Some(node)) => return redirect(&node.http_url, &path_and_query),
+        Ok(Some(node)) => {
+            let token = state.auth().reissue(&caller, REDIRECT_TOKEN_TTL);
+            return redirect(&node.http_url, &path, &redirect_query(&raw_query, token));
+        }
         Err(status) => return error_response(&status),
     }
     if !state.auto_create_rooms()
@@ -789,10 +796,33 @@ async fn signal(
     websocket::accept(upgrade, http.state, token, unauthenticated, slot, from)
 }
 
-/// 307 Temporary Redirect to the same path and query on the node at `base`: the
-/// client repeats the same request there.
-fn redirect(base: &str, path_and_query: &str) -> Response {
-    let location = format!("{base}{path_and_query}");
+/// How long the token a redirect carries is valid: long enough to follow it.
+const REDIRECT_TOKEN_TTL: Duration = Duration::from_secs(60);
+
+/// The query of a redirect: the request's own, without its `access_token`, and
+/// `token` as `access_token` when there is one.
+fn redirect_query(query: &str, token: Option<String>) -> String {
+    let mut pairs: Vec<String> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .filter(|p| p.split('=').next() != Some("access_token"))
+        .map(str::to_owned)
+        .collect();
+    if let Some(token) = token {
+        // A JWT is base64url and dots: nothing to escape.
+        pairs.push(format!("access_token={token}"));
+    }
+    pairs.join("&")
+}
+
+/// 307 Temporary Redirect to `path` with `query` on the node at `base`: the client
+/// repeats the same request there (RFC 9110 §15.4.8: the method and body stay).
+fn redirect(base: &str, path: &str, query: &str) -> Response {
+    let location = if query.is_empty() {
+        format!("{base}{path}")
+    } else {
+        format!("{base}{path}?{query}")
+    };
     let mut response = text(
         StatusCode::TEMPORARY_REDIRECT,
         &format!("the room is served by {base}"),
@@ -831,6 +861,16 @@ mod tests {
     }
 
     #[test]
+    fn a_redirect_query_swaps_the_token() {
+        assert_eq!(redirect_query("", None), "");
+        assert_eq!(
+            redirect_query("name=A&access_token=old&identity=x", Some("new".into())),
+            "name=A&identity=x&access_token=new"
+        );
+        assert_eq!(redirect_query("access_token=old", None), "");
+    }
+
+    #[test]
     fn join_queries_are_decoded_strictly() {
         let parsed = |q: &str| JoinQuery::parse(q);
         assert_eq!(parsed(""), Ok(JoinQuery::default()));
@@ -839,7 +879,12 @@ mod tests {
             Ok(JoinQuery {
                 identity: "alé x".into(),
                 name: "A B".into(),
+                access_token: String::new(),
             })
+        );
+        assert_eq!(
+            parsed("access_token=a.b.c").map(|q| q.access_token),
+            Ok("a.b.c".into())
         );
         // Not UTF-8 once decoded: refused, not turned into U+FFFD.
         let refused = parsed("identity=%ff").expect_err("invalid UTF-8");

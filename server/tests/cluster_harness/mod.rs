@@ -141,6 +141,8 @@ pub struct ClusterNode {
     pub id: String,
     /// Its gRPC listener.
     pub grpc: SocketAddr,
+    /// The token its NodeInfo is asked with, for a node with API keys.
+    pub token: Option<String>,
 }
 
 impl ClusterNode {
@@ -167,6 +169,7 @@ impl ClusterNode {
             process,
             id: id.to_owned(),
             grpc,
+            token: None,
         }
     }
 
@@ -186,8 +189,13 @@ impl ClusterNode {
 
     /// Its NodeInfo.
     pub async fn info(&self) -> NodeInfo {
+        let mut request = tonic::Request::new(GetNodeInfoRequest {});
+        if let Some(token) = &self.token {
+            let value = format!("Bearer {token}").parse().expect("a metadata value");
+            request.metadata_mut().insert("authorization", value);
+        }
         NodeServiceClient::new(self.channel().await)
-            .get_node_info(GetNodeInfoRequest {})
+            .get_node_info(request)
             .await
             .expect("NodeInfo")
             .into_inner()

@@ -7,6 +7,7 @@
 
 mod cluster_harness;
 mod http_client;
+mod lab;
 mod node_process;
 mod tokens;
 
@@ -19,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use cluster_harness::{ClusterNode, Etcd, wait_formed};
+use cluster_harness::{ClusterNode, Etcd, NodeApi, wait_formed};
 use shoal_components::peer::PeerId;
 use shoal_components::sctp::dcep::ChannelType;
 use shoal_components::time::Time;
@@ -50,7 +51,7 @@ fn start_nodes(etcd: &Etcd, prefix: &str, n: usize) -> Vec<ClusterNode> {
 }
 
 /// Creates `room` through `node`; the owner's id.
-async fn create(node: &ClusterNode, room: &str) -> Result<String, tonic::Status> {
+async fn create(node: &NodeApi, room: &str) -> Result<String, tonic::Status> {
     node.rooms()
         .await
         .create_room(CreateRoomRequest {
@@ -620,6 +621,180 @@ fn cluster_node_failure() {
         }
     });
     eprintln!("rooms of the killed node placed again {recovered:?} after the kill");
+}
+
+/// The time of a JSON log line's `timestamp` (RFC 3339, UTC), as (date, seconds
+/// into the day), for the first line whose `fields` hold every `(name, value)`.
+fn logged_at(log: &str, fields: &[(&str, &str)]) -> Option<(String, f64)> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| {
+            fields
+                .iter()
+                .all(|(k, want)| v["fields"][*k].as_str() == Some(*want))
+        })
+        .and_then(|v| {
+            let ts = v["timestamp"].as_str()?.trim_end_matches('Z').to_owned();
+            let (date, time) = ts.split_once('T')?;
+            let mut parts = time.split(':');
+            let h: f64 = parts.next()?.parse().ok()?;
+            let m: f64 = parts.next()?.parse().ok()?;
+            let sec: f64 = parts.next()?.parse().ok()?;
+            Some((date.to_owned(), h * 3600.0 + m * 60.0 + sec))
+        })
+}
+
+#[test]
+fn cluster_partitioned_node_fences_itself() {
+    let Some(mut lab) = lab::Lab::new("clu") else {
+        return;
+    };
+    // etcd, two nodes and the test's client, each in a namespace of its own on one
+    // router.
+    let [router, e, a, b, t] = ["r", "e", "a", "b", "t"].map(|n| lab.namespace(n));
+    let spokes = [
+        (&e, "re", "1"),
+        (&a, "ra", "2"),
+        (&b, "rb", "3"),
+        (&t, "rt", "4"),
+    ];
+    let (inside, outside, gateway): (Vec<String>, Vec<String>, Vec<String>) = spokes
+        .iter()
+        .map(|(_, _, n)| {
+            (
+                format!("10.91.{n}.2/24"),
+                format!("10.91.{n}.1/24"),
+                format!("10.91.{n}.1"),
+            )
+        })
+        .fold(
+            (vec![], vec![], vec![]),
+            |(mut i, mut o, mut g), (x, y, z)| {
+                i.push(x);
+                o.push(y);
+                g.push(z);
+                (i, o, g)
+            },
+        );
+    let star: Vec<lab::Spoke<'_>> = spokes
+        .iter()
+        .enumerate()
+        .map(|(k, (ns, side, _))| lab::Spoke {
+            ns,
+            side,
+            inside: &inside[k],
+            outside: &outside[k],
+            gateway: &gateway[k],
+        })
+        .collect();
+    lab.star(&router, &star);
+    let etcd = Etcd::start_in(&e, "10.91.1.2");
+    let node_a = ClusterNode::start_in((&a, "10.91.2.2"), &etcd.url(), "/cut", "node-a", TTL);
+    let node_b = ClusterNode::start_in((&b, "10.91.3.2"), &etcd.url(), "/cut", "node-b", TTL);
+    let (grpc_a, grpc_b, http_a) = (node_a.grpc, node_b.grpc, node_a.process.http);
+    let owner = in_t_result(&t, move || {
+        let owner = runtime().block_on(async move {
+            let nodes = [NodeApi::at(grpc_a), NodeApi::at(grpc_b)];
+            wait_formed(&nodes).await;
+            // Equal load: the room goes to the lowest id, node-a.
+            create(&nodes[1], "cut").await.expect("created")
+        });
+        // A participant in it (a WHIP session: admitted, not yet connected).
+        let offer = http_client::fixture_offer("chromium156_data_offer.sdp");
+        let joined = http_client::post_offer(http_a, "/whip/cut", &offer);
+        assert_eq!(joined.status, 201, "{}", joined.body);
+        owner
+    });
+    assert_eq!(owner, "node-a");
+    // node-a loses etcd, and only etcd: the router still carries everything else.
+    lab.nft(
+        &a,
+        "table inet shoal_cut {\n\
+         \tchain input { type filter hook input priority filter; ip saddr 10.91.1.2 drop; }\n\
+         \tchain output { type filter hook output priority filter; ip daddr 10.91.1.2 drop; }\n\
+         }\n",
+    );
+    let cut = Instant::now();
+    // Through node-b, the room is created again as soon as it can be: while node-a
+    // serves it, node-b forwards to node-a (ALREADY_EXISTS); once node-a's lease
+    // expired in etcd, node-b places it anew.
+    let taken = in_t_result(&t, move || {
+        runtime().block_on(async move {
+            let b = NodeApi::at(grpc_b);
+            loop {
+                match create(&b, "cut").await {
+                    Ok(owner) => return owner,
+                    Err(e) => {
+                        assert!(
+                            matches!(e.code(), Code::AlreadyExists | Code::Unavailable),
+                            "{e:?}"
+                        );
+                        assert!(
+                            cut.elapsed() < Duration::from_secs(u64::from(TTL) + 5),
+                            "not taken over {:?} after the cut: {e:?}",
+                            cut.elapsed()
+                        );
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        })
+    });
+    assert_eq!(taken, "node-b");
+    // The cut heals: node-a learns its lease is gone and registers anew.
+    lab.exec(&a, &["nft", "delete", "table", "inet", "shoal_cut"]);
+    in_t_result(&t, move || {
+        runtime().block_on(async move {
+            let a = NodeApi::at(grpc_a);
+            let deadline = Instant::now() + Duration::from_secs(15);
+            loop {
+                let cluster = a.info().await.cluster.expect("cluster info");
+                if cluster.member && cluster.nodes.len() == 2 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "node-a did not rejoin: {cluster:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    });
+    // From both logs: node-a closed the room (its participant left) before node-b
+    // placed it, so no instant had it open on both.
+    for node in [&node_a, &node_b] {
+        node.process.signal(nix::sys::signal::Signal::SIGKILL);
+    }
+    let (log_a, log_b) = (node_a.process.log(), node_b.process.log());
+    let fenced = logged_at(&log_a, &[("event", "room_fenced"), ("room", "cut")]).expect("fenced");
+    let left = logged_at(&log_a, &[("event", "leave"), ("reason", "node_fenced")])
+        .expect("the participant left");
+    let placed = logged_at(
+        &log_b,
+        &[
+            ("event", "room_placed"),
+            ("room", "cut"),
+            ("owner", "node-b"),
+        ],
+    )
+    .expect("placed on node-b");
+    assert_eq!(fenced.0, placed.0, "one day");
+    assert!(
+        left.1 <= fenced.1,
+        "the participant left before the room was logged closed"
+    );
+    let gap = placed.1 - fenced.1;
+    assert!(
+        gap > 0.0,
+        "node-b placed the room {gap} s after node-a closed it"
+    );
+    assert!(logged_at(&log_a, &[("event", "cluster_lease_lost")]).is_some());
+    eprintln!("node-a closed the room {gap:.3} s before node-b placed it");
+}
+
+/// Runs `f` in namespace `ns` and returns its result.
+fn in_t_result<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    lab::netns::run_in(ns, f)
 }
 
 /// A WHIP POST with a token, sent to a node that does not own the room: the 307

@@ -33,13 +33,25 @@ fn free_port() -> u16 {
 pub struct Etcd {
     child: Option<Child>,
     dir: PathBuf,
+    /// The network namespace it runs in (of the test's lab); `None`: the host's.
+    ns: Option<String>,
+    host: String,
     client_port: u16,
     peer_port: u16,
 }
 
 impl Etcd {
-    /// Starts etcd and waits until it reports healthy.
+    /// Starts etcd on loopback and waits until it reports healthy.
     pub fn start() -> Etcd {
+        Etcd::start_on(None, "127.0.0.1")
+    }
+
+    /// Starts etcd inside network namespace `ns`, listening on `ip` there.
+    pub fn start_in(ns: &str, ip: &str) -> Etcd {
+        Etcd::start_on(Some(ns), ip)
+    }
+
+    fn start_on(ns: Option<&str>, host: &str) -> Etcd {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "shoal-etcd-{}-{}",
@@ -48,11 +60,18 @@ impl Etcd {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("etcd's directory");
+        // A namespace of the lab is the test's own: etcd's usual ports are free.
+        let (client_port, peer_port) = match ns {
+            Some(_) => (2379, 2380),
+            None => (free_port(), free_port()),
+        };
         let mut etcd = Etcd {
             child: None,
             dir,
-            client_port: free_port(),
-            peer_port: free_port(),
+            ns: ns.map(str::to_owned),
+            host: host.to_owned(),
+            client_port,
+            peer_port,
         };
         etcd.resume();
         etcd
@@ -60,7 +79,7 @@ impl Etcd {
 
     /// The client URL nodes are given (`--etcd`).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("http://{}:{}", self.host, self.client_port)
     }
 
     /// Stops etcd (SIGKILL): every request to it fails from now on.
@@ -74,13 +93,21 @@ impl Etcd {
     /// Starts etcd again on the same ports and data, and waits until it is healthy.
     pub fn resume(&mut self) {
         assert!(self.child.is_none(), "etcd runs already");
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let peer = format!("http://{}:{}", self.host, self.peer_port);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.join("etcd.log"))
             .expect("etcd's log");
-        let child = Command::new("etcd")
+        let mut command = match &self.ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "etcd"]);
+                c
+            }
+            None => Command::new("etcd"),
+        };
+        let child = command
             .env_clear()
             .args(["--name", "test"])
             .arg("--data-dir")
@@ -104,18 +131,11 @@ impl Etcd {
 
     /// Whether `GET /health` says so.
     fn healthy(&self) -> bool {
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.client_port));
-        let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
-            return false;
-        };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-        let request = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-        if stream.write_all(request.as_bytes()).is_err() {
-            return false;
+        let addr = SocketAddr::new(self.host.parse().expect("an IP"), self.client_port);
+        match &self.ns {
+            Some(ns) => crate::lab::netns::run_in(ns, move || health(addr)),
+            None => health(addr),
         }
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response);
-        response.contains("\"health\":\"true\"")
     }
 
     /// A client of this etcd.
@@ -126,6 +146,21 @@ impl Etcd {
     }
 }
 
+/// Whether etcd at `addr` answers `GET /health` with healthy.
+fn health(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let request = "GET /health HTTP/1.1\r\nHost: etcd\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.contains("\"health\":\"true\"")
+}
+
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.stop();
@@ -133,10 +168,8 @@ impl Drop for Etcd {
     }
 }
 
-/// A node of a cluster: the process, and its gRPC address.
-pub struct ClusterNode {
-    /// The process.
-    pub process: Node,
+/// A node's gRPC API, as a client reaches it.
+pub struct NodeApi {
     /// Its `--node-id`.
     pub id: String,
     /// Its gRPC listener.
@@ -145,10 +178,78 @@ pub struct ClusterNode {
     pub token: Option<String>,
 }
 
+/// A node of a cluster: the process, and its API.
+pub struct ClusterNode {
+    /// The process.
+    pub process: Node,
+    /// Its API.
+    pub api: NodeApi,
+}
+
+impl std::ops::Deref for ClusterNode {
+    type Target = NodeApi;
+    fn deref(&self) -> &NodeApi {
+        &self.api
+    }
+}
+
+impl std::ops::DerefMut for ClusterNode {
+    fn deref_mut(&mut self) -> &mut NodeApi {
+        &mut self.api
+    }
+}
+
+impl AsRef<NodeApi> for ClusterNode {
+    fn as_ref(&self) -> &NodeApi {
+        &self.api
+    }
+}
+
+impl AsRef<NodeApi> for NodeApi {
+    fn as_ref(&self) -> &NodeApi {
+        self
+    }
+}
+
+impl NodeApi {
+    /// The API of the node at `grpc`, whose id is not known here.
+    pub fn at(grpc: SocketAddr) -> NodeApi {
+        NodeApi {
+            id: grpc.to_string(),
+            grpc,
+            token: None,
+        }
+    }
+}
+
 impl ClusterNode {
     /// Starts `shoal` as node `id` of the cluster on `etcd` under `prefix`, with a
     /// lease of `ttl_secs`, and `extra` flags.
     pub fn start(etcd: &str, prefix: &str, id: &str, ttl_secs: u32, extra: &[&str]) -> ClusterNode {
+        ClusterNode::start_on(None, etcd, prefix, id, ttl_secs, extra)
+    }
+
+    /// [`ClusterNode::start`] inside network namespace `ns` of the lab, on `ip`.
+    pub fn start_in(
+        (ns, ip): (&str, &str),
+        etcd: &str,
+        prefix: &str,
+        id: &str,
+        ttl_secs: u32,
+    ) -> ClusterNode {
+        // Listening off loopback without API keys needs saying so; the lab is the
+        // test's own.
+        ClusterNode::start_on(Some((ns, ip)), etcd, prefix, id, ttl_secs, &["--insecure-open"])
+    }
+
+    fn start_on(
+        at: Option<(&str, &str)>,
+        etcd: &str,
+        prefix: &str,
+        id: &str,
+        ttl_secs: u32,
+        extra: &[&str],
+    ) -> ClusterNode {
         let ttl = ttl_secs.to_string();
         let mut args = vec![
             "--etcd",
@@ -163,16 +264,23 @@ impl ClusterNode {
             "json",
         ];
         args.extend_from_slice(extra);
-        let process = Node::start(&args);
+        let process = match at {
+            Some((ns, ip)) => Node::start_in(ns, ip, &args),
+            None => Node::start(&args),
+        };
         let grpc = process.banner_addr("shoal: grpc http://");
         ClusterNode {
             process,
-            id: id.to_owned(),
-            grpc,
-            token: None,
+            api: NodeApi {
+                id: id.to_owned(),
+                grpc,
+                token: None,
+            },
         }
     }
+}
 
+impl NodeApi {
     /// A channel to its gRPC.
     pub async fn channel(&self) -> Channel {
         Endpoint::from_shared(format!("http://{}", self.grpc))
@@ -203,9 +311,9 @@ impl ClusterNode {
 }
 
 /// Waits until every node of `nodes` sees all of them live.
-pub async fn wait_formed(nodes: &[ClusterNode]) {
+pub async fn wait_formed<N: AsRef<NodeApi>>(nodes: &[N]) {
     let deadline = Instant::now() + START_TIMEOUT;
-    for node in nodes {
+    for node in nodes.iter().map(AsRef::as_ref) {
         loop {
             let info = node.info().await;
             let seen = info.cluster.map_or(0, |c| c.nodes.len());

@@ -30,12 +30,31 @@ impl Node {
     /// `extra` sets `--tcp-port-base`), gRPC and HTTP on ephemeral loopback ports,
     /// an empty environment, and `extra` flags.
     pub fn start(extra: &[&str]) -> Node {
+        Node::start_on(None, "127.0.0.1", extra)
+    }
+
+    /// [`Node::start`] inside network namespace `ns` (of the test's network lab),
+    /// its sockets bound to `ip` there.
+    pub fn start_in(ns: &str, ip: &str, extra: &[&str]) -> Node {
+        Node::start_on(Some(ns), ip, extra)
+    }
+
+    fn start_on(ns: Option<&str>, ip: &str, extra: &[&str]) -> Node {
         let tcp: &[&str] = if extra.contains(&"--tcp-port-base") {
             &[]
         } else {
             &["--tcp-port-base", "off"]
         };
-        let mut child = Command::new(SHOAL)
+        let listen = format!("{ip}:0");
+        let mut command = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, SHOAL, "--bind", ip]);
+                c
+            }
+            None => Command::new(SHOAL),
+        };
+        let mut child = command
             .env_clear()
             .args([
                 "--shards",
@@ -43,9 +62,9 @@ impl Node {
                 "--udp-port-base",
                 "0",
                 "--grpc-addr",
-                "127.0.0.1:0",
+                &listen,
                 "--http-addr",
-                "127.0.0.1:0",
+                &listen,
             ])
             .args(tcp)
             .args(extra)

@@ -387,6 +387,8 @@ async fn fence_all(cluster: &Cluster, state: &Arc<ControlState>) {
         }
         rooms
     };
+    state.close_rooms(&rooms).await;
+    // Logged once closed: its participants are off their shards.
     for room in &rooms {
         tracing::info!(
             event = "room_fenced",
@@ -395,5 +397,4 @@ async fn fence_all(cluster: &Cluster, state: &Arc<ControlState>) {
             "room closed: this node may no longer own it"
         );
     }
-    state.close_rooms(&rooms).await;
 }

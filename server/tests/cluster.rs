@@ -513,14 +513,48 @@ fn cluster_etcd_unavailable() {
             assert!(node.info().await.cluster.expect("cluster info").member);
         }
     });
-    let log = {
-        let mut owner_process = nodes.into_iter().find(|n| n.id == owner_id).expect("owner");
-        owner_process
-            .process
-            .signal(nix::sys::signal::Signal::SIGTERM);
-        owner_process.process.wait(Duration::from_secs(20));
-        owner_process.process.log()
-    };
+    // A node that stops (SIGTERM) revokes its lease: its rooms can be placed on the
+    // other node at once, not a TTL later.
+    let mut nodes = nodes;
+    let o = nodes.iter().position(|n| n.id == owner_id).expect("owner");
+    let mut owner_process = nodes.remove(o);
+    let theirs: Vec<String> = rt.block_on(async {
+        let listed = owner_process
+            .rooms()
+            .await
+            .list_rooms(ListRoomsRequest::default())
+            .await
+            .expect("ListRooms")
+            .into_inner();
+        listed
+            .rooms
+            .into_iter()
+            .filter(|r| r.node_id == owner_id)
+            .map(|r| r.name)
+            .collect()
+    });
+    assert!(
+        !theirs.is_empty(),
+        "the owner holds rooms placed after the outage"
+    );
+    owner_process
+        .process
+        .signal(nix::sys::signal::Signal::SIGTERM);
+    owner_process.process.wait(Duration::from_secs(20));
+    let stopped = Instant::now();
+    rt.block_on(async {
+        for room in &theirs {
+            let owner = create(&nodes[0], room).await.expect("placed again at once");
+            assert_eq!(owner, nodes[0].id);
+        }
+    });
+    assert!(
+        stopped.elapsed() < Duration::from_secs(u64::from(TTL) - 1),
+        "placed again {:?} after the owner stopped",
+        stopped.elapsed()
+    );
+    let log = owner_process.process.log();
+    assert!(log.contains("\"cluster_left\""), "leaving is logged");
     assert!(log.contains("\"cluster_fenced\""), "the fencing is logged");
     assert!(
         log.contains("\"room_fenced\""),

@@ -639,6 +639,8 @@ impl Services {
         let draining = tokio::spawn(drain::run(state.clone(), health.clone()));
         let shard_events =
             events.map(|events| tokio::spawn(apply_shard_events(state.clone(), events)));
+        let state_cluster = state.cluster().cloned();
+        let cluster_state = state.clone();
         let cluster_tasks: Vec<_> = state
             .cluster()
             .map(|c| {
@@ -662,6 +664,13 @@ impl Services {
         }
         for task in cluster_tasks {
             task.abort();
+        }
+        if let Some(cluster) = state_cluster {
+            // Its rooms close here before its lease goes, so no other node opens
+            // one of them while it is still open here.
+            let rooms = cluster_state.rooms().names();
+            cluster_state.close_rooms(&rooms).await;
+            cluster.leave().await;
         }
         if let Some(ended) = early {
             // The server stopped without being asked: that is a failure.

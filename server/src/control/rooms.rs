@@ -298,6 +298,11 @@ impl RoomDirectory {
         self.limits
     }
 
+    /// The names of the rooms open now.
+    pub fn names(&self) -> Vec<String> {
+        self.rooms.keys().cloned().collect()
+    }
+
     /// Rooms open now.
     pub fn room_count(&self) -> usize {
         self.rooms.len()

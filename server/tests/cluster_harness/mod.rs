@@ -239,7 +239,14 @@ impl ClusterNode {
     ) -> ClusterNode {
         // Listening off loopback without API keys needs saying so; the lab is the
         // test's own.
-        ClusterNode::start_on(Some((ns, ip)), etcd, prefix, id, ttl_secs, &["--insecure-open"])
+        ClusterNode::start_on(
+            Some((ns, ip)),
+            etcd,
+            prefix,
+            id,
+            ttl_secs,
+            &["--insecure-open"],
+        )
     }
 
     fn start_on(

@@ -542,6 +542,29 @@ impl Cluster {
         }
     }
 
+    /// Leaves the cluster at shutdown: revokes the lease, so that etcd deletes this
+    /// node's registration and room keys at once rather than after the TTL, and the
+    /// rooms can be placed elsewhere straight away.
+    pub async fn leave(&self) {
+        let lease = {
+            let mut inner = self.inner();
+            inner.owned.clear();
+            inner.serve_until = None;
+            inner.lease.take()
+        };
+        if let Some(lease) = lease {
+            let mut client = self.client.clone();
+            if self.etcd(client.lease_revoke(lease)).await.is_ok() {
+                tracing::info!(
+                    event = "cluster_left",
+                    node = self.settings.node_id.as_str(),
+                    lease,
+                    "left the cluster"
+                );
+            }
+        }
+    }
+
     /// A gRPC channel to `node` (made once, connected on first use).
     pub fn channel(&self, node: &NodeRecord) -> Result<Channel, Status> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());

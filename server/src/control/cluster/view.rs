@@ -50,7 +50,7 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
     }
     let options = WatchOptions::new()
         .with_prefix()
-        .with_start_revision(revision + 1);
+        .with_start_revision(revision.saturating_add(1));
     let mut stream = client
         .watch(prefix, Some(options))
         .await

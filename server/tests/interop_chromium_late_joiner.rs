@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use chromium::{attach, devtools, launch, open_page, poll};
 use video_page::{
-    STATS, count, join_and_connect, join_script, stats_until, tracks, videos_decoding,
+    STATS, count, join_and_connect, join_script, stats_until, tracks_of, videos_decoding,
 };
 
 const ROOM: &str = "late-room";
@@ -32,7 +32,7 @@ fn interop_chromium_late_joiner() {
         server,
         http,
         runtime,
-        rooms: _rooms,
+        mut rooms,
         control: _control,
     } = grpc_node::node_with_room(ROOM);
     let page = format!("http://{http}/");
@@ -82,16 +82,17 @@ fn interop_chromium_late_joiner() {
             assert_eq!(count(v, "audioStreams"), 2, "{name}: {v}");
             assert_eq!(v["state"]["errors"], serde_json::json!([]), "{name}: {v}");
         }
+        let listed = grpc_node::list_participants(&mut rooms, ROOM).await;
         assert_eq!(
-            tracks(&stats[2]),
+            tracks_of(&stats[2], &listed),
             ["audio/alice", "audio/bob", "video/alice", "video/bob"]
         );
         assert_eq!(
-            tracks(&stats[0]),
+            tracks_of(&stats[0], &listed),
             ["audio/bob", "audio/carol", "video/bob", "video/carol"]
         );
         assert_eq!(
-            tracks(&stats[1]),
+            tracks_of(&stats[1], &listed),
             ["audio/alice", "audio/carol", "video/alice", "video/carol"]
         );
         // Carol got the tracks her own sections could not hold through shoal's offer.

@@ -16,7 +16,7 @@ mod video_page;
 use std::time::{Duration, Instant};
 
 use chromium::{attach, devtools, launch, open_page};
-use video_page::{count, join_and_connect, join_script, stats_until, tracks};
+use video_page::{count, join_and_connect, join_script, stats_until, tracks_of};
 
 const ROOM: &str = "video-room";
 /// Frames each page must decode of the other's video (the bar).
@@ -70,10 +70,10 @@ fn interop_chromium_two_party_video() {
         }
         // Alice heard of Bob's tracks through an offer from shoal.
         assert!(count(&a["state"], "offers") >= 1, "{a}");
-        assert_eq!(tracks(a), ["audio/bob", "video/bob"]);
-        assert_eq!(tracks(b), ["audio/alice", "video/alice"]);
         // RoomService lists what each participant publishes.
         let listed = grpc_node::list_participants(&mut rooms, ROOM).await;
+        assert_eq!(tracks_of(a, &listed), ["audio/bob", "video/bob"]);
+        assert_eq!(tracks_of(b, &listed), ["audio/alice", "video/alice"]);
         for p in &listed {
             let mut mimes: Vec<&str> = p.tracks.iter().map(|t| t.mime_type.as_str()).collect();
             mimes.sort_unstable();

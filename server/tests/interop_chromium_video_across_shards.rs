@@ -13,7 +13,7 @@ mod video_page;
 use std::time::{Duration, Instant};
 
 use chromium::{attach, devtools, launch, open_page};
-use video_page::{count, join_and_connect, join_script, stats_until, tracks};
+use video_page::{count, join_and_connect, join_script, stats_until, tracks_of};
 
 const ROOM: &str = "split-video-room";
 const FRAMES: u64 = 60;
@@ -25,7 +25,7 @@ fn interop_chromium_video_across_shards() {
         server,
         http,
         runtime,
-        rooms: _rooms,
+        mut rooms,
         control: _control,
     } = grpc_node::node_with_split_room(ROOM);
     let page = format!("http://{http}/");
@@ -56,8 +56,9 @@ fn interop_chromium_video_across_shards() {
                 reports.iter().map(|r| &r.shard).collect::<Vec<_>>()
             );
         }
-        assert_eq!(tracks(a), ["audio/bob", "video/bob"]);
-        assert_eq!(tracks(b), ["audio/alice", "video/alice"]);
+        let listed = grpc_node::list_participants(&mut rooms, ROOM).await;
+        assert_eq!(tracks_of(a, &listed), ["audio/bob", "video/bob"]);
+        assert_eq!(tracks_of(b, &listed), ["audio/alice", "video/alice"]);
         for r in &reports {
             assert!(r.shard.rtp_received > 0, "{:?}", r.shard);
             assert!(r.shard.rtp_forwarded > 0, "{:?}", r.shard);

@@ -161,6 +161,25 @@ pub fn tracks(v: &Value) -> Vec<String> {
     t
 }
 
+/// [`tracks`] with each stream id replaced by the identity of the participant that
+/// publishes it, from `participants` (as RoomService lists them): shoal names
+/// streams at random.
+pub fn tracks_of(v: &Value, participants: &[shoal_proto::v1::Participant]) -> Vec<String> {
+    let mut t: Vec<String> = tracks(v)
+        .into_iter()
+        .map(|kind_stream| {
+            let (kind, stream) = kind_stream.split_once('/').unwrap_or(("", &kind_stream));
+            let owner = participants
+                .iter()
+                .find(|p| p.tracks.iter().any(|t| t.stream_id == stream))
+                .map_or(stream, |p| p.identity.as_str());
+            format!("{kind}/{owner}")
+        })
+        .collect();
+    t.sort();
+    t
+}
+
 /// How many of the page's incoming video streams decoded at least `frames` frames.
 pub fn videos_decoding(v: &Value, frames: u64) -> usize {
     v["videoFrames"]

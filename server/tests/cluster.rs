@@ -5,6 +5,7 @@
 //! Waits poll real processes for a condition with a deadline; none sleeps to let a
 //! race pass.
 
+mod cluster_chromium;
 mod cluster_harness;
 mod http_client;
 mod lab;
@@ -196,6 +197,9 @@ fn cluster_place_and_route() {
     names.sort();
     assert_eq!(names, members);
     exchange.finish();
+
+    // A browser publishes video and plays it back, each POST through a non-owner.
+    cluster_chromium::video_through_redirects(&rt, &nodes, "room-01", &owners["room-01"]);
 }
 
 /// Messages each member sends.

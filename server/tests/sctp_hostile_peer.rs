@@ -15,6 +15,8 @@
 //!   the channels on them close, and sequence numbers start again at 0.
 //! - A SACK acknowledging a TSN never sent (RFC 9260 §11.4): ABORT with a Protocol
 //!   Violation cause, and the association is gone.
+//! - A DATA chunk without user data (RFC 9260 §6.2): ABORT with a No User Data cause
+//!   naming its TSN, and the association is gone; under a wrong tag it is dropped.
 
 mod raw_sctp_peer;
 
@@ -24,14 +26,14 @@ use bytes::{Bytes, BytesMut};
 use raw_sctp_peer::{Assoc, Got, ID, Lab, OPEN_WINDOW, chunk, chunks, data, data_of, has, sack};
 use shoal_components::sctp::assoc::AssocEnd;
 use shoal_components::sctp::chunk::{
-    Chunk, HeartbeatAck, ReConfig, ReconfigParam, ReconfigResult, Shutdown, ShutdownAck,
-    ShutdownComplete, cause_code, chunk_type,
+    Chunk, DataHeader, HeartbeatAck, ReConfig, ReconfigParam, ReconfigResult, Shutdown,
+    ShutdownAck, ShutdownComplete, cause_code, chunk_type,
 };
 use shoal_components::sctp::cookie::VALID_COOKIE_LIFE;
 use shoal_components::sctp::dcep::{ChannelType, DataChannelOpen};
 use shoal_components::sctp::packet::Packet;
 use shoal_components::sctp::tx::Reliability;
-use shoal_components::sctp::{StreamId, Tsn};
+use shoal_components::sctp::{Ppid, Ssn, StreamId, Tsn};
 use shoal_components::tick::{RemoveReason, ShardEvent};
 use shoal_systems::SctpSendError;
 
@@ -603,4 +605,56 @@ fn a_sack_for_a_tsn_never_sent_aborts() {
         late.push(chunks(&p));
     }
     assert!(late.is_empty(), "after the ABORT: {late:?}");
+}
+
+#[test]
+fn a_data_chunk_without_user_data_aborts_with_no_user_data() {
+    let mut lab = Lab::connect(7);
+    let mut a = lab.associate(0x0e0d_0001, Tsn(60_000));
+    sent(&mut lab, &mut a, 0, 0, PPID_BINARY, b"first");
+    let p = lab.recv(Duration::from_secs(1)).expect("a SACK");
+    assert!(has(&p, chunk_type::SACK));
+    // The next DATA chunk is its 16-byte header alone: Length 16, no user data.
+    let empty_tsn = a.next_tsn;
+    let mut empty = BytesMut::new();
+    DataHeader {
+        tsn: empty_tsn,
+        stream_id: StreamId(0),
+        ssn: Ssn(1),
+        ppid: Ppid(PPID_BINARY),
+        immediate: true,
+        unordered: false,
+        beginning: true,
+        end: true,
+    }
+    .write_to(&mut empty, 0);
+    let empty = empty.freeze();
+    assert_eq!(empty.len(), 16);
+    // Under a tag not shoal's it is not the peer's (RFC 9260 §8.5): dropped, and the
+    // association lives on.
+    lab.send(a.peer_tag ^ 1, std::slice::from_ref(&empty));
+    assert!(lab.recv(Duration::from_secs(1)).is_none());
+    assert!(lab.srv.sctp_established(ID));
+    // From the peer: RFC 9260 §6.2, ABORT with a No User Data cause, which carries
+    // the empty chunk's TSN (§3.3.10.9), under the peer's tag, T bit clear (§8.5.1).
+    lab.send(a.peer_tag, &[empty]);
+    let abort = lab.recv(Duration::from_secs(1)).expect("ABORT");
+    assert_eq!(abort.verification_tag, a.my_tag);
+    let cs = chunks(&abort);
+    assert_eq!(cs.len(), 1, "{cs:?}");
+    let Chunk::Abort(ab) = &cs[0] else {
+        panic!("an ABORT, not {cs:?}")
+    };
+    assert!(!ab.t_bit);
+    let causes: Vec<_> = ab.causes.iter().collect();
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    assert_eq!(causes[0].code, cause_code::NO_USER_DATA);
+    assert_eq!(causes[0].no_user_data_tsn(), Some(empty_tsn));
+    lab.run_for(Duration::from_millis(50));
+    assert_eq!(lab.sctp_closed(), vec![AssocEnd::ProtocolViolation]);
+    assert!(!lab.srv.sctp_established(ID));
+    assert_eq!(lab.sctp_messages(), vec![Bytes::from_static(b"first")]);
+    // Nothing of the dead association goes on.
+    lab.run_for(Duration::from_secs(60));
+    assert!(lab.inbox.is_empty(), "after the ABORT: {:?}", lab.inbox);
 }

@@ -45,6 +45,7 @@ use crate::sctp::chunk::{
     WriteChunk, chunk_type, unknown_chunk_action,
 };
 use crate::sctp::cookie::CookieKey;
+use crate::sctp::error::SctpError;
 use crate::sctp::packet::{COMMON_HEADER_LEN, Packet, PacketWriter};
 use crate::sctp::rx::{AckUrgency, DataIn, DataOutcome, Message, Receiver};
 use crate::sctp::tx::{
@@ -586,9 +587,23 @@ pub fn handle_packet(a: &mut Sctp, bytes: &Bytes, inp: &Inputs) -> Effects {
     let vtag = packet.verification_tag;
     let mut has_data = false;
     for (i, chunk) in packet.chunks().enumerate() {
-        let Ok(chunk) = chunk else {
-            fx.dropped = true;
-            break;
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            // RFC 9260 §6.2: "If an endpoint receives a DATA chunk with no user data
+            // (i.e., the Length field is set to 16), it SHOULD send an ABORT chunk
+            // with a "No User Data" error cause", which carries the chunk's TSN
+            // (§3.3.10.9). Only from the peer (§8.5), to an association taking DATA.
+            Err(SctpError::NoUserData { tsn }) if vtag == a.my_vtag && a.rx.is_some() => {
+                a.abort_with(
+                    AssocEnd::ProtocolViolation,
+                    &[ErrorCause::no_user_data(tsn)],
+                );
+                return fx;
+            }
+            Err(_) => {
+                fx.dropped = true;
+                break;
+            }
         };
 
         // RFC 9260 §8.5: every packet but one carrying INIT must carry our tag;

@@ -10,8 +10,8 @@ use super::{
 };
 use crate::sctp::Tsn;
 use crate::sctp::chunk::{
-    CookieAck, CookieEcho, EDMID_DTLS, ErrorCause, Init, InitAck, InitParam, OperationError,
-    WriteChunk, cause_code, chunk_type,
+    Abort, CookieAck, CookieEcho, EDMID_DTLS, ErrorCause, Init, InitAck, InitParam, OperationError,
+    WriteChunk, cause_code, chunk_type, param_type,
 };
 use crate::sctp::cookie::{CookieContents, CookieError, VALID_COOKIE_LIFE};
 use crate::sctp::rx::{Receiver, RxLimits};
@@ -194,7 +194,22 @@ pub(super) fn on_init_ack(a: &mut Sctp, ack: &InitAck, inp: &Inputs) {
         return; // §5.2.3: an INIT ACK anywhere else is discarded
     }
     let Some(cookie) = ack.state_cookie() else {
-        a.abort(AssocEnd::ProtocolViolation);
+        // RFC 9260 §5.1: an INIT ACK missing a mandatory parameter (the State Cookie,
+        // §3.3.3) "SHOULD" be answered with ABORT naming it (§3.3.10.2), and "The
+        // Verification Tag field in the common header of the outbound SCTP packet
+        // containing the ABORT chunk MUST be set to the Initiate Tag value of the
+        // received INIT or INIT ACK chunk": the peer's own tag, so the T bit is clear
+        // (§8.5.1 B).
+        let causes = [ErrorCause::missing_mandatory_parameters(&[
+            param_type::STATE_COOKIE,
+        ])];
+        let abort = Abort {
+            t_bit: false,
+            causes: causes.as_slice(),
+        };
+        let packet = solo_packet(a.local_port, a.remote_port, ack.initiate_tag, &abort);
+        a.solo.push(packet);
+        a.end(AssocEnd::ProtocolViolation);
         return;
     };
     a.peer_vtag = ack.initiate_tag;

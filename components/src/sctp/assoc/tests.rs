@@ -3,7 +3,7 @@
 use super::reset::encode_reconfig;
 use super::*;
 use crate::sctp::Ppid;
-use crate::sctp::chunk::{GapAckBlock, Heartbeat, Sack, Shutdown, cause_code};
+use crate::sctp::chunk::{GapAckBlock, Heartbeat, InitParam, Sack, Shutdown, cause_code};
 use crate::sctp::packet::{COMMON_HEADER_LEN, PacketWriter};
 use crate::sctp::tx::{OutgoingMessage, Reliability as TxReliability};
 
@@ -450,6 +450,43 @@ fn packets_for_no_association_get_the_out_of_the_blue_answers() {
     assert_eq!(tag, 0x77);
     assert!(matches!(chunk, Chunk::ShutdownComplete(c) if c.t_bit));
     assert_eq!((z.state, z.ended), (AssocState::Closed, None));
+}
+
+/// RFC 9260 §5.1: an INIT ACK without its mandatory State Cookie (§3.3.3) ends the
+/// setup with ABORT naming the missing parameter (§3.3.10.2), under the INIT ACK's
+/// Initiate Tag with the T bit clear.
+#[test]
+fn an_init_ack_without_a_cookie_is_aborted_under_its_initiate_tag() {
+    let key = CookieKey::new(&[5; 32]);
+    let limits = SctpLimits::default();
+    let mut client = Sctp::new(true, PORT, PORT);
+    client.start(0x1111_1111, Tsn(100), &limits);
+    client.solo.clear();
+    let params = [InitParam::ForwardTsnSupported];
+    let mut ack = BytesMut::new();
+    crate::sctp::chunk::InitAck {
+        initiate_tag: 0x4444_4444,
+        a_rwnd: 65_536,
+        outbound_streams: 16,
+        inbound_streams: 16,
+        initial_tsn: Tsn(9),
+        params: params.as_slice(),
+    }
+    .write_to(&mut ack);
+    let ack = packet(client.my_vtag, &[&ack]);
+    handle_packet(&mut client, &ack, &inputs(Time::ZERO, &key, &limits, 1));
+    assert_eq!(client.ended, Some(AssocEnd::ProtocolViolation));
+    let (tag, chunk) = sole_chunk(&client.solo.pop().expect("an ABORT"));
+    assert_eq!(tag, 0x4444_4444);
+    let Chunk::Abort(abort) = chunk else {
+        panic!("an ABORT, not {chunk:?}")
+    };
+    assert!(!abort.t_bit);
+    let causes: Vec<_> = abort.causes.iter().collect();
+    assert_eq!(causes.len(), 1);
+    let missing: Vec<u16> = causes[0].missing_mandatory_params().unwrap().collect();
+    assert_eq!(missing, vec![crate::sctp::chunk::param_type::STATE_COOKIE]);
+    assert!(client.solo.is_empty() && client.control.is_empty());
 }
 
 #[test]

@@ -61,6 +61,16 @@ impl ErrorCause {
         ErrorCause::new(cause_code::INVALID_STREAM_IDENTIFIER, info)
     }
 
+    /// Missing Mandatory Parameter (§3.3.10.2): the count, then each missing type.
+    pub fn missing_mandatory_parameters(types: &[u16]) -> ErrorCause {
+        let mut info = BytesMut::with_capacity(4 + 2 * types.len());
+        info.put_u32(u32::try_from(types.len()).unwrap_or(u32::MAX));
+        for t in types {
+            info.put_u16(*t);
+        }
+        ErrorCause::new(cause_code::MISSING_MANDATORY_PARAMETER, info.freeze())
+    }
+
     /// Stale Cookie (§3.3.10.3): how long past its lifespan the cookie was, in
     /// microseconds (saturating at the field's 32 bits).
     pub fn stale_cookie(staleness_us: u64) -> ErrorCause {

@@ -4,9 +4,9 @@
 //! answers as the RFC says, never drops an association that is alive and never
 //! keeps one that is dead.
 //!
-//! - A window closed for 60 s (RFC 9260 §6.1 A): zero window probes go on while the
-//!   peer SACKs them, every message arrives once the window opens, and a peer that
-//!   then stops answering is given up.
+//! - A window closed for 60 s (RFC 9260 §6.1 A): zero window probes, one DATA chunk
+//!   each, go on while the peer SACKs them, every message arrives once the window
+//!   opens, and a peer that then stops answering is given up.
 //! - A stale cookie (§5.1.5 step 4): an ERROR with the Stale Cookie cause and its
 //!   staleness, no association, and a fresh setup afterwards works.
 //! - SHUTDOWN with data queued (§9.2), from the peer and from shoal: the queued
@@ -139,12 +139,23 @@ fn a_window_closed_for_60_s_is_probed_and_a_silent_peer_given_up() {
     let mut lab = Lab::connect(1);
     let mut a = lab.associate(0x0a0a_0001, Tsn(1_000));
     a.next_tsn = a.initial_tsn;
-    queue(&mut lab, 0, 20, 1_000);
+    // Messages small enough that a packet carries several, and more of them than
+    // the first flight (the initial cwnd) takes.
+    const MESSAGES: u32 = 40;
+    queue(&mut lab, 0, MESSAGES, 200);
     let mut rx = Receiver::new(&a);
 
-    // The peer takes what the first packet carries and closes its window.
+    // The peer takes the first flight (nothing acknowledges it meanwhile, so shoal
+    // sends no more) and closes its window with nothing of shoal's in flight.
     let first = lab.recv(Duration::from_secs(1)).expect("DATA");
-    assert!(rx.take(&first) > 0);
+    assert!(rx.take(&first) > 1, "several messages to a packet");
+    while let Some(p) = lab.recv(Duration::from_millis(50)) {
+        rx.take(&p);
+    }
+    assert!(
+        rx.indices().len() < MESSAGES as usize,
+        "data left to probe with"
+    );
     lab.send(a.peer_tag, &[sack(rx.cum, 0)]);
     let closed_at = lab.now;
     let open_at = closed_at + Duration::from_secs(60);
@@ -157,7 +168,12 @@ fn a_window_closed_for_60_s_is_probed_and_a_silent_peer_given_up() {
             break;
         };
         answer_heartbeats(&mut lab, &a, &p);
-        if !data_of(&p).is_empty() {
+        let tsns: Vec<Tsn> = data_of(&p).iter().map(|d| d.tsn).collect();
+        if !tsns.is_empty() {
+            // §6.1 A: "A zero window probe is a DATA chunk", sent "when all
+            // outstanding DATA chunks have been cumulatively acknowledged": one to a
+            // packet, the next TSN, again and again (T3-rtx retransmits it).
+            assert_eq!(tsns, vec![rx.cum.next()], "a probe packet's DATA");
             arrivals.push(lab.now.saturating_since(closed_at));
             lab.send(a.peer_tag, &[sack(rx.cum, 0)]);
         }
@@ -179,21 +195,21 @@ fn a_window_closed_for_60_s_is_probed_and_a_silent_peer_given_up() {
     // The window opens: every message arrives, once, in order.
     lab.send(a.peer_tag, &[sack(rx.cum, OPEN_WINDOW)]);
     let deadline = lab.now + Duration::from_secs(30);
-    while rx.indices().len() < 20 {
+    while rx.indices().len() < MESSAGES as usize {
         let p = lab
             .recv(deadline.saturating_since(lab.now))
-            .unwrap_or_else(|| panic!("all 20 messages; got {:?}", rx.indices()));
+            .unwrap_or_else(|| panic!("all {MESSAGES} messages; got {:?}", rx.indices()));
         answer_heartbeats(&mut lab, &a, &p);
         if rx.take(&p) > 0 || !data_of(&p).is_empty() {
             lab.send(a.peer_tag, &[sack(rx.cum, OPEN_WINDOW)]);
         }
     }
-    assert_eq!(rx.indices(), (0..20).collect::<Vec<_>>());
+    assert_eq!(rx.indices(), (0..MESSAGES).collect::<Vec<_>>());
 
     // More is queued; the peer closes its window again and then falls silent at the
     // SCTP layer (ICE and DTLS still answer). Expiries without SACKs are errors:
     // after Association.Max.Retrans of them the association is given up with ABORT.
-    queue(&mut lab, 20, 5, 1_000);
+    queue(&mut lab, MESSAGES, 5, 1_000);
     let p = lab.recv(Duration::from_secs(1)).expect("DATA");
     rx.take(&p);
     lab.send(a.peer_tag, &[sack(rx.cum, 0)]);

@@ -178,8 +178,16 @@ fn a_window_closed_for_60_s_is_probed_and_a_silent_peer_given_up() {
             lab.send(a.peer_tag, &[sack(rx.cum, 0)]);
         }
     }
-    // §6.1 A: probing is not failure while SACKs come; the association lives on, and
-    // the probes went on through the whole minute.
+    // §6.1 A: "The sender SHOULD send the first zero window probe after 1 RTO" (at
+    // least RTO.Min, 400 ms here, and at most the 3 s back-off cap), not when
+    // something else happens to be sent.
+    let first = arrivals.first().copied().expect("a zero window probe");
+    assert!(
+        first >= Duration::from_millis(400) && first < Duration::from_secs(3),
+        "first probe {first:?} after the window closed"
+    );
+    // Probing is not failure while SACKs come; the association lives on, and the
+    // probes went on through the whole minute.
     assert!(lab.sctp_closed().is_empty(), "{:?}", lab.sctp_closed());
     assert!(lab.srv.sctp_established(ID));
     let late = arrivals

@@ -158,7 +158,9 @@ pub(super) fn build_packets(
                     stats.sctp_packets_sent += 1;
                 }
             }
-            Ok(false) => return None,
+            // Nothing to send now; new data held for a zero window probe's time still
+            // needs its wake-up, or it would wait for whatever sends next.
+            Ok(false) => return filled.wake_at,
             // `write` did not run: nothing was taken from the queues. A full buffer
             // drains once the driver sends this tick's datagrams: look again at the
             // next tick.

@@ -628,20 +628,6 @@ impl ControlApi {
 }
 
 impl ControlApi {
-    /// The peer of participant `identity` in `room`, for a caller with `roomAdmin`
-    /// of that room.
-    fn admin_over<T>(
-        &self,
-        request: &Request<T>,
-        room: &str,
-        identity: &str,
-    ) -> Result<PeerId, Status> {
-        self.state
-            .auth
-            .check(bearer_of(request), Act::Admin { room })?;
-        Ok(self.state.rooms().participant(room, identity)?.peer)
-    }
-
     /// The node a request for `room` goes to, when not this one (see
     /// [`ControlState::room_owner`]).
     async fn elsewhere<T>(
@@ -652,6 +638,19 @@ impl ControlApi {
     ) -> Result<Option<NodeRecord>, Status> {
         let hops = cluster::hops_of(request.metadata());
         self.state.room_owner(room, place, hops).await
+    }
+
+    /// For a request about `room` that needs `roomAdmin` of it: checks the grant,
+    /// then says which node serves the room when it is not this one.
+    async fn admin_elsewhere<T>(
+        &self,
+        request: &Request<T>,
+        room: &str,
+    ) -> Result<Option<NodeRecord>, Status> {
+        self.state
+            .auth
+            .check(bearer_of(request), Act::Admin { room })?;
+        self.elsewhere(request, room, false).await
     }
 
     /// ListRooms over the whole cluster: this node's rooms and every other live
@@ -856,10 +855,7 @@ impl RoomService for ControlApi {
         request: Request<v1::DeleteRoomRequest>,
     ) -> Result<Response<v1::DeleteRoomResponse>, Status> {
         let room = &request.get_ref().name;
-        self.state
-            .auth
-            .check(bearer_of(&request), Act::Admin { room })?;
-        if let Some(node) = self.elsewhere(&request, room, false).await? {
+        if let Some(node) = self.admin_elsewhere(&request, room).await? {
             return forward(&self.state, &node, request, |mut c, r| async move {
                 c.delete_room(r).await
             })
@@ -889,10 +885,7 @@ impl RoomService for ControlApi {
         request: Request<v1::ListParticipantsRequest>,
     ) -> Result<Response<v1::ListParticipantsResponse>, Status> {
         let req = request.get_ref();
-        self.state
-            .auth
-            .check(bearer_of(&request), Act::Admin { room: &req.room })?;
-        if let Some(node) = self.elsewhere(&request, &req.room, false).await? {
+        if let Some(node) = self.admin_elsewhere(&request, &req.room).await? {
             return forward(&self.state, &node, request, |mut c, r| async move {
                 c.list_participants(r).await
             })
@@ -939,10 +932,7 @@ impl RoomService for ControlApi {
         request: Request<v1::RemoveParticipantRequest>,
     ) -> Result<Response<v1::RemoveParticipantResponse>, Status> {
         let req = request.get_ref();
-        self.state
-            .auth
-            .check(bearer_of(&request), Act::Admin { room: &req.room })?;
-        if let Some(node) = self.elsewhere(&request, &req.room, false).await? {
+        if let Some(node) = self.admin_elsewhere(&request, &req.room).await? {
             return forward(&self.state, &node, request, |mut c, r| async move {
                 c.remove_participant(r).await
             })
@@ -964,17 +954,18 @@ impl RoomService for ControlApi {
         request: Request<v1::UpdateSubscriptionsRequest>,
     ) -> Result<Response<v1::UpdateSubscriptionsResponse>, Status> {
         let req = request.get_ref();
-        self.state
-            .auth
-            .check(bearer_of(&request), Act::Admin { room: &req.room })?;
-        if let Some(node) = self.elsewhere(&request, &req.room, false).await? {
+        if let Some(node) = self.admin_elsewhere(&request, &req.room).await? {
             return forward(&self.state, &node, request, |mut c, r| async move {
                 c.update_subscriptions(r).await
             })
             .await;
         }
         let req = request.get_ref();
-        let peer = self.admin_over(&request, &req.room, &req.identity)?;
+        let peer = self
+            .state
+            .rooms()
+            .participant(&req.room, &req.identity)?
+            .peer;
         self.state
             .update_subscriptions(peer, &req.track_ids, req.subscribe)?;
         Ok(Response::new(v1::UpdateSubscriptionsResponse {}))
@@ -985,17 +976,18 @@ impl RoomService for ControlApi {
         request: Request<v1::MutePublishedTrackRequest>,
     ) -> Result<Response<v1::MutePublishedTrackResponse>, Status> {
         let req = request.get_ref();
-        self.state
-            .auth
-            .check(bearer_of(&request), Act::Admin { room: &req.room })?;
-        if let Some(node) = self.elsewhere(&request, &req.room, false).await? {
+        if let Some(node) = self.admin_elsewhere(&request, &req.room).await? {
             return forward(&self.state, &node, request, |mut c, r| async move {
                 c.mute_published_track(r).await
             })
             .await;
         }
         let req = request.get_ref();
-        let peer = self.admin_over(&request, &req.room, &req.identity)?;
+        let peer = self
+            .state
+            .rooms()
+            .participant(&req.room, &req.identity)?
+            .peer;
         let track = self.state.mute_track(peer, &req.track_id, req.muted)?;
         Ok(Response::new(v1::MutePublishedTrackResponse {
             track: Some(track),

@@ -41,16 +41,16 @@ pub const DEFAULT_LEASE_TTL_SECS: u32 = 10;
 pub const DEFAULT_PREFIX: &str = "/shoal";
 /// How long before its lease could expire a node stops serving its rooms: room
 /// closing takes a shard round trip, and the fencing check runs every
-/// [`membership::TICK`].
+/// [`membership::FENCE_TICK`].
 pub const FENCE_MARGIN: Duration = Duration::from_secs(1);
 /// How long one etcd request may take before the node counts etcd unreachable.
 pub const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
-/// How many times a request may be passed from node to node: a node that did not
-/// place the room may send it to the node it picked (1), which may send it once more
-/// to the owner if another node won the room meanwhile (2).
+/// How many times a gRPC request may be passed from node to node: to the owner the
+/// forwarding node sees (1), and once more if the room changed hands meanwhile (2).
 pub const MAX_HOPS: u32 = 2;
-/// The gRPC metadata key that counts how often a request was forwarded, and the
-/// WHIP/WHEP/signalling query parameter that does so for redirects.
+/// The gRPC metadata key that counts how often a request was forwarded. Redirects
+/// carry no count: a room is placed by a transaction naming its owner, so a
+/// redirect always leads to the node etcd names.
 pub const HOPS: &str = "shoal-hops";
 
 /// What a node needs to join its cluster.

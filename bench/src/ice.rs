@@ -75,6 +75,7 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
             dtls: None,
             room: None,
             may_send_data: true,
+            link: false,
         };
         if let Err(e) = shard.command(Time::ZERO, Command::AddPeer(spec)) {
             eprintln!("shoal-bench ice: adding peer {i}: {e}");

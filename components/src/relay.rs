@@ -82,6 +82,9 @@ pub struct Forwarded {
     pub ppid: Ppid,
     /// The payload it came with (shared, never copied).
     pub payload: Bytes,
+    /// It came into the node on a node-to-node link: the receiving shard gives it to
+    /// its members but to none of its links.
+    pub from_link: bool,
 }
 
 impl Forwarded {

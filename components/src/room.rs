@@ -28,6 +28,16 @@ pub struct RoomId(pub u64);
 pub struct RoomMember {
     /// The room.
     pub room: RoomId,
+    /// A node-to-node link of the room (a cascade), not a participant: a message
+    /// that came in on a link goes to members only, never out on another link.
+    pub link: bool,
+}
+
+impl RoomMember {
+    /// A participant's membership of `room`.
+    pub fn participant(room: RoomId) -> RoomMember {
+        RoomMember { room, link: false }
+    }
 }
 
 fn leave_room_index(mut world: DeferredWorld, ctx: HookContext) {
@@ -130,9 +140,9 @@ mod tests {
         let mut world = World::new();
         world.init_resource::<RoomIndex>();
         let room = RoomId(7);
-        let a = world.spawn(RoomMember { room }).id();
-        let b = world.spawn(RoomMember { room }).id();
-        let other = world.spawn(RoomMember { room: RoomId(8) }).id();
+        let a = world.spawn(RoomMember::participant(room)).id();
+        let b = world.spawn(RoomMember::participant(room)).id();
+        let other = world.spawn(RoomMember::participant(RoomId(8))).id();
         {
             let mut index = world.resource_mut::<RoomIndex>();
             index.join(room, a);

@@ -942,6 +942,7 @@ impl Config {
                 dtls: None,
                 room: None,
                 may_send_data: true,
+                link: false,
             })
     }
 

@@ -301,6 +301,7 @@ pub(crate) fn specs_from(
         dtls: dtls.map(|d| d.0),
         room: None,
         may_send_data: true,
+        link: false,
     };
     let controlling = PeerSpec {
         id,
@@ -315,6 +316,7 @@ pub(crate) fn specs_from(
         dtls: dtls.map(|d| d.1),
         room: None,
         may_send_data: true,
+        link: false,
     };
     (lite, controlling)
 }

@@ -132,6 +132,7 @@ fn spec(
         dtls: Some(dtls),
         room: None,
         may_send_data: true,
+        link: false,
     }
 }
 

@@ -40,6 +40,7 @@ fn lite(id: u64, ufrag: &str, pwd: &str) -> Command {
         dtls: None,
         room: None,
         may_send_data: true,
+        link: false,
     })
 }
 
@@ -496,6 +497,7 @@ fn credentials_that_cannot_fit_a_username_are_refused() {
                 dtls: None,
                 room: None,
                 may_send_data: true,
+                link: false,
             }),
         )
         .unwrap_err();
@@ -519,6 +521,7 @@ fn client(candidates: Vec<SocketAddr>) -> Shard {
             dtls: None,
             room: None,
             may_send_data: true,
+            link: false,
         }),
     )
     .unwrap();

@@ -81,6 +81,7 @@ fn controlling_client_connects_to_lite_server() {
                 dtls: None,
                 room: None,
                 may_send_data: true,
+                link: false,
             }),
         )
         .unwrap();
@@ -95,6 +96,7 @@ fn controlling_client_connects_to_lite_server() {
                 dtls: None,
                 room: None,
                 may_send_data: true,
+                link: false,
             }),
         )
         .unwrap();

@@ -626,6 +626,7 @@ impl ControlState {
             }),
             room: Some(who.room_id),
             may_send_data,
+            link: false,
         };
         self.add_peer(who.shard, spec).await.map_err(|e| match e {
             ShardError::Refused {

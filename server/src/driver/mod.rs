@@ -943,6 +943,7 @@ pub(crate) fn lite_peer(id: u64, ufrag: &str) -> PeerSpec {
         dtls: None,
         room: None,
         may_send_data: true,
+        link: false,
     }
 }
 

@@ -123,6 +123,7 @@ pub(super) fn transport_of(
         }),
         room: None,
         may_send_data: false,
+        link: false,
     })
 }
 

@@ -73,6 +73,51 @@ impl Sim {
         self.connect(server, client, id, Some(server_role), Some(room))
     }
 
+    /// Links two shards of different nodes for `room`, as two nodes cascading a room
+    /// do: peer `id` on both, each a link of the room (`PeerSpec::link`), ICE-lite and
+    /// DTLS server on `lite`, controlling and DTLS client on `controlling`, SRTP
+    /// required. What one node's members send reaches the other node's members over
+    /// it; tracks cross it as the caller subscribes and publishes them on the peers.
+    ///
+    /// # Panics
+    /// If no node has `lite` or `controlling`.
+    pub fn connect_link(
+        &mut self,
+        lite: SocketAddr,
+        controlling: SocketAddr,
+        id: PeerId,
+        room: RoomId,
+    ) -> Result<IcePair, CommandError> {
+        let dtls = |role, remote_fingerprint| PeerDtls {
+            role,
+            remote_fingerprint,
+            max_message_size: None,
+            srtp_required: true,
+        };
+        let dtls = (
+            dtls(DtlsRole::Server, self.shard(controlling).fingerprint()),
+            dtls(DtlsRole::Client, self.shard(lite).fingerprint()),
+        );
+        let rng = self.rng();
+        let (lite_spec, controlling_spec) =
+            crate::endpoint::specs_from(id, lite, Some(dtls), &mut || rng.next_u64());
+        let as_link = |spec: PeerSpec| PeerSpec {
+            room: Some(room),
+            link: true,
+            ..spec
+        };
+        let pair = IcePair {
+            server: as_link(lite_spec),
+            client: as_link(controlling_spec),
+        };
+        self.command(lite, Command::AddPeer(pair.server.clone()))?;
+        if let Err(e) = self.command(controlling, Command::AddPeer(pair.client.clone())) {
+            let _ = self.command(lite, Command::RemovePeer(id));
+            return Err(e);
+        }
+        Ok(pair)
+    }
+
     fn connect(
         &mut self,
         server: SocketAddr,
@@ -110,6 +155,7 @@ impl Sim {
             server: PeerSpec {
                 room,
                 may_send_data: true,
+                link: false,
                 ..server_spec
             },
             client: client_spec,

@@ -156,6 +156,7 @@ impl Pair {
             }),
             room: None,
             may_send_data: true,
+            link: false,
         };
         let client = PeerSpec {
             id: PEER,
@@ -175,6 +176,7 @@ impl Pair {
             }),
             room: None,
             may_send_data: true,
+            link: false,
         };
         (server, client)
     }

@@ -220,6 +220,7 @@ impl Lab {
             }),
             room: None,
             may_send_data: true,
+            link: false,
         };
         lab.srv.command(lab.now, Command::AddPeer(spec)).unwrap();
         // The nominating check goes before the ClientHello.

@@ -47,6 +47,12 @@ pub struct PeerSpec {
     /// without the canPublishData grant): its channels open and receive, and what it
     /// sends on them is dropped and counted (`ShardStats::data_messages_refused`).
     pub may_send_data: bool,
+    /// The peer is a node-to-node link of `room` (a cascade): what the other node's
+    /// members send arrives on it and goes to this shard's members and siblings,
+    /// never out on another link, and what this node's members send goes out on it.
+    /// So a room message crosses at most one link between nodes. Ignored without
+    /// `room`.
+    pub link: bool,
 }
 
 /// The DTLS half of a peer's signalling.
@@ -407,6 +413,7 @@ impl Shard {
         let dtls = spec.dtls;
         let room = spec.room;
         let may_send_data = spec.may_send_data;
+        let link = spec.link;
         let mut timers = Timers::default();
         let entity = match spec.role {
             IceRole::Lite => self
@@ -460,7 +467,7 @@ impl Shard {
             *t = timers;
         }
         if let Some(room) = room {
-            self.join_room(entity, room);
+            self.join_room(entity, room, link);
         }
         peer::index_new(&mut self.world, entity, spec.id, ufrag);
         Ok(())

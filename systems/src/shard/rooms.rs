@@ -22,8 +22,10 @@ use crate::passes::datachannel::relay::{self, Delivery};
 impl Shard {
     /// Makes a new peer a member of `room`. Leaving needs no call: despawning the
     /// peer, for whatever reason, takes it out of the index (`RoomMember`'s hook).
-    pub(super) fn join_room(&mut self, entity: Entity, room: RoomId) {
-        self.world.entity_mut(entity).insert(RoomMember { room });
+    pub(super) fn join_room(&mut self, entity: Entity, room: RoomId, link: bool) {
+        self.world
+            .entity_mut(entity)
+            .insert(RoomMember { room, link });
         self.world.resource_mut::<RoomIndex>().join(room, entity);
     }
 
@@ -160,13 +162,17 @@ impl Shard {
 
     /// Delivers a room message that another shard's relay forwarded to this shard's
     /// members of its room, under the relay's back-pressure policy, and returns how
-    /// many it was queued for. It is never forwarded again: one hop at most.
+    /// many it was queued for. It is never forwarded again: one hop at most. One that
+    /// came into the node on a link goes to no link here (one link at most).
     pub(crate) fn deliver_forwarded(&mut self, now: Time, message: &Forwarded) -> usize {
         self.advance_clock(now);
         self.world.resource_mut::<ShardStats>().relay_forwards_in += 1;
         let mut targets = std::mem::take(&mut self.room_targets);
         targets.clear();
         targets.extend_from_slice(self.world.resource::<RoomIndex>().members(message.room));
+        if message.from_link {
+            targets.retain(|&e| self.world.get::<RoomMember>(e).is_some_and(|m| !m.link));
+        }
         let queued = self.deliver_to(&targets, message.params(), message.ppid, &message.payload);
         self.room_targets = targets;
         self.collect_events();

@@ -748,6 +748,7 @@ mod tests {
             dtls: None,
             room: None,
             may_send_data: true,
+            link: false,
         }
     }
 

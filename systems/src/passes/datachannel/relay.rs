@@ -58,6 +58,19 @@
 //! forward it again: one hop. A record shares the payload and the channel's label
 //! and protocol; nothing is copied. At most [`MAX_FORWARDS_PER_TICK`] records leave
 //! a tick; the rest are dropped and counted (`ShardStats::relay_forwards_dropped`).
+//!
+//! # Rooms across nodes
+//!
+//! A room cascaded over several nodes has, on each node, one link peer per other
+//! node (`PeerSpec::link`, [`RoomMember::link`]): to the relay a member like any
+//! other, whose messages are those of the other node's members. What a member of
+//! this node sends goes out on every link; what comes in on a link goes to this
+//! node's members (on this shard, and on its siblings: the [`Forwarded`] record says
+//! `from_link`), never out on another link. So with every pair of nodes linked,
+//! each message crosses one link to each other node, once. A link is a receiver
+//! like the others for back-pressure: the other node's slow members close its
+//! window, which holds this node's senders back, and it is cut off as a slow
+//! receiver past the hold limit.
 
 use bevy_ecs::entity::EntityHashSet;
 use bevy_ecs::prelude::*;
@@ -68,6 +81,8 @@ use shoal_components::datachannel::{
 };
 use shoal_components::peer::{Ice, IceState};
 use shoal_components::relay::{Forwarded, RelayHeld, RelayLimits, RelayOutbox};
+#[cfg(doc)]
+use shoal_components::room::RoomMember;
 use shoal_components::room::{RoomId, RoomIndex, RoomPresence};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::assoc::{AssocState, Sctp};
@@ -184,19 +199,27 @@ impl Budget {
     }
 }
 
-/// Whether `to` is a receiver the relay delivers to now (and so waits for).
+/// Whether `e` is a node-to-node link of its room.
+fn is_link(q: &Query<ChannelsQuery>, e: Entity) -> bool {
+    q.get(e).is_ok_and(|(_, _, _, m)| m.is_some_and(|m| m.link))
+}
+
+/// Whether `to` is a receiver the relay delivers to now (and so waits for): what
+/// came in on a link (`from_link`) goes out on no other link.
 fn receiving(
     slow: &SlowReceivers,
     leave: &Leave,
     q: &Query<ChannelsQuery>,
     from: Entity,
+    from_link: bool,
     to: Entity,
 ) -> bool {
     to != from
         && !leave.is_leaving(to)
         && !slow.0.contains(&to)
-        && q.get(to)
-            .is_ok_and(|(_, a, _, _)| a.state == AssocState::Established)
+        && q.get(to).is_ok_and(|(_, a, _, m)| {
+            a.state == AssocState::Established && !(from_link && m.is_some_and(|m| m.link))
+        })
 }
 
 /// The budget of `from`'s messages this tick, from the fullest receiver's queue in
@@ -210,10 +233,11 @@ pub(crate) fn budget(
     room: RoomId,
 ) -> Budget {
     let limits = ctx.limits;
+    let from_link = is_link(q, from);
     let was_held = q.get(from).is_ok_and(|(_, _, dc, _)| dc.relay_held);
     let (mut fullest, mut most_messages, mut all_low) = (0, 0, true);
     for &to in ctx.rooms.members(room) {
-        if !receiving(ctx.slow, ctx.leave, q, from, to) {
+        if !receiving(ctx.slow, ctx.leave, q, from, from_link, to) {
             continue;
         }
         let Ok((_, a, mut dc, _)) = q.get_mut(to) else {
@@ -282,8 +306,9 @@ pub(crate) fn hold(ctx: &mut RelayCtx, q: &mut Query<ChannelsQuery>, from: Entit
         ctx.held.0.push(from);
     }
     let limits = ctx.limits;
+    let from_link = is_link(q, from);
     for &to in ctx.rooms.members(room) {
-        if !receiving(ctx.slow, ctx.leave, q, from, to) {
+        if !receiving(ctx.slow, ctx.leave, q, from, from_link, to) {
             continue;
         }
         let Ok((_, a, mut dc, _)) = q.get_mut(to) else {
@@ -354,12 +379,17 @@ pub(crate) fn fan_out(
     } = ctx;
     let members = rooms.members(room);
     let shared = !presence.siblings(room).is_empty();
+    let from_link = is_link(q, from);
     for job in relay.jobs.drain(..) {
         if shared {
-            forward(outbox, stats, q, from, room, &job);
+            forward(outbox, stats, q, from, from_link, room, &job);
         }
         for &to in members {
-            if to == from || leave.is_leaving(to) || slow.0.contains(&to) {
+            if to == from
+                || leave.is_leaving(to)
+                || slow.0.contains(&to)
+                || (from_link && is_link(q, to))
+            {
                 continue;
             }
             let Ok([(_, _, sender, _), (_, mut a, mut dc, _)]) = q.get_many_mut([from, to]) else {
@@ -398,6 +428,7 @@ fn forward(
     stats: &mut ShardStats,
     q: &Query<ChannelsQuery>,
     from: Entity,
+    from_link: bool,
     room: RoomId,
     job: &RelayJob,
 ) {
@@ -420,6 +451,7 @@ fn forward(
         priority: channel.priority,
         ppid: job.ppid,
         payload: job.payload.clone(),
+        from_link,
     });
 }
 

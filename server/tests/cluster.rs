@@ -12,12 +12,12 @@ mod lab;
 mod node_process;
 mod tokens;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -225,6 +225,16 @@ struct Exchange {
 impl Exchange {
     /// Joins `members` to `room`, member i through `via[i]`.
     fn start(room: &str, members: &[&'static str], via: &[&ClusterNode]) -> Exchange {
+        Exchange::start_gated(room, members, via, Arc::new(AtomicBool::new(true)))
+    }
+
+    /// [`Exchange::start`], the members sending only once `go` is set too.
+    fn start_gated(
+        room: &str,
+        members: &[&'static str],
+        via: &[&ClusterNode],
+        go: Arc<AtomicBool>,
+    ) -> Exchange {
         let mut rng = endpoint::os_rng().expect("randomness");
         let signaller = signal::Signaller::start().expect("signalling");
         let connected = Arc::new(AtomicUsize::new(0));
@@ -247,8 +257,9 @@ impl Exchange {
                 .command(Time::ZERO, ShardCommand::AddPeer(peer))
                 .expect("peer added");
             let (connected, done, stop) = (connected.clone(), done.clone(), stop.clone());
+            let go = go.clone();
             threads.push(std::thread::spawn(move || {
-                member(socket, shard, name, n, &connected, &done, &stop)
+                member(socket, shard, name, n, (&connected, &go), &done, &stop)
             }));
         }
         Exchange {
@@ -316,7 +327,7 @@ fn member(
     shard: Shard,
     name: &'static str,
     n: usize,
-    connected: &AtomicUsize,
+    (connected, go): (&AtomicUsize, &AtomicBool),
     done: &AtomicUsize,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Result<Vec<(String, Bytes)>, String> {
@@ -356,7 +367,8 @@ fn member(
         if failure.is_some() || stop.load(Ordering::SeqCst) {
             return Control::Stop;
         }
-        if let Some(id) = channel.filter(|_| connected.load(Ordering::SeqCst) == n) {
+        let ready = connected.load(Ordering::SeqCst) == n && go.load(Ordering::SeqCst);
+        if let Some(id) = channel.filter(|_| ready) {
             while sent < MESSAGES
                 && shard
                     .channel_send(NODE, id, true, Bytes::from(message(name, sent)))
@@ -381,6 +393,110 @@ fn member(
     })
     .expect("the endpoint runs");
     failure.map_or(Ok(got), Err)
+}
+
+/// The other nodes whose link of `room` a node's log says is up.
+fn links_up(log: &str, room: &str) -> BTreeSet<String> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["event"].as_str() == Some("cascade_link_up")
+                && v["fields"]["room"].as_str() == Some(room)
+        })
+        .filter_map(|v| v["fields"]["node"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Lines of a node's log with `event` for `room`.
+fn events(log: &str, event: &str, room: &str) -> usize {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["event"].as_str() == Some(event)
+                && v["fields"]["room"].as_str() == Some(room)
+        })
+        .count()
+}
+
+/// A room whose members join three nodes in three regions: each is served by the
+/// node it reached (no redirect), the nodes link every pair once, and every
+/// member's data-channel messages reach every other member once and in order. Once
+/// the members have left, the nodes that spanned the room close it.
+#[test]
+fn cluster_cascaded_room_messages() {
+    let etcd = Etcd::start();
+    let prefix = "/cascaded";
+    let regions = ["eu", "us", "ap"];
+    let nodes: Vec<ClusterNode> = (0..3)
+        .map(|i| {
+            let id = format!("node-{i}");
+            ClusterNode::start(&etcd.url(), prefix, &id, TTL, &["--region", regions[i]])
+        })
+        .collect();
+    let rt = runtime();
+    let room = "spanning";
+    let owner = rt.block_on(async {
+        wait_formed(&nodes).await;
+        create(&nodes[0], room).await.expect("room created")
+    });
+    let go = Arc::new(AtomicBool::new(false));
+    let via: Vec<&ClusterNode> = nodes.iter().collect();
+    let exchange = Exchange::start_gated(room, &["ann", "bob", "cid"], &via, go.clone());
+    // Every node holds the room, and links to both others.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for node in &nodes {
+        let others: BTreeSet<String> = nodes
+            .iter()
+            .filter(|n| n.id != node.id)
+            .map(|n| n.id.clone())
+            .collect();
+        loop {
+            let up = links_up(&node.process.log_so_far(), room);
+            if up == others {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let logs: Vec<String> = nodes.iter().map(|n| n.process.log_so_far()).collect();
+                panic!(
+                    "{}: links up to {up:?}, not {others:?}; logs: {logs:#?}",
+                    node.id
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    rt.block_on(async {
+        for node in &nodes {
+            assert_eq!(node.info().await.rooms, 1, "{} holds the room", node.id);
+        }
+    });
+    go.store(true, Ordering::SeqCst);
+    exchange.wait();
+    exchange.finish();
+    // Each node but the owner spanned the room, and linked each other node once.
+    for node in &nodes {
+        let log = node.process.log_so_far();
+        let spanned = usize::from(node.id != owner);
+        assert_eq!(events(&log, "room_spanned", room), spanned, "{}", node.id);
+        let opened =
+            events(&log, "cascade_link_opened", room) + events(&log, "cascade_link_accepted", room);
+        assert_eq!(opened, 2, "{}: links opened", node.id);
+    }
+    // The members gone, the nodes that spanned the room close it; the owner's
+    // closes as any empty room.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for node in nodes.iter().filter(|n| n.id != owner) {
+        while events(&node.process.log_so_far(), "room_unspanned", room) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "{} still spans the room",
+                node.id
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let rooms = rt.block_on(node.info()).rooms;
+        assert_eq!(rooms, 0, "{} closed the room", node.id);
+    }
 }
 
 #[test]

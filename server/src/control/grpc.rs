@@ -124,6 +124,8 @@ pub struct ControlState {
     pub(super) rng: SystemRandom,
     /// The cluster this node belongs to; `None`: it runs alone.
     cluster: Option<Arc<Cluster>>,
+    /// The links of the rooms cascaded over this node and others.
+    links: Mutex<cluster::cascade::Links>,
 }
 
 impl ControlState {
@@ -164,6 +166,7 @@ impl ControlState {
             next_track: AtomicU64::new(1),
             rng: SystemRandom::new(),
             cluster: None,
+            links: Mutex::default(),
         }
     }
 
@@ -176,6 +179,11 @@ impl ControlState {
     /// The cluster this node belongs to; `None` when it runs alone.
     pub fn cluster(&self) -> Option<&Arc<Cluster>> {
         self.cluster.as_ref()
+    }
+
+    /// The links of the rooms cascaded over this node and others.
+    pub fn links(&self) -> MutexGuard<'_, cluster::cascade::Links> {
+        self.links.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Where a request for `room` is served: `None` here, else the node it goes to.
@@ -203,6 +211,20 @@ impl ControlState {
             ))),
             Route::Remote(node) => Ok(Some(node)),
         }
+    }
+
+    /// Whether a joiner of `room`, which `owner` owns, is served here, the room
+    /// spanning this node ([`Cluster::cascades_from`]); if so the span is written
+    /// before this answers.
+    pub async fn cascade_here(&self, room: &str, owner: &NodeRecord) -> Result<bool, Status> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(false);
+        };
+        if !cluster.cascades_from(owner) {
+            return Ok(false);
+        }
+        cluster.span(&validate_name(room, NameKind::Room)?).await?;
+        Ok(true)
     }
 
     /// Closes `rooms` here, disconnecting their participants with NODE_FENCED: the
@@ -1057,6 +1079,32 @@ impl NodeService for ControlApi {
             tracing::info!(event = "drain_requested", by = "grpc", "drain asked for");
         }
         Ok(Response::new(v1::DrainResponse { started }))
+    }
+
+    async fn open_link(
+        &self,
+        request: Request<v1::OpenLinkRequest>,
+    ) -> Result<Response<v1::OpenLinkResponse>, Status> {
+        let state = &self.state;
+        let room = validate_name(&request.get_ref().room, NameKind::Room)?.into_owned();
+        let caller = state
+            .auth
+            .check(bearer_of(&request), Act::Admin { room: &room })?;
+        // The token a node signs for its own calls names that node.
+        let node = &request.get_ref().node_id;
+        state.auth.counted(caller.identity_for(node.clone()))?;
+        let Some(cluster) = state.cluster().cloned() else {
+            return Err(Status::failed_precondition("this node is not in a cluster"));
+        };
+        // The link's room is here: owned (placed here now if nobody owns it yet:
+        // the caller saw this node host it) or spanned.
+        if !cluster.spans(&room) && state.room_owner(&room, true, 0).await?.is_some() {
+            return Err(Status::failed_precondition(format!(
+                "room {room:?} is neither owned nor spanned by this node"
+            )));
+        }
+        let answer = cluster::cascade::accept(state, &cluster, &room, request.into_inner()).await?;
+        Ok(Response::new(answer))
     }
 
     async fn get_node_info(

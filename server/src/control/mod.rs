@@ -648,6 +648,7 @@ impl Services {
                     tokio::spawn(cluster::membership::run(c.clone(), state.clone())),
                     tokio::spawn(cluster::membership::fence(c.clone(), state.clone())),
                     tokio::spawn(cluster::view::run(c.clone())),
+                    tokio::spawn(cluster::cascade::run(state.clone(), c.clone())),
                 ]
             })
             .unwrap_or_default();

@@ -447,10 +447,14 @@ impl ControlState {
         // Under the lock the drain's sweep takes: a participant admitted before the
         // drain started is in the directory when the sweep tells everyone to leave.
         self.drain().check_open()?;
-        if self.auto_create_rooms()
+        // A room this node spans is open at its owner: it opens here too.
+        let spans = self.cluster().is_some_and(|c| {
+            c.spans(&validate_name(&admission.room, NameKind::Room).unwrap_or_default())
+        });
+        if (self.auto_create_rooms() || spans)
             && matches!(rooms.get(&admission.room), Err(RoomError::RoomNotFound(_)))
         {
-            // In a cluster, only the room's owner opens it.
+            // In a cluster, only the room's owner, or a node spanning it, opens it.
             if self.cluster().is_some() {
                 self.may_open(&validate_name(&admission.room, NameKind::Room)?)?;
             }
@@ -628,6 +632,19 @@ impl ControlState {
             may_send_data,
             link: false,
         };
+        self.place_peer(who, spec).await?;
+        self.apply_media_changes(who.peer, changes);
+        Ok(answer.sdp.to_sdp_string())
+    }
+
+    /// Adds the peer of the admitted participant `who` to its shard. Errors: a full
+    /// shard is RESOURCE_EXHAUSTED, a draining or silent one UNAVAILABLE, and a
+    /// participant removed meanwhile NOT_FOUND (its peer taken off again).
+    pub(super) async fn place_peer(
+        self: &Arc<Self>,
+        who: &Admitted,
+        spec: PeerSpec,
+    ) -> Result<(), Status> {
         self.add_peer(who.shard, spec).await.map_err(|e| match e {
             ShardError::Refused {
                 source: CommandError::Full(_),
@@ -649,8 +666,7 @@ impl ControlState {
                 "the participant was removed while joining",
             ));
         }
-        self.apply_media_changes(who.peer, changes);
-        Ok(answer.sdp.to_sdp_string())
+        Ok(())
     }
 
     /// The identity of `peer`'s participant, while it is one.
@@ -762,6 +778,16 @@ impl ControlState {
     /// active), or a peer gone on its own (its participant leaves).
     pub fn shard_event(&self, event: &ShardEvent) {
         match event {
+            ShardEvent::SctpEstablished { peer } => {
+                if let Some((room, node)) = self.links().of(*peer) {
+                    tracing::info!(
+                        event = "cascade_link_up",
+                        room = room.as_str(),
+                        node = node.as_str(),
+                        "the room's link to the node carries messages"
+                    );
+                }
+            }
             ShardEvent::DtlsConnected { peer, srtp_profile } => {
                 // The directory, then the members, as `forget` takes them: the
                 // participant cannot leave (or be replaced) between the look-up and

@@ -219,10 +219,12 @@ where
     auth.permit(&caller, Act::Join { room: &room })?;
     let identity = auth.counted(caller.identity_for(join.identity))?;
     let permissions = caller.permissions();
-    // In a cluster, the room's owner serves the session: the client goes there.
+    // In a cluster, the room's owner serves the session: the client goes there,
+    // unless the owner is in another region, and the room spans this node too.
     if let Some(node) = state
         .room_owner(&room, state.auto_create_rooms(), 0)
         .await?
+        && !state.cascade_here(&room, &node).await?
     {
         out.push_last(signal_response::Message::Redirect(v1::Redirect {
             signal_url: node.signal_url(),

@@ -650,6 +650,7 @@ impl ShardLoop {
                     let _ = self.events.send((self.index, event));
                 }
                 ShardEvent::DtlsConnected { .. }
+                | ShardEvent::SctpEstablished { .. }
                 | ShardEvent::PeerRemoved { .. }
                 | ShardEvent::ChannelOpen { .. }
                 | ShardEvent::ChannelClosed { .. } => {

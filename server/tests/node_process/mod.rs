@@ -5,10 +5,10 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 const SHOAL: &str = env!("CARGO_BIN_EXE_shoal");
@@ -22,7 +22,8 @@ pub struct Node {
     pub http: SocketAddr,
     /// What it printed on stdout up to its HTTP address (bound addresses).
     pub banner: Vec<String>,
-    log: mpsc::Receiver<String>,
+    /// The log so far, and a message once the whole of it is in.
+    log: (Arc<Mutex<String>>, mpsc::Receiver<()>),
 }
 
 impl Node {
@@ -73,13 +74,20 @@ impl Node {
             .spawn()
             .expect("spawn shoal");
         let stdout = child.stdout.take().expect("stdout");
-        let mut stderr = child.stderr.take().expect("stderr");
-        let (log_tx, log) = mpsc::channel();
+        let stderr = child.stderr.take().expect("stderr");
+        let (log_tx, log_done) = mpsc::channel();
+        let so_far = Arc::new(Mutex::new(String::new()));
+        let buffer = so_far.clone();
         std::thread::spawn(move || {
-            let mut all = String::new();
-            let _ = stderr.read_to_string(&mut all);
-            let _ = log_tx.send(all);
+            let mut reader = BufReader::new(stderr);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                buffer.lock().expect("the log").push_str(&line);
+                line.clear();
+            }
+            let _ = log_tx.send(());
         });
+        let log = (so_far, log_done);
         let (http, banner) = http_addr(stdout);
         Node {
             child,
@@ -127,7 +135,16 @@ impl Node {
 
     /// The whole log (stderr), once the process has exited.
     pub fn log(&self) -> String {
-        self.log.recv_timeout(TIMEOUT).expect("the whole log")
+        // A second call finds the reader gone, and the log whole.
+        if let Err(mpsc::RecvTimeoutError::Timeout) = self.log.1.recv_timeout(TIMEOUT) {
+            panic!("the process still logs after {TIMEOUT:?}");
+        }
+        self.log_so_far()
+    }
+
+    /// What the process has logged (stderr) so far, whole lines only.
+    pub fn log_so_far(&self) -> String {
+        self.log.0.lock().expect("the log").clone()
     }
 }
 

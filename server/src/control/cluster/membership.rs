@@ -385,7 +385,10 @@ async fn fence_all(cluster: &Cluster, state: &Arc<ControlState>) {
         if inner.lease.is_some() {
             inner.release.extend(rooms.iter().cloned());
         }
-        rooms
+        // The rooms it spans for their owners close too: no lease binds their keys.
+        let spanned: Vec<String> = inner.spanning.drain().map(|(room, _)| room).collect();
+        inner.unspan.extend(spanned.iter().cloned());
+        rooms.into_iter().chain(spanned).collect::<Vec<_>>()
     };
     state.close_rooms(&rooms).await;
     // Logged once closed: its participants are off their shards.

@@ -21,10 +21,11 @@
 //!
 //! Without `--etcd` none of this runs, and the node serves every room itself.
 
+pub mod cascade;
 pub mod membership;
 pub mod view;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -200,13 +201,21 @@ struct Inner {
     record: Option<NodeRecord>,
     /// Rooms placed on this node that it does not serve yet, since when.
     unserved: HashMap<String, Instant>,
+    /// The nodes each room spans besides its owner, as the watch last saw them.
+    spans: HashMap<String, BTreeSet<String>>,
+    /// The rooms this node serves for their owners (it spans them), each with the
+    /// lease its span key is bound to: only those under the current lease count.
+    spanning: HashMap<String, i64>,
+    /// Span keys of this node to delete from etcd (rooms it no longer spans).
+    unspan: HashSet<String>,
 }
 
 impl Inner {
     /// See [`Cluster::serves`].
     fn serves(&self, room: &str) -> bool {
         self.lease.is_some()
-            && self.owned.get(room).copied() == self.lease
+            && (self.owned.get(room).copied() == self.lease
+                || self.spanning.get(room).copied() == self.lease)
             && self.serve_until.is_some_and(|t| Instant::now() < t)
     }
 
@@ -540,6 +549,9 @@ impl Cluster {
         if inner.owned.remove(room).is_some() {
             inner.release.insert(room.to_owned());
         }
+        if inner.spanning.remove(room).is_some() {
+            inner.unspan.insert(room.to_owned());
+        }
     }
 
     /// Leaves the cluster at shutdown: revokes the lease, so that etcd deletes this
@@ -549,6 +561,7 @@ impl Cluster {
         let lease = {
             let mut inner = self.inner();
             inner.owned.clear();
+            inner.spanning.clear();
             inner.serve_until = None;
             inner.lease.take()
         };

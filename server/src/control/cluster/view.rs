@@ -7,7 +7,7 @@
 //! compaction past its revision) the view is read again and a new watch started.
 //! Meanwhile the view stays as it was: stale, not empty.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,14 +39,14 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
         .map_err(|s| s.message().to_owned())?;
     let revision = response.header().map_or(0, |h| h.revision());
     {
-        let mut nodes = BTreeMap::new();
-        let mut owners = HashMap::new();
+        let mut view = View::default();
         for kv in response.kvs() {
-            apply(cluster, &mut nodes, &mut owners, kv.key(), Some(kv.value()));
+            view.apply(cluster, kv.key(), Some(kv.value()));
         }
         let mut inner = cluster.inner();
-        inner.nodes = nodes;
-        inner.owners = owners;
+        inner.nodes = view.nodes;
+        inner.owners = view.owners;
+        inner.spans = view.spans;
     }
     let options = WatchOptions::new()
         .with_prefix()
@@ -64,54 +64,75 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
         }
         let mut inner = cluster.inner();
         let inner = &mut *inner;
+        let mut view = View {
+            nodes: std::mem::take(&mut inner.nodes),
+            owners: std::mem::take(&mut inner.owners),
+            spans: std::mem::take(&mut inner.spans),
+        };
         for event in response.events() {
             let Some(kv) = event.kv() else { continue };
             let value = match event.event_type() {
                 EventType::Put => Some(kv.value()),
                 EventType::Delete => None,
             };
-            apply(
-                cluster,
-                &mut inner.nodes,
-                &mut inner.owners,
-                kv.key(),
-                value,
-            );
+            view.apply(cluster, kv.key(), value);
         }
+        inner.nodes = view.nodes;
+        inner.owners = view.owners;
+        inner.spans = view.spans;
     }
 }
 
-/// Applies one key's new value (`None`: deleted) to the view. Keys and values that
-/// are not the cluster's are ignored.
-fn apply(
-    cluster: &Cluster,
-    nodes: &mut BTreeMap<String, NodeRecord>,
-    owners: &mut HashMap<String, RoomRecord>,
-    key: &[u8],
-    value: Option<&[u8]>,
-) {
-    let Ok(key) = std::str::from_utf8(key) else {
-        return;
-    };
-    let Some(rest) = key.strip_prefix(cluster.settings.prefix.as_str()) else {
-        return;
-    };
-    if let Some(id) = rest.strip_prefix("/nodes/") {
-        match value.and_then(|v| serde_json::from_slice::<NodeRecord>(v).ok()) {
-            Some(record) if record.id == id => {
-                nodes.insert(id.to_owned(), record);
+/// What the watch keeps: live nodes, room owners, and the nodes each room spans.
+#[derive(Default)]
+struct View {
+    nodes: BTreeMap<String, NodeRecord>,
+    owners: HashMap<String, RoomRecord>,
+    spans: HashMap<String, BTreeSet<String>>,
+}
+
+impl View {
+    /// Applies one key's new value (`None`: deleted). Keys and values that are not
+    /// the cluster's are ignored.
+    fn apply(&mut self, cluster: &Cluster, key: &[u8], value: Option<&[u8]>) {
+        let Ok(key) = std::str::from_utf8(key) else {
+            return;
+        };
+        let Some(rest) = key.strip_prefix(cluster.settings.prefix.as_str()) else {
+            return;
+        };
+        if let Some(id) = rest.strip_prefix("/nodes/") {
+            match value.and_then(|v| serde_json::from_slice::<NodeRecord>(v).ok()) {
+                Some(record) if record.id == id => {
+                    self.nodes.insert(id.to_owned(), record);
+                }
+                _ => {
+                    self.nodes.remove(id);
+                }
             }
-            _ => {
-                nodes.remove(id);
+        } else if let Some(room) = rest.strip_prefix("/rooms/") {
+            match value.and_then(|v| serde_json::from_slice::<RoomRecord>(v).ok()) {
+                Some(record) => {
+                    self.owners.insert(room.to_owned(), record);
+                }
+                None => {
+                    self.owners.remove(room);
+                }
             }
-        }
-    } else if let Some(room) = rest.strip_prefix("/rooms/") {
-        match value.and_then(|v| serde_json::from_slice::<RoomRecord>(v).ok()) {
-            Some(record) => {
-                owners.insert(room.to_owned(), record);
-            }
-            None => {
-                owners.remove(room);
+        } else if let Some((node, room)) =
+            rest.strip_prefix("/spans/").and_then(|r| r.split_once('/'))
+        {
+            // A node id holds no '/' (`Label`): the room is all that follows.
+            if value.is_some() {
+                self.spans
+                    .entry(room.to_owned())
+                    .or_default()
+                    .insert(node.to_owned());
+            } else if let Some(nodes) = self.spans.get_mut(room) {
+                nodes.remove(node);
+                if nodes.is_empty() {
+                    self.spans.remove(room);
+                }
             }
         }
     }

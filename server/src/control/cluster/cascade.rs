@@ -1,0 +1,468 @@
+//! Rooms that span nodes (a cascade): each participant connects to one node, and
+//! every pair of nodes that hosts the room is joined by one link.
+//!
+//! - **When.** A joiner that reaches a node in another region than the room's
+//!   owner is served there ([`Cluster::cascades_from`]): the node *spans* the room.
+//!   It writes `PREFIX/spans/NODE/ROOM`, bound to its lease, and opens the room
+//!   itself. Every node's view follows these keys, so each knows which nodes host
+//!   each room: its owner and the nodes spanning it.
+//! - **Links.** Every [`TICK`] each node looks at the rooms it has open. For each
+//!   other live node hosting one, the node with the lower id opens the link: it
+//!   admits a hidden participant for it (identity `cascade:NODE`) and asks the other
+//!   node over gRPC (`NodeService.OpenLink`, with a token it signs with the keys the
+//!   nodes share) to do the same; the other side's peer is ICE-lite and DTLS server,
+//!   the caller's ICE-controlling and DTLS client, each expecting the other node's
+//!   certificate fingerprint. Both peers are links of the room in their shards
+//!   (`PeerSpec::link`): what one node's members send crosses to the other node's
+//!   members once and goes out on no other link there.
+//! - **Ending.** A link whose other node no longer hosts the room is closed. A node
+//!   that spans a room in which only links are left, or whose owner is gone from
+//!   the cluster, closes it there and deletes its span key. A node that loses its
+//!   lease closes the rooms it spans with those it owns.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::PutOptions;
+use shoal_components::dtls::DtlsRole;
+use shoal_components::peer::{IceCredentials, IceRole, PeerId};
+use shoal_proto::v1;
+use shoal_proto::v1::node_service_client::NodeServiceClient;
+use shoal_systems::{PeerDtls, PeerSpec};
+use tonic::{Request, Status};
+
+use super::{Cluster, NodeRecord, fenced};
+use crate::control::auth::Permissions;
+use crate::control::grpc::ControlState;
+use crate::control::participants::{Admission, Admitted, PWD_CHARS, UFRAG_CHARS};
+use shoal_proto::v1::DisconnectReason;
+
+/// How often each node looks at its cascaded rooms' links.
+pub const TICK: Duration = Duration::from_millis(250);
+/// How long the token of an OpenLink call is valid.
+const LINK_TOKEN_TTL: Duration = Duration::from_secs(60);
+/// How long an OpenLink call may take.
+const OPEN_LINK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a link stays although its other node does not seem to host the room.
+const LINK_GRACE: Duration = Duration::from_secs(5);
+/// The identity of a link's hidden participant is this, then the other node's id.
+pub const LINK_IDENTITY: &str = "cascade:";
+
+/// What a link's participant may do: send on data channels (what the other node's
+/// members sent), unseen by the room.
+const LINK_PERMISSIONS: Permissions = Permissions {
+    publish: false,
+    subscribe: false,
+    publish_data: true,
+    hidden: true,
+};
+
+impl Cluster {
+    /// Whether a joiner reaching this node for a room `owner` owns is served here,
+    /// the room spanning both nodes: when both have regions and they differ.
+    pub fn cascades_from(&self, owner: &NodeRecord) -> bool {
+        !self.settings.region.is_empty()
+            && !owner.region.is_empty()
+            && owner.region != self.settings.region
+            && owner.id != self.settings.node_id
+    }
+
+    fn span_key(&self, node: &str, room: &str) -> String {
+        format!("{}/spans/{node}/{room}", self.settings.prefix)
+    }
+
+    /// Spans `room` (normalised) from this node: its span key, bound to this node's
+    /// lease, so that the room may be opened here. UNAVAILABLE without a lease or
+    /// when etcd does not answer.
+    pub async fn span(&self, room: &str) -> Result<(), Status> {
+        let lease = {
+            let inner = self.inner();
+            if inner.serves(room) {
+                return Ok(());
+            }
+            inner.lease.ok_or_else(fenced)?
+        };
+        let mut client = self.client.clone();
+        let put = client.put(
+            self.span_key(&self.settings.node_id, room),
+            self.settings.node_id.clone(),
+            Some(PutOptions::new().with_lease(lease)),
+        );
+        self.etcd(put).await?;
+        let mut inner = self.inner();
+        if inner.lease != Some(lease) {
+            return Err(fenced());
+        }
+        inner.spanning.insert(room.to_owned(), lease);
+        inner.unspan.remove(room);
+        tracing::info!(
+            event = "room_spanned",
+            room,
+            node = self.settings.node_id.as_str(),
+            "the room spans this node"
+        );
+        Ok(())
+    }
+
+    /// Whether this node spans `room` for its owner (rather than owning it).
+    pub fn spans(&self, room: &str) -> bool {
+        self.inner().spanning.contains_key(room)
+    }
+
+    /// The other live nodes that host `room`: its owner and the nodes spanning it.
+    pub fn hosts(&self, room: &str) -> Vec<NodeRecord> {
+        let inner = self.inner();
+        let me = self.settings.node_id.as_str();
+        let owner = inner.owners.get(room).map(|r| r.owner.as_str());
+        let spanning = inner
+            .spans
+            .get(room)
+            .into_iter()
+            .flatten()
+            .map(String::as_str);
+        let mut ids: Vec<&str> = owner.into_iter().chain(spanning).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter()
+            .filter(|id| *id != me)
+            .filter_map(|id| inner.nodes.get(id).cloned())
+            .collect()
+    }
+
+    /// Whether `room`'s owner is a live node.
+    fn owner_live(&self, room: &str) -> bool {
+        let inner = self.inner();
+        inner
+            .owners
+            .get(room)
+            .is_some_and(|r| inner.nodes.contains_key(&r.owner))
+    }
+
+    /// Deletes the span keys of rooms this node no longer spans (best effort: the
+    /// lease takes them with it otherwise).
+    async fn delete_unspanned(&self) {
+        let rooms: Vec<String> = self.inner().unspan.iter().cloned().collect();
+        for room in rooms {
+            let mut client = self.client.clone();
+            let key = self.span_key(&self.settings.node_id, &room);
+            if self.etcd(client.delete(key, None)).await.is_ok() {
+                let mut inner = self.inner();
+                if !inner.spanning.contains_key(&room) {
+                    inner.unspan.remove(&room);
+                }
+            }
+        }
+    }
+}
+
+/// The links of this node's cascaded rooms, by room and other node.
+#[derive(Debug, Default)]
+pub struct Links(HashMap<(String, String), (PeerId, Instant)>);
+
+impl Links {
+    /// The room and other node of the link whose peer here is `peer`.
+    pub fn of(&self, peer: PeerId) -> Option<(String, String)> {
+        self.0
+            .iter()
+            .find(|(_, (p, _))| *p == peer)
+            .map(|((room, node), _)| (room.clone(), node.clone()))
+    }
+}
+
+/// Keeps this node's cascaded rooms linked until the control plane stops.
+pub async fn run(state: Arc<ControlState>, cluster: Arc<Cluster>) {
+    loop {
+        tokio::time::sleep(TICK).await;
+        cluster.delete_unspanned().await;
+        reconcile(&state, &cluster).await;
+    }
+}
+
+/// One look at every open room: links opened and closed as the hosts changed, and
+/// spanned rooms that nobody needs here any more closed.
+async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
+    // Links whose participant left (its connection failed, or it was replaced).
+    state
+        .links()
+        .0
+        .retain(|_, (peer, _)| state.member_identity(*peer).is_some());
+    let open: Vec<(String, Vec<PeerId>)> = {
+        let directory = state.rooms();
+        directory
+            .names()
+            .into_iter()
+            .filter_map(|name| {
+                let room = directory.get(&name).ok()?;
+                let peers = room.participants().map(|p| p.peer).collect();
+                Some((name, peers))
+            })
+            .collect()
+    };
+    for (room, peers) in open {
+        let hosts = cluster.hosts(&room);
+        let linked: Vec<(String, PeerId, Instant)> = state
+            .links()
+            .0
+            .iter()
+            .filter(|((r, _), _)| *r == room)
+            .map(|((_, node), (peer, since))| (node.clone(), *peer, *since))
+            .collect();
+        let spanned = cluster.spans(&room);
+        let others = peers
+            .iter()
+            .filter(|p| !linked.iter().any(|(_, l, _)| l == *p))
+            .count();
+        if spanned && (others == 0 || !cluster.owner_live(&room)) {
+            close_spanned(state, cluster, &room).await;
+            continue;
+        }
+        for (node, peer, since) in &linked {
+            // A link the other node opened a moment ago may come before its span
+            // key reaches this node's view.
+            if !hosts.iter().any(|h| &h.id == node) && since.elapsed() >= LINK_GRACE {
+                state.links().0.remove(&(room.clone(), node.clone()));
+                state.leave(*peer, DisconnectReason::RoomDeleted).await;
+            }
+        }
+        for node in hosts {
+            if linked.iter().any(|(n, _, _)| *n == node.id) || cluster.node_id() >= node.id.as_str()
+            {
+                continue;
+            }
+            if let Err(e) = dial(state, cluster, &room, &node).await {
+                tracing::warn!(
+                    event = "cascade_link_failed",
+                    room = room.as_str(),
+                    node = node.id.as_str(),
+                    error = e.message(),
+                    "could not open the room's link to the node; trying again"
+                );
+            }
+        }
+    }
+}
+
+/// Closes a room this node spans: its participants (links and all) leave, and its
+/// span key goes.
+async fn close_spanned(state: &Arc<ControlState>, cluster: &Cluster, room: &str) {
+    state.close_rooms(&[room.to_owned()]).await;
+    cluster.release(room);
+    state.links().0.retain(|(r, _), _| r != room);
+    tracing::info!(
+        event = "room_unspanned",
+        room,
+        node = cluster.node_id(),
+        "the room no longer spans this node"
+    );
+}
+
+/// Admits the hidden participant of `room`'s link to `node`.
+async fn admit_link(state: &Arc<ControlState>, room: &str, node: &str) -> Result<Admitted, Status> {
+    state
+        .admit(Admission {
+            room: room.to_owned(),
+            identity: format!("{LINK_IDENTITY}{node}"),
+            name: String::new(),
+            metadata: String::new(),
+            http_session: None,
+            signal: None,
+            permissions: LINK_PERMISSIONS,
+            from: None,
+            auto_subscribe: false,
+        })
+        .await
+}
+
+/// A link's peer on this node: `role` for ICE (and with it DTLS: lite is server).
+fn link_spec(
+    who: &Admitted,
+    role: IceRole,
+    credentials: IceCredentials,
+    remote_candidates: Vec<SocketAddr>,
+    remote_fingerprint: [u8; 32],
+) -> PeerSpec {
+    PeerSpec {
+        id: who.peer,
+        role,
+        credentials,
+        remote_candidates,
+        dtls: Some(PeerDtls {
+            role: match role {
+                IceRole::Lite => DtlsRole::Server,
+                IceRole::Controlling => DtlsRole::Client,
+            },
+            remote_fingerprint,
+            max_message_size: None,
+            srtp_required: false,
+        }),
+        room: Some(who.room_id),
+        may_send_data: true,
+        link: true,
+    }
+}
+
+/// Opens `room`'s link to `node`: this node's side (controlling), and the other's
+/// through its OpenLink.
+async fn dial(
+    state: &Arc<ControlState>,
+    cluster: &Cluster,
+    room: &str,
+    node: &NodeRecord,
+) -> Result<(), Status> {
+    let who = admit_link(state, room, &node.id).await?;
+    let result = dial_admitted(state, cluster, room, node, &who).await;
+    match result {
+        Ok(()) => {
+            state.links().0.insert(
+                (room.to_owned(), node.id.clone()),
+                (who.peer, Instant::now()),
+            );
+            tracing::info!(
+                event = "cascade_link_opened",
+                room,
+                node = node.id.as_str(),
+                "opened the room's link to the node"
+            );
+            Ok(())
+        }
+        Err(e) => {
+            state
+                .leave(who.peer, DisconnectReason::ConnectionLost)
+                .await;
+            Err(e)
+        }
+    }
+}
+
+async fn dial_admitted(
+    state: &Arc<ControlState>,
+    cluster: &Cluster,
+    room: &str,
+    node: &NodeRecord,
+    who: &Admitted,
+) -> Result<(), Status> {
+    let ufrag = state.random_ice_chars(UFRAG_CHARS)?;
+    let pwd = state.random_ice_chars(PWD_CHARS)?;
+    let mut request = Request::new(v1::OpenLinkRequest {
+        room: room.to_owned(),
+        node_id: cluster.node_id().to_owned(),
+        ice_ufrag: ufrag.clone(),
+        ice_pwd: pwd.clone(),
+        fingerprint_sha256: state.fingerprint_sha256().to_vec(),
+    });
+    if let Some(token) = state
+        .auth()
+        .node_token(cluster.node_id(), room, LINK_TOKEN_TTL)
+    {
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| Status::internal("a token that is no header value"))?;
+        request.metadata_mut().insert("authorization", value);
+    }
+    request.set_timeout(OPEN_LINK_TIMEOUT);
+    let mut client = NodeServiceClient::new(cluster.channel(node)?);
+    let answer = tokio::time::timeout(OPEN_LINK_TIMEOUT, client.open_link(request))
+        .await
+        .map_err(|_| Status::unavailable(format!("node {} did not answer in time", node.id)))??
+        .into_inner();
+    let fingerprint: [u8; 32] = answer
+        .fingerprint_sha256
+        .as_slice()
+        .try_into()
+        .map_err(|_| Status::internal(format!("node {} sent a bad fingerprint", node.id)))?;
+    let candidates: Vec<SocketAddr> = answer
+        .candidates
+        .iter()
+        .filter_map(|c| c.parse().ok())
+        .collect();
+    if candidates.is_empty() {
+        return Err(Status::internal(format!(
+            "node {} named no address for the link",
+            node.id
+        )));
+    }
+    let credentials = IceCredentials {
+        local_ufrag: ufrag,
+        local_pwd: pwd,
+        remote_ufrag: answer.ice_ufrag,
+        remote_pwd: answer.ice_pwd,
+    };
+    let spec = link_spec(
+        who,
+        IceRole::Controlling,
+        credentials,
+        candidates,
+        fingerprint,
+    );
+    state.place_peer(who, spec).await
+}
+
+/// The answering side of OpenLink: `request` (authorised already) from node
+/// `request.node_id`, for `room` (normalised), which this node owns or spans.
+pub async fn accept(
+    state: &Arc<ControlState>,
+    cluster: &Cluster,
+    room: &str,
+    request: v1::OpenLinkRequest,
+) -> Result<v1::OpenLinkResponse, Status> {
+    let known = cluster.inner().nodes.contains_key(&request.node_id);
+    if !known || request.node_id == cluster.node_id() {
+        return Err(Status::failed_precondition(format!(
+            "node {:?} is not a live node of this cluster",
+            request.node_id
+        )));
+    }
+    let fingerprint: [u8; 32] = request
+        .fingerprint_sha256
+        .as_slice()
+        .try_into()
+        .map_err(|_| Status::invalid_argument("fingerprint_sha256 must be 32 bytes"))?;
+    for (what, value, max) in [
+        ("ice_ufrag", &request.ice_ufrag, 256),
+        ("ice_pwd", &request.ice_pwd, 256),
+    ] {
+        if value.is_empty() || value.len() > max {
+            return Err(Status::invalid_argument(format!(
+                "{what} is empty or too long"
+            )));
+        }
+    }
+    let who = admit_link(state, room, &request.node_id).await?;
+    let candidates = state
+        .candidates(who.shard)
+        .ok_or_else(|| Status::internal(format!("shard {} has no address", who.shard)))?;
+    let ufrag = state.random_ice_chars(UFRAG_CHARS)?;
+    let pwd = state.random_ice_chars(PWD_CHARS)?;
+    let credentials = IceCredentials {
+        local_ufrag: ufrag.clone(),
+        local_pwd: pwd.clone(),
+        remote_ufrag: request.ice_ufrag,
+        remote_pwd: request.ice_pwd,
+    };
+    let spec = link_spec(&who, IceRole::Lite, credentials, Vec::new(), fingerprint);
+    if let Err(e) = state.place_peer(&who, spec).await {
+        state
+            .leave(who.peer, DisconnectReason::ConnectionLost)
+            .await;
+        return Err(e);
+    }
+    state.links().0.insert(
+        (room.to_owned(), request.node_id.clone()),
+        (who.peer, Instant::now()),
+    );
+    tracing::info!(
+        event = "cascade_link_accepted",
+        room,
+        node = request.node_id.as_str(),
+        "accepted the room's link from the node"
+    );
+    Ok(v1::OpenLinkResponse {
+        ice_ufrag: ufrag,
+        ice_pwd: pwd,
+        fingerprint_sha256: state.fingerprint_sha256().to_vec(),
+        candidates: candidates.iter().map(ToString::to_string).collect(),
+        node_id: cluster.node_id().to_owned(),
+    })
+}

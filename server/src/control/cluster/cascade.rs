@@ -161,7 +161,37 @@ impl Cluster {
 #[derive(Debug, Default)]
 pub struct Links(HashMap<(String, String), (PeerId, Instant)>);
 
+/// Which end of a link this node is.
+#[derive(Clone, Copy, Debug)]
+enum Side {
+    /// It called OpenLink.
+    Opened,
+    /// It answered OpenLink.
+    Accepted,
+}
+
 impl Links {
+    /// Notes `room`'s link to `node`, whose peer here is `peer`, as up from now
+    /// (replacing one before), and logs it.
+    fn add(&mut self, room: &str, node: &str, peer: PeerId, side: Side) {
+        self.0
+            .insert((room.to_owned(), node.to_owned()), (peer, Instant::now()));
+        match side {
+            Side::Opened => tracing::info!(
+                event = "cascade_link_opened",
+                room,
+                node,
+                "opened the room's link to the node"
+            ),
+            Side::Accepted => tracing::info!(
+                event = "cascade_link_accepted",
+                room,
+                node,
+                "accepted the room's link from the node"
+            ),
+        }
+    }
+
     /// The room and other node of the link whose peer here is `peer`.
     pub fn of(&self, peer: PeerId) -> Option<(String, String)> {
         self.0
@@ -315,16 +345,7 @@ async fn dial(
     let result = dial_admitted(state, cluster, room, node, &who).await;
     match result {
         Ok(()) => {
-            state.links().0.insert(
-                (room.to_owned(), node.id.clone()),
-                (who.peer, Instant::now()),
-            );
-            tracing::info!(
-                event = "cascade_link_opened",
-                room,
-                node = node.id.as_str(),
-                "opened the room's link to the node"
-            );
+            state.links().add(room, &node.id, who.peer, Side::Opened);
             Ok(())
         }
         Err(e) => {
@@ -419,28 +440,22 @@ pub async fn accept(
         .as_slice()
         .try_into()
         .map_err(|_| Status::invalid_argument("fingerprint_sha256 must be 32 bytes"))?;
-    for (what, value, max) in [
-        ("ice_ufrag", &request.ice_ufrag, 256),
-        ("ice_pwd", &request.ice_pwd, 256),
-    ] {
-        if value.is_empty() || value.len() > max {
-            return Err(Status::invalid_argument(format!(
-                "{what} is empty or too long"
-            )));
-        }
-    }
+    // The caller's ICE credentials are checked where every peer's are: the shard
+    // refuses ones that break RFC 8839 §5.4 (INVALID_ARGUMENT).
     let who = admit_link(state, room, &request.node_id).await?;
     let candidates = state
         .candidates(who.shard)
         .ok_or_else(|| Status::internal(format!("shard {} has no address", who.shard)))?;
-    let ufrag = state.random_ice_chars(UFRAG_CHARS)?;
-    let pwd = state.random_ice_chars(PWD_CHARS)?;
     let credentials = IceCredentials {
-        local_ufrag: ufrag.clone(),
-        local_pwd: pwd.clone(),
+        local_ufrag: state.random_ice_chars(UFRAG_CHARS)?,
+        local_pwd: state.random_ice_chars(PWD_CHARS)?,
         remote_ufrag: request.ice_ufrag,
         remote_pwd: request.ice_pwd,
     };
+    let (ice_ufrag, ice_pwd) = (
+        credentials.local_ufrag.clone(),
+        credentials.local_pwd.clone(),
+    );
     let spec = link_spec(&who, IceRole::Lite, credentials, Vec::new(), fingerprint);
     if let Err(e) = state.place_peer(&who, spec).await {
         state
@@ -448,19 +463,12 @@ pub async fn accept(
             .await;
         return Err(e);
     }
-    state.links().0.insert(
-        (room.to_owned(), request.node_id.clone()),
-        (who.peer, Instant::now()),
-    );
-    tracing::info!(
-        event = "cascade_link_accepted",
-        room,
-        node = request.node_id.as_str(),
-        "accepted the room's link from the node"
-    );
+    state
+        .links()
+        .add(room, &request.node_id, who.peer, Side::Accepted);
     Ok(v1::OpenLinkResponse {
-        ice_ufrag: ufrag,
-        ice_pwd: pwd,
+        ice_ufrag,
+        ice_pwd,
         fingerprint_sha256: state.fingerprint_sha256().to_vec(),
         candidates: candidates.iter().map(ToString::to_string).collect(),
         node_id: cluster.node_id().to_owned(),

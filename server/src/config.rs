@@ -662,7 +662,8 @@ pub struct Config {
     #[arg(long, env = "SHOAL_NODE_ID", value_name = "ID")]
     pub node_id: Option<crate::control::cluster::Label>,
 
-    /// This node's region label (as --node-id's characters), shown to the cluster. A
+    /// This node's region label (as --node-id's characters). A room that a request
+    /// arriving here places goes to a node of this region while one takes rooms; a
     /// signalling joiner reaching this node for a room owned in another region is
     /// served here, the room cascaded over both nodes (docs/cluster.md).
     #[arg(long, env = "SHOAL_REGION", value_name = "REGION")]

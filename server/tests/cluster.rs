@@ -499,6 +499,93 @@ fn cluster_cascaded_room_messages() {
     }
 }
 
+/// Creates `room` through `node`, naming `region`; the owner's id.
+async fn create_in(node: &NodeApi, room: &str, region: &str) -> Result<String, tonic::Status> {
+    node.rooms()
+        .await
+        .create_room(CreateRoomRequest {
+            name: room.to_owned(),
+            region: region.to_owned(),
+            ..CreateRoomRequest::default()
+        })
+        .await
+        .map(|r| r.into_inner().node_id)
+}
+
+#[test]
+fn cluster_region_aware_placement() {
+    let etcd = Etcd::start();
+    let prefix = "/regions";
+    let mut nodes: Vec<ClusterNode> = [("node-a", "eu"), ("node-b", "eu"), ("node-c", "us")]
+        .iter()
+        .map(|(id, region)| ClusterNode::start(&etcd.url(), prefix, id, TTL, &["--region", region]))
+        .collect();
+    let eu: HashSet<String> = ["node-a".to_owned(), "node-b".to_owned()].into();
+    let rt = runtime();
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        // Through node-c, the only node in us: every room lands there, although it
+        // soon holds more rooms than the others (load alone would spread them).
+        for i in 0..4 {
+            let owner = create(&nodes[2], &format!("us-{i}"))
+                .await
+                .expect("created");
+            assert_eq!(owner, "node-c", "us-{i}");
+        }
+        // Through an eu node: eu nodes only, spread between them by load.
+        let mut owners = HashSet::new();
+        for i in 0..6 {
+            let room = format!("eu-{i}");
+            let owner = create(&nodes[i % 2], &room).await.expect("created");
+            assert!(eu.contains(&owner), "{room} on {owner}");
+            owners.insert(owner);
+        }
+        assert_eq!(owners, eu, "rooms through eu nodes use both of them");
+        // A request naming its region goes there, whichever node it arrives at.
+        let owner = create_in(&nodes[0], "named-us", "us")
+            .await
+            .expect("created");
+        assert_eq!(owner, "node-c");
+        let owner = create_in(&nodes[2], "named-eu", "eu")
+            .await
+            .expect("created");
+        assert!(eu.contains(&owner), "named-eu on {owner}");
+        // A region no node runs in: anywhere, by load (not node-c, the busiest).
+        let owner = create_in(&nodes[2], "named-ap", "ap")
+            .await
+            .expect("created");
+        assert!(eu.contains(&owner), "named-ap on {owner}");
+        // A malformed region is refused before anything is placed.
+        let bad = create_in(&nodes[0], "bad-region", "eu west")
+            .await
+            .expect_err("refused");
+        assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
+        assert!(
+            !owners_in_etcd(&etcd, prefix)
+                .await
+                .contains_key("bad-region")
+        );
+    });
+    // node-c stops (SIGINT revokes its lease): us has no node left, and a room
+    // meant for us goes to eu rather than fail.
+    nodes[2].process.signal(nix::sys::signal::Signal::SIGINT);
+    nodes[2].process.wait(Duration::from_secs(20));
+    let c = nodes.remove(2);
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        let owner = create_in(&nodes[0], "named-us-later", "us")
+            .await
+            .expect("created");
+        assert!(eu.contains(&owner), "named-us-later on {owner}");
+    });
+    let per_owner = rt.block_on(owners_in_etcd(&etcd, prefix));
+    assert!(
+        per_owner.values().all(|o| eu.contains(o)),
+        "node-c's rooms left with its lease: {per_owner:?}"
+    );
+    drop(c);
+}
+
 #[test]
 fn cluster_no_double_owner_under_race() {
     let etcd = Etcd::start();

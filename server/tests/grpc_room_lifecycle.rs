@@ -82,6 +82,7 @@ fn grpc_room_lifecycle() {
                 max_participants: 8,
                 empty_timeout_secs: 60,
                 metadata: r#"{"topic":"rust"}"#.into(),
+                ..CreateRoomRequest::default()
             })
             .await
             .expect("create lobby")

@@ -23,7 +23,7 @@ use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
 
 use super::auth::{Act, Auth};
-use super::cluster::{self, Cluster, NodeRecord, Route};
+use super::cluster::{self, Cluster, NodeRecord, Place, Route};
 use super::connections::{AddressTable, Limit, LimitCounters, Slot};
 use super::drain::Drain;
 use super::metrics::ControlMetrics;
@@ -187,22 +187,21 @@ impl ControlState {
     }
 
     /// Where a request for `room` is served: `None` here, else the node it goes to.
-    /// `place`: a request that opens the room if it is not open places it when
-    /// nobody owns it. `hops`: how often the request was passed on already.
+    /// `place`: whether a request that opens the room places it when nobody owns
+    /// it, and where. `hops`: how often the request was passed on already.
     pub async fn room_owner(
         &self,
         room: &str,
-        place: bool,
+        place: Place<'_>,
         hops: u32,
     ) -> Result<Option<NodeRecord>, Status> {
         let Some(cluster) = &self.cluster else {
             return Ok(None);
         };
         let room = validate_name(room, NameKind::Room)?;
-        let route = if place {
-            cluster.place(&room).await?
-        } else {
-            cluster.route(&room).await?
+        let route = match place {
+            Place::Yes { region } => cluster.place(&room, region).await?,
+            Place::No => cluster.route(&room).await?,
         };
         match route {
             Route::Local => Ok(None),
@@ -656,7 +655,7 @@ impl ControlApi {
         &self,
         request: &Request<T>,
         room: &str,
-        place: bool,
+        place: Place<'_>,
     ) -> Result<Option<NodeRecord>, Status> {
         let hops = cluster::hops_of(request.metadata());
         self.state.room_owner(room, place, hops).await
@@ -672,7 +671,7 @@ impl ControlApi {
         self.state
             .auth
             .check(bearer_of(request), Act::Admin { room })?;
-        self.elsewhere(request, room, false).await
+        self.elsewhere(request, room, Place::No).await
     }
 
     /// ListRooms over the whole cluster: this node's rooms and every other live
@@ -789,6 +788,18 @@ where
     }
 }
 
+/// CreateRoom's `region`: `None` when empty, else a region label (as `--region`
+/// takes it) or INVALID_ARGUMENT.
+fn region_hint(region: &str) -> Result<Option<&str>, Status> {
+    if region.is_empty() {
+        return Ok(None);
+    }
+    region
+        .parse::<cluster::Label>()
+        .map_err(|e| Status::invalid_argument(format!("region: {e}")))?;
+    Ok(Some(region))
+}
+
 /// How long ListRooms waits for each other node's rooms.
 const LIST_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a request passed on to another node may take there.
@@ -804,8 +815,9 @@ impl RoomService for ControlApi {
             .auth
             .check(bearer_of(&request), Act::CreateRoom)?;
         self.state.drain().check_open()?;
+        let region = region_hint(&request.get_ref().region)?;
         if let Some(node) = self
-            .elsewhere(&request, &request.get_ref().name, true)
+            .elsewhere(&request, &request.get_ref().name, Place::Yes { region })
             .await?
         {
             return forward(&self.state, &node, request, |mut c, r| async move {
@@ -836,7 +848,7 @@ impl RoomService for ControlApi {
     ) -> Result<Response<v1::Room>, Status> {
         self.state.auth.check(bearer_of(&request), Act::ListRooms)?;
         if let Some(node) = self
-            .elsewhere(&request, &request.get_ref().name, false)
+            .elsewhere(&request, &request.get_ref().name, Place::No)
             .await?
         {
             return forward(&self.state, &node, request, |mut c, r| async move {
@@ -1031,7 +1043,7 @@ impl RoomService for ControlApi {
                 req.payload.len()
             )));
         }
-        if let Some(node) = self.elsewhere(&request, &req.room, false).await? {
+        if let Some(node) = self.elsewhere(&request, &req.room, Place::No).await? {
             return forward(&self.state, &node, request, |mut c, r| async move {
                 c.send_data(r).await
             })
@@ -1098,7 +1110,12 @@ impl NodeService for ControlApi {
         };
         // The link's room is here: owned (placed here now if nobody owns it yet:
         // the caller saw this node host it) or spanned.
-        if !cluster.spans(&room) && state.room_owner(&room, true, 0).await?.is_some() {
+        if !cluster.spans(&room)
+            && state
+                .room_owner(&room, Place::Yes { region: None }, 0)
+                .await?
+                .is_some()
+        {
             return Err(Status::failed_precondition(format!(
                 "room {room:?} is neither owned nor spanned by this node"
             )));

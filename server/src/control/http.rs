@@ -57,6 +57,7 @@ use tokio::sync::Semaphore;
 use tonic::{Code, Status};
 
 use super::auth::{Act, AuthError, Refusal, bearer};
+use super::cluster::Place;
 use super::connections::Limit;
 use super::grpc::ControlState;
 use super::ice_restart::Precondition;
@@ -356,7 +357,10 @@ async fn create(
     };
     // In a cluster, the room's owner serves the session (RFC 9725 §4.5: the
     // endpoint may redirect with 307; the client repeats the POST there).
-    match state.room_owner(&room, state.auto_create_rooms(), 0).await {
+    match state
+        .room_owner(&room, Place::on_join(state.auto_create_rooms()), 0)
+        .await
+    {
         Ok(None) => {}
         Ok(Some(node)) => {
             let token = state.auth().reissue(&caller, REDIRECT_TOKEN_TTL);

@@ -55,6 +55,7 @@ use tokio::time::Instant;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::auth::{Act, Refusal};
+use super::cluster::Place;
 use super::grpc::{ControlApi, ControlState};
 use super::ice_restart::Precondition;
 use super::listen::ConnectionCut;
@@ -222,7 +223,7 @@ where
     // In a cluster, the room's owner serves the session: the client goes there,
     // unless the owner is in another region, and the room spans this node too.
     if let Some(node) = state
-        .room_owner(&room, state.auto_create_rooms(), 0)
+        .room_owner(&room, Place::on_join(state.auto_create_rooms()), 0)
         .await?
         && !state.cascade_here(&room, &node).await?
     {

@@ -12,7 +12,8 @@
 //! - **Routing.** Every node watches the prefix ([`view`]) and so knows the live
 //!   nodes and who owns which room. A request for a room the node does not own goes
 //!   to the owner: gRPC calls are forwarded, WHIP/WHEP answer 307, signalling says
-//!   `redirect`. A room nobody owns is placed on the least-loaded live node.
+//!   `redirect`. A room nobody owns is placed on the least-loaded live node, in the
+//!   joiner's region when that is known and has a node that takes rooms.
 //! - **Fencing.** The node only serves rooms while its lease is surely alive: until
 //!   the moment of its last acknowledged keep-alive's sending plus the lease's TTL,
 //!   less [`FENCE_MARGIN`]. Past that (etcd unreachable for that long) it closes
@@ -128,6 +129,31 @@ pub enum Route {
     Local,
     /// By this other node.
     Remote(NodeRecord),
+}
+
+/// Whether a request may place the room it names when nobody owns it, and where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place<'a> {
+    /// No: it is about a room that exists.
+    No,
+    /// Yes, in the joiner's region: `region` when the request named one, else the
+    /// region of the node it arrived at (see [`Cluster::place`]).
+    Yes {
+        /// The region the request named.
+        region: Option<&'a str>,
+    },
+}
+
+impl Place<'_> {
+    /// A join's: it places the room when rooms open on join (`open`), in the region
+    /// of the node it arrived at.
+    pub fn on_join(open: bool) -> Place<'static> {
+        if open {
+            Place::Yes { region: None }
+        } else {
+            Place::No
+        }
+    }
 }
 
 /// A node name or region label: 1 to 64 of `A-Z a-z 0-9 . _ -`.
@@ -344,13 +370,19 @@ impl Cluster {
     }
 
     /// Where a request that opens `room` (normalised) goes: [`Cluster::route`],
-    /// except that a room nobody owns is placed on the least-loaded live node first
-    /// (this one when it sees no other).
-    pub async fn place(&self, room: &str) -> Result<Route, Status> {
+    /// except that a room nobody owns is placed first, by [`least_loaded`] in the
+    /// joiner's region (this node when it sees no node at all). The joiner's region
+    /// is `hint` when the request named one, else this node's `--region`; when
+    /// neither is set, the region plays no part.
+    pub async fn place(&self, room: &str, hint: Option<&str>) -> Result<Route, Status> {
         if let Some(route) = self.known_route(room)? {
             return Ok(route);
         }
-        let target = self.least_loaded();
+        let region = hint.or(Some(self.settings.region.as_str()).filter(|r| !r.is_empty()));
+        let target = {
+            let rooms = self.rooms_by_node();
+            least_loaded(self.inner().nodes.values(), &rooms, region).cloned()
+        };
         self.claim(room, target).await
     }
 
@@ -400,28 +432,6 @@ impl Cluster {
                  try again"
             ))),
         }
-    }
-
-    /// The least-loaded live node that takes rooms: fewest peers for its capacity,
-    /// then fewest rooms, then the lowest id.
-    fn least_loaded(&self) -> Option<NodeRecord> {
-        let rooms = self.rooms_by_node();
-        let inner = self.inner();
-        inner
-            .nodes
-            .values()
-            .filter(|n| !n.draining)
-            .min_by(|a, b| {
-                let load = |n: &NodeRecord| f64::from(n.peers) / f64::from(n.max_peers.max(1));
-                load(a)
-                    .total_cmp(&load(b))
-                    .then_with(|| {
-                        let count = |n: &NodeRecord| rooms.get(&n.id).copied().unwrap_or(0);
-                        count(a).cmp(&count(b))
-                    })
-                    .then_with(|| a.id.cmp(&b.id))
-            })
-            .cloned()
     }
 
     /// Claims `room` for `target` (this node when `None` or named so): one
@@ -593,6 +603,33 @@ impl Cluster {
     }
 }
 
+/// Where a room nobody owns goes: the least-loaded of `nodes` in `region` that
+/// takes it (is neither draining nor full), else, when there is none or `region` is
+/// `None`, the least-loaded of all that are not draining. Least loaded: fewest peers
+/// for its capacity, then fewest rooms (`rooms`, by node id), then the lowest id.
+pub fn least_loaded<'a>(
+    nodes: impl Iterator<Item = &'a NodeRecord> + Clone,
+    rooms: &HashMap<String, usize>,
+    region: Option<&str>,
+) -> Option<&'a NodeRecord> {
+    let order = |a: &&NodeRecord, b: &&NodeRecord| {
+        let load = |n: &NodeRecord| f64::from(n.peers) / f64::from(n.max_peers.max(1));
+        let count = |n: &NodeRecord| rooms.get(&n.id).copied().unwrap_or(0);
+        load(a)
+            .total_cmp(&load(b))
+            .then_with(|| count(a).cmp(&count(b)))
+            .then_with(|| a.id.cmp(&b.id))
+    };
+    let open = nodes.filter(|n| !n.draining);
+    region
+        .and_then(|region| {
+            open.clone()
+                .filter(|n| n.region == region && n.peers < n.max_peers)
+                .min_by(order)
+        })
+        .or_else(|| open.min_by(order))
+}
+
 /// The error for a node that may no longer serve or place rooms.
 fn fenced() -> Status {
     Status::unavailable(
@@ -613,4 +650,60 @@ pub fn hops_of(metadata: &tonic::metadata::MetadataMap) -> u32 {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str, region: &str, peers: u32) -> NodeRecord {
+        NodeRecord {
+            id: id.to_owned(),
+            grpc_url: String::new(),
+            http_url: String::new(),
+            region: region.to_owned(),
+            shards: 1,
+            peers,
+            max_peers: 10,
+            draining: false,
+            lease: 1,
+        }
+    }
+
+    fn pick<'a>(nodes: &'a [NodeRecord], rooms: &[(&str, usize)], region: Option<&str>) -> &'a str {
+        let rooms = rooms.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect();
+        least_loaded(nodes.iter(), &rooms, region).map_or("none", |n| n.id.as_str())
+    }
+
+    #[test]
+    fn least_loaded_goes_by_load_then_rooms_then_id() {
+        let nodes = [node("a", "", 5), node("b", "", 2), node("c", "", 2)];
+        assert_eq!(pick(&nodes, &[], None), "b");
+        assert_eq!(pick(&nodes, &[("b", 3), ("c", 1)], None), "c");
+        assert_eq!(pick(&[], &[], None), "none");
+    }
+
+    #[test]
+    fn least_loaded_prefers_the_joiners_region() {
+        let nodes = [node("a", "eu", 6), node("b", "eu", 4), node("c", "us", 0)];
+        assert_eq!(pick(&nodes, &[], Some("eu")), "b");
+        assert_eq!(pick(&nodes, &[], Some("us")), "c");
+        // No node there: anywhere.
+        assert_eq!(pick(&nodes, &[], Some("ap")), "c");
+        assert_eq!(pick(&nodes, &[], None), "c");
+    }
+
+    #[test]
+    fn least_loaded_leaves_a_region_whose_nodes_take_no_rooms() {
+        let mut nodes = [node("a", "eu", 10), node("b", "eu", 1), node("c", "us", 3)];
+        nodes[1].draining = true;
+        // a is full, b drains: the least-loaded node anywhere that does not drain.
+        assert_eq!(pick(&nodes, &[], Some("eu")), "c");
+        nodes[2].draining = true;
+        // Only a full node is left: it is still the answer (its joins are refused
+        // there, as they would be anywhere).
+        assert_eq!(pick(&nodes, &[], Some("eu")), "a");
+        nodes[0].draining = true;
+        assert_eq!(pick(&nodes, &[], Some("eu")), "none");
+    }
 }

@@ -311,6 +311,9 @@ pub struct Track {
     /// The peer it is received from; `None` for a local source, whose packets the
     /// shard's owner hands in (`Shard::send_rtp`, a client endpoint's camera).
     pub publisher: Option<Entity>,
+    /// Its publisher is a node-to-node link (`RoomMember::link`): the track is
+    /// another node's participant's, crossing that link.
+    pub from_link: bool,
     /// Whether each received packet is reported to the owner (`ShardEvent::RtpReceived`:
     /// a client endpoint playing it out).
     pub report: bool,

@@ -173,6 +173,9 @@ pub struct ShardStats {
     pub rtp_unknown_ssrc: u64,
     /// RTP packets received on published tracks.
     pub rtp_received: u64,
+    /// Of those, the original (not retransmitted) packets of tracks that came over a
+    /// node-to-node link: other nodes' participants' media entering this node.
+    pub rtp_received_from_links: u64,
     /// RTP packets of muted tracks: neither forwarded nor kept for retransmission.
     pub rtp_muted: u64,
     /// RTP packets sent to subscribers (copies, retransmissions excluded).

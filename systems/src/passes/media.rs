@@ -591,6 +591,9 @@ fn on_rtp(
         track.note_temporal(now, p.payload(), packet.len());
     }
     ctx.stats.rtp_received += 1;
+    if track.from_link && !is_rtx {
+        ctx.stats.rtp_received_from_links += 1;
+    }
     if !is_rtx {
         let clock = track.spec.clock_rate;
         update_jitter(&mut track.stats, now, h.timestamp, clock);

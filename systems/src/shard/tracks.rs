@@ -14,6 +14,7 @@ use shoal_components::media::{
     Track, TrackId, TrackIndex, TrackSettings, TrackSpec,
 };
 use shoal_components::peer::PeerId;
+use shoal_components::room::RoomMember;
 use shoal_components::rtp::{RtpHeader, RtpPacket};
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
@@ -118,6 +119,15 @@ impl Shard {
             tw.remb.ext_id = Some(id);
         }
         let streams = self.spawn_track(spec, Some(publisher), report);
+        let from_link = self
+            .world
+            .get::<RoomMember>(publisher)
+            .is_some_and(|m| m.link);
+        for &entity in &streams {
+            if let Some(mut t) = self.world.get_mut::<Track>(entity) {
+                t.from_link = from_link;
+            }
+        }
         let mut media = self.peer_media(publisher);
         media.tracks_by_mid.push((mid, streams[0]));
         for &entity in &streams {
@@ -189,6 +199,7 @@ impl Shard {
             .spawn(Track {
                 spec,
                 publisher,
+                from_link: false,
                 report,
                 ssrc,
                 rtx_ssrc,

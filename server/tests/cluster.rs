@@ -9,6 +9,7 @@ mod cluster_chromium;
 mod cluster_harness;
 mod http_client;
 mod lab;
+mod media_pair;
 mod node_process;
 mod tokens;
 
@@ -496,6 +497,353 @@ fn cluster_cascaded_room_messages() {
         }
         let rooms = rt.block_on(node.info()).rooms;
         assert_eq!(rooms, 0, "{} closed the room", node.id);
+    }
+}
+
+/// Audio packets, and video packets, each participant of the cascaded room sends.
+const CASCADE_PACKETS: u16 = 150;
+
+/// What one participant of the cascaded room received: the sequence numbers of
+/// each other participant's audio and video (by their index), packets that came
+/// twice, and the messages, as (label, message).
+#[derive(Default)]
+struct CascadeGot {
+    media: BTreeMap<(u8, bool), BTreeSet<u16>>,
+    duplicates: u64,
+    messages: Vec<(String, Bytes)>,
+}
+
+/// The first packet of a VP8 key frame (RFC 7741 §4.2 descriptor, RFC 6386 §9.1
+/// frame tag, start code and a 320×240 size), then `index` and `seq`.
+fn vp8_key_frame(index: u8, seq: u16) -> Vec<u8> {
+    let mut p = vec![
+        0x10, 0x00, 0x00, 0x00, 0x9d, 0x01, 0x2a, 0x40, 0x01, 0xf0, 0x00,
+    ];
+    p.push(index);
+    p.extend_from_slice(&seq.to_be_bytes());
+    p.resize(300, 0x55);
+    p
+}
+
+/// Where a participant's payloads carry its index and the packet's number.
+const VP8_TAG_AT: usize = 11;
+
+/// One participant of the cascaded room: joins `room` over `/signal` at `http`,
+/// publishes Opus and VP8, takes the node's offers of others' tracks, and opens a
+/// channel labelled `name`. Once it receives the tracks of `others` participants
+/// it counts itself `ready`; once `go`, it sends [`CASCADE_PACKETS`] of each
+/// kind, tagged with `index`, and [`MESSAGES`] messages. Runs until `stop`.
+fn cascade_member(
+    http: std::net::SocketAddr,
+    room: &str,
+    (name, index): (&'static str, u8),
+    others: usize,
+    (ready, go, stop): (Arc<AtomicUsize>, Arc<AtomicBool>, Arc<AtomicBool>),
+) -> std::thread::JoinHandle<Result<CascadeGot, String>> {
+    use media_pair::Signalled;
+    use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
+    use shoal_server::endpoint::media::{AUDIO_SOURCE, OPUS_PT, VIDEO_SOURCE, VP8_PT};
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let local = socket.local_addr().expect("an address");
+    let shard = Shard::new(ShardConfig::new(local, u64::from(local.port())));
+    let mut rng = endpoint::os_rng().expect("a random generator");
+    let shape = endpoint::OfferShape {
+        data: true,
+        ..endpoint::OfferShape::PUBLISH
+    };
+    let offer = endpoint::media_offer(NODE, shard.fingerprint(), shape, &mut rng);
+    let (to_shard, inbox) = std::sync::mpsc::channel();
+    let (hang_up, stopped) = tokio::sync::oneshot::channel();
+    let room = room.to_owned();
+    std::thread::spawn(move || {
+        runtime().block_on(media_pair::signal(
+            http, &room, name, offer, to_shard, stopped,
+        ));
+    });
+    std::thread::spawn(move || {
+        let _hang_up = hang_up;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut got = CascadeGot::default();
+        let mut receiving = 0;
+        let mut channel = None;
+        let mut labels: HashMap<u16, String> = HashMap::new();
+        let (mut counted, mut sent, mut said) = (false, 0u16, 0usize);
+        let mut failure = None;
+        let mut buf = bytes::BytesMut::new();
+        endpoint::run(socket, shard, |shard, now, events| {
+            while let Ok(s) = inbox.try_recv() {
+                let r = match s {
+                    Signalled::Session(session) => {
+                        let peer = session.peer.id;
+                        let mut r = shard.command(now, ShardCommand::AddPeer(session.peer.clone()));
+                        for (track, subscription) in session.sources.iter().cloned() {
+                            r = r.and_then(|()| {
+                                shard.command(
+                                    now,
+                                    ShardCommand::AddSource {
+                                        peer,
+                                        track,
+                                        subscription,
+                                    },
+                                )
+                            });
+                        }
+                        receiving += session.receives.len();
+                        for track in session.receives.iter().cloned() {
+                            r = r.and_then(|()| {
+                                shard.command(now, ShardCommand::Receive { peer, track })
+                            });
+                        }
+                        r
+                    }
+                    Signalled::Receive(tracks) => {
+                        receiving += tracks.len();
+                        tracks.into_iter().try_for_each(|track| {
+                            shard.command(now, ShardCommand::Receive { peer: NODE, track })
+                        })
+                    }
+                };
+                if let Err(e) = r {
+                    failure = Some(format!("{name}: a command failed: {e:?}"));
+                }
+            }
+            for event in events.drain(..) {
+                match event {
+                    ShardEvent::RtpReceived { packet, .. } => {
+                        let Ok(p) = RtpPacket::parse(&packet) else {
+                            failure = Some(format!("{name}: a packet that does not parse"));
+                            continue;
+                        };
+                        let video = p.header().payload_type == VP8_PT;
+                        let at = if video { VP8_TAG_AT } else { 0 };
+                        let Some(tag) = p.payload().get(at..at + 3) else {
+                            failure = Some(format!("{name}: a packet without its tag"));
+                            continue;
+                        };
+                        let seq = u16::from_be_bytes([tag[1], tag[2]]);
+                        if !got.media.entry((tag[0], video)).or_default().insert(seq) {
+                            got.duplicates += 1;
+                        }
+                    }
+                    ShardEvent::SctpEstablished { .. } => {
+                        channel = shard
+                            .open_channel(NODE, name, "", ChannelType::default())
+                            .ok();
+                    }
+                    ShardEvent::ChannelOpen { channel, label, .. } => {
+                        labels.insert(channel, label);
+                    }
+                    ShardEvent::ChannelMessage {
+                        channel, payload, ..
+                    } => {
+                        let label = labels.get(&channel).cloned().unwrap_or_default();
+                        got.messages.push((label, payload));
+                    }
+                    ShardEvent::PeerRemoved { .. } | ShardEvent::SctpClosed { .. } => {
+                        failure = Some(format!("{name}: connection lost: {event:?}"));
+                    }
+                    _ => {}
+                }
+            }
+            // Each other participant's audio and video.
+            if !counted && channel.is_some() && receiving >= 2 * others {
+                counted = true;
+                ready.fetch_add(1, Ordering::SeqCst);
+            }
+            if go.load(Ordering::SeqCst) {
+                for _ in 0..4 {
+                    if sent < CASCADE_PACKETS {
+                        for (source, pt, payload) in [
+                            (AUDIO_SOURCE, OPUS_PT, {
+                                let mut a = vec![index];
+                                a.extend_from_slice(&sent.to_be_bytes());
+                                a.resize(80, 0x78);
+                                a
+                            }),
+                            (VIDEO_SOURCE, VP8_PT, vp8_key_frame(index, sent)),
+                        ] {
+                            let fields = RtpFields {
+                                marker: pt == VP8_PT,
+                                payload_type: pt,
+                                sequence_number: sent,
+                                timestamp: u32::from(sent).wrapping_mul(960),
+                                ssrc: 0,
+                            };
+                            let mut w = RtpWriter::new(&mut buf, &fields, &[]);
+                            w.payload(&payload);
+                            w.finish(0);
+                            if let Err(e) = shard.send_rtp(now, source, buf.split().freeze()) {
+                                failure = Some(format!("{name}: send_rtp: {e:?}"));
+                            }
+                        }
+                        sent += 1;
+                    }
+                    if let Some(c) = channel
+                        && said < MESSAGES
+                        && shard
+                            .channel_send(NODE, c, false, Bytes::from(format!("{name} {said}")))
+                            .is_ok()
+                    {
+                        said += 1;
+                    }
+                }
+            }
+            if failure.is_some() || stop.load(Ordering::SeqCst) {
+                return Control::Stop;
+            }
+            if Instant::now() > deadline {
+                failure = Some(format!("{name}: deadline"));
+                return Control::Stop;
+            }
+            Control::Continue
+        })
+        .map_err(|e| e.to_string())?;
+        failure.map_or(Ok(got), Err)
+    })
+}
+
+/// The sum of counter `name` over every shard in a node's `/metrics`.
+fn metric_sum(http: std::net::SocketAddr, name: &str) -> u64 {
+    let reply = http_client::request(http, "GET", "/metrics", None, b"");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply
+        .body
+        .lines()
+        .filter(|l| l.split(['{', ' ']).next() == Some(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A room whose participants join three nodes in three regions, each publishing
+/// audio and video and sending messages: every participant receives every packet
+/// of every other participant's tracks, none twice; each node takes in over its
+/// links exactly the other nodes' packets (each track crosses each link once, and
+/// no track comes round through a third node); every message reaches everyone
+/// once and in order.
+#[test]
+fn cluster_cascaded_room() {
+    let etcd = Etcd::start();
+    let prefix = "/cascaded-media";
+    let regions = ["eu", "us", "ap"];
+    let nodes: Vec<ClusterNode> = (0..3)
+        .map(|i| {
+            let id = format!("node-{i}");
+            ClusterNode::start(&etcd.url(), prefix, &id, TTL, &["--region", regions[i]])
+        })
+        .collect();
+    let rt = runtime();
+    let room = "spanning-media";
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        create(&nodes[0], room).await.expect("room created")
+    });
+    let names = ["ann", "bob", "cid"];
+    let ready = Arc::new(AtomicUsize::new(0));
+    let go = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let members: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, &name)| {
+            let flags = (ready.clone(), go.clone(), stop.clone());
+            cascade_member(nodes[i].process.http, room, (name, i as u8), 2, flags)
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ready.load(Ordering::SeqCst) < names.len() {
+        if Instant::now() > deadline || members.iter().any(|m| m.is_finished()) {
+            let logs: Vec<String> = nodes.iter().map(|n| n.process.log_so_far()).collect();
+            panic!(
+                "{} of 3 participants receive the others' tracks; logs: {logs:#?}",
+                ready.load(Ordering::SeqCst)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before: Vec<u64> = nodes
+        .iter()
+        .map(|n| metric_sum(n.process.http, "shoal_shard_rtp_received_from_links_total"))
+        .collect();
+    assert_eq!(
+        before,
+        [0, 0, 0],
+        "nothing crossed a link before the sending"
+    );
+    go.store(true, Ordering::SeqCst);
+    // Everything in: every participant has both others' packets, and each node's
+    // links (shards report their counters up to a second late) took in both
+    // other nodes' audio and video.
+    let expected = 2 * 2 * u64::from(CASCADE_PACKETS);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut crossed = Vec::new();
+    while Instant::now() < deadline {
+        crossed = nodes
+            .iter()
+            .map(|n| metric_sum(n.process.http, "shoal_shard_rtp_received_from_links_total"))
+            .collect();
+        if crossed.iter().all(|&c| c >= expected) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Time for anything more to arrive that should not: a track coming round a
+    // second time through a third node.
+    std::thread::sleep(Duration::from_millis(1500));
+    let settled: Vec<u64> = nodes
+        .iter()
+        .map(|n| metric_sum(n.process.http, "shoal_shard_rtp_received_from_links_total"))
+        .collect();
+    stop.store(true, Ordering::SeqCst);
+    let got: Vec<CascadeGot> = members
+        .into_iter()
+        .map(|m| {
+            m.join()
+                .expect("no panic")
+                .unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect();
+    assert_eq!(
+        settled, [expected; 3],
+        "each node took in exactly the others' packets over its links (first {crossed:?})"
+    );
+    let all: BTreeSet<u16> = (0..CASCADE_PACKETS).collect();
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g.duplicates, 0, "{} got packets twice", names[i]);
+        for j in (0..names.len()).filter(|&j| j != i) {
+            for video in [false, true] {
+                let seen = g.media.get(&(j as u8, video)).cloned().unwrap_or_default();
+                assert_eq!(
+                    seen,
+                    all,
+                    "{} got {} of {}'s {} packets",
+                    names[i],
+                    seen.len(),
+                    names[j],
+                    if video { "video" } else { "audio" }
+                );
+            }
+            let from: Vec<&Bytes> = g
+                .messages
+                .iter()
+                .filter(|(l, _)| l == names[j])
+                .map(|(_, m)| m)
+                .collect();
+            let want: Vec<Bytes> = (0..MESSAGES)
+                .map(|k| Bytes::from(format!("{} {k}", names[j])))
+                .collect();
+            assert!(
+                from.iter().copied().eq(want.iter()),
+                "{} got {} messages from {}, not {MESSAGES} in order",
+                names[i],
+                from.len(),
+                names[j]
+            );
+        }
+        assert!(
+            !g.media.contains_key(&(i as u8, false)),
+            "{} got its own audio back",
+            names[i]
+        );
     }
 }
 

@@ -64,7 +64,7 @@ impl CodecName {
     }
 
     /// The only clock rate each is defined with (RFC 7587 §7, RFC 7741 §6.1, RFC 6184 §8.1).
-    fn clock_rate(self) -> u32 {
+    pub fn clock_rate(self) -> u32 {
         match self {
             Self::Opus => 48_000,
             Self::Vp8 | Self::H264 => 90_000,

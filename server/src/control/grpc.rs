@@ -649,6 +649,32 @@ impl ControlApi {
 }
 
 impl ControlApi {
+    /// For a node's call about `room`'s link (OpenLink, LinkTracks): the room's
+    /// name as the directory keeps it, and the cluster, once the token shows
+    /// roomAdmin of the room and names the calling node `node`.
+    fn link_call<T>(
+        &self,
+        request: &Request<T>,
+        room: &str,
+        node: &str,
+    ) -> Result<(String, Arc<Cluster>), Status> {
+        let room = validate_name(room, NameKind::Room)?.into_owned();
+        let caller = self
+            .state
+            .auth
+            .check(bearer_of(request), Act::Admin { room: &room })?;
+        // The token a node signs for its own calls names that node.
+        self.state
+            .auth
+            .counted(caller.identity_for(node.to_owned()))?;
+        let cluster = self
+            .state
+            .cluster()
+            .cloned()
+            .ok_or_else(|| Status::failed_precondition("this node is not in a cluster"))?;
+        Ok((room, cluster))
+    }
+
     /// The node a request for `room` goes to, when not this one (see
     /// [`ControlState::room_owner`]).
     async fn elsewhere<T>(
@@ -1098,16 +1124,11 @@ impl NodeService for ControlApi {
         request: Request<v1::OpenLinkRequest>,
     ) -> Result<Response<v1::OpenLinkResponse>, Status> {
         let state = &self.state;
-        let room = validate_name(&request.get_ref().room, NameKind::Room)?.into_owned();
-        let caller = state
-            .auth
-            .check(bearer_of(&request), Act::Admin { room: &room })?;
-        // The token a node signs for its own calls names that node.
-        let node = &request.get_ref().node_id;
-        state.auth.counted(caller.identity_for(node.clone()))?;
-        let Some(cluster) = state.cluster().cloned() else {
-            return Err(Status::failed_precondition("this node is not in a cluster"));
-        };
+        let (room, cluster) = self.link_call(
+            &request,
+            &request.get_ref().room,
+            &request.get_ref().node_id,
+        )?;
         // The link's room is here: owned (placed here now if nobody owns it yet:
         // the caller saw this node host it) or spanned.
         if !cluster.spans(&room)
@@ -1122,6 +1143,21 @@ impl NodeService for ControlApi {
         }
         let answer = cluster::cascade::accept(state, &cluster, &room, request.into_inner()).await?;
         Ok(Response::new(answer))
+    }
+
+    async fn link_tracks(
+        &self,
+        request: Request<v1::LinkTracksRequest>,
+    ) -> Result<Response<v1::LinkTracksResponse>, Status> {
+        let (room, _) = self.link_call(
+            &request,
+            &request.get_ref().room,
+            &request.get_ref().node_id,
+        )?;
+        let tracks = self.state.take_link_tracks(&room, request.into_inner())?;
+        Ok(Response::new(v1::LinkTracksResponse {
+            tracks: u32::try_from(tracks).unwrap_or(u32::MAX),
+        }))
     }
 
     async fn get_node_info(

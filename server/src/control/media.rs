@@ -87,18 +87,31 @@ pub struct RoomTrack {
     pub source: TrackSource,
     /// Its publisher muted it: it is not forwarded.
     pub muted: bool,
+    /// A track of another node's participant that came over a link: that
+    /// participant's identity, and the other node's name for the track.
+    pub remote: Option<RemoteTrack>,
+}
+
+/// Where a track that came over a link comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteTrack {
+    /// The identity of its publisher, a participant of the other node.
+    pub identity: String,
+    /// The other node's name for it.
+    pub origin: String,
 }
 
 impl RoomTrack {
+    /// Its publisher's identity: the other node's participant's for a track that
+    /// came over a link, else that of `member`, the member holding it.
+    pub(super) fn publisher<'a>(&'a self, member: &'a str) -> &'a str {
+        self.remote.as_ref().map_or(member, |r| r.identity.as_str())
+    }
+
     pub(super) fn info(&self) -> v1::TrackInfo {
         let kind = match self.source.kind {
             MediaKind::Audio => v1::TrackKind::Audio,
             _ => v1::TrackKind::Video,
-        };
-        let mime = match self.source.codec.name {
-            sdp::CodecName::Opus => "audio/opus",
-            sdp::CodecName::Vp8 => "video/VP8",
-            sdp::CodecName::H264 => "video/H264",
         };
         v1::TrackInfo {
             id: self.source.id.clone(),
@@ -106,7 +119,7 @@ impl RoomTrack {
             mid: self.mid.clone(),
             stream_id: self.source.stream_id.clone(),
             muted: self.muted,
-            mime_type: mime.to_owned(),
+            mime_type: mime_type(self.source.codec.name).to_owned(),
         }
     }
 }
@@ -224,6 +237,15 @@ pub(crate) fn feedback(codec: &Codec) -> FeedbackKinds {
     }
 }
 
+/// The MIME type of codec `name`, as `TrackInfo` and `LinkTrack` give it.
+pub(crate) fn mime_type(name: sdp::CodecName) -> &'static str {
+    match name {
+        sdp::CodecName::Opus => "audio/opus",
+        sdp::CodecName::Vp8 => "video/VP8",
+        sdp::CodecName::H264 => "video/H264",
+    }
+}
+
 /// The payload format the shard reads for codec `name`.
 pub(crate) fn payload_format(name: sdp::CodecName) -> PayloadFormat {
     match name {
@@ -283,19 +305,51 @@ struct Effects {
 }
 
 impl Members {
+    /// Mirrors track `t` on `shard` first if it is published on another and not
+    /// mirrored there yet (`Command::MirrorTrack` there, `Command::RelayTrack` on its
+    /// own shard), so that a subscription on `shard` can take it.
+    pub(super) fn mirror(
+        &mut self,
+        t: &RoomTrack,
+        shard: usize,
+        commands: &mut Vec<(usize, Command)>,
+    ) {
+        if t.shard == shard {
+            return;
+        }
+        let at = self.mirrors.entry(t.id).or_default();
+        if at.contains(&shard) {
+            return;
+        }
+        at.push(shard);
+        commands.push((
+            shard,
+            Command::MirrorTrack {
+                track: t.spec.clone(),
+                origin: t.shard,
+            },
+        ));
+        commands.push((
+            t.shard,
+            Command::RelayTrack {
+                track: t.id,
+                to: shard,
+            },
+        ));
+    }
+
     /// What `peer` publishes, as the API describes tracks.
     pub(super) fn track_infos(&self, peer: PeerId) -> Vec<v1::TrackInfo> {
         self.by_peer
             .get(&peer)
-            .and_then(|m| m.media.as_ref())
-            .map(|m| m.tracks.iter().map(RoomTrack::info).collect())
+            .map(|m| m.tracks().map(RoomTrack::info).collect())
             .unwrap_or_default()
     }
 }
 
 impl ControlState {
     /// A random SSRC from the system generator.
-    fn random_ssrc(&self) -> u32 {
+    pub(super) fn random_ssrc(&self) -> u32 {
         let mut b = [0u8; 4];
         // A failing system generator is caught elsewhere; a fixed value is still
         // made unique by the negotiation's collision check.
@@ -322,8 +376,7 @@ impl ControlState {
         room.participants()
             .filter(|p| p.peer != peer)
             .filter_map(|p| members.by_peer.get(&p.peer))
-            .filter_map(|m| m.media.as_ref())
-            .flat_map(|m| m.tracks.iter().map(|t| t.source.clone()))
+            .flat_map(|m| m.tracks().map(|t| t.source.clone()))
             .filter(|t| me.selection.wants(&t.id))
             .collect()
     }
@@ -413,6 +466,7 @@ impl ControlState {
                             codec: track.codec.clone(),
                         },
                         muted: false,
+                        remote: None,
                     };
                     events.push((track_event::Kind::Published, room_track.info()));
                     if let Some(media) = members
@@ -444,27 +498,7 @@ impl ControlState {
                 Change::Subscribed { mid, track } => {
                     if let Some(t) = Self::room_track(rooms, members, &room, &track.track).cloned()
                     {
-                        // Mirrored on this shard first if published on another.
-                        if t.shard != shard {
-                            let at = members.mirrors.entry(t.id).or_default();
-                            if !at.contains(&shard) {
-                                at.push(shard);
-                                commands.push((
-                                    shard,
-                                    Command::MirrorTrack {
-                                        track: t.spec.clone(),
-                                        origin: t.shard,
-                                    },
-                                ));
-                                commands.push((
-                                    t.shard,
-                                    Command::RelayTrack {
-                                        track: t.id,
-                                        to: shard,
-                                    },
-                                ));
-                            }
-                        }
+                        members.mirror(&t, shard, &mut commands);
                         commands.push((
                             shard,
                             Command::Subscribe {
@@ -522,8 +556,7 @@ impl ControlState {
         let room = rooms.get(room).ok()?;
         room.participants()
             .filter_map(|p| members.by_peer.get(&p.peer))
-            .filter_map(|m| m.media.as_ref())
-            .flat_map(|m| &m.tracks)
+            .flat_map(|m| m.tracks())
             .find(|t| t.source.id == name)
     }
 
@@ -717,7 +750,7 @@ impl ControlState {
             for t in tracks {
                 let event = signal_response::Message::Track(v1::TrackEvent {
                     kind: track_event::Kind::Unpublished.into(),
-                    participant_identity: identity.to_owned(),
+                    participant_identity: t.publisher(identity).to_owned(),
                     track: Some(t.info()),
                 });
                 members.broadcast(room, peer, event);

@@ -42,7 +42,7 @@ use tonic::Status;
 use super::auth::Permissions;
 use super::grpc::ControlState;
 use super::join_pages::JoinCursor;
-use super::media::{LocalTransport, MemberMedia, track_name};
+use super::media::{LocalTransport, MemberMedia, RoomTrack, track_name};
 use super::metrics::JoinKind;
 use super::outbox::{Outbox, Outgoing};
 use super::pending::{Pending, PendingLimits};
@@ -140,8 +140,21 @@ pub(super) struct Member {
     pub(super) permissions: Permissions,
     /// Its media negotiation, from its first offer on.
     pub(super) media: Option<MemberMedia>,
+    /// A link's member only: the tracks of the other node's participants that come
+    /// over the link, published here on the link's peer.
+    pub(super) relayed: Vec<RoomTrack>,
     /// Which of the room's tracks it receives.
     pub(super) selection: Selection,
+}
+
+impl Member {
+    /// The tracks it publishes to the room: its own, or those its link brings.
+    pub(super) fn tracks(&self) -> impl Iterator<Item = &RoomTrack> {
+        self.media
+            .iter()
+            .flat_map(|m| &m.tracks)
+            .chain(&self.relayed)
+    }
 }
 
 /// Signalling's own tables, beside the room directory.
@@ -557,6 +570,7 @@ impl ControlState {
                 signal: admission.signal,
                 permissions: admission.permissions,
                 media: None,
+                relayed: Vec::new(),
                 selection: Selection::new(admission.auto_subscribe),
             },
         );
@@ -759,6 +773,7 @@ impl ControlState {
         if let Some(media) = member.media {
             self.tracks_gone(&member.room, &member.identity, peer, &media.tracks);
         }
+        self.tracks_gone(&member.room, &member.identity, peer, &member.relayed);
         Some((member.shard, peer))
     }
 

@@ -269,12 +269,7 @@ fn others_tracks(
         .map(|r| {
             r.participants()
                 .filter_map(|p| Some((p.peer, members.by_peer.get(&p.peer)?)))
-                .filter_map(|(p, m)| Some((p, m.media.as_ref()?)))
-                .flat_map(|(p, m)| {
-                    m.tracks
-                        .iter()
-                        .map(move |t| (t.source.id.clone(), p == peer))
-                })
+                .flat_map(|(p, m)| m.tracks().map(move |t| (t.source.id.clone(), p == peer)))
                 .collect()
         })
         .unwrap_or_default();

@@ -271,7 +271,7 @@ pub fn subscribe(shard: &mut Shard, turn: &mut Turn<'_>) -> Result<(), String> {
 /// A participant's `/signal`: join, the first offer, the answer to the shard
 /// thread; the node's later offers answered, and their tracks to the shard thread,
 /// until `stop` fires or is dropped (the socket then closes: the participant leaves).
-async fn signal(
+pub async fn signal(
     http: SocketAddr,
     room: &str,
     identity: &str,

@@ -14,7 +14,8 @@
 //!   the caller's ICE-controlling and DTLS client, each expecting the other node's
 //!   certificate fingerprint. Both peers are links of the room in their shards
 //!   (`PeerSpec::link`): what one node's members send crosses to the other node's
-//!   members once and goes out on no other link there.
+//!   members once and goes out on no other link there. Tracks cross the same
+//!   links: [`super::link_tracks`].
 //! - **Ending.** A link whose other node no longer hosts the room is closed. A node
 //!   that spans a room in which only links are left, or whose owner is gone from
 //!   the cluster, closes it there and deletes its span key. A node that loses its
@@ -51,7 +52,8 @@ const LINK_GRACE: Duration = Duration::from_secs(5);
 pub const LINK_IDENTITY: &str = "cascade:";
 
 /// What a link's participant may do: send on data channels (what the other node's
-/// members sent), unseen by the room.
+/// members sent), unseen by the room. It negotiates nothing: its tracks, both ways,
+/// are set up by [`super::link_tracks`], not by offers.
 const LINK_PERMISSIONS: Permissions = Permissions {
     publish: false,
     subscribe: false,
@@ -159,7 +161,18 @@ impl Cluster {
 
 /// The links of this node's cascaded rooms, by room and other node.
 #[derive(Debug, Default)]
-pub struct Links(HashMap<(String, String), (PeerId, Instant)>);
+pub struct Links(pub(super) HashMap<(String, String), Link>);
+
+/// One link of a room to another node.
+#[derive(Debug)]
+pub struct Link {
+    /// Its peer here.
+    pub(super) peer: PeerId,
+    /// When it was opened or accepted.
+    since: Instant,
+    /// This node's tracks it carries, and how they go (see [`super::link_tracks`]).
+    pub(super) sent: super::link_tracks::Sent,
+}
 
 /// Which end of a link this node is.
 #[derive(Clone, Copy, Debug)]
@@ -174,8 +187,12 @@ impl Links {
     /// Notes `room`'s link to `node`, whose peer here is `peer`, as up from now
     /// (replacing one before), and logs it.
     fn add(&mut self, room: &str, node: &str, peer: PeerId, side: Side) {
-        self.0
-            .insert((room.to_owned(), node.to_owned()), (peer, Instant::now()));
+        let link = Link {
+            peer,
+            since: Instant::now(),
+            sent: super::link_tracks::Sent::default(),
+        };
+        self.0.insert((room.to_owned(), node.to_owned()), link);
         match side {
             Side::Opened => tracing::info!(
                 event = "cascade_link_opened",
@@ -196,7 +213,7 @@ impl Links {
     pub fn of(&self, peer: PeerId) -> Option<(String, String)> {
         self.0
             .iter()
-            .find(|(_, (p, _))| *p == peer)
+            .find(|(_, l)| l.peer == peer)
             .map(|((room, node), _)| (room.clone(), node.clone()))
     }
 }
@@ -213,11 +230,14 @@ pub async fn run(state: Arc<ControlState>, cluster: Arc<Cluster>) {
 /// One look at every open room: links opened and closed as the hosts changed, and
 /// spanned rooms that nobody needs here any more closed.
 async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
-    // Links whose participant left (its connection failed, or it was replaced).
-    state
-        .links()
-        .0
-        .retain(|_, (peer, _)| state.member_identity(*peer).is_some());
+    // Links whose participant left (its connection failed, or it was replaced). The
+    // members' lock is never taken under the links' (see `link_tracks`).
+    let peers: Vec<PeerId> = state.links().0.values().map(|l| l.peer).collect();
+    let gone: Vec<PeerId> = peers
+        .into_iter()
+        .filter(|p| state.member_identity(*p).is_none())
+        .collect();
+    state.links().0.retain(|_, l| !gone.contains(&l.peer));
     let open: Vec<(String, Vec<PeerId>)> = {
         let directory = state.rooms();
         directory
@@ -237,7 +257,7 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
             .0
             .iter()
             .filter(|((r, _), _)| *r == room)
-            .map(|((_, node), (peer, since))| (node.clone(), *peer, *since))
+            .map(|((_, node), l)| (node.clone(), l.peer, l.since))
             .collect();
         let spanned = cluster.spans(&room);
         let others = peers
@@ -256,12 +276,12 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
                 state.leave(*peer, DisconnectReason::RoomDeleted).await;
             }
         }
-        for node in hosts {
+        for node in &hosts {
             if linked.iter().any(|(n, _, _)| *n == node.id) || cluster.node_id() >= node.id.as_str()
             {
                 continue;
             }
-            if let Err(e) = dial(state, cluster, &room, &node).await {
+            if let Err(e) = dial(state, cluster, &room, node).await {
                 tracing::warn!(
                     event = "cascade_link_failed",
                     room = room.as_str(),
@@ -270,6 +290,9 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
                     "could not open the room's link to the node; trying again"
                 );
             }
+        }
+        for node in &hosts {
+            super::link_tracks::send(state, cluster, &room, node).await;
         }
     }
 }
@@ -325,7 +348,8 @@ fn link_spec(
             },
             remote_fingerprint,
             max_message_size: None,
-            srtp_required: false,
+            // Both sides are shoal: SRTP is always agreed, and tracks need it.
+            srtp_required: true,
         }),
         room: Some(who.room_id),
         may_send_data: true,
@@ -373,15 +397,7 @@ async fn dial_admitted(
         ice_pwd: pwd.clone(),
         fingerprint_sha256: state.fingerprint_sha256().to_vec(),
     });
-    if let Some(token) = state
-        .auth()
-        .node_token(cluster.node_id(), room, LINK_TOKEN_TTL)
-    {
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| Status::internal("a token that is no header value"))?;
-        request.metadata_mut().insert("authorization", value);
-    }
+    authorize(state, cluster, room, &mut request)?;
     request.set_timeout(OPEN_LINK_TIMEOUT);
     let mut client = NodeServiceClient::new(cluster.channel(node)?);
     let answer = tokio::time::timeout(OPEN_LINK_TIMEOUT, client.open_link(request))
@@ -418,6 +434,26 @@ async fn dial_admitted(
         fingerprint,
     );
     state.place_peer(who, spec).await
+}
+
+/// Puts on `request`, a call of this node's about `room`'s link, the token it signs
+/// for such calls (none when the node runs without keys: open mode).
+pub(super) fn authorize<T>(
+    state: &ControlState,
+    cluster: &Cluster,
+    room: &str,
+    request: &mut Request<T>,
+) -> Result<(), Status> {
+    if let Some(token) = state
+        .auth()
+        .node_token(cluster.node_id(), room, LINK_TOKEN_TTL)
+    {
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| Status::internal("a token that is no header value"))?;
+        request.metadata_mut().insert("authorization", value);
+    }
+    Ok(())
 }
 
 /// The answering side of OpenLink: `request` (authorised already) from node

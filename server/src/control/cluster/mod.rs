@@ -23,6 +23,7 @@
 //! Without `--etcd` none of this runs, and the node serves every room itself.
 
 pub mod cascade;
+pub mod link_tracks;
 pub mod membership;
 pub mod view;
 

@@ -793,6 +793,38 @@ fn cluster_cascaded_room() {
         .iter()
         .map(|n| metric_sum(n.process.http, "shoal_shard_rtp_received_from_links_total"))
         .collect();
+    // A second room of node-0's, joined through node-1 while the first is linked
+    // between them: the two links could share one pair of addresses, so node-1
+    // declines to span it and sends the joiner to node-0.
+    let second = "second-room";
+    rt.block_on(create(&nodes[0], second))
+        .expect("second room created");
+    let signaller = signal::Signaller::start().expect("signalling");
+    let joiner = Shard::new(ShardConfig::new("127.0.0.1:9".parse().unwrap(), 9));
+    let offer = data_offer(
+        NODE,
+        joiner.fingerprint(),
+        &mut endpoint::os_rng().expect("rng"),
+    );
+    signaller
+        .join(nodes[1].grpc, second, "dee", offer.sdp())
+        .expect("joined through a redirect");
+    let log = nodes[1].process.log_so_far();
+    assert_eq!(events(&log, "cascade_declined", second), 1, "{log}");
+    assert_eq!(events(&log, "room_spanned", second), 0);
+    let held: Vec<u32> = rt.block_on(async {
+        let mut held = Vec::new();
+        for n in &nodes {
+            held.push(n.info().await.rooms);
+        }
+        held
+    });
+    assert_eq!(
+        held,
+        [2, 1, 1],
+        "node-0 holds both rooms, the others the first"
+    );
+    drop(signaller);
     stop.store(true, Ordering::SeqCst);
     let got: Vec<CascadeGot> = members
         .into_iter()

@@ -28,7 +28,9 @@
 //! join fails or the generator saturates, and reports the largest passing load per
 //! server core. Progress prints each second; `report.md` and PNG plots go to `--out`.
 //! `--soak` samples the server's memory and what the node holds through the window
-//! and reports the memory's slope (`soak.rs`).
+//! and reports the memory's slope (`soak.rs`). `--nodes N --etcd URL` starts N nodes
+//! of a cluster instead of one and spreads each room's participants over them, so
+//! every room is cascaded across all of them.
 
 mod load;
 mod report;
@@ -74,6 +76,11 @@ struct Options {
     server_args: Vec<String>,
     /// Sample memory and the node's counts through the steady window (`soak.rs`).
     soak: Option<Duration>,
+    /// Nodes of a cluster to start (`--nodes`, with `--shoal` and `--etcd`): each
+    /// room's participants join through them in turn, so every room spans them all.
+    nodes: usize,
+    /// The etcd the cluster's nodes meet in.
+    etcd: Option<String>,
     out: PathBuf,
 }
 
@@ -98,7 +105,11 @@ const USAGE: &str = "usage: shoal-bench sfu-load (--shoal BIN | --http ADDR [--s
                            --server-arg --pacer-burst-ms --server-arg 40)\n\
   --out DIR                report and plots (sfu-load-report)\n\
   --soak                   a soak: sample RSS and the node's counts through the window\n\
-                           (every --soak-sample-s S, 10), slope and soak.png in the report";
+                           (every --soak-sample-s S, 10), slope and soak.png in the report\n\
+  --nodes N --etcd URL     start N nodes of a cluster on the etcd at URL (with --shoal and\n\
+                           /signal), each in a region of its own and pinned like one node;\n\
+                           participant p of a room joins through node p mod N, so each\n\
+                           room spans every node, cascaded over links (1)";
 
 pub(crate) fn value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter()
@@ -169,7 +180,12 @@ fn parse(args: &[String]) -> Result<Options, String> {
             .any(|a| a == "--soak")
             .then(|| number(args, "--soak-sample-s", 10.0).map(Duration::from_secs_f64))
             .transpose()?,
+        nodes: number(args, "--nodes", 1)?,
+        etcd: value(args, "--etcd").map(str::to_owned),
     };
+    if o.nodes > 1 && (o.shoal.is_none() || o.etcd.is_none() || o.mode != Mode::Signal) {
+        return Err("--nodes above 1 needs --shoal, --etcd and /signal".into());
+    }
     if o.shoal.is_none() == o.http.is_none() {
         return Err("one of --shoal BIN or --http ADDR".into());
     }
@@ -294,7 +310,33 @@ fn pin_self(cpu: usize) -> Result<(), String> {
 
 fn drive(o: &Options) -> Result<(), String> {
     std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
+    let mut cluster = Vec::new();
     let (server, http, pid) = match (&o.shoal, o.http) {
+        (Some(bin), _) if o.nodes > 1 => {
+            let etcd = o.etcd.as_deref().unwrap_or_default();
+            let prefix = format!("/sfu-load-{}", std::process::id());
+            for i in 0..o.nodes {
+                let (id, region) = (format!("load-{i}"), format!("region-{i}"));
+                let mut args: Vec<String> = [
+                    "--etcd",
+                    etcd,
+                    "--cluster-prefix",
+                    &prefix,
+                    "--node-id",
+                    &id,
+                    "--region",
+                    &region,
+                ]
+                .map(str::to_owned)
+                .to_vec();
+                args.extend(o.server_args.iter().cloned());
+                let log = o.out.join(format!("server-{i}.log"));
+                cluster.push(start_server(bin, o.server_cpu, &args, log)?);
+            }
+            // The nodes' CPU is not sampled: no one process stands for the cluster.
+            let http = cluster.first().map(|(_, h)| *h).ok_or("no node")?;
+            (None, http, None)
+        }
         (Some(bin), _) => {
             let (server, http) =
                 start_server(bin, o.server_cpu, &o.server_args, o.out.join("server.log"))?;
@@ -304,17 +346,29 @@ fn drive(o: &Options) -> Result<(), String> {
         (None, Some(http)) => (None, http, o.server_pid),
         (None, None) => unreachable!("checked in parse"),
     };
+    let joins_via: Vec<SocketAddr> = if cluster.is_empty() {
+        vec![http]
+    } else {
+        cluster.iter().map(|(_, h)| *h).collect()
+    };
     if let Some(c) = o.generator_cpu {
         pin_self(c)?;
     }
     let pid = pid.map(report::proc_pid);
     println!(
-        "sfu-load: {} at {http}, rooms of {}, {} kbit/s video{} at {} fps, signalling {}",
-        if server.is_some() {
-            "shoal started"
+        "sfu-load: {} at {}, rooms of {}, {} kbit/s video{} at {} fps, signalling {}",
+        if !cluster.is_empty() {
+            format!("a cluster of {} shoal nodes started", cluster.len())
+        } else if server.is_some() {
+            "shoal started".to_owned()
         } else {
-            "server"
+            "server".to_owned()
         },
+        joins_via
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
         o.participants,
         o.media.video_bps / 1000,
         if o.media.simulcast {
@@ -331,7 +385,7 @@ fn drive(o: &Options) -> Result<(), String> {
     let mut run = 0;
     loop {
         run += 1;
-        let (step, soaked) = one_run(o, http, pid.as_deref(), rooms, run)?;
+        let (step, soaked) = one_run(o, (http, &joins_via), pid.as_deref(), rooms, run)?;
         if soaked.is_some() {
             soak = soaked;
         }
@@ -363,6 +417,7 @@ fn drive(o: &Options) -> Result<(), String> {
             server_cpu: o.server_cpu,
             generator_cpu: o.generator_cpu,
             server_args: o.server_args.clone(),
+            nodes: o.nodes,
         },
         steps,
     };
@@ -384,13 +439,14 @@ fn drive(o: &Options) -> Result<(), String> {
         println!("sfu-load: wrote {}", w.display());
     }
     drop(server);
+    drop(cluster);
     Ok(())
 }
 
 /// One load: joins, warm-up, the steady window, teardown.
 fn one_run(
     o: &Options,
-    http: SocketAddr,
+    (http, joins_via): (SocketAddr, &[SocketAddr]),
     pid: Option<&str>,
     rooms: usize,
     run: usize,
@@ -413,6 +469,7 @@ fn one_run(
         .map_err(|e| e.to_string())?;
     let plan = Plan {
         http,
+        joins_via: joins_via.to_vec(),
         mode: o.mode,
         rooms,
         participants: o.participants,

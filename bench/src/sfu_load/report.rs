@@ -116,6 +116,8 @@ pub(super) struct Settings {
     pub generator_cpu: Option<usize>,
     /// Further arguments the node was started with.
     pub server_args: Vec<String>,
+    /// Nodes of a cluster the rooms spanned (1: one node).
+    pub nodes: usize,
 }
 
 /// One load's figures.
@@ -470,6 +472,16 @@ fn markdown(outcome: &Outcome, plots: &[&str]) -> String {
             format!("; server started with `{}`", o.server_args.join(" "))
         },
     );
+    if o.nodes > 1 {
+        let _ = writeln!(
+            s,
+            "\nA cluster of {} nodes, all pinned as above; each room spans all of them \
+             (participant p joins through node p mod {}), so a packet crosses a link \
+             between two nodes unless publisher and subscriber share one. Server CPU and \
+             RSS are not sampled.\n",
+            o.nodes, o.nodes
+        );
+    }
     let _ = writeln!(
         s,
         "| rooms | participants | consumers | packets received | P50 ms | P99 ms | P99.9 ms | P99.99 ms | max ms | end to end P50 / P99 / P99.99 ms | loss % | NACKs | PLIs | RTX in | join P50 / P99 ms | server CPU | generator CPU (frames late, P99 ms) | server RSS MiB | verdict |"

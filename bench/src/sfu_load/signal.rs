@@ -65,6 +65,9 @@ impl Mode {
 #[derive(Clone)]
 pub(super) struct Plan {
     pub http: SocketAddr,
+    /// The `/signal` addresses participants join through: participant `p` of a
+    /// room through `joins_via[p % len]` (one node, or each node of a cluster).
+    pub joins_via: Vec<SocketAddr>,
     pub mode: Mode,
     pub rooms: usize,
     pub participants: usize,
@@ -185,7 +188,12 @@ async fn participant_signal(
     seed: u64,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let url = format!("ws://{}/signal", plan.http);
+    let via = plan
+        .joins_via
+        .get(p % plan.joins_via.len().max(1))
+        .copied()
+        .unwrap_or(plan.http);
+    let url = format!("ws://{via}/signal");
     let (mut ws, _) = tokio::time::timeout(STEP_TIMEOUT, tokio_tungstenite::connect_async(url))
         .await
         .map_err(|_| "connect timed out".to_owned())?

@@ -222,7 +222,18 @@ impl ControlState {
         if !cluster.cascades_from(owner) {
             return Ok(false);
         }
-        cluster.span(&validate_name(room, NameKind::Room)?).await?;
+        let room = validate_name(room, NameKind::Room)?;
+        if !cluster.may_span(&room) {
+            tracing::info!(
+                event = "cascade_declined",
+                room = room.as_ref(),
+                owner = owner.id.as_str(),
+                "a node hosting the room is linked to this one for another room: \
+                 the joiner goes to the owner"
+            );
+            return Ok(false);
+        }
+        cluster.span(&room).await?;
         Ok(true)
     }
 

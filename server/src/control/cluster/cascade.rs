@@ -21,7 +21,7 @@
 //!   the cluster, closes it there and deletes its span key. A node that loses its
 //!   lease closes the rooms it spans with those it owns.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -108,6 +108,39 @@ impl Cluster {
         Ok(())
     }
 
+    /// Whether this node may start spanning `room` (normalised): when it serves it
+    /// already, or when no node hosting it hosts another room with this node.
+    ///
+    /// A link runs between one shard of each node, from one UDP address to one
+    /// other, and a shard keeps each validated path to one peer (a check from a
+    /// path another peer holds is refused: `stun_path_conflict`). So a second link
+    /// between two nodes, for another room, can meet the first's addresses and never
+    /// connect. Until links carry several rooms, a node pair is linked for one room
+    /// at a time; a joiner of another room shared with a host is sent to the owner.
+    pub fn may_span(&self, room: &str) -> bool {
+        let inner = self.inner();
+        if inner.serves(room) {
+            return true;
+        }
+        let me = self.settings.node_id.as_str();
+        let hosts = |r: &str| -> BTreeSet<String> {
+            let owner = inner.owners.get(r).map(|o| o.owner.clone());
+            let spanning = inner.spans.get(r).into_iter().flatten().cloned();
+            owner
+                .into_iter()
+                .chain(spanning)
+                .filter(|n| n != me)
+                .collect()
+        };
+        let wanted = hosts(room);
+        inner
+            .owned
+            .keys()
+            .chain(inner.spanning.keys())
+            .filter(|r| r.as_str() != room)
+            .all(|r| hosts(r).is_disjoint(&wanted))
+    }
+
     /// Whether this node spans `room` for its owner (rather than owning it).
     pub fn spans(&self, room: &str) -> bool {
         self.inner().spanning.contains_key(room)
@@ -170,6 +203,8 @@ pub struct Link {
     pub(super) peer: PeerId,
     /// When it was opened or accepted.
     since: Instant,
+    /// Its peer is on its shard: tracks may be published on it.
+    pub(super) placed: bool,
     /// This node's tracks it carries, and how they go (see [`super::link_tracks`]).
     pub(super) sent: super::link_tracks::Sent,
 }
@@ -185,11 +220,12 @@ enum Side {
 
 impl Links {
     /// Notes `room`'s link to `node`, whose peer here is `peer`, as up from now
-    /// (replacing one before), and logs it.
-    fn add(&mut self, room: &str, node: &str, peer: PeerId, side: Side) {
+    /// (replacing one before), and logs it; `placed`: its peer is on its shard.
+    fn add(&mut self, room: &str, node: &str, peer: PeerId, side: Side, placed: bool) {
         let link = Link {
             peer,
             since: Instant::now(),
+            placed,
             sent: super::link_tracks::Sent::default(),
         };
         self.0.insert((room.to_owned(), node.to_owned()), link);
@@ -367,18 +403,23 @@ async fn dial(
 ) -> Result<(), Status> {
     let who = admit_link(state, room, &node.id).await?;
     let result = dial_admitted(state, cluster, room, node, &who).await;
-    match result {
-        Ok(()) => {
-            state.links().add(room, &node.id, who.peer, Side::Opened);
-            Ok(())
-        }
-        Err(e) => {
-            state
-                .leave(who.peer, DisconnectReason::ConnectionLost)
-                .await;
-            Err(e)
+    let key = (room.to_owned(), node.id.clone());
+    {
+        let mut links = state.links();
+        match (&result, links.0.get_mut(&key)) {
+            (Ok(()), Some(link)) => link.placed = true,
+            (Err(_), Some(link)) if link.peer == who.peer => {
+                links.0.remove(&key);
+            }
+            _ => {}
         }
     }
+    if result.is_err() {
+        state
+            .leave(who.peer, DisconnectReason::ConnectionLost)
+            .await;
+    }
+    result
 }
 
 async fn dial_admitted(
@@ -433,6 +474,11 @@ async fn dial_admitted(
         candidates,
         fingerprint,
     );
+    // Noted before the peer goes to its shard: its association may come up before
+    // `place_peer` returns, and `cascade_link_up` looks the link up.
+    state
+        .links()
+        .add(room, &node.id, who.peer, Side::Opened, false);
     state.place_peer(who, spec).await
 }
 
@@ -499,9 +545,10 @@ pub async fn accept(
             .await;
         return Err(e);
     }
+    // This side waits for the caller's checks, which come after this answer.
     state
         .links()
-        .add(room, &request.node_id, who.peer, Side::Accepted);
+        .add(room, &request.node_id, who.peer, Side::Accepted, true);
     Ok(v1::OpenLinkResponse {
         ice_ufrag,
         ice_pwd,

@@ -135,7 +135,10 @@ impl ControlState {
         let rooms = self.rooms();
         let mut members = self.members();
         let mut links = self.links();
-        let link = links.0.get_mut(&(room.to_owned(), node.to_owned()))?;
+        let link = links
+            .0
+            .get_mut(&(room.to_owned(), node.to_owned()))
+            .filter(|l| l.placed)?;
         let shard = members.by_peer.get(&link.peer)?.shard;
         let r = rooms.get(room).ok()?;
         // Its own participants' tracks: never one that came over a link.
@@ -242,10 +245,11 @@ impl ControlState {
                 .links()
                 .0
                 .get(&(room.to_owned(), node.clone()))
+                .filter(|l| l.placed)
                 .map(|l| l.peer)
             else {
                 return Err(Status::failed_precondition(format!(
-                    "no link of room {room:?} to node {node:?} here"
+                    "no link of room {room:?} to node {node:?} here (yet)"
                 )));
             };
             let member = members

@@ -408,6 +408,20 @@ fn links_up(log: &str, room: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// etcd and three nodes under `prefix`, node-i in region eu, us and ap.
+fn three_regions(prefix: &str) -> (Etcd, Vec<ClusterNode>) {
+    let etcd = Etcd::start();
+    let nodes = ["eu", "us", "ap"]
+        .iter()
+        .enumerate()
+        .map(|(i, region)| {
+            let id = format!("node-{i}");
+            ClusterNode::start(&etcd.url(), prefix, &id, TTL, &["--region", region])
+        })
+        .collect();
+    (etcd, nodes)
+}
+
 /// Lines of a node's log with `event` for `room`.
 fn events(log: &str, event: &str, room: &str) -> usize {
     log.lines()
@@ -425,15 +439,7 @@ fn events(log: &str, event: &str, room: &str) -> usize {
 /// the members have left, the nodes that spanned the room close it.
 #[test]
 fn cluster_cascaded_room_messages() {
-    let etcd = Etcd::start();
-    let prefix = "/cascaded";
-    let regions = ["eu", "us", "ap"];
-    let nodes: Vec<ClusterNode> = (0..3)
-        .map(|i| {
-            let id = format!("node-{i}");
-            ClusterNode::start(&etcd.url(), prefix, &id, TTL, &["--region", regions[i]])
-        })
-        .collect();
+    let (_etcd, nodes) = three_regions("/cascaded");
     let rt = runtime();
     let room = "spanning";
     let owner = rt.block_on(async {
@@ -722,15 +728,7 @@ fn metric_sum(http: std::net::SocketAddr, name: &str) -> u64 {
 /// once and in order.
 #[test]
 fn cluster_cascaded_room() {
-    let etcd = Etcd::start();
-    let prefix = "/cascaded-media";
-    let regions = ["eu", "us", "ap"];
-    let nodes: Vec<ClusterNode> = (0..3)
-        .map(|i| {
-            let id = format!("node-{i}");
-            ClusterNode::start(&etcd.url(), prefix, &id, TTL, &["--region", regions[i]])
-        })
-        .collect();
+    let (_etcd, nodes) = three_regions("/cascaded-media");
     let rt = runtime();
     let room = "spanning-media";
     rt.block_on(async {

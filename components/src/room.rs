@@ -33,13 +33,6 @@ pub struct RoomMember {
     pub link: bool,
 }
 
-impl RoomMember {
-    /// A participant's membership of `room`.
-    pub fn participant(room: RoomId) -> RoomMember {
-        RoomMember { room, link: false }
-    }
-}
-
 fn leave_room_index(mut world: DeferredWorld, ctx: HookContext) {
     let Some(room) = world.get::<RoomMember>(ctx.entity).map(|m| m.room) else {
         return;
@@ -140,9 +133,10 @@ mod tests {
         let mut world = World::new();
         world.init_resource::<RoomIndex>();
         let room = RoomId(7);
-        let a = world.spawn(RoomMember::participant(room)).id();
-        let b = world.spawn(RoomMember::participant(room)).id();
-        let other = world.spawn(RoomMember::participant(RoomId(8))).id();
+        let member = |room| RoomMember { room, link: false };
+        let a = world.spawn(member(room)).id();
+        let b = world.spawn(member(room)).id();
+        let other = world.spawn(member(RoomId(8))).id();
         {
             let mut index = world.resource_mut::<RoomIndex>();
             index.join(room, a);

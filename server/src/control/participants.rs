@@ -460,16 +460,22 @@ impl ControlState {
         // Under the lock the drain's sweep takes: a participant admitted before the
         // drain started is in the directory when the sweep tells everyone to leave.
         self.drain().check_open()?;
+        // In a cluster: the room's name as the cluster keys it.
+        let clustered = match self.cluster() {
+            Some(c) => {
+                let name = validate_name(&admission.room, NameKind::Room)?.into_owned();
+                Some((c.spans(&name), name))
+            }
+            None => None,
+        };
         // A room this node spans is open at its owner: it opens here too.
-        let spans = self.cluster().is_some_and(|c| {
-            c.spans(&validate_name(&admission.room, NameKind::Room).unwrap_or_default())
-        });
+        let spans = clustered.as_ref().is_some_and(|(spans, _)| *spans);
         if (self.auto_create_rooms() || spans)
             && matches!(rooms.get(&admission.room), Err(RoomError::RoomNotFound(_)))
         {
             // In a cluster, only the room's owner, or a node spanning it, opens it.
-            if self.cluster().is_some() {
-                self.may_open(&validate_name(&admission.room, NameKind::Room)?)?;
+            if let Some((_, name)) = &clustered {
+                self.may_open(name)?;
             }
             let spec = RoomSpec {
                 name: admission.room.clone(),

@@ -1140,14 +1140,9 @@ impl NodeService for ControlApi {
             &request.get_ref().room,
             &request.get_ref().node_id,
         )?;
-        // The link's room is here: owned (placed here now if nobody owns it yet:
-        // the caller saw this node host it) or spanned.
-        if !cluster.spans(&room)
-            && state
-                .room_owner(&room, Place::Yes { region: None }, 0)
-                .await?
-                .is_some()
-        {
+        // The link's room is here: owned or spanned. It is not placed: the caller
+        // saw this node host it.
+        if !cluster.spans(&room) && state.room_owner(&room, Place::No, 0).await?.is_some() {
             return Err(Status::failed_precondition(format!(
                 "room {room:?} is neither owned nor spanned by this node"
             )));

@@ -143,7 +143,8 @@ impl Cluster {
 
     /// Whether this node spans `room` for its owner (rather than owning it).
     pub fn spans(&self, room: &str) -> bool {
-        self.inner().spanning.contains_key(room)
+        let inner = self.inner();
+        inner.spanning.contains_key(room) && inner.serves(room)
     }
 
     /// The other live nodes that host `room`: its owner and the nodes spanning it.
@@ -308,7 +309,14 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
             // A link the other node opened a moment ago may come before its span
             // key reaches this node's view.
             if !hosts.iter().any(|h| &h.id == node) && since.elapsed() >= LINK_GRACE {
-                state.links().0.remove(&(room.clone(), node.clone()));
+                // Only the link seen above: an OpenLink may have replaced it since.
+                {
+                    let key = (room.clone(), node.clone());
+                    let mut links = state.links();
+                    if links.0.get(&key).is_some_and(|l| l.peer == *peer) {
+                        links.0.remove(&key);
+                    }
+                }
                 state.leave(*peer, DisconnectReason::RoomDeleted).await;
             }
         }
@@ -514,6 +522,14 @@ pub async fn accept(
     if !known || request.node_id == cluster.node_id() {
         return Err(Status::failed_precondition(format!(
             "node {:?} is not a live node of this cluster",
+            request.node_id
+        )));
+    }
+    // Only a node that hosts the room links to it (one whose span key this node has
+    // not seen yet is refused, and calls again on its next tick).
+    if !cluster.hosts(room).iter().any(|h| h.id == request.node_id) {
+        return Err(Status::failed_precondition(format!(
+            "node {:?} does not host room {room:?}",
             request.node_id
         )));
     }

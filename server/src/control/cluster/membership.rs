@@ -351,8 +351,8 @@ fn sweep_unserved(cluster: &Cluster, state: &ControlState) {
     }
 }
 
-/// Closes every room this node owns once the serving deadline has passed, until the
-/// control plane stops.
+/// Closes every room this node owns or spans once the serving deadline has passed,
+/// until the control plane stops.
 pub async fn fence(cluster: Arc<Cluster>, state: Arc<ControlState>) {
     let mut tick = tokio::time::interval(FENCE_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -360,7 +360,9 @@ pub async fn fence(cluster: Arc<Cluster>, state: Arc<ControlState>) {
         tick.tick().await;
         let due = {
             let inner = cluster.inner();
-            !inner.owned.is_empty() && inner.serve_until.is_none_or(|t| Instant::now() >= t)
+            // Rooms it spans count too: a node that only spans rooms fences them.
+            !(inner.owned.is_empty() && inner.spanning.is_empty())
+                && inner.serve_until.is_none_or(|t| Instant::now() >= t)
         };
         if due {
             tracing::warn!(

@@ -1097,6 +1097,9 @@ fn cluster_etcd_unavailable() {
         for node in &nodes {
             assert!(node.info().await.cluster.expect("cluster info").member);
         }
+        // Each sees the other again: a node that lost its lease registered anew,
+        // and placement below counts only the nodes a node's view holds.
+        wait_formed(&nodes).await;
     });
     // A node that stops (SIGTERM) revokes its lease: its rooms can be placed on the
     // other node at once, not a TTL later.

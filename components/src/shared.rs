@@ -26,6 +26,51 @@ pub const MAX_SUBSCRIPTIONS_PER_PEER: usize = 128;
 /// is made until the peer connects again (a new DTLS session, new keys), rather
 /// than the list growing with churn or an SSRC being reused.
 pub const MAX_RETIRED_SSRCS: usize = 4096;
+/// Tracks a node-to-node link's peer may publish and be sent: every track of the
+/// other node's participants in a cascaded room, and every track of this node's
+/// (the most one LinkTracks list may hold).
+pub const MAX_LINK_TRACKS: usize = 1024;
+/// [`MAX_RETIRED_SSRCS`] for a link's peer, which lives as long as its room spans
+/// both nodes: about 32 000 subscriptions over the link's session, as participants
+/// come and go, before it needs new keys (the link is opened again).
+pub const MAX_LINK_RETIRED_SSRCS: usize = 65_536;
+
+/// What one peer's media may hold: a participant's, or a link's (larger: a link
+/// carries a whole node's share of a cascaded room).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerMediaLimits {
+    /// Tracks it may publish.
+    pub tracks: usize,
+    /// Tracks it may be sent at once.
+    pub subscriptions: usize,
+    /// SSRCs of ended subscriptions its SRTP session remembers.
+    pub retired_ssrcs: usize,
+}
+
+impl PeerMediaLimits {
+    /// A participant's limits, or a node-to-node link's when `link`.
+    pub const fn for_peer(link: bool) -> PeerMediaLimits {
+        if link {
+            PeerMediaLimits {
+                tracks: MAX_LINK_TRACKS,
+                subscriptions: MAX_LINK_TRACKS,
+                retired_ssrcs: MAX_LINK_RETIRED_SSRCS,
+            }
+        } else {
+            PeerMediaLimits {
+                tracks: MAX_TRACKS_PER_PEER,
+                subscriptions: MAX_SUBSCRIPTIONS_PER_PEER,
+                retired_ssrcs: MAX_RETIRED_SSRCS,
+            }
+        }
+    }
+
+    /// SSRCs its SRTP session keeps contexts for at once: each subscription and
+    /// its RTX, each published track and its RTX, and shoal's own.
+    pub const fn srtp_ssrcs(&self) -> usize {
+        2 * self.subscriptions + 2 * self.tracks + 8
+    }
+}
 
 /// The shard's random generator: ChaCha, so ids are unpredictable off the wire yet
 /// reproducible from a seed in simulation.

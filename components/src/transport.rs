@@ -7,7 +7,7 @@ use bevy_ecs::prelude::Component;
 
 use crate::dtls::{CipherSuite, DtlsConn, DtlsRole, SrtpKeys};
 use crate::net::FiveTuple;
-use crate::shared::{MAX_SUBSCRIPTIONS_PER_PEER, MAX_TRACKS_PER_PEER};
+use crate::shared::PeerMediaLimits;
 use crate::srtp::{SrtpConfig, SrtpSession};
 use crate::tick::Outbox;
 
@@ -30,6 +30,8 @@ pub struct DtlsSession {
     pub suite: Option<CipherSuite>,
     /// The handshake must agree an SRTP profile (the peer's SDP has media).
     pub srtp_required: bool,
+    /// What the peer's media may hold once its SRTP is keyed.
+    pub media_limits: PeerMediaLimits,
 }
 
 impl DtlsSession {
@@ -43,6 +45,7 @@ impl DtlsSession {
             srtp: None,
             suite: None,
             srtp_required: false,
+            media_limits: PeerMediaLimits::for_peer(false),
         }
     }
 
@@ -113,11 +116,16 @@ pub struct PeerSrtp {
 impl PeerSrtp {
     /// Contexts keyed from `keys` for shoal's DTLS `role`. Retransmissions go as RTX
     /// (new indices), so the sender never protects an index twice.
-    pub fn new(keys: &SrtpKeys, role: DtlsRole, rtcp: RtcpSender) -> Option<PeerSrtp> {
+    pub fn new(
+        keys: &SrtpKeys,
+        role: DtlsRole,
+        rtcp: RtcpSender,
+        limits: PeerMediaLimits,
+    ) -> Option<PeerSrtp> {
         // Room for every SSRC a peer may be sent at once (a subscription and its
         // RTX) and its own, with the ones of ended subscriptions forgotten.
         let config = SrtpConfig {
-            max_ssrcs: 2 * MAX_SUBSCRIPTIONS_PER_PEER + 2 * MAX_TRACKS_PER_PEER + 8,
+            max_ssrcs: limits.srtp_ssrcs(),
             ..SrtpConfig::default()
         };
         let session = SrtpSession::new(keys, role, config).ok()?;

@@ -186,7 +186,7 @@ fn drive(
                     let name =
                         u128::from(ctx.rng.0.next_u64()) << 64 | u128::from(ctx.rng.0.next_u64());
                     let rtcp = RtcpSender::new(ssrc, name);
-                    match PeerSrtp::new(keys, session.role, rtcp) {
+                    match PeerSrtp::new(keys, session.role, rtcp, session.media_limits) {
                         Some(contexts) => {
                             commands.entity(entity).insert(contexts);
                             ctx.media_start.peers.push(entity);

@@ -15,7 +15,7 @@ use shoal_components::peer::{
 };
 use shoal_components::room::RoomId;
 use shoal_components::sctp::assoc::{DEFAULT_SCTP_PORT, Sctp};
-use shoal_components::shared::ShardRng;
+use shoal_components::shared::{PeerMediaLimits, ShardRng};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::Now;
 use shoal_components::time::Time;
@@ -446,6 +446,7 @@ impl Shard {
             channels.receive_only = !may_send_data;
             let mut session = DtlsSession::new(d.role, d.remote_fingerprint);
             session.srtp_required = d.srtp_required;
+            session.media_limits = PeerMediaLimits::for_peer(link);
             self.world.entity_mut(entity).insert((
                 session,
                 Sctp::new(initiator, DEFAULT_SCTP_PORT, DEFAULT_SCTP_PORT),

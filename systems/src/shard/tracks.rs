@@ -22,9 +22,7 @@ use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 use shoal_components::congestion::TransportWide;
 use shoal_components::congestion::pacer::Pacer;
 use shoal_components::relay::{MediaRelay, MediaRelayOut};
-use shoal_components::shared::{
-    MAX_RETIRED_SSRCS, MAX_SUBSCRIPTIONS_PER_PEER, MAX_TRACKS_PER_PEER,
-};
+use shoal_components::shared::PeerMediaLimits;
 use shoal_components::tick::{MediaOut, MediaStart, Outgoing, SharedRtp};
 use shoal_components::transport::PeerSrtp;
 
@@ -47,6 +45,13 @@ impl Shard {
             .expect("inserted just above")
     }
 
+    /// What `entity`'s media may hold: a link's limits are a whole node's share of
+    /// a room.
+    fn peer_limits(&self, entity: Entity) -> PeerMediaLimits {
+        let link = self.world.get::<RoomMember>(entity).is_some_and(|m| m.link);
+        PeerMediaLimits::for_peer(link)
+    }
+
     /// `Command::Publish`: `peer` sends `spec`'s track.
     pub(super) fn publish(&mut self, peer: PeerId, spec: TrackSpec) -> Result<(), CommandError> {
         self.receive_track(peer, spec, false)
@@ -64,12 +69,13 @@ impl Shard {
         if self.track_entity(spec.id).is_ok() {
             return Err(CommandError::DuplicateTrack(spec.id));
         }
+        let limits = self.peer_limits(publisher);
         let media = self.peer_media(publisher);
         // Every stream of a simulcast track is listed: count the tracks.
         let mut ids: Vec<TrackId> = media.tracks.iter().map(|(id, _)| *id).collect();
         ids.dedup();
-        if ids.len() >= MAX_TRACKS_PER_PEER {
-            return Err(CommandError::TooManyTracks(MAX_TRACKS_PER_PEER));
+        if ids.len() >= limits.tracks {
+            return Err(CommandError::TooManyTracks(limits.tracks));
         }
         if spec.layers.len() > MAX_LAYERS {
             return Err(CommandError::TooManyLayers(MAX_LAYERS));
@@ -382,16 +388,17 @@ impl Shard {
         if self.world.get::<Track>(track).and_then(|t| t.publisher) == Some(subscriber) {
             return Err(CommandError::OwnTrack(spec.track));
         }
+        let limits = self.peer_limits(subscriber);
         let media = self.peer_media(subscriber);
         if find(&media.subscriptions, spec.track).is_some() {
             return Err(CommandError::DuplicateTrack(spec.track));
         }
-        if media.subscriptions.len() >= MAX_SUBSCRIPTIONS_PER_PEER {
-            return Err(CommandError::TooManyTracks(MAX_SUBSCRIPTIONS_PER_PEER));
+        if media.subscriptions.len() >= limits.subscriptions {
+            return Err(CommandError::TooManyTracks(limits.subscriptions));
         }
         // Every live subscription retires up to two SSRCs when it ends: the list
         // stays within its bound whatever ends when.
-        if media.retired_ssrcs.len() + 2 * (media.subscriptions.len() + 1) > MAX_RETIRED_SSRCS {
+        if media.retired_ssrcs.len() + 2 * (media.subscriptions.len() + 1) > limits.retired_ssrcs {
             return Err(CommandError::SsrcsUsedUp(media.retired_ssrcs.len()));
         }
         for ssrc in std::iter::once(&spec.ssrc).chain(&spec.rtx_ssrc) {
@@ -742,6 +749,9 @@ mod tests {
     use shoal_components::peer::{IceCredentials, IceRole};
     use shoal_components::time::Time;
 
+    use shoal_components::room::RoomId;
+    use shoal_components::shared::{MAX_LINK_TRACKS, MAX_RETIRED_SSRCS, MAX_TRACKS_PER_PEER};
+
     use super::*;
     use crate::{Command, PeerSpec, ShardConfig};
 
@@ -1023,5 +1033,43 @@ mod tests {
         };
         assert_eq!(made as usize, MAX_RETIRED_SSRCS / 2);
         assert_eq!(refused, CommandError::SsrcsUsedUp(MAX_RETIRED_SSRCS));
+    }
+
+    /// A node-to-node link's peer publishes a whole node's share of a room: more
+    /// tracks than a participant may.
+    #[test]
+    fn a_link_publishes_more_tracks_than_a_participant() {
+        let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7000".parse().unwrap(), 1));
+        let t = Time::ZERO;
+        let link = PeerSpec {
+            room: Some(RoomId(1)),
+            link: true,
+            ..lite(1)
+        };
+        shard.command(t, Command::AddPeer(link)).unwrap();
+        shard.command(t, Command::AddPeer(lite(2))).unwrap();
+        let publish = |shard: &mut Shard, peer: u64, n: u64| {
+            shard.command(
+                t,
+                Command::Publish {
+                    peer: PeerId(peer),
+                    track: track(peer * 10_000 + n, (peer * 10_000 + 2 * n) as u32 + 2),
+                },
+            )
+        };
+        for n in 0..MAX_TRACKS_PER_PEER as u64 {
+            publish(&mut shard, 2, n).unwrap();
+        }
+        assert_eq!(
+            publish(&mut shard, 2, MAX_TRACKS_PER_PEER as u64),
+            Err(CommandError::TooManyTracks(MAX_TRACKS_PER_PEER))
+        );
+        for n in 0..MAX_LINK_TRACKS as u64 {
+            publish(&mut shard, 1, n).unwrap();
+        }
+        assert_eq!(
+            publish(&mut shard, 1, MAX_LINK_TRACKS as u64),
+            Err(CommandError::TooManyTracks(MAX_LINK_TRACKS))
+        );
     }
 }

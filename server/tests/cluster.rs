@@ -517,6 +517,95 @@ struct CascadeGot {
     media: BTreeMap<(u8, bool), BTreeSet<u16>>,
     duplicates: u64,
     messages: Vec<(String, Bytes)>,
+    /// What signalling said of the room, in order.
+    room: Vec<serde_json::Value>,
+}
+
+/// The join response `identity` gets joining `room` over the `/signal` of the node
+/// at `http` (the connection is closed after).
+async fn join_response(
+    http: std::net::SocketAddr,
+    room: &str,
+    identity: &str,
+) -> serde_json::Value {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{http}/signal"))
+        .await
+        .expect("connect /signal");
+    let join = serde_json::json!({"join": {"room": room, "identity": identity}});
+    ws.send(Message::Text(join.to_string().into()))
+        .await
+        .expect("send join");
+    let answer = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(m)) = ws.next().await {
+            if let Message::Text(text) = m {
+                let v: serde_json::Value = serde_json::from_str(text.as_str()).expect("JSON");
+                if v.get("join").is_some() {
+                    return v;
+                }
+            }
+        }
+        panic!("{identity}: the connection ended before the join response");
+    })
+    .await
+    .expect("a join response in time");
+    let _ = ws.close(None).await;
+    answer
+}
+
+/// The room as `said` (a join response, pages, participant and track events, in
+/// order) leaves it: each other participant's identity with the kinds of the
+/// tracks it publishes (1 audio, 2 video).
+fn room_seen(said: &[serde_json::Value]) -> BTreeMap<String, BTreeSet<i64>> {
+    let mut room: BTreeMap<String, BTreeSet<i64>> = BTreeMap::new();
+    let kinds = |p: &serde_json::Value| -> BTreeSet<i64> {
+        p["tracks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["kind"].as_i64())
+            .collect()
+    };
+    for m in said {
+        let listed = m
+            .pointer("/join/others")
+            .or_else(|| m.pointer("/others/others"));
+        for p in listed.and_then(|l| l.as_array()).into_iter().flatten() {
+            let who = p["identity"].as_str().unwrap_or_default().to_owned();
+            room.insert(who, kinds(p));
+        }
+        if let Some(e) = m.get("participant") {
+            let who = e["participant"]["identity"].as_str().unwrap_or_default();
+            match e["kind"].as_i64() {
+                // JOINED, UPDATED: as shown; LEFT: gone.
+                Some(1 | 2) => {
+                    room.insert(who.to_owned(), kinds(&e["participant"]));
+                }
+                Some(3) => {
+                    room.remove(who);
+                }
+                _ => {}
+            }
+        }
+        if let Some(e) = m.get("track") {
+            let who = e["participantIdentity"].as_str().unwrap_or_default();
+            let kind = e["track"]["kind"].as_i64().unwrap_or_default();
+            // PUBLISHED and UNPUBLISHED change what it publishes; a track of
+            // someone the room has not shown is kept apart, to fail below.
+            let entry = room.entry(who.to_owned()).or_default();
+            match e["kind"].as_i64() {
+                Some(1) => {
+                    entry.insert(kind);
+                }
+                Some(2) => {
+                    entry.remove(&kind);
+                }
+                _ => {}
+            }
+        }
+    }
+    room
 }
 
 /// The first packet of a VP8 key frame (RFC 7741 §4.2 descriptor, RFC 6386 §9.1
@@ -607,6 +696,10 @@ fn cascade_member(
                         tracks.into_iter().try_for_each(|track| {
                             shard.command(now, ShardCommand::Receive { peer: NODE, track })
                         })
+                    }
+                    Signalled::Room(said) => {
+                        got.room.push(said);
+                        Ok(())
                     }
                 };
                 if let Err(e) = r {
@@ -791,6 +884,19 @@ fn cluster_cascaded_room() {
         .iter()
         .map(|n| metric_sum(n.process.http, "shoal_shard_rtp_received_from_links_total"))
         .collect();
+    // A late joiner through node-1 is shown the whole room at once: bob of its own
+    // node, ann and cid of the others, each with audio and video.
+    let joined = rt.block_on(join_response(nodes[1].process.http, room, "eve"));
+    let everyone: BTreeMap<String, BTreeSet<i64>> = names
+        .iter()
+        .map(|n| (n.to_string(), BTreeSet::from([1, 2])))
+        .collect();
+    assert_eq!(
+        room_seen(std::slice::from_ref(&joined)),
+        everyone,
+        "{joined:#}"
+    );
+    assert_eq!(joined["join"]["room"]["numParticipants"], 4, "{joined:#}");
     // A second room of node-0's, joined through node-1 while the first is linked
     // between them: the two links could share one pair of addresses, so node-1
     // declines to span it and sends the joiner to node-0.
@@ -874,6 +980,18 @@ fn cluster_cascaded_room() {
             "{} got its own audio back",
             names[i]
         );
+        // Each sees the participants of the other nodes, with their audio and
+        // video, under their own identities.
+        let others: BTreeMap<String, BTreeSet<i64>> = names
+            .iter()
+            .filter(|&&n| n != names[i])
+            .map(|n| (n.to_string(), BTreeSet::from([1, 2])))
+            .collect();
+        // (eve came and went meanwhile; whether her LEFT has crossed yet depends
+        // on when the links last ticked.)
+        let mut seen = room_seen(&g.room);
+        seen.remove("eve");
+        assert_eq!(seen, others, "{}: {:#?}", names[i], g.room);
     }
 }
 

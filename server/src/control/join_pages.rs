@@ -14,10 +14,11 @@ use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
 use shoal_proto::v1::{self, signal_response};
 
+use super::cluster::link_tracks::remote_participant;
 use super::grpc::ControlState;
 use super::outbox::{Next, Outbox, Outgoing};
 use super::participants::Members;
-use super::rooms::Participant;
+use super::rooms::{Participant, Room};
 
 /// The other participants one join response or page carries at most, by encoded
 /// size (at least one, whatever its size): three with the largest metadata, hundreds
@@ -65,21 +66,46 @@ pub(super) struct OthersPage {
 }
 
 impl ControlState {
-    /// One page of the participants that `me` sees, from `participants` on (in
-    /// identity order): as many as fit in [`JOIN_PAGE_BYTES`], at least one.
-    pub(super) fn others_page<'a>(
+    /// One page of the participants that `me` sees in `room`, after the identity
+    /// `after` (from the first when `None`), in identity order: its own node's
+    /// and, in a cascaded room, those its links list. As many as fit in
+    /// [`JOIN_PAGE_BYTES`], at least one.
+    pub(super) fn others_page(
         &self,
         members: &Members,
-        participants: impl Iterator<Item = &'a Participant>,
+        room: &Room,
+        after: Option<&str>,
         me: PeerId,
     ) -> OthersPage {
         let mut page = OthersPage::default();
         let mut bytes = 0;
-        let visible = participants.filter(|p| p.peer != me && !members.is_hidden(p.peer));
-        for p in visible {
-            let shown = v1::Participant {
-                tracks: members.track_infos(p.peer),
-                ..self.participant_message(p)
+        let local: Box<dyn Iterator<Item = &Participant>> = match after {
+            Some(after) => Box::new(room.participants_after(after)),
+            None => Box::new(room.participants()),
+        };
+        let mut local = local
+            .filter(|p| p.peer != me && !members.is_hidden(p.peer))
+            .peekable();
+        let mut remote = remote_participants(members, room, after)
+            .into_iter()
+            .peekable();
+        loop {
+            // The two lists merged by identity, this node's first on a tie.
+            let take_local = match (local.peek(), remote.peek()) {
+                (Some(l), Some(r)) => l.identity <= r.identity,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            let shown = if take_local {
+                let Some(p) = local.next() else { break };
+                v1::Participant {
+                    tracks: members.track_infos(p.peer),
+                    ..self.participant_message(p)
+                }
+            } else {
+                let Some(p) = remote.next() else { break };
+                p
             };
             let len = prost::Message::encoded_len(&shown) + PARTICIPANT_FRAMING_BYTES;
             if !page.others.is_empty() && bytes + len > JOIN_PAGE_BYTES {
@@ -87,7 +113,7 @@ impl ControlState {
                 break;
             }
             bytes += len;
-            page.last.clone_from(&p.identity);
+            page.last.clone_from(&shown.identity);
             page.others.push(shown);
         }
         page
@@ -101,7 +127,7 @@ impl ControlState {
         let members = self.members();
         let page = match rooms.get(&cursor.room) {
             Ok(room) if room.id == cursor.room_id => {
-                self.others_page(&members, room.participants_after(&cursor.after), cursor.me)
+                self.others_page(&members, room, Some(&cursor.after), cursor.me)
             }
             // The room closed (its members hear ROOM_DELETED): nobody more to show.
             _ => OthersPage::default(),
@@ -132,4 +158,25 @@ impl ControlState {
             }
         }
     }
+}
+
+/// The participants of other nodes that `room`'s links list, after the identity
+/// `after` if given, sorted by identity, as this node's clients see them.
+pub(super) fn remote_participants(
+    members: &Members,
+    room: &Room,
+    after: Option<&str>,
+) -> Vec<v1::Participant> {
+    let mut out: Vec<v1::Participant> = room
+        .participants()
+        .filter_map(|p| members.by_peer.get(&p.peer))
+        .flat_map(|m| {
+            m.remote
+                .iter()
+                .filter(|p| after.is_none_or(|a| p.identity.as_str() > a))
+                .map(|p| remote_participant(p, &m.relayed))
+        })
+        .collect();
+    out.sort_by(|a, b| a.identity.cmp(&b.identity));
+    out
 }

@@ -753,7 +753,12 @@ impl ControlState {
                     participant_identity: t.publisher(identity).to_owned(),
                     track: Some(t.info()),
                 });
-                members.broadcast(room, peer, event);
+                if t.remote.is_some() {
+                    // Another node's participant's, whose link member is hidden.
+                    members.tell_listeners(room, Some(peer), event);
+                } else {
+                    members.broadcast(room, peer, event);
+                }
             }
         }
         self.offer_to_room(room, Some(peer));

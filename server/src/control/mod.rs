@@ -167,12 +167,13 @@ pub struct ClusterConfig {
 
 impl ClusterConfig {
     /// The cluster settings once the listeners are bound at `grpc` and `http`,
-    /// served with TLS or not.
+    /// served with TLS or not, taking gRPC messages of `max_message_bytes`.
     fn settings(
         &self,
         grpc: Option<SocketAddr>,
         http: Option<SocketAddr>,
         tls: bool,
+        max_message_bytes: usize,
     ) -> Result<cluster::ClusterSettings, ControlError> {
         let scheme = if tls { "https" } else { "http" };
         let url = |what: &'static str, addr: Option<SocketAddr>| -> Result<String, ControlError> {
@@ -216,6 +217,7 @@ impl ClusterConfig {
             lease_ttl: self.lease_ttl,
             grpc_url: url("gRPC", grpc)?,
             http_url: url("HTTP", http)?,
+            max_message_bytes,
         })
     }
 }
@@ -379,7 +381,14 @@ impl ControlPlane {
         let cluster = settings
             .cluster
             .as_ref()
-            .map(|c| c.settings(grpc_addr, http_addr, certificate.is_some()))
+            .map(|c| {
+                c.settings(
+                    grpc_addr,
+                    http_addr,
+                    certificate.is_some(),
+                    settings.max_grpc_message_bytes,
+                )
+            })
             .transpose()?
             .map(|c| runtime.block_on(cluster::Cluster::new(c)))
             .transpose()

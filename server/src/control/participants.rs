@@ -143,6 +143,9 @@ pub(super) struct Member {
     /// A link's member only: the tracks of the other node's participants that come
     /// over the link, published here on the link's peer.
     pub(super) relayed: Vec<RoomTrack>,
+    /// A link's member only: the other node's participants in the room, as it
+    /// lists them (sorted by identity).
+    pub(super) remote: Vec<v1::LinkParticipant>,
     /// Which of the room's tracks it receives.
     pub(super) selection: Selection,
 }
@@ -512,8 +515,9 @@ impl ControlState {
             let others_count = room
                 .participants()
                 .filter(|p| p.peer != peer && !members.is_hidden(p.peer))
-                .count();
-            let page = self.others_page(&members, room.participants(), peer);
+                .count()
+                + super::join_pages::remote_participants(&members, room, None).len();
+            let page = self.others_page(&members, room, None, peer);
             let visible = v1::Room {
                 num_participants: u32::try_from(others_count)
                     .unwrap_or(u32::MAX)
@@ -577,6 +581,7 @@ impl ControlState {
                 permissions: admission.permissions,
                 media: None,
                 relayed: Vec::new(),
+                remote: Vec::new(),
                 selection: Selection::new(admission.auto_subscribe),
             },
         );
@@ -780,6 +785,18 @@ impl ControlState {
             self.tracks_gone(&member.room, &member.identity, peer, &media.tracks);
         }
         self.tracks_gone(&member.room, &member.identity, peer, &member.relayed);
+        if !member.remote.is_empty() {
+            // A link gone: its node's participants are out of reach from here.
+            let members = self.members();
+            for p in &member.remote {
+                let event = super::cluster::link_tracks::remote_event(
+                    participant_event::Kind::Left,
+                    p,
+                    &[],
+                );
+                members.tell_listeners(&member.room, Some(peer), event);
+            }
+        }
         Some((member.shard, peer))
     }
 

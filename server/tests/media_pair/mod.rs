@@ -38,6 +38,9 @@ pub enum Signalled {
     Session(Box<endpoint::MediaSession>),
     /// Tracks a later offer of the node added.
     Receive(Vec<TrackSpec>),
+    /// What the node said of the room: the join response, a page of others, a
+    /// participant or track event.
+    Room(Value),
 }
 
 /// What the two participants share.
@@ -154,6 +157,7 @@ fn run(
                         shard.command(now, Command::Receive { peer: NODE, track })
                     })
                 }
+                Signalled::Room(_) => Ok(()),
             };
             if let Err(e) = outcome {
                 failure = Some(format!("a command failed: {e:?}"));
@@ -318,6 +322,11 @@ pub async fn signal(
                 .expect("send answer");
         } else if let Some(e) = v.get("error") {
             panic!("{identity}: the node said {e}");
+        } else if ["join", "others", "participant", "track"]
+            .iter()
+            .any(|k| v.get(k).is_some())
+        {
+            let _ = to_shard.send(Signalled::Room(v));
         }
     }
     let _ = ws.close(None).await;

@@ -1,25 +1,30 @@
-//! Tracks across a cascaded room's links: each node sends its own participants'
-//! tracks to every other node hosting the room, over their link, once.
+//! Tracks and participants across a cascaded room's links: each node sends its own
+//! participants' tracks to every other node hosting the room, over their link,
+//! once, and tells it who its participants are.
 //!
 //! - **Sending.** Every [`super::cascade::TICK`], for each link, the node compares
 //!   the tracks its participants publish in the room with those the link carries.
 //!   A new one is subscribed by the link's peer (`Command::Subscribe`, mirrored to
 //!   the link's shard first if published on another), under SSRCs drawn for the
-//!   link; one gone leaves with its publisher. When the list changed, or the other
-//!   node has not yet taken it, the whole list goes to the other node
-//!   (`NodeService.LinkTracks`), again every tick until it is taken.
+//!   link; one gone leaves with its publisher. When the list or the node's
+//!   participants changed, or the other node has not yet taken them all, both
+//!   lists go to the other node (`NodeService.LinkTracks`), again every tick until
+//!   they are taken, and every [`LINK_TRACKS_REFRESH`] besides.
 //! - **Receiving.** A LinkTracks call makes the listed tracks the link peer's
-//!   publications here (`Command::Publish` with the announced SSRCs) and
-//!   unpublishes those no longer listed. The room hears PUBLISHED and UNPUBLISHED
-//!   under the other node's participant's identity, and its participants get offers
-//!   for them as for any track. Keyframe requests and NACKs from this node's
+//!   publications here (`Command::Publish` with the announced SSRCs, at most
+//!   [`MAX_NEW_LINK_TRACKS`] new ones a call) and unpublishes those no longer
+//!   listed. The room sees the listed participants among its own (join pages,
+//!   JOINED, UPDATED and LEFT) and hears PUBLISHED, UNPUBLISHED, MUTED and UNMUTED
+//!   under the other node's participant's identity; its participants get offers
+//!   for the tracks as for any. Keyframe requests and NACKs from this node's
 //!   subscribers go back over the link as a subscriber's would to a publisher.
 //! - **One hop.** Only tracks of a node's own participants go out: a track that came
 //!   over a link never leaves on another. With every pair of hosts linked, each
 //!   track crosses each link to another node once (`rtp_received_from_links`
 //!   counts what arrives).
-//! - **The link's RTP.** The publisher's payload types and format parameters; no
-//!   header extension but the audio level (RFC 6464) of audio, as id
+//! - **The link's RTP.** Payload types [`LINK_PAYLOAD_TYPE`] and
+//!   [`LINK_RTX_PAYLOAD_TYPE`] for every track, the publisher's format parameters;
+//!   no header extension but the audio level (RFC 6464) of audio, as id
 //!   [`LINK_AUDIO_LEVEL_ID`]; NACK and PLI. A simulcast track crosses as the one
 //!   layer the link's subscription gets.
 //!
@@ -28,13 +33,14 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use shoal_components::media::{
     ExtensionIds, FeedbackKinds, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
 };
 use shoal_components::sdp::{self, Codec, MediaKind, SessionDescription, TrackSource};
 use shoal_proto::v1::node_service_client::NodeServiceClient;
-use shoal_proto::v1::{self, signal_response, track_event};
+use shoal_proto::v1::{self, participant_event, signal_response, track_event};
 use shoal_systems::Command;
 use tonic::{Code, Request, Status};
 
@@ -43,17 +49,33 @@ use crate::control::grpc::ControlState;
 use crate::control::media::{
     RemoteTrack, RoomTrack, mime_type, payload_format, track_kind, track_name,
 };
-use crate::control::rooms::{NameKind, validate_name};
+use crate::control::rooms::{NameKind, validate_metadata, validate_name};
 
 /// The audio level extension's id on a link (RFC 6464; RFC 8285 §4.2 one-byte
 /// ids are 1 to 14).
 pub const LINK_AUDIO_LEVEL_ID: u8 = 1;
-/// Tracks one LinkTracks call may list.
-pub const MAX_LINK_TRACKS: usize = 1024;
+/// Tracks one LinkTracks call may list: as many as a link's peer may publish.
+pub const MAX_LINK_TRACKS: usize = shoal_components::shared::MAX_LINK_TRACKS;
+/// Participants one LinkTracks call may list.
+pub const MAX_LINK_PARTICIPANTS: usize = 4096;
+/// New tracks one LinkTracks call publishes at most, and new tracks a link's peer
+/// takes on per tick: each is a few shard commands, and a shard's queue holds
+/// [`crate::driver::COMMAND_QUEUE_LEN`].
+pub const MAX_NEW_LINK_TRACKS: usize = 64;
+/// The payload type every track has on a link: each track is told apart by its
+/// SSRC, and the link's subscription rewrites the publisher's own.
+pub const LINK_PAYLOAD_TYPE: u8 = 96;
+/// The payload type of every track's RTX on a link (RFC 4588).
+pub const LINK_RTX_PAYLOAD_TYPE: u8 = 97;
+/// How often the lists go to the other node though nothing changed, so that a node
+/// that lost them (a link replaced on its side) has them again.
+const LINK_TRACKS_REFRESH: Duration = Duration::from_secs(10);
+/// SSRCs drawn for one track before giving up until the next tick.
+const SSRC_DRAWS: usize = 16;
 /// The longest `fmtp` a link track may carry.
 const MAX_FMTP: usize = 1024;
 /// How long a LinkTracks call may take.
-const LINK_TRACKS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const LINK_TRACKS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The feedback each side of a link does for its tracks.
 const LINK_FEEDBACK: FeedbackKinds = FeedbackKinds {
@@ -64,13 +86,24 @@ const LINK_FEEDBACK: FeedbackKinds = FeedbackKinds {
     remb: false,
 };
 
-/// What a link carries of this node's tracks.
+/// What a link carries of this node's tracks and participants.
 #[derive(Debug, Default)]
 pub struct Sent {
     /// Each track, as the other node is told of it.
     tracks: BTreeMap<TrackId, v1::LinkTrack>,
-    /// The other node took the list as it is now.
-    told: bool,
+    /// The participants, as the other node is told of them.
+    participants: Vec<v1::LinkParticipant>,
+    /// Tracks the other node could not take (logged once): not sent.
+    refused: HashSet<TrackId>,
+    /// When the other node took the lists as they are now.
+    told: Option<Instant>,
+}
+
+/// The lists one LinkTracks call carries.
+#[derive(Clone, Debug, PartialEq)]
+struct Lists {
+    tracks: Vec<v1::LinkTrack>,
+    participants: Vec<v1::LinkParticipant>,
 }
 
 /// The header extensions a link's packets of a `kind` track carry.
@@ -85,14 +118,28 @@ fn link_extensions(kind: TrackKind) -> ExtensionIds {
 /// the link's peer takes new ones, and the other node hears the list when it
 /// changed. Failures are logged and tried again next tick.
 pub async fn send(state: &Arc<ControlState>, cluster: &Cluster, room: &str, node: &NodeRecord) {
-    let Some(tracks) = state.link_tracks(room, &node.id) else {
+    let Some(lists) = state.link_lists(room, &node.id) else {
         return;
     };
     let mut request = Request::new(v1::LinkTracksRequest {
         room: room.to_owned(),
         node_id: cluster.node_id().to_owned(),
-        tracks: tracks.clone(),
+        tracks: lists.tracks.clone(),
+        participants: lists.participants.clone(),
     });
+    let size = prost::Message::encoded_len(request.get_ref());
+    if size > cluster.settings().max_message_bytes {
+        // Every node is configured alike: the other would refuse it.
+        tracing::warn!(
+            event = "cascade_lists_too_large",
+            room,
+            node = node.id.as_str(),
+            bytes = size,
+            "the room's tracks and participants exceed --max-grpc-message-bytes; \
+             not sent"
+        );
+        return;
+    }
     let outcome = async {
         super::cascade::authorize(state, cluster, room, &mut request)?;
         request.set_timeout(LINK_TRACKS_TIMEOUT);
@@ -103,13 +150,16 @@ pub async fn send(state: &Arc<ControlState>, cluster: &Cluster, room: &str, node
     }
     .await;
     match outcome {
-        Ok(_) => {
+        // All of it published there (a call publishes a bounded number of new
+        // tracks; the rest go with the next).
+        Ok(r) if r.get_ref().tracks as usize == lists.tracks.len() => {
             if let Some(link) = state.links().0.get_mut(&(room.to_owned(), node.id.clone()))
-                && link.sent.tracks.values().eq(tracks.iter())
+                && link.sent.lists() == lists
             {
-                link.sent.told = true;
+                link.sent.told = Some(Instant::now());
             }
         }
+        Ok(_) => {}
         // The other side's link is not in its tables yet (it is being opened).
         Err(e) if e.code() == Code::FailedPrecondition => tracing::debug!(
             room,
@@ -127,11 +177,22 @@ pub async fn send(state: &Arc<ControlState>, cluster: &Cluster, room: &str, node
     }
 }
 
+impl Sent {
+    /// The lists as the other node is to be told them.
+    fn lists(&self) -> Lists {
+        Lists {
+            tracks: self.tracks.values().cloned().collect(),
+            participants: self.participants.clone(),
+        }
+    }
+}
+
 impl ControlState {
-    /// Brings what `room`'s link to `node` carries in line with the tracks this
-    /// node's participants publish there; the list to tell the other node, when it
-    /// has not taken it yet. `None` without such a link, or when it has.
-    fn link_tracks(&self, room: &str, node: &str) -> Option<Vec<v1::LinkTrack>> {
+    /// Brings what `room`'s link to `node` carries in line with this node's
+    /// participants there and the tracks they publish; the lists to tell the other
+    /// node, when it has not taken them yet (or not lately). `None` without such a
+    /// link, or when it has.
+    fn link_lists(&self, room: &str, node: &str) -> Option<Lists> {
         let rooms = self.rooms();
         let mut members = self.members();
         let mut links = self.links();
@@ -141,27 +202,46 @@ impl ControlState {
             .filter(|l| l.placed)?;
         let shard = members.by_peer.get(&link.peer)?.shard;
         let r = rooms.get(room).ok()?;
-        // Its own participants' tracks: never one that came over a link.
-        let own: Vec<(RoomTrack, String)> = r
-            .participants()
-            .filter_map(|p| members.by_peer.get(&p.peer))
-            .flat_map(|m| {
-                m.media
-                    .iter()
-                    .flat_map(|media| &media.tracks)
-                    .map(|t| (t.clone(), m.identity.clone()))
-            })
-            .collect();
+        // Its own participants and their tracks: never what came over a link (a
+        // link's member is hidden and publishes nothing of its own).
+        let mut people = Vec::new();
+        let mut own: Vec<(RoomTrack, String)> = Vec::new();
+        for p in r.participants() {
+            let Some(m) = members.by_peer.get(&p.peer) else {
+                continue;
+            };
+            if !m.permissions.hidden {
+                let shown = self.participant_message(p);
+                people.push(v1::LinkParticipant {
+                    identity: shown.identity,
+                    name: shown.name,
+                    metadata: shown.metadata,
+                    joined_at_unix_ms: shown.joined_at_unix_ms,
+                });
+            }
+            for t in m.media.iter().flat_map(|media| &media.tracks) {
+                own.push((t.clone(), m.identity.clone()));
+            }
+        }
+        people.sort_by(|a, b| a.identity.cmp(&b.identity));
+        people.truncate(MAX_LINK_PARTICIPANTS);
         let sent = &mut link.sent;
         let before = sent.tracks.len();
         sent.tracks
             .retain(|id, _| own.iter().any(|(t, _)| t.id == *id));
-        let mut changed = sent.tracks.len() != before;
+        sent.refused
+            .retain(|id| own.iter().any(|(t, _)| t.id == *id));
+        let mut changed = sent.tracks.len() != before || sent.participants != people;
+        sent.participants = people;
         let mut commands = Vec::new();
+        let mut added = 0;
         for (t, identity) in &own {
             if let Some(told) = sent.tracks.get_mut(&t.id) {
                 changed |= told.muted != t.muted;
                 told.muted = t.muted;
+                continue;
+            }
+            if sent.refused.contains(&t.id) || added == MAX_NEW_LINK_TRACKS {
                 continue;
             }
             let used: HashSet<u32> = sent
@@ -169,21 +249,41 @@ impl ControlState {
                 .values()
                 .flat_map(|l| [l.ssrc, l.rtx_ssrc])
                 .collect();
-            let draw = || loop {
-                let ssrc = self.random_ssrc();
-                if ssrc != 0 && !used.contains(&ssrc) {
-                    break ssrc;
-                }
+            let rtx = t.source.codec.rtx_payload_type.is_some();
+            let Some((ssrc, rtx_ssrc)) = self.link_ssrcs(&used, rtx) else {
+                // Tried again next tick.
+                continue;
             };
-            let ssrc = draw();
-            let rtx_ssrc = t.source.codec.rtx_payload_type.map(|_| {
-                loop {
-                    let s = draw();
-                    if s != ssrc {
-                        break s;
-                    }
-                }
-            });
+            let listed = v1::LinkTrack {
+                id: t.source.id.clone(),
+                participant_identity: identity.clone(),
+                stream_id: t.source.stream_id.clone(),
+                mime_type: mime_type(t.source.codec.name).to_owned(),
+                payload_type: u32::from(LINK_PAYLOAD_TYPE),
+                rtx_payload_type: if rtx {
+                    u32::from(LINK_RTX_PAYLOAD_TYPE)
+                } else {
+                    0
+                },
+                fmtp: t.source.codec.fmtp.clone().unwrap_or_default(),
+                ssrc,
+                rtx_ssrc: rtx_ssrc.unwrap_or(0),
+                muted: t.muted,
+            };
+            // What the other node would refuse (and with it the whole list) is
+            // not sent: its participants do without that track.
+            if let Err(e) = check_link_track(&listed) {
+                tracing::warn!(
+                    event = "cascade_track_not_sent",
+                    room,
+                    node,
+                    track = t.source.id.as_str(),
+                    error = e.message(),
+                    "a track cannot cross the link"
+                );
+                sent.refused.insert(t.id);
+                continue;
+            }
             members.mirror(t, shard, &mut commands);
             commands.push((
                 shard,
@@ -194,38 +294,42 @@ impl ControlState {
                         mid: t.source.id.clone(),
                         ssrc,
                         rtx_ssrc,
-                        payload_type: t.source.codec.payload_type,
-                        rtx_payload_type: t.source.codec.rtx_payload_type,
+                        payload_type: LINK_PAYLOAD_TYPE,
+                        rtx_payload_type: rtx.then_some(LINK_RTX_PAYLOAD_TYPE),
                         extensions: link_extensions(t.spec.kind),
                         feedback: LINK_FEEDBACK,
                         cname: t.source.stream_id.clone(),
                     },
                 },
             ));
-            sent.tracks.insert(
-                t.id,
-                v1::LinkTrack {
-                    id: t.source.id.clone(),
-                    participant_identity: identity.clone(),
-                    stream_id: t.source.stream_id.clone(),
-                    mime_type: mime_type(t.source.codec.name).to_owned(),
-                    payload_type: u32::from(t.source.codec.payload_type),
-                    rtx_payload_type: t.source.codec.rtx_payload_type.map_or(0, u32::from),
-                    fmtp: t.source.codec.fmtp.clone().unwrap_or_default(),
-                    ssrc,
-                    rtx_ssrc: rtx_ssrc.unwrap_or(0),
-                    muted: t.muted,
-                },
-            );
+            sent.tracks.insert(t.id, listed);
+            added += 1;
             changed = true;
         }
-        if changed {
-            sent.told = false;
+        if changed
+            || sent
+                .told
+                .is_some_and(|at| at.elapsed() >= LINK_TRACKS_REFRESH)
+        {
+            sent.told = None;
         }
-        let list = (!sent.told).then(|| sent.tracks.values().cloned().collect());
+        let lists = sent.told.is_none().then(|| sent.lists());
         drop(links);
         self.send_media_commands(commands);
-        list
+        lists
+    }
+
+    /// A new SSRC for a track on a link, and one for its RTX when `rtx`, none in
+    /// `used` or 0; `None` if the generator keeps giving such.
+    fn link_ssrcs(&self, used: &HashSet<u32>, rtx: bool) -> Option<(u32, Option<u32>)> {
+        let draw = |not: u32| {
+            (0..SSRC_DRAWS)
+                .map(|_| self.random_ssrc())
+                .find(|s| *s != 0 && *s != not && !used.contains(s))
+        };
+        let ssrc = draw(0)?;
+        let rtx_ssrc = if rtx { Some(draw(ssrc)?) } else { None };
+        Some((ssrc, rtx_ssrc))
     }
 
     /// The answering side of LinkTracks: `request` (authorised already) from node
@@ -238,6 +342,7 @@ impl ControlState {
     ) -> Result<usize, Status> {
         let node = request.node_id;
         let listed = check_link_tracks(request.tracks)?;
+        let people = check_link_participants(request.participants)?;
         let outcome = {
             let rooms = self.rooms();
             let mut members = self.members();
@@ -260,6 +365,12 @@ impl ControlState {
             let mut commands = Vec::new();
             let mut events = Vec::new();
             let mut gone = Vec::new();
+            // Who came: announced before their tracks.
+            let before = std::mem::replace(&mut member.remote, people);
+            let (joined, updated, left) = diff_participants(&before, &member.remote);
+            for p in joined {
+                events.push(remote_event(participant_event::Kind::Joined, p, &[]));
+            }
             // Gone, or changed in what the shard was told: unpublished (a changed
             // one is published again below).
             member.relayed.retain(|t| {
@@ -271,8 +382,9 @@ impl ControlState {
             });
             for t in &gone {
                 commands.push((shard, Command::Unpublish { peer, track: t.id }));
-                events.push((track_event::Kind::Unpublished, t.clone()));
+                events.push(track_message(track_event::Kind::Unpublished, t));
             }
+            let mut added = 0;
             for (l, codec) in listed {
                 if let Some(t) = member
                     .relayed
@@ -281,22 +393,24 @@ impl ControlState {
                 {
                     if t.muted != l.muted {
                         t.muted = l.muted;
-                        commands.push((
-                            shard,
-                            Command::SetMuted {
-                                track: t.id,
-                                muted: l.muted,
-                            },
-                        ));
+                        // The state and the event only: the shard forwards what
+                        // arrives, and the other node's publisher decides what that
+                        // is (a track muted here would drop audio after an unmute
+                        // until this node heard of it).
                         let kind = if l.muted {
                             track_event::Kind::Muted
                         } else {
                             track_event::Kind::Unmuted
                         };
-                        events.push((kind, t.clone()));
+                        events.push(track_message(kind, t));
                     }
                     continue;
                 }
+                // The rest with the next call.
+                if added == MAX_NEW_LINK_TRACKS {
+                    continue;
+                }
+                added += 1;
                 let id = TrackId(self.next_track.fetch_add(1, Ordering::Relaxed));
                 let kind = if codec.name.is_video() {
                     MediaKind::Video
@@ -324,15 +438,6 @@ impl ControlState {
                         track: spec.clone(),
                     },
                 ));
-                if l.muted {
-                    commands.push((
-                        shard,
-                        Command::SetMuted {
-                            track: id,
-                            muted: true,
-                        },
-                    ));
-                }
                 let t = RoomTrack {
                     id,
                     shard,
@@ -350,34 +455,125 @@ impl ControlState {
                         origin: l.id.clone(),
                     }),
                 };
-                events.push((track_event::Kind::Published, t.clone()));
+                events.push(track_message(track_event::Kind::Published, &t));
                 member.relayed.push(t);
             }
+            for p in updated {
+                events.push(remote_event(
+                    participant_event::Kind::Updated,
+                    p,
+                    &member.relayed,
+                ));
+            }
+            for p in left {
+                events.push(remote_event(participant_event::Kind::Left, p, &[]));
+            }
             let count = member.relayed.len();
+            let tracks_changed = added > 0 || !gone.is_empty();
             for t in &gone {
                 for at in members.mirrors.remove(&t.id).unwrap_or_default() {
                     commands.push((at, Command::DropMirror { track: t.id }));
                 }
             }
             self.send_media_commands(commands);
-            let changed = !events.is_empty();
-            for (kind, t) in events {
-                let event = signal_response::Message::Track(v1::TrackEvent {
-                    kind: kind.into(),
-                    participant_identity: t.publisher("").to_owned(),
-                    track: Some(t.info()),
-                });
-                members.broadcast(room, peer, event);
+            // The link's member is hidden: the room hears of the other node's
+            // participants and tracks as of their own, from nobody here.
+            for event in events {
+                members.tell_listeners(room, None, event);
             }
             drop(rooms);
-            (count, changed)
+            (count, tracks_changed)
         };
-        let (count, changed) = outcome;
-        if changed {
+        let (count, tracks_changed) = outcome;
+        if tracks_changed {
             self.offer_to_room(room, None);
         }
         Ok(count)
     }
+}
+
+/// The participants of `after` that `before` lacks, those whose name or metadata
+/// changed, and those of `before` that `after` lacks (both sorted by identity).
+fn diff_participants<'a>(
+    before: &'a [v1::LinkParticipant],
+    after: &'a [v1::LinkParticipant],
+) -> (
+    Vec<&'a v1::LinkParticipant>,
+    Vec<&'a v1::LinkParticipant>,
+    Vec<&'a v1::LinkParticipant>,
+) {
+    let find = |list: &'a [v1::LinkParticipant], identity: &str| {
+        list.binary_search_by(|p| p.identity.as_str().cmp(identity))
+            .ok()
+            .map(|i| &list[i])
+    };
+    let mut joined = Vec::new();
+    let mut updated = Vec::new();
+    for p in after {
+        match find(before, &p.identity) {
+            None => joined.push(p),
+            Some(b) if b.name != p.name || b.metadata != p.metadata => updated.push(p),
+            Some(_) => {}
+        }
+    }
+    let left = before
+        .iter()
+        .filter(|p| find(after, &p.identity).is_none())
+        .collect();
+    (joined, updated, left)
+}
+
+/// A participant of another node as this node's clients see it: no shard or peer
+/// here, and the tracks among `relayed` that it publishes.
+pub(crate) fn remote_participant(
+    p: &v1::LinkParticipant,
+    relayed: &[RoomTrack],
+) -> v1::Participant {
+    v1::Participant {
+        identity: p.identity.clone(),
+        name: p.name.clone(),
+        metadata: p.metadata.clone(),
+        state: v1::ParticipantState::Active.into(),
+        joined_at_unix_ms: p.joined_at_unix_ms,
+        tracks: relayed
+            .iter()
+            .filter(|t| t.publisher("") == p.identity)
+            .map(RoomTrack::info)
+            .collect(),
+        ..v1::Participant::default()
+    }
+}
+
+/// A participant event about `p` of another node (its tracks from `relayed`); a
+/// LEFT says only who, as for a participant of this node.
+pub(crate) fn remote_event(
+    kind: participant_event::Kind,
+    p: &v1::LinkParticipant,
+    relayed: &[RoomTrack],
+) -> signal_response::Message {
+    let participant = if kind == participant_event::Kind::Left {
+        v1::Participant {
+            identity: p.identity.clone(),
+            state: v1::ParticipantState::Disconnected.into(),
+            ..v1::Participant::default()
+        }
+    } else {
+        remote_participant(p, relayed)
+    };
+    signal_response::Message::Participant(v1::ParticipantEvent {
+        kind: kind.into(),
+        participant: Some(participant),
+        reason: v1::DisconnectReason::Unspecified.into(),
+    })
+}
+
+/// A track event about `t`, under its publisher's identity.
+fn track_message(kind: track_event::Kind, t: &RoomTrack) -> signal_response::Message {
+    signal_response::Message::Track(v1::TrackEvent {
+        kind: kind.into(),
+        participant_identity: t.publisher("").to_owned(),
+        track: Some(t.info()),
+    })
 }
 
 /// Whether `t`, published here from a link, is the stream `l` announces, as the
@@ -414,24 +610,73 @@ fn check_link_tracks(tracks: Vec<v1::LinkTrack>) -> Result<Vec<(v1::LinkTrack, C
     let mut ssrcs = HashSet::new();
     let mut out = Vec::with_capacity(tracks.len());
     for l in tracks {
-        if l.id.is_empty() || l.id.len() > 64 || !ids.insert(l.id.clone()) {
-            return Err(bad(&l, "the id is empty, over 64 bytes or listed twice"));
+        let codec = check_link_track(&l)?;
+        if !ids.insert(l.id.clone()) {
+            return Err(bad(&l, "the id is listed twice"));
         }
-        validate_name(&l.participant_identity, NameKind::Identity)
-            .map_err(|e| bad(&l, &e.to_string()))?;
-        // RFC 8830 §2: an msid-id is 1*64token-char (RFC 8866 §9).
-        let token_char = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`{|}~".contains(c);
-        if l.stream_id.is_empty() || l.stream_id.len() > 64 || !l.stream_id.chars().all(token_char)
-        {
-            return Err(bad(&l, "the stream id is not 1 to 64 token characters"));
+        if !ssrcs.insert(l.ssrc) || (l.rtx_ssrc != 0 && !ssrcs.insert(l.rtx_ssrc)) {
+            return Err(bad(&l, "an SSRC is in use on the link"));
         }
-        if l.ssrc == 0 || !ssrcs.insert(l.ssrc) || (l.rtx_ssrc != 0 && !ssrcs.insert(l.rtx_ssrc)) {
-            return Err(bad(&l, "an SSRC is 0 or in use on the link"));
-        }
-        let codec = link_codec(&l).ok_or_else(|| bad(&l, "not a codec shoal forwards"))?;
         out.push((l, codec));
     }
     Ok(out)
+}
+
+/// Checks one link track on its own: the codec it names, or INVALID_ARGUMENT.
+fn check_link_track(l: &v1::LinkTrack) -> Result<Codec, Status> {
+    // RFC 8830 §2: an msid-id is 1*64token-char (RFC 8866 §9). The id becomes the
+    // track's name here, and its media section's mid (RFC 8843 §5: tokens too).
+    let token = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 64
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`{|}~".contains(c))
+    };
+    if !token(&l.id) {
+        return Err(bad(l, "the id is not 1 to 64 token characters"));
+    }
+    validate_name(&l.participant_identity, NameKind::Identity)
+        .map_err(|e| bad(l, &e.to_string()))?;
+    if !token(&l.stream_id) {
+        return Err(bad(l, "the stream id is not 1 to 64 token characters"));
+    }
+    if l.ssrc == 0 || l.rtx_ssrc == l.ssrc {
+        return Err(bad(l, "an SSRC is 0, or the RTX SSRC is the track's"));
+    }
+    link_codec(l).ok_or_else(|| bad(l, "not a codec shoal forwards"))
+}
+
+/// Checks a LinkTracks call's participants, as untrusted as any input: sorted by
+/// identity, or INVALID_ARGUMENT for the first that is not a valid participant.
+fn check_link_participants(
+    mut people: Vec<v1::LinkParticipant>,
+) -> Result<Vec<v1::LinkParticipant>, Status> {
+    if people.len() > MAX_LINK_PARTICIPANTS {
+        return Err(Status::invalid_argument(format!(
+            "{} link participants, more than {MAX_LINK_PARTICIPANTS}",
+            people.len()
+        )));
+    }
+    let refuse = |p: &v1::LinkParticipant, what: String| {
+        Status::invalid_argument(format!("link participant {:?}: {what}", p.identity))
+    };
+    for p in &mut people {
+        // Kept as they were given: the other node checked and normalised them.
+        let identity =
+            validate_name(&p.identity, NameKind::Identity).map_err(|e| refuse(p, e.to_string()))?;
+        if identity != p.identity.as_str() {
+            return Err(refuse(p, "the identity is not in NFC".to_owned()));
+        }
+        if !p.name.is_empty() {
+            validate_name(&p.name, NameKind::DisplayName).map_err(|e| refuse(p, e.to_string()))?;
+        }
+        validate_metadata(&p.metadata).map_err(|e| refuse(p, e.to_string()))?;
+    }
+    people.sort_by(|a, b| a.identity.cmp(&b.identity));
+    if let Some(w) = people.windows(2).find(|w| w[0].identity == w[1].identity) {
+        return Err(refuse(&w[0], "listed twice".to_owned()));
+    }
+    Ok(people)
 }
 
 /// The codec `l` names, read as a publisher's SDP section would be
@@ -540,6 +785,60 @@ mod tests {
         assert!(link_codec(&track("TR9", "video/VP8", 96, 0, injected, 9)).is_none());
     }
 
+    fn person(identity: &str, name: &str) -> v1::LinkParticipant {
+        v1::LinkParticipant {
+            identity: identity.to_owned(),
+            name: name.to_owned(),
+            ..v1::LinkParticipant::default()
+        }
+    }
+
+    #[test]
+    fn link_participants_are_checked_and_sorted() {
+        let people =
+            check_link_participants(vec![person("bob", ""), person("ann", "Ann")]).expect("fine");
+        let ids: Vec<&str> = people.iter().map(|p| p.identity.as_str()).collect();
+        assert_eq!(ids, ["ann", "bob"]);
+        let refused = |people: Vec<v1::LinkParticipant>| {
+            check_link_participants(people).expect_err("refused").code()
+        };
+        assert_eq!(
+            refused(vec![person("ann", ""), person("ann", "again")]),
+            Code::InvalidArgument
+        );
+        assert_eq!(refused(vec![person("", "")]), Code::InvalidArgument);
+        assert_eq!(refused(vec![person("a\nb", "")]), Code::InvalidArgument);
+        // Not in NFC: the other node would have normalised it.
+        assert_eq!(refused(vec![person("e\u{301}", "")]), Code::InvalidArgument);
+        assert_eq!(refused(vec![person("ann", "\u{7}")]), Code::InvalidArgument);
+        let mut heavy = person("ann", "");
+        heavy.metadata = "m".repeat(crate::control::rooms::MAX_METADATA_BYTES + 1);
+        assert_eq!(refused(vec![heavy]), Code::InvalidArgument);
+        let many = (0..=MAX_LINK_PARTICIPANTS)
+            .map(|i| person(&format!("p{i}"), ""))
+            .collect();
+        assert_eq!(refused(many), Code::InvalidArgument);
+    }
+
+    #[test]
+    fn participant_lists_differ_by_who_came_changed_and_went() {
+        let before = [person("ann", ""), person("bob", "Bob"), person("cid", "")];
+        let after = [
+            person("ann", ""),
+            person("bob", "Robert"),
+            person("dee", ""),
+        ];
+        let (joined, updated, left) = diff_participants(&before, &after);
+        let ids = |l: Vec<&v1::LinkParticipant>| -> Vec<String> {
+            l.iter().map(|p| p.identity.clone()).collect()
+        };
+        assert_eq!(ids(joined), ["dee"]);
+        assert_eq!(ids(updated), ["bob"]);
+        assert_eq!(ids(left), ["cid"]);
+        let (joined, updated, left) = diff_participants(&after, &after);
+        assert!(joined.is_empty() && updated.is_empty() && left.is_empty());
+    }
+
     #[test]
     fn link_track_lists_are_checked_whole() {
         let ok = track("TR1", "audio/opus", 111, 0, "", 5);
@@ -556,6 +855,9 @@ mod tests {
         let mut stream = ok.clone();
         stream.stream_id = "a b".to_owned();
         assert_eq!(refused(vec![stream]), Code::InvalidArgument);
+        let mut id = ok.clone();
+        id.id = "T R".to_owned();
+        assert_eq!(refused(vec![id]), Code::InvalidArgument);
         let mut nobody = ok.clone();
         nobody.participant_identity = String::new();
         assert_eq!(refused(vec![nobody]), Code::InvalidArgument);

@@ -74,6 +74,9 @@ pub struct ClusterSettings {
     pub grpc_url: String,
     /// The base URL clients are redirected to for this node's HTTP.
     pub http_url: String,
+    /// The largest gRPC message a node takes (`--max-grpc-message-bytes`, alike on
+    /// every node): what a call to another node may carry.
+    pub max_message_bytes: usize,
 }
 
 /// A node as it registers itself: the value of `PREFIX/nodes/ID`.

@@ -1226,19 +1226,22 @@ fn cluster_etcd_unavailable() {
     let mut owner_process = nodes.remove(o);
     // Rooms until the owner holds some (placement goes by load, and the other
     // node's rooms count too).
-    let theirs: Vec<String> = rt.block_on(async {
+    let (theirs, placed): (Vec<String>, _) = rt.block_on(async {
         let mut theirs = Vec::new();
-        for i in 0..8 {
+        for i in 0..40 {
             let room = format!("tail-{i}");
             if create(&nodes[0], &room).await.expect("created") == owner_id {
                 theirs.push(room);
+                if theirs.len() == 2 {
+                    break;
+                }
             }
         }
-        theirs
+        (theirs, owners_in_etcd(&etcd, prefix).await)
     });
     assert!(
         !theirs.is_empty(),
-        "the owner holds rooms placed after the outage"
+        "the owner holds rooms placed after the outage: {placed:?}"
     );
     owner_process
         .process

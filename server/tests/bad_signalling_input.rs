@@ -169,6 +169,12 @@ fn bad_signalling_input() {
         400,
         "identity",
     );
+    // So is one kept for links between cluster nodes, which it would replace.
+    assert_reply(
+        &post_offer(http, "/whip/lobby?identity=cascade:node-a", &offer),
+        400,
+        "kept for links",
+    );
 
     runtime.block_on(async {
         // /signal: invalid JSON and unknown messages get error messages...

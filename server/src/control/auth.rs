@@ -453,6 +453,10 @@ pub enum Act<'a> {
 pub struct Auth {
     /// Key → secret; empty: open mode.
     keys: BTreeMap<String, Secret>,
+    /// Key → the secret that calls between the nodes of a cluster are signed with,
+    /// derived from the key's secret ([`node_call_secret`]): a token an
+    /// application mints, whatever its grants, is not one of them.
+    node_keys: BTreeMap<String, Vec<u8>>,
     /// Allowed clock skew on `nbf` and `exp`, in seconds.
     skew_secs: u64,
     /// Refusals by reason, in [`Refusal::ALL`]'s order.
@@ -466,6 +470,10 @@ impl Auth {
             keys: keys
                 .iter()
                 .map(|k| (k.key.clone(), k.secret.clone()))
+                .collect(),
+            node_keys: keys
+                .iter()
+                .map(|k| (k.key.clone(), node_call_secret(&k.secret)))
                 .collect(),
             skew_secs: skew.as_secs(),
             refusals: Default::default(),
@@ -492,10 +500,11 @@ impl Auth {
 
     /// A token this node signs for a call to another node of its cluster about
     /// `room`: identity `node`, roomAdmin of the room, expiring within `ttl`,
-    /// signed with the first API key (the nodes of a cluster share their keys);
-    /// `None` in open mode.
+    /// signed with the node-call secret of the first API key (the nodes of a
+    /// cluster share their keys); `None` in open mode. Only
+    /// [`Auth::check_node_call`] takes it.
     pub fn node_token(&self, node: &str, room: &str, ttl: Duration) -> Option<String> {
-        let (key, secret) = self.keys.iter().next()?;
+        let (key, secret) = self.node_keys.iter().next()?;
         let claims = Claims {
             iss: key.clone(),
             sub: node.to_owned(),
@@ -509,7 +518,44 @@ impl Auth {
                 ..VideoGrant::default()
             }),
         };
-        mint(&claims, secret).ok()
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(secret),
+        )
+        .ok()
+    }
+
+    /// Checks a call from node `node` of the cluster about `room` (OpenLink,
+    /// LinkTracks): a token from [`Auth::node_token`] of that node, for that room.
+    /// Open mode takes any call. A refusal is counted.
+    pub fn check_node_call(
+        &self,
+        token: Option<&str>,
+        room: &str,
+        node: &str,
+    ) -> Result<(), AuthError> {
+        if self.is_open() {
+            return Ok(());
+        }
+        let result = self
+            .verify_with(token, |iss| self.node_keys.get(iss).map(Vec::as_slice))
+            .and_then(|claims| {
+                allows(&claims, Act::Admin { room })?;
+                if same_name(&claims.sub, node, NameKind::Identity) {
+                    Ok(())
+                } else {
+                    Err(AuthError::new(
+                        Refusal::Forbidden,
+                        format!(
+                            "the token is for node {:?}, not {:?}",
+                            truncate(&claims.sub),
+                            truncate(node)
+                        ),
+                    ))
+                }
+            });
+        result.inspect_err(|e| self.count(e.refusal))
     }
 
     /// Whether the node runs open (no API keys).
@@ -582,6 +628,18 @@ impl Auth {
 
     /// The claims of `token` if it is valid now (not counted).
     fn verify(&self, token: Option<&str>) -> Result<Claims, AuthError> {
+        self.verify_with(token, |iss| {
+            self.keys.get(iss).map(|s| s.expose().as_bytes())
+        })
+    }
+
+    /// The claims of `token` if it is valid now and signed with the secret
+    /// `secret_of` gives for its `iss` (not counted).
+    fn verify_with<'s>(
+        &'s self,
+        token: Option<&str>,
+        secret_of: impl Fn(&str) -> Option<&'s [u8]>,
+    ) -> Result<Claims, AuthError> {
         let token = token.filter(|t| !t.is_empty()).ok_or_else(|| {
             AuthError::new(
                 Refusal::Missing,
@@ -616,7 +674,7 @@ impl Auth {
             iss: String,
         }
         let issuer: Issuer = json_part(payload).ok_or_else(|| malformed("the token's claims"))?;
-        let secret = self.keys.get(&issuer.iss).ok_or_else(|| {
+        let secret = secret_of(&issuer.iss).ok_or_else(|| {
             AuthError::new(
                 Refusal::UnknownKey,
                 "the token's iss names no API key of this node",
@@ -627,7 +685,7 @@ impl Auth {
         validation.validate_nbf = true;
         validation.set_required_spec_claims(&["exp", "iss"]);
         validation.set_issuer(&[&issuer.iss]);
-        let key = DecodingKey::from_secret(secret.expose().as_bytes());
+        let key = DecodingKey::from_secret(secret);
         // jsonwebtoken checks exp and nbf against the system clock, within the skew.
         let claims = jsonwebtoken::decode::<Claims>(token, &key, &validation)
             .map_err(|e| token_error(e.kind()))?
@@ -746,6 +804,17 @@ pub fn mint(claims: &Claims, secret: &Secret) -> Result<String, jsonwebtoken::er
         claims,
         &EncodingKey::from_secret(secret.expose().as_bytes()),
     )
+}
+
+/// The secret calls between the nodes of a cluster are signed with, for an API key
+/// whose secret is `secret`: HMAC-SHA256 (RFC 2104) of a fixed label under it, so
+/// that every node holding the key derives it, and no token signed with the key
+/// itself passes for a node's.
+fn node_call_secret(secret: &Secret) -> Vec<u8> {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.expose().as_bytes());
+    ring::hmac::sign(&key, b"shoal cluster node-to-node calls")
+        .as_ref()
+        .to_vec()
 }
 
 /// The bearer token of an `Authorization` header value (RFC 6750 §2.1: the scheme
@@ -952,6 +1021,51 @@ mod tests {
         let caller = a.check(Some(&t), Act::Authenticated).unwrap();
         assert!(caller.identity_for("alice".into()).is_ok());
         assert!(caller.identity_for("Alice".into()).is_err());
+    }
+
+    #[test]
+    fn node_calls_take_only_a_node_token_for_the_room_and_node() {
+        let a = auth();
+        let ttl = Duration::from_secs(60);
+        let t = a.node_token("node-a", "lobby", ttl).expect("keys");
+        a.check_node_call(Some(&t), "lobby", "node-a")
+            .expect("its own call");
+        let refused = |r: Result<(), AuthError>| r.expect_err("refused").refusal;
+        // Another room, another node.
+        assert_eq!(
+            refused(a.check_node_call(Some(&t), "hall", "node-a")),
+            Refusal::Forbidden
+        );
+        assert_eq!(
+            refused(a.check_node_call(Some(&t), "lobby", "node-b")),
+            Refusal::Forbidden
+        );
+        // An application's roomAdmin token naming the node, signed with the API
+        // key itself, is no node's.
+        let admin = Claims {
+            sub: "node-a".into(),
+            ..claims(VideoGrant {
+                room: "lobby".into(),
+                room_admin: true,
+                ..VideoGrant::default()
+            })
+        };
+        assert_eq!(
+            refused(a.check_node_call(Some(&token(&admin)), "lobby", "node-a")),
+            Refusal::BadSignature
+        );
+        // Nor does a node's token pass as an application's.
+        assert_eq!(
+            refusal(a.check(Some(&t), Act::Admin { room: "lobby" })),
+            Refusal::BadSignature
+        );
+        assert_eq!(
+            refused(a.check_node_call(None, "lobby", "node-a")),
+            Refusal::Missing
+        );
+        // Open mode takes any call.
+        let open = Auth::default();
+        open.check_node_call(None, "lobby", "node-a").expect("open");
     }
 
     #[test]

@@ -661,8 +661,9 @@ impl ControlApi {
 
 impl ControlApi {
     /// For a node's call about `room`'s link (OpenLink, LinkTracks): the room's
-    /// name as the directory keeps it, and the cluster, once the token shows
-    /// roomAdmin of the room and names the calling node `node`.
+    /// name as the directory keeps it, and the cluster, once the token is a node's
+    /// own for such calls ([`Auth::node_token`]), for the room, naming the calling
+    /// node `node`.
     fn link_call<T>(
         &self,
         request: &Request<T>,
@@ -670,14 +671,10 @@ impl ControlApi {
         node: &str,
     ) -> Result<(String, Arc<Cluster>), Status> {
         let room = validate_name(room, NameKind::Room)?.into_owned();
-        let caller = self
-            .state
-            .auth
-            .check(bearer_of(request), Act::Admin { room: &room })?;
-        // The token a node signs for its own calls names that node.
+        // Only a node's own token for such calls, naming that node.
         self.state
             .auth
-            .counted(caller.identity_for(node.to_owned()))?;
+            .check_node_call(bearer_of(request), &room, node)?;
         let cluster = self
             .state
             .cluster()

@@ -423,6 +423,19 @@ impl ControlState {
     async fn admit_counted(self: &Arc<Self>, admission: Admission) -> Result<Admitted, Status> {
         // A draining node takes no one (checked again under the directory's lock).
         self.drain().check_open()?;
+        // A client (over signalling, WHIP or WHEP) taking a link's identity would
+        // replace the link as a duplicate.
+        let client = admission.signal.is_some() || admission.http_session.is_some();
+        if client
+            && admission
+                .identity
+                .starts_with(super::cluster::cascade::LINK_IDENTITY)
+        {
+            return Err(Status::invalid_argument(format!(
+                "identities starting with {:?} are kept for links between cluster nodes",
+                super::cluster::cascade::LINK_IDENTITY
+            )));
+        }
         // The pending slot first: a session refused for want of one neither opens a
         // room nor replaces anyone, and the slot taken here is the one it holds.
         let reserved = self.reserve_pending(admission.from)?;

@@ -458,6 +458,12 @@ async fn dial_admitted(
         .as_slice()
         .try_into()
         .map_err(|_| Status::internal(format!("node {} sent a bad fingerprint", node.id)))?;
+    if !node.presents(&fingerprint) {
+        return Err(Status::permission_denied(format!(
+            "node {} answered with a fingerprint other than the one it registered",
+            node.id
+        )));
+    }
     let candidates: Vec<SocketAddr> = answer
         .candidates
         .iter()
@@ -518,13 +524,13 @@ pub async fn accept(
     room: &str,
     request: v1::OpenLinkRequest,
 ) -> Result<v1::OpenLinkResponse, Status> {
-    let known = cluster.inner().nodes.contains_key(&request.node_id);
-    if !known || request.node_id == cluster.node_id() {
+    let caller = cluster.inner().nodes.get(&request.node_id).cloned();
+    let Some(caller) = caller.filter(|_| request.node_id != cluster.node_id()) else {
         return Err(Status::failed_precondition(format!(
             "node {:?} is not a live node of this cluster",
             request.node_id
         )));
-    }
+    };
     // Only a node that hosts the room links to it (one whose span key this node has
     // not seen yet is refused, and calls again on its next tick).
     if !cluster.hosts(room).iter().any(|h| h.id == request.node_id) {
@@ -538,6 +544,13 @@ pub async fn accept(
         .as_slice()
         .try_into()
         .map_err(|_| Status::invalid_argument("fingerprint_sha256 must be 32 bytes"))?;
+    // The link's DTLS is the registered node's own, whoever signed the call.
+    if !caller.presents(&fingerprint) {
+        return Err(Status::permission_denied(format!(
+            "the fingerprint is not the one node {:?} registered in the cluster",
+            request.node_id
+        )));
+    }
     // The caller's ICE credentials are checked where every peer's are: the shard
     // refuses ones that break RFC 8839 §5.4 (INVALID_ARGUMENT).
     let who = admit_link(state, room, &request.node_id).await?;

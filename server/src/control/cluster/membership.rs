@@ -237,6 +237,7 @@ fn record(cluster: &Cluster, state: &ControlState, lease: i64) -> NodeRecord {
         max_peers: sat(max_peers),
         draining: state.drain().is_requested(),
         lease,
+        fingerprint_sha256: super::hex(&state.fingerprint_sha256()),
     }
 }
 

@@ -100,9 +100,19 @@ pub struct NodeRecord {
     pub draining: bool,
     /// Its membership lease, which its rooms' keys are bound to.
     pub lease: i64,
+    /// The SHA-256 fingerprint of its DTLS certificate, in lowercase hex: the one
+    /// its side of a cascade link must present (empty from a node that does not
+    /// say, which no node links with).
+    #[serde(default)]
+    pub fingerprint_sha256: String,
 }
 
 impl NodeRecord {
+    /// Whether `fingerprint` is the certificate fingerprint the node registered.
+    pub fn presents(&self, fingerprint: &[u8; 32]) -> bool {
+        !self.fingerprint_sha256.is_empty() && self.fingerprint_sha256 == hex(fingerprint)
+    }
+
     /// Its `/signal` WebSocket URL.
     pub fn signal_url(&self) -> String {
         let ws = if let Some(rest) = self.http_url.strip_prefix("https://") {
@@ -634,6 +644,15 @@ pub fn least_loaded<'a>(
         .or_else(|| open.min_by(order))
 }
 
+/// `bytes` in lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
 /// The error for a node that may no longer serve or place rooms.
 fn fenced() -> Status {
     Status::unavailable(
@@ -660,6 +679,19 @@ pub fn hops_of(metadata: &tonic::metadata::MetadataMap) -> u32 {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_node_presents_only_the_fingerprint_it_registered() {
+        let mine = [0xab; 32];
+        let mut n = node("a", "", 0);
+        assert!(!n.presents(&mine), "a record without one takes none");
+        n.fingerprint_sha256 = hex(&mine);
+        assert_eq!(n.fingerprint_sha256, "ab".repeat(32));
+        assert!(n.presents(&mine));
+        let mut other = mine;
+        other[31] = 0xac;
+        assert!(!n.presents(&other));
+    }
+
     fn node(id: &str, region: &str, peers: u32) -> NodeRecord {
         NodeRecord {
             id: id.to_owned(),
@@ -671,6 +703,7 @@ mod tests {
             max_peers: 10,
             draining: false,
             lease: 1,
+            fingerprint_sha256: String::new(),
         }
     }
 

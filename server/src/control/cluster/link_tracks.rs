@@ -241,7 +241,12 @@ impl ControlState {
                 told.muted = t.muted;
                 continue;
             }
-            if sent.refused.contains(&t.id) || added == MAX_NEW_LINK_TRACKS {
+            // A list the other node would refuse whole is never sent: past
+            // MAX_LINK_TRACKS, tracks wait until others leave.
+            if sent.refused.contains(&t.id)
+                || added == MAX_NEW_LINK_TRACKS
+                || sent.tracks.len() >= MAX_LINK_TRACKS
+            {
                 continue;
             }
             let used: HashSet<u32> = sent

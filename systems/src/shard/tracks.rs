@@ -370,9 +370,47 @@ impl Shard {
             .get::<PeerMedia>(publisher)
             .and_then(|m| find(&m.tracks, track))
             .ok_or(CommandError::UnknownTrack(track))?;
+        let link = self
+            .world
+            .get::<RoomMember>(publisher)
+            .is_some_and(|m| m.link);
+        let ssrcs = if link {
+            self.track_ssrcs(entity)
+        } else {
+            Vec::new()
+        };
         self.world.despawn(entity);
         self.world.flush();
+        // A link's tracks come and go for as long as the room spans the two nodes,
+        // each under SSRCs the other node never uses again on the link: their SRTP
+        // state goes with them, or the link's inbound context would fill up and
+        // refuse every new track's packets (`SrtpError::TooManySsrcs`). A
+        // participant's SSRC may come back on the same m-line with its rollover
+        // counter past 0, so its state stays for the session.
+        if let Some(mut srtp) = self.world.get_mut::<PeerSrtp>(publisher) {
+            for ssrc in ssrcs {
+                srtp.session.inbound.forget_ssrc(ssrc);
+            }
+        }
         Ok(())
+    }
+
+    /// The SSRCs `track` (all its simulcast streams) arrives with, bound so far.
+    fn track_ssrcs(&self, track: Entity) -> Vec<u32> {
+        let streams = match self
+            .world
+            .get::<Track>(track)
+            .and_then(|t| t.layering.as_ref())
+        {
+            Some(l) => l.siblings.clone(),
+            None => vec![track],
+        };
+        streams
+            .iter()
+            .filter_map(|&e| self.world.get::<Track>(e))
+            .flat_map(|t| [t.ssrc, t.rtx_ssrc])
+            .flatten()
+            .collect()
     }
 
     /// `Command::Subscribe`: `peer` is sent `spec.track`, which must be published on
@@ -1071,5 +1109,99 @@ mod tests {
             publish(&mut shard, 1, MAX_LINK_TRACKS as u64),
             Err(CommandError::TooManyTracks(MAX_LINK_TRACKS))
         );
+    }
+
+    /// Over a long-lived link, tracks come and go under fresh SSRCs: each one's
+    /// SRTP state goes when it is unpublished, so the link's inbound context never
+    /// fills up. A participant's stays (its SSRC may come back on its m-line).
+    #[test]
+    fn a_links_unpublished_tracks_leave_its_srtp_context() {
+        use shoal_components::dtls::{DtlsRole, SrtpKeys};
+        use shoal_components::srtp::{SrtpConfig, SrtpOutbound, SrtpProfile};
+        use shoal_components::transport::RtcpSender;
+
+        let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7000".parse().unwrap(), 1));
+        let t = Time::ZERO;
+        let link = PeerSpec {
+            room: Some(RoomId(1)),
+            link: true,
+            ..lite(1)
+        };
+        shard.command(t, Command::AddPeer(link)).unwrap();
+        shard.command(t, Command::AddPeer(lite(2))).unwrap();
+        let profile = SrtpProfile::AeadAes128Gcm;
+        let keys = SrtpKeys {
+            profile,
+            client_key: vec![1; 16],
+            client_salt: vec![2; 12],
+            server_key: vec![3; 16],
+            server_salt: vec![4; 12],
+        };
+        // Each peer's DTLS client protects what it sends with the client key.
+        let mut senders = Vec::new();
+        for id in 1..=2u64 {
+            let entity = shard.peer_entity(PeerId(id)).unwrap();
+            let limits = shard.peer_limits(entity);
+            let srtp = PeerSrtp::new(&keys, DtlsRole::Server, RtcpSender::new(9, 9), limits)
+                .expect("keys of the profile's lengths");
+            shard.world.entity_mut(entity).insert(srtp);
+            let config = SrtpConfig {
+                max_ssrcs: usize::MAX,
+                ..SrtpConfig::default()
+            };
+            senders.push(
+                SrtpOutbound::new(profile, &keys.client_key, &keys.client_salt, config).unwrap(),
+            );
+        }
+        // One packet of `ssrc` from `peer`, through its inbound context as srtp_in
+        // would take it; returns the SSRCs the context holds.
+        let mut receive = |shard: &mut Shard, peer: u64, ssrc: u32| {
+            let mut buf = vec![0u8; 64];
+            buf[0] = 0x80;
+            buf[1] = 96;
+            buf[8..12].copy_from_slice(&ssrc.to_be_bytes());
+            let len = senders[peer as usize - 1]
+                .protect_rtp(&mut buf, 20)
+                .unwrap();
+            buf.truncate(len);
+            let entity = shard.peer_entity(PeerId(peer)).unwrap();
+            let mut srtp = shard.world.get_mut::<PeerSrtp>(entity).unwrap();
+            srtp.session
+                .inbound
+                .unprotect_rtp(&mut buf)
+                .expect("authentic");
+            srtp.session.inbound.ssrc_count()
+        };
+        let cycle = |shard: &mut Shard, peer: u64, n: u64| {
+            let id = peer * 100_000 + n;
+            let ssrc = (peer * 100_000 + 2 * n) as u32 + 2;
+            let publish = Command::Publish {
+                peer: PeerId(peer),
+                track: track(id, ssrc),
+            };
+            shard.command(t, publish).unwrap();
+            let unpublish = Command::Unpublish {
+                peer: PeerId(peer),
+                track: TrackId(id),
+            };
+            (ssrc, unpublish)
+        };
+        // Twice as many tracks as the link's context holds, one after another.
+        let holds = PeerMediaLimits::for_peer(true).srtp_ssrcs() as u64;
+        for n in 0..2 * holds {
+            let (ssrc, unpublish) = cycle(&mut shard, 1, n);
+            assert_eq!(receive(&mut shard, 1, ssrc), 1, "track {n}");
+            shard.command(t, unpublish).unwrap();
+            let entity = shard.peer_entity(PeerId(1)).unwrap();
+            let srtp = shard.world.get::<PeerSrtp>(entity).unwrap();
+            assert_eq!(srtp.session.inbound.ssrc_count(), 0, "track {n}");
+        }
+        // A participant's state outlives its track.
+        let (ssrc, unpublish) = cycle(&mut shard, 2, 0);
+        assert_eq!(receive(&mut shard, 2, ssrc), 1);
+        shard.command(t, unpublish).unwrap();
+        let entity = shard.peer_entity(PeerId(2)).unwrap();
+        let srtp = shard.world.get::<PeerSrtp>(entity).unwrap();
+        assert_eq!(srtp.session.inbound.ssrc_count(), 1);
     }
 }

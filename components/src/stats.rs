@@ -107,6 +107,9 @@ pub struct ShardStats {
     pub sctp_sacks_bundled_with_data: u64,
     /// FORWARD TSN chunks put into packets (RFC 3758 §3.5).
     pub sctp_forward_tsn_sent: u64,
+    /// FORWARD TSNs not sent for repeating one sent less than a round trip before
+    /// (RFC 3758 §3.5 implementation note).
+    pub sctp_forward_tsn_held: u64,
     /// T3-rtx expiries with DATA outstanding (RFC 9260 §6.3.3): each resends from
     /// the earliest outstanding chunk with cwnd at one packet.
     pub sctp_t3_expiries: u64,

@@ -115,6 +115,10 @@ pub enum AssocEnd {
 /// it acknowledged (`TxSide::ack_credit`).
 pub const MAX_BURST: usize = 4;
 
+/// The longest a FORWARD TSN repeating the last one waits for a round trip to pass
+/// (RFC 3758 §3.5 F3: a delay "SHOULD NOT exceed 200ms").
+pub const FORWARD_TSN_REPEAT_MAX: Duration = Duration::from_millis(200);
+
 /// The send side, once the association has its peer's parameters.
 #[derive(Debug)]
 pub struct TxSide {
@@ -128,6 +132,9 @@ pub struct TxSide {
     pub rto: RtoEstimator,
     /// A FORWARD TSN is owed (RFC 3758 §3.5).
     pub forward_tsn_due: bool,
+    /// The New Cumulative TSN of the last FORWARD TSN sent, and when: the same one
+    /// goes again only a round trip later (see [`TxSide::holds_forward_tsn`]).
+    pub forward_tsn_sent: Option<(Tsn, Time)>,
     /// Send one packet of retransmissions now, ignoring cwnd (RFC 9260 §7.2.4 rule 3).
     pub fast_retransmit_now: bool,
     /// That packet carried the earliest outstanding TSN: T3-rtx restarts as it goes
@@ -177,6 +184,7 @@ impl TxSide {
                 ..RtoConfig::default()
             }),
             forward_tsn_due: false,
+            forward_tsn_sent: None,
             fast_retransmit_now: false,
             t3_restart_due: false,
             discards: Vec::new(),
@@ -196,6 +204,28 @@ impl TxSide {
         let probing = self.outstanding.peer_advertised_rwnd() == 0 && self.sacks_since_t3;
         self.sacks_since_t3 = false;
         !probing
+    }
+
+    /// Whether a FORWARD TSN moving the peer to `new_cumulative` waits at `now`:
+    /// one saying the same went less than a round trip ago. RFC 3758 §3.5 C3 sends
+    /// one for every SACK that leaves the Advanced.Peer.Ack.Point ahead of its
+    /// cumulative ack, and its implementation note lets "an implementation ... limit
+    /// the number of duplicate FORWARD TSN chunks it sends by ... waiting a full RTT
+    /// before sending a duplicate FORWARD TSN", a delay that F3 says "SHOULD NOT
+    /// exceed 200ms". Without it a peer that acknowledges every FORWARD TSN, even a
+    /// duplicate (aiortc does), and falls behind keeps a loop going: each of its
+    /// queued SACKs draws one more duplicate, each duplicate one more SACK, so its
+    /// queue never drains and every hole the FORWARD TSNs close costs a trip
+    /// through it, hundreds of milliseconds each. A lost FORWARD TSN is still sent
+    /// again: by the next SACK a round trip on, or at T3-rtx (C5).
+    pub fn holds_forward_tsn(&self, now: Time, new_cumulative: Tsn) -> bool {
+        let round_trip = self
+            .rto
+            .srtt()
+            .unwrap_or(FORWARD_TSN_REPEAT_MAX)
+            .min(FORWARD_TSN_REPEAT_MAX);
+        self.forward_tsn_sent
+            .is_some_and(|(sent, at)| sent == new_cumulative && now < at + round_trip)
     }
 
     /// Drops from the queue every message the outstanding queue abandoned (RFC 3758

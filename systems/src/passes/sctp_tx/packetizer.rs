@@ -225,7 +225,13 @@ fn fill_packet(
         if tx.forward_tsn_due {
             // `forward_tsn` appends, and the scratch is the whole shard's.
             s.fwd.clear();
-            if let Some(new_cum) = tx.outstanding.forward_tsn(&mut s.fwd) {
+            let owed = tx.outstanding.forward_tsn(&mut s.fwd);
+            if owed.is_some_and(|c| tx.holds_forward_tsn(now, c)) {
+                // The same went less than a round trip ago; the next SACK after it,
+                // or T3-rtx, brings this one back if it is still owed.
+                tx.forward_tsn_due = false;
+                stats.sctp_forward_tsn_held += 1;
+            } else if let Some(new_cum) = owed {
                 s.skipped.clear();
                 s.skipped.extend(
                     s.fwd
@@ -239,6 +245,7 @@ fn fill_packet(
                 if f.padded_len() <= w.remaining(mtu) {
                     w.push(&f);
                     tx.forward_tsn_due = false;
+                    tx.forward_tsn_sent = Some((new_cum, now));
                     stats.sctp_forward_tsn_sent += 1;
                 }
             } else {
@@ -434,5 +441,94 @@ mod tests {
             "COOKIE ECHO packet sent with a zero checksum: {:02x?}",
             &out[8..12]
         );
+    }
+
+    /// RFC 3758 §3.5: a FORWARD TSN that says what the last one said waits a round
+    /// trip (at most 200 ms, F3), however many SACKs ask for it meanwhile; one that
+    /// moves the peer further goes at once.
+    #[test]
+    fn a_repeated_forward_tsn_waits_a_round_trip() {
+        use shoal_components::sctp::Ppid;
+        use shoal_components::sctp::assoc::FORWARD_TSN_REPEAT_MAX;
+        use shoal_components::sctp::tx::{OutgoingMessage, Reliability};
+        use std::time::Duration;
+
+        let key = CookieKey::new(&[7; 32]);
+        let limits = SctpLimits::default();
+        let inp = |tag| Inputs {
+            now: Time::ZERO,
+            cookie_key: &key,
+            limits: &limits,
+            fresh: (tag, Tsn(tag ^ 0x5555)),
+            nonce: u64::from(tag) << 32 | 0x7e,
+        };
+        let mut a = Sctp::new(true, PORT, PORT);
+        let mut b = Sctp::new(false, PORT, PORT);
+        a.start(0x1111_1111, Tsn(100), &limits);
+        let a_init = a.solo.pop().unwrap();
+        handle_packet(&mut b, &a_init, &inp(9));
+        let b_init_ack = b.solo.pop().unwrap();
+        handle_packet(&mut a, &b_init_ack, &inp(9));
+        let echo = a.control.pop_fitting(usize::MAX, true).unwrap();
+        handle_packet(&mut b, &wrap(a.peer_vtag, &echo), &inp(9));
+        let ack = b.control.pop_fitting(usize::MAX, true).unwrap();
+        handle_packet(&mut a, &wrap(b.peer_vtag, &ack), &inp(9));
+        assert_eq!(a.state, AssocState::Established);
+
+        let mut stats = ShardStats::default();
+        let mut fill = FillScratch::default();
+        // Sends one message given up on at the first loss, loses it, and abandons it
+        // as T3-rtx would: the peer is owed a FORWARD TSN past it.
+        let lose_one = |a: &mut Sctp, stats: &mut ShardStats, fill: &mut FillScratch| {
+            let tx = a.tx.as_mut().unwrap();
+            let message = OutgoingMessage {
+                ppid: Ppid::BINARY,
+                payload: Bytes::from_static(&[1; 100]),
+                unordered: true,
+                policy: Reliability::MaxRetransmits(0),
+            };
+            tx.queue.send(Time::ZERO, StreamId(1), message).unwrap();
+            let mut buf = BytesMut::new();
+            build_packets(
+                a,
+                Time::ZERO,
+                1200,
+                fill,
+                &mut Sink::Discard(&mut buf),
+                stats,
+            );
+            let tx = a.tx.as_mut().unwrap();
+            tx.outstanding.handle_t3_expiry(Time::ZERO);
+            tx.outstanding.advanced_peer_ack_point()
+        };
+        // What sctp_tx sends at `at` after a SACK that left the peer behind (the
+        // sctp pass marks the FORWARD TSN due after every such SACK).
+        let after_sack =
+            |a: &mut Sctp, at: Time, stats: &mut ShardStats, fill: &mut FillScratch| {
+                a.tx.as_mut().unwrap().forward_tsn_due = true;
+                let before = stats.sctp_forward_tsn_sent;
+                let mut buf = BytesMut::new();
+                build_packets(a, at, 1200, fill, &mut Sink::Discard(&mut buf), stats);
+                stats.sctp_forward_tsn_sent - before
+            };
+        let first = lose_one(&mut a, &mut stats, &mut fill);
+        let ms = |n| Time::ZERO + Duration::from_millis(n);
+        assert_eq!(after_sack(&mut a, ms(0), &mut stats, &mut fill), 1);
+        // No RTT measured yet: the repeat waits the longest.
+        for n in [1, 50, 199] {
+            assert_eq!(
+                after_sack(&mut a, ms(n), &mut stats, &mut fill),
+                0,
+                "at {n} ms"
+            );
+        }
+        assert_eq!(stats.sctp_forward_tsn_held, 3);
+        let repeat = FORWARD_TSN_REPEAT_MAX.as_millis() as u64;
+        assert_eq!(after_sack(&mut a, ms(repeat), &mut stats, &mut fill), 1);
+        // A second message lost: the FORWARD TSN past it is news, and goes at once.
+        let second = lose_one(&mut a, &mut stats, &mut fill);
+        assert!(second.is_after(first));
+        assert_eq!(after_sack(&mut a, ms(repeat + 1), &mut stats, &mut fill), 1);
+        assert_eq!(after_sack(&mut a, ms(repeat + 2), &mut stats, &mut fill), 0);
     }
 }

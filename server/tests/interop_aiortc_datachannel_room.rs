@@ -24,15 +24,30 @@ const ROOM: &str = "aiortc-room";
 const COUNT: u64 = 1000;
 /// How long both clients have for the whole exchange.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(120);
-/// One exchange at a time: each keeps two Python clients busy, and their 15 s
-/// step timeouts are meant for a machine that is not also running the other's.
+/// How long a client waits for each step (open, announce, send, receive, the
+/// other's `done`, acknowledgement). Long enough for aiortc to recover from a loss
+/// burst on a starved two-core machine: the burst (its socket buffer overflowing
+/// while it falls behind) leaves holes of sent-once messages in the cumulative TSN,
+/// and each costs a FORWARD TSN round trip through aiortc's backlog (RFC 3758 §3.5
+/// C2 moves the peer over abandoned chunks only, one run at a time), while
+/// aiortc's work per packet grows with the TSNs it holds out of order. With two
+/// busy loops beside a debug build, its cumulative TSN caught up 17 s after the
+/// burst in the slowest run traced, past the 15 s this step had before.
+const STEP_TIMEOUT_SECS: &str = "45";
+/// One exchange at a time: each keeps two Python clients busy, and their step
+/// timeouts are meant for a machine that is not also running the other's.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn start_client(whip: &str, identity: &str) -> Process {
     let child = aiortc::script("aiortc_room_client.py")
         .arg(format!("{whip}?identity={identity}"))
         .arg(identity)
-        .args(["--count", &COUNT.to_string(), "--timeout", "15"])
+        .args([
+            "--count",
+            &COUNT.to_string(),
+            "--timeout",
+            STEP_TIMEOUT_SECS,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -1073,19 +1073,27 @@ mod tests {
         assert_eq!(refused, CommandError::SsrcsUsedUp(MAX_RETIRED_SSRCS));
     }
 
-    /// A node-to-node link's peer publishes a whole node's share of a room: more
-    /// tracks than a participant may.
-    #[test]
-    fn a_link_publishes_more_tracks_than_a_participant() {
+    /// A shard with a node-to-node link's peer (1) and a participant (2).
+    fn link_and_participant() -> Shard {
         let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7000".parse().unwrap(), 1));
-        let t = Time::ZERO;
         let link = PeerSpec {
             room: Some(RoomId(1)),
             link: true,
             ..lite(1)
         };
-        shard.command(t, Command::AddPeer(link)).unwrap();
-        shard.command(t, Command::AddPeer(lite(2))).unwrap();
+        shard.command(Time::ZERO, Command::AddPeer(link)).unwrap();
+        shard
+            .command(Time::ZERO, Command::AddPeer(lite(2)))
+            .unwrap();
+        shard
+    }
+
+    /// A node-to-node link's peer publishes a whole node's share of a room: more
+    /// tracks than a participant may.
+    #[test]
+    fn a_link_publishes_more_tracks_than_a_participant() {
+        let mut shard = link_and_participant();
+        let t = Time::ZERO;
         let publish = |shard: &mut Shard, peer: u64, n: u64| {
             shard.command(
                 t,
@@ -1120,15 +1128,8 @@ mod tests {
         use shoal_components::srtp::{SrtpConfig, SrtpOutbound, SrtpProfile};
         use shoal_components::transport::RtcpSender;
 
-        let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7000".parse().unwrap(), 1));
+        let mut shard = link_and_participant();
         let t = Time::ZERO;
-        let link = PeerSpec {
-            room: Some(RoomId(1)),
-            link: true,
-            ..lite(1)
-        };
-        shard.command(t, Command::AddPeer(link)).unwrap();
-        shard.command(t, Command::AddPeer(lite(2))).unwrap();
         let profile = SrtpProfile::AeadAes128Gcm;
         let keys = SrtpKeys {
             profile,

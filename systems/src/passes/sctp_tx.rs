@@ -90,18 +90,22 @@ pub fn sctp_tx(
                 .arm(&mut timers, entity, TimerKind::SctpReconfig, now + rto);
             probe_at = build_packets(a, now, mtu, &mut scratch.fill, &mut sink, &mut ctx.stats);
         }
+        // Messages abandoned while the packets were built: the peer hears of them now.
+        if a.tx.as_mut().is_some_and(|tx| tx.forward_tsn_news()) {
+            probe_at = build_packets(a, now, mtu, &mut scratch.fill, &mut sink, &mut ctx.stats);
+        }
         sink.flush();
         let restart =
             a.tx.as_mut()
                 .is_some_and(|tx| std::mem::take(&mut tx.t3_restart_due));
-        if a.tx
-            .as_ref()
-            .is_some_and(|tx| tx.outstanding.has_outstanding_data())
-            && (restart || timers.get(TimerKind::SctpT3).is_none())
+        if a.tx.as_ref().is_some_and(|tx| {
+            tx.outstanding.has_outstanding_data() || tx.outstanding.forward_tsn_owed()
+        }) && (restart || timers.get(TimerKind::SctpT3).is_none())
             && let Some(tx) = a.tx.as_ref()
         {
             // RFC 9260 §6.3.2 R1, and §7.2.4 rule 4 for a fast retransmission of the
-            // earliest outstanding TSN.
+            // earliest outstanding TSN; RFC 3758 §3.5 C5 while a FORWARD TSN is
+            // unacknowledged.
             ctx.heap
                 .arm(&mut timers, entity, TimerKind::SctpT3, now + tx.rto.rto());
         }

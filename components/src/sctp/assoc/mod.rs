@@ -232,6 +232,25 @@ impl TxSide {
             .is_some_and(|(sent, at)| sent == new_cumulative && now < at + round_trip)
     }
 
+    /// Marks the FORWARD TSN due when the Advanced.Peer.Ack.Point has moved past what
+    /// the last one sent said, and says whether it did. A message can be abandoned
+    /// as it is sent (its lifetime ran out while a fragment or a retransmission
+    /// waited, RFC 3758 §4.1 TR4), where no SACK is processed; with nothing else in
+    /// flight none would come to draw the FORWARD TSN (§3.5 C3), and the peer would
+    /// keep what it holds of the message, its stream blocked, until the application
+    /// sent again.
+    pub fn forward_tsn_news(&mut self) -> bool {
+        if self.forward_tsn_due || !self.outstanding.forward_tsn_owed() {
+            return false;
+        }
+        let point = self.outstanding.advanced_peer_ack_point();
+        if self.forward_tsn_sent.is_some_and(|(sent, _)| sent == point) {
+            return false;
+        }
+        self.forward_tsn_due = true;
+        true
+    }
+
     /// Drops from the queue every message the outstanding queue abandoned (RFC 3758
     /// §3.5 A3: all fragments of a message go together).
     pub fn apply_discards(&mut self) {

@@ -126,6 +126,8 @@ pub struct ControlState {
     cluster: Option<Arc<Cluster>>,
     /// The links of the rooms cascaded over this node and others.
     links: Mutex<cluster::cascade::Links>,
+    /// Media commands waiting for a shard's queue ([`super::media_backlog`]).
+    media_backlog: Mutex<super::media_backlog::MediaBacklog>,
 }
 
 impl ControlState {
@@ -167,6 +169,7 @@ impl ControlState {
             rng: SystemRandom::new(),
             cluster: None,
             links: Mutex::default(),
+            media_backlog: Mutex::default(),
         }
     }
 
@@ -439,6 +442,13 @@ impl ControlState {
     /// Signalling's tables (taken after [`ControlState::rooms`] when both are held).
     pub fn members(&self) -> MutexGuard<'_, Members> {
         self.members.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The media commands waiting for a shard's queue.
+    pub(super) fn media_backlog(&self) -> MutexGuard<'_, super::media_backlog::MediaBacklog> {
+        self.media_backlog
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Each shard's command handle, by index.

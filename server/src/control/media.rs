@@ -42,7 +42,6 @@ use super::grpc::ControlState;
 use super::outbox::Outgoing;
 use super::participants::{Members, negotiation_error};
 use super::rooms::RoomDirectory;
-use crate::driver::ShardCommand;
 
 /// What shoal put in its own side of a participant's session.
 #[derive(Clone, Debug)]
@@ -560,19 +559,30 @@ impl ControlState {
             .find(|t| t.source.id == name)
     }
 
-    /// Sends each command to its shard, in order, without blocking (a refusal is
-    /// logged: the shard's queue was full).
+    /// Sends each command to its shard, in order, without blocking: one a full
+    /// queue refuses waits, with those after it for the same shard, until the shard
+    /// takes them ([`super::media_backlog`]).
     pub(super) fn send_media_commands(&self, commands: Vec<(usize, Command)>) {
+        let mut backlog = self.media_backlog();
         for (shard, command) in commands {
-            if let Some(sender) = self.shards().get(shard)
-                && sender.try_send(ShardCommand::Media(command)).is_err()
-            {
-                tracing::warn!(
-                    event = "media_command_dropped",
-                    shard,
-                    "the shard's queue refused a media command"
-                );
-            }
+            backlog.send(shard, command, |s, c| self.send_media(s, c));
+        }
+    }
+
+    /// Sends the media commands that wait for a shard's queue, as far as the shards
+    /// take them now.
+    pub fn retry_media_commands(&self) {
+        self.media_backlog().flush(|s, c| self.send_media(s, c));
+    }
+
+    fn send_media(
+        &self,
+        shard: usize,
+        command: Command,
+    ) -> Result<(), super::media_backlog::Refused> {
+        match self.shards().get(shard) {
+            Some(sender) => sender.try_send_media(command),
+            None => Err((Box::new(command), super::media_backlog::Refusal::Gone)),
         }
     }
 

@@ -297,6 +297,10 @@ pub fn render(state: &ControlState, reports: Vec<ShardReport>, queued: Vec<usize
         let members = state.members();
         (members.pending.len(), members.pending.stats())
     };
+    let media_commands = {
+        let backlog = state.media_backlog();
+        (backlog.waiting(), backlog.delayed(), backlog.dropped())
+    };
     registry.register_collector(Box::new(Snapshot {
         rooms,
         participants,
@@ -315,6 +319,7 @@ pub fn render(state: &ControlState, reports: Vec<ShardReport>, queued: Vec<usize
             .collect(),
         slow_signal_readers: state.slow_signal_readers().load(Ordering::Relaxed),
         stale_answers: state.stale_answers().load(Ordering::Relaxed),
+        media_commands,
         uptime: state.clock().now().as_micros() as f64 / 1e6,
         reports,
         queued,
@@ -339,6 +344,8 @@ struct Snapshot {
     limits: Vec<(&'static str, u64)>,
     slow_signal_readers: u64,
     stale_answers: u64,
+    /// Media commands waiting for a shard's queue, delayed so, and dropped.
+    media_commands: (usize, u64, u64),
     uptime: f64,
     reports: Vec<ShardReport>,
     queued: Vec<usize>,
@@ -414,6 +421,27 @@ impl Collector for Snapshot {
             "Answers ignored because the offer they name is no longer out (it timed out \
              or glare dropped it)",
             self.stale_answers,
+        )?;
+        let (waiting, delayed, dropped) = self.media_commands;
+        gauge(
+            &mut e,
+            "shoal_media_commands_waiting",
+            "Media commands (publish, subscribe and their ends) waiting for a shard's full \
+             queue",
+            waiting,
+        )?;
+        counter(
+            &mut e,
+            "shoal_media_commands_delayed",
+            "Media commands a shard's full queue refused at first, sent once it took them",
+            delayed,
+        )?;
+        counter(
+            &mut e,
+            "shoal_media_commands_dropped",
+            "Media commands dropped: the shard was gone, or had not taken the 65536 \
+             waiting for it",
+            dropped,
         )?;
         self.encode_shards(&mut e)
     }

@@ -34,6 +34,7 @@ pub mod ice_restart;
 pub mod join_pages;
 pub mod listen;
 pub mod media;
+pub mod media_backlog;
 #[cfg(test)]
 mod media_without_keys_tests;
 pub mod metrics;
@@ -771,7 +772,8 @@ fn reflection() -> Result<tonic_reflection::server::Builder<'static>, ControlErr
 }
 
 /// Closes empty rooms whose time is up, removes sessions that did not connect in
-/// time, resends room presence that a full shard queue refused, and announces
+/// time, resends room presence and media commands that a full shard queue
+/// refused, and announces
 /// speaker rankings that changed without a report, every [`EXPIRY_INTERVAL`].
 async fn expire_rooms(state: Arc<ControlState>) {
     let mut tick = tokio::time::interval(EXPIRY_INTERVAL);
@@ -779,6 +781,7 @@ async fn expire_rooms(state: Arc<ControlState>) {
     loop {
         tick.tick().await;
         state.retry_presence();
+        state.retry_media_commands();
         state.members().sweep_speakers();
         state.expire_pending().await;
         for name in state.expire_rooms() {

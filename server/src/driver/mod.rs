@@ -114,7 +114,9 @@ pub enum ShardCommand {
     Sibling(SiblingBatch),
     /// A track published or unpublished, a subscription made or ended
     /// (`Command::Publish`, `Unpublish`, `Subscribe`, `Unsubscribe`), in the order the
-    /// control plane negotiated them; no reply (a refusal is logged).
+    /// control plane negotiated them; no reply (a refusal is logged). The control
+    /// plane keeps one a full queue refused until the shard takes it
+    /// (`control::media_backlog`).
     Media(Command),
     /// Starts draining the shard (`Shard::drain`): SCTP associations shut down, then
     /// every peer is closed with close_notify; no new peer is taken.
@@ -400,6 +402,33 @@ impl ShardSender {
             TrySendError::Disconnected(_) => DriverError::Disconnected { shard },
         })?;
         self.wake()
+    }
+
+    /// Queues a media command and wakes the shard without blocking, or gives the
+    /// command back with why not: the queue is full (it may take it later) or the
+    /// shard is gone.
+    pub fn try_send_media(
+        &self,
+        command: Command,
+    ) -> Result<(), crate::control::media_backlog::Refused> {
+        use crate::control::media_backlog::Refusal;
+        match self.commands.try_send(ShardCommand::Media(command)) {
+            // Queued: a failed wake-up only delays it to the shard's next wake.
+            Ok(()) => {
+                let _ = self.wake();
+                Ok(())
+            }
+            Err(e) => {
+                let refusal = match e {
+                    TrySendError::Full(_) => Refusal::Full,
+                    TrySendError::Disconnected(_) => Refusal::Gone,
+                };
+                match e.into_inner() {
+                    ShardCommand::Media(command) => Err((Box::new(command), refusal)),
+                    _ => unreachable!("a media command was sent"),
+                }
+            }
+        }
     }
 
     /// Queues a sibling's batch and wakes the shard without blocking, or gives the

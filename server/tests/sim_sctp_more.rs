@@ -561,8 +561,9 @@ fn sim_unordered_partial_reliability() {
 /// in flight, still moves the peer past it: the FORWARD TSN goes without waiting
 /// for a SACK that nothing would draw, and T3-rtx runs while it is unacknowledged
 /// (§3.5 C5: "If a FORWARD TSN is sent, the sender MUST assure that at least one
-/// T3-rtx timer is running"). Without it the peer would hold the fragments it has
-/// for as long as the client stayed quiet.
+/// T3-rtx timer is running"), which sends it again when it is lost. Without either
+/// the peer would hold the fragments it has for as long as the client stayed
+/// quiet.
 #[test]
 fn a_message_abandoned_as_it_is_sent_moves_the_peer_on() {
     let mut p = Pair::connect(11, SctpLimits::default(), Duration::from_millis(10), 0.0);
@@ -593,12 +594,25 @@ fn a_message_abandoned_as_it_is_sent_moves_the_peer_on() {
         held.len()
     );
     deliver_held_to_server(&mut p, held);
+    // The server's SACK reaches the client 10 ms later, and the FORWARD TSN goes in
+    // that tick: well before T3-rtx (an RTO, 400 ms at least) would send it. It is
+    // lost on the way.
     let forward_before = p.cli.stats().sctp_forward_tsn_sent;
+    p.hold = Some(Vec::new());
     p.run_until(
         |p| p.cli.stats().sctp_forward_tsn_sent > forward_before,
-        Duration::from_millis(500),
+        Duration::from_millis(50),
     )
-    .expect("a FORWARD TSN past the abandoned message, with no SACK to draw it");
+    .expect("a FORWARD TSN past the abandoned message as it is abandoned");
+    let lost = p.hold.take().unwrap_or_default();
+    assert!(!lost.is_empty(), "the FORWARD TSN's packet held back");
+    // Nothing else is in flight, yet T3-rtx runs while it is owed, and sends it
+    // again.
+    p.run_until(
+        |p| p.cli.stats().sctp_forward_tsn_sent > forward_before + 1,
+        Duration::from_secs(3),
+    )
+    .expect("the lost FORWARD TSN sent again at T3-rtx");
     assert!(
         p.server_messages(1).is_empty(),
         "the expired message was not delivered"

@@ -19,7 +19,8 @@ use shoal_components::time::Time;
 use shoal_components::transport::flush_sealed;
 
 /// Packets one association sends in one pass of `build_packets` at most: its share
-/// of a tick (a tick that also asks the peer to reset streams builds twice).
+/// of a tick (a tick that also asks the peer to reset streams, or tells it of a
+/// message abandoned as the packets were built, builds again).
 pub const MAX_PACKETS_PER_TICK: usize = 64;
 /// Scratch for filling one packet.
 #[derive(Default)]
@@ -172,10 +173,12 @@ pub(super) fn build_packets(
         if filled.wake_at.is_some() {
             return filled.wake_at;
         }
+        // A FORWARD TSN that control chunks left no room for goes in the next.
         if !filled.sent_data
             && !filled.deferred
             && a.control.is_empty()
             && a.pending_sack.is_empty()
+            && !a.tx.as_ref().is_some_and(|tx| tx.forward_tsn_due)
         {
             return None;
         }

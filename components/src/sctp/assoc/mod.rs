@@ -219,17 +219,24 @@ impl TxSide {
     /// through it, hundreds of milliseconds each. A lost FORWARD TSN is still sent
     /// again: by the next SACK a round trip on, or at T3-rtx (C5).
     pub fn holds_forward_tsn(&self, now: Time) -> bool {
-        if !self.outstanding.forward_tsn_owed() {
-            return false;
-        }
-        let new_cumulative = self.outstanding.advanced_peer_ack_point();
         let round_trip = self
             .rto
             .srtt()
             .unwrap_or(FORWARD_TSN_REPEAT_MAX)
             .min(FORWARD_TSN_REPEAT_MAX);
+        self.last_forward_tsn_owed()
+            .is_some_and(|at| now < at + round_trip)
+    }
+
+    /// When the last FORWARD TSN went, if it said what is owed now (the
+    /// Advanced.Peer.Ack.Point, past the cumulative ack).
+    fn last_forward_tsn_owed(&self) -> Option<Time> {
+        if !self.outstanding.forward_tsn_owed() {
+            return None;
+        }
+        let point = self.outstanding.advanced_peer_ack_point();
         self.forward_tsn_sent
-            .is_some_and(|(sent, at)| sent == new_cumulative && now < at + round_trip)
+            .and_then(|(sent, at)| (sent == point).then_some(at))
     }
 
     /// Marks the FORWARD TSN due when the Advanced.Peer.Ack.Point has moved past what
@@ -240,11 +247,10 @@ impl TxSide {
     /// keep what it holds of the message, its stream blocked, until the application
     /// sent again.
     pub fn forward_tsn_news(&mut self) -> bool {
-        if self.forward_tsn_due || !self.outstanding.forward_tsn_owed() {
-            return false;
-        }
-        let point = self.outstanding.advanced_peer_ack_point();
-        if self.forward_tsn_sent.is_some_and(|(sent, _)| sent == point) {
+        if self.forward_tsn_due
+            || !self.outstanding.forward_tsn_owed()
+            || self.last_forward_tsn_owed().is_some()
+        {
             return false;
         }
         self.forward_tsn_due = true;

@@ -40,6 +40,8 @@ mod media_without_keys_tests;
 pub mod metrics;
 pub mod origin;
 pub mod outbox;
+#[cfg(test)]
+mod participant_events_tests;
 pub mod participants;
 pub mod pending;
 pub mod presence;

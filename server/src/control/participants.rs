@@ -874,7 +874,12 @@ impl ControlState {
                     // Its connection is up: the room hears it is active (UPDATED).
                     let _ = rooms.set_state(&room, &identity, ParticipantState::Active);
                     if let Ok(p) = rooms.participant(&room, &identity) {
-                        let me = self.participant_message(p);
+                        // As it is now, tracks included: a client replaces what it
+                        // knew of the participant with this.
+                        let me = v1::Participant {
+                            tracks: members.track_infos(*peer),
+                            ..self.participant_message(p)
+                        };
                         let event = participant_event(participant_event::Kind::Updated, me, None);
                         members.broadcast(&room, *peer, event);
                     }

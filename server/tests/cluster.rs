@@ -995,6 +995,130 @@ fn cluster_cascaded_room() {
     }
 }
 
+/// A `/signal` participant that joins and records everything its node says, in
+/// order, until it is dropped.
+struct Listener {
+    said: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Listener {
+    async fn join(http: std::net::SocketAddr, room: &str, identity: &str) -> Listener {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::Message;
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{http}/signal"))
+            .await
+            .expect("connect /signal");
+        let join = serde_json::json!({"join": {"room": room, "identity": identity}});
+        ws.send(Message::Text(join.to_string().into()))
+            .await
+            .expect("send join");
+        let said = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let into = said.clone();
+        let task = tokio::spawn(async move {
+            // The socket stays open (unread frames are not sent back) until dropped.
+            while let Some(Ok(m)) = ws.next().await {
+                if let Message::Text(text) = m {
+                    let v = serde_json::from_str(text.as_str()).expect("JSON");
+                    into.lock().expect("said").push(v);
+                }
+            }
+        });
+        Listener { said, task }
+    }
+
+    fn said(&self) -> Vec<serde_json::Value> {
+        self.said.lock().expect("said").clone()
+    }
+
+    /// Waits until what was said passes `done`; fails with `what` after 20 s.
+    async fn until(&self, what: &str, done: impl Fn(&[serde_json::Value]) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done(&self.said()) {
+            assert!(Instant::now() < deadline, "{what}: {:#?}", self.said());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Whether `said` names `identity` as another participant anywhere: in a join
+/// response's or page's others, or in a participant event.
+fn names(said: &[serde_json::Value], identity: &str) -> bool {
+    said.iter().any(|m| {
+        let listed = m
+            .pointer("/join/others")
+            .or_else(|| m.pointer("/others/others"))
+            .and_then(|l| l.as_array())
+            .is_some_and(|l| l.iter().any(|p| p["identity"] == identity));
+        listed || m.pointer("/participant/participant/identity") == Some(&identity.into())
+    })
+}
+
+/// An identity that joins again through another node replaces its first session,
+/// as it would on one node: the first session ends with DUPLICATE_IDENTITY, a
+/// client of a third node sees the identity all along (no LEFT of the first hides
+/// the second), and the second session is never shown itself as a participant of
+/// another node.
+#[test]
+fn cluster_identity_moves_between_nodes() {
+    let (_etcd, nodes) = three_regions("/moves");
+    let rt = runtime();
+    let room = "moving";
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        create(&nodes[0], room).await.expect("room created");
+        let wes = Listener::join(nodes[2].process.http, room, "wes").await;
+        let first = Listener::join(nodes[0].process.http, room, "sam").await;
+        wes.until("wes sees the first sam", |s| {
+            room_seen(s).contains_key("sam")
+        })
+        .await;
+        let second = Listener::join(nodes[1].process.http, room, "sam").await;
+        let replaced = shoal_proto::v1::DisconnectReason::DuplicateIdentity as i32;
+        first
+            .until("the first sam is replaced", |s| {
+                s.iter().any(|m| m["leave"]["reason"] == replaced)
+            })
+            .await;
+        // Joined through node-0 after the first sam left it: once wes and the
+        // second sam see zed, node-0's lists without the first sam reached them.
+        let _zed = Listener::join(nodes[0].process.http, room, "zed").await;
+        // wes ends with sam there: whichever of node-0's LEFT and node-1's JOINED
+        // came first, the second sam is shown.
+        wes.until("wes sees zed and sam", |s| {
+            let seen = room_seen(s);
+            seen.contains_key("zed") && seen.contains_key("sam")
+        })
+        .await;
+        second
+            .until("the second sam sees zed", |s| {
+                room_seen(s).contains_key("zed")
+            })
+            .await;
+        let said = second.said();
+        assert!(!names(&said, "sam"), "the second sam: {said:#?}");
+    });
+    // Node-0 logged why the first sam left.
+    let left = nodes[0]
+        .process
+        .log_so_far()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["event"] == "leave"
+                && v["fields"]["identity"] == "sam"
+                && v["fields"]["reason"] == "duplicate_identity"
+        })
+        .count();
+    assert_eq!(left, 1, "node-0 replaced the first sam once");
+}
+
 /// Creates `room` through `node`, naming `region`; the owner's id.
 async fn create_in(node: &NodeApi, room: &str, region: &str) -> Result<String, tonic::Status> {
     node.rooms()

@@ -1167,7 +1167,11 @@ impl NodeService for ControlApi {
             &request.get_ref().room,
             &request.get_ref().node_id,
         )?;
-        let tracks = self.state.take_link_tracks(&room, request.into_inner())?;
+        let (tracks, replaced) = self.state.take_link_tracks(&room, request.into_inner())?;
+        if !replaced.is_empty() {
+            // Failures are logged; signalling has let the participants go.
+            let _ = self.state.disconnect(replaced).await;
+        }
         Ok(Response::new(v1::LinkTracksResponse {
             tracks: u32::try_from(tracks).unwrap_or(u32::MAX),
         }))

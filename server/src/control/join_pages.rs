@@ -16,6 +16,7 @@ use shoal_proto::v1::{self, signal_response};
 
 use super::cluster::link_tracks::remote_participant;
 use super::grpc::ControlState;
+use super::media::RoomTrack;
 use super::outbox::{Next, Outbox, Outgoing};
 use super::participants::Members;
 use super::rooms::{Participant, Room};
@@ -86,13 +87,13 @@ impl ControlState {
         let mut local = local
             .filter(|p| p.peer != me && !members.is_hidden(p.peer))
             .peekable();
-        let mut remote = remote_participants(members, room, after)
+        let mut remote = remote_participants(members, room, after, me)
             .into_iter()
             .peekable();
         loop {
             // The two lists merged by identity, this node's first on a tie.
             let take_local = match (local.peek(), remote.peek()) {
-                (Some(l), Some(r)) => l.identity <= r.identity,
+                (Some(l), Some((r, _))) => l.identity <= r.identity,
                 (Some(_), None) => true,
                 (None, Some(_)) => false,
                 (None, None) => break,
@@ -104,8 +105,10 @@ impl ControlState {
                     ..self.participant_message(p)
                 }
             } else {
-                let Some(p) = remote.next() else { break };
-                p
+                let Some((p, relayed)) = remote.next() else {
+                    break;
+                };
+                remote_participant(p, relayed)
             };
             let len = prost::Message::encoded_len(&shown) + PARTICIPANT_FRAMING_BYTES;
             if !page.others.is_empty() && bytes + len > JOIN_PAGE_BYTES {
@@ -160,23 +163,34 @@ impl ControlState {
     }
 }
 
-/// The participants of other nodes that `room`'s links list, after the identity
-/// `after` if given, sorted by identity, as this node's clients see them.
-pub(super) fn remote_participants(
-    members: &Members,
+/// The participants of other nodes that `room`'s links list and this node's
+/// clients see, after the identity `after` if given, sorted by identity, each with
+/// the tracks its link brings: one identity once, and none that a participant here
+/// shadows ([`Members::shown_here`]) or that `me` joined under.
+pub(super) fn remote_participants<'m>(
+    members: &'m Members,
     room: &Room,
     after: Option<&str>,
-) -> Vec<v1::Participant> {
-    let mut out: Vec<v1::Participant> = room
+    me: PeerId,
+) -> Vec<(&'m v1::LinkParticipant, &'m [RoomTrack])> {
+    let mine = members.by_peer.get(&me).map(|m| m.identity.as_str());
+    let mut out: Vec<(&v1::LinkParticipant, &[RoomTrack])> = room
         .participants()
         .filter_map(|p| members.by_peer.get(&p.peer))
+        .filter(|m| !m.remote.is_empty())
         .flat_map(|m| {
-            m.remote
-                .iter()
-                .filter(|p| after.is_none_or(|a| p.identity.as_str() > a))
-                .map(|p| remote_participant(p, &m.relayed))
+            let from = match after {
+                // Each list is sorted by identity.
+                Some(a) => m.remote.partition_point(|p| p.identity.as_str() <= a),
+                None => 0,
+            };
+            m.remote[from..].iter().map(|p| (p, m.relayed.as_slice()))
+        })
+        .filter(|(p, _)| {
+            Some(p.identity.as_str()) != mine && members.shown_here(room, &p.identity).is_none()
         })
         .collect();
-    out.sort_by(|a, b| a.identity.cmp(&b.identity));
+    out.sort_by(|a, b| a.0.identity.cmp(&b.0.identity));
+    out.dedup_by(|a, b| a.0.identity == b.0.identity);
     out
 }

@@ -749,6 +749,7 @@ impl ControlState {
             return;
         }
         {
+            let rooms = self.rooms();
             let mut members = self.members();
             let mut drops = Vec::new();
             for t in tracks {
@@ -764,8 +765,14 @@ impl ControlState {
                     track: Some(t.info()),
                 });
                 if t.remote.is_some() {
-                    // Another node's participant's, whose link member is hidden.
-                    members.tell_listeners(room, Some(peer), event);
+                    // Another node's participant's, whose link member is hidden;
+                    // nothing of one shadowed by a participant here.
+                    let shadowed = rooms
+                        .get(room)
+                        .is_ok_and(|r| members.shown_here(r, t.publisher(identity)).is_some());
+                    if !shadowed {
+                        members.tell_listeners(room, Some(peer), event);
+                    }
                 } else {
                     members.broadcast(room, peer, event);
                 }

@@ -48,7 +48,8 @@ use super::outbox::{Outbox, Outgoing};
 use super::pending::{Pending, PendingLimits};
 use super::presence::{Presence, PresenceUpdate};
 use super::rooms::{
-    NameKind, ParticipantSpec, ParticipantState, RoomError, RoomSpec, validate_name,
+    NameKind, Participant, ParticipantSpec, ParticipantState, Room, RoomError, RoomSpec,
+    validate_name,
 };
 use super::selection::Selection;
 use super::shards::ShardError;
@@ -205,6 +206,15 @@ impl Members {
         self.by_peer
             .get(&peer)
             .is_some_and(|m| m.permissions.hidden)
+    }
+
+    /// The participant of this node that `room`'s clients know as `identity`, if
+    /// any. A participant of another node under the same identity is shadowed by
+    /// it: the clients hear nothing of that one while this one is here (see
+    /// [`super::cluster::link_tracks`]).
+    pub(super) fn shown_here<'r>(&self, room: &'r Room, identity: &str) -> Option<&'r Participant> {
+        room.participant(identity)
+            .filter(|p| !self.is_hidden(p.peer))
     }
 
     /// Sends `event` about `except` to every other signalling connection in `room`
@@ -529,7 +539,7 @@ impl ControlState {
                 .participants()
                 .filter(|p| p.peer != peer && !members.is_hidden(p.peer))
                 .count()
-                + super::join_pages::remote_participants(&members, room, None).len();
+                + super::join_pages::remote_participants(&members, room, None, peer).len();
             let page = self.others_page(&members, room, None, peer);
             let visible = v1::Room {
                 num_participants: u32::try_from(others_count)
@@ -798,10 +808,31 @@ impl ControlState {
             self.tracks_gone(&member.room, &member.identity, peer, &media.tracks);
         }
         self.tracks_gone(&member.room, &member.identity, peer, &member.relayed);
-        if !member.remote.is_empty() {
-            // A link gone: its node's participants are out of reach from here.
+        if !member.permissions.hidden {
+            // A participant of another node under its identity was shadowed by it:
+            // the room sees that one now, after this one's tracks went (unless
+            // another of this node's took the identity over).
+            let rooms = self.rooms();
             let members = self.members();
+            let shadowed = rooms
+                .get(&member.room)
+                .is_ok_and(|r| members.shown_here(r, &member.identity).is_some());
+            if !shadowed
+                && let Some(event) = self.remote_joined(&members, &member.room, &member.identity)
+            {
+                members.tell_listeners(&member.room, Some(peer), event);
+            }
+        }
+        if !member.remote.is_empty() {
+            // A link gone: its node's participants are out of reach from here
+            // (those this node's own shadowed, its clients never heard of).
+            let rooms = self.rooms();
+            let members = self.members();
+            let room = rooms.get(&member.room).ok();
             for p in &member.remote {
+                if room.is_some_and(|r| members.shown_here(r, &p.identity).is_some()) {
+                    continue;
+                }
                 let event = super::cluster::link_tracks::remote_event(
                     participant_event::Kind::Left,
                     p,

@@ -91,6 +91,11 @@ impl Room {
         self.participants.values()
     }
 
+    /// The participant of `identity`, if it is in the room.
+    pub fn participant(&self, identity: &str) -> Option<&Participant> {
+        self.participants.get(identity)
+    }
+
     /// The participants whose identities come after `identity` in byte order.
     pub fn participants_after(&self, identity: &str) -> impl Iterator<Item = &Participant> {
         use std::ops::Bound;

@@ -246,6 +246,15 @@ impl Links {
         }
     }
 
+    /// The peers here of `room`'s links.
+    pub fn peers_in(&self, room: &str) -> Vec<PeerId> {
+        self.0
+            .iter()
+            .filter(|((r, _), _)| r == room)
+            .map(|(_, link)| link.peer)
+            .collect()
+    }
+
     /// The room and other node of the link whose peer here is `peer`.
     pub fn of(&self, peer: PeerId) -> Option<(String, String)> {
         self.0

@@ -30,7 +30,7 @@
 //!
 //! Lock order: the room directory, then the members, then the links.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -38,9 +38,10 @@ use std::time::{Duration, Instant};
 use shoal_components::media::{
     ExtensionIds, FeedbackKinds, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
 };
+use shoal_components::peer::PeerId;
 use shoal_components::sdp::{self, Codec, MediaKind, SessionDescription, TrackSource};
 use shoal_proto::v1::node_service_client::NodeServiceClient;
-use shoal_proto::v1::{self, participant_event, signal_response, track_event};
+use shoal_proto::v1::{self, DisconnectReason, participant_event, signal_response, track_event};
 use shoal_systems::Command;
 use tonic::{Code, Request, Status};
 
@@ -49,6 +50,7 @@ use crate::control::grpc::ControlState;
 use crate::control::media::{
     RemoteTrack, RoomTrack, mime_type, payload_format, track_kind, track_name,
 };
+use crate::control::participants::Members;
 use crate::control::rooms::{NameKind, validate_metadata, validate_name};
 
 /// The audio level extension's id on a link (RFC 6464; RFC 8285 §4.2 one-byte
@@ -339,12 +341,14 @@ impl ControlState {
 
     /// The answering side of LinkTracks: `request` (authorised already) from node
     /// `request.node_id` for `room` (normalised). The number of tracks the link
-    /// publishes here now.
+    /// publishes here now, and where the participants are that a later join of
+    /// their identity on the other node replaced (taken out of signalling here;
+    /// their peers are for the caller to take off their shards).
     pub(crate) fn take_link_tracks(
         &self,
         room: &str,
         request: v1::LinkTracksRequest,
-    ) -> Result<usize, Status> {
+    ) -> Result<(usize, Vec<(usize, PeerId)>), Status> {
         let node = request.node_id;
         let listed = check_link_tracks(request.tracks)?;
         let people = check_link_participants(request.participants)?;
@@ -362,6 +366,34 @@ impl ControlState {
                     "no link of room {room:?} to node {node:?} here (yet)"
                 )));
             };
+            // This node's participants under identities the other node lists, or
+            // listed before: each shadows the other node's of its identity, and of
+            // two joins of one identity the later stays (by join time, then node id;
+            // the other node decides the same from the same figures).
+            let here: HashMap<String, (PeerId, u64)> = {
+                let before = members.by_peer.get(&peer).map(|m| m.remote.as_slice());
+                let listed = people.iter().chain(before.unwrap_or_default());
+                match rooms.get(room) {
+                    Ok(r) => listed
+                        .filter_map(|p| {
+                            let l = members.shown_here(r, &p.identity)?;
+                            let at = self.clock().unix_ms(l.joined_at);
+                            Some((p.identity.clone(), (l.peer, at)))
+                        })
+                        .collect(),
+                    Err(_) => HashMap::new(),
+                }
+            };
+            let me = self.cluster().map(|c| c.node_id().to_owned());
+            let replaced: Vec<PeerId> = people
+                .iter()
+                .filter_map(|p| {
+                    let &(local, at) = here.get(&p.identity)?;
+                    let later = (p.joined_at_unix_ms, node.as_str()) > (at, me.as_deref()?);
+                    later.then_some(local)
+                })
+                .collect();
+            let shown = |identity: &str| !here.contains_key(identity);
             let member = members
                 .by_peer
                 .get_mut(&peer)
@@ -373,7 +405,8 @@ impl ControlState {
             // Who came: announced before their tracks.
             let before = std::mem::replace(&mut member.remote, people);
             let (joined, updated, left) = diff_participants(&before, &member.remote);
-            for p in joined {
+            // Nothing is told of those shadowed here (see `here`).
+            for p in joined.into_iter().filter(|p| shown(&p.identity)) {
                 events.push(remote_event(participant_event::Kind::Joined, p, &[]));
             }
             // Gone, or changed in what the shard was told: unpublished (a changed
@@ -387,7 +420,9 @@ impl ControlState {
             });
             for t in &gone {
                 commands.push((shard, Command::Unpublish { peer, track: t.id }));
-                events.push(track_message(track_event::Kind::Unpublished, t));
+                if shown(t.publisher("")) {
+                    events.push(track_message(track_event::Kind::Unpublished, t));
+                }
             }
             let mut added = 0;
             for (l, codec) in listed {
@@ -407,7 +442,9 @@ impl ControlState {
                         } else {
                             track_event::Kind::Unmuted
                         };
-                        events.push(track_message(kind, t));
+                        if shown(&l.participant_identity) {
+                            events.push(track_message(kind, t));
+                        }
                     }
                     continue;
                 }
@@ -460,18 +497,22 @@ impl ControlState {
                         origin: l.id.clone(),
                     }),
                 };
-                events.push(track_message(track_event::Kind::Published, &t));
+                if shown(&l.participant_identity) {
+                    events.push(track_message(track_event::Kind::Published, &t));
+                }
                 member.relayed.push(t);
             }
-            for p in updated {
+            for p in updated.into_iter().filter(|p| shown(&p.identity)) {
                 events.push(remote_event(
                     participant_event::Kind::Updated,
                     p,
                     &member.relayed,
                 ));
             }
-            for p in left {
+            let mut gone_people = Vec::new();
+            for p in left.into_iter().filter(|p| shown(&p.identity)) {
                 events.push(remote_event(participant_event::Kind::Left, p, &[]));
+                gone_people.push(p.identity.clone());
             }
             let count = member.relayed.len();
             let tracks_changed = added > 0 || !gone.is_empty();
@@ -486,14 +527,52 @@ impl ControlState {
             for event in events {
                 members.tell_listeners(room, None, event);
             }
+            // One of a third node under the identity of one gone stays.
+            for identity in &gone_people {
+                if let Some(event) = self.remote_joined(&members, room, identity) {
+                    members.tell_listeners(room, None, event);
+                }
+            }
             drop(rooms);
-            (count, tracks_changed)
+            (count, tracks_changed, replaced)
         };
-        let (count, tracks_changed) = outcome;
+        let (count, tracks_changed, replaced) = outcome;
         if tracks_changed {
             self.offer_to_room(room, None);
         }
-        Ok(count)
+        // A later join of the identity on the other node replaces the participant
+        // here, as one on this node would (its clients then hear of the other).
+        let placed = replaced
+            .into_iter()
+            .filter_map(|peer| self.forget(peer, DisconnectReason::DuplicateIdentity))
+            .collect();
+        Ok((count, placed))
+    }
+
+    /// A JOINED for the participant of another node that `room`'s clients are to
+    /// know as `identity` now that no participant here shadows it, if a link of
+    /// the room lists one.
+    pub(crate) fn remote_joined(
+        &self,
+        members: &Members,
+        room: &str,
+        identity: &str,
+    ) -> Option<signal_response::Message> {
+        let links = self.links().peers_in(room);
+        links
+            .iter()
+            .filter_map(|peer| members.by_peer.get(peer))
+            .find_map(|m| {
+                let i = m
+                    .remote
+                    .binary_search_by(|p| p.identity.as_str().cmp(identity))
+                    .ok()?;
+                Some(remote_event(
+                    participant_event::Kind::Joined,
+                    &m.remote[i],
+                    &m.relayed,
+                ))
+            })
     }
 }
 

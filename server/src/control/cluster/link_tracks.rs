@@ -402,12 +402,13 @@ impl ControlState {
             let mut commands = Vec::new();
             let mut events = Vec::new();
             let mut gone = Vec::new();
-            // Who came: announced before their tracks.
             let before = std::mem::replace(&mut member.remote, people);
-            let (joined, updated, left) = diff_participants(&before, &member.remote);
-            // Nothing is told of those shadowed here (see `here`).
-            for p in joined.into_iter().filter(|p| shown(&p.identity)) {
-                events.push(remote_event(participant_event::Kind::Joined, p, &[]));
+            let diff = diff_participants(&before, &member.remote);
+            // Nothing is told of those shadowed here (see `here`). One that joined
+            // again there (a new join time) is another session: it leaves first,
+            // its old tracks go, and it joins again before its new tracks come.
+            for p in diff.rejoined.iter().filter(|p| shown(&p.identity)) {
+                events.push(remote_event(participant_event::Kind::Left, p, &[]));
             }
             // Gone, or changed in what the shard was told: unpublished (a changed
             // one is published again below).
@@ -423,6 +424,11 @@ impl ControlState {
                 if shown(t.publisher("")) {
                     events.push(track_message(track_event::Kind::Unpublished, t));
                 }
+            }
+            // Who came: announced before their tracks.
+            let came = diff.joined.iter().chain(&diff.rejoined);
+            for p in came.filter(|p| shown(&p.identity)) {
+                events.push(remote_event(participant_event::Kind::Joined, p, &[]));
             }
             let mut added = 0;
             for (l, codec) in listed {
@@ -502,7 +508,7 @@ impl ControlState {
                 }
                 member.relayed.push(t);
             }
-            for p in updated.into_iter().filter(|p| shown(&p.identity)) {
+            for p in diff.updated.iter().filter(|p| shown(&p.identity)) {
                 events.push(remote_event(
                     participant_event::Kind::Updated,
                     p,
@@ -510,7 +516,7 @@ impl ControlState {
                 ));
             }
             let mut gone_people = Vec::new();
-            for p in left.into_iter().filter(|p| shown(&p.identity)) {
+            for p in diff.left.iter().filter(|p| shown(&p.identity)) {
                 events.push(remote_event(participant_event::Kind::Left, p, &[]));
                 gone_people.push(p.identity.clone());
             }
@@ -576,35 +582,44 @@ impl ControlState {
     }
 }
 
-/// The participants of `after` that `before` lacks, those whose name or metadata
-/// changed, and those of `before` that `after` lacks (both sorted by identity).
+/// How a node's list of its participants changed.
+#[derive(Debug, Default)]
+struct PeopleDiff<'a> {
+    /// Listed now, not before.
+    joined: Vec<&'a v1::LinkParticipant>,
+    /// Listed before and now, with another join time: another session.
+    rejoined: Vec<&'a v1::LinkParticipant>,
+    /// Listed before and now, with another name or metadata.
+    updated: Vec<&'a v1::LinkParticipant>,
+    /// Listed before, not now.
+    left: Vec<&'a v1::LinkParticipant>,
+}
+
+/// How `after` differs from `before` (both sorted by identity); the participants
+/// as `after` lists them, but those that left.
 fn diff_participants<'a>(
     before: &'a [v1::LinkParticipant],
     after: &'a [v1::LinkParticipant],
-) -> (
-    Vec<&'a v1::LinkParticipant>,
-    Vec<&'a v1::LinkParticipant>,
-    Vec<&'a v1::LinkParticipant>,
-) {
+) -> PeopleDiff<'a> {
     let find = |list: &'a [v1::LinkParticipant], identity: &str| {
         list.binary_search_by(|p| p.identity.as_str().cmp(identity))
             .ok()
             .map(|i| &list[i])
     };
-    let mut joined = Vec::new();
-    let mut updated = Vec::new();
+    let mut diff = PeopleDiff::default();
     for p in after {
         match find(before, &p.identity) {
-            None => joined.push(p),
-            Some(b) if b.name != p.name || b.metadata != p.metadata => updated.push(p),
+            None => diff.joined.push(p),
+            Some(b) if b.joined_at_unix_ms != p.joined_at_unix_ms => diff.rejoined.push(p),
+            Some(b) if b.name != p.name || b.metadata != p.metadata => diff.updated.push(p),
             Some(_) => {}
         }
     }
-    let left = before
+    diff.left = before
         .iter()
         .filter(|p| find(after, &p.identity).is_none())
         .collect();
-    (joined, updated, left)
+    diff
 }
 
 /// A participant of another node as this node's clients see it: no shard or peer
@@ -906,21 +921,33 @@ mod tests {
 
     #[test]
     fn participant_lists_differ_by_who_came_changed_and_went() {
-        let before = [person("ann", ""), person("bob", "Bob"), person("cid", "")];
+        let before = [
+            person("ann", ""),
+            person("bob", "Bob"),
+            person("cid", ""),
+            person("eve", "Eve"),
+        ];
+        let eve_again = v1::LinkParticipant {
+            joined_at_unix_ms: 7,
+            ..person("eve", "Eve")
+        };
         let after = [
             person("ann", ""),
             person("bob", "Robert"),
             person("dee", ""),
+            eve_again,
         ];
-        let (joined, updated, left) = diff_participants(&before, &after);
-        let ids = |l: Vec<&v1::LinkParticipant>| -> Vec<String> {
+        let d = diff_participants(&before, &after);
+        let ids = |l: &[&v1::LinkParticipant]| -> Vec<String> {
             l.iter().map(|p| p.identity.clone()).collect()
         };
-        assert_eq!(ids(joined), ["dee"]);
-        assert_eq!(ids(updated), ["bob"]);
-        assert_eq!(ids(left), ["cid"]);
-        let (joined, updated, left) = diff_participants(&after, &after);
-        assert!(joined.is_empty() && updated.is_empty() && left.is_empty());
+        assert_eq!(ids(&d.joined), ["dee"]);
+        assert_eq!(ids(&d.rejoined), ["eve"]);
+        assert_eq!(ids(&d.updated), ["bob"]);
+        assert_eq!(ids(&d.left), ["cid"]);
+        let d = diff_participants(&after, &after);
+        assert!(d.joined.is_empty() && d.rejoined.is_empty());
+        assert!(d.updated.is_empty() && d.left.is_empty());
     }
 
     #[test]

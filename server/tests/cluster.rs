@@ -1004,12 +1004,23 @@ struct Listener {
 
 impl Listener {
     async fn join(http: std::net::SocketAddr, room: &str, identity: &str) -> Listener {
+        Listener::join_with(http, room, identity, "").await
+    }
+
+    async fn join_with(
+        http: std::net::SocketAddr,
+        room: &str,
+        identity: &str,
+        metadata: &str,
+    ) -> Listener {
         use futures_util::{SinkExt, StreamExt};
         use tokio_tungstenite::tungstenite::Message;
         let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{http}/signal"))
             .await
             .expect("connect /signal");
-        let join = serde_json::json!({"join": {"room": room, "identity": identity}});
+        let join = serde_json::json!({
+            "join": {"room": room, "identity": identity, "metadata": metadata}
+        });
         ws.send(Message::Text(join.to_string().into()))
             .await
             .expect("send join");
@@ -1101,6 +1112,13 @@ fn cluster_identity_moves_between_nodes() {
                 room_seen(s).contains_key("zed")
             })
             .await;
+        // And after a later list of node-0's, still: wes was not caught between a
+        // LEFT and the JOINED that follows it.
+        let _yan = Listener::join(nodes[0].process.http, room, "yan").await;
+        wes.until("wes sees yan", |s| room_seen(s).contains_key("yan"))
+            .await;
+        let seen = room_seen(&wes.said());
+        assert!(seen.contains_key("sam"), "wes: {:#?}", wes.said());
         let said = second.said();
         assert!(!names(&said, "sam"), "the second sam: {said:#?}");
     });
@@ -1117,6 +1135,40 @@ fn cluster_identity_moves_between_nodes() {
         })
         .count();
     assert_eq!(left, 1, "node-0 replaced the first sam once");
+}
+
+/// Participants with the most metadata, more than one LinkTracks call may carry
+/// under the default gRPC message limit (128 KiB): the lists cross in parts, and a
+/// client of another node sees every one of them, metadata and all.
+#[test]
+fn cluster_lists_too_large_for_one_call_cross_in_parts() {
+    let (_etcd, nodes) = three_regions("/large-lists");
+    let rt = runtime();
+    let room = "crowded";
+    let metadata = "m".repeat(8192);
+    let names: BTreeSet<String> = (0..20).map(|i| format!("p{i:02}")).collect();
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        create(&nodes[0], room).await.expect("room created");
+        let wes = Listener::join(nodes[2].process.http, room, "wes").await;
+        let mut crowd = Vec::new();
+        for name in &names {
+            crowd.push(Listener::join_with(nodes[0].process.http, room, name, &metadata).await);
+        }
+        wes.until("wes sees the whole crowd", |s| {
+            let seen: BTreeSet<String> = room_seen(s).into_keys().collect();
+            seen == names
+        })
+        .await;
+        // Each as it is, from the JOINED that came over the link.
+        for m in wes.said() {
+            if let Some(p) = m.pointer("/participant/participant") {
+                assert_eq!(p["metadata"].as_str().map(str::len), Some(8192), "{p}");
+            }
+        }
+    });
+    let log = nodes[0].process.log_so_far();
+    assert_eq!(events(&log, "cascade_lists_too_large", room), 0, "{log}");
 }
 
 /// Creates `room` through `node`, naming `region`; the owner's id.

@@ -825,7 +825,9 @@ impl ControlState {
         }
         if !member.remote.is_empty() {
             // A link gone: its node's participants are out of reach from here
-            // (those this node's own shadowed, its clients never heard of).
+            // (those this node's own shadowed, its clients never heard of). One
+            // that another node lists under the same identity (it joined again
+            // there) is shown in its place.
             let rooms = self.rooms();
             let members = self.members();
             let room = rooms.get(&member.room).ok();
@@ -839,6 +841,9 @@ impl ControlState {
                     &[],
                 );
                 members.tell_listeners(&member.room, Some(peer), event);
+                if let Some(event) = self.remote_joined(&members, &member.room, &p.identity) {
+                    members.tell_listeners(&member.room, Some(peer), event);
+                }
             }
         }
         Some((member.shard, peer))

@@ -208,6 +208,8 @@ pub struct Link {
     pub(super) placed: bool,
     /// This node's tracks it carries, and how they go (see [`super::link_tracks`]).
     pub(super) sent: super::link_tracks::Sent,
+    /// The parts so far of lists the other node sends in parts.
+    pub(super) gathered: Option<super::link_tracks::Gathered>,
 }
 
 /// Which end of a link this node is.
@@ -228,6 +230,7 @@ impl Links {
             since: Instant::now(),
             placed,
             sent: super::link_tracks::Sent::default(),
+            gathered: None,
         };
         self.0.insert((room.to_owned(), node.to_owned()), link);
         match side {

@@ -123,34 +123,38 @@ pub async fn send(state: &Arc<ControlState>, cluster: &Cluster, room: &str, node
     let Some(lists) = state.link_lists(room, &node.id) else {
         return;
     };
-    let mut request = Request::new(v1::LinkTracksRequest {
-        room: room.to_owned(),
-        node_id: cluster.node_id().to_owned(),
-        tracks: lists.tracks.clone(),
-        participants: lists.participants.clone(),
-    });
-    let size = prost::Message::encoded_len(request.get_ref());
-    if size > cluster.settings().max_message_bytes {
-        // Every node is configured alike: the other would refuse it.
+    // Every node is configured alike: the other takes calls of this size.
+    let limit = cluster.settings().max_message_bytes;
+    let list_id = (u64::from(state.random_ssrc()) << 32) | u64::from(state.random_ssrc());
+    let Some(calls) = calls(room, cluster.node_id(), &lists, limit, list_id) else {
         tracing::warn!(
             event = "cascade_lists_too_large",
             room,
             node = node.id.as_str(),
-            bytes = size,
-            "the room's tracks and participants exceed --max-grpc-message-bytes; \
-             not sent"
+            "a track or participant of the room exceeds --max-grpc-message-bytes; \
+             the lists are not sent"
         );
         return;
+    };
+    let mut outcome = Err(Status::internal("no call"));
+    for body in calls {
+        outcome = async {
+            let mut request = Request::new(body);
+            super::cascade::authorize(state, cluster, room, &mut request)?;
+            request.set_timeout(LINK_TRACKS_TIMEOUT);
+            let mut client = NodeServiceClient::new(cluster.channel(node)?);
+            tokio::time::timeout(LINK_TRACKS_TIMEOUT, client.link_tracks(request))
+                .await
+                .map_err(|_| {
+                    Status::unavailable(format!("node {} did not answer in time", node.id))
+                })?
+        }
+        .await;
+        if outcome.is_err() {
+            // The next tick sends the lists again, from their first part.
+            break;
+        }
     }
-    let outcome = async {
-        super::cascade::authorize(state, cluster, room, &mut request)?;
-        request.set_timeout(LINK_TRACKS_TIMEOUT);
-        let mut client = NodeServiceClient::new(cluster.channel(node)?);
-        tokio::time::timeout(LINK_TRACKS_TIMEOUT, client.link_tracks(request))
-            .await
-            .map_err(|_| Status::unavailable(format!("node {} did not answer in time", node.id)))?
-    }
-    .await;
     match outcome {
         // All of it published there (a call publishes a bounded number of new
         // tracks; the rest go with the next).
@@ -177,6 +181,133 @@ pub async fn send(state: &Arc<ControlState>, cluster: &Cluster, room: &str, node
             "could not tell the node of the room's tracks; trying again"
         ),
     }
+}
+
+/// The LinkTracks calls that carry `lists` of `room` from node `from`, each at most
+/// `limit` bytes encoded: one call when the lists fit, else the parts of list
+/// `list_id`. `None` when one track or participant alone would not fit.
+fn calls(
+    room: &str,
+    from: &str,
+    lists: &Lists,
+    limit: usize,
+    list_id: u64,
+) -> Option<Vec<v1::LinkTracksRequest>> {
+    let whole = v1::LinkTracksRequest {
+        room: room.to_owned(),
+        node_id: from.to_owned(),
+        tracks: lists.tracks.clone(),
+        participants: lists.participants.clone(),
+        ..v1::LinkTracksRequest::default()
+    };
+    if prost::Message::encoded_len(&whole) <= limit {
+        return Some(vec![whole]);
+    }
+    let empty = v1::LinkTracksRequest {
+        room: room.to_owned(),
+        node_id: from.to_owned(),
+        list_id,
+        part: 0,
+        more: true,
+        ..v1::LinkTracksRequest::default()
+    };
+    // What a part holds besides its items, with the largest part number.
+    let base = prost::Message::encoded_len(&v1::LinkTracksRequest {
+        part: u32::MAX,
+        ..empty.clone()
+    });
+    // An item's bytes in a repeated field: its tag, length and body.
+    let framed = |len: usize| 1 + prost::encoding::encoded_len_varint(len as u64) + len;
+    let mut parts = vec![empty.clone()];
+    let mut bytes = base;
+    for t in &lists.tracks {
+        let len = framed(prost::Message::encoded_len(t));
+        if base + len > limit {
+            return None;
+        }
+        if bytes + len > limit {
+            parts.push(empty.clone());
+            bytes = base;
+        }
+        bytes += len;
+        parts.last_mut()?.tracks.push(t.clone());
+    }
+    for p in &lists.participants {
+        let len = framed(prost::Message::encoded_len(p));
+        if base + len > limit {
+            return None;
+        }
+        if bytes + len > limit {
+            parts.push(empty.clone());
+            bytes = base;
+        }
+        bytes += len;
+        parts.last_mut()?.participants.push(p.clone());
+    }
+    let count = parts.len();
+    for (i, part) in parts.iter_mut().enumerate() {
+        part.part = u32::try_from(i).ok()?;
+        part.more = i + 1 < count;
+    }
+    Some(parts)
+}
+
+/// A list the other node sends in parts, gathered until its last part.
+#[derive(Debug, Default)]
+pub struct Gathered {
+    list_id: u64,
+    /// The part that is to come next.
+    next: u32,
+    tracks: Vec<v1::LinkTrack>,
+    participants: Vec<v1::LinkParticipant>,
+}
+
+/// Takes one LinkTracks call's lists into `slot`: the whole lists when the call
+/// brings a list in one or its last part, `None` while more parts are to come.
+/// A part that does not follow the one before drops what was gathered; parts past
+/// the lists' bounds, or a part but the last with nothing in it, are refused.
+fn gather(
+    slot: &mut Option<Gathered>,
+    request: v1::LinkTracksRequest,
+) -> Result<Option<(Vec<v1::LinkTrack>, Vec<v1::LinkParticipant>)>, Status> {
+    if request.part == 0 && !request.more {
+        *slot = None;
+        return Ok(Some((request.tracks, request.participants)));
+    }
+    let follows = slot
+        .as_ref()
+        .is_some_and(|g| g.list_id == request.list_id && g.next == request.part);
+    if !follows {
+        *slot = None;
+        if request.part != 0 {
+            return Err(Status::failed_precondition(format!(
+                "part {} of list {} does not follow the parts taken",
+                request.part, request.list_id
+            )));
+        }
+    }
+    if request.more && request.tracks.is_empty() && request.participants.is_empty() {
+        *slot = None;
+        return Err(Status::invalid_argument("a part but the last is empty"));
+    }
+    let g = slot.get_or_insert_with(|| Gathered {
+        list_id: request.list_id,
+        ..Gathered::default()
+    });
+    g.tracks.extend(request.tracks);
+    g.participants.extend(request.participants);
+    g.next = g.next.saturating_add(1);
+    if g.tracks.len() > MAX_LINK_TRACKS || g.participants.len() > MAX_LINK_PARTICIPANTS {
+        *slot = None;
+        return Err(Status::invalid_argument(format!(
+            "a list in parts has more than {MAX_LINK_TRACKS} tracks or \
+             {MAX_LINK_PARTICIPANTS} participants"
+        )));
+    }
+    if request.more {
+        return Ok(None);
+    }
+    Ok(slot.take().map(|g| (g.tracks, g.participants)))
 }
 
 impl Sent {
@@ -349,9 +480,26 @@ impl ControlState {
         room: &str,
         request: v1::LinkTracksRequest,
     ) -> Result<(usize, Vec<(usize, PeerId)>), Status> {
-        let node = request.node_id;
-        let listed = check_link_tracks(request.tracks)?;
-        let people = check_link_participants(request.participants)?;
+        let node = request.node_id.clone();
+        // A list in parts is taken when its last part comes.
+        let gathered = match self
+            .links()
+            .0
+            .get_mut(&(room.to_owned(), node.clone()))
+            .filter(|l| l.placed)
+        {
+            Some(link) => gather(&mut link.gathered, request)?,
+            None => {
+                return Err(Status::failed_precondition(format!(
+                    "no link of room {room:?} to node {node:?} here (yet)"
+                )));
+            }
+        };
+        let Some((tracks, participants)) = gathered else {
+            return Ok((0, Vec::new()));
+        };
+        let listed = check_link_tracks(tracks)?;
+        let people = check_link_participants(participants)?;
         let outcome = {
             let rooms = self.rooms();
             let mut members = self.members();
@@ -948,6 +1096,122 @@ mod tests {
         let d = diff_participants(&after, &after);
         assert!(d.joined.is_empty() && d.rejoined.is_empty());
         assert!(d.updated.is_empty() && d.left.is_empty());
+    }
+
+    /// Lists of 300 tracks and 40 participants with 8 KiB of metadata each.
+    fn large_lists() -> Lists {
+        let tracks = (0..300)
+            .map(|i| track(&format!("TR{i}"), "video/VP8", 96, 97, "", 2 * i + 10))
+            .collect();
+        let participants = (0..40)
+            .map(|i| v1::LinkParticipant {
+                metadata: "m".repeat(8192),
+                joined_at_unix_ms: 1_700_000_000_000 + i,
+                ..person(&format!("p{i:02}"), "")
+            })
+            .collect();
+        Lists {
+            tracks,
+            participants,
+        }
+    }
+
+    #[test]
+    fn lists_over_the_message_limit_go_in_parts() {
+        let lists = large_lists();
+        let limit = 72 * 1024;
+        let parts = calls("r", "node-0", &lists, limit, 77).expect("calls");
+        assert!(parts.len() >= 5, "{} calls", parts.len());
+        for (i, c) in parts.iter().enumerate() {
+            assert!(prost::Message::encoded_len(c) <= limit, "call {i}");
+            assert_eq!((c.room.as_str(), c.node_id.as_str()), ("r", "node-0"));
+            assert_eq!(
+                (c.list_id, c.part, c.more),
+                (77, i as u32, i + 1 < parts.len())
+            );
+        }
+        // Taken in order, the parts are the lists, applied with the last.
+        let mut slot = None;
+        let mut got = None;
+        for c in parts.clone() {
+            assert!(got.is_none(), "applied before the last part");
+            got = gather(&mut slot, c).expect("taken");
+        }
+        let (tracks, participants) = got.expect("applied with the last part");
+        assert_eq!(
+            (tracks, participants),
+            (lists.tracks.clone(), lists.participants.clone())
+        );
+        assert!(slot.is_none());
+        // Lists that fit go in one call, which also drops parts gathered before.
+        let small = Lists {
+            tracks: lists.tracks[..2].to_vec(),
+            participants: Vec::new(),
+        };
+        let one = calls("r", "node-0", &small, limit, 78).expect("a call");
+        assert_eq!(one.len(), 1);
+        assert_eq!((one[0].list_id, one[0].part, one[0].more), (0, 0, false));
+        gather(&mut slot, parts[0].clone()).expect("a first part");
+        assert!(slot.is_some());
+        let (tracks, _) = gather(&mut slot, one[0].clone())
+            .expect("taken")
+            .expect("whole");
+        assert_eq!(tracks.len(), 2);
+        assert!(slot.is_none());
+        // One participant alone over the limit: nothing can go.
+        assert!(calls("r", "node-0", &lists, 8 * 1024, 79).is_none());
+    }
+
+    #[test]
+    fn parts_out_of_order_or_past_the_bounds_are_refused() {
+        let parts = calls("r", "node-0", &large_lists(), 72 * 1024, 5).expect("calls");
+        let mut slot = None;
+        // A part whose first never came.
+        let e = gather(&mut slot, parts[1].clone()).expect_err("refused");
+        assert_eq!(e.code(), Code::FailedPrecondition);
+        // A part of another list drops what was gathered.
+        gather(&mut slot, parts[0].clone()).expect("a first part");
+        let other = v1::LinkTracksRequest {
+            list_id: 6,
+            ..parts[1].clone()
+        };
+        assert!(gather(&mut slot, other).is_err());
+        assert!(slot.is_none());
+        // A part repeated is out of order.
+        gather(&mut slot, parts[0].clone()).expect("a first part");
+        assert!(
+            gather(&mut slot, parts[0].clone()).is_ok(),
+            "a first part again starts anew"
+        );
+        assert!(gather(&mut slot, parts[2].clone()).is_err());
+        // An empty part but the last.
+        let empty = v1::LinkTracksRequest {
+            tracks: Vec::new(),
+            participants: Vec::new(),
+            ..parts[0].clone()
+        };
+        assert_eq!(
+            gather(&mut slot, empty).expect_err("refused").code(),
+            Code::InvalidArgument
+        );
+        // More participants than a list may have, a part at a time.
+        let mut slot = None;
+        let mut last = Ok(None);
+        for part in 0..=(MAX_LINK_PARTICIPANTS as u32) {
+            let c = v1::LinkTracksRequest {
+                list_id: 9,
+                part,
+                more: true,
+                participants: vec![person(&format!("p{part:05}"), "")],
+                ..v1::LinkTracksRequest::default()
+            };
+            last = gather(&mut slot, c);
+            if last.is_err() {
+                break;
+            }
+        }
+        assert_eq!(last.expect_err("refused").code(), Code::InvalidArgument);
+        assert!(slot.is_none());
     }
 
     #[test]

@@ -290,6 +290,22 @@ fn gather(
         *slot = None;
         return Err(Status::invalid_argument("a part but the last is empty"));
     }
+    // Each item checked as it comes, so that what is gathered is bounded in bytes
+    // as a list is (the lists are checked whole again with the last part).
+    let checked = request
+        .tracks
+        .iter()
+        .try_for_each(|t| check_link_track(t).map(drop))
+        .and_then(|()| {
+            request
+                .participants
+                .iter()
+                .try_for_each(check_link_participant)
+        });
+    if let Err(e) = checked {
+        *slot = None;
+        return Err(e);
+    }
     let g = slot.get_or_insert_with(|| Gathered {
         list_id: request.list_id,
         ..Gathered::default()
@@ -904,26 +920,36 @@ fn check_link_participants(
             people.len()
         )));
     }
-    let refuse = |p: &v1::LinkParticipant, what: String| {
-        Status::invalid_argument(format!("link participant {:?}: {what}", p.identity))
-    };
-    for p in &mut people {
-        // Kept as they were given: the other node checked and normalised them.
-        let identity =
-            validate_name(&p.identity, NameKind::Identity).map_err(|e| refuse(p, e.to_string()))?;
-        if identity != p.identity.as_str() {
-            return Err(refuse(p, "the identity is not in NFC".to_owned()));
-        }
-        if !p.name.is_empty() {
-            validate_name(&p.name, NameKind::DisplayName).map_err(|e| refuse(p, e.to_string()))?;
-        }
-        validate_metadata(&p.metadata).map_err(|e| refuse(p, e.to_string()))?;
+    for p in &people {
+        check_link_participant(p)?;
     }
     people.sort_by(|a, b| a.identity.cmp(&b.identity));
     if let Some(w) = people.windows(2).find(|w| w[0].identity == w[1].identity) {
-        return Err(refuse(&w[0], "listed twice".to_owned()));
+        return Err(refuse_participant(&w[0], "listed twice".to_owned()));
     }
     Ok(people)
+}
+
+fn refuse_participant(p: &v1::LinkParticipant, what: String) -> Status {
+    Status::invalid_argument(format!("link participant {:?}: {what}", p.identity))
+}
+
+/// Checks one listed participant as a joiner's identity, name and metadata.
+fn check_link_participant(p: &v1::LinkParticipant) -> Result<(), Status> {
+    // Kept as they were given: the other node checked and normalised them.
+    let identity = validate_name(&p.identity, NameKind::Identity)
+        .map_err(|e| refuse_participant(p, e.to_string()))?;
+    if identity != p.identity.as_str() {
+        return Err(refuse_participant(
+            p,
+            "the identity is not in NFC".to_owned(),
+        ));
+    }
+    if !p.name.is_empty() {
+        validate_name(&p.name, NameKind::DisplayName)
+            .map_err(|e| refuse_participant(p, e.to_string()))?;
+    }
+    validate_metadata(&p.metadata).map_err(|e| refuse_participant(p, e.to_string()))
 }
 
 /// The codec `l` names, read as a publisher's SDP section would be
@@ -1194,6 +1220,17 @@ mod tests {
             gather(&mut slot, empty).expect_err("refused").code(),
             Code::InvalidArgument
         );
+        // A participant a list may not have, in a part but the last: refused as
+        // it comes, so nothing larger than a list is ever held.
+        gather(&mut slot, parts[0].clone()).expect("a first part");
+        let mut bad = parts[1].clone();
+        bad.participants = vec![v1::LinkParticipant {
+            metadata: "m".repeat(64 * 1024),
+            ..person("big", "")
+        }];
+        let e = gather(&mut slot, bad).expect_err("refused");
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(slot.is_none());
         // More participants than a list may have, a part at a time.
         let mut slot = None;
         let mut last = Ok(None);

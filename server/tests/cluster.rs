@@ -1137,6 +1137,41 @@ fn cluster_identity_moves_between_nodes() {
     assert_eq!(left, 1, "node-0 replaced the first sam once");
 }
 
+/// A node that starts spanning a room opens it as its owner holds it: a joiner
+/// through that node is told the owner's settings and metadata.
+#[test]
+fn cluster_spanned_room_has_the_owners_settings() {
+    let (_etcd, nodes) = three_regions("/spanned-settings");
+    let rt = runtime();
+    let room = "settled";
+    let joined = rt.block_on(async {
+        wait_formed(&nodes).await;
+        let created = nodes[0]
+            .rooms()
+            .await
+            .create_room(CreateRoomRequest {
+                name: room.to_owned(),
+                region: "eu".to_owned(),
+                max_participants: 7,
+                empty_timeout_secs: 120,
+                metadata: "from the owner".to_owned(),
+            })
+            .await
+            .expect("created")
+            .into_inner();
+        assert_eq!(created.node_id, "node-0", "placed in eu");
+        join_response(nodes[2].process.http, room, "ann").await
+    });
+    let r = &joined["join"]["room"];
+    assert_eq!(r["metadata"], "from the owner", "{joined:#}");
+    assert_eq!(r["maxParticipants"], 7, "{joined:#}");
+    assert_eq!(r["emptyTimeoutSecs"], 120, "{joined:#}");
+    assert_eq!(r["nodeId"], "node-2", "served where it landed: {joined:#}");
+    let log = nodes[2].process.log_so_far();
+    assert_eq!(events(&log, "room_spanned", room), 1, "{log}");
+    assert_eq!(events(&log, "spanned_room_unknown", room), 0, "{log}");
+}
+
 /// Participants with the most metadata, more than one LinkTracks call may carry
 /// under the default gRPC message limit (128 KiB): the lists cross in parts, and a
 /// client of another node sees every one of them, metadata and all.

@@ -16,6 +16,7 @@ use shoal_components::peer::PeerId;
 use shoal_components::time::Time;
 use shoal_proto::v1;
 use shoal_proto::v1::DisconnectReason;
+use shoal_proto::v1::node_service_client::NodeServiceClient;
 use shoal_proto::v1::node_service_server::NodeService;
 use shoal_proto::v1::room_service_client::RoomServiceClient;
 use shoal_proto::v1::room_service_server::RoomService;
@@ -237,7 +238,66 @@ impl ControlState {
             return Ok(false);
         }
         cluster.span(&room).await?;
+        self.open_spanned(cluster, &room, owner).await;
         Ok(true)
+    }
+
+    /// Opens `room` (normalised), which this node now spans, as its owner holds it
+    /// (settings and metadata), unless it is open here already; with this node's
+    /// defaults when the owner has not opened it or does not answer. A join opens
+    /// it otherwise.
+    async fn open_spanned(&self, cluster: &Arc<Cluster>, room: &str, owner: &NodeRecord) {
+        if self.rooms().get(room).is_ok() {
+            return;
+        }
+        let held = async {
+            let mut request = Request::new(v1::GetSpannedRoomRequest {
+                room: room.to_owned(),
+                node_id: cluster.node_id().to_owned(),
+            });
+            cluster::cascade::authorize(self, cluster, room, &mut request)?;
+            request.set_timeout(REQUEST_FORWARD_TIMEOUT);
+            let mut client = NodeServiceClient::new(cluster.channel(owner)?);
+            tokio::time::timeout(REQUEST_FORWARD_TIMEOUT, client.get_spanned_room(request))
+                .await
+                .map_err(|_| Status::unavailable("the owner did not answer in time"))?
+        }
+        .await;
+        let held = match held {
+            Ok(r) => r.into_inner(),
+            Err(e) => {
+                if e.code() != tonic::Code::NotFound {
+                    tracing::warn!(
+                        event = "spanned_room_unknown",
+                        room,
+                        owner = owner.id.as_str(),
+                        error = e.message(),
+                        "could not ask the owner how it holds the room; opened as a new one"
+                    );
+                }
+                return;
+            }
+        };
+        let spec = RoomSpec {
+            name: room.to_owned(),
+            max_participants: held.max_participants,
+            empty_timeout: Duration::from_secs(held.empty_timeout_secs.into()),
+            metadata: held.metadata,
+        };
+        let now = self.clock.now();
+        let mut rooms = self.rooms();
+        if rooms.get(room).is_err()
+            && self.may_open(room).is_ok()
+            && let Err(e) = rooms.create(spec, now)
+        {
+            tracing::warn!(
+                event = "spanned_room_unknown",
+                room,
+                owner = owner.id.as_str(),
+                error = %e,
+                "the owner's settings of the room do not fit this node; opened as a new one"
+            );
+        }
     }
 
     /// Closes `rooms` here, disconnecting their participants with NODE_FENCED: the
@@ -1156,6 +1216,20 @@ impl NodeService for ControlApi {
         }
         let answer = cluster::cascade::accept(state, &cluster, &room, request.into_inner()).await?;
         Ok(Response::new(answer))
+    }
+
+    async fn get_spanned_room(
+        &self,
+        request: Request<v1::GetSpannedRoomRequest>,
+    ) -> Result<Response<v1::Room>, Status> {
+        let (room, _) = self.link_call(
+            &request,
+            &request.get_ref().room,
+            &request.get_ref().node_id,
+        )?;
+        let rooms = self.state.rooms();
+        let room = rooms.get(&room)?;
+        Ok(Response::new(self.state.room_message(room)))
     }
 
     async fn link_tracks(

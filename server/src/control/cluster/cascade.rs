@@ -510,7 +510,7 @@ async fn dial_admitted(
 
 /// Puts on `request`, a call of this node's about `room`'s link, the token it signs
 /// for such calls (none when the node runs without keys: open mode).
-pub(super) fn authorize<T>(
+pub(crate) fn authorize<T>(
     state: &ControlState,
     cluster: &Cluster,
     room: &str,

@@ -21,6 +21,8 @@ use shoal_components::time::Time;
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 
+use super::cluster::cascade::LINK_IDENTITY;
+
 /// Bytes a room name, participant identity or channel label holds at most.
 pub const MAX_NAME_BYTES: usize = 128;
 /// Bytes of opaque metadata a room or participant carries at most.
@@ -84,6 +86,14 @@ impl Room {
     /// Participants in the room now.
     pub fn participant_count(&self) -> usize {
         self.participants.len()
+    }
+
+    /// The participants that are links to other nodes of a cluster.
+    fn link_count(&self) -> usize {
+        self.participants
+            .range::<str, _>((Bound::Included(LINK_IDENTITY), Bound::Unbounded))
+            .take_while(|(identity, _)| identity.starts_with(LINK_IDENTITY))
+            .count()
     }
 
     /// The participants in byte order of their identities.
@@ -435,7 +445,11 @@ impl RoomDirectory {
                 identity,
             });
         }
-        if r.participants.len() >= r.max_participants as usize {
+        // A cascaded room's links (one per other node hosting it) are not among
+        // the participants the room admits: each node admits up to the limit of
+        // its own.
+        let link = identity.starts_with(LINK_IDENTITY);
+        if !link && r.participant_count() - r.link_count() >= r.max_participants as usize {
             return Err(RoomError::RoomFull {
                 room: room.into_owned(),
                 max: r.max_participants,

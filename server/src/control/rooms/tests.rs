@@ -344,6 +344,22 @@ fn participants_join_list_and_leave() {
             max: 3
         })
     );
+    // Links to other nodes are not counted: a full room still takes them, and
+    // one gone frees no place for a participant.
+    d.join("r", member("cascade:node-1", 5), secs(3)).unwrap();
+    d.join("r", member("cascade:node-2", 6), secs(3)).unwrap();
+    assert!(matches!(
+        d.join("r", member("dave", 4), secs(3)),
+        Err(RoomError::RoomFull { .. })
+    ));
+    d.remove_participant("r", "cascade:node-1", secs(3))
+        .unwrap();
+    assert!(matches!(
+        d.join("r", member("dave", 4), secs(3)),
+        Err(RoomError::RoomFull { .. })
+    ));
+    d.remove_participant("r", "cascade:node-2", secs(3))
+        .unwrap();
     assert_eq!(
         d.join("nowhere", member("dave", 4), secs(3)).map(|_| ()),
         Err(RoomError::RoomNotFound("nowhere".into()))

@@ -4,27 +4,12 @@
 //! 3264 §6) instead of accepting media the shard could only drop. The same session
 //! connected with a profile publishes them.
 
-use std::num::NonZeroUsize;
-use std::sync::Arc;
-use std::time::Duration;
-
 use shoal_components::peer::PeerId;
 use shoal_components::sdp::{Attribute, MediaKind, SessionDescription};
 use shoal_components::tick::ShardEvent;
 
-use super::auth::Permissions;
-use super::grpc::ControlState;
-use super::participants::Admission;
-use super::rooms::{RoomDirectory, RoomLimits, RoomSpec};
-use crate::config::Config;
-use crate::driver::Server;
+use super::one_shard_tests::{OneShard, admission, one_shard};
 use crate::endpoint::{OfferShape, media_offer, os_rng};
-
-const LIMITS: RoomLimits = RoomLimits {
-    max_rooms: 10,
-    max_participants_per_room: 10,
-    default_empty_timeout: Duration::from_secs(300),
-};
 
 /// A data-only first offer, and the same offer with a publisher's audio and video
 /// sections added after its data section (new mids), as a renegotiation.
@@ -58,51 +43,14 @@ fn offers() -> (SessionDescription, SessionDescription) {
 /// The kind and port of each section of shoal's answer to the renegotiation of a
 /// participant whose DTLS connected with `srtp_profile`.
 fn renegotiated_ports(srtp_profile: Option<u16>) -> Vec<(MediaKind, u16)> {
-    let config = Config {
-        shards: NonZeroUsize::new(1).expect("non-zero"),
-        udp_port_base: 0,
-        ..Config::default()
-    };
-    let mut server = Server::start(&config).expect("a shard");
-    let shards = server.control_handles();
-    let state = Arc::new(
-        ControlState::new(RoomDirectory::new(LIMITS), shards.senders, 100).with_transport(
-            shards.candidates,
-            shards.tcp_candidates,
-            shards.fingerprint_sha256,
-        ),
-    );
-    let now = state.clock().now();
-    state
-        .rooms()
-        .create(
-            RoomSpec {
-                name: "r".into(),
-                ..RoomSpec::default()
-            },
-            now,
-        )
-        .expect("room");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let OneShard {
+        _server,
+        state,
+        runtime,
+    } = one_shard();
     let (first, again) = offers();
     let answer = runtime.block_on(async {
-        let admitted = state
-            .admit(Admission {
-                room: "r".into(),
-                identity: "dc".into(),
-                name: String::new(),
-                metadata: String::new(),
-                http_session: None,
-                signal: None,
-                permissions: Permissions::ALL,
-                from: None,
-                auto_subscribe: true,
-            })
-            .await
-            .expect("admitted");
+        let admitted = state.admit(admission("dc", None)).await.expect("admitted");
         state
             .negotiate(&admitted, &first)
             .await

@@ -38,6 +38,8 @@ pub mod media_backlog;
 #[cfg(test)]
 mod media_without_keys_tests;
 pub mod metrics;
+#[cfg(test)]
+mod one_shard_tests;
 pub mod origin;
 pub mod outbox;
 #[cfg(test)]

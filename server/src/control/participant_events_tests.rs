@@ -5,8 +5,6 @@
 //! placed, then its DTLS connects, and a listener in the room hears UPDATED with the
 //! tracks it heard published.
 
-use std::num::NonZeroUsize;
-use std::sync::Arc;
 use std::time::Duration;
 
 use shoal_components::peer::PeerId;
@@ -15,34 +13,10 @@ use shoal_components::tick::ShardEvent;
 use shoal_proto::v1::{self, participant_event, signal_response, track_event};
 use tokio::sync::oneshot;
 
-use super::auth::Permissions;
-use super::grpc::ControlState;
+use super::one_shard_tests::{OneShard, admission, one_shard};
 use super::outbox::{Next, Outbox};
-use super::participants::{Admission, SignalLink};
-use super::rooms::{RoomDirectory, RoomLimits, RoomSpec};
-use crate::config::Config;
-use crate::driver::Server;
+use super::participants::SignalLink;
 use crate::endpoint::{OfferShape, media_offer, os_rng};
-
-const LIMITS: RoomLimits = RoomLimits {
-    max_rooms: 10,
-    max_participants_per_room: 10,
-    default_empty_timeout: Duration::from_secs(300),
-};
-
-fn admission(identity: &str, signal: Option<SignalLink>) -> Admission {
-    Admission {
-        room: "r".into(),
-        identity: identity.into(),
-        name: String::new(),
-        metadata: String::new(),
-        http_session: None,
-        signal,
-        permissions: Permissions::ALL,
-        from: None,
-        auto_subscribe: true,
-    }
-}
 
 /// Everything queued on `out` so far.
 async fn queued(out: &Outbox) -> Vec<signal_response::Message> {
@@ -57,35 +31,11 @@ async fn queued(out: &Outbox) -> Vec<signal_response::Message> {
 
 #[test]
 fn an_updated_participant_carries_its_tracks() {
-    let config = Config {
-        shards: NonZeroUsize::new(1).expect("non-zero"),
-        udp_port_base: 0,
-        ..Config::default()
-    };
-    let mut server = Server::start(&config).expect("a shard");
-    let shards = server.control_handles();
-    let state = Arc::new(
-        ControlState::new(RoomDirectory::new(LIMITS), shards.senders, 100).with_transport(
-            shards.candidates,
-            shards.tcp_candidates,
-            shards.fingerprint_sha256,
-        ),
-    );
-    let now = state.clock().now();
-    state
-        .rooms()
-        .create(
-            RoomSpec {
-                name: "r".into(),
-                ..RoomSpec::default()
-            },
-            now,
-        )
-        .expect("room");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let OneShard {
+        _server,
+        state,
+        runtime,
+    } = one_shard();
     let mut rng = os_rng().expect("a random generator");
     let offer = media_offer(PeerId(1), [0x5a; 32], OfferShape::PUBLISH, &mut rng);
     let offer = SessionDescription::parse(offer.sdp()).expect("parses");

@@ -218,10 +218,20 @@ fn calls(
     });
     // An item's bytes in a repeated field: its tag, length and body.
     let framed = |len: usize| 1 + prost::encoding::encoded_len_varint(len as u64) + len;
+    // The tracks, then the participants, each in the part being filled while it
+    // fits there.
+    let tracks = lists
+        .tracks
+        .iter()
+        .map(|t| (prost::Message::encoded_len(t), Some(t), None));
+    let people = lists
+        .participants
+        .iter()
+        .map(|p| (prost::Message::encoded_len(p), None, Some(p)));
     let mut parts = vec![empty.clone()];
     let mut bytes = base;
-    for t in &lists.tracks {
-        let len = framed(prost::Message::encoded_len(t));
+    for (body, track, person) in tracks.chain(people) {
+        let len = framed(body);
         if base + len > limit {
             return None;
         }
@@ -230,19 +240,9 @@ fn calls(
             bytes = base;
         }
         bytes += len;
-        parts.last_mut()?.tracks.push(t.clone());
-    }
-    for p in &lists.participants {
-        let len = framed(prost::Message::encoded_len(p));
-        if base + len > limit {
-            return None;
-        }
-        if bytes + len > limit {
-            parts.push(empty.clone());
-            bytes = base;
-        }
-        bytes += len;
-        parts.last_mut()?.participants.push(p.clone());
+        let part = parts.last_mut()?;
+        part.tracks.extend(track.cloned());
+        part.participants.extend(person.cloned());
     }
     let count = parts.len();
     for (i, part) in parts.iter_mut().enumerate() {

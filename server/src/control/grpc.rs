@@ -16,7 +16,6 @@ use shoal_components::peer::PeerId;
 use shoal_components::time::Time;
 use shoal_proto::v1;
 use shoal_proto::v1::DisconnectReason;
-use shoal_proto::v1::node_service_client::NodeServiceClient;
 use shoal_proto::v1::node_service_server::NodeService;
 use shoal_proto::v1::room_service_client::RoomServiceClient;
 use shoal_proto::v1::room_service_server::RoomService;
@@ -250,21 +249,22 @@ impl ControlState {
         if self.rooms().get(room).is_ok() {
             return;
         }
-        let held = async {
-            let mut request = Request::new(v1::GetSpannedRoomRequest {
-                room: room.to_owned(),
-                node_id: cluster.node_id().to_owned(),
-            });
-            cluster::cascade::authorize(self, cluster, room, &mut request)?;
-            request.set_timeout(REQUEST_FORWARD_TIMEOUT);
-            let mut client = NodeServiceClient::new(cluster.channel(owner)?);
-            tokio::time::timeout(REQUEST_FORWARD_TIMEOUT, client.get_spanned_room(request))
-                .await
-                .map_err(|_| Status::unavailable("the owner did not answer in time"))?
-        }
+        let body = v1::GetSpannedRoomRequest {
+            room: room.to_owned(),
+            node_id: cluster.node_id().to_owned(),
+        };
+        let held = cluster::cascade::call_node(
+            self,
+            cluster,
+            room,
+            owner,
+            body,
+            REQUEST_FORWARD_TIMEOUT,
+            |mut c, r| async move { c.get_spanned_room(r).await },
+        )
         .await;
         let held = match held {
-            Ok(r) => r.into_inner(),
+            Ok(held) => held,
             Err(e) => {
                 if e.code() != tonic::Code::NotFound {
                     tracing::warn!(
@@ -1242,9 +1242,12 @@ impl NodeService for ControlApi {
             &request.get_ref().node_id,
         )?;
         let (tracks, replaced) = self.state.take_link_tracks(&room, request.into_inner())?;
-        if !replaced.is_empty() {
-            // Failures are logged; signalling has let the participants go.
-            let _ = self.state.disconnect(replaced).await;
+        // A later join of the identity on the other node replaces the participant
+        // here, as one on this node would (its clients then hear of the other).
+        for peer in replaced {
+            self.state
+                .leave(peer, DisconnectReason::DuplicateIdentity)
+                .await;
         }
         Ok(Response::new(v1::LinkTracksResponse {
             tracks: u32::try_from(tracks).unwrap_or(u32::MAX),

@@ -451,20 +451,23 @@ async fn dial_admitted(
 ) -> Result<(), Status> {
     let ufrag = state.random_ice_chars(UFRAG_CHARS)?;
     let pwd = state.random_ice_chars(PWD_CHARS)?;
-    let mut request = Request::new(v1::OpenLinkRequest {
+    let body = v1::OpenLinkRequest {
         room: room.to_owned(),
         node_id: cluster.node_id().to_owned(),
         ice_ufrag: ufrag.clone(),
         ice_pwd: pwd.clone(),
         fingerprint_sha256: state.fingerprint_sha256().to_vec(),
-    });
-    authorize(state, cluster, room, &mut request)?;
-    request.set_timeout(OPEN_LINK_TIMEOUT);
-    let mut client = NodeServiceClient::new(cluster.channel(node)?);
-    let answer = tokio::time::timeout(OPEN_LINK_TIMEOUT, client.open_link(request))
-        .await
-        .map_err(|_| Status::unavailable(format!("node {} did not answer in time", node.id)))??
-        .into_inner();
+    };
+    let answer = call_node(
+        state,
+        cluster,
+        room,
+        node,
+        body,
+        OPEN_LINK_TIMEOUT,
+        |mut c, r| async move { c.open_link(r).await },
+    )
+    .await?;
     let fingerprint: [u8; 32] = answer
         .fingerprint_sha256
         .as_slice()
@@ -510,6 +513,31 @@ async fn dial_admitted(
 
 /// Puts on `request`, a call of this node's about `room`'s link, the token it signs
 /// for such calls (none when the node runs without keys: open mode).
+/// One node-to-node call about `room` to `node`: `body` under this node's token for
+/// the room ([`authorize`]), bounded by `timeout` (UNAVAILABLE past it).
+pub(crate) async fn call_node<Req, Resp, F, Fut>(
+    state: &ControlState,
+    cluster: &Cluster,
+    room: &str,
+    node: &NodeRecord,
+    body: Req,
+    timeout: Duration,
+    call: F,
+) -> Result<Resp, Status>
+where
+    F: FnOnce(NodeServiceClient<tonic::transport::Channel>, Request<Req>) -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<Resp>, Status>>,
+{
+    let mut request = Request::new(body);
+    authorize(state, cluster, room, &mut request)?;
+    request.set_timeout(timeout);
+    let client = NodeServiceClient::new(cluster.channel(node)?);
+    tokio::time::timeout(timeout, call(client, request))
+        .await
+        .map_err(|_| Status::unavailable(format!("node {} did not answer in time", node.id)))?
+        .map(tonic::Response::into_inner)
+}
+
 pub(crate) fn authorize<T>(
     state: &ControlState,
     cluster: &Cluster,

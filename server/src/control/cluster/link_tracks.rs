@@ -40,10 +40,9 @@ use shoal_components::media::{
 };
 use shoal_components::peer::PeerId;
 use shoal_components::sdp::{self, Codec, MediaKind, SessionDescription, TrackSource};
-use shoal_proto::v1::node_service_client::NodeServiceClient;
-use shoal_proto::v1::{self, DisconnectReason, participant_event, signal_response, track_event};
+use shoal_proto::v1::{self, participant_event, signal_response, track_event};
 use shoal_systems::Command;
-use tonic::{Code, Request, Status};
+use tonic::{Code, Status};
 
 use super::{Cluster, NodeRecord};
 use crate::control::grpc::ControlState;
@@ -138,17 +137,15 @@ pub async fn send(state: &Arc<ControlState>, cluster: &Cluster, room: &str, node
     };
     let mut outcome = Err(Status::internal("no call"));
     for body in calls {
-        outcome = async {
-            let mut request = Request::new(body);
-            super::cascade::authorize(state, cluster, room, &mut request)?;
-            request.set_timeout(LINK_TRACKS_TIMEOUT);
-            let mut client = NodeServiceClient::new(cluster.channel(node)?);
-            tokio::time::timeout(LINK_TRACKS_TIMEOUT, client.link_tracks(request))
-                .await
-                .map_err(|_| {
-                    Status::unavailable(format!("node {} did not answer in time", node.id))
-                })?
-        }
+        outcome = super::cascade::call_node(
+            state,
+            cluster,
+            room,
+            node,
+            body,
+            LINK_TRACKS_TIMEOUT,
+            |mut c, r| async move { c.link_tracks(r).await },
+        )
         .await;
         if outcome.is_err() {
             // The next tick sends the lists again, from their first part.
@@ -158,7 +155,7 @@ pub async fn send(state: &Arc<ControlState>, cluster: &Cluster, room: &str, node
     match outcome {
         // All of it published there (a call publishes a bounded number of new
         // tracks; the rest go with the next).
-        Ok(r) if r.get_ref().tracks as usize == lists.tracks.len() => {
+        Ok(r) if r.tracks as usize == lists.tracks.len() => {
             if let Some(link) = state.links().0.get_mut(&(room.to_owned(), node.id.clone()))
                 && link.sent.lists() == lists
             {
@@ -193,15 +190,28 @@ fn calls(
     limit: usize,
     list_id: u64,
 ) -> Option<Vec<v1::LinkTracksRequest>> {
-    let whole = v1::LinkTracksRequest {
+    // An item's bytes in a repeated field: its tag, length and body.
+    let framed = |len: usize| 1 + prost::encoding::encoded_len_varint(len as u64) + len;
+    let tracks = lists
+        .tracks
+        .iter()
+        .map(|t| framed(prost::Message::encoded_len(t)));
+    let people = lists
+        .participants
+        .iter()
+        .map(|p| framed(prost::Message::encoded_len(p)));
+    let sizes: Vec<usize> = tracks.chain(people).collect();
+    let head = v1::LinkTracksRequest {
         room: room.to_owned(),
         node_id: from.to_owned(),
-        tracks: lists.tracks.clone(),
-        participants: lists.participants.clone(),
         ..v1::LinkTracksRequest::default()
     };
-    if prost::Message::encoded_len(&whole) <= limit {
-        return Some(vec![whole]);
+    if prost::Message::encoded_len(&head) + sizes.iter().sum::<usize>() <= limit {
+        return Some(vec![v1::LinkTracksRequest {
+            tracks: lists.tracks.clone(),
+            participants: lists.participants.clone(),
+            ..head
+        }]);
     }
     let empty = v1::LinkTracksRequest {
         room: room.to_owned(),
@@ -216,22 +226,13 @@ fn calls(
         part: u32::MAX,
         ..empty.clone()
     });
-    // An item's bytes in a repeated field: its tag, length and body.
-    let framed = |len: usize| 1 + prost::encoding::encoded_len_varint(len as u64) + len;
     // The tracks, then the participants, each in the part being filled while it
     // fits there.
-    let tracks = lists
-        .tracks
-        .iter()
-        .map(|t| (prost::Message::encoded_len(t), Some(t), None));
-    let people = lists
-        .participants
-        .iter()
-        .map(|p| (prost::Message::encoded_len(p), None, Some(p)));
+    let tracks = lists.tracks.iter().map(|t| (Some(t), None));
+    let people = lists.participants.iter().map(|p| (None, Some(p)));
     let mut parts = vec![empty.clone()];
     let mut bytes = base;
-    for (body, track, person) in tracks.chain(people) {
-        let len = framed(body);
+    for ((track, person), len) in tracks.chain(people).zip(sizes) {
         if base + len > limit {
             return None;
         }
@@ -488,14 +489,14 @@ impl ControlState {
 
     /// The answering side of LinkTracks: `request` (authorised already) from node
     /// `request.node_id` for `room` (normalised). The number of tracks the link
-    /// publishes here now, and where the participants are that a later join of
-    /// their identity on the other node replaced (taken out of signalling here;
-    /// their peers are for the caller to take off their shards).
+    /// publishes here now, and the participants here that a later join of their
+    /// identity on the other node replaces (for the caller to let leave with
+    /// DUPLICATE_IDENTITY).
     pub(crate) fn take_link_tracks(
         &self,
         room: &str,
         request: v1::LinkTracksRequest,
-    ) -> Result<(usize, Vec<(usize, PeerId)>), Status> {
+    ) -> Result<(usize, Vec<PeerId>), Status> {
         let node = request.node_id.clone();
         // A list in parts is taken when its last part comes.
         let gathered = match self
@@ -710,13 +711,7 @@ impl ControlState {
         if tracks_changed {
             self.offer_to_room(room, None);
         }
-        // A later join of the identity on the other node replaces the participant
-        // here, as one on this node would (its clients then hear of the other).
-        let placed = replaced
-            .into_iter()
-            .filter_map(|peer| self.forget(peer, DisconnectReason::DuplicateIdentity))
-            .collect();
-        Ok((count, placed))
+        Ok((count, replaced))
     }
 
     /// A JOINED for the participant of another node that `room`'s clients are to

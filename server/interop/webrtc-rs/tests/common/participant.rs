@@ -121,7 +121,7 @@ impl PeerConnectionEventHandler for Handler {
 /// 3. messages `0..count` (see [`payload`]) on both channels, pausing while more than
 ///    512 KiB are unacknowledged on `ordered`;
 /// 4. once `count` data messages have arrived on `ordered`, `done:<me>`; then wait for
-///    the peer's `done:`;
+///    the peer's `done:`, and until shoal has acknowledged all we sent on `ordered`;
 /// 5. WHIP `DELETE` and close.
 ///
 /// Every received message is checked as the Python client checks it, into the
@@ -285,6 +285,24 @@ async fn exchange(
     if !shared.peer_done.wait(PHASE_TIMEOUT).await {
         let what = timed_out("waiting for the peer's done");
         shared.error(what);
+        return Ok(());
+    }
+    // Leave only once shoal has acknowledged everything sent on `ordered`, our `done`
+    // too: what shoal acknowledged it has relayed, so leaving loses nothing. Without
+    // this the `done` can still be queued here when the DELETE removes us.
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    while ordered
+        .outstanding_bytes()
+        .await
+        .map_err(|e| send_failed(ORDERED, e.into()))?
+        > 0
+    {
+        if Instant::now() >= deadline {
+            let what = timed_out("waiting for shoal to acknowledge what we sent");
+            shared.error(what);
+            return Ok(());
+        }
+        tokio::time::sleep(BUFFERED_RECHECK).await;
     }
     Ok(())
 }

@@ -669,6 +669,19 @@ pub struct Config {
     #[arg(long, env = "SHOAL_REGION", value_name = "REGION")]
     pub region: Option<crate::control::cluster::Label>,
 
+    /// In a cluster, the participants of one room this node serves before the room's
+    /// further signalling joiners go to other nodes, the room then spanning them
+    /// (cascaded; links to other nodes are not counted; docs/cluster.md). 0: no
+    /// share, every joiner of a room goes to its owner (unless regions differ).
+    #[arg(
+        long,
+        env = "SHOAL_ROOM_SHARE",
+        value_name = "PARTICIPANTS",
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u32).range(0..=100_000)
+    )]
+    pub room_share: u32,
+
     /// Seconds the node's membership lease lives without a keep-alive (3-300). A
     /// node that cannot reach etcd closes its rooms a second before this could run
     /// out, and a dead node's rooms are free again after it.
@@ -770,6 +783,7 @@ impl Default for Config {
             cluster_prefix: crate::control::cluster::DEFAULT_PREFIX.to_owned(),
             node_id: None,
             region: None,
+            room_share: 0,
             cluster_lease_ttl: crate::control::cluster::DEFAULT_LEASE_TTL_SECS,
             advertise_host: None,
             log_level: None,

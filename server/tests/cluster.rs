@@ -450,28 +450,7 @@ fn cluster_cascaded_room_messages() {
     let via: Vec<&ClusterNode> = nodes.iter().collect();
     let exchange = Exchange::start_gated(room, &["ann", "bob", "cid"], &via, go.clone());
     // Every node holds the room, and links to both others.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for node in &nodes {
-        let others: BTreeSet<String> = nodes
-            .iter()
-            .filter(|n| n.id != node.id)
-            .map(|n| n.id.clone())
-            .collect();
-        loop {
-            let up = links_up(&node.process.log_so_far(), room);
-            if up == others {
-                break;
-            }
-            if Instant::now() >= deadline {
-                let logs: Vec<String> = nodes.iter().map(|n| n.process.log_so_far()).collect();
-                panic!(
-                    "{}: links up to {up:?}, not {others:?}; logs: {logs:#?}",
-                    node.id
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    wait_fully_linked(&via, room);
     rt.block_on(async {
         for node in &nodes {
             assert_eq!(node.info().await.rooms, 1, "{} holds the room", node.id);
@@ -506,6 +485,99 @@ fn cluster_cascaded_room_messages() {
     }
 }
 
+/// The identities that joined `room` on a node, by its log: its own participants,
+/// links to other nodes left out.
+fn served(log: &str, room: &str) -> BTreeSet<String> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["event"].as_str() == Some("join")
+                && v["fields"]["room"].as_str() == Some(room)
+        })
+        .filter_map(|v| v["fields"]["identity"].as_str().map(str::to_owned))
+        .filter(|identity| !identity.starts_with("cascade:"))
+        .collect()
+}
+
+/// Waits until every node's log says its links of `room` to each other node are up.
+fn wait_fully_linked(nodes: &[&ClusterNode], room: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for node in nodes {
+        let others: BTreeSet<String> = nodes
+            .iter()
+            .filter(|n| n.id != node.id)
+            .map(|n| n.id.clone())
+            .collect();
+        loop {
+            let up = links_up(&node.process.log_so_far(), room);
+            if up == others {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let logs: Vec<String> = nodes.iter().map(|n| n.process.log_so_far()).collect();
+                panic!(
+                    "{}: links up to {up:?}, not {others:?}; logs: {logs:#?}",
+                    node.id
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A room that outgrows a node's share spans other nodes: three nodes of one region
+/// with `--room-share 2`, and five members who all join through the room's owner.
+/// The owner serves two; the others are sent on to nodes that then span the room,
+/// none serving more than two; the three nodes link, and every member's messages
+/// reach every other member once and in order.
+#[test]
+fn cluster_room_share_spreads_a_room() {
+    let etcd = Etcd::start();
+    let nodes: Vec<ClusterNode> = (0..3)
+        .map(|i| {
+            let id = format!("node-{i}");
+            ClusterNode::start(&etcd.url(), "/share", &id, TTL, &["--room-share", "2"])
+        })
+        .collect();
+    let rt = runtime();
+    let room = "crowd";
+    let owner = rt.block_on(async {
+        wait_formed(&nodes).await;
+        create(&nodes[1], room).await.expect("room created")
+    });
+    let at_owner = nodes.iter().find(|n| n.id == owner).expect("the owner");
+    let members = ["ann", "bob", "cid", "dee", "eve"];
+    let go = Arc::new(AtomicBool::new(false));
+    let exchange = Exchange::start_gated(room, &members, &[at_owner; 5], go.clone());
+    let mut total = 0;
+    for node in &nodes {
+        let here = served(&node.process.log_so_far(), room);
+        assert!(
+            !here.is_empty() && here.len() <= 2,
+            "{} serves {here:?}: between one and the share of two",
+            node.id
+        );
+        total += here.len();
+    }
+    assert_eq!(total, members.len(), "each member served once");
+    let first_two: BTreeSet<String> = ["ann", "bob"].map(str::to_owned).into();
+    assert_eq!(served(&at_owner.process.log_so_far(), room), first_two);
+    assert!(
+        events(&at_owner.process.log_so_far(), "room_share_taken", room) >= 3,
+        "the owner sent the last three on"
+    );
+    let all: Vec<&ClusterNode> = nodes.iter().collect();
+    wait_fully_linked(&all, room);
+    go.store(true, Ordering::SeqCst);
+    exchange.wait();
+    exchange.finish();
+    for node in nodes.iter().filter(|n| n.id != owner) {
+        let log = node.process.log_so_far();
+        assert_eq!(events(&log, "room_spanned", room), 1, "{}", node.id);
+    }
+}
+
+/// Audio packets, and video packets, each participant of the cascaded room sends.
 /// Audio packets, and video packets, each participant of the cascaded room sends.
 const CASCADE_PACKETS: u16 = 150;
 

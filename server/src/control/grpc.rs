@@ -215,40 +215,48 @@ impl ControlState {
         }
     }
 
-    /// Whether a joiner of `room`, which `owner` owns, is served here, the room
-    /// spanning this node ([`Cluster::cascades_from`]); if so the span is written
-    /// before this answers.
+    /// Whether a joiner of `room` (normalised), which `owner` owns, is served here,
+    /// the room spanning this node: when the regions differ
+    /// ([`Cluster::cascades_from`]), or when the owner says its share of the room
+    /// is taken ([`cluster::share`]). If so the span is written, and the room opened
+    /// as the owner holds it, before this answers.
     pub async fn cascade_here(&self, room: &str, owner: &NodeRecord) -> Result<bool, Status> {
         let Some(cluster) = &self.cluster else {
             return Ok(false);
         };
-        if !cluster.cascades_from(owner) {
+        let by_region = cluster.cascades_from(owner);
+        if !by_region && cluster.settings().room_share == 0 {
             return Ok(false);
         }
-        let room = validate_name(room, NameKind::Room)?;
-        if !cluster.may_span(&room) {
+        if !cluster.may_span(room) {
             tracing::info!(
                 event = "cascade_declined",
-                room = room.as_ref(),
+                room,
                 owner = owner.id.as_str(),
                 "a node hosting the room is linked to this one for another room: \
                  the joiner goes to the owner"
             );
             return Ok(false);
         }
-        cluster.span(&room).await?;
-        self.open_spanned(cluster, &room, owner).await;
+        let held = self.ask_owner(cluster, room, owner).await;
+        if !by_region && !held.as_ref().is_some_and(|h| h.share_taken) {
+            return Ok(false);
+        }
+        cluster.span(room).await?;
+        if let Some(held) = held.and_then(|h| h.room) {
+            self.open_spanned(room, owner, held);
+        }
         Ok(true)
     }
 
-    /// Opens `room` (normalised), which this node now spans, as its owner holds it
-    /// (settings and metadata), unless it is open here already; with this node's
-    /// defaults when the owner has not opened it or does not answer. A join opens
-    /// it otherwise.
-    async fn open_spanned(&self, cluster: &Arc<Cluster>, room: &str, owner: &NodeRecord) {
-        if self.rooms().get(room).is_ok() {
-            return;
-        }
+    /// How `owner` holds `room` (normalised), for this node that may span it; `None`
+    /// when the owner has not opened it or does not answer (logged).
+    async fn ask_owner(
+        &self,
+        cluster: &Arc<Cluster>,
+        room: &str,
+        owner: &NodeRecord,
+    ) -> Option<v1::SpannedRoom> {
         let body = v1::GetSpannedRoomRequest {
             room: room.to_owned(),
             node_id: cluster.node_id().to_owned(),
@@ -263,8 +271,8 @@ impl ControlState {
             |mut c, r| async move { c.get_spanned_room(r).await },
         )
         .await;
-        let held = match held {
-            Ok(held) => held,
+        match held {
+            Ok(held) => Some(held),
             Err(e) => {
                 if e.code() != tonic::Code::NotFound {
                     tracing::warn!(
@@ -272,12 +280,21 @@ impl ControlState {
                         room,
                         owner = owner.id.as_str(),
                         error = e.message(),
-                        "could not ask the owner how it holds the room; opened as a new one"
+                        "could not ask the owner how it holds the room"
                     );
                 }
-                return;
+                None
             }
-        };
+        }
+    }
+
+    /// Opens `room` (normalised), which this node now spans, as its owner holds it
+    /// (`held`: settings and metadata), unless it is open here already. A join
+    /// opens it otherwise, with this node's defaults.
+    fn open_spanned(&self, room: &str, owner: &NodeRecord, held: v1::Room) {
+        if self.rooms().get(room).is_ok() {
+            return;
+        }
         let spec = RoomSpec {
             name: room.to_owned(),
             max_participants: held.max_participants,
@@ -1221,15 +1238,20 @@ impl NodeService for ControlApi {
     async fn get_spanned_room(
         &self,
         request: Request<v1::GetSpannedRoomRequest>,
-    ) -> Result<Response<v1::Room>, Status> {
-        let (room, _) = self.link_call(
+    ) -> Result<Response<v1::SpannedRoom>, Status> {
+        let (room, cluster) = self.link_call(
             &request,
             &request.get_ref().room,
             &request.get_ref().node_id,
         )?;
-        let rooms = self.state.rooms();
-        let room = rooms.get(&room)?;
-        Ok(Response::new(self.state.room_message(room)))
+        let held = {
+            let rooms = self.state.rooms();
+            self.state.room_message(rooms.get(&room)?)
+        };
+        Ok(Response::new(v1::SpannedRoom {
+            room: Some(held),
+            share_taken: self.state.share_taken(&cluster, &room),
+        }))
     }
 
     async fn link_tracks(

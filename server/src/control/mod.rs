@@ -166,6 +166,9 @@ pub struct ClusterConfig {
     pub region: String,
     /// The membership lease's time to live.
     pub lease_ttl: Duration,
+    /// A room's participants this node serves before others join elsewhere; 0:
+    /// no share (`--room-share`).
+    pub room_share: u32,
     /// The host the node's URLs carry; `None`: the listeners' addresses.
     pub advertise_host: Option<String>,
 }
@@ -220,6 +223,7 @@ impl ClusterConfig {
             node_id: self.node_id.clone(),
             region: self.region.clone(),
             lease_ttl: self.lease_ttl,
+            room_share: self.room_share,
             grpc_url: url("gRPC", grpc)?,
             http_url: url("HTTP", http)?,
             max_message_bytes,
@@ -293,6 +297,7 @@ impl ControlSettings {
                     .map(|r| r.0.clone())
                     .unwrap_or_default(),
                 lease_ttl: Duration::from_secs(config.cluster_lease_ttl.into()),
+                room_share: config.room_share,
                 advertise_host: config.advertise_host.clone(),
             }),
         })

@@ -88,12 +88,17 @@ impl Room {
         self.participants.len()
     }
 
-    /// The participants that are links to other nodes of a cluster.
-    fn link_count(&self) -> usize {
+    /// The participants that are links to other nodes of a cluster, each with the
+    /// other node's id.
+    pub fn links(&self) -> impl Iterator<Item = (&str, &Participant)> {
         self.participants
             .range::<str, _>((Bound::Included(LINK_IDENTITY), Bound::Unbounded))
-            .take_while(|(identity, _)| identity.starts_with(LINK_IDENTITY))
-            .count()
+            .map_while(|(identity, p)| identity.strip_prefix(LINK_IDENTITY).map(|node| (node, p)))
+    }
+
+    /// The participants this node serves itself: links to other nodes left out.
+    pub fn own_count(&self) -> usize {
+        self.participant_count() - self.links().count()
     }
 
     /// The participants in byte order of their identities.
@@ -449,7 +454,7 @@ impl RoomDirectory {
         // the participants the room admits: each node admits up to the limit of
         // its own.
         let link = identity.starts_with(LINK_IDENTITY);
-        if !link && r.participant_count() - r.link_count() >= r.max_participants as usize {
+        if !link && r.own_count() >= r.max_participants as usize {
             return Err(RoomError::RoomFull {
                 room: room.into_owned(),
                 max: r.max_participants,

@@ -55,7 +55,6 @@ use tokio::time::Instant;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::auth::{Act, Refusal};
-use super::cluster::Place;
 use super::grpc::{ControlApi, ControlState};
 use super::ice_restart::Precondition;
 use super::listen::ConnectionCut;
@@ -221,12 +220,8 @@ where
     let identity = auth.counted(caller.identity_for(join.identity))?;
     let permissions = caller.permissions();
     // In a cluster, the room's owner serves the session: the client goes there,
-    // unless the owner is in another region, and the room spans this node too.
-    if let Some(node) = state
-        .room_owner(&room, Place::on_join(state.auto_create_rooms()), 0)
-        .await?
-        && !state.cascade_here(&room, &node).await?
-    {
+    // unless the room spans this node or comes to (regions, shares).
+    if let Some(node) = state.signal_route(&room).await? {
         out.push_last(signal_response::Message::Redirect(v1::Redirect {
             signal_url: node.signal_url(),
             grpc_url: node.grpc_url,

@@ -2,7 +2,8 @@
 //! every pair of nodes that hosts the room is joined by one link.
 //!
 //! - **When.** A joiner that reaches a node in another region than the room's
-//!   owner is served there ([`Cluster::cascades_from`]): the node *spans* the room.
+//!   owner ([`Cluster::cascades_from`]), or a joiner of a room past its owner's
+//!   share ([`super::share`]), is served there: the node *spans* the room.
 //!   It writes `PREFIX/spans/NODE/ROOM`, bound to its lease, and opens the room
 //!   itself. Every node's view follows these keys, so each knows which nodes host
 //!   each room: its owner and the nodes spanning it.

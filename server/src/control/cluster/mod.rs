@@ -25,6 +25,7 @@
 pub mod cascade;
 pub mod link_tracks;
 pub mod membership;
+pub mod share;
 pub mod view;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -70,6 +71,9 @@ pub struct ClusterSettings {
     pub region: String,
     /// The membership lease's time to live.
     pub lease_ttl: Duration,
+    /// The participants of one room this node serves before the room's further
+    /// signalling joiners go to other nodes (`--room-share`); 0: no share.
+    pub room_share: u32,
     /// The base URL other nodes reach this node's gRPC at.
     pub grpc_url: String,
     /// The base URL clients are redirected to for this node's HTTP.

@@ -528,8 +528,9 @@ fn wait_fully_linked(nodes: &[&ClusterNode], room: &str) {
 /// A room that outgrows a node's share spans other nodes: three nodes of one region
 /// with `--room-share 2`, and five members who all join through the room's owner.
 /// The owner serves two; the others are sent on to nodes that then span the room,
-/// none serving more than two; the three nodes link, and every member's messages
-/// reach every other member once and in order.
+/// none serving more than two; the three nodes link, every member's messages reach
+/// every other member once and in order, and ListParticipants through any node
+/// lists all five.
 #[test]
 fn cluster_room_share_spreads_a_room() {
     let etcd = Etcd::start();
@@ -570,6 +571,39 @@ fn cluster_room_share_spreads_a_room() {
     wait_fully_linked(&all, room);
     go.store(true, Ordering::SeqCst);
     exchange.wait();
+    // ListParticipants, through any node, lists the members of every node (links
+    // are not participants), once the hosts' lists crossed the links.
+    let everyone: Vec<String> = members.map(str::to_owned).to_vec();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for node in &nodes {
+        loop {
+            let listed: Vec<String> = rt
+                .block_on(async {
+                    node.rooms()
+                        .await
+                        .list_participants(ListParticipantsRequest {
+                            room: room.to_owned(),
+                            ..ListParticipantsRequest::default()
+                        })
+                        .await
+                })
+                .expect("ListParticipants")
+                .into_inner()
+                .participants
+                .into_iter()
+                .map(|p| p.identity)
+                .collect();
+            if listed == everyone {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} lists {listed:?}, not {everyone:?}",
+                node.id
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     exchange.finish();
     for node in nodes.iter().filter(|n| n.id != owner) {
         let log = node.process.log_so_far();
@@ -577,7 +611,6 @@ fn cluster_room_share_spreads_a_room() {
     }
 }
 
-/// Audio packets, and video packets, each participant of the cascaded room sends.
 /// Audio packets, and video packets, each participant of the cascaded room sends.
 const CASCADE_PACKETS: u16 = 150;
 

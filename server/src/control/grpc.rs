@@ -215,83 +215,10 @@ impl ControlState {
         }
     }
 
-    /// Whether a joiner of `room` (normalised), which `owner` owns, is served here,
-    /// the room spanning this node: when the regions differ
-    /// ([`Cluster::cascades_from`]), or when the owner says its share of the room
-    /// is taken ([`cluster::share`]). If so the span is written, and the room opened
-    /// as the owner holds it, before this answers.
-    pub async fn cascade_here(&self, room: &str, owner: &NodeRecord) -> Result<bool, Status> {
-        let Some(cluster) = &self.cluster else {
-            return Ok(false);
-        };
-        let by_region = cluster.cascades_from(owner);
-        if !by_region && cluster.settings().room_share == 0 {
-            return Ok(false);
-        }
-        if !cluster.may_span(room) {
-            tracing::info!(
-                event = "cascade_declined",
-                room,
-                owner = owner.id.as_str(),
-                "a node hosting the room is linked to this one for another room: \
-                 the joiner goes to the owner"
-            );
-            return Ok(false);
-        }
-        let held = self.ask_owner(cluster, room, owner).await;
-        if !by_region && !held.as_ref().is_some_and(|h| h.share_taken) {
-            return Ok(false);
-        }
-        cluster.span(room).await?;
-        if let Some(held) = held.and_then(|h| h.room) {
-            self.open_spanned(room, owner, held);
-        }
-        Ok(true)
-    }
-
-    /// How `owner` holds `room` (normalised), for this node that may span it; `None`
-    /// when the owner has not opened it or does not answer (logged).
-    async fn ask_owner(
-        &self,
-        cluster: &Arc<Cluster>,
-        room: &str,
-        owner: &NodeRecord,
-    ) -> Option<v1::SpannedRoom> {
-        let body = v1::GetSpannedRoomRequest {
-            room: room.to_owned(),
-            node_id: cluster.node_id().to_owned(),
-        };
-        let held = cluster::cascade::call_node(
-            self,
-            cluster,
-            room,
-            owner,
-            body,
-            REQUEST_FORWARD_TIMEOUT,
-            |mut c, r| async move { c.get_spanned_room(r).await },
-        )
-        .await;
-        match held {
-            Ok(held) => Some(held),
-            Err(e) => {
-                if e.code() != tonic::Code::NotFound {
-                    tracing::warn!(
-                        event = "spanned_room_unknown",
-                        room,
-                        owner = owner.id.as_str(),
-                        error = e.message(),
-                        "could not ask the owner how it holds the room"
-                    );
-                }
-                None
-            }
-        }
-    }
-
     /// Opens `room` (normalised), which this node now spans, as its owner holds it
     /// (`held`: settings and metadata), unless it is open here already. A join
     /// opens it otherwise, with this node's defaults.
-    fn open_spanned(&self, room: &str, owner: &NodeRecord, held: v1::Room) {
+    pub(crate) fn open_spanned(&self, room: &str, owner: &NodeRecord, held: v1::Room) {
         if self.rooms().get(room).is_ok() {
             return;
         }
@@ -1047,24 +974,30 @@ impl RoomService for ControlApi {
             .await;
         }
         let req = request.get_ref();
-        let (mut participants, next_page_token, by_shard) = {
+        // This node's participants and, in a cascaded room, the other nodes'
+        // (without a connection here), merged by identity.
+        let (mut participants, next_page_token) = {
             let rooms = self.state.rooms();
-            let page = rooms.participants(&req.room, &req.page_token, page_size(req.page_size))?;
             let members = self.state.members();
-            let mut by_shard: BTreeMap<usize, Vec<PeerId>> = BTreeMap::new();
-            for p in &page.items {
-                by_shard.entry(p.shard).or_default().push(p.peer);
-            }
-            let participants: Vec<v1::Participant> = page
-                .items
-                .iter()
-                .map(|p| v1::Participant {
-                    tracks: members.track_infos(p.peer),
-                    ..self.state.participant_message(p)
-                })
-                .collect();
-            (participants, page.next_page_token, by_shard)
+            let room = rooms.get(&req.room)?;
+            let after = rooms::page_after(&req.page_token)?;
+            let size = rooms::page_len(page_size(req.page_size));
+            let mut roster = self
+                .state
+                .roster(&members, room, after.as_deref(), None, true)
+                .peekable();
+            let participants: Vec<v1::Participant> = roster.by_ref().take(size).collect();
+            let next = match (roster.peek(), participants.last()) {
+                (Some(_), Some(last)) => Some(last.identity.clone()),
+                _ => None,
+            };
+            (participants, next)
         };
+        let mut by_shard: BTreeMap<usize, Vec<PeerId>> = BTreeMap::new();
+        for p in participants.iter().filter(|p| p.peer_id != 0) {
+            let shard = usize::try_from(p.shard).unwrap_or(usize::MAX);
+            by_shard.entry(shard).or_default().push(PeerId(p.peer_id));
+        }
         // Each participant's connection, from its shard (the locks are let go first).
         let reports = self
             .state
@@ -1238,7 +1171,21 @@ impl NodeService for ControlApi {
     async fn get_spanned_room(
         &self,
         request: Request<v1::GetSpannedRoomRequest>,
-    ) -> Result<Response<v1::SpannedRoom>, Status> {
+    ) -> Result<Response<v1::Room>, Status> {
+        let (room, _) = self.link_call(
+            &request,
+            &request.get_ref().room,
+            &request.get_ref().node_id,
+        )?;
+        let rooms = self.state.rooms();
+        let room = rooms.get(&room)?;
+        Ok(Response::new(self.state.room_message(room)))
+    }
+
+    async fn get_room_share(
+        &self,
+        request: Request<v1::GetSpannedRoomRequest>,
+    ) -> Result<Response<v1::RoomShare>, Status> {
         let (room, cluster) = self.link_call(
             &request,
             &request.get_ref().room,
@@ -1248,9 +1195,12 @@ impl NodeService for ControlApi {
             let rooms = self.state.rooms();
             self.state.room_message(rooms.get(&room)?)
         };
-        Ok(Response::new(v1::SpannedRoom {
+        let (served, share_taken, host) = self.state.room_share(&cluster, &room);
+        Ok(Response::new(v1::RoomShare {
             room: Some(held),
-            share_taken: self.state.share_taken(&cluster, &room),
+            share_taken,
+            host_with_room: host.map(|n| n.id).unwrap_or_default(),
+            served,
         }))
     }
 

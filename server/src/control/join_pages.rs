@@ -14,12 +14,13 @@ use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
 use shoal_proto::v1::{self, signal_response};
 
+use super::cluster::cascade::LINK_IDENTITY;
 use super::cluster::link_tracks::remote_participant;
 use super::grpc::ControlState;
 use super::media::RoomTrack;
 use super::outbox::{Next, Outbox, Outgoing};
 use super::participants::Members;
-use super::rooms::{Participant, Room};
+use super::rooms::Room;
 
 /// The other participants one join response or page carries at most, by encoded
 /// size (at least one, whatever its size): three with the largest metadata, hundreds
@@ -67,9 +68,51 @@ pub(super) struct OthersPage {
 }
 
 impl ControlState {
-    /// One page of the participants that `me` sees in `room`, after the identity
-    /// `after` (from the first when `None`), in identity order: its own node's
-    /// and, in a cascaded room, those its links list. As many as fit in
+    /// Who `room` shows after the identity `after` (from the first when `None`), in
+    /// identity order, each as a client sees it, with its tracks: this node's
+    /// participants but `me` and the links (hidden ones only when `hidden`) and, in
+    /// a cascaded room, those its links list ([`remote_participants`]), this node's
+    /// first on a tie.
+    pub(super) fn roster<'m>(
+        &'m self,
+        members: &'m Members,
+        room: &'m Room,
+        after: Option<&'m str>,
+        me: Option<PeerId>,
+        hidden: bool,
+    ) -> impl Iterator<Item = v1::Participant> + 'm {
+        // Identities are never empty: after "" is from the first.
+        let mut local = room
+            .participants_after(after.unwrap_or(""))
+            .filter(move |p| {
+                Some(p.peer) != me
+                    && !p.identity.starts_with(LINK_IDENTITY)
+                    && (hidden || !members.is_hidden(p.peer))
+            })
+            .peekable();
+        let mut remote = remote_participants(members, room, after, me)
+            .into_iter()
+            .peekable();
+        std::iter::from_fn(move || {
+            let take_local = match (local.peek(), remote.peek()) {
+                (Some(l), Some((r, _))) => l.identity <= r.identity,
+                (l, _) => l.is_some(),
+            };
+            if take_local {
+                let p = local.next()?;
+                Some(v1::Participant {
+                    tracks: members.track_infos(p.peer),
+                    ..self.participant_message(p)
+                })
+            } else {
+                let (p, relayed) = remote.next()?;
+                Some(remote_participant(p, relayed))
+            }
+        })
+    }
+
+    /// One page of the participants that `me` sees in `room` ([`Self::roster`]),
+    /// after the identity `after` (from the first when `None`): as many as fit in
     /// [`JOIN_PAGE_BYTES`], at least one.
     pub(super) fn others_page(
         &self,
@@ -80,36 +123,7 @@ impl ControlState {
     ) -> OthersPage {
         let mut page = OthersPage::default();
         let mut bytes = 0;
-        let local: Box<dyn Iterator<Item = &Participant>> = match after {
-            Some(after) => Box::new(room.participants_after(after)),
-            None => Box::new(room.participants()),
-        };
-        let mut local = local
-            .filter(|p| p.peer != me && !members.is_hidden(p.peer))
-            .peekable();
-        let mut remote = remote_participants(members, room, after, me)
-            .into_iter()
-            .peekable();
-        loop {
-            // The two lists merged by identity, this node's first on a tie.
-            let take_local = match (local.peek(), remote.peek()) {
-                (Some(l), Some((r, _))) => l.identity <= r.identity,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (None, None) => break,
-            };
-            let shown = if take_local {
-                let Some(p) = local.next() else { break };
-                v1::Participant {
-                    tracks: members.track_infos(p.peer),
-                    ..self.participant_message(p)
-                }
-            } else {
-                let Some((p, relayed)) = remote.next() else {
-                    break;
-                };
-                remote_participant(p, relayed)
-            };
+        for shown in self.roster(members, room, after, Some(me), false) {
             let len = prost::Message::encoded_len(&shown) + PARTICIPANT_FRAMING_BYTES;
             if !page.others.is_empty() && bytes + len > JOIN_PAGE_BYTES {
                 page.more = true;
@@ -171,9 +185,11 @@ pub(super) fn remote_participants<'m>(
     members: &'m Members,
     room: &Room,
     after: Option<&str>,
-    me: PeerId,
+    me: Option<PeerId>,
 ) -> Vec<(&'m v1::LinkParticipant, &'m [RoomTrack])> {
-    let mine = members.by_peer.get(&me).map(|m| m.identity.as_str());
+    let mine = me
+        .and_then(|me| members.by_peer.get(&me))
+        .map(|m| m.identity.as_str());
     let mut out: Vec<(&v1::LinkParticipant, &[RoomTrack])> = room
         .participants()
         .filter_map(|p| members.by_peer.get(&p.peer))

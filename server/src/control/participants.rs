@@ -147,6 +147,10 @@ pub(super) struct Member {
     /// A link's member only: the other node's participants in the room, as it
     /// lists them (sorted by identity).
     pub(super) remote: Vec<v1::LinkParticipant>,
+    /// A link's member only: the participants the other node serves itself in
+    /// the room, as its last lists said (`--room-share` counts them); `None`
+    /// before its first lists.
+    pub(super) remote_served: Option<u32>,
     /// Which of the room's tracks it receives.
     pub(super) selection: Selection,
 }
@@ -539,7 +543,7 @@ impl ControlState {
                 .participants()
                 .filter(|p| p.peer != peer && !members.is_hidden(p.peer))
                 .count()
-                + super::join_pages::remote_participants(&members, room, None, peer).len();
+                + super::join_pages::remote_participants(&members, room, None, Some(peer)).len();
             let page = self.others_page(&members, room, None, peer);
             let visible = v1::Room {
                 num_participants: u32::try_from(others_count)
@@ -605,6 +609,7 @@ impl ControlState {
                 media: None,
                 relayed: Vec::new(),
                 remote: Vec::new(),
+                remote_served: None,
                 selection: Selection::new(admission.auto_subscribe),
             },
         );

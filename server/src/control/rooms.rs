@@ -629,16 +629,21 @@ pub fn page_len(page_size: usize) -> usize {
     }
 }
 
+/// The name a page token says to go on after: `None` for the first page.
+pub fn page_after(page_token: &str) -> Result<Option<Cow<'_, str>>, RoomError> {
+    match page_token {
+        "" => Ok(None),
+        t => Ok(Some(validate_name(t, NameKind::PageToken)?)),
+    }
+}
+
 fn page<'a, T>(
     map: &'a BTreeMap<String, T>,
     page_token: &str,
     page_size: usize,
 ) -> Result<Page<'a, T>, RoomError> {
     let size = page_len(page_size);
-    let token = match page_token {
-        "" => None,
-        t => Some(validate_name(t, NameKind::PageToken)?),
-    };
+    let token = page_after(page_token)?;
     let start = token.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
     let mut range = map.range::<str, _>((start, Bound::Unbounded));
     let items: Vec<(&String, &T)> = range.by_ref().take(size).collect();

@@ -288,7 +288,8 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
         .filter(|p| state.member_identity(*p).is_none())
         .collect();
     state.links().0.retain(|_, l| !gone.contains(&l.peer));
-    let open: Vec<(String, Vec<PeerId>)> = {
+    let now = state.clock().now();
+    let open: Vec<(String, Vec<PeerId>, bool)> = {
         let directory = state.rooms();
         directory
             .names()
@@ -296,11 +297,12 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
             .filter_map(|name| {
                 let room = directory.get(&name).ok()?;
                 let peers = room.participants().map(|p| p.peer).collect();
-                Some((name, peers))
+                let fresh = now.saturating_since(room.created_at) < LINK_GRACE;
+                Some((name, peers, fresh))
             })
             .collect()
     };
-    for (room, peers) in open {
+    for (room, peers, fresh) in open {
         let hosts = cluster.hosts(&room);
         let linked: Vec<(String, PeerId, Instant)> = state
             .links()
@@ -314,7 +316,8 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
             .iter()
             .filter(|p| !linked.iter().any(|(_, l, _)| l == *p))
             .count();
-        if spanned && (others == 0 || !cluster.owner_live(&room)) {
+        // A room spanned a moment ago may not have its joiner yet.
+        if spanned && ((others == 0 && !fresh) || !cluster.owner_live(&room)) {
             close_spanned(state, cluster, &room).await;
             continue;
         }

@@ -236,6 +236,7 @@ fn record(cluster: &Cluster, state: &ControlState, lease: i64) -> NodeRecord {
         peers: sat(peers),
         max_peers: sat(max_peers),
         draining: state.drain().is_requested(),
+        room_share: cluster.settings.room_share,
         lease,
         fingerprint_sha256: super::hex(&state.fingerprint_sha256()),
     }

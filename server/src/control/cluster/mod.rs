@@ -12,8 +12,10 @@
 //! - **Routing.** Every node watches the prefix ([`view`]) and so knows the live
 //!   nodes and who owns which room. A request for a room the node does not own goes
 //!   to the owner: gRPC calls are forwarded, WHIP/WHEP answer 307, signalling says
-//!   `redirect`. A room nobody owns is placed on the least-loaded live node, in the
-//!   joiner's region when that is known and has a node that takes rooms.
+//!   `redirect`, unless the room spans or comes to span the node a signalling
+//!   joiner reached ([`cascade`], [`share`]). A room nobody owns is placed on the
+//!   least-loaded live node, in the joiner's region when that is known and has a
+//!   node that takes rooms.
 //! - **Fencing.** The node only serves rooms while its lease is surely alive: until
 //!   the moment of its last acknowledged keep-alive's sending plus the lease's TTL,
 //!   less [`FENCE_MARGIN`]. Past that (etcd unreachable for that long) it closes
@@ -102,6 +104,9 @@ pub struct NodeRecord {
     pub max_peers: u32,
     /// Whether it drains: it takes no new rooms.
     pub draining: bool,
+    /// Its `--room-share` (0: none; a node without one spans no room for a share).
+    #[serde(default)]
+    pub room_share: u32,
     /// Its membership lease, which its rooms' keys are bound to.
     pub lease: i64,
     /// The SHA-256 fingerprint of its DTLS certificate, in lowercase hex: the one
@@ -706,6 +711,7 @@ mod tests {
             peers,
             max_peers: 10,
             draining: false,
+            room_share: 0,
             lease: 1,
             fingerprint_sha256: String::new(),
         }

@@ -1,30 +1,43 @@
-//! Rooms larger than a node's share (`--room-share N`): a node serves up to N of a
-//! room's participants, and the room's further signalling joiners go to other
-//! nodes, which span the room ([`super::cascade`]). Links to other nodes are not
-//! participants here.
+//! Where a signalling joiner of a room is served in a cluster, and rooms larger
+//! than a node's share (`--room-share N`): a node serves up to N of a room's
+//! participants (hidden ones included, links to other nodes not), and the room's
+//! further signalling joiners go to other nodes, which span the room
+//! ([`super::cascade`]).
 //!
 //! - **A host past its share** (the owner, or a node spanning the room, that serves
-//!   N of its participants) sends a joiner to the least-loaded live node that does
-//!   not host the room and could start spanning it; failing that, to the other
-//!   host that lists the fewest participants over its link, when fewer than N;
-//!   failing that, it serves the joiner itself. The share spreads a room; its
-//!   `max_participants` bounds it.
-//! - **A node that does not host the room** asks its owner
-//!   (`NodeService.GetSpannedRoom`): when the owner's share is taken, the node
-//!   spans the room and serves the joiner; otherwise the joiner goes to the owner.
+//!   N of its participants) asks the other hosts what they serve
+//!   (`NodeService.GetRoomShare`, all at once) and sends a joiner to the one that
+//!   serves the fewest of the room's participants, fewer than N; failing that, to
+//!   the least-loaded live node that
+//!   does not host the room, has a share, takes peers and could start spanning it
+//!   (no other room links it to one of the room's hosts); failing that, it serves
+//!   the joiner itself. The share spreads a room, `max_participants` bounds it, and
+//!   joiners admitted at the same moment can take a host past it.
+//! - **A node that does not host the room** asks the owner
+//!   (`NodeService.GetRoomShare`). When the owner's share is taken, the joiner goes
+//!   to the other host the owner names as one with room to spare (by what the
+//!   hosts' links last said, `LinkTracksRequest.served`), or, when it names none,
+//!   the node spans the room and serves the joiner. Otherwise (the owner has
+//!   room, does not answer, or this node drains, is full or may not span the room)
+//!   the joiner goes to the owner.
 //!
-//! So a host past its share sends joiners only to nodes that take them or host the
-//! room already, and a node that does not host the room sends them only to an owner
-//! with room to spare: when the nodes' views agree, a joiner is redirected at most
-//! twice. WHIP and WHEP sessions still go to the owner.
+//! When the hosts' counts and the nodes' views are current, a joiner is redirected
+//! at most once. Set the same share on every node. WHIP and WHEP sessions still go
+//! to the owner.
 
 use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
+use shoal_proto::v1;
 use tonic::Status;
 
 use super::{Cluster, ClusterSettings, Inner, NodeRecord, Place, least_loaded};
 use crate::control::grpc::ControlState;
 use crate::control::rooms::{NameKind, validate_name};
+
+/// How long a node a joiner reached waits for another host's GetRoomShare answer:
+/// without it, an owner's share counts as free and another host's as taken.
+const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Inner {
     /// The nodes hosting `room`, as the watch saw them: its owner and the nodes
@@ -38,72 +51,87 @@ impl Inner {
             .collect()
     }
 
-    /// Whether another node, `node`, could start spanning `room`, as this view
-    /// shows it: [`Cluster::may_span`] seen from that node.
-    fn may_span_on(&self, node: &str, room: &str) -> bool {
-        let others = |r: &str| {
-            let mut hosts = self.hosts_of(r);
-            hosts.remove(node);
-            hosts
-        };
-        let wanted = others(room);
-        let owned = self
-            .owners
-            .iter()
-            .filter(|(_, o)| o.owner == node)
-            .map(|(r, _)| r);
-        let spanned = self
-            .spans
-            .iter()
-            .filter(|(_, s)| s.contains(node))
-            .map(|(r, _)| r);
-        owned
-            .chain(spanned)
-            .filter(|r| r.as_str() != room)
-            .all(|r| others(r).is_disjoint(&wanted))
+    /// The nodes that could not start spanning `room` (one room per node pair, see
+    /// [`Cluster::may_span`]): those hosting another room with one of its hosts. One
+    /// pass over the rooms.
+    fn kept_from(&self, room: &str) -> BTreeSet<&str> {
+        let hosts = self.hosts_of(room);
+        let mut kept = BTreeSet::new();
+        let rooms = self.owners.keys().chain(self.spans.keys());
+        for other in rooms.filter(|r| r.as_str() != room) {
+            let with = self.hosts_of(other);
+            if !with.is_disjoint(&hosts) {
+                kept.extend(with);
+            }
+        }
+        kept
     }
 }
 
-/// Where a joiner of `room` goes from this node, a host of it past its share (see
-/// the module's doc); `None`: it is served here. `listed`: the participants each
-/// other host lists over its link of the room, by node id; `rooms`: the rooms
-/// each node owns.
-fn share_target(
+/// The other host of `room` (not `me`) that serves the fewest of its participants,
+/// fewer than `share`, by `served` (what each host's link last said; a host whose
+/// link has said nothing yet is left out).
+fn host_with_room(
     inner: &Inner,
-    settings: &ClusterSettings,
+    me: &str,
     room: &str,
-    listed: &HashMap<String, usize>,
-    rooms: &HashMap<String, usize>,
+    share: u32,
+    served: &HashMap<String, u32>,
 ) -> Option<NodeRecord> {
-    let me = settings.node_id.as_str();
-    let hosts = inner.hosts_of(room);
-    let fresh = inner.nodes.values().filter(|n| {
-        n.id != me
-            && !hosts.contains(n.id.as_str())
-            && n.peers < n.max_peers
-            && inner.may_span_on(&n.id, room)
-    });
-    let region = Some(settings.region.as_str()).filter(|r| !r.is_empty());
-    if let Some(node) = least_loaded(fresh, rooms, region) {
-        return Some(node.clone());
-    }
-    let share = usize::try_from(settings.room_share).unwrap_or(usize::MAX);
-    hosts
-        .iter()
-        .filter(|id| **id != me)
-        .filter_map(|id| inner.nodes.get(*id))
-        .filter(|n| !n.draining)
-        .map(|n| (listed.get(&n.id).copied().unwrap_or(0), n))
-        .filter(|(count, _)| *count < share)
+    inner
+        .hosts_of(room)
+        .into_iter()
+        .filter(|id| *id != me)
+        .filter_map(|id| Some((*served.get(id)?, inner.nodes.get(id)?)))
+        .filter(|(count, n)| *count < share && !n.draining)
         .min_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id)))
         .map(|(_, n)| n.clone())
 }
 
+/// Where a joiner of `room` goes from this node, a host of it past its share (see
+/// the module's doc); `None`: it is served here. `served`: the participants each
+/// other host serves, as its link said; `rooms`: the rooms each node owns.
+fn share_target(
+    inner: &Inner,
+    settings: &ClusterSettings,
+    room: &str,
+    served: &HashMap<String, u32>,
+    rooms: &HashMap<String, usize>,
+) -> Option<NodeRecord> {
+    let me = settings.node_id.as_str();
+    if let Some(host) = host_with_room(inner, me, room, settings.room_share, served) {
+        return Some(host);
+    }
+    let hosts = inner.hosts_of(room);
+    let kept = inner.kept_from(room);
+    let fresh = inner.nodes.values().filter(|n| {
+        let id = n.id.as_str();
+        id != me
+            && !hosts.contains(id)
+            && !kept.contains(id)
+            && n.room_share > 0
+            && n.peers < n.max_peers
+    });
+    let region = Some(settings.region.as_str()).filter(|r| !r.is_empty());
+    least_loaded(fresh, rooms, region).cloned()
+}
+
 impl Cluster {
     /// See [`share_target`].
-    fn share_target(&self, room: &str, listed: &HashMap<String, usize>) -> Option<NodeRecord> {
+    fn share_target(&self, room: &str, served: &HashMap<String, u32>) -> Option<NodeRecord> {
         let rooms = self.rooms_by_node();
-        share_target(&self.inner(), &self.settings, room, listed, &rooms)
+        share_target(&self.inner(), &self.settings, room, served, &rooms)
+    }
+
+    /// See [`host_with_room`], from this node.
+    fn host_with_room(&self, room: &str, served: &HashMap<String, u32>) -> Option<NodeRecord> {
+        let me = self.settings.node_id.as_str();
+        host_with_room(&self.inner(), me, room, self.settings.room_share, served)
+    }
+
+    /// The live node `id`, as the watch saw it.
+    fn live(&self, id: &str) -> Option<NodeRecord> {
+        self.inner().nodes.get(id).cloned()
     }
 }
 
@@ -111,8 +139,8 @@ impl ControlState {
     /// Where a signalling joiner of `room` is served: `None` here, else the node
     /// the client is redirected to. The room's owner serves it, unless the room
     /// spans this node or comes to (regions differ, [`Cluster::cascades_from`], or
-    /// the owner's share is taken), or this node is a host past its share and
-    /// another node takes the joiner (see the module's doc).
+    /// the owner's share is taken), or a host past its share sends the joiner on
+    /// (see the module's doc).
     pub async fn signal_route(&self, room: &str) -> Result<Option<NodeRecord>, Status> {
         let owner = self
             .room_owner(room, Place::on_join(self.auto_create_rooms()), 0)
@@ -122,41 +150,129 @@ impl ControlState {
         };
         let room = validate_name(room, NameKind::Room)?;
         match owner {
-            Some(owner) if !cluster.spans(&room) => {
-                let here = self.cascade_here(&room, &owner).await?;
-                Ok((!here).then_some(owner))
-            }
-            _ => Ok(self.past_share(cluster, &room)),
+            Some(owner) if !cluster.spans(&room) => self.span_or_send(cluster, &room, owner).await,
+            _ => Ok(self.past_share(cluster, &room).await),
         }
     }
 
-    /// Whether this node, the owner of `room` (normalised), serves its share of
-    /// the room's participants (`--room-share`; false without one).
-    pub fn share_taken(&self, cluster: &Cluster, room: &str) -> bool {
-        let share = usize::try_from(cluster.settings().room_share).unwrap_or(usize::MAX);
-        share > 0 && self.rooms().get(room).is_ok_and(|r| r.own_count() >= share)
+    /// For a joiner of `room` (normalised) that reached this node, which does not
+    /// host it: `None` when this node spans the room now and serves the joiner
+    /// (the span written and the room opened as the owner holds it), else the node
+    /// the joiner goes to: `owner`, or a host the owner names.
+    async fn span_or_send(
+        &self,
+        cluster: &Cluster,
+        room: &str,
+        owner: NodeRecord,
+    ) -> Result<Option<NodeRecord>, Status> {
+        let by_region = cluster.cascades_from(&owner);
+        if !by_region && cluster.settings().room_share == 0 {
+            return Ok(Some(owner));
+        }
+        // A node that would refuse the joiner does not span the room for it.
+        if self.drain().is_requested() || self.at_capacity() {
+            return Ok(Some(owner));
+        }
+        if !cluster.may_span(room) {
+            tracing::info!(
+                event = "cascade_declined",
+                room,
+                owner = owner.id.as_str(),
+                "a node hosting the room is linked to this one for another room: \
+                 the joiner goes to the owner"
+            );
+            return Ok(Some(owner));
+        }
+        let held = self.ask_node(room, &owner, ASK_TIMEOUT).await;
+        if !by_region {
+            let Some(held) = held.as_ref().filter(|h| h.share_taken) else {
+                return Ok(Some(owner));
+            };
+            if let Some(host) = cluster
+                .live(&held.host_with_room)
+                .filter(|n| n.id != cluster.node_id())
+            {
+                return Ok(Some(host));
+            }
+        }
+        cluster.span(room).await?;
+        if let Some(held) = held.and_then(|h| h.room) {
+            self.open_spanned(room, &owner, held);
+        }
+        Ok(None)
+    }
+
+    /// Whether this node holds as many peers as its shards take.
+    fn at_capacity(&self) -> bool {
+        let capacity = self
+            .max_peers_per_shard()
+            .saturating_mul(self.shards().len());
+        self.rooms().participant_count() >= capacity
+    }
+
+    /// The participants each other host of `room` (normalised) serves, as its link
+    /// last said, by node id.
+    fn served_by_hosts(&self, room: &str) -> HashMap<String, u32> {
+        let rooms = self.rooms();
+        let members = self.members();
+        let Ok(open) = rooms.get(room) else {
+            return HashMap::new();
+        };
+        open.links()
+            .filter_map(|(node, p)| {
+                let served = members.by_peer.get(&p.peer)?.remote_served?;
+                Some((node.to_owned(), served))
+            })
+            .collect()
+    }
+
+    /// The participants of `room` (normalised) this node serves itself: what its
+    /// share counts (0 when the room is not open here).
+    fn served_here(&self, room: &str) -> u32 {
+        let served = self.rooms().get(room).map_or(0, |r| r.own_count());
+        u32::try_from(served).unwrap_or(u32::MAX)
+    }
+
+    /// Whether this node, a host of `room` (normalised), serves its share of the
+    /// room's participants (`--room-share`; false without one).
+    fn share_taken(&self, cluster: &Cluster, room: &str) -> bool {
+        let share = cluster.settings().room_share;
+        share > 0 && self.served_here(room) >= share
+    }
+
+    /// This node's answer to GetRoomShare for `room` (normalised, open here): the
+    /// participants it serves, whether its share is taken, and then a host with
+    /// room to spare, as their links said.
+    pub fn room_share(&self, cluster: &Cluster, room: &str) -> (u32, bool, Option<NodeRecord>) {
+        let served = self.served_here(room);
+        if !self.share_taken(cluster, room) {
+            return (served, false, None);
+        }
+        let by_hosts = self.served_by_hosts(room);
+        (served, true, cluster.host_with_room(room, &by_hosts))
     }
 
     /// When this node hosts `room` (normalised) and serves its share of it: the
-    /// node a further joiner goes to; `None` to serve it here.
-    fn past_share(&self, cluster: &Cluster, room: &str) -> Option<NodeRecord> {
+    /// node a further joiner goes to; `None` to serve it here. The other hosts
+    /// are asked what they serve now (their links' counts are a tick behind, and
+    /// unknown until a link is up).
+    async fn past_share(&self, cluster: &Cluster, room: &str) -> Option<NodeRecord> {
         if !self.share_taken(cluster, room) {
             return None;
         }
-        let listed: HashMap<String, usize> = {
-            let rooms = self.rooms();
-            let members = self.members();
-            let Ok(open) = rooms.get(room) else {
-                return None;
-            };
-            open.links()
-                .filter_map(|(node, p)| {
-                    let member = members.by_peer.get(&p.peer)?;
-                    Some((node.to_owned(), member.remote.len()))
-                })
-                .collect()
-        };
-        let target = cluster.share_target(room, &listed);
+        let hosts: Vec<NodeRecord> = cluster
+            .hosts(room)
+            .into_iter()
+            .filter(|h| !h.draining)
+            .collect();
+        let asked = hosts.iter().map(|h| self.ask_node(room, h, ASK_TIMEOUT));
+        let answers = futures_util::future::join_all(asked).await;
+        let served: HashMap<String, u32> = hosts
+            .iter()
+            .zip(answers)
+            .filter_map(|(h, a)| Some((h.id.clone(), a?.served)))
+            .collect();
+        let target = cluster.share_target(room, &served);
         tracing::info!(
             event = "room_share_taken",
             room,
@@ -165,6 +281,41 @@ impl ControlState {
              (none: served here)"
         );
         target
+    }
+
+    /// How `node`, a host of `room` (normalised), holds it, for this node that a
+    /// joiner of it reached; `None` when the room is not open there or the node
+    /// does not answer within `timeout` (logged).
+    async fn ask_node(
+        &self,
+        room: &str,
+        node: &NodeRecord,
+        timeout: Duration,
+    ) -> Option<v1::RoomShare> {
+        let cluster = self.cluster()?;
+        let body = v1::GetSpannedRoomRequest {
+            room: room.to_owned(),
+            node_id: cluster.node_id().to_owned(),
+        };
+        let held = super::cascade::call_node(self, cluster, room, node, body, timeout, {
+            |mut c, r| async move { c.get_room_share(r).await }
+        })
+        .await;
+        match held {
+            Ok(held) => Some(held),
+            Err(e) => {
+                if e.code() != tonic::Code::NotFound {
+                    tracing::warn!(
+                        event = "spanned_room_unknown",
+                        room,
+                        node = node.id.as_str(),
+                        error = e.message(),
+                        "could not ask a node hosting the room how it holds it"
+                    );
+                }
+                None
+            }
+        }
     }
 }
 
@@ -185,26 +336,28 @@ mod tests {
             peers,
             max_peers: 100,
             draining: false,
+            room_share: 2,
             lease: 1,
             fingerprint_sha256: String::new(),
         }
     }
 
-    fn settings(me: &str, share: u32) -> ClusterSettings {
+    fn settings(me: &str) -> ClusterSettings {
         ClusterSettings {
             endpoints: Vec::new(),
             prefix: "/t".to_owned(),
             node_id: me.to_owned(),
             region: String::new(),
             lease_ttl: Duration::from_secs(10),
-            room_share: share,
+            room_share: 2,
             grpc_url: String::new(),
             http_url: String::new(),
             max_message_bytes: 1 << 20,
         }
     }
 
-    /// A view of nodes `a`..`d` (loads 10, 30, 20, 40 peers) and room `big` owned by `a`.
+    /// A view of nodes `a`..`d` (loads 10, 30, 20, 40 peers) and room `big` owned
+    /// by `a`.
     fn view() -> Inner {
         let mut inner = Inner::default();
         for (id, peers) in [("a", 10), ("b", 30), ("c", 20), ("d", 40)] {
@@ -232,28 +385,33 @@ mod tests {
             .insert(node.to_owned());
     }
 
-    fn target(inner: &Inner, me: &str, listed: &[(&str, usize)]) -> Option<String> {
-        let listed = listed.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect();
-        share_target(inner, &settings(me, 2), "big", &listed, &HashMap::new()).map(|n| n.id)
+    fn target(inner: &Inner, me: &str, served: &[(&str, u32)]) -> Option<String> {
+        let served = served.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect();
+        share_target(inner, &settings(me), "big", &served, &HashMap::new()).map(|n| n.id)
     }
 
     #[test]
-    fn a_host_past_its_share_sends_joiners_to_the_least_loaded_new_node() {
+    fn a_host_past_its_share_fills_other_hosts_then_the_least_loaded_new_node() {
         let mut inner = view();
         assert_eq!(target(&inner, "a", &[]).as_deref(), Some("c"));
         span(&mut inner, "big", "c");
+        // c said nothing yet over its link: a new node.
         assert_eq!(target(&inner, "a", &[]).as_deref(), Some("b"));
-        // A spanning node past its share sends them on alike, never to a host.
-        assert_eq!(target(&inner, "c", &[]).as_deref(), Some("b"));
-        // A full or draining node takes none.
+        // c serves one of two: it takes the next joiner.
+        assert_eq!(target(&inner, "a", &[("c", 1)]).as_deref(), Some("c"));
+        assert_eq!(target(&inner, "a", &[("c", 2)]).as_deref(), Some("b"));
+        // A spanning node past its share sends joiners on alike.
+        assert_eq!(target(&inner, "c", &[("a", 1)]).as_deref(), Some("a"));
+        assert_eq!(target(&inner, "c", &[("a", 2)]).as_deref(), Some("b"));
+        // A full or draining node, or one without a share, takes none.
         inner.nodes.get_mut("b").expect("b").peers = 100;
         inner.nodes.get_mut("d").expect("d").draining = true;
-        assert_eq!(
-            target(&inner, "a", &[("c", 2)]),
-            None,
-            "served here: c lists its share and no other node takes joiners"
-        );
-        assert_eq!(target(&inner, "a", &[("c", 1)]).as_deref(), Some("c"));
+        assert_eq!(target(&inner, "a", &[("c", 2)]), None, "served here");
+        inner.nodes.get_mut("b").expect("b").peers = 0;
+        inner.nodes.get_mut("b").expect("b").room_share = 0;
+        assert_eq!(target(&inner, "a", &[("c", 2)]), None, "served here");
+        inner.nodes.get_mut("c").expect("c").draining = true;
+        assert_eq!(target(&inner, "a", &[("c", 0)]), None, "c drains");
     }
 
     #[test]
@@ -263,19 +421,15 @@ mod tests {
         // connect (one room per node pair).
         own(&mut inner, "other", "c");
         span(&mut inner, "other", "a");
-        assert!(!inner.may_span_on("c", "big"));
-        assert!(inner.may_span_on("b", "big"));
+        assert!(inner.kept_from("big").contains("c"));
+        assert!(!inner.kept_from("big").contains("b"));
         assert_eq!(target(&inner, "a", &[]).as_deref(), Some("b"));
         // d hosts a room with b only: once b spans `big`, d may not.
         own(&mut inner, "third", "d");
         span(&mut inner, "third", "b");
-        assert!(inner.may_span_on("d", "big"));
+        assert!(!inner.kept_from("big").contains("d"));
         span(&mut inner, "big", "b");
-        assert!(!inner.may_span_on("d", "big"));
-        assert_eq!(
-            target(&inner, "a", &[("b", 0)]).as_deref(),
-            Some("b"),
-            "no new node may span: the host listing fewest participants"
-        );
+        assert!(inner.kept_from("big").contains("d"));
+        assert_eq!(target(&inner, "a", &[("b", 2)]), None, "no node may span");
     }
 }

@@ -1195,7 +1195,8 @@ impl NodeService for ControlApi {
             let rooms = self.state.rooms();
             self.state.room_message(rooms.get(&room)?)
         };
-        let (served, share_taken, host) = self.state.room_share(&cluster, &room);
+        let count_only = request.get_ref().count_only;
+        let (served, share_taken, host) = self.state.room_share(&cluster, &room, count_only).await;
         Ok(Response::new(v1::RoomShare {
             room: Some(held),
             share_taken,

@@ -90,8 +90,11 @@ impl ControlState {
                     && (hidden || !members.is_hidden(p.peer))
             })
             .peekable();
+        // A hidden participant here shadows the other nodes' of its identity too,
+        // where it is shown.
         let mut remote = remote_participants(members, room, after, me)
             .into_iter()
+            .filter(move |(p, _)| !hidden || room.participant(&p.identity).is_none())
             .peekable();
         std::iter::from_fn(move || {
             let take_local = match (local.peek(), remote.peek()) {

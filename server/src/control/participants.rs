@@ -147,10 +147,6 @@ pub(super) struct Member {
     /// A link's member only: the other node's participants in the room, as it
     /// lists them (sorted by identity).
     pub(super) remote: Vec<v1::LinkParticipant>,
-    /// A link's member only: the participants the other node serves itself in
-    /// the room, as its last lists said (`--room-share` counts them); `None`
-    /// before its first lists.
-    pub(super) remote_served: Option<u32>,
     /// Which of the room's tracks it receives.
     pub(super) selection: Selection,
 }
@@ -609,7 +605,6 @@ impl ControlState {
                 media: None,
                 relayed: Vec::new(),
                 remote: Vec::new(),
-                remote_served: None,
                 selection: Selection::new(admission.auto_subscribe),
             },
         );

@@ -18,8 +18,9 @@
 //!   members once and goes out on no other link there. Tracks cross the same
 //!   links: [`super::link_tracks`].
 //! - **Ending.** A link whose other node no longer hosts the room is closed. A node
-//!   that spans a room in which only links are left, or whose owner is gone from
-//!   the cluster, closes it there and deletes its span key. A node that loses its
+//!   that spans a room in which only links are left (once it has been open
+//!   5 s: its joiner may not be in yet), or whose owner is gone from the
+//!   cluster, closes it there and deletes its span key. A node that loses its
 //!   lease closes the rooms it spans with those it owns.
 
 use std::collections::{BTreeSet, HashMap};

@@ -94,8 +94,6 @@ pub struct Sent {
     tracks: BTreeMap<TrackId, v1::LinkTrack>,
     /// The participants, as the other node is told of them.
     participants: Vec<v1::LinkParticipant>,
-    /// The participants this node serves in the room, as the other node is told.
-    served: u32,
     /// Tracks the other node could not take (logged once): not sent.
     refused: HashSet<TrackId>,
     /// When the other node took the lists as they are now.
@@ -107,8 +105,6 @@ pub struct Sent {
 struct Lists {
     tracks: Vec<v1::LinkTrack>,
     participants: Vec<v1::LinkParticipant>,
-    /// The participants this node serves in the room (`LinkTracksRequest.served`).
-    served: u32,
 }
 
 /// The header extensions a link's packets of a `kind` track carry.
@@ -208,7 +204,6 @@ fn calls(
     let head = v1::LinkTracksRequest {
         room: room.to_owned(),
         node_id: from.to_owned(),
-        served: lists.served,
         ..v1::LinkTracksRequest::default()
     };
     if prost::Message::encoded_len(&head) + sizes.iter().sum::<usize>() <= limit {
@@ -336,7 +331,6 @@ impl Sent {
         Lists {
             tracks: self.tracks.values().cloned().collect(),
             participants: self.participants.clone(),
-            served: self.served,
         }
     }
 }
@@ -385,11 +379,8 @@ impl ControlState {
             .retain(|id, _| own.iter().any(|(t, _)| t.id == *id));
         sent.refused
             .retain(|id| own.iter().any(|(t, _)| t.id == *id));
-        let served = u32::try_from(r.own_count()).unwrap_or(u32::MAX);
-        let mut changed =
-            sent.tracks.len() != before || sent.participants != people || sent.served != served;
+        let mut changed = sent.tracks.len() != before || sent.participants != people;
         sent.participants = people;
-        sent.served = served;
         let mut commands = Vec::new();
         let mut added = 0;
         for (t, identity) in &own {
@@ -505,7 +496,6 @@ impl ControlState {
         request: v1::LinkTracksRequest,
     ) -> Result<(usize, Vec<PeerId>), Status> {
         let node = request.node_id.clone();
-        let served = request.served;
         // A list in parts is taken when its last part comes.
         let gathered = match self
             .links()
@@ -575,7 +565,6 @@ impl ControlState {
             let mut commands = Vec::new();
             let mut events = Vec::new();
             let mut gone = Vec::new();
-            member.remote_served = Some(served);
             let before = std::mem::replace(&mut member.remote, people);
             let diff = diff_participants(&before, &member.remote);
             // Nothing is told of those shadowed here (see `here`). One that joined
@@ -1143,7 +1132,6 @@ mod tests {
         Lists {
             tracks,
             participants,
-            served: 21,
         }
     }
 
@@ -1156,7 +1144,6 @@ mod tests {
         for (i, c) in parts.iter().enumerate() {
             assert!(prost::Message::encoded_len(c) <= limit, "call {i}");
             assert_eq!((c.room.as_str(), c.node_id.as_str()), ("r", "node-0"));
-            assert_eq!(c.served, 21, "every part says how many the node serves");
             assert_eq!(
                 (c.list_id, c.part, c.more),
                 (77, i as u32, i + 1 < parts.len())
@@ -1179,11 +1166,9 @@ mod tests {
         let small = Lists {
             tracks: lists.tracks[..2].to_vec(),
             participants: Vec::new(),
-            served: 3,
         };
         let one = calls("r", "node-0", &small, limit, 78).expect("a call");
         assert_eq!(one.len(), 1);
-        assert_eq!(one[0].served, 3);
         assert_eq!((one[0].list_id, one[0].part, one[0].more), (0, 0, false));
         gather(&mut slot, parts[0].clone()).expect("a first part");
         assert!(slot.is_some());

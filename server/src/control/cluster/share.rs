@@ -7,23 +7,25 @@
 //! - **A host past its share** (the owner, or a node spanning the room, that serves
 //!   N of its participants) asks the other hosts what they serve
 //!   (`NodeService.GetRoomShare`, all at once) and sends a joiner to the one that
-//!   serves the fewest of the room's participants, fewer than N; failing that, to
-//!   the least-loaded live node that
+//!   serves the fewest of the room's participants, fewer than N (not draining,
+//!   taking peers, its own region first); failing that, to the least-loaded live
+//!   node that
 //!   does not host the room, has a share, takes peers and could start spanning it
 //!   (no other room links it to one of the room's hosts); failing that, it serves
 //!   the joiner itself. The share spreads a room, `max_participants` bounds it, and
 //!   joiners admitted at the same moment can take a host past it.
 //! - **A node that does not host the room** asks the owner
 //!   (`NodeService.GetRoomShare`). When the owner's share is taken, the joiner goes
-//!   to the other host the owner names as one with room to spare (by what the
-//!   hosts' links last said, `LinkTracksRequest.served`), or, when it names none,
-//!   the node spans the room and serves the joiner. Otherwise (the owner has
+//!   to the other host the owner names as one with room to spare (asking the
+//!   hosts as above), or, when it names none, the node spans the room and serves
+//!   the joiner. Otherwise (the owner has
 //!   room, does not answer, or this node drains, is full or may not span the room)
 //!   the joiner goes to the owner.
 //!
-//! When the hosts' counts and the nodes' views are current, a joiner is redirected
-//! at most once. Set the same share on every node. WHIP and WHEP sessions still go
-//! to the owner.
+//! When the nodes' views are current and no one else joins meanwhile, a joiner is
+//! redirected at most twice: to the owner by a node that may not span the room,
+//! then on by the owner. Set the same share on every node. WHIP and WHEP sessions
+//! still go to the owner.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -57,7 +59,8 @@ impl Inner {
     fn kept_from(&self, room: &str) -> BTreeSet<&str> {
         let hosts = self.hosts_of(room);
         let mut kept = BTreeSet::new();
-        let rooms = self.owners.keys().chain(self.spans.keys());
+        let spanned_only = self.spans.keys().filter(|r| !self.owners.contains_key(*r));
+        let rooms = self.owners.keys().chain(spanned_only);
         for other in rooms.filter(|r| r.as_str() != room) {
             let with = self.hosts_of(other);
             if !with.is_disjoint(&hosts) {
@@ -68,23 +71,25 @@ impl Inner {
     }
 }
 
-/// The other host of `room` (not `me`) that serves the fewest of its participants,
-/// fewer than `share`, by `served` (what each host's link last said; a host whose
-/// link has said nothing yet is left out).
+/// The other host of `room` that serves the fewest of its participants, fewer
+/// than this node's share, by `served` (what each host answered just now; one that
+/// did not answer is left out), not draining and taking peers; one of this
+/// node's region first.
 fn host_with_room(
     inner: &Inner,
-    me: &str,
+    settings: &ClusterSettings,
     room: &str,
-    share: u32,
     served: &HashMap<String, u32>,
 ) -> Option<NodeRecord> {
+    let me = settings.node_id.as_str();
+    let elsewhere = |n: &NodeRecord| n.region != settings.region;
     inner
         .hosts_of(room)
         .into_iter()
         .filter(|id| *id != me)
         .filter_map(|id| Some((*served.get(id)?, inner.nodes.get(id)?)))
-        .filter(|(count, n)| *count < share && !n.draining)
-        .min_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id)))
+        .filter(|(count, n)| *count < settings.room_share && !n.draining && n.peers < n.max_peers)
+        .min_by(|a, b| (elsewhere(a.1), a.0, &a.1.id).cmp(&(elsewhere(b.1), b.0, &b.1.id)))
         .map(|(_, n)| n.clone())
 }
 
@@ -99,7 +104,7 @@ fn share_target(
     rooms: &HashMap<String, usize>,
 ) -> Option<NodeRecord> {
     let me = settings.node_id.as_str();
-    if let Some(host) = host_with_room(inner, me, room, settings.room_share, served) {
+    if let Some(host) = host_with_room(inner, settings, room, served) {
         return Some(host);
     }
     let hosts = inner.hosts_of(room);
@@ -125,8 +130,7 @@ impl Cluster {
 
     /// See [`host_with_room`], from this node.
     fn host_with_room(&self, room: &str, served: &HashMap<String, u32>) -> Option<NodeRecord> {
-        let me = self.settings.node_id.as_str();
-        host_with_room(&self.inner(), me, room, self.settings.room_share, served)
+        host_with_room(&self.inner(), &self.settings, room, served)
     }
 
     /// The live node `id`, as the watch saw it.
@@ -183,7 +187,7 @@ impl ControlState {
             );
             return Ok(Some(owner));
         }
-        let held = self.ask_node(room, &owner, ASK_TIMEOUT).await;
+        let held = self.ask_node(room, &owner, false).await;
         if !by_region {
             let Some(held) = held.as_ref().filter(|h| h.share_taken) else {
                 return Ok(Some(owner));
@@ -210,22 +214,6 @@ impl ControlState {
         self.rooms().participant_count() >= capacity
     }
 
-    /// The participants each other host of `room` (normalised) serves, as its link
-    /// last said, by node id.
-    fn served_by_hosts(&self, room: &str) -> HashMap<String, u32> {
-        let rooms = self.rooms();
-        let members = self.members();
-        let Ok(open) = rooms.get(room) else {
-            return HashMap::new();
-        };
-        open.links()
-            .filter_map(|(node, p)| {
-                let served = members.by_peer.get(&p.peer)?.remote_served?;
-                Some((node.to_owned(), served))
-            })
-            .collect()
-    }
-
     /// The participants of `room` (normalised) this node serves itself: what its
     /// share counts (0 when the room is not open here).
     fn served_here(&self, room: &str) -> u32 {
@@ -240,38 +228,52 @@ impl ControlState {
         share > 0 && self.served_here(room) >= share
     }
 
-    /// This node's answer to GetRoomShare for `room` (normalised, open here): the
-    /// participants it serves, whether its share is taken, and then a host with
-    /// room to spare, as their links said.
-    pub fn room_share(&self, cluster: &Cluster, room: &str) -> (u32, bool, Option<NodeRecord>) {
-        let served = self.served_here(room);
-        if !self.share_taken(cluster, room) {
-            return (served, false, None);
-        }
-        let by_hosts = self.served_by_hosts(room);
-        (served, true, cluster.host_with_room(room, &by_hosts))
-    }
-
-    /// When this node hosts `room` (normalised) and serves its share of it: the
-    /// node a further joiner goes to; `None` to serve it here. The other hosts
-    /// are asked what they serve now (their links' counts are a tick behind, and
-    /// unknown until a link is up).
-    async fn past_share(&self, cluster: &Cluster, room: &str) -> Option<NodeRecord> {
-        if !self.share_taken(cluster, room) {
-            return None;
-        }
+    /// What the other hosts of `room` (normalised) that do not drain serve now,
+    /// by node id, each asked (all at once, [`ASK_TIMEOUT`]); one that does not
+    /// answer is left out.
+    async fn ask_hosts(&self, cluster: &Cluster, room: &str) -> HashMap<String, u32> {
         let hosts: Vec<NodeRecord> = cluster
             .hosts(room)
             .into_iter()
             .filter(|h| !h.draining)
             .collect();
-        let asked = hosts.iter().map(|h| self.ask_node(room, h, ASK_TIMEOUT));
+        let asked = hosts.iter().map(|h| self.ask_node(room, h, true));
         let answers = futures_util::future::join_all(asked).await;
-        let served: HashMap<String, u32> = hosts
+        hosts
             .iter()
             .zip(answers)
             .filter_map(|(h, a)| Some((h.id.clone(), a?.served)))
-            .collect();
+            .collect()
+    }
+
+    /// This node's answer to GetRoomShare for `room` (normalised, open here): the
+    /// participants it serves, whether its share is taken, and then (unless
+    /// `count_only`) a host with room to spare, the other hosts asked now.
+    pub async fn room_share(
+        &self,
+        cluster: &Cluster,
+        room: &str,
+        count_only: bool,
+    ) -> (u32, bool, Option<NodeRecord>) {
+        let served = self.served_here(room);
+        if !self.share_taken(cluster, room) {
+            return (served, false, None);
+        }
+        if count_only {
+            return (served, true, None);
+        }
+        let by_hosts = self.ask_hosts(cluster, room).await;
+        (served, true, cluster.host_with_room(room, &by_hosts))
+    }
+
+    /// When this node hosts `room` (normalised) and serves its share of it: the
+    /// node a further joiner goes to; `None` to serve it here. The other hosts
+    /// are asked what they serve now.
+    async fn past_share(&self, cluster: &Cluster, room: &str) -> Option<NodeRecord> {
+        if !self.share_taken(cluster, room) {
+            return None;
+        }
+        let served = self.ask_hosts(cluster, room).await;
         let target = cluster.share_target(room, &served);
         tracing::info!(
             event = "room_share_taken",
@@ -284,23 +286,40 @@ impl ControlState {
     }
 
     /// How `node`, a host of `room` (normalised), holds it, for this node that a
-    /// joiner of it reached; `None` when the room is not open there or the node
-    /// does not answer within `timeout` (logged).
+    /// joiner of it reached (`count_only`: this node hosts the room too); `None`
+    /// when the room is not open there or the node does not answer within
+    /// [`ASK_TIMEOUT`] (logged). A node of an earlier version, without
+    /// GetRoomShare, is asked GetSpannedRoom: its room, its share free.
     async fn ask_node(
         &self,
         room: &str,
         node: &NodeRecord,
-        timeout: Duration,
+        count_only: bool,
     ) -> Option<v1::RoomShare> {
         let cluster = self.cluster()?;
         let body = v1::GetSpannedRoomRequest {
             room: room.to_owned(),
             node_id: cluster.node_id().to_owned(),
+            count_only,
         };
-        let held = super::cascade::call_node(self, cluster, room, node, body, timeout, {
-            |mut c, r| async move { c.get_room_share(r).await }
-        })
-        .await;
+        let call = |body| {
+            super::cascade::call_node(self, cluster, room, node, body, ASK_TIMEOUT, {
+                |mut c, r| async move { c.get_room_share(r).await }
+            })
+        };
+        let held = match call(body.clone()).await {
+            Err(e) if e.code() == tonic::Code::Unimplemented => {
+                super::cascade::call_node(self, cluster, room, node, body, ASK_TIMEOUT, {
+                    |mut c, r| async move { c.get_spanned_room(r).await }
+                })
+                .await
+                .map(|r| v1::RoomShare {
+                    room: Some(r),
+                    ..v1::RoomShare::default()
+                })
+            }
+            other => other,
+        };
         match held {
             Ok(held) => Some(held),
             Err(e) => {
@@ -395,7 +414,7 @@ mod tests {
         let mut inner = view();
         assert_eq!(target(&inner, "a", &[]).as_deref(), Some("c"));
         span(&mut inner, "big", "c");
-        // c said nothing yet over its link: a new node.
+        // c did not answer: a new node.
         assert_eq!(target(&inner, "a", &[]).as_deref(), Some("b"));
         // c serves one of two: it takes the next joiner.
         assert_eq!(target(&inner, "a", &[("c", 1)]).as_deref(), Some("c"));
@@ -410,6 +429,11 @@ mod tests {
         inner.nodes.get_mut("b").expect("b").peers = 0;
         inner.nodes.get_mut("b").expect("b").room_share = 0;
         assert_eq!(target(&inner, "a", &[("c", 2)]), None, "served here");
+        // A host with room to spare that takes no peers gets none either.
+        inner.nodes.get_mut("c").expect("c").peers = 100;
+        assert_eq!(target(&inner, "a", &[("c", 0)]), None, "c is full");
+        inner.nodes.get_mut("c").expect("c").peers = 0;
+        assert_eq!(target(&inner, "a", &[("c", 0)]).as_deref(), Some("c"));
         inner.nodes.get_mut("c").expect("c").draining = true;
         assert_eq!(target(&inner, "a", &[("c", 0)]), None, "c drains");
     }

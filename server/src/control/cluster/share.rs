@@ -221,11 +221,11 @@ impl ControlState {
         u32::try_from(served).unwrap_or(u32::MAX)
     }
 
-    /// Whether this node, a host of `room` (normalised), serves its share of the
-    /// room's participants (`--room-share`; false without one).
-    fn share_taken(&self, cluster: &Cluster, room: &str) -> bool {
+    /// Whether `served` participants of a room take this node's share
+    /// (`--room-share`; never without one).
+    fn takes_share(cluster: &Cluster, served: u32) -> bool {
         let share = cluster.settings().room_share;
-        share > 0 && self.served_here(room) >= share
+        share > 0 && served >= share
     }
 
     /// What the other hosts of `room` (normalised) that do not drain serve now,
@@ -256,7 +256,7 @@ impl ControlState {
         count_only: bool,
     ) -> (u32, bool, Option<NodeRecord>) {
         let served = self.served_here(room);
-        if !self.share_taken(cluster, room) {
+        if !Self::takes_share(cluster, served) {
             return (served, false, None);
         }
         if count_only {
@@ -270,7 +270,7 @@ impl ControlState {
     /// node a further joiner goes to; `None` to serve it here. The other hosts
     /// are asked what they serve now.
     async fn past_share(&self, cluster: &Cluster, room: &str) -> Option<NodeRecord> {
-        if !self.share_taken(cluster, room) {
+        if !Self::takes_share(cluster, self.served_here(room)) {
             return None;
         }
         let served = self.ask_hosts(cluster, room).await;

@@ -550,6 +550,10 @@ fn cluster_room_share_spreads_a_room() {
     let members = ["ann", "bob", "cid", "dee", "eve"];
     let go = Arc::new(AtomicBool::new(false));
     let exchange = Exchange::start_gated(room, &members, &[at_owner; 5], go.clone());
+    // The logs are read a moment behind: each node's join lines come before its
+    // links are up.
+    let all: Vec<&ClusterNode> = nodes.iter().collect();
+    wait_fully_linked(&all, room);
     let mut total = 0;
     for node in &nodes {
         let here = served(&node.process.log_so_far(), room);
@@ -567,8 +571,6 @@ fn cluster_room_share_spreads_a_room() {
         events(&at_owner.process.log_so_far(), "room_share_taken", room) >= 3,
         "the owner sent the last three on"
     );
-    let all: Vec<&ClusterNode> = nodes.iter().collect();
-    wait_fully_linked(&all, room);
     go.store(true, Ordering::SeqCst);
     exchange.wait();
     // ListParticipants, through any node, lists the members of every node (links
@@ -609,6 +611,208 @@ fn cluster_room_share_spreads_a_room() {
         let log = node.process.log_so_far();
         assert_eq!(events(&log, "room_spanned", room), 1, "{}", node.id);
     }
+}
+
+/// The create revision of `room`'s key under `prefix`, and the owner it names
+/// (`None`: no key).
+async fn room_key(etcd: &Etcd, prefix: &str, room: &str) -> Option<(i64, String)> {
+    let mut client = etcd.client().await;
+    let response = client
+        .get(format!("{prefix}/rooms/{room}"), None)
+        .await
+        .expect("etcd answers");
+    response.kvs().first().map(|kv| {
+        let value: serde_json::Value = serde_json::from_slice(kv.value()).expect("JSON");
+        let owner = value["owner"].as_str().expect("owner").to_owned();
+        (kv.create_revision(), owner)
+    })
+}
+
+/// Creates `room` through `node` (node-0 of [`three_regions`]) in region eu,
+/// with 7 participants at most, an empty-timeout of 120 s and `metadata`.
+async fn create_settled(node: &NodeApi, room: &str, metadata: &str) {
+    let created = node
+        .rooms()
+        .await
+        .create_room(CreateRoomRequest {
+            name: room.to_owned(),
+            region: "eu".to_owned(),
+            max_participants: 7,
+            empty_timeout_secs: 120,
+            metadata: metadata.to_owned(),
+        })
+        .await
+        .expect("created")
+        .into_inner();
+    assert_eq!(created.node_id, "node-0", "placed in eu");
+}
+
+/// A node's log once it has a line with `event` (for `room`, when given): the log
+/// is read as the process writes it, a moment behind.
+fn log_with(node: &ClusterNode, event: &str, room: Option<&str>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = node.process.log_so_far();
+        if line_of(&log, event, room, None).is_some() {
+            return log;
+        }
+        assert!(Instant::now() < deadline, "{}: no {event}: {log}", node.id);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Asks `node` to drain.
+async fn drain(node: &NodeApi) {
+    let started =
+        shoal_proto::v1::node_service_client::NodeServiceClient::new(node.channel().await)
+            .drain(shoal_proto::v1::DrainRequest {})
+            .await
+            .expect("Drain")
+            .into_inner()
+            .started;
+    assert!(started, "{} drains", node.id);
+}
+
+/// Waits until `who` is told to leave with SERVER_SHUTDOWN.
+async fn told_to_leave(who: &Listener) {
+    let shutdown = shoal_proto::v1::DisconnectReason::ServerShutdown as i32;
+    who.until("told the node shuts down", |s| {
+        s.iter().any(|m| m["leave"]["reason"] == shutdown)
+    })
+    .await;
+}
+
+/// Where in a node's log the first line with `event` (and `room`, `node` when
+/// given) is, by line.
+fn line_of(log: &str, event: &str, room: Option<&str>, node: Option<&str>) -> Option<usize> {
+    log.lines().position(|l| {
+        serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| {
+            let f = &v["fields"];
+            f["event"] == event
+                && room.is_none_or(|r| f["room"] == r)
+                && node.is_none_or(|n| f["node"] == n)
+        })
+    })
+}
+
+/// A draining owner hands a room only it hosts to a node that did not host it: the
+/// draining node opens the room's link to that node while it drains (links are
+/// still admitted while the rooms are handed over), and tells its participant to
+/// leave only once the link is up.
+#[test]
+fn cluster_drain_links_an_heir_that_did_not_host_the_room() {
+    let etcd = Etcd::start();
+    let prefix = "/drain-new-heir";
+    let mut nodes = start_nodes(&etcd, prefix, 2);
+    let rt = runtime();
+    let room = "moving";
+    let owner = rt.block_on(async {
+        wait_formed(&nodes).await;
+        create(&nodes[0], room).await.expect("created")
+    });
+    let d = nodes.iter().position(|n| n.id == owner).expect("the owner");
+    let heir = nodes[1 - d].id.clone();
+    rt.block_on(async {
+        let ann = Listener::join(nodes[d].process.http, room, "ann").await;
+        ann.until("ann joined", |s| s.iter().any(|m| m.get("join").is_some()))
+            .await;
+        drain(&nodes[d]).await;
+        told_to_leave(&ann).await;
+    });
+    let log = log_with(&nodes[d], "drain_started", None);
+    let up = line_of(&log, "cascade_link_up", Some(room), Some(&heir));
+    let told = line_of(&log, "drain_started", None, None);
+    assert!(
+        up.is_some() && up < told,
+        "the link to {heir} was up ({up:?}) before the participants were told ({told:?}): {log}"
+    );
+    assert_eq!(
+        rt.block_on(owners_in_etcd(&etcd, prefix)).get(room),
+        Some(&heir)
+    );
+    let status = nodes[d].process.wait(Duration::from_secs(30));
+    assert!(status.success(), "{owner} exited with {status}");
+}
+
+/// A draining owner hands its room over: the room spans three nodes (three
+/// regions), and its owner drains. The room's key in etcd comes to name a node
+/// that spans the room, never deleted in between (its create revision stays); the
+/// new owner serves the room with the settings and metadata it was created with;
+/// the draining node's participant is told SERVER_SHUTDOWN; the members of the
+/// other two nodes stay connected throughout and exchange every message once and
+/// in order afterwards; and the drained node exits.
+#[test]
+fn cluster_drain_hands_rooms_over() {
+    let prefix = "/drain-hand-over";
+    let (etcd, mut nodes) = three_regions(prefix);
+    let rt = runtime();
+    let room = "handed";
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        create_settled(&nodes[0], room, "kept").await;
+    });
+    let (created_at, _) = rt
+        .block_on(room_key(&etcd, prefix, room))
+        .expect("the room's key");
+    let go = Arc::new(AtomicBool::new(false));
+    let exchange =
+        Exchange::start_gated(room, &["bob", "cid"], &[&nodes[1], &nodes[2]], go.clone());
+    let ann = rt.block_on(Listener::join(nodes[0].process.http, room, "ann"));
+    let all: Vec<&ClusterNode> = nodes.iter().collect();
+    wait_fully_linked(&all, room);
+
+    rt.block_on(async {
+        drain(&nodes[0]).await;
+        told_to_leave(&ann).await;
+    });
+    let (revision, heir) = rt
+        .block_on(room_key(&etcd, prefix, room))
+        .expect("the room's key outlives the drain");
+    assert_eq!(revision, created_at, "the key was never deleted");
+    assert!(heir == "node-1" || heir == "node-2", "heir {heir}");
+    let log0 = log_with(&nodes[0], "room_handed_over", Some(room));
+    assert_eq!(events(&log0, "room_handed_over", room), 1, "{log0}");
+    assert_eq!(events(&log0, "room_not_handed_over", room), 0, "{log0}");
+    let at_heir = nodes.iter().find(|n| n.id == heir).expect("the heir");
+    let log = log_with(at_heir, "room_taken_over", Some(room));
+    assert_eq!(events(&log, "room_taken_over", room), 1, "{log}");
+    // Asked through either node, the heir serves the room as it was created.
+    for node in &nodes[1..] {
+        let held = rt
+            .block_on(async {
+                node.rooms()
+                    .await
+                    .get_room(GetRoomRequest {
+                        name: room.to_owned(),
+                    })
+                    .await
+            })
+            .expect("GetRoom")
+            .into_inner();
+        assert_eq!(
+            (
+                held.node_id.as_str(),
+                held.metadata.as_str(),
+                held.max_participants,
+                held.empty_timeout_secs
+            ),
+            (heir.as_str(), "kept", 7, 120),
+            "through {}",
+            node.id
+        );
+    }
+    // The drained node exits on its own once its peers are gone.
+    let status = nodes[0].process.wait(Duration::from_secs(30));
+    assert!(status.success(), "node-0 exited with {status}");
+    // bob and cid were never disconnected: they exchange everything now.
+    go.store(true, Ordering::SeqCst);
+    exchange.wait();
+    exchange.finish();
+    assert_eq!(
+        rt.block_on(room_key(&etcd, prefix, room)),
+        Some((created_at, heir)),
+        "the room stays the heir's"
+    );
 }
 
 /// Audio packets, and video packets, each participant of the cascaded room sends.
@@ -1018,7 +1222,7 @@ fn cluster_cascaded_room() {
     signaller
         .join(nodes[1].grpc, second, "dee", offer.sdp())
         .expect("joined through a redirect");
-    let log = nodes[1].process.log_so_far();
+    let log = log_with(&nodes[1], "cascade_declined", Some(second));
     assert_eq!(events(&log, "cascade_declined", second), 1, "{log}");
     assert_eq!(events(&log, "room_spanned", second), 0);
     let held: Vec<u32> = rt.block_on(async {
@@ -1251,20 +1455,7 @@ fn cluster_spanned_room_has_the_owners_settings() {
     let room = "settled";
     let joined = rt.block_on(async {
         wait_formed(&nodes).await;
-        let created = nodes[0]
-            .rooms()
-            .await
-            .create_room(CreateRoomRequest {
-                name: room.to_owned(),
-                region: "eu".to_owned(),
-                max_participants: 7,
-                empty_timeout_secs: 120,
-                metadata: "from the owner".to_owned(),
-            })
-            .await
-            .expect("created")
-            .into_inner();
-        assert_eq!(created.node_id, "node-0", "placed in eu");
+        create_settled(&nodes[0], room, "from the owner").await;
         join_response(nodes[2].process.http, room, "ann").await
     });
     let r = &joined["join"]["room"];
@@ -1272,7 +1463,7 @@ fn cluster_spanned_room_has_the_owners_settings() {
     assert_eq!(r["maxParticipants"], 7, "{joined:#}");
     assert_eq!(r["emptyTimeoutSecs"], 120, "{joined:#}");
     assert_eq!(r["nodeId"], "node-2", "served where it landed: {joined:#}");
-    let log = nodes[2].process.log_so_far();
+    let log = log_with(&nodes[2], "room_spanned", Some(room));
     assert_eq!(events(&log, "room_spanned", room), 1, "{log}");
     assert_eq!(events(&log, "spanned_room_unknown", room), 0, "{log}");
 }
@@ -1535,8 +1726,9 @@ fn cluster_etcd_unavailable() {
         // and placement below counts only the nodes a node's view holds.
         wait_formed(&nodes).await;
     });
-    // A node that stops (SIGTERM) revokes its lease: its rooms can be placed on the
-    // other node at once, not a TTL later.
+    // A node that stops (SIGTERM) drains first, handing its rooms to the other
+    // node, and then revokes its lease: the rooms are the other node's at once, not
+    // a TTL later.
     let mut nodes = nodes;
     let o = nodes.iter().position(|n| n.id == owner_id).expect("owner");
     let mut owner_process = nodes.remove(o);
@@ -1566,8 +1758,20 @@ fn cluster_etcd_unavailable() {
     let stopped = Instant::now();
     rt.block_on(async {
         for room in &theirs {
-            let owner = create(&nodes[0], room).await.expect("placed again at once");
-            assert_eq!(owner, nodes[0].id);
+            let refused = create(&nodes[0], room).await.expect_err("handed over");
+            assert_eq!(refused.code(), Code::AlreadyExists, "{refused:?}");
+            let held = nodes[0]
+                .rooms()
+                .await
+                .get_room(GetRoomRequest { name: room.clone() })
+                .await
+                .expect("GetRoom")
+                .into_inner();
+            assert_eq!(held.node_id, nodes[0].id, "{room} served by the other node");
+        }
+        let in_etcd = owners_in_etcd(&etcd, prefix).await;
+        for room in &theirs {
+            assert_eq!(in_etcd.get(room), Some(&nodes[0].id), "{room} in etcd");
         }
     });
     assert!(

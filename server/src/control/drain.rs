@@ -6,7 +6,11 @@
 //! connected is told: a signalling participant gets `leave` with SERVER_SHUTDOWN,
 //! and every shard shuts its peers' SCTP associations down (RFC 9260 §9.2: what is
 //! queued and in flight is delivered first; SHUTDOWN, SHUTDOWN ACK, SHUTDOWN
-//! COMPLETE) and then closes their DTLS with close_notify. The drain is over when
+//! COMPLETE) and then closes their DTLS with close_notify. In a cluster, the rooms
+//! the node owns are handed over to other nodes first, and its participants stay
+//! linked to their rooms' new owners until those links are up (at most 5 s), so
+//! that each room outlives the drain ([`super::cluster::handover`]). The drain is
+//! over when
 //! no shard holds a peer; the process waits for that at most `--drain-timeout`
 //! (see `main.rs`).
 
@@ -33,6 +37,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(100);
 #[derive(Debug, Default)]
 pub struct Drain {
     requested: AtomicBool,
+    /// The node hands its rooms over: links between nodes are still admitted.
+    handing_over: AtomicBool,
     finished: AtomicBool,
     wake: Notify,
 }
@@ -40,6 +46,10 @@ pub struct Drain {
 impl Drain {
     /// Asks for the drain; true if this call started it.
     pub fn request(&self) -> bool {
+        // Links stay admitted from the first moment until the rooms are handed over.
+        if !self.is_requested() {
+            self.handing_over.store(true, Ordering::SeqCst);
+        }
         let first = !self.requested.swap(true, Ordering::SeqCst);
         if first {
             self.wake.notify_one();
@@ -65,6 +75,16 @@ impl Drain {
             Ok(())
         }
     }
+
+    /// [`Drain::check_open`] for an admission, `link` saying whether it is a link
+    /// between cluster nodes: those are admitted while the draining node hands its
+    /// rooms over, so that its participants stay linked to the rooms' new owners.
+    pub fn check_admission(&self, link: bool) -> Result<(), Status> {
+        if link && self.handing_over.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.check_open()
+    }
 }
 
 /// Waits for a drain to be asked for, then runs it: gRPC health NOT_SERVING, every
@@ -80,10 +100,17 @@ pub async fn run(state: Arc<ControlState>, health: HealthReporter) {
             .set_service_status(name, ServingStatus::NotServing)
             .await;
     }
+    let handed = match state.cluster().cloned() {
+        Some(cluster) => state.hand_rooms_over(&cluster).await,
+        None => 0,
+    };
+    drain.handing_over.store(false, Ordering::SeqCst);
+    // Links admitted until now are in the directory (the lock below), and told.
     let told = tell_everyone(&state);
     tracing::info!(
         event = "drain_started",
         participants = told,
+        rooms_handed_over = handed,
         "draining: joins refused, participants told to leave"
     );
     let shards = state.clone();

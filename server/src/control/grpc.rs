@@ -23,6 +23,7 @@ use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
 
 use super::auth::{Act, Auth};
+use super::cluster::handover::handed_spec;
 use super::cluster::{self, Cluster, NodeRecord, Place, Route};
 use super::connections::{AddressTable, Limit, LimitCounters, Slot};
 use super::drain::Drain;
@@ -1203,6 +1204,31 @@ impl NodeService for ControlApi {
             host_with_room: host.map(|n| n.id).unwrap_or_default(),
             served,
         }))
+    }
+
+    async fn hand_over_room(
+        &self,
+        request: Request<v1::HandOverRoomRequest>,
+    ) -> Result<Response<v1::HandOverRoomResponse>, Status> {
+        let (room, cluster) = self.link_call(
+            &request,
+            &request.get_ref().room,
+            &request.get_ref().node_id,
+        )?;
+        // A draining node hands its own rooms over: it takes none (the caller tries
+        // another node).
+        self.state.drain().check_open()?;
+        let request = request.into_inner();
+        let held = request
+            .held
+            .ok_or_else(|| Status::invalid_argument("held: the room's settings are missing"))?;
+        // A room this node could not open is refused before it is taken up: the
+        // draining node takes it back and offers it to another.
+        let spec = handed_spec(&room, held);
+        self.state.rooms().check_fits(&spec)?;
+        cluster.take_handed(&room).await?;
+        self.state.open_handed(&request.node_id, spec)?;
+        Ok(Response::new(v1::HandOverRoomResponse {}))
     }
 
     async fn link_tracks(

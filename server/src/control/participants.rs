@@ -107,6 +107,18 @@ pub struct Admission {
     pub auto_subscribe: bool,
 }
 
+impl Admission {
+    /// Whether it is the hidden participant of a link between cluster nodes: no
+    /// client session, a link's identity.
+    pub fn is_link(&self) -> bool {
+        self.signal.is_none()
+            && self.http_session.is_none()
+            && self
+                .identity
+                .starts_with(super::cluster::cascade::LINK_IDENTITY)
+    }
+}
+
 /// A participant admitted into a room and placed on a shard.
 #[derive(Clone, Debug)]
 pub struct Admitted {
@@ -431,8 +443,9 @@ impl ControlState {
 
     /// [`ControlState::admit`] before it is counted and logged.
     async fn admit_counted(self: &Arc<Self>, admission: Admission) -> Result<Admitted, Status> {
-        // A draining node takes no one (checked again under the directory's lock).
-        self.drain().check_open()?;
+        // A draining node takes no one but links while it hands its rooms over
+        // (checked again under the directory's lock).
+        self.drain().check_admission(admission.is_link())?;
         // A client (over signalling, WHIP or WHEP) taking a link's identity would
         // replace the link as a duplicate.
         let client = admission.signal.is_some() || admission.http_session.is_some();
@@ -485,7 +498,7 @@ impl ControlState {
         let mut rooms = self.rooms();
         // Under the lock the drain's sweep takes: a participant admitted before the
         // drain started is in the directory when the sweep tells everyone to leave.
-        self.drain().check_open()?;
+        self.drain().check_admission(admission.is_link())?;
         // In a cluster: the room's name as the cluster keys it.
         let clustered = match self.cluster() {
             Some(c) => {
@@ -866,7 +879,7 @@ impl ControlState {
     pub fn shard_event(&self, event: &ShardEvent) {
         match event {
             ShardEvent::SctpEstablished { peer } => {
-                if let Some((room, node)) = self.links().of(*peer) {
+                if let Some((room, node)) = self.links().mark_up(*peer) {
                     tracing::info!(
                         event = "cascade_link_up",
                         room = room.as_str(),

@@ -338,19 +338,7 @@ impl RoomDirectory {
     pub fn create(&mut self, spec: RoomSpec, now: Time) -> Result<&Room, RoomError> {
         let name = validate_name(&spec.name, NameKind::Room)?.into_owned();
         validate_metadata(&spec.metadata)?;
-        let max = self.limits.max_participants_per_room;
-        let max_participants = match spec.max_participants {
-            0 => max,
-            n if n > max => {
-                return Err(RoomError::TooManyParticipantsAsked { requested: n, max });
-            }
-            n => n,
-        };
-        let empty_timeout = match spec.empty_timeout {
-            Duration::ZERO => self.limits.default_empty_timeout,
-            t if t > MAX_EMPTY_TIMEOUT => return Err(RoomError::EmptyTimeoutTooLong(t)),
-            t => t,
-        };
+        let (max_participants, empty_timeout) = self.settings(&spec)?;
         // A duplicate is reported as such even when the node is full.
         if self.rooms.contains_key(&name) {
             return Err(RoomError::RoomExists(name));
@@ -372,6 +360,60 @@ impl RoomDirectory {
         };
         self.closing.insert((now + empty_timeout, name.clone()));
         Ok(self.rooms.entry(name).or_insert(room))
+    }
+
+    /// Gives the open room `spec.name` the settings and metadata of `spec`, as
+    /// [`RoomDirectory::create`] would open it; an empty room's closing time follows
+    /// the new empty-timeout.
+    pub fn adopt(&mut self, spec: RoomSpec) -> Result<&Room, RoomError> {
+        let name = validate_name(&spec.name, NameKind::Room)?.into_owned();
+        validate_metadata(&spec.metadata)?;
+        let (max_participants, empty_timeout) = self.settings(&spec)?;
+        let room = self
+            .rooms
+            .get_mut(&name)
+            .ok_or_else(|| RoomError::RoomNotFound(name.clone()))?;
+        if let Some(at) = room.closes_at() {
+            self.closing.remove(&(at, name.clone()));
+        }
+        room.max_participants = max_participants;
+        room.empty_timeout = empty_timeout;
+        room.metadata = spec.metadata;
+        if let Some(at) = room.closes_at() {
+            self.closing.insert((at, name));
+        }
+        Ok(room)
+    }
+
+    /// Whether a room of `spec` could be opened now, or its settings given to the
+    /// room of its name open here ([`RoomDirectory::adopt`]).
+    pub fn check_fits(&self, spec: &RoomSpec) -> Result<(), RoomError> {
+        let name = validate_name(&spec.name, NameKind::Room)?;
+        validate_metadata(&spec.metadata)?;
+        self.settings(spec)?;
+        if !self.rooms.contains_key(&*name) && self.rooms.len() >= self.limits.max_rooms {
+            return Err(RoomError::TooManyRooms(self.limits.max_rooms));
+        }
+        Ok(())
+    }
+
+    /// The participant limit and empty-timeout a room of `spec` gets: its own, or
+    /// the defaults for 0, within the limits.
+    fn settings(&self, spec: &RoomSpec) -> Result<(u32, Duration), RoomError> {
+        let max = self.limits.max_participants_per_room;
+        let max_participants = match spec.max_participants {
+            0 => max,
+            n if n > max => {
+                return Err(RoomError::TooManyParticipantsAsked { requested: n, max });
+            }
+            n => n,
+        };
+        let empty_timeout = match spec.empty_timeout {
+            Duration::ZERO => self.limits.default_empty_timeout,
+            t if t > MAX_EMPTY_TIMEOUT => return Err(RoomError::EmptyTimeoutTooLong(t)),
+            t => t,
+        };
+        Ok((max_participants, empty_timeout))
     }
 
     /// The room of that name.

@@ -73,7 +73,7 @@ impl Cluster {
             && owner.id != self.settings.node_id
     }
 
-    fn span_key(&self, node: &str, room: &str) -> String {
+    pub(super) fn span_key(&self, node: &str, room: &str) -> String {
         format!("{}/spans/{node}/{room}", self.settings.prefix)
     }
 
@@ -208,6 +208,8 @@ pub struct Link {
     since: Instant,
     /// Its peer is on its shard: tracks may be published on it.
     pub(super) placed: bool,
+    /// Its association came up: it carries messages.
+    pub(super) up: bool,
     /// This node's tracks it carries, and how they go (see [`super::link_tracks`]).
     pub(super) sent: super::link_tracks::Sent,
     /// The parts so far of lists the other node sends in parts.
@@ -231,6 +233,7 @@ impl Links {
             peer,
             since: Instant::now(),
             placed,
+            up: false,
             sent: super::link_tracks::Sent::default(),
             gathered: None,
         };
@@ -260,12 +263,19 @@ impl Links {
             .collect()
     }
 
-    /// The room and other node of the link whose peer here is `peer`.
-    pub fn of(&self, peer: PeerId) -> Option<(String, String)> {
+    /// Notes that the association of the link whose peer here is `peer` came up;
+    /// the link's room and other node.
+    pub fn mark_up(&mut self, peer: PeerId) -> Option<(String, String)> {
+        let ((room, node), link) = self.0.iter_mut().find(|(_, l)| l.peer == peer)?;
+        link.up = true;
+        Some((room.clone(), node.clone()))
+    }
+
+    /// Whether `room`'s link to `node` carries messages.
+    pub fn is_up(&self, room: &str, node: &str) -> bool {
         self.0
-            .iter()
-            .find(|(_, l)| l.peer == peer)
-            .map(|((room, node), _)| (room.clone(), node.clone()))
+            .get(&(room.to_owned(), node.to_owned()))
+            .is_some_and(|l| l.up)
     }
 }
 

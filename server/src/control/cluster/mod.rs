@@ -25,6 +25,7 @@
 //! Without `--etcd` none of this runs, and the node serves every room itself.
 
 pub mod cascade;
+pub mod handover;
 pub mod link_tracks;
 pub mod membership;
 pub mod share;
@@ -277,6 +278,11 @@ impl Inner {
         self.owned.insert(room.to_owned(), lease);
         self.release.remove(room);
         self.unserved.remove(room);
+        // A node spanning the room that comes to own it (a draining owner handed
+        // it over) hosts it as its owner from now on.
+        if self.spanning.remove(room).is_some() {
+            self.unspan.insert(room.to_owned());
+        }
         true
     }
 }
@@ -701,7 +707,8 @@ mod tests {
         assert!(!n.presents(&other));
     }
 
-    fn node(id: &str, region: &str, peers: u32) -> NodeRecord {
+    /// A node record for tests: capacity 10 peers, lease 1.
+    pub(super) fn node(id: &str, region: &str, peers: u32) -> NodeRecord {
         NodeRecord {
             id: id.to_owned(),
             grpc_url: String::new(),

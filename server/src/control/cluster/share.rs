@@ -44,7 +44,7 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 impl Inner {
     /// The nodes hosting `room`, as the watch saw them: its owner and the nodes
     /// spanning it.
-    fn hosts_of(&self, room: &str) -> BTreeSet<&str> {
+    pub(super) fn hosts_of(&self, room: &str) -> BTreeSet<&str> {
         let owner = self.owners.get(room).map(|o| o.owner.as_str());
         let spanning = self.spans.get(room).into_iter().flatten();
         owner
@@ -56,7 +56,7 @@ impl Inner {
     /// The nodes that could not start spanning `room` (one room per node pair, see
     /// [`Cluster::may_span`]): those hosting another room with one of its hosts. One
     /// pass over the rooms.
-    fn kept_from(&self, room: &str) -> BTreeSet<&str> {
+    pub(super) fn kept_from(&self, room: &str) -> BTreeSet<&str> {
         let hosts = self.hosts_of(room);
         let mut kept = BTreeSet::new();
         let spanned_only = self.spans.keys().filter(|r| !self.owners.contains_key(*r));
@@ -154,6 +154,8 @@ impl ControlState {
         };
         let room = validate_name(room, NameKind::Room)?;
         match owner {
+            // A draining node that handed the room over serves no one new.
+            Some(owner) if self.drain().is_requested() => Ok(Some(owner)),
             Some(owner) if !cluster.spans(&room) => self.span_or_send(cluster, &room, owner).await,
             _ => Ok(self.past_share(cluster, &room).await),
         }

@@ -476,3 +476,63 @@ fn expiry_closes_rooms_in_deadline_order() {
     assert_eq!(d.expire(secs(2)), ["a", "b"]);
     assert_eq!(d.expire(secs(3)), ["c"]);
 }
+
+#[test]
+fn an_adopted_room_takes_the_settings_and_its_new_deadline() {
+    let mut d = RoomDirectory::new(LIMITS);
+    d.create(spec("r"), secs(0)).unwrap(); // 300 s default
+    let mut held = spec("r");
+    held.max_participants = 2;
+    held.empty_timeout = Duration::from_secs(20);
+    held.metadata = "kept".into();
+    let room = d.adopt(held.clone()).unwrap();
+    assert_eq!(
+        (
+            room.max_participants,
+            room.empty_timeout,
+            room.metadata.as_str()
+        ),
+        (2, Duration::from_secs(20), "kept")
+    );
+    assert_eq!(d.next_expiry(), Some(secs(20)), "the old deadline went");
+    assert!(d.expire(secs(19)).is_empty());
+    // Occupied, it keeps no deadline; adopting again sets none.
+    d.join("r", member("a", 1), secs(19)).unwrap();
+    d.adopt(held.clone()).unwrap();
+    assert_eq!(d.next_expiry(), None);
+    // Settings out of bounds, or a room not open, are refused as on creation.
+    held.max_participants = 4;
+    assert_eq!(
+        d.adopt(held).unwrap_err(),
+        RoomError::TooManyParticipantsAsked {
+            requested: 4,
+            max: 3
+        }
+    );
+    assert_eq!(
+        d.adopt(spec("other")).unwrap_err(),
+        RoomError::RoomNotFound("other".into())
+    );
+    assert_eq!(d.get("r").unwrap().max_participants, 2, "unchanged");
+}
+
+#[test]
+fn a_handed_room_is_checked_before_it_is_taken() {
+    let mut d = RoomDirectory::new(LIMITS);
+    for name in ["a", "b", "c", "d"] {
+        d.create(spec(name), secs(0)).unwrap();
+    }
+    // Full: a new room does not fit, one open here does (its settings change).
+    assert_eq!(
+        d.check_fits(&spec("e")).unwrap_err(),
+        RoomError::TooManyRooms(4)
+    );
+    assert_eq!(d.check_fits(&spec("a")), Ok(()));
+    let mut big = spec("a");
+    big.max_participants = 4;
+    assert!(matches!(
+        d.check_fits(&big),
+        Err(RoomError::TooManyParticipantsAsked { .. })
+    ));
+    assert_eq!(d.room_count(), 4, "checking opens nothing");
+}

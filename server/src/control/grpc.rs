@@ -23,7 +23,6 @@ use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
 
 use super::auth::{Act, Auth};
-use super::cluster::handover::handed_spec;
 use super::cluster::{self, Cluster, NodeRecord, Place, Route};
 use super::connections::{AddressTable, Limit, LimitCounters, Slot};
 use super::drain::Drain;
@@ -223,12 +222,7 @@ impl ControlState {
         if self.rooms().get(room).is_ok() {
             return;
         }
-        let spec = RoomSpec {
-            name: room.to_owned(),
-            max_participants: held.max_participants,
-            empty_timeout: Duration::from_secs(held.empty_timeout_secs.into()),
-            metadata: held.metadata,
-        };
+        let spec = room_spec(room, held);
         let now = self.clock.now();
         let mut rooms = self.rooms();
         if rooms.get(room).is_err()
@@ -1224,7 +1218,7 @@ impl NodeService for ControlApi {
             .ok_or_else(|| Status::invalid_argument("held: the room's settings are missing"))?;
         // A room this node could not open is refused before it is taken up: the
         // draining node takes it back and offers it to another.
-        let spec = handed_spec(&room, held);
+        let spec = room_spec(&room, held);
         self.state.rooms().check_fits(&spec)?;
         cluster.take_handed(&room).await?;
         self.state.open_handed(&request.node_id, spec)?;
@@ -1375,6 +1369,17 @@ fn connection_stats(r: &CongestionReport) -> v1::ConnectionStats {
         data_relay_dropped: r.relay_dropped,
         data_relay_holds: r.relay_holds,
         data_relay_held: r.relay_held,
+    }
+}
+
+/// The room `room` (normalised) as another node of the cluster holds it (`held`,
+/// its [`ControlState::room_message`]): its settings and metadata.
+pub(crate) fn room_spec(room: &str, held: v1::Room) -> RoomSpec {
+    RoomSpec {
+        name: room.to_owned(),
+        max_participants: held.max_participants,
+        empty_timeout: Duration::from_secs(held.empty_timeout_secs.into()),
+        metadata: held.metadata,
     }
 }
 

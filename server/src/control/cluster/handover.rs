@@ -90,26 +90,6 @@ fn heir(
         .cloned()
 }
 
-/// The room `room` (normalised) as `held` by the node that hands it over.
-pub fn handed_spec(room: &str, held: v1::Room) -> RoomSpec {
-    RoomSpec {
-        name: room.to_owned(),
-        max_participants: held.max_participants,
-        empty_timeout: Duration::from_secs(held.empty_timeout_secs.into()),
-        metadata: held.metadata,
-    }
-}
-
-/// How passing a room on in etcd went.
-enum Passed {
-    /// The heir owns it from this revision of its key on.
-    At(i64),
-    /// It did not happen: the key names this node still (or another).
-    Not(Status),
-    /// Unknown (etcd did not answer): this node no longer counts the room its own.
-    Unknown(Status),
-}
-
 impl Cluster {
     /// The rooms this node owns under its current lease.
     fn owned_rooms(&self) -> Vec<String> {
@@ -144,52 +124,34 @@ impl Cluster {
         heirs
     }
 
-    /// The key of `room` and its two values: naming this node under `lease`, and
-    /// naming `heir`.
-    fn records(
-        &self,
-        room: &str,
-        lease: i64,
-        heir: &NodeRecord,
-    ) -> Result<(String, Vec<u8>, Vec<u8>), Status> {
-        let record = |owner: &str, lease: i64| {
-            serde_json::to_vec(&RoomRecord {
-                owner: owner.to_owned(),
-                lease,
-            })
-            .map_err(|_| Status::internal("room record"))
-        };
-        Ok((
-            self.room_key(room),
-            record(&self.settings.node_id, lease)?,
-            record(&heir.id, heir.lease)?,
-        ))
-    }
-
-    /// This node's lease while it may serve under it.
-    fn live_lease(&self) -> Result<i64, Status> {
-        let inner = self.inner();
-        match (inner.lease, inner.serve_until) {
-            (Some(lease), Some(t)) if tokio::time::Instant::now() < t => Ok(lease),
-            _ => Err(fenced()),
+    /// The record naming this node the owner under `lease`.
+    fn own_record(&self, lease: i64) -> RoomRecord {
+        RoomRecord {
+            owner: self.settings.node_id.clone(),
+            lease,
         }
     }
 
     /// Makes `heir` the owner of `room` (normalised) and this node a host spanning
     /// it: one transaction, which holds only while the room's key names this node
-    /// under its current lease.
-    async fn pass_on(&self, room: &str, heir: &NodeRecord) -> Passed {
+    /// under its current lease. The revision the heir owns the room from; on an
+    /// error, the room is still this node's if [`Inner::owned`] holds it (when etcd
+    /// does not say whether the transaction took effect, it no longer does).
+    async fn pass_on(&self, room: &str, heir: &NodeRecord) -> Result<i64, Status> {
         let lease = {
             let inner = self.inner();
             match inner.lease {
                 Some(lease) if inner.owned.get(room) == Some(&lease) && inner.serves(room) => lease,
-                _ => return Passed::Not(fenced()),
+                _ => return Err(fenced()),
             }
         };
-        let (key, mine, theirs) = match self.records(room, lease, heir) {
-            Ok(r) => r,
-            Err(e) => return Passed::Not(e),
-        };
+        let key = self.room_key(room);
+        let mine = self.own_record(lease).encode()?;
+        let theirs = RoomRecord {
+            owner: heir.id.clone(),
+            lease: heir.lease,
+        }
+        .encode()?;
         let txn = Txn::new()
             .when([Compare::value(key.clone(), CompareOp::Equal, mine)])
             .and_then([
@@ -208,7 +170,7 @@ impl Cluster {
         let revision = match self.etcd(client.txn(txn)).await {
             Ok(r) if r.succeeded() => r.header().map_or(0, |h| h.revision()),
             Ok(_) => {
-                return Passed::Not(Status::unavailable(format!(
+                return Err(Status::unavailable(format!(
                     "room {room:?} changed hands while being handed over"
                 )));
             }
@@ -217,7 +179,7 @@ impl Cluster {
             // rewritten the room's key since, taking the room up).
             Err(e) => match self.read_handed(&key, &theirs, room).await {
                 Ok(Some(revision)) => revision,
-                Ok(None) => return Passed::Not(e),
+                Ok(None) => return Err(e),
                 Err(_) => {
                     // This node cannot know whether it owns the room: it does not
                     // any more. Its key is deleted if it still names this node.
@@ -225,7 +187,7 @@ impl Cluster {
                     if inner.owned.remove(room).is_some() {
                         inner.release.insert(room.to_owned());
                     }
-                    return Passed::Unknown(e);
+                    return Err(e);
                 }
             },
         };
@@ -233,21 +195,9 @@ impl Cluster {
         inner.owned.remove(room);
         inner.release.remove(room);
         inner.unspan.remove(room);
+        // The new owner and this node's span reach the view through the watch.
         inner.spanning.insert(room.to_owned(), lease);
-        // The watch says so too, a moment later.
-        inner.owners.insert(
-            room.to_owned(),
-            RoomRecord {
-                owner: heir.id.clone(),
-                lease: heir.lease,
-            },
-        );
-        inner
-            .spans
-            .entry(room.to_owned())
-            .or_default()
-            .insert(self.settings.node_id.clone());
-        Passed::At(revision)
+        Ok(revision)
     }
 
     /// After a hand-over transaction whose outcome is unknown: the revision it
@@ -281,18 +231,14 @@ impl Cluster {
         })
     }
 
-    /// Takes `room` (normalised) back from `heir`, which did not take it up: its
+    /// Takes `room` (normalised) back from the heir, which did not take it up: its
     /// key names this node again and its span key goes, if the key is as
     /// [`Cluster::pass_on`] left it at `revision` (an heir that took the room up
     /// rewrote it). Whether it was taken back.
-    async fn take_back(
-        &self,
-        room: &str,
-        heir: &NodeRecord,
-        revision: i64,
-    ) -> Result<bool, Status> {
-        let lease = self.live_lease()?;
-        let (key, mine, _) = self.records(room, lease, heir)?;
+    async fn take_back(&self, room: &str, revision: i64) -> Result<bool, Status> {
+        let lease = self.inner().live_lease().ok_or_else(fenced)?;
+        let key = self.room_key(room);
+        let mine = self.own_record(lease).encode()?;
         let span = self.span_key(&self.settings.node_id, room);
         let txn = Txn::new()
             .when([Compare::mod_revision(
@@ -311,16 +257,6 @@ impl Cluster {
         let mut inner = self.inner();
         inner.spanning.remove(room);
         inner.owned.insert(room.to_owned(), lease);
-        inner.owners.insert(
-            room.to_owned(),
-            RoomRecord {
-                owner: self.settings.node_id.clone(),
-                lease,
-            },
-        );
-        if let Some(spans) = inner.spans.get_mut(room) {
-            spans.remove(&self.settings.node_id);
-        }
         Ok(true)
     }
 
@@ -426,8 +362,8 @@ impl ControlState {
                 return None;
             }
             let revision = match cluster.pass_on(&room, &heir).await {
-                Passed::At(revision) => revision,
-                Passed::Not(e) | Passed::Unknown(e) => {
+                Ok(revision) => revision,
+                Err(e) => {
                     tracing::warn!(
                         event = "room_not_handed_over",
                         room = room.as_str(),
@@ -435,7 +371,7 @@ impl ControlState {
                         error = e.message(),
                         "could not hand the room over"
                     );
-                    // Unknown: the room is no longer this node's to hand.
+                    // No longer this node's to hand (the outcome unknown).
                     if !cluster.inner().owned.contains_key(&room) {
                         return None;
                     }
@@ -469,7 +405,7 @@ impl ControlState {
                 }
                 Err(e) => e,
             };
-            match cluster.take_back(&room, &heir, revision).await {
+            match cluster.take_back(&room, revision).await {
                 Ok(true) => tracing::warn!(
                     event = "room_not_handed_over",
                     room = room.as_str(),

@@ -145,6 +145,13 @@ pub struct RoomRecord {
     pub lease: i64,
 }
 
+impl RoomRecord {
+    /// The record as its key holds it.
+    fn encode(&self) -> Result<Vec<u8>, Status> {
+        serde_json::to_vec(self).map_err(|_| Status::internal("room record"))
+    }
+}
+
 /// Where a request for a room is served.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Route {
@@ -261,18 +268,23 @@ struct Inner {
 }
 
 impl Inner {
+    /// This node's lease while it is surely alive: the node may serve under it.
+    fn live_lease(&self) -> Option<i64> {
+        self.lease
+            .filter(|_| self.serve_until.is_some_and(|t| Instant::now() < t))
+    }
+
     /// See [`Cluster::serves`].
     fn serves(&self, room: &str) -> bool {
-        self.lease.is_some()
-            && (self.owned.get(room).copied() == self.lease
-                || self.spanning.get(room).copied() == self.lease)
-            && self.serve_until.is_some_and(|t| Instant::now() < t)
+        let lease = self.live_lease();
+        lease.is_some()
+            && (self.owned.get(room).copied() == lease || self.spanning.get(room).copied() == lease)
     }
 
     /// Notes that this node serves `room` under `lease`, if that is still its lease
     /// and the lease is surely alive; whether it does.
     fn take(&mut self, room: &str, lease: i64) -> bool {
-        if self.lease != Some(lease) || self.serve_until.is_none_or(|t| Instant::now() >= t) {
+        if self.live_lease() != Some(lease) {
             return false;
         }
         self.owned.insert(room.to_owned(), lease);
@@ -353,8 +365,7 @@ impl Cluster {
 
     /// Whether this node holds a lease it may serve under now.
     pub fn is_member(&self) -> bool {
-        let inner = self.inner();
-        inner.lease.is_some() && inner.serve_until.is_some_and(|t| Instant::now() < t)
+        self.inner().live_lease().is_some()
     }
 
     /// Whether etcd answered the last request.
@@ -439,12 +450,7 @@ impl Cluster {
     /// else the owner's node.
     async fn route_to(&self, room: &str, owner: &RoomRecord) -> Result<Route, Status> {
         if owner.owner == self.settings.node_id {
-            let mine = {
-                let inner = self.inner();
-                Some(owner.lease) == inner.lease
-                    && inner.serve_until.is_some_and(|t| Instant::now() < t)
-            };
-            if !mine {
+            if self.inner().live_lease() != Some(owner.lease) {
                 return Err(fenced());
             }
             return self.take_up(room, owner).await;
@@ -471,21 +477,18 @@ impl Cluster {
             let inner = self.inner();
             match target {
                 Some(node) if node.id != self.settings.node_id => (node.lease, Some(node)),
-                _ => match (inner.lease, inner.serve_until) {
-                    (Some(lease), Some(t)) if Instant::now() < t => (lease, None),
-                    _ => return Err(fenced()),
-                },
+                _ => (inner.live_lease().ok_or_else(fenced)?, None),
             }
         };
         let owner = target
             .as_ref()
             .map_or_else(|| self.settings.node_id.clone(), |n| n.id.clone());
         let key = self.room_key(room);
-        let value = serde_json::to_vec(&RoomRecord {
+        let value = RoomRecord {
             owner: owner.clone(),
             lease,
-        })
-        .map_err(|_| Status::internal("room record"))?;
+        }
+        .encode()?;
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
@@ -532,7 +535,7 @@ impl Cluster {
     /// the key decided before (the room had closed here) no longer applies.
     async fn take_up(&self, room: &str, owner: &RoomRecord) -> Result<Route, Status> {
         let key = self.room_key(room);
-        let value = serde_json::to_vec(owner).map_err(|_| Status::internal("room record"))?;
+        let value = owner.encode()?;
         let txn = Txn::new()
             .when([Compare::value(key.clone(), CompareOp::Equal, value.clone())])
             .and_then([TxnOp::put(

@@ -31,7 +31,7 @@
 //! sockets included, the publisher's pacer and encoder schedule not).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -175,6 +175,8 @@ pub(super) struct Measured {
     pub pacer_dropped: u64,
     /// Join times (offer sent → first media packet), ms, whole run.
     pub join_ms: Vec<f64>,
+    /// When each connection received its first media packet, whole run.
+    pub first_media: HashMap<usize, Instant>,
     /// Connections up and failed, whole run.
     pub connected: usize,
     pub failed: usize,
@@ -639,6 +641,7 @@ impl Generator {
                     self.live.received.fetch_add(1, Ordering::Relaxed);
                     if !c.joined {
                         c.joined = true;
+                        self.out.first_media.insert(i, Instant::now());
                         if c.join_eligible {
                             self.out
                                 .join_ms

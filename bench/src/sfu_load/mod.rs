@@ -30,8 +30,11 @@
 //! `--soak` samples the server's memory and what the node holds through the window
 //! and reports the memory's slope (`soak.rs`). `--nodes N --etcd URL` starts N nodes
 //! of a cluster instead of one and spreads each room's participants over them, so
-//! every room is cascaded across all of them.
+//! every room is cascaded across all of them. `--kill-after S` then kills one of
+//! them with SIGKILL `S` seconds into the steady window and measures how long until
+//! the participants it cut off are served again (`failover.rs`).
 
+mod failover;
 mod load;
 mod report;
 mod signal;
@@ -48,8 +51,10 @@ use std::time::{Duration, Instant};
 
 use mio::{Poll, Waker};
 
+use failover::{Failover, Kill, Target, Victim};
 use load::{Generator, Live, Measured, MediaShape, ToGen, WAKER};
 use report::{Cpu, Outcome, Step};
+use shoal_server::control::cluster::DEFAULT_LEASE_TTL_SECS;
 use signal::{Mode, Plan, SignalOutcome, ToGenerator};
 
 /// The options.
@@ -81,6 +86,10 @@ struct Options {
     nodes: usize,
     /// The etcd the cluster's nodes meet in.
     etcd: Option<String>,
+    /// The nodes' lease TTL (`--cluster-lease-ttl`), if set.
+    lease_ttl: Option<u32>,
+    /// Kill a node this far into the steady window (`--kill-after`, `--kill-node`).
+    kill: Option<(Duration, Target)>,
     out: PathBuf,
 }
 
@@ -109,7 +118,13 @@ const USAGE: &str = "usage: shoal-bench sfu-load (--shoal BIN | --http ADDR [--s
   --nodes N --etcd URL     start N nodes of a cluster on the etcd at URL (with --shoal and\n\
                            /signal), each in a region of its own and pinned like one node;\n\
                            participant p of a room joins through node p mod N, so each\n\
-                           room spans every node, cascaded over links (1)";
+                           room spans every node, cascaded over links (1)\n\
+  --lease-ttl S            the nodes' lease TTL (the node's default, 10)\n\
+  --kill-after S           kill node --kill-node K|owner (owner: of the first room; owner)\n\
+                           with SIGKILL S seconds into the steady window; the participants\n\
+                           it cuts off join again through the others, and the report says\n\
+                           when each was served again (the window should last past\n\
+                           S + TTL + 5)";
 
 pub(crate) fn value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter()
@@ -182,7 +197,30 @@ fn parse(args: &[String]) -> Result<Options, String> {
             .transpose()?,
         nodes: number(args, "--nodes", 1)?,
         etcd: value(args, "--etcd").map(str::to_owned),
+        lease_ttl: value(args, "--lease-ttl")
+            .map(|v| v.parse().map_err(|_| format!("--lease-ttl: {v}")))
+            .transpose()?,
+        kill: value(args, "--kill-after")
+            .map(|_| -> Result<_, String> {
+                let target = match value(args, "--kill-node").unwrap_or("owner") {
+                    "owner" => Target::Owner,
+                    k => Target::Node(k.parse().map_err(|_| format!("--kill-node: {k}"))?),
+                };
+                Ok((
+                    Duration::from_secs_f64(number(args, "--kill-after", 0.0)?),
+                    target,
+                ))
+            })
+            .transpose()?,
     };
+    if let Some((_, target)) = o.kill
+        && (o.nodes < 2 || matches!(target, Target::Node(k) if k >= o.nodes) || o.find_max)
+    {
+        return Err(
+            "--kill-after needs --nodes of 2 or more, --kill-node below it, and no --find-max"
+                .into(),
+        );
+    }
     if o.nodes > 1 && (o.shoal.is_none() || o.etcd.is_none() || o.mode != Mode::Signal) {
         return Err("--nodes above 1 needs --shoal, --etcd and /signal".into());
     }
@@ -329,6 +367,9 @@ fn drive(o: &Options) -> Result<(), String> {
                 ]
                 .map(str::to_owned)
                 .to_vec();
+                if let Some(ttl) = o.lease_ttl {
+                    args.extend(["--cluster-lease-ttl".to_owned(), ttl.to_string()]);
+                }
                 args.extend(o.server_args.iter().cloned());
                 let log = o.out.join(format!("server-{i}.log"));
                 cluster.push(start_server(bin, o.server_cpu, &args, log)?);
@@ -381,13 +422,23 @@ fn drive(o: &Options) -> Result<(), String> {
     );
     let mut steps: Vec<Step> = Vec::new();
     let mut soak = None;
+    let mut failover = None;
     let mut rooms = o.rooms;
     let mut run = 0;
     loop {
         run += 1;
-        let (step, soaked) = one_run(o, (http, &joins_via), pid.as_deref(), rooms, run)?;
+        let (step, soaked, failed_over) = one_run(
+            o,
+            (http, &joins_via, &mut cluster),
+            pid.as_deref(),
+            rooms,
+            run,
+        )?;
         if soaked.is_some() {
             soak = soaked;
+        }
+        if failed_over.is_some() {
+            failover = failed_over;
         }
         let verdict = step.verdict(o.p9999_bound, o.loss_bound);
         println!(
@@ -434,7 +485,17 @@ fn drive(o: &Options) -> Result<(), String> {
             soak::markdown(soak).lines().nth(3).unwrap_or_default()
         );
     }
+    if let Some(f) = &failover {
+        let md = o.out.join("report.md");
+        let mut text =
+            std::fs::read_to_string(&md).map_err(|e| format!("{}: {e}", md.display()))?;
+        text += &f.markdown();
+        std::fs::write(&md, text).map_err(|e| format!("{}: {e}", md.display()))?;
+    }
     println!("{}", outcome.summary());
+    if let Some(f) = &failover {
+        println!("{}", f.summary());
+    }
     for w in written {
         println!("sfu-load: wrote {}", w.display());
     }
@@ -443,14 +504,15 @@ fn drive(o: &Options) -> Result<(), String> {
     Ok(())
 }
 
-/// One load: joins, warm-up, the steady window, teardown.
+/// One load: joins, warm-up, the steady window (with a node killed in it, if asked),
+/// teardown.
 fn one_run(
     o: &Options,
-    (http, joins_via): (SocketAddr, &[SocketAddr]),
+    (http, joins_via, cluster): (SocketAddr, &[SocketAddr], &mut [(Server, SocketAddr)]),
     pid: Option<&str>,
     rooms: usize,
     run: usize,
-) -> Result<(Step, Option<soak::Soak>), String> {
+) -> Result<(Step, Option<soak::Soak>, Option<Failover>), String> {
     // A soak's baseline: what the node holds before the first join.
     let mut soaked = o.soak.map(|_| soak::Soak {
         baseline: soak::counts(http).ok(),
@@ -478,7 +540,10 @@ fn one_run(
         fingerprint,
         run: format!("load{}-{run}", std::process::id()),
         simulcast: o.media.simulcast,
+        kill: o.kill.map(|_| Arc::new(Kill::default())),
     };
+    let kill = plan.kill.clone();
+    let first_room = format!("{}-0", plan.run);
     let to_gen = ToGenerator {
         tx: tx.clone(),
         waker: Arc::clone(&waker),
@@ -527,6 +592,40 @@ fn one_run(
     let mut next_sample = t0;
     while t0.elapsed() < o.duration {
         std::thread::sleep(Duration::from_millis(50));
+        if let (Some(k), Some((after, target))) = (&kill, o.kill)
+            && k.victim.get().is_none()
+            && t0.elapsed() >= after
+        {
+            let node = match target {
+                Target::Node(n) => n,
+                Target::Owner => {
+                    let logs: Vec<String> = (0..cluster.len())
+                        .map(|i| {
+                            std::fs::read_to_string(o.out.join(format!("server-{i}.log")))
+                                .unwrap_or_default()
+                        })
+                        .collect();
+                    failover::owner_of(&first_room, &logs)
+                        .and_then(|id| id.strip_prefix("load-")?.parse().ok())
+                        .ok_or_else(|| format!("no node logged placing {first_room}"))?
+                }
+            };
+            let (server, http) = cluster
+                .get_mut(node)
+                .ok_or_else(|| format!("no node {node}"))?;
+            // Set first: the participants see their sockets break at once.
+            let _ = k.victim.set(Victim {
+                node,
+                http: http.to_string(),
+                at: Instant::now(),
+            });
+            // `Child::kill` is SIGKILL: no drain, no lease revoked.
+            server
+                .child
+                .kill()
+                .map_err(|e| format!("kill node {node}: {e}"))?;
+            println!("sfu-load: killed node {node} ({http}) with SIGKILL");
+        }
         progress.tick(&live, pid, "steady");
         if let Some(p) = pid {
             rss_max_kib = rss_max_kib.max(report::rss_kib(p).unwrap_or(0));
@@ -557,6 +656,17 @@ fn one_run(
     if let Some(s) = soaked.as_mut() {
         soak::settle(s, http);
     }
+    let failover = kill.as_ref().and_then(|k| {
+        let ttl = Duration::from_secs(o.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL_SECS).into());
+        let after = o.kill.map_or(Duration::ZERO, |(a, _)| a);
+        Failover::new(
+            k,
+            after,
+            ttl,
+            signalled.cut_off.clone(),
+            &measured.first_media,
+        )
+    });
     let step = Step::new(
         rooms,
         o.participants,
@@ -567,7 +677,7 @@ fn one_run(
         cpu_start.zip(cpu_end),
         rss_max_kib,
     );
-    Ok((step, soaked))
+    Ok((step, soaked, failover))
 }
 
 /// A line on the terminal each second.

@@ -35,8 +35,11 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::Message;
 
+use super::failover::{CutOff, Kill, RETRY};
 use super::load::{Join, Live, ToGen};
 
+/// How many redirects one join follows.
+const MAX_REDIRECTS: u32 = 3;
 /// How long one signalling step may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a `/signal` participant sends a ping, so that its socket is never
@@ -80,6 +83,9 @@ pub(super) struct Plan {
     pub run: String,
     /// Publishers send simulcast video.
     pub simulcast: bool,
+    /// A node of the cluster to be killed (`failover.rs`): participants it cuts off
+    /// join again through the others.
+    pub kill: Option<Arc<Kill>>,
 }
 
 /// Signalling outcomes the run reports.
@@ -88,6 +94,8 @@ pub(super) struct SignalOutcome {
     /// Joins that failed, with why (the first few).
     pub failures: Vec<String>,
     pub failed: usize,
+    /// Participants a killed node cut off.
+    pub cut_off: Vec<CutOff>,
 }
 
 /// Links to the generator.
@@ -126,10 +134,14 @@ pub(super) async fn run(
             let (plan, to_gen, stop) = (plan.clone(), to_gen.clone(), stop.clone());
             tasks.push(tokio::spawn(async move {
                 tokio::time::sleep_until(at).await;
-                let seed = (room * 10_000 + p) as u64;
                 let result = match plan.mode {
-                    Mode::Signal => participant_signal(&plan, &to_gen, room, p, seed, stop).await,
-                    Mode::WhipWhep => participant_whip(&plan, &to_gen, room, p, seed, stop).await,
+                    Mode::Signal => signal_until_stop(&plan, &to_gen, room, p, stop).await,
+                    Mode::WhipWhep => {
+                        let seed = (room * 10_000 + p) as u64;
+                        participant_whip(&plan, &to_gen, room, p, seed, stop)
+                            .await
+                            .map(|()| None)
+                    }
                 };
                 if result.is_err() {
                     to_gen.live.failed.fetch_add(1, Ordering::Relaxed);
@@ -140,15 +152,84 @@ pub(super) async fn run(
     }
     let mut outcome = SignalOutcome::default();
     for t in tasks {
-        let result = t.await.unwrap_or_else(|e| Err(format!("task: {e}")));
-        if let Err(e) = result {
-            outcome.failed += 1;
-            if outcome.failures.len() < 5 {
-                outcome.failures.push(e);
+        match t.await.unwrap_or_else(|e| Err(format!("task: {e}"))) {
+            Ok(cut) => outcome.cut_off.extend(cut),
+            Err(e) => {
+                outcome.failed += 1;
+                if outcome.failures.len() < 5 {
+                    outcome.failures.push(e);
+                }
             }
         }
     }
     outcome
+}
+
+/// One `/signal` participant until stop: once a node has been killed, a session
+/// that breaks is a cut (`failover.rs`), and it joins again through a node still
+/// alive until a session lasts. An error before any kill is the participant's
+/// failure.
+async fn signal_until_stop(
+    plan: &Plan,
+    to_gen: &ToGenerator,
+    room: usize,
+    p: usize,
+    mut stop: watch::Receiver<bool>,
+) -> Result<Option<CutOff>, String> {
+    let nodes = plan.joins_via.len();
+    let mut cut: Option<CutOff> = None;
+    let mut attempt = 0u32;
+    loop {
+        let via = match &plan.kill {
+            Some(k) => k.via(nodes, p, attempt),
+            None => p % nodes.max(1),
+        };
+        let via = plan.joins_via.get(via).copied().unwrap_or(plan.http);
+        let mut url = format!("ws://{via}/signal");
+        // A fresh offer each try: a new connection, as a client that rejoins makes.
+        let seed = (room * 10_000 + p) as u64 + u64::from(attempt) * 100_000_000;
+        let mut hops = 0;
+        let result = loop {
+            match participant_signal(plan, to_gen, (room, p, &url), seed, stop.clone()).await {
+                // A node that does not serve the room names the one that does.
+                Err(Ended::Redirect(next)) if hops < MAX_REDIRECTS => {
+                    hops += 1;
+                    url = next;
+                }
+                Err(Ended::Redirect(next)) => break Err(format!("redirected again, to {next}")),
+                Err(Ended::Failed(e)) => break Err(e),
+                Ok(conn) => break Ok(conn),
+            }
+        };
+        let killed = plan.kill.as_ref().is_some_and(|k| k.victim.get().is_some());
+        match result {
+            Ok(conn) => {
+                if let Some(c) = cut.as_mut() {
+                    c.conn = conn;
+                }
+                return Ok(cut);
+            }
+            Err(e) if killed && !*stop.borrow() => {
+                let c = cut.get_or_insert_with(|| CutOff {
+                    room,
+                    participant: p,
+                    with_node: plan.kill.as_ref().is_some_and(|k| k.on_victim(&url)),
+                    attempts: 0,
+                    conn: None,
+                    last_error: String::new(),
+                });
+                c.attempts += 1;
+                c.conn = None;
+                c.last_error = e;
+                attempt += 1;
+                tokio::select! {
+                    _ = tokio::time::sleep(RETRY) => {}
+                    _ = stop.wait_for(|s| *s) => return Ok(cut),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn room_name(plan: &Plan, room: usize) -> String {
@@ -179,21 +260,28 @@ fn offer_for(plan: &Plan, shape: OfferShape, seed: u64) -> MediaOffer {
     )
 }
 
-/// One `/signal` participant: join, publish, answer the node's offers, until stop.
+/// How a `/signal` session ended before stop.
+enum Ended {
+    /// The node does not serve the room: it named the `/signal` URL that does.
+    Redirect(String),
+    Failed(String),
+}
+
+impl From<String> for Ended {
+    fn from(e: String) -> Ended {
+        Ended::Failed(e)
+    }
+}
+
+/// One `/signal` session at `url`: join, publish, answer the node's offers, until
+/// stop; its connection, once the node answered.
 async fn participant_signal(
     plan: &Plan,
     to_gen: &ToGenerator,
-    room: usize,
-    p: usize,
+    (room, p, url): (usize, usize, &str),
     seed: u64,
     mut stop: watch::Receiver<bool>,
-) -> Result<(), String> {
-    let via = plan
-        .joins_via
-        .get(p % plan.joins_via.len().max(1))
-        .copied()
-        .unwrap_or(plan.http);
-    let url = format!("ws://{via}/signal");
+) -> Result<Option<usize>, Ended> {
     let (mut ws, _) = tokio::time::timeout(STEP_TIMEOUT, tokio_tungstenite::connect_async(url))
         .await
         .map_err(|_| "connect timed out".to_owned())?
@@ -229,9 +317,11 @@ async fn participant_signal(
         };
         let text = match message {
             Some(Ok(Message::Text(t))) => t,
-            Some(Ok(Message::Close(_))) | None => return Err("the node closed /signal".into()),
+            Some(Ok(Message::Close(_))) | None => {
+                return Err(Ended::Failed("the node closed /signal".into()));
+            }
             Some(Ok(_)) => continue,
-            Some(Err(e)) => return Err(format!("/signal: {e}")),
+            Some(Err(e)) => return Err(Ended::Failed(format!("/signal: {e}"))),
         };
         let v: Value = serde_json::from_str(text.as_str()).map_err(|e| format!("json: {e}"))?;
         if let Some(sdp) = v.pointer("/answer/sdp").and_then(Value::as_str) {
@@ -246,7 +336,7 @@ async fn participant_signal(
             session = Some(s);
         } else if let Some(sdp) = v.pointer("/offer/sdp").and_then(Value::as_str) {
             let Some(s) = session.as_mut() else {
-                return Err("an offer before the answer".into());
+                return Err(Ended::Failed("an offer before the answer".into()));
             };
             let (answer, tracks) = s.answer(sdp).map_err(|e| format!("node offer: {e:?}"))?;
             if !tracks.is_empty() {
@@ -257,12 +347,14 @@ async fn participant_signal(
             ws.send(send(json!({"answer": {"sdp": answer, "id": id}})))
                 .await
                 .map_err(|e| format!("send answer: {e}"))?;
+        } else if let Some(next) = v.pointer("/redirect/signalUrl").and_then(Value::as_str) {
+            return Err(Ended::Redirect(next.to_owned()));
         } else if let Some(e) = v.get("error") {
-            return Err(format!("node error: {e}"));
+            return Err(Ended::Failed(format!("node error: {e}")));
         }
     }
     let _ = ws.close(None).await;
-    Ok(())
+    Ok(session.is_some().then_some(conn))
 }
 
 /// One WHIP publisher, then its WHEP player once its room is sending.

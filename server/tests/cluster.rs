@@ -815,6 +815,133 @@ fn cluster_drain_hands_rooms_over() {
     );
 }
 
+/// A room spans three nodes in three regions, and its owner is killed with SIGKILL
+/// (no drain, no lease revoked). The killed node's member joins again through a
+/// survivor at once and is admitted there. Once the owner's lease has expired, one
+/// node that spans the room claims it (`room_inherited`), within TTL + 5 s of the
+/// kill, keeping its settings, so the members connected to the two other nodes,
+/// never disconnected, then exchange every message once and in order, and the
+/// rejoined members are never told to leave. Then the heir deletes the room, and
+/// the other survivor closes its span rather than inheriting it. With the
+/// inheritance removed, the spanning nodes close the room instead and the test
+/// fails.
+#[test]
+fn cluster_dead_owners_room_is_inherited() {
+    let prefix = "/inherit";
+    let (etcd, nodes) = three_regions(prefix);
+    let rt = runtime();
+    let room = "inherited";
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        create_settled(&nodes[0], room, "kept").await;
+    });
+    let (created_at, _) = rt
+        .block_on(room_key(&etcd, prefix, room))
+        .expect("the room's key");
+    let go = Arc::new(AtomicBool::new(false));
+    let exchange =
+        Exchange::start_gated(room, &["bob", "cid"], &[&nodes[1], &nodes[2]], go.clone());
+    let ann = rt.block_on(Listener::join(nodes[0].process.http, room, "ann"));
+    let all: Vec<&ClusterNode> = nodes.iter().collect();
+    wait_fully_linked(&all, room);
+
+    nodes[0].process.signal(nix::sys::signal::Signal::SIGKILL);
+    let killed = Instant::now();
+    drop(ann);
+    // ann joins again through a survivor, and dan through the other: each is
+    // admitted into the room its node spans.
+    let rejoined = rt.block_on(async {
+        let ann = Listener::join(nodes[1].process.http, room, "ann").await;
+        let dan = Listener::join(nodes[2].process.http, room, "dan").await;
+        for who in [&ann, &dan] {
+            who.until("admitted through a survivor", |s| {
+                s.iter().any(|m| m.get("join").is_some())
+            })
+            .await;
+        }
+        [ann, dan]
+    });
+    let limit = Duration::from_secs(u64::from(TTL) + 5);
+    let (revision, heir) = rt.block_on(async {
+        loop {
+            match room_key(&etcd, prefix, room).await {
+                Some((revision, owner)) if owner != "node-0" => break (revision, owner),
+                _ => {
+                    assert!(
+                        killed.elapsed() < limit,
+                        "not inherited {:?} after the kill",
+                        killed.elapsed()
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    });
+    assert_ne!(revision, created_at, "the key went with the owner's lease");
+    let at_heir = nodes
+        .iter()
+        .find(|n| n.id == heir)
+        .expect("the heir is a survivor");
+    let log = log_with(at_heir, "room_inherited", Some(room));
+    assert_eq!(events(&log, "room_inherited", room), 1, "{log}");
+    let other = nodes[1..]
+        .iter()
+        .find(|n| n.id != heir)
+        .expect("the other survivor");
+    // The other survivor placed nothing (its claim lost) and still spans the room.
+    let other_log = other.process.log_so_far();
+    for event in ["room_inherited", "room_placed", "room_unspanned"] {
+        assert_eq!(events(&other_log, event, room), 0, "{event}: {other_log}");
+    }
+    // The heir serves the room with the settings it was created with.
+    let held = rt
+        .block_on(async {
+            other
+                .rooms()
+                .await
+                .get_room(GetRoomRequest {
+                    name: room.to_owned(),
+                })
+                .await
+        })
+        .expect("GetRoom")
+        .into_inner();
+    assert_eq!(
+        (
+            held.node_id.as_str(),
+            held.metadata.as_str(),
+            held.max_participants
+        ),
+        (heir.as_str(), "kept", 7)
+    );
+    // bob and cid were never disconnected: they exchange everything now.
+    go.store(true, Ordering::SeqCst);
+    exchange.wait();
+    exchange.finish();
+    for who in &rejoined {
+        assert!(
+            !who.said().iter().any(|m| m.get("leave").is_some()),
+            "a rejoined member was told to leave: {:#?}",
+            who.said()
+        );
+    }
+    // Deleted by its live owner, the room closes on the other survivor too (a
+    // rejoined member is still there) and nobody inherits it.
+    rt.block_on(async {
+        at_heir
+            .rooms()
+            .await
+            .delete_room(shoal_proto::v1::DeleteRoomRequest {
+                name: room.to_owned(),
+            })
+            .await
+    })
+    .expect("DeleteRoom");
+    let other_log = log_with(other, "room_unspanned", Some(room));
+    assert_eq!(events(&other_log, "room_inherited", room), 0, "{other_log}");
+    assert_eq!(rt.block_on(room_key(&etcd, prefix, room)), None, "deleted");
+}
+
 /// Audio packets, and video packets, each participant of the cascaded room sends.
 const CASCADE_PACKETS: u16 = 150;
 

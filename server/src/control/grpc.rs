@@ -952,6 +952,9 @@ impl RoomService for ControlApi {
             self.state.forget(*peer, DisconnectReason::RoomDeleted);
         }
         self.state.disconnect(peers).await?;
+        if let Some(cluster) = self.state.cluster() {
+            cluster.release_now(&room.name).await;
+        }
         Ok(Response::new(v1::DeleteRoomResponse {
             participants_removed,
         }))

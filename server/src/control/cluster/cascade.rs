@@ -19,9 +19,14 @@
 //!   links: [`super::link_tracks`].
 //! - **Ending.** A link whose other node no longer hosts the room is closed. A node
 //!   that spans a room in which only links are left (once it has been open
-//!   5 s: its joiner may not be in yet), or whose owner is gone from the
-//!   cluster, closes it there and deletes its span key. A node that loses its
-//!   lease closes the rooms it spans with those it owns.
+//!   5 s: its joiner may not be in yet), or whose key its live owner deleted,
+//!   closes it there and deletes its span key. A node that loses its lease
+//!   closes the rooms it spans with those it owns.
+//! - **Inheritance.** A room whose owner died (its key went with the owner's
+//!   lease) is claimed by a node that spans it (unless it drains), which goes on
+//!   serving it as its owner; the others that span it go on spanning it for that
+//!   node. A node spanning a room that another node placed on it (a join that
+//!   came while the key was gone) takes it up the same way.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -167,6 +172,43 @@ impl Cluster {
             .filter(|id| *id != me)
             .filter_map(|id| inner.nodes.get(id).cloned())
             .collect()
+    }
+
+    /// Whether `room`, which this node spans, lost its key with its owner: the
+    /// owner the key named when it was deleted is no longer a live node (its lease
+    /// expired, so etcd deleted its registration and its room keys together). A key
+    /// its live owner deleted (the room closed there, or DeleteRoom) is not.
+    fn owner_died(&self, room: &str) -> bool {
+        let inner = self.inner();
+        !inner.owners.contains_key(room)
+            && inner
+                .departed
+                .get(room)
+                .is_some_and(|owner| !inner.nodes.contains_key(owner))
+    }
+
+    /// Claims `room`, which this node spans and whose owner died, as its owner (a
+    /// placement, bound to this node's lease like any): whether this node owns it
+    /// now. Another spanning node may have claimed it first; this one then goes on
+    /// spanning it for that node.
+    async fn inherit(&self, room: &str) -> Result<bool, Status> {
+        let inherited = matches!(self.claim(room, None).await?, super::Route::Local);
+        // Else the view forgets it when the new owner's key comes.
+        if inherited {
+            self.inner().departed.remove(room);
+        }
+        Ok(inherited)
+    }
+
+    /// `room`'s key as the view has it, when it names this node although this node
+    /// only spans the room (another node placed the room here).
+    fn placed_here(&self, room: &str) -> Option<super::RoomRecord> {
+        let inner = self.inner();
+        inner
+            .owners
+            .get(room)
+            .filter(|r| r.owner == self.settings.node_id && !inner.owned.contains_key(room))
+            .cloned()
     }
 
     /// Whether `room`'s owner is a live node.
@@ -328,9 +370,54 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
             .filter(|p| !linked.iter().any(|(_, l, _)| l == *p))
             .count();
         // A room spanned a moment ago may not have its joiner yet.
-        if spanned && ((others == 0 && !fresh) || !cluster.owner_live(&room)) {
+        if spanned && others == 0 && !fresh {
             close_spanned(state, cluster, &room).await;
             continue;
+        }
+        // A join that reached another host while the owner's key was gone placed
+        // the room here: this node owns it from now on.
+        if spanned
+            && !state.drain().is_requested()
+            && let Some(record) = cluster.placed_here(&room)
+            && matches!(
+                cluster.route_to(&room, &record).await,
+                Ok(super::Route::Local)
+            )
+        {
+            tracing::info!(
+                event = "room_inherited",
+                room = room.as_str(),
+                node = cluster.node_id(),
+                "the room was placed on this node, which spans it: it owns it now"
+            );
+        }
+        if spanned && !cluster.owner_live(&room) {
+            // Deleted by its owner, or its owner unknown here; and a draining
+            // node, which admits no one, takes on no room.
+            if !cluster.owner_died(&room) || state.drain().is_requested() {
+                close_spanned(state, cluster, &room).await;
+                continue;
+            }
+            match cluster.inherit(&room).await {
+                Ok(true) => tracing::info!(
+                    event = "room_inherited",
+                    room = room.as_str(),
+                    node = cluster.node_id(),
+                    "the room's owner died: this node, which spans it, owns it now"
+                ),
+                // Another node that spans it claimed it: the view follows.
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(
+                        event = "room_not_inherited",
+                        room = room.as_str(),
+                        error = e.message(),
+                        "the room's owner died and this node could not claim the room"
+                    );
+                    close_spanned(state, cluster, &room).await;
+                    continue;
+                }
+            }
         }
         for (node, peer, since) in &linked {
             // A link the other node opened a moment ago may come before its span

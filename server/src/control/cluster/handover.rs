@@ -24,7 +24,8 @@
 //! rewrote it, and keeps it). The room is then offered to a second heir. When etcd
 //! does not say whether a hand-over happened, this node stops counting the room
 //! its own. A room without an heir, or not handed over within [`HANDOVER_BUDGET`],
-//! closes with this node: its key goes with the lease. While the rooms are handed
+//! closes with this node: its key goes with the lease, and a node still spanning it
+//! inherits it then (see `cascade`). While the rooms are handed
 //! over the draining node still admits links (`Drain::check_admission`).
 
 use std::collections::{BTreeSet, HashMap};

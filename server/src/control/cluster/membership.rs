@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
+use tonic::Status;
 
 use super::{Cluster, FENCE_MARGIN, NodeRecord, RoomRecord};
 use crate::control::grpc::ControlState;
@@ -286,17 +287,36 @@ async fn release_closed(cluster: &Cluster) {
     };
     let Some(lease) = lease else { return };
     for room in rooms {
-        let key = cluster.room_key(&room);
-        let mut client = cluster.client.clone();
-        let Ok(read) = cluster.etcd(client.get(key.clone(), None)).await else {
+        if cluster.delete_own_key(&room, lease).await.is_err() {
             return;
-        };
+        }
+    }
+}
+
+impl Cluster {
+    /// Deletes the key of `room`, closed here ([`Cluster::release`]), now rather
+    /// than on the next tick. DeleteRoom answers only after this, so a node that
+    /// spans the room cannot inherit it (see `cascade`) if this node dies right
+    /// after; if etcd fails, the tick tries again.
+    pub async fn release_now(&self, room: &str) {
+        let lease = self.inner().lease;
+        if let Some(lease) = lease {
+            let _ = self.delete_own_key(room, lease).await;
+        }
+    }
+
+    /// Deletes `room`'s key if it still names this node under `lease`, and stops
+    /// counting it as one to release unless it was opened here again meanwhile.
+    async fn delete_own_key(&self, room: &str, lease: i64) -> Result<(), Status> {
+        let key = self.room_key(room);
+        let mut client = self.client.clone();
+        let read = self.etcd(client.get(key.clone(), None)).await?;
         let current = read.kvs().first().and_then(|kv| {
             let record: RoomRecord = serde_json::from_slice(kv.value()).ok()?;
             Some((record, kv.mod_revision()))
         });
         if let Some((record, revision)) = current
-            && record.owner == cluster.settings.node_id
+            && record.owner == self.settings.node_id
             && record.lease == lease
         {
             let txn = Txn::new()
@@ -306,15 +326,13 @@ async fn release_closed(cluster: &Cluster) {
                     revision,
                 )])
                 .and_then([TxnOp::delete(key, None)]);
-            if cluster.etcd(client.txn(txn)).await.is_err() {
-                return;
-            }
+            self.etcd(client.txn(txn)).await?;
         }
-        let mut inner = cluster.inner();
-        // Opened here again meanwhile: it stays.
-        if !inner.owned.contains_key(&room) {
-            inner.release.remove(&room);
+        let mut inner = self.inner();
+        if !inner.owned.contains_key(room) {
+            inner.release.remove(room);
         }
+        Ok(())
     }
 }
 

@@ -265,6 +265,10 @@ struct Inner {
     spanning: HashMap<String, i64>,
     /// Span keys of this node to delete from etcd (rooms it no longer spans).
     unspan: HashSet<String>,
+    /// Rooms this node spans whose key was deleted since the view was read, with
+    /// the owner the key named: a room whose owner is no longer live either lost
+    /// its key with the owner's lease (see [`cascade`]'s inheritance).
+    departed: HashMap<String, String>,
 }
 
 impl Inner {

@@ -47,6 +47,8 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
         inner.nodes = view.nodes;
         inner.owners = view.owners;
         inner.spans = view.spans;
+        // What was deleted before this read is not known.
+        inner.departed.clear();
     }
     let options = WatchOptions::new()
         .with_prefix()
@@ -68,6 +70,7 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
             nodes: std::mem::take(&mut inner.nodes),
             owners: std::mem::take(&mut inner.owners),
             spans: std::mem::take(&mut inner.spans),
+            departed: std::mem::take(&mut inner.departed),
         };
         for event in response.events() {
             let Some(kv) = event.kv() else { continue };
@@ -80,15 +83,21 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
         inner.nodes = view.nodes;
         inner.owners = view.owners;
         inner.spans = view.spans;
+        // Only the rooms this node spans need their last owner remembered.
+        let spanning = &inner.spanning;
+        view.departed.retain(|room, _| spanning.contains_key(room));
+        inner.departed = view.departed;
     }
 }
 
-/// What the watch keeps: live nodes, room owners, and the nodes each room spans.
+/// What the watch keeps: live nodes, room owners, the nodes each room spans, and
+/// the owner each room had when its key was deleted.
 #[derive(Default)]
 struct View {
     nodes: BTreeMap<String, NodeRecord>,
     owners: HashMap<String, RoomRecord>,
     spans: HashMap<String, BTreeSet<String>>,
+    departed: HashMap<String, String>,
 }
 
 impl View {
@@ -113,10 +122,13 @@ impl View {
         } else if let Some(room) = rest.strip_prefix("/rooms/") {
             match value.and_then(|v| serde_json::from_slice::<RoomRecord>(v).ok()) {
                 Some(record) => {
+                    self.departed.remove(room);
                     self.owners.insert(room.to_owned(), record);
                 }
                 None => {
-                    self.owners.remove(room);
+                    if let Some(gone) = self.owners.remove(room) {
+                        self.departed.insert(room.to_owned(), gone.owner);
+                    }
                 }
             }
         } else if let Some((node, room)) =

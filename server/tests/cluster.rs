@@ -888,11 +888,6 @@ fn cluster_dead_owners_room_is_inherited() {
         .iter()
         .find(|n| n.id != heir)
         .expect("the other survivor");
-    // The other survivor placed nothing (its claim lost) and still spans the room.
-    let other_log = other.process.log_so_far();
-    for event in ["room_inherited", "room_placed", "room_unspanned"] {
-        assert_eq!(events(&other_log, event, room), 0, "{event}: {other_log}");
-    }
     // The heir serves the room with the settings it was created with.
     let held = rt
         .block_on(async {
@@ -924,6 +919,16 @@ fn cluster_dead_owners_room_is_inherited() {
             "a rejoined member was told to leave: {:#?}",
             who.said()
         );
+    }
+    // By now (the exchange took the logs well past the inheritance): one heir, and
+    // the other survivor placed nothing (its claim lost) and still spans the room.
+    assert_eq!(
+        events(&at_heir.process.log_so_far(), "room_inherited", room),
+        1
+    );
+    let other_log = other.process.log_so_far();
+    for event in ["room_inherited", "room_placed", "room_unspanned"] {
+        assert_eq!(events(&other_log, event, room), 0, "{event}: {other_log}");
     }
     // Deleted by its live owner, the room closes on the other survivor too (a
     // rejoined member is still there) and nobody inherits it.

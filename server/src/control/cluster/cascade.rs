@@ -174,17 +174,13 @@ impl Cluster {
             .collect()
     }
 
-    /// Whether `room`, which this node spans, lost its key with its owner: the
-    /// owner the key named when it was deleted is no longer a live node (its lease
-    /// expired, so etcd deleted its registration and its room keys together). A key
-    /// its live owner deleted (the room closed there, or DeleteRoom) is not.
+    /// Whether `room`, which this node spans, lost its key with its owner: etcd
+    /// deleted the key in the revision that deleted the owner's registration (its
+    /// lease expired or was revoked). A key its live owner deleted (the room closed
+    /// there, or DeleteRoom) is not.
     fn owner_died(&self, room: &str) -> bool {
         let inner = self.inner();
-        !inner.owners.contains_key(room)
-            && inner
-                .departed
-                .get(room)
-                .is_some_and(|owner| !inner.nodes.contains_key(owner))
+        !inner.owners.contains_key(room) && inner.departed.contains_key(room)
     }
 
     /// Claims `room`, which this node spans and whose owner died, as its owner (a
@@ -200,14 +196,17 @@ impl Cluster {
         Ok(inherited)
     }
 
-    /// `room`'s key as the view has it, when it names this node although this node
-    /// only spans the room (another node placed the room here).
+    /// `room`'s key as the view has it, when it was made anew naming this node,
+    /// which only spans the room, after it went with the owner's lease (a join that
+    /// reached another host placed the room here). A key a draining owner hands
+    /// over is not: the heir takes that up when HandOverRoom comes.
     fn placed_here(&self, room: &str) -> Option<super::RoomRecord> {
         let inner = self.inner();
         inner
             .owners
             .get(room)
-            .filter(|r| r.owner == self.settings.node_id && !inner.owned.contains_key(room))
+            .filter(|r| r.owner == self.settings.node_id)
+            .filter(|_| inner.placed_anew.contains(room) && !inner.owned.contains_key(room))
             .cloned()
     }
 

@@ -315,7 +315,14 @@ impl Cluster {
             let record: RoomRecord = serde_json::from_slice(kv.value()).ok()?;
             Some((record, kv.mod_revision()))
         });
-        if let Some((record, revision)) = current
+        // Still closed here: a room opened again meanwhile (its key taken up anew,
+        // which moved its revision past the one read) keeps its key.
+        let closed = {
+            let inner = self.inner();
+            inner.release.contains(room) && !inner.owned.contains_key(room)
+        };
+        if closed
+            && let Some((record, revision)) = current
             && record.owner == self.settings.node_id
             && record.lease == lease
         {

@@ -265,10 +265,12 @@ struct Inner {
     spanning: HashMap<String, i64>,
     /// Span keys of this node to delete from etcd (rooms it no longer spans).
     unspan: HashSet<String>,
-    /// Rooms this node spans whose key was deleted since the view was read, with
-    /// the owner the key named: a room whose owner is no longer live either lost
-    /// its key with the owner's lease (see [`cascade`]'s inheritance).
+    /// Rooms this node spans whose key went with its owner's lease, with that
+    /// owner, as the watch saw it (see `view::View`); [`cascade`] inherits them.
     departed: HashMap<String, String>,
+    /// Rooms among those whose key was then made anew naming this node (a join
+    /// that reached another host placed it here); [`cascade`] takes them up.
+    placed_anew: HashSet<String>,
 }
 
 impl Inner {
@@ -361,6 +363,11 @@ impl Cluster {
 
     fn node_key(&self, id: &str) -> String {
         format!("{}/nodes/{id}", self.settings.prefix)
+    }
+
+    /// The cluster's prefix and this node's id, as the view reads keys with them.
+    fn names(&self) -> (&str, &str) {
+        (&self.settings.prefix, &self.settings.node_id)
     }
 
     fn room_key(&self, room: &str) -> String {

@@ -7,7 +7,7 @@
 //! compaction past its revision) the view is read again and a new watch started.
 //! Meanwhile the view stays as it was: stale, not empty.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,7 +41,12 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
     {
         let mut view = View::default();
         for kv in response.kvs() {
-            view.apply(cluster, kv.key(), Some(kv.value()));
+            view.apply(
+                cluster.names(),
+                kv.key(),
+                Some(kv.value()),
+                kv.mod_revision(),
+            );
         }
         let mut inner = cluster.inner();
         inner.nodes = view.nodes;
@@ -49,6 +54,7 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
         inner.spans = view.spans;
         // What was deleted before this read is not known.
         inner.departed.clear();
+        inner.placed_anew.clear();
     }
     let options = WatchOptions::new()
         .with_prefix()
@@ -71,6 +77,8 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
             owners: std::mem::take(&mut inner.owners),
             spans: std::mem::take(&mut inner.spans),
             departed: std::mem::take(&mut inner.departed),
+            placed_anew: std::mem::take(&mut inner.placed_anew),
+            ..View::default()
         };
         for event in response.events() {
             let Some(kv) = event.kv() else { continue };
@@ -78,36 +86,69 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
                 EventType::Put => Some(kv.value()),
                 EventType::Delete => None,
             };
-            view.apply(cluster, kv.key(), value);
+            // A deletion's revision is its own (the key's tombstone).
+            view.apply(cluster.names(), kv.key(), value, kv.mod_revision());
         }
+        view.settle();
         inner.nodes = view.nodes;
         inner.owners = view.owners;
         inner.spans = view.spans;
-        // Only the rooms this node spans need their last owner remembered.
+        // Only the rooms this node spans need this.
         let spanning = &inner.spanning;
         view.departed.retain(|room, _| spanning.contains_key(room));
+        view.placed_anew.retain(|room| spanning.contains_key(room));
         inner.departed = view.departed;
+        inner.placed_anew = view.placed_anew;
     }
 }
 
 /// What the watch keeps: live nodes, room owners, the nodes each room spans, and
-/// the owner each room had when its key was deleted.
+/// the rooms whose owner died.
 #[derive(Default)]
 struct View {
     nodes: BTreeMap<String, NodeRecord>,
     owners: HashMap<String, RoomRecord>,
     spans: HashMap<String, BTreeSet<String>>,
+    /// Rooms whose key was deleted in the revision that deleted the registration of
+    /// the owner it named, with that owner: the key went with the owner's lease.
+    /// (etcd deletes every key of an expired or revoked lease in one transaction:
+    /// `Revoke` in its server/lease/lessor.go. A watch response holds the whole
+    /// of each revision it carries.) A key its live owner deleted is not here.
     departed: HashMap<String, String>,
+    /// Rooms in `departed` whose key was then made anew naming this node.
+    placed_anew: HashSet<String>,
+    /// The room keys this response deleted: room, the owner named, revision.
+    deleted_rooms: Vec<(String, String, i64)>,
+    /// The registrations this response deleted, with their revision.
+    deleted_nodes: HashMap<String, i64>,
 }
 
 impl View {
+    /// After a response's events: the room keys it deleted together with their
+    /// owner's registration went with the owner's lease.
+    fn settle(&mut self) {
+        for (room, owner, revision) in self.deleted_rooms.drain(..) {
+            if self.deleted_nodes.get(&owner) == Some(&revision) {
+                self.departed.insert(room, owner);
+            }
+        }
+        self.deleted_nodes.clear();
+    }
+
     /// Applies one key's new value (`None`: deleted). Keys and values that are not
     /// the cluster's are ignored.
-    fn apply(&mut self, cluster: &Cluster, key: &[u8], value: Option<&[u8]>) {
+    /// `(prefix, me)`: the cluster's prefix and this node's id.
+    fn apply(
+        &mut self,
+        (prefix, me): (&str, &str),
+        key: &[u8],
+        value: Option<&[u8]>,
+        revision: i64,
+    ) {
         let Ok(key) = std::str::from_utf8(key) else {
             return;
         };
-        let Some(rest) = key.strip_prefix(cluster.settings.prefix.as_str()) else {
+        let Some(rest) = key.strip_prefix(prefix) else {
             return;
         };
         if let Some(id) = rest.strip_prefix("/nodes/") {
@@ -117,17 +158,28 @@ impl View {
                 }
                 _ => {
                     self.nodes.remove(id);
+                    if value.is_none() {
+                        self.deleted_nodes.insert(id.to_owned(), revision);
+                    }
                 }
             }
         } else if let Some(room) = rest.strip_prefix("/rooms/") {
             match value.and_then(|v| serde_json::from_slice::<RoomRecord>(v).ok()) {
                 Some(record) => {
-                    self.departed.remove(room);
+                    let anew = self.departed.remove(room).is_some();
+                    if anew && record.owner == me {
+                        self.placed_anew.insert(room.to_owned());
+                    } else {
+                        self.placed_anew.remove(room);
+                    }
                     self.owners.insert(room.to_owned(), record);
                 }
                 None => {
+                    self.departed.remove(room);
+                    self.placed_anew.remove(room);
                     if let Some(gone) = self.owners.remove(room) {
-                        self.departed.insert(room.to_owned(), gone.owner);
+                        self.deleted_rooms
+                            .push((room.to_owned(), gone.owner, revision));
                     }
                 }
             }
@@ -147,5 +199,76 @@ impl View {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::cluster::tests::node;
+
+    const HERE: (&str, &str) = ("/c", "b");
+
+    fn put(v: &mut View, key: &str, value: &[u8], revision: i64) {
+        v.apply(HERE, key.as_bytes(), Some(value), revision);
+    }
+
+    fn delete(v: &mut View, key: &str, revision: i64) {
+        v.apply(HERE, key.as_bytes(), None, revision);
+    }
+
+    fn room(owner: &str) -> Vec<u8> {
+        RoomRecord {
+            owner: owner.to_owned(),
+            lease: 1,
+        }
+        .encode()
+        .expect("a record")
+    }
+
+    fn registration(id: &str) -> Vec<u8> {
+        serde_json::to_vec(&node(id, "", 0)).expect("a record")
+    }
+
+    #[test]
+    fn a_room_key_deleted_with_its_owners_registration_went_with_the_lease() {
+        let mut v = View::default();
+        put(&mut v, "/c/nodes/a", &registration("a"), 1);
+        put(&mut v, "/c/rooms/dead", &room("a"), 2);
+        put(&mut v, "/c/rooms/deleted", &room("a"), 3);
+        v.settle();
+        // DeleteRoom on the live owner: a revision of its own.
+        delete(&mut v, "/c/rooms/deleted", 4);
+        v.settle();
+        assert!(v.departed.is_empty());
+        // The lease expires: its keys go in one revision, in one response.
+        delete(&mut v, "/c/rooms/dead", 5);
+        delete(&mut v, "/c/nodes/a", 5);
+        v.settle();
+        assert_eq!(v.departed.get("dead").map(String::as_str), Some("a"));
+        assert_eq!(v.departed.len(), 1);
+        // Made anew naming this node (b): placed here in the gap.
+        put(&mut v, "/c/rooms/dead", &room("b"), 6);
+        v.settle();
+        assert!(v.departed.is_empty());
+        assert!(v.placed_anew.contains("dead"));
+    }
+
+    #[test]
+    fn a_key_deleted_before_its_owner_stopped_or_handed_over_is_not_the_owners_death() {
+        let mut v = View::default();
+        put(&mut v, "/c/nodes/a", &registration("a"), 1);
+        put(&mut v, "/c/rooms/r", &room("a"), 2);
+        put(&mut v, "/c/rooms/h", &room("a"), 3);
+        v.settle();
+        // DeleteRoom, then the owner stops: two revisions, seen in one response.
+        delete(&mut v, "/c/rooms/r", 4);
+        delete(&mut v, "/c/nodes/a", 5);
+        v.settle();
+        assert!(v.departed.is_empty());
+        // A draining owner hands a room to this node: its key is never deleted.
+        put(&mut v, "/c/rooms/h", &room("b"), 6);
+        v.settle();
+        assert!(v.placed_anew.is_empty());
     }
 }

@@ -86,13 +86,20 @@ async def run(whip: str, me: str, count: int, timeout: float) -> dict:
     peer_heard = asyncio.Event()
     peer_done = asyncio.Event()
     all_received = asyncio.Event()
-    opened = asyncio.Event()
+    # Both channels: aiortc opens each on its own DCEP acknowledgement, and a send
+    # on one not open yet raises InvalidStateError.
+    ordered_open = asyncio.Event()
+    unordered_open = asyncio.Event()
     next_ordered = {"i": 0}
     seen_unordered: set[int] = set()
 
     @ordered.on("open")
     def _on_open():
-        opened.set()
+        ordered_open.set()
+
+    @unordered.on("open")
+    def _on_unordered_open():
+        unordered_open.set()
 
     @ordered.on("message")
     def _on_ordered(message):
@@ -140,7 +147,9 @@ async def run(whip: str, me: str, count: int, timeout: float) -> dict:
     await pc.setRemoteDescription(RTCSessionDescription(answer.decode(), "answer"))
     step = "open"
     try:
-        await asyncio.wait_for(opened.wait(), timeout)
+        await asyncio.wait_for(
+            asyncio.gather(ordered_open.wait(), unordered_open.wait()), timeout
+        )
         # Until the other participant is heard (messages sent before it joined reach
         # no one), say who we are every 100 ms; then once more, so it hears us too.
         async def announce():

@@ -741,12 +741,23 @@ fn cluster_drain_links_an_heir_that_did_not_host_the_room() {
 /// the draining node's participant is told SERVER_SHUTDOWN; the members of the
 /// other two nodes stay connected throughout and exchange every message once and
 /// in order afterwards; and the drained node exits.
-#[test]
-fn cluster_drain_hands_rooms_over() {
-    let prefix = "/drain-hand-over";
-    let (etcd, mut nodes) = three_regions(prefix);
+/// A room created on node-0 of [`three_regions`] (its settings settled, its key
+/// made at `created_at`), with bob and cid in it through node-1 and node-2 (their
+/// message exchange held until `go`) and ann through node-0, once every pair of
+/// the three nodes is linked for it.
+struct Spread {
+    etcd: Etcd,
+    nodes: Vec<ClusterNode>,
+    rt: tokio::runtime::Runtime,
+    created_at: i64,
+    go: Arc<AtomicBool>,
+    exchange: Exchange,
+    ann: Listener,
+}
+
+fn spread_room(prefix: &str, room: &str) -> Spread {
+    let (etcd, nodes) = three_regions(prefix);
     let rt = runtime();
-    let room = "handed";
     rt.block_on(async {
         wait_formed(&nodes).await;
         create_settled(&nodes[0], room, "kept").await;
@@ -760,6 +771,30 @@ fn cluster_drain_hands_rooms_over() {
     let ann = rt.block_on(Listener::join(nodes[0].process.http, room, "ann"));
     let all: Vec<&ClusterNode> = nodes.iter().collect();
     wait_fully_linked(&all, room);
+    Spread {
+        etcd,
+        nodes,
+        rt,
+        created_at,
+        go,
+        exchange,
+        ann,
+    }
+}
+
+#[test]
+fn cluster_drain_hands_rooms_over() {
+    let prefix = "/drain-hand-over";
+    let room = "handed";
+    let Spread {
+        etcd,
+        mut nodes,
+        rt,
+        created_at,
+        go,
+        exchange,
+        ann,
+    } = spread_room(prefix, room);
 
     rt.block_on(async {
         drain(&nodes[0]).await;
@@ -828,22 +863,16 @@ fn cluster_drain_hands_rooms_over() {
 #[test]
 fn cluster_dead_owners_room_is_inherited() {
     let prefix = "/inherit";
-    let (etcd, nodes) = three_regions(prefix);
-    let rt = runtime();
     let room = "inherited";
-    rt.block_on(async {
-        wait_formed(&nodes).await;
-        create_settled(&nodes[0], room, "kept").await;
-    });
-    let (created_at, _) = rt
-        .block_on(room_key(&etcd, prefix, room))
-        .expect("the room's key");
-    let go = Arc::new(AtomicBool::new(false));
-    let exchange =
-        Exchange::start_gated(room, &["bob", "cid"], &[&nodes[1], &nodes[2]], go.clone());
-    let ann = rt.block_on(Listener::join(nodes[0].process.http, room, "ann"));
-    let all: Vec<&ClusterNode> = nodes.iter().collect();
-    wait_fully_linked(&all, room);
+    let Spread {
+        etcd,
+        nodes,
+        rt,
+        created_at,
+        go,
+        exchange,
+        ann,
+    } = spread_room(prefix, room);
 
     nodes[0].process.signal(nix::sys::signal::Signal::SIGKILL);
     let killed = Instant::now();

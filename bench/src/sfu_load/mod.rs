@@ -474,11 +474,7 @@ fn drive(o: &Options) -> Result<(), String> {
     };
     let mut written = report::write(&outcome, &o.out)?;
     if let Some(soak) = &soak {
-        let md = o.out.join("report.md");
-        let mut text =
-            std::fs::read_to_string(&md).map_err(|e| format!("{}: {e}", md.display()))?;
-        text += &soak::markdown(soak);
-        std::fs::write(&md, text).map_err(|e| format!("{}: {e}", md.display()))?;
+        append_to_report(&o.out, &soak::markdown(soak))?;
         written.extend(soak::write(soak, &o.out)?);
         println!(
             "sfu-load: soak:{}",
@@ -486,11 +482,7 @@ fn drive(o: &Options) -> Result<(), String> {
         );
     }
     if let Some(f) = &failover {
-        let md = o.out.join("report.md");
-        let mut text =
-            std::fs::read_to_string(&md).map_err(|e| format!("{}: {e}", md.display()))?;
-        text += &f.markdown();
-        std::fs::write(&md, text).map_err(|e| format!("{}: {e}", md.display()))?;
+        append_to_report(&o.out, &f.markdown())?;
     }
     println!("{}", outcome.summary());
     if let Some(f) = &failover {
@@ -502,6 +494,17 @@ fn drive(o: &Options) -> Result<(), String> {
     drop(server);
     drop(cluster);
     Ok(())
+}
+
+/// Adds `section` to the end of `out`'s `report.md`.
+fn append_to_report(out: &std::path::Path, section: &str) -> Result<(), String> {
+    let md = out.join("report.md");
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&md)
+        .map_err(|e| format!("{}: {e}", md.display()))?;
+    std::io::Write::write_all(&mut file, section.as_bytes())
+        .map_err(|e| format!("{}: {e}", md.display()))
 }
 
 /// One load: joins, warm-up, the steady window (with a node killed in it, if asked),

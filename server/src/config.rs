@@ -645,11 +645,42 @@ pub struct Config {
     )]
     pub tls_key: Option<PathBuf>,
 
-    /// etcd client URLs (`http://HOST:PORT`), repeatable or comma-separated: the node
-    /// joins the cluster they coordinate (membership, room ownership, routing; see
-    /// docs/cluster.md). Unset: the node runs alone and needs no etcd.
+    /// etcd client URLs (`http://HOST:PORT`, or `https://HOST:PORT` with --etcd-ca),
+    /// repeatable or comma-separated: the node joins the cluster they coordinate
+    /// (membership, room ownership, routing; see docs/cluster.md). Unset: the node
+    /// runs alone and needs no etcd.
     #[arg(long, env = "SHOAL_ETCD", value_name = "URL", value_delimiter = ',')]
     pub etcd: Vec<crate::control::cluster::EtcdEndpoint>,
+
+    /// PEM CA certificates that etcd's server certificate must chain to: required
+    /// with `https://` etcd URLs (the node trusts no system roots).
+    #[arg(long, env = "SHOAL_ETCD_CA", value_name = "PATH")]
+    pub etcd_ca: Option<PathBuf>,
+
+    /// A PEM certificate chain the node presents to etcd as a TLS client (for
+    /// etcd's `--client-cert-auth`), with --etcd-key.
+    #[arg(
+        long,
+        env = "SHOAL_ETCD_CERT",
+        value_name = "PATH",
+        requires = "etcd_key"
+    )]
+    pub etcd_cert: Option<PathBuf>,
+
+    /// The PEM private key of --etcd-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(
+        long,
+        env = "SHOAL_ETCD_KEY",
+        value_name = "PATH",
+        requires = "etcd_cert"
+    )]
+    pub etcd_key: Option<PathBuf>,
+
+    /// PEM CA certificates that other nodes' gRPC certificates (their --tls-cert)
+    /// must chain to: nodes call each other's gRPC over TLS when they serve it. A
+    /// cluster node with --tls-cert needs it.
+    #[arg(long, env = "SHOAL_CLUSTER_CA", value_name = "PATH")]
+    pub cluster_ca: Option<PathBuf>,
 
     /// The etcd key prefix of this cluster: nodes register under PREFIX/nodes/ and
     /// rooms' owners live under PREFIX/rooms/. Clusters with different prefixes
@@ -780,6 +811,10 @@ impl Default for Config {
             max_connections: crate::control::connections::DEFAULT_MAX_CONNECTIONS,
             allowed_origins: Vec::new(),
             etcd: Vec::new(),
+            etcd_ca: None,
+            etcd_cert: None,
+            etcd_key: None,
+            cluster_ca: None,
             cluster_prefix: crate::control::cluster::DEFAULT_PREFIX.to_owned(),
             node_id: None,
             region: None,
@@ -849,6 +884,9 @@ pub enum ConfigError {
         /// Its address.
         addr: SocketAddr,
     },
+    /// The cluster's TLS settings do not fit together.
+    #[error("{0}")]
+    ClusterTls(String),
     /// A key names no setting, or its value has the wrong shape.
     #[error("{path}: {key}: {reason}")]
     Key {
@@ -887,6 +925,7 @@ impl Config {
         let config = Config::from_arg_matches(&matches)?;
         let Some(path) = config.config.clone() else {
             config.ice_servers()?;
+            config.check_cluster_tls()?;
             return Ok(config);
         };
         let table = read_table(&path)?;
@@ -931,6 +970,7 @@ impl Config {
         let matches = Config::command().try_get_matches_from(merged)?;
         let config = Config::from_arg_matches(&matches)?;
         config.ice_servers()?;
+        config.check_cluster_tls()?;
         Ok(config)
     }
 
@@ -993,6 +1033,50 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// Refuses TLS settings of a cluster that do not fit together: etcd URLs of
+    /// both schemes, `https://` ones without --etcd-ca, etcd TLS files for plain
+    /// `http://` URLs, --cluster-ca without --etcd, and a cluster node serving TLS
+    /// with no --cluster-ca to verify the other nodes by.
+    pub fn check_cluster_tls(&self) -> Result<(), ConfigError> {
+        let refuse = |why: &str| Err(ConfigError::ClusterTls(why.to_owned()));
+        let https = self.etcd.iter().filter(|e| e.is_https()).count();
+        if https > 0 && https < self.etcd.len() {
+            return refuse("--etcd mixes http:// and https:// URLs: give one kind");
+        }
+        if https > 0 && self.etcd_ca.is_none() {
+            return refuse(
+                "https:// etcd URLs need --etcd-ca, the CA certificates etcd's \
+                 certificate must chain to",
+            );
+        }
+        if https == 0 && (self.etcd_ca.is_some() || self.etcd_cert.is_some()) {
+            return refuse("--etcd-ca and --etcd-cert apply to https:// etcd URLs only");
+        }
+        if self.etcd.is_empty() && self.cluster_ca.is_some() {
+            return refuse("--cluster-ca applies to a cluster node (--etcd) only");
+        }
+        if !self.etcd.is_empty() && self.tls_cert.is_some() && self.cluster_ca.is_none() {
+            return refuse(
+                "a cluster node serving TLS (--tls-cert) needs --cluster-ca, the CA \
+                 certificates the other nodes' gRPC certificates must chain to",
+            );
+        }
+        Ok(())
+    }
+
+    /// What the node trusts and presents when it calls etcd over TLS: `None` for
+    /// plain `http://` URLs ([`Config::check_cluster_tls`] refuses what does not fit).
+    pub fn etcd_tls(&self) -> Option<crate::control::tls::ClientTlsFiles> {
+        Some(crate::control::tls::ClientTlsFiles {
+            ca: self.etcd_ca.clone()?,
+            identity: self
+                .etcd_cert
+                .clone()
+                .zip(self.etcd_key.clone())
+                .map(|(cert, key)| crate::control::tls::TlsFiles { cert, key }),
+        })
     }
 
     /// The certificate and key files, when both are given.
@@ -1310,6 +1394,69 @@ fn parse_advertise_host(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_tls_settings_that_do_not_fit_are_refused() {
+        let load = |args: &[&str]| Config::load_from([&["shoal"], args].concat());
+        let refused = |args: &[&str], needle: &str| match load(args) {
+            Err(ConfigError::ClusterTls(why)) => assert!(why.contains(needle), "{why}"),
+            other => panic!("{args:?}: {other:?}"),
+        };
+        let (plain, tls) = ("http://127.0.0.1:2379", "https://127.0.0.1:2379");
+        refused(&["--etcd", &format!("{plain},{tls}")], "mixes");
+        refused(&["--etcd", tls], "need --etcd-ca");
+        refused(
+            &["--etcd", plain, "--etcd-ca", "ca.pem"],
+            "https:// etcd URLs only",
+        );
+        refused(
+            &[
+                "--etcd",
+                plain,
+                "--etcd-cert",
+                "c.pem",
+                "--etcd-key",
+                "k.pem",
+            ],
+            "https:// etcd URLs only",
+        );
+        refused(&["--cluster-ca", "ca.pem"], "--etcd");
+        refused(
+            &["--etcd", plain, "--tls-cert", "c.pem", "--tls-key", "k.pem"],
+            "needs --cluster-ca",
+        );
+        assert!(matches!(
+            load(&["--etcd", "ftp://127.0.0.1:2379"]),
+            Err(ConfigError::Invalid(_))
+        ));
+        // What fits: TLS to etcd with a client certificate, and TLS between nodes.
+        let c = load(&[
+            "--etcd",
+            tls,
+            "--etcd-ca",
+            "ca.pem",
+            "--etcd-cert",
+            "c.pem",
+            "--etcd-key",
+            "k.pem",
+            "--tls-cert",
+            "n.pem",
+            "--tls-key",
+            "nk.pem",
+            "--cluster-ca",
+            "nodes.pem",
+        ])
+        .expect("fits");
+        let files = c.etcd_tls().expect("TLS to etcd");
+        assert_eq!(files.ca, PathBuf::from("ca.pem"));
+        let identity = files.identity.expect("a client certificate");
+        assert_eq!(
+            (identity.cert, identity.key),
+            (PathBuf::from("c.pem"), PathBuf::from("k.pem"))
+        );
+        assert_eq!(c.cluster_ca, Some(PathBuf::from("nodes.pem")));
+        assert!(load(&["--etcd", plain]).expect("fits").etcd_tls().is_none());
+    }
 
     #[test]
     fn flags_parse() {

@@ -11,18 +11,20 @@ mod http_client;
 mod lab;
 mod media_pair;
 mod node_process;
+mod tls_cert;
 mod tokens;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
-use std::net::UdpSocket;
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use cluster_harness::{ClusterNode, Etcd, NodeApi, wait_formed};
+use cluster_harness::{ClusterNode, Etcd, EtcdTls, NodeApi, wait_formed};
 use shoal_components::peer::PeerId;
 use shoal_components::sctp::dcep::ChannelType;
 use shoal_components::time::Time;
@@ -32,6 +34,7 @@ use shoal_proto::v1::{
 use shoal_server::endpoint::{self, Control, data_offer, signal};
 use shoal_systems::{Command as ShardCommand, Shard, ShardConfig, ShardEvent};
 use tonic::Code;
+use tonic::transport::{Certificate, ClientTlsConfig};
 
 /// The lease TTL the tests' nodes run with (seconds).
 const TTL: u32 = 4;
@@ -236,8 +239,20 @@ impl Exchange {
         via: &[&ClusterNode],
         go: Arc<AtomicBool>,
     ) -> Exchange {
+        Exchange::start_with(room, members, via, go, None)
+    }
+
+    /// [`Exchange::start_gated`], joining through nodes whose gRPC serves TLS, their
+    /// certificates verified with `tls`.
+    fn start_with(
+        room: &str,
+        members: &[&'static str],
+        via: &[&ClusterNode],
+        go: Arc<AtomicBool>,
+        tls: Option<signal::Tls>,
+    ) -> Exchange {
         let mut rng = endpoint::os_rng().expect("randomness");
-        let signaller = signal::Signaller::start().expect("signalling");
+        let signaller = signal::Signaller::start_tls(tls).expect("signalling");
         let connected = Arc::new(AtomicUsize::new(0));
         let done = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -2365,4 +2380,163 @@ fn single_node_needs_no_etcd() {
     });
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A cluster with TLS on every connection. etcd serves `https://` and admits only
+/// clients whose certificate the cluster's CA issued (`--client-cert-auth`); the
+/// nodes serve gRPC and HTTP over TLS and call each other's gRPC verifying the
+/// certificates against `--cluster-ca`. Over it, a room is placed (through etcd)
+/// and a call about it forwarded to its owner, and a room cascaded over three nodes
+/// (its links set up over the nodes' gRPC) carries every message once and in
+/// order. A node whose `--etcd-ca` does not verify etcd never registers and says
+/// why; a node whose `--cluster-ca` does not verify the others joins, but forwards
+/// nothing to them.
+#[test]
+fn cluster_over_tls() {
+    let dir = std::env::temp_dir().join(format!("shoal-cluster-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let loopback = [IpAddr::V4(Ipv4Addr::LOCALHOST)];
+    let ca = tls_cert::Ca::new(&dir, "cluster");
+    let stranger = tls_cert::Ca::new(&dir, "stranger");
+    let etcd_server = ca.issue("etcd", &loopback);
+    let etcd_client = ca.issue("shoal-node", &[]);
+    let node_cert = ca.issue("node", &loopback);
+    let etcd = Etcd::start_tls(EtcdTls {
+        cert: etcd_server.cert.clone(),
+        key: etcd_server.key.clone(),
+        ca: ca.cert.clone(),
+        client_cert: etcd_client.cert.clone(),
+        client_key: etcd_client.key.clone(),
+    });
+    assert!(etcd.url().starts_with("https://"));
+    let prefix = "/tls";
+    let text = |p: &Path| p.to_str().expect("a UTF-8 path").to_owned();
+    // A node's flags: TLS on its listeners, and the CAs it verifies etcd and the
+    // other nodes with.
+    let start = |id: &str, region: &str, etcd_ca: &Path, cluster_ca: &Path| {
+        let flags = [
+            "--region".to_owned(),
+            region.to_owned(),
+            "--tls-cert".to_owned(),
+            text(&node_cert.cert),
+            "--tls-key".to_owned(),
+            text(&node_cert.key),
+            "--cluster-ca".to_owned(),
+            text(cluster_ca),
+            "--etcd-ca".to_owned(),
+            text(etcd_ca),
+            "--etcd-cert".to_owned(),
+            text(&etcd_client.cert),
+            "--etcd-key".to_owned(),
+            text(&etcd_client.key),
+        ];
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let mut node = ClusterNode::start(&etcd.url(), prefix, id, TTL, &flags);
+        node.api.tls = Some(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&ca.pem)));
+        node
+    };
+    let nodes: Vec<ClusterNode> = ["eu", "us", "ap"]
+        .iter()
+        .enumerate()
+        .map(|(i, region)| start(&format!("node-{i}"), region, &ca.cert, &ca.cert))
+        .collect();
+    let rt = runtime();
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        let seen = nodes[0].info().await.cluster.expect("a cluster").nodes;
+        for n in &seen {
+            assert!(n.grpc_url.starts_with("https://127.0.0.1:"), "{n:?}");
+            assert!(n.http_url.starts_with("https://127.0.0.1:"), "{n:?}");
+        }
+        // Placed through etcd over TLS: the room created through node-0 for region
+        // us is node-1's. node-2 knows its metadata only by asking node-1.
+        let created = nodes[0]
+            .rooms()
+            .await
+            .create_room(CreateRoomRequest {
+                name: "placed".to_owned(),
+                region: "us".to_owned(),
+                metadata: "over tls".to_owned(),
+                ..CreateRoomRequest::default()
+            })
+            .await
+            .expect("created")
+            .into_inner();
+        assert_eq!(created.node_id, "node-1");
+        assert_eq!(
+            owners_in_etcd(&etcd, prefix).await.get("placed"),
+            Some(&"node-1".to_owned())
+        );
+        let got = nodes[2]
+            .rooms()
+            .await
+            .get_room(GetRoomRequest {
+                name: "placed".to_owned(),
+            })
+            .await
+            .expect("GetRoom forwarded to the owner")
+            .into_inner();
+        assert_eq!(
+            (got.node_id.as_str(), got.metadata.as_str()),
+            ("node-1", "over tls")
+        );
+    });
+
+    // One member per node, in three regions: the room spans all three. They send
+    // once every link is up.
+    let trust = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&ca.pem));
+    let via: Vec<&ClusterNode> = nodes.iter().collect();
+    let go = Arc::new(AtomicBool::new(false));
+    let exchange = Exchange::start_with(
+        "spread",
+        &["ann", "bob", "cid"],
+        &via,
+        go.clone(),
+        Some(trust),
+    );
+    wait_fully_linked(&via, "spread");
+    go.store(true, Ordering::SeqCst);
+    exchange.wait();
+    exchange.finish();
+
+    // etcd's certificate does not chain to this node's --etcd-ca.
+    let lost = start("node-lost", "eu", &stranger.cert, &ca.cert);
+    let log = log_with(&lost, "cluster_register_failed", None);
+    let line = log
+        .lines()
+        .find(|l| l.contains("cluster_register_failed"))
+        .expect("the line");
+    assert!(line.contains("certificate"), "{line}");
+    // The other nodes' certificates do not chain to this node's --cluster-ca.
+    let wary = start("node-wary", "eu", &ca.cert, &stranger.cert);
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let seen = wary.info().await.cluster.expect("a cluster").nodes;
+            if seen.len() == 4 {
+                let ids: BTreeSet<String> = seen.into_iter().map(|n| n.id).collect();
+                assert!(!ids.contains("node-lost"), "{ids:?}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node-wary sees {} nodes",
+                seen.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let refused = wary
+            .rooms()
+            .await
+            .get_room(GetRoomRequest {
+                name: "placed".to_owned(),
+            })
+            .await
+            .expect_err("node-1's certificate is not trusted");
+        assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+        assert!(refused.message().contains("certificate"), "{refused:?}");
+    });
+    drop((lost, wary, nodes, etcd));
+    let _ = std::fs::remove_dir_all(&dir);
 }

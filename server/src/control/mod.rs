@@ -171,6 +171,11 @@ pub struct ClusterConfig {
     pub room_share: u32,
     /// The host the node's URLs carry; `None`: the listeners' addresses.
     pub advertise_host: Option<String>,
+    /// TLS to etcd (`https://` URLs): what the node trusts and presents.
+    pub etcd_tls: Option<self::tls::ClientTlsFiles>,
+    /// The CA certificates other nodes' gRPC certificates must chain to
+    /// (`--cluster-ca`).
+    pub cluster_ca: Option<std::path::PathBuf>,
 }
 
 impl ClusterConfig {
@@ -210,10 +215,10 @@ impl ClusterConfig {
                     .to_owned(),
             ));
         }
-        if tls {
+        if tls && self.cluster_ca.is_none() {
             return Err(ControlError::Cluster(
-                "TLS on the listeners (--tls-cert) is not supported in a cluster yet: \
-                 nodes forward requests to each other's gRPC in plain HTTP/2"
+                "a cluster node serving TLS (--tls-cert) needs --cluster-ca, the CA \
+                 certificates the other nodes' gRPC certificates must chain to"
                     .to_owned(),
             ));
         }
@@ -227,6 +232,8 @@ impl ClusterConfig {
             grpc_url: url("gRPC", grpc)?,
             http_url: url("HTTP", http)?,
             max_message_bytes,
+            etcd_tls: self.etcd_tls.clone(),
+            cluster_ca: self.cluster_ca.clone(),
         })
     }
 }
@@ -299,6 +306,8 @@ impl ControlSettings {
                 lease_ttl: Duration::from_secs(config.cluster_lease_ttl.into()),
                 room_share: config.room_share,
                 advertise_host: config.advertise_host.clone(),
+                etcd_tls: config.etcd_tls(),
+                cluster_ca: config.cluster_ca.clone(),
             }),
         })
     }

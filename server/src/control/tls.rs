@@ -8,6 +8,11 @@
 //! Handshakes run in the listeners ([`super::listen`]): each in its connection's own
 //! task, within `--tls-handshake-timeout`, a bounded number at once. ALPN (RFC 7301)
 //! offers `h2` on the gRPC port and `http/1.1` on the HTTP port.
+//!
+//! A cluster node is a TLS client too ([`ClientTlsFiles`]): of etcd, when its URLs
+//! are `https://` (`--etcd-ca`, and `--etcd-cert`/`--etcd-key` for etcd's client
+//! certificate authentication), and of other nodes' gRPC when they serve TLS
+//! (`--cluster-ca`). It trusts only the CA certificates given, never system roots.
 
 use std::fmt;
 use std::io;
@@ -54,6 +59,51 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// The private key (PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
+}
+
+/// What a node trusts, and what it presents, as a TLS client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientTlsFiles {
+    /// PEM CA certificates the server's certificate must chain to.
+    pub ca: PathBuf,
+    /// The certificate chain and key presented when the server asks for one.
+    pub identity: Option<TlsFiles>,
+}
+
+impl ClientTlsFiles {
+    /// A gRPC client TLS configuration that trusts the CA file's certificates only
+    /// and presents the identity, if any. Every file is checked here: each CA
+    /// certificate must make a trust anchor, and the identity's key must match its
+    /// certificate.
+    pub fn load(&self) -> Result<tonic::transport::ClientTlsConfig, TlsError> {
+        let ca_pem = read_pem(&self.ca)?;
+        let pem_err = |what: String| TlsError::Pem {
+            path: self.ca.clone(),
+            what,
+        };
+        let anchors: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&ca_pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| pem_err(format!("not PEM certificates: {e}")))?;
+        if anchors.is_empty() {
+            return Err(pem_err("holds no CERTIFICATE".into()));
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        for anchor in anchors {
+            roots
+                .add(anchor)
+                .map_err(|e| pem_err(format!("a certificate that is no trust anchor: {e}")))?;
+        }
+        let mut config = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(ca_pem));
+        if let Some(identity) = &self.identity {
+            load_pair(identity)?;
+            config = config.identity(tonic::transport::Identity::from_pem(
+                read_pem(&identity.cert)?,
+                read_pem(&identity.key)?,
+            ));
+        }
+        Ok(config)
+    }
 }
 
 /// The node's certificate, reloadable.
@@ -222,6 +272,38 @@ mod tests {
             })
             .is_err()
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn client_tls_files_are_checked_when_loaded() {
+        let dir = std::env::temp_dir().join(format!("shoal-tls-client-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = write_pair(&dir, "ca.test");
+        let me = write_pair(&dir, "me.test");
+        let files = |ca: &Path, identity: Option<TlsFiles>| ClientTlsFiles {
+            ca: ca.to_owned(),
+            identity,
+        };
+        files(&ca.cert, None).load().expect("a CA alone");
+        files(&ca.cert, Some(me.clone()))
+            .load()
+            .expect("with a client certificate");
+        // A CA file without a certificate, or with a key only, or none at all.
+        let empty = dir.join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+        for bad in [&empty, &ca.key, &dir.join("missing.pem")] {
+            assert!(files(bad, None).load().is_err(), "{bad:?}");
+        }
+        // A client certificate whose key is another's.
+        let mismatched = TlsFiles {
+            cert: me.cert.clone(),
+            key: ca.key.clone(),
+        };
+        assert!(matches!(
+            files(&ca.cert, Some(mismatched)).load(),
+            Err(TlsError::Key(_))
+        ));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,6 +7,10 @@
 //! without a runtime,
 //! on a thread of its own that keeps every session's stream served (the node pings
 //! idle HTTP/2 connections and drops those that do not answer) until it is dropped.
+//!
+//! A node that serves gRPC over TLS (`--tls-cert`) is reached with a [`Tls`]
+//! configuration ([`join_over`], [`Signaller::start_tls`]): its certificate is
+//! verified for the address or host of the URL.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -19,7 +23,11 @@ use shoal_proto::v1::{
 };
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+
+/// How a client verifies nodes that serve gRPC over TLS: tonic's client
+/// configuration, with the CA certificates to trust.
+pub type Tls = ClientTlsConfig;
 
 /// How long connecting and each step of the join may take.
 pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,9 +72,25 @@ pub async fn join(
     identity: &str,
     offer: &str,
 ) -> Result<Session, Status> {
-    let mut url = format!("http://{grpc}");
+    join_over(grpc, None, room, identity, offer).await
+}
+
+/// [`join`] with the node's gRPC over TLS when `tls` is given (`https://`, and so
+/// every node a redirect names with `https://`).
+///
+/// # Errors
+/// As [`join`]'s; `UNAVAILABLE` too when a redirect names an `https://` node and
+/// `tls` is `None`.
+pub async fn join_over(
+    grpc: SocketAddr,
+    tls: Option<&Tls>,
+    room: &str,
+    identity: &str,
+    offer: &str,
+) -> Result<Session, Status> {
+    let mut url = base_url(grpc, tls);
     for _ in 0..=MAX_REDIRECTS {
-        match join_at(&url, room, identity, offer).await? {
+        match join_at(&url, tls, room, identity, offer).await? {
             Joined::Session(session) => return Ok(session),
             Joined::Redirect(next) => url = next,
         }
@@ -83,8 +107,14 @@ enum Joined {
 }
 
 /// [`join`] on the node at `url`, without following a redirect.
-async fn join_at(url: &str, room: &str, identity: &str, offer: &str) -> Result<Joined, Status> {
-    let channel = connect_url(url).await?;
+async fn join_at(
+    url: &str,
+    tls: Option<&Tls>,
+    room: &str,
+    identity: &str,
+    offer: &str,
+) -> Result<Joined, Status> {
+    let channel = connect_url(url, tls).await?;
     let (requests, queue) = mpsc::channel(4);
     for message in [
         signal_request::Message::Join(JoinRequest {
@@ -174,6 +204,15 @@ impl Signaller {
     /// # Errors
     /// If the runtime or the thread cannot be created.
     pub fn start() -> std::io::Result<Signaller> {
+        Signaller::start_tls(None)
+    }
+
+    /// [`Signaller::start`] for nodes whose gRPC serves TLS, verified with `tls`
+    /// (`None`: plain HTTP/2).
+    ///
+    /// # Errors
+    /// If the runtime or the thread cannot be created.
+    pub fn start_tls(tls: Option<Tls>) -> std::io::Result<Signaller> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -193,15 +232,17 @@ impl Signaller {
                                 reply,
                             } => {
                                 let answer =
-                                    join(grpc, &room, &identity, &offer).await.map(|session| {
-                                        let answer = session.answer.clone();
-                                        sessions.push(session);
-                                        answer
-                                    });
+                                    join_over(grpc, tls.as_ref(), &room, &identity, &offer)
+                                        .await
+                                        .map(|session| {
+                                            let answer = session.answer.clone();
+                                            sessions.push(session);
+                                            answer
+                                        });
                                 let _ = reply.send(answer);
                             }
                             Job::CreateRoom { grpc, room, reply } => {
-                                let _ = reply.send(create_room(grpc, &room).await);
+                                let _ = reply.send(create_room(grpc, tls.as_ref(), &room).await);
                             }
                         }
                     }
@@ -266,8 +307,8 @@ fn gone() -> Status {
 }
 
 /// `RoomService.CreateRoom` for `room` with the node's defaults.
-async fn create_room(grpc: SocketAddr, room: &str) -> Result<(), Status> {
-    let channel = connect(grpc).await?;
+async fn create_room(grpc: SocketAddr, tls: Option<&Tls>, room: &str) -> Result<(), Status> {
+    let channel = connect_url(&base_url(grpc, tls), tls).await?;
     let request = CreateRoomRequest {
         name: room.to_owned(),
         ..CreateRoomRequest::default()
@@ -281,17 +322,35 @@ async fn create_room(grpc: SocketAddr, room: &str) -> Result<(), Status> {
     .map(|_| ())
 }
 
-/// A channel to the node's gRPC at `grpc` (no per-call deadline: a session's stream
-/// lasts as long as the session).
-async fn connect(grpc: SocketAddr) -> Result<Channel, Status> {
-    connect_url(&format!("http://{grpc}")).await
+/// The URL of the node's gRPC at `grpc`: `https://` when reached over TLS.
+fn base_url(grpc: SocketAddr, tls: Option<&Tls>) -> String {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    format!("{scheme}://{grpc}")
 }
 
-/// A channel to the gRPC server at `url` (`http://HOST:PORT`).
-async fn connect_url(url: &str) -> Result<Channel, Status> {
-    Endpoint::from_shared(url.to_owned())
+/// A channel to the gRPC server at `url` (`http://HOST:PORT`, or `https://` over TLS
+/// with `tls`, the certificate verified for HOST), with no per-call deadline: a
+/// session's stream lasts as long as the session.
+async fn connect_url(url: &str, tls: Option<&Tls>) -> Result<Channel, Status> {
+    let mut endpoint = Endpoint::from_shared(url.to_owned())
         .map_err(|e| Status::invalid_argument(e.to_string()))?
-        .connect_timeout(JOIN_TIMEOUT)
+        .connect_timeout(JOIN_TIMEOUT);
+    if url.starts_with("https://") {
+        let tls = tls.ok_or_else(|| {
+            Status::unavailable(format!(
+                "{url} serves TLS, and no TLS configuration was given"
+            ))
+        })?;
+        let host = endpoint.uri().host().unwrap_or_default();
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        endpoint = endpoint
+            .tls_config(tls.clone().domain_name(host))
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    }
+    endpoint
         .connect()
         .await
         .map_err(|e| Status::unavailable(e.to_string()))

@@ -8,13 +8,14 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use shoal_proto::v1::node_service_client::NodeServiceClient;
 use shoal_proto::v1::room_service_client::RoomServiceClient;
 use shoal_proto::v1::{GetNodeInfoRequest, NodeInfo};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::node_process::Node;
 
@@ -38,20 +39,43 @@ pub struct Etcd {
     host: String,
     client_port: u16,
     peer_port: u16,
+    tls: Option<EtcdTls>,
+}
+
+/// TLS on etcd's client port, with client certificate authentication (etcd's
+/// `--client-cert-auth`): only clients whose certificate `ca` issued get in.
+#[derive(Clone, Debug)]
+pub struct EtcdTls {
+    /// etcd's certificate (`--cert-file`).
+    pub cert: PathBuf,
+    /// Its key (`--key-file`).
+    pub key: PathBuf,
+    /// The CA of etcd's certificate and of its clients' (`--trusted-ca-file`).
+    pub ca: PathBuf,
+    /// A client certificate `ca` issued, which the harness reaches etcd with.
+    pub client_cert: PathBuf,
+    /// Its key.
+    pub client_key: PathBuf,
 }
 
 impl Etcd {
     /// Starts etcd on loopback and waits until it reports healthy.
     pub fn start() -> Etcd {
-        Etcd::start_on(None, "127.0.0.1")
+        Etcd::start_on(None, "127.0.0.1", None)
+    }
+
+    /// Starts etcd on loopback serving `https://` with `tls`, and waits until it
+    /// reports healthy.
+    pub fn start_tls(tls: EtcdTls) -> Etcd {
+        Etcd::start_on(None, "127.0.0.1", Some(tls))
     }
 
     /// Starts etcd inside network namespace `ns`, listening on `ip` there.
     pub fn start_in(ns: &str, ip: &str) -> Etcd {
-        Etcd::start_on(Some(ns), ip)
+        Etcd::start_on(Some(ns), ip, None)
     }
 
-    fn start_on(ns: Option<&str>, host: &str) -> Etcd {
+    fn start_on(ns: Option<&str>, host: &str, tls: Option<EtcdTls>) -> Etcd {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "shoal-etcd-{}-{}",
@@ -72,6 +96,7 @@ impl Etcd {
             host: host.to_owned(),
             client_port,
             peer_port,
+            tls,
         };
         etcd.resume();
         etcd
@@ -79,7 +104,8 @@ impl Etcd {
 
     /// The client URL nodes are given (`--etcd`).
     pub fn url(&self) -> String {
-        format!("http://{}:{}", self.host, self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}:{}", self.host, self.client_port)
     }
 
     /// Stops etcd (SIGKILL): every request to it fails from now on.
@@ -107,6 +133,16 @@ impl Etcd {
             }
             None => Command::new("etcd"),
         };
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key)
+                .arg("--client-cert-auth")
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca);
+        }
         let child = command
             .env_clear()
             .args(["--name", "test"])
@@ -132,19 +168,35 @@ impl Etcd {
     /// Whether `GET /health` says so.
     fn healthy(&self) -> bool {
         let addr = SocketAddr::new(self.host.parse().expect("an IP"), self.client_port);
-        match &self.ns {
-            Some(ns) => crate::lab::netns::run_in(ns, move || health(addr)),
-            None => health(addr),
+        match (&self.ns, &self.tls) {
+            (Some(ns), _) => crate::lab::netns::run_in(ns, move || health(addr)),
+            (None, Some(tls)) => health_tls(addr, tls),
+            (None, None) => health(addr),
         }
     }
 
-    /// A client of this etcd.
+    /// A client of this etcd (over TLS with the harness's client certificate when
+    /// etcd serves it).
     pub async fn client(&self) -> etcd_client::Client {
-        etcd_client::Client::connect([self.url()], None)
+        let options = self.tls.as_ref().map(|tls| {
+            let read = |p: &PathBuf| std::fs::read(p).expect("a PEM file");
+            etcd_client::ConnectOptions::new().with_tls(
+                etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(read(&tls.ca)))
+                    .identity(etcd_client::Identity::from_pem(
+                        read(&tls.client_cert),
+                        read(&tls.client_key),
+                    )),
+            )
+        });
+        etcd_client::Client::connect([self.url()], options)
             .await
             .expect("an etcd client")
     }
 }
+
+/// The request that asks etcd whether it is healthy.
+const HEALTH_REQUEST: &str = "GET /health HTTP/1.1\r\nHost: etcd\r\nConnection: close\r\n\r\n";
 
 /// Whether etcd at `addr` answers `GET /health` with healthy.
 fn health(addr: SocketAddr) -> bool {
@@ -152,8 +204,46 @@ fn health(addr: SocketAddr) -> bool {
         return false;
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-    let request = "GET /health HTTP/1.1\r\nHost: etcd\r\nConnection: close\r\n\r\n";
-    if stream.write_all(request.as_bytes()).is_err() {
+    if stream.write_all(HEALTH_REQUEST.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.contains("\"health\":\"true\"")
+}
+
+/// [`health`] over TLS: etcd's certificate verified against `tls.ca`, the client
+/// certificate presented.
+fn health_tls(addr: SocketAddr, tls: &EtcdTls) -> bool {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_file_iter(&tls.ca).expect("the CA file") {
+        roots
+            .add(ca.expect("a CA certificate"))
+            .expect("a trust anchor");
+    }
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&tls.client_cert)
+        .expect("the client certificate")
+        .collect::<Result<_, _>>()
+        .expect("PEM certificates");
+    let key = PrivateKeyDer::from_pem_file(&tls.client_key).expect("the client key");
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_root_certificates(roots)
+    .with_client_auth_cert(chain, key)
+    .expect("a client certificate");
+    let connection = rustls::ClientConnection::new(Arc::new(config), ServerName::from(addr.ip()))
+        .expect("a TLS client");
+    let Ok(socket) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = socket.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut stream = rustls::StreamOwned::new(connection, socket);
+    if stream.write_all(HEALTH_REQUEST.as_bytes()).is_err() {
         return false;
     }
     let mut response = String::new();
@@ -176,6 +266,8 @@ pub struct NodeApi {
     pub grpc: SocketAddr,
     /// The token its NodeInfo is asked with, for a node with API keys.
     pub token: Option<String>,
+    /// How its gRPC's certificate is verified, when it serves TLS.
+    pub tls: Option<ClientTlsConfig>,
 }
 
 /// A node of a cluster: the process, and its API.
@@ -218,6 +310,7 @@ impl NodeApi {
             id: grpc.to_string(),
             grpc,
             token: None,
+            tls: None,
         }
     }
 }
@@ -275,13 +368,19 @@ impl ClusterNode {
             Some((ns, ip)) => Node::start_in(ns, ip, &args),
             None => Node::start(&args),
         };
-        let grpc = process.banner_addr("shoal: grpc http://");
+        let scheme = if args.contains(&"--tls-cert") {
+            "https"
+        } else {
+            "http"
+        };
+        let grpc = process.banner_addr(&format!("shoal: grpc {scheme}://"));
         ClusterNode {
             process,
             api: NodeApi {
                 id: id.to_owned(),
                 grpc,
                 token: None,
+                tls: None,
             },
         }
     }
@@ -290,8 +389,16 @@ impl ClusterNode {
 impl NodeApi {
     /// A channel to its gRPC.
     pub async fn channel(&self) -> Channel {
-        Endpoint::from_shared(format!("http://{}", self.grpc))
-            .expect("a URI")
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint =
+            Endpoint::from_shared(format!("{scheme}://{}", self.grpc)).expect("a URI");
+        if let Some(tls) = &self.tls {
+            let host = self.grpc.ip().to_string();
+            endpoint = endpoint
+                .tls_config(tls.clone().domain_name(host))
+                .expect("a TLS configuration");
+        }
+        endpoint
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(15))
             .connect_lazy()

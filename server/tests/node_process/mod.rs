@@ -157,8 +157,8 @@ impl Drop for Node {
     }
 }
 
-/// Reads the node's stdout until it prints its HTTP address; that and the lines
-/// before it.
+/// Reads the node's stdout until it prints its HTTP address (HTTP or HTTPS); that
+/// and the lines before it.
 fn http_addr(stdout: std::process::ChildStdout) -> (SocketAddr, Vec<String>) {
     let (tx, lines) = mpsc::channel();
     std::thread::spawn(move || {
@@ -174,7 +174,10 @@ fn http_addr(stdout: std::process::ChildStdout) -> (SocketAddr, Vec<String>) {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let line = lines.recv_timeout(left).expect("shoal starts");
-        if let Some(addr) = line.strip_prefix("shoal: http http://") {
+        if let Some(addr) = line
+            .strip_prefix("shoal: http http://")
+            .or_else(|| line.strip_prefix("shoal: http https://"))
+        {
             return (addr.trim().parse().expect("an address"), banner);
         }
         banner.push(line);

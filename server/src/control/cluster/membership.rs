@@ -34,6 +34,8 @@ const PUBLISH_EVERY: Duration = Duration::from_secs(2);
 /// How long a room placed on this node may wait for its first request, and a room
 /// this node owns may stay owned without being open.
 const UNSERVED_GRACE: Duration = Duration::from_secs(30);
+/// How often a node that cannot register says why (it tries every [`TICK`]).
+const REGISTER_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Keeps the node a member until the control plane stops.
 pub async fn run(cluster: Arc<Cluster>, state: Arc<ControlState>) {
@@ -44,13 +46,29 @@ pub async fn run(cluster: Arc<Cluster>, state: Arc<ControlState>) {
     let mut next_publish = Instant::now();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut warned: Option<Instant> = None;
     loop {
         tick.tick().await;
         let lease = cluster.inner().lease;
         let Some(lease) = lease else {
-            if register(&cluster, &state).await {
-                next_beat = Instant::now() + beat;
-                next_publish = Instant::now() + PUBLISH_EVERY;
+            match register(&cluster, &state).await {
+                Ok(true) => {
+                    next_beat = Instant::now() + beat;
+                    next_publish = Instant::now() + PUBLISH_EVERY;
+                    warned = None;
+                }
+                Ok(false) => {}
+                Err(status) => {
+                    if warned.is_none_or(|at| at.elapsed() >= REGISTER_WARN_EVERY) {
+                        warned = Some(Instant::now());
+                        tracing::warn!(
+                            event = "cluster_register_failed",
+                            node = cluster.node_id(),
+                            error = status.message(),
+                            "cannot register in the cluster; trying again"
+                        );
+                    }
+                }
             }
             continue;
         };
@@ -165,14 +183,14 @@ async fn keep_alive(
 }
 
 /// Grants a lease and registers the node under it, unless another live node has its
-/// id; true once registered. A lease whose registration failed is revoked.
-async fn register(cluster: &Cluster, state: &ControlState) -> bool {
+/// id; true once registered, false while another node has the id, and etcd's
+/// error when the lease could not be granted. A lease whose registration failed is
+/// revoked.
+async fn register(cluster: &Cluster, state: &ControlState) -> Result<bool, Status> {
     let ttl = i64::try_from(cluster.settings.lease_ttl.as_secs()).unwrap_or(i64::MAX);
     let sent = Instant::now();
     let mut client = cluster.client.clone();
-    let Ok(granted) = cluster.etcd(client.lease_grant(ttl, None)).await else {
-        return false;
-    };
+    let granted = cluster.etcd(client.lease_grant(ttl, None)).await?;
     let lease = granted.id();
     let record = record(cluster, state, lease);
     let registered = match serde_json::to_vec(&record) {
@@ -203,7 +221,7 @@ async fn register(cluster: &Cluster, state: &ControlState) -> bool {
     };
     if !registered {
         let _ = cluster.etcd(client.lease_revoke(lease)).await;
-        return false;
+        return Ok(false);
     }
     let granted_ttl = Duration::from_secs(granted.ttl().unsigned_abs());
     {
@@ -219,7 +237,7 @@ async fn register(cluster: &Cluster, state: &ControlState) -> bool {
         ttl_secs = granted.ttl(),
         "registered in the cluster"
     );
-    true
+    Ok(true)
 }
 
 /// This node's registration as of now.

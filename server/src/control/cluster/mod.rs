@@ -32,6 +32,7 @@ pub mod share;
 pub mod view;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -40,7 +41,9 @@ use etcd_client::{Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp, Tx
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tonic::Status;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+
+use super::tls::{ClientTlsFiles, TlsError};
 
 /// Default of `--cluster-lease-ttl`, in seconds.
 pub const DEFAULT_LEASE_TTL_SECS: u32 = 10;
@@ -84,6 +87,11 @@ pub struct ClusterSettings {
     /// The largest gRPC message a node takes (`--max-grpc-message-bytes`, alike on
     /// every node): what a call to another node may carry.
     pub max_message_bytes: usize,
+    /// TLS to etcd (`https://` URLs): what the node trusts and presents.
+    pub etcd_tls: Option<ClientTlsFiles>,
+    /// The CA certificates other nodes' gRPC certificates must chain to, when they
+    /// serve it over TLS (`--cluster-ca`).
+    pub cluster_ca: Option<PathBuf>,
 }
 
 /// A node as it registers itself: the value of `PREFIX/nodes/ID`.
@@ -211,19 +219,28 @@ impl std::fmt::Display for Label {
     }
 }
 
-/// An etcd client URL: `http://HOST:PORT` (TLS to etcd is not supported yet).
+/// An etcd client URL: `http://HOST:PORT`, or `https://HOST:PORT` (TLS, `--etcd-ca`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EtcdEndpoint(pub String);
+
+impl EtcdEndpoint {
+    /// Whether it is reached over TLS.
+    pub fn is_https(&self) -> bool {
+        self.0.starts_with("https://")
+    }
+}
 
 impl FromStr for EtcdEndpoint {
     type Err = String;
     fn from_str(s: &str) -> Result<EtcdEndpoint, String> {
+        const EXPECTED: &str = "expected http://HOST:PORT or https://HOST:PORT";
         let rest = s
             .strip_prefix("http://")
-            .ok_or_else(|| "expected http://HOST:PORT".to_owned())?;
+            .or_else(|| s.strip_prefix("https://"))
+            .ok_or_else(|| EXPECTED.to_owned())?;
         let uri: axum::http::Uri = s.parse().map_err(|e| format!("{e}"))?;
         if rest.is_empty() || uri.host().is_none() || uri.port_u16().is_none() {
-            return Err("expected http://HOST:PORT".to_owned());
+            return Err(EXPECTED.to_owned());
         }
         Ok(EtcdEndpoint(s.trim_end_matches('/').to_owned()))
     }
@@ -312,6 +329,9 @@ pub struct Cluster {
     inner: Mutex<Inner>,
     /// gRPC channels to other nodes, by their gRPC URL.
     channels: Mutex<HashMap<String, Channel>>,
+    /// How this node verifies other nodes that serve gRPC over TLS
+    /// (`--cluster-ca`); `None`: it calls none of them.
+    node_tls: Option<ClientTlsConfig>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -324,8 +344,15 @@ impl std::fmt::Debug for Cluster {
 
 /// Why the cluster client could not be set up.
 #[derive(Debug, thiserror::Error)]
-#[error("etcd: {0}")]
-pub struct ClusterError(#[from] etcd_client::Error);
+pub enum ClusterError {
+    /// The etcd client refused its settings.
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    /// A CA, certificate or key file of `--etcd-ca`, `--etcd-cert` or
+    /// `--cluster-ca` could not be loaded.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+}
 
 impl Cluster {
     /// A cluster client for `settings`. Connects lazily: etcd need not be up yet.
@@ -338,12 +365,28 @@ impl Cluster {
             .with_keep_alive_while_idle(true)
             // A member cut off from its leader refuses rather than answer stale.
             .with_require_leader(true);
+        let options = match &settings.etcd_tls {
+            Some(files) => options.with_tls(files.load()?),
+            None => options,
+        };
+        let node_tls = settings
+            .cluster_ca
+            .as_ref()
+            .map(|ca| {
+                ClientTlsFiles {
+                    ca: ca.clone(),
+                    identity: None,
+                }
+                .load()
+            })
+            .transpose()?;
         let client = etcd_client::Client::connect(&settings.endpoints, Some(options)).await?;
         Ok(Arc::new(Cluster {
             settings,
             client,
             inner: Mutex::new(Inner::default()),
             channels: Mutex::new(HashMap::new()),
+            node_tls,
         }))
     }
 
@@ -586,7 +629,8 @@ impl Cluster {
         match outcome {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(Status::unavailable(format!(
-                "the cluster store (etcd) failed: {e}; no room can be placed now"
+                "the cluster store (etcd) failed: {}; no room can be placed now",
+                with_causes(&e)
             ))),
             Err(_) => Err(Status::unavailable(
                 "the cluster store (etcd) did not answer; no room can be placed now",
@@ -631,16 +675,40 @@ impl Cluster {
         }
     }
 
-    /// A gRPC channel to `node` (made once, connected on first use).
+    /// A gRPC channel to `node` (made once, connected on first use): over TLS when
+    /// its URL is `https://`, its certificate verified against `--cluster-ca` for
+    /// the URL's host.
     pub fn channel(&self, node: &NodeRecord) -> Result<Channel, Status> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = channels.get(&node.grpc_url) {
             return Ok(c.clone());
         }
-        let channel = Endpoint::from_shared(node.grpc_url.clone())
-            .map_err(|_| Status::internal(format!("node {} has a bad gRPC URL", node.id)))?
-            .connect_timeout(ETCD_TIMEOUT)
-            .connect_lazy();
+        let bad_url = || Status::internal(format!("node {} has a bad gRPC URL", node.id));
+        let mut endpoint = Endpoint::from_shared(node.grpc_url.clone())
+            .map_err(|_| bad_url())?
+            .connect_timeout(ETCD_TIMEOUT);
+        if node.grpc_url.starts_with("https://") {
+            let Some(tls) = &self.node_tls else {
+                return Err(Status::unavailable(format!(
+                    "node {} serves gRPC over TLS, and this node has no --cluster-ca to \
+                     verify it by",
+                    node.id
+                )));
+            };
+            // The name the certificate must hold: the URL's host, an IPv6 address
+            // without its brackets.
+            let host = endpoint.uri().host().ok_or_else(bad_url)?;
+            let host = host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned();
+            endpoint = endpoint
+                .tls_config(tls.clone().domain_name(host))
+                .map_err(|e| {
+                    Status::internal(format!("TLS to node {} cannot be set up: {e}", node.id))
+                })?;
+        }
+        let channel = endpoint.connect_lazy();
         channels.insert(node.grpc_url.clone(), channel.clone());
         Ok(channel)
     }
@@ -671,6 +739,22 @@ pub fn least_loaded<'a>(
                 .min_by(order)
         })
         .or_else(|| open.min_by(order))
+}
+
+/// `error` and the errors under it, as `error: cause: cause` (a TLS failure to
+/// reach etcd sits a few causes down, under "transport error").
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let next = e.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = e.source();
+    }
+    text
 }
 
 /// `bytes` in lowercase hex.

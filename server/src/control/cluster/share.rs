@@ -374,6 +374,8 @@ mod tests {
             grpc_url: String::new(),
             http_url: String::new(),
             max_message_bytes: 1 << 20,
+            etcd_tls: None,
+            cluster_ca: None,
         }
     }
 

@@ -2414,16 +2414,16 @@ fn cluster_over_tls() {
     let text = |p: &Path| p.to_str().expect("a UTF-8 path").to_owned();
     // A node's flags: TLS on its listeners, and the CAs it verifies etcd and the
     // other nodes with.
-    let start = |id: &str, region: &str, etcd_ca: &Path, cluster_ca: &Path| {
-        let flags = [
+    // A node's flags: its certificate (none: no TLS on its listeners, and no
+    // --cluster-ca), and the CAs it verifies etcd and the other nodes with.
+    let start_with = |id: &str,
+                      region: &str,
+                      cert: Option<&tls_cert::Issued>,
+                      etcd_ca: &Path,
+                      cluster_ca: &Path| {
+        let mut flags = vec![
             "--region".to_owned(),
             region.to_owned(),
-            "--tls-cert".to_owned(),
-            text(&node_cert.cert),
-            "--tls-key".to_owned(),
-            text(&node_cert.key),
-            "--cluster-ca".to_owned(),
-            text(cluster_ca),
             "--etcd-ca".to_owned(),
             text(etcd_ca),
             "--etcd-cert".to_owned(),
@@ -2431,10 +2431,26 @@ fn cluster_over_tls() {
             "--etcd-key".to_owned(),
             text(&etcd_client.key),
         ];
+        if let Some(cert) = cert {
+            flags.extend([
+                "--tls-cert".to_owned(),
+                text(&cert.cert),
+                "--tls-key".to_owned(),
+                text(&cert.key),
+                "--cluster-ca".to_owned(),
+                text(cluster_ca),
+            ]);
+        }
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         let mut node = ClusterNode::start(&etcd.url(), prefix, id, TTL, &flags);
-        node.api.tls = Some(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&ca.pem)));
+        if cert.is_some() {
+            node.api.tls =
+                Some(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&ca.pem)));
+        }
         node
+    };
+    let start = |id: &str, region: &str, etcd_ca: &Path, cluster_ca: &Path| {
+        start_with(id, region, Some(&node_cert), etcd_ca, cluster_ca)
     };
     let nodes: Vec<ClusterNode> = ["eu", "us", "ap"]
         .iter()
@@ -2537,6 +2553,46 @@ fn cluster_over_tls() {
         assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
         assert!(refused.message().contains("certificate"), "{refused:?}");
     });
-    drop((lost, wary, nodes, etcd));
+    // A node whose certificate names another address than the one it registered:
+    // no node calls it. A node that serves no TLS: the TLS nodes neither place
+    // rooms on it nor call it.
+    let elsewhere = [IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))];
+    let misnamed_cert = ca.issue("misnamed", &elsewhere);
+    let misnamed = start_with(
+        "node-misnamed",
+        "sa",
+        Some(&misnamed_cert),
+        &ca.cert,
+        &ca.cert,
+    );
+    let plain = start_with("node-plain", "pl", None, &ca.cert, &ca.cert);
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while nodes[0]
+            .info()
+            .await
+            .cluster
+            .expect("a cluster")
+            .nodes
+            .len()
+            < 6
+        {
+            assert!(Instant::now() < deadline, "node-0 does not see six nodes");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let refused = create_in(&nodes[0], "misnamed-room", "sa")
+            .await
+            .expect_err("node-misnamed's certificate is not for its address");
+        assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+        assert!(
+            refused.message().contains("not valid for name"),
+            "{refused:?}"
+        );
+        let owner = create_in(&nodes[0], "plain-room", "pl")
+            .await
+            .expect("placed on a node that serves TLS");
+        assert_ne!(owner, "node-plain");
+    });
+    drop((lost, wary, misnamed, plain, nodes, etcd));
     let _ = std::fs::remove_dir_all(&dir);
 }

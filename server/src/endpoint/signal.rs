@@ -76,11 +76,12 @@ pub async fn join(
 }
 
 /// [`join`] with the node's gRPC over TLS when `tls` is given (`https://`, and so
-/// every node a redirect names with `https://`).
+/// every node a redirect names). Each node's certificate is verified for the host
+/// of its URL: the address here, the node's advertised host after a redirect.
 ///
 /// # Errors
 /// As [`join`]'s; `UNAVAILABLE` too when a redirect names an `https://` node and
-/// `tls` is `None`.
+/// `tls` is `None`, or a plain `http://` one and `tls` is given.
 pub async fn join_over(
     grpc: SocketAddr,
     tls: Option<&Tls>,
@@ -92,6 +93,11 @@ pub async fn join_over(
     for _ in 0..=MAX_REDIRECTS {
         match join_at(&url, tls, room, identity, offer).await? {
             Joined::Session(session) => return Ok(session),
+            Joined::Redirect(next) if tls.is_some() && !next.starts_with("https://") => {
+                return Err(Status::unavailable(format!(
+                    "redirected to {next}, which is not reached over TLS"
+                )));
+            }
             Joined::Redirect(next) => url = next,
         }
     }

@@ -184,8 +184,8 @@ async fn keep_alive(
 
 /// Grants a lease and registers the node under it, unless another live node has its
 /// id; true once registered, false while another node has the id, and etcd's
-/// error when the lease could not be granted. A lease whose registration failed is
-/// revoked.
+/// error when the lease could not be granted or the registration not written. A
+/// lease whose registration failed is revoked.
 async fn register(cluster: &Cluster, state: &ControlState) -> Result<bool, Status> {
     let ttl = i64::try_from(cluster.settings.lease_ttl.as_secs()).unwrap_or(i64::MAX);
     let sent = Instant::now();
@@ -204,7 +204,7 @@ async fn register(cluster: &Cluster, state: &ControlState) -> Result<bool, Statu
                     Some(PutOptions::new().with_lease(lease)),
                 )]);
             match cluster.etcd(client.txn(txn)).await {
-                Ok(response) if response.succeeded() => true,
+                Ok(response) if response.succeeded() => Ok(true),
                 Ok(_) => {
                     tracing::warn!(
                         event = "cluster_node_id_taken",
@@ -212,16 +212,18 @@ async fn register(cluster: &Cluster, state: &ControlState) -> Result<bool, Statu
                         "another live node is registered under this node's id; waiting for \
                          it to go"
                     );
-                    false
+                    Ok(false)
                 }
-                Err(_) => false,
+                Err(status) => Err(status),
             }
         }
-        Err(_) => false,
+        Err(e) => Err(Status::internal(format!(
+            "the registration does not encode: {e}"
+        ))),
     };
-    if !registered {
+    if !matches!(registered, Ok(true)) {
         let _ = cluster.etcd(client.lease_revoke(lease)).await;
-        return Ok(false);
+        return registered;
     }
     let granted_ttl = Duration::from_secs(granted.ttl().unsigned_abs());
     {

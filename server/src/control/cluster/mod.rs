@@ -475,7 +475,9 @@ impl Cluster {
         let region = hint.or(Some(self.settings.region.as_str()).filter(|r| !r.is_empty()));
         let target = {
             let rooms = self.rooms_by_node();
-            least_loaded(self.inner().nodes.values(), &rooms, region).cloned()
+            let inner = self.inner();
+            let reachable = inner.nodes.values().filter(|n| self.reaches(n).is_ok());
+            least_loaded(reachable, &rooms, region).cloned()
         };
         self.claim(room, target).await
     }
@@ -629,8 +631,7 @@ impl Cluster {
         match outcome {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(Status::unavailable(format!(
-                "the cluster store (etcd) failed: {}; no room can be placed now",
-                with_causes(&e)
+                "the cluster store (etcd) failed: {e}; no room can be placed now"
             ))),
             Err(_) => Err(Status::unavailable(
                 "the cluster store (etcd) did not answer; no room can be placed now",
@@ -675,10 +676,28 @@ impl Cluster {
         }
     }
 
+    /// Whether this node may call `node` and send clients to it: a node that serves
+    /// TLS (its URLs are `https://`) does so only to nodes that serve TLS too, so
+    /// that forwarded tokens, link fingerprints and redirected clients never leave
+    /// it in plain text. A plain node reaches any (an `https://` one through
+    /// `--cluster-ca`).
+    pub fn reaches(&self, node: &NodeRecord) -> Result<(), Status> {
+        let tls = |url: &str| url.starts_with("https://");
+        if tls(&self.settings.grpc_url) && !(tls(&node.grpc_url) && tls(&node.http_url)) {
+            return Err(Status::unavailable(format!(
+                "node {} serves without TLS, and this node, which serves TLS, neither calls \
+                 it nor sends clients to it",
+                node.id
+            )));
+        }
+        Ok(())
+    }
+
     /// A gRPC channel to `node` (made once, connected on first use): over TLS when
     /// its URL is `https://`, its certificate verified against `--cluster-ca` for
     /// the URL's host.
     pub fn channel(&self, node: &NodeRecord) -> Result<Channel, Status> {
+        self.reaches(node)?;
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = channels.get(&node.grpc_url) {
             return Ok(c.clone());
@@ -739,22 +758,6 @@ pub fn least_loaded<'a>(
                 .min_by(order)
         })
         .or_else(|| open.min_by(order))
-}
-
-/// `error` and the errors under it, as `error: cause: cause` (a TLS failure to
-/// reach etcd sits a few causes down, under "transport error").
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        let next = e.to_string();
-        if !text.ends_with(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        cause = e.source();
-    }
-    text
 }
 
 /// `bytes` in lowercase hex.

@@ -153,12 +153,18 @@ impl ControlState {
             return Ok(owner);
         };
         let room = validate_name(room, NameKind::Room)?;
-        match owner {
+        let to = match owner {
             // A draining node that handed the room over serves no one new.
-            Some(owner) if self.drain().is_requested() => Ok(Some(owner)),
-            Some(owner) if !cluster.spans(&room) => self.span_or_send(cluster, &room, owner).await,
-            _ => Ok(self.past_share(cluster, &room).await),
+            Some(owner) if self.drain().is_requested() => Some(owner),
+            Some(owner) if !cluster.spans(&room) => {
+                self.span_or_send(cluster, &room, owner).await?
+            }
+            _ => self.past_share(cluster, &room).await,
+        };
+        if let Some(node) = &to {
+            cluster.reaches(node)?;
         }
+        Ok(to)
     }
 
     /// For a joiner of `room` (normalised) that reached this node, which does not

@@ -106,6 +106,23 @@ impl ClientTlsFiles {
     }
 }
 
+/// `endpoint` over TLS with `tls`, the server's certificate verified for the host
+/// of the endpoint's URI (an IPv6 address without its brackets).
+///
+/// # Errors
+/// When tonic cannot set TLS up for the endpoint.
+pub fn verified_endpoint(
+    endpoint: tonic::transport::Endpoint,
+    tls: &tonic::transport::ClientTlsConfig,
+) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
+    let host = endpoint.uri().host().unwrap_or_default();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    endpoint.tls_config(tls.clone().domain_name(host))
+}
+
 /// The node's certificate, reloadable.
 pub struct Certificate {
     files: TlsFiles,

@@ -347,13 +347,7 @@ async fn connect_url(url: &str, tls: Option<&Tls>) -> Result<Channel, Status> {
                 "{url} serves TLS, and no TLS configuration was given"
             ))
         })?;
-        let host = endpoint.uri().host().unwrap_or_default();
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
-        endpoint = endpoint
-            .tls_config(tls.clone().domain_name(host))
+        endpoint = crate::control::tls::verified_endpoint(endpoint, tls)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
     }
     endpoint

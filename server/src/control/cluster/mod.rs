@@ -22,6 +22,12 @@
 //!   every room it owns; it could no longer know it still owns them, and another node
 //!   may claim them once etcd expires the lease. Without etcd it places nothing.
 //!
+//! - **TLS.** etcd is reached over TLS at `https://` URLs (`--etcd-ca`, and a
+//!   client certificate with `--etcd-cert`). A node with `--tls-cert` registers
+//!   `https://` URLs, and the others call it verifying its certificate against
+//!   `--cluster-ca` ([`Cluster::channel`]); a node serving TLS reaches no node that
+//!   does not ([`Cluster::reaches`]).
+//!
 //! Without `--etcd` none of this runs, and the node serves every room itself.
 
 pub mod cascade;
@@ -714,18 +720,9 @@ impl Cluster {
                     node.id
                 )));
             };
-            // The name the certificate must hold: the URL's host, an IPv6 address
-            // without its brackets.
-            let host = endpoint.uri().host().ok_or_else(bad_url)?;
-            let host = host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_owned();
-            endpoint = endpoint
-                .tls_config(tls.clone().domain_name(host))
-                .map_err(|e| {
-                    Status::internal(format!("TLS to node {} cannot be set up: {e}", node.id))
-                })?;
+            endpoint = super::tls::verified_endpoint(endpoint, tls).map_err(|e| {
+                Status::internal(format!("TLS to node {} cannot be set up: {e}", node.id))
+            })?;
         }
         let channel = endpoint.connect_lazy();
         channels.insert(node.grpc_url.clone(), channel.clone());

@@ -25,8 +25,8 @@
 //! - **TLS.** etcd is reached over TLS at `https://` URLs (`--etcd-ca`, and a
 //!   client certificate with `--etcd-cert`). A node with `--tls-cert` registers
 //!   `https://` URLs, and the others call it verifying its certificate against
-//!   `--cluster-ca` ([`Cluster::channel`]); a node serving TLS reaches no node that
-//!   does not ([`Cluster::reaches`]).
+//!   `--cluster-ca` ([`Cluster::channel`]); a node serving TLS leaves nodes that
+//!   do not out of its view ([`view`]) and reaches none ([`Cluster::reaches`]).
 //!
 //! Without `--etcd` none of this runs, and the node serves every room itself.
 
@@ -132,6 +132,11 @@ pub struct NodeRecord {
 }
 
 impl NodeRecord {
+    /// Whether its gRPC and HTTP listeners serve TLS (its URLs are `https://`).
+    pub fn serves_tls(&self) -> bool {
+        self.grpc_url.starts_with("https://") && self.http_url.starts_with("https://")
+    }
+
     /// Whether `fingerprint` is the certificate fingerprint the node registered.
     pub fn presents(&self, fingerprint: &[u8; 32]) -> bool {
         !self.fingerprint_sha256.is_empty() && self.fingerprint_sha256 == hex(fingerprint)
@@ -262,8 +267,10 @@ impl std::fmt::Display for EtcdEndpoint {
 #[derive(Debug, Default)]
 struct Inner {
     /// Live nodes, by id, as the watch last saw them (this one included once its
-    /// registration was seen).
+    /// registration was seen), less those this node does not reach.
     nodes: BTreeMap<String, NodeRecord>,
+    /// Live nodes left out of `nodes`: they serve no TLS, and this node does.
+    without_tls: BTreeSet<String>,
     /// Room owners by room name, as the watch last saw them.
     owners: HashMap<String, RoomRecord>,
     /// This node's lease, once granted; `None` before and after it was lost.
@@ -399,6 +406,11 @@ impl Cluster {
     /// The settings it runs with.
     pub fn settings(&self) -> &ClusterSettings {
         &self.settings
+    }
+
+    /// Whether this node serves TLS on its listeners (its URLs are `https://`).
+    pub fn serves_tls(&self) -> bool {
+        self.settings.grpc_url.starts_with("https://")
     }
 
     /// This node's id.
@@ -688,8 +700,7 @@ impl Cluster {
     /// it in plain text. A plain node reaches any (an `https://` one through
     /// `--cluster-ca`).
     pub fn reaches(&self, node: &NodeRecord) -> Result<(), Status> {
-        let tls = |url: &str| url.starts_with("https://");
-        if tls(&self.settings.grpc_url) && !(tls(&node.grpc_url) && tls(&node.http_url)) {
+        if self.serves_tls() && !node.serves_tls() {
             return Err(Status::unavailable(format!(
                 "node {} serves without TLS, and this node, which serves TLS, neither calls \
                  it nor sends clients to it",

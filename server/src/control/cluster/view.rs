@@ -39,7 +39,10 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
         .map_err(|s| s.message().to_owned())?;
     let revision = response.header().map_or(0, |h| h.revision());
     {
-        let mut view = View::default();
+        let mut view = View {
+            tls: cluster.serves_tls(),
+            ..View::default()
+        };
         for kv in response.kvs() {
             view.apply(
                 cluster.names(),
@@ -50,6 +53,7 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
         }
         let mut inner = cluster.inner();
         inner.nodes = view.nodes;
+        inner.without_tls = view.without_tls;
         inner.owners = view.owners;
         inner.spans = view.spans;
         // What was deleted before this read is not known.
@@ -73,7 +77,9 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
         let mut inner = cluster.inner();
         let inner = &mut *inner;
         let mut view = View {
+            tls: cluster.serves_tls(),
             nodes: std::mem::take(&mut inner.nodes),
+            without_tls: std::mem::take(&mut inner.without_tls),
             owners: std::mem::take(&mut inner.owners),
             spans: std::mem::take(&mut inner.spans),
             departed: std::mem::take(&mut inner.departed),
@@ -91,6 +97,7 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
         }
         view.settle();
         inner.nodes = view.nodes;
+        inner.without_tls = view.without_tls;
         inner.owners = view.owners;
         inner.spans = view.spans;
         // Only the rooms this node spans need this.
@@ -106,7 +113,12 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
 /// the rooms whose owner died.
 #[derive(Default)]
 struct View {
+    /// Whether this node serves TLS: then a node that does not is left out of
+    /// `nodes` (see [`Cluster::reaches`]) and kept in `without_tls`.
+    tls: bool,
     nodes: BTreeMap<String, NodeRecord>,
+    /// Live nodes left out of `nodes` because they serve no TLS and this one does.
+    without_tls: BTreeSet<String>,
     owners: HashMap<String, RoomRecord>,
     spans: HashMap<String, BTreeSet<String>>,
     /// Rooms whose key was deleted in the revision that deleted the registration of
@@ -153,10 +165,24 @@ impl View {
         };
         if let Some(id) = rest.strip_prefix("/nodes/") {
             match value.and_then(|v| serde_json::from_slice::<NodeRecord>(v).ok()) {
+                Some(record) if record.id == id && self.tls && !record.serves_tls() => {
+                    self.nodes.remove(id);
+                    if self.without_tls.insert(id.to_owned()) {
+                        tracing::warn!(
+                            event = "cluster_node_without_tls",
+                            node = id,
+                            "a node without TLS registered; this node, which serves TLS, \
+                             leaves it out: it places no room on it, calls it for nothing \
+                             and sends no client to it"
+                        );
+                    }
+                }
                 Some(record) if record.id == id => {
+                    self.without_tls.remove(id);
                     self.nodes.insert(id.to_owned(), record);
                 }
                 _ => {
+                    self.without_tls.remove(id);
                     self.nodes.remove(id);
                     if value.is_none() {
                         self.deleted_nodes.insert(id.to_owned(), revision);
@@ -228,6 +254,38 @@ mod tests {
 
     fn registration(id: &str) -> Vec<u8> {
         serde_json::to_vec(&node(id, "", 0)).expect("a record")
+    }
+
+    #[test]
+    fn a_node_serving_tls_leaves_nodes_without_it_out() {
+        let with_tls = |id: &str| {
+            let mut record = node(id, "", 0);
+            record.grpc_url = format!("https://{id}:1");
+            record.http_url = format!("https://{id}:2");
+            serde_json::to_vec(&record).expect("a record")
+        };
+        let mut v = View {
+            tls: true,
+            ..View::default()
+        };
+        put(&mut v, "/c/nodes/a", &with_tls("a"), 1);
+        put(&mut v, "/c/nodes/p", &registration("p"), 2);
+        let ids = |v: &View| v.nodes.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(ids(&v), ["a"]);
+        assert!(v.without_tls.contains("p"));
+        // It restarts with TLS: in; it stops: forgotten.
+        put(&mut v, "/c/nodes/p", &with_tls("p"), 3);
+        assert_eq!(ids(&v), ["a", "p"]);
+        assert!(v.without_tls.is_empty());
+        put(&mut v, "/c/nodes/p", &registration("p"), 4);
+        delete(&mut v, "/c/nodes/p", 5);
+        assert_eq!(ids(&v), ["a"]);
+        assert!(v.without_tls.is_empty());
+        // A node without TLS sees every node.
+        let mut plain = View::default();
+        put(&mut plain, "/c/nodes/a", &with_tls("a"), 1);
+        put(&mut plain, "/c/nodes/p", &registration("p"), 2);
+        assert_eq!(ids(&plain), ["a", "p"]);
     }
 
     #[test]

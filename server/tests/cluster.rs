@@ -67,6 +67,17 @@ async fn create(node: &NodeApi, room: &str) -> Result<String, tonic::Status> {
         .map(|r| r.into_inner().node_id)
 }
 
+/// GetRoom for `room` through `node`.
+async fn get_room(node: &NodeApi, room: &str) -> Result<shoal_proto::v1::Room, tonic::Status> {
+    node.rooms()
+        .await
+        .get_room(GetRoomRequest {
+            name: room.to_owned(),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
 /// The owner of every room etcd holds under `prefix`, by room.
 async fn owners_in_etcd(etcd: &Etcd, prefix: &str) -> BTreeMap<String, String> {
     let mut client = etcd.client().await;
@@ -148,13 +159,7 @@ fn cluster_place_and_route() {
             assert_eq!(listed, owners, "ListRooms through {}", node.id);
             // Any node answers for any room, with the owner's view of it.
             for (room, owner) in owners.iter().step_by(7) {
-                let got = node
-                    .rooms()
-                    .await
-                    .get_room(GetRoomRequest { name: room.clone() })
-                    .await
-                    .expect("GetRoom")
-                    .into_inner();
+                let got = get_room(node, room).await.expect("GetRoom");
                 assert_eq!(&got.node_id, owner, "GetRoom {room} through {}", node.id);
             }
             // A second creation, through any node, reaches the owner and is refused.
@@ -829,16 +834,8 @@ fn cluster_drain_hands_rooms_over() {
     // Asked through either node, the heir serves the room as it was created.
     for node in &nodes[1..] {
         let held = rt
-            .block_on(async {
-                node.rooms()
-                    .await
-                    .get_room(GetRoomRequest {
-                        name: room.to_owned(),
-                    })
-                    .await
-            })
-            .expect("GetRoom")
-            .into_inner();
+            .block_on(async { get_room(node, room).await })
+            .expect("GetRoom");
         assert_eq!(
             (
                 held.node_id.as_str(),
@@ -934,17 +931,8 @@ fn cluster_dead_owners_room_is_inherited() {
         .expect("the other survivor");
     // The heir serves the room with the settings it was created with.
     let held = rt
-        .block_on(async {
-            other
-                .rooms()
-                .await
-                .get_room(GetRoomRequest {
-                    name: room.to_owned(),
-                })
-                .await
-        })
-        .expect("GetRoom")
-        .into_inner();
+        .block_on(async { get_room(other, room).await })
+        .expect("GetRoom");
     assert_eq!(
         (
             held.node_id.as_str(),
@@ -1795,13 +1783,7 @@ fn cluster_no_double_owner_under_race() {
             // Exactly one node has it open, and every node routes to it.
             let mut open = 0;
             for node in &nodes {
-                let got = node
-                    .rooms()
-                    .await
-                    .get_room(GetRoomRequest { name: room.clone() })
-                    .await
-                    .expect("GetRoom")
-                    .into_inner();
+                let got = get_room(node, &room).await.expect("GetRoom");
                 assert_eq!(got.node_id, owner, "{room} through {}", node.id);
                 open += node.info().await.rooms;
             }
@@ -1830,15 +1812,10 @@ fn cluster_etcd_unavailable() {
     let stopped = Instant::now();
     rt.block_on(async {
         // The owner still serves its room while its lease is surely valid...
-        let kept = owner
-            .rooms()
-            .await
-            .get_room(GetRoomRequest {
-                name: "kept".into(),
-            })
+        let kept = get_room(owner, "kept")
             .await
             .expect("the room is still served");
-        assert_eq!(kept.into_inner().node_id, owner.id);
+        assert_eq!(kept.node_id, owner.id);
         // ...and nobody places a new one.
         for node in &nodes {
             let refused = create(node, "new")
@@ -1936,13 +1913,7 @@ fn cluster_etcd_unavailable() {
         for room in &theirs {
             let refused = create(&nodes[0], room).await.expect_err("handed over");
             assert_eq!(refused.code(), Code::AlreadyExists, "{refused:?}");
-            let held = nodes[0]
-                .rooms()
-                .await
-                .get_room(GetRoomRequest { name: room.clone() })
-                .await
-                .expect("GetRoom")
-                .into_inner();
+            let held = get_room(&nodes[0], room).await.expect("GetRoom");
             assert_eq!(held.node_id, nodes[0].id, "{room} served by the other node");
         }
         let in_etcd = owners_in_etcd(&etcd, prefix).await;
@@ -2484,15 +2455,9 @@ fn cluster_over_tls() {
             owners_in_etcd(&etcd, prefix).await.get("placed"),
             Some(&"node-1".to_owned())
         );
-        let got = nodes[2]
-            .rooms()
+        let got = get_room(&nodes[2], "placed")
             .await
-            .get_room(GetRoomRequest {
-                name: "placed".to_owned(),
-            })
-            .await
-            .expect("GetRoom forwarded to the owner")
-            .into_inner();
+            .expect("GetRoom forwarded to the owner");
         assert_eq!(
             (got.node_id.as_str(), got.metadata.as_str()),
             ("node-1", "over tls")
@@ -2542,12 +2507,7 @@ fn cluster_over_tls() {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let refused = wary
-            .rooms()
-            .await
-            .get_room(GetRoomRequest {
-                name: "placed".to_owned(),
-            })
+        let refused = get_room(&wary, "placed")
             .await
             .expect_err("node-1's certificate is not trusted");
         assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");

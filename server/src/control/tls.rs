@@ -76,22 +76,13 @@ impl ClientTlsFiles {
     /// certificate must make a trust anchor, and the identity's key must match its
     /// certificate.
     pub fn load(&self) -> Result<tonic::transport::ClientTlsConfig, TlsError> {
-        let ca_pem = read_pem(&self.ca)?;
-        let pem_err = |what: String| TlsError::Pem {
-            path: self.ca.clone(),
-            what,
-        };
-        let anchors: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&ca_pem)
-            .collect::<Result<_, _>>()
-            .map_err(|e| pem_err(format!("not PEM certificates: {e}")))?;
-        if anchors.is_empty() {
-            return Err(pem_err("holds no CERTIFICATE".into()));
-        }
+        let (ca_pem, anchors) = read_certificates(&self.ca)?;
         let mut roots = rustls::RootCertStore::empty();
         for anchor in anchors {
-            roots
-                .add(anchor)
-                .map_err(|e| pem_err(format!("a certificate that is no trust anchor: {e}")))?;
+            roots.add(anchor).map_err(|e| TlsError::Pem {
+                path: self.ca.clone(),
+                what: format!("a certificate that is no trust anchor: {e}"),
+            })?;
         }
         let mut config = tonic::transport::ClientTlsConfig::new()
             .ca_certificate(tonic::transport::Certificate::from_pem(ca_pem));
@@ -203,22 +194,30 @@ fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
     Ok(bytes)
 }
 
-fn load_pair(files: &TlsFiles) -> Result<CertifiedKey, TlsError> {
-    let pem_err = |path: &Path, what: String| TlsError::Pem {
+/// A PEM file of certificates (at least one): its bytes, and the certificates.
+fn read_certificates(path: &Path) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>), TlsError> {
+    let pem_err = |what: String| TlsError::Pem {
         path: path.to_owned(),
         what,
     };
-    let cert_pem = read_pem(&files.cert)?;
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+    let pem = read_pem(path)?;
+    let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| pem_err(&files.cert, format!("not PEM certificates: {e}")))?;
-    if chain.is_empty() {
-        return Err(pem_err(&files.cert, "holds no CERTIFICATE".into()));
+        .map_err(|e| pem_err(format!("not PEM certificates: {e}")))?;
+    if certificates.is_empty() {
+        return Err(pem_err("holds no CERTIFICATE".into()));
     }
+    Ok((pem, certificates))
+}
+
+fn load_pair(files: &TlsFiles) -> Result<CertifiedKey, TlsError> {
+    let (_, chain) = read_certificates(&files.cert)?;
     let key_pem = read_pem(&files.key)?;
     // The key's bytes are never shown.
-    let key = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|_| pem_err(&files.key, "holds no usable PRIVATE KEY".into()))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| TlsError::Pem {
+        path: files.key.clone(),
+        what: "holds no usable PRIVATE KEY".into(),
+    })?;
     let provider = rustls::crypto::ring::default_provider();
     let signing = provider.key_provider.load_private_key(key)?;
     let pair = CertifiedKey::new(chain, signing);

@@ -26,7 +26,7 @@
 //!   client certificate with `--etcd-cert`). A node with `--tls-cert` registers
 //!   `https://` URLs, and the others call it verifying its certificate against
 //!   `--cluster-ca` ([`Cluster::channel`]); a node serving TLS leaves nodes that
-//!   do not out of its view ([`view`]) and reaches none ([`Cluster::reaches`]).
+//!   do not out of its view ([`view`]), and calls none.
 //!
 //! Without `--etcd` none of this runs, and the node serves every room itself.
 
@@ -493,9 +493,7 @@ impl Cluster {
         let region = hint.or(Some(self.settings.region.as_str()).filter(|r| !r.is_empty()));
         let target = {
             let rooms = self.rooms_by_node();
-            let inner = self.inner();
-            let reachable = inner.nodes.values().filter(|n| self.reaches(n).is_ok());
-            least_loaded(reachable, &rooms, region).cloned()
+            least_loaded(self.inner().nodes.values(), &rooms, region).cloned()
         };
         self.claim(room, target).await
     }
@@ -694,12 +692,13 @@ impl Cluster {
         }
     }
 
-    /// Whether this node may call `node` and send clients to it: a node that serves
-    /// TLS (its URLs are `https://`) does so only to nodes that serve TLS too, so
-    /// that forwarded tokens, link fingerprints and redirected clients never leave
-    /// it in plain text. A plain node reaches any (an `https://` one through
+    /// Whether this node may call `node`: a node that serves TLS (its URLs are
+    /// `https://`) calls only nodes that serve TLS too, so that forwarded tokens and
+    /// link fingerprints never leave it in plain text. Its view leaves other nodes
+    /// out ([`view`]), so nothing routes or redirects to them; this guards the
+    /// call itself. A plain node reaches any (an `https://` one through
     /// `--cluster-ca`).
-    pub fn reaches(&self, node: &NodeRecord) -> Result<(), Status> {
+    fn reaches(&self, node: &NodeRecord) -> Result<(), Status> {
         if self.serves_tls() && !node.serves_tls() {
             return Err(Status::unavailable(format!(
                 "node {} serves without TLS, and this node, which serves TLS, neither calls \

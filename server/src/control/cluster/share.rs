@@ -153,18 +153,12 @@ impl ControlState {
             return Ok(owner);
         };
         let room = validate_name(room, NameKind::Room)?;
-        let to = match owner {
+        match owner {
             // A draining node that handed the room over serves no one new.
-            Some(owner) if self.drain().is_requested() => Some(owner),
-            Some(owner) if !cluster.spans(&room) => {
-                self.span_or_send(cluster, &room, owner).await?
-            }
-            _ => self.past_share(cluster, &room).await,
-        };
-        if let Some(node) = &to {
-            cluster.reaches(node)?;
+            Some(owner) if self.drain().is_requested() => Ok(Some(owner)),
+            Some(owner) if !cluster.spans(&room) => self.span_or_send(cluster, &room, owner).await,
+            _ => Ok(self.past_share(cluster, &room).await),
         }
-        Ok(to)
     }
 
     /// For a joiner of `room` (normalised) that reached this node, which does not

@@ -114,7 +114,8 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
 #[derive(Default)]
 struct View {
     /// Whether this node serves TLS: then a node that does not is left out of
-    /// `nodes` (see [`Cluster::reaches`]) and kept in `without_tls`.
+    /// `nodes` (nothing is placed on, routed or redirected to it; see
+    /// docs/cluster.md) and kept in `without_tls`.
     tls: bool,
     nodes: BTreeMap<String, NodeRecord>,
     /// Live nodes left out of `nodes` because they serve no TLS and this one does.

@@ -147,6 +147,10 @@ pub struct ShardStats {
     /// that label is closing, it has no free stream id, or the message is over its
     /// size limit.
     pub relay_undeliverable: u64,
+    /// Reliable channels of room members closed because messages may have been lost
+    /// on their way to them (`Shard::close_reliable_channels`: a node-to-node link
+    /// of the room failed).
+    pub relay_gap_channels_closed: u64,
     /// Room messages a member sent that were put out for the room's other shards
     /// (one per message, whatever the number of those shards).
     pub relay_forwards_out: u64,

@@ -7,6 +7,7 @@
 
 mod cluster_chromium;
 mod cluster_harness;
+mod cluster_link_loss;
 mod http_client;
 mod lab;
 mod media_pair;
@@ -264,19 +265,7 @@ impl Exchange {
         let n = members.len();
         let mut threads = Vec::new();
         for (i, &name) in members.iter().enumerate() {
-            let socket = UdpSocket::bind("127.0.0.1:0").expect("a socket");
-            let mut shard = Shard::new(ShardConfig::new(
-                socket.local_addr().expect("bound"),
-                i as u64,
-            ));
-            let offer = data_offer(NODE, shard.fingerprint(), &mut rng);
-            let answer = signaller
-                .join(via[i].grpc, room, name, offer.sdp())
-                .unwrap_or_else(|e| panic!("{name} joins through {}: {e}", via[i].id));
-            let peer = offer.accept(&answer).expect("a usable answer");
-            shard
-                .command(Time::ZERO, ShardCommand::AddPeer(peer))
-                .expect("peer added");
+            let (socket, shard) = join_client(&signaller, &mut rng, via[i], room, name, i);
             let (connected, done, stop) = (connected.clone(), done.clone(), stop.clone());
             let go = go.clone();
             threads.push(std::thread::spawn(move || {
@@ -340,6 +329,32 @@ impl Exchange {
             }
         }
     }
+}
+
+/// A client stack of its own (shard `index`, on a loopback socket) that joins `room`
+/// as `name` through `node`'s signalling; its endpoint loop is the caller's to run.
+fn join_client(
+    signaller: &signal::Signaller,
+    rng: &mut impl rand_core::RngCore,
+    node: &ClusterNode,
+    room: &str,
+    name: &str,
+    index: usize,
+) -> (UdpSocket, Shard) {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("a socket");
+    let mut shard = Shard::new(ShardConfig::new(
+        socket.local_addr().expect("bound"),
+        index as u64,
+    ));
+    let offer = data_offer(NODE, shard.fingerprint(), rng);
+    let answer = signaller
+        .join(node.grpc, room, name, offer.sdp())
+        .unwrap_or_else(|e| panic!("{name} joins through {}: {e}", node.id));
+    let peer = offer.accept(&answer).expect("a usable answer");
+    shard
+        .command(Time::ZERO, ShardCommand::AddPeer(peer))
+        .expect("peer added");
+    (socket, shard)
 }
 
 /// One member's endpoint loop; what it received, as (label, message).

@@ -777,3 +777,89 @@ fn a_held_sender_closes_a_channel_at_once() {
     assert_eq!(channel, chat);
     assert!(log.removed.is_empty(), "{:?}", log.removed);
 }
+
+/// The id of client `r`'s channel labelled `label`, as it opened.
+fn channel_of(log: &Log, r: u64, label: &str) -> u16 {
+    log.opened
+        .get(&r)
+        .and_then(|l| l.iter().find(|(_, l, _)| l == label))
+        .map(|(id, ..)| *id)
+        .unwrap_or_else(|| panic!("client {r} has no channel {label}"))
+}
+
+/// `Command::CloseReliableChannels` (what a node does when a link of the room failed
+/// with messages in flight): every reliable channel of the room's members closes on
+/// both sides, their unreliable ones stay open and carry on, and another room's
+/// members keep theirs. A member that sends on the label again gets its messages
+/// relayed on new channels.
+#[test]
+fn closing_a_rooms_reliable_channels_leaves_the_rest_open() {
+    let members = [
+        (1, ROOM),
+        (2, ROOM),
+        (3, ROOM),
+        (4, OTHER_ROOM),
+        (5, OTHER_ROOM),
+    ];
+    let mut sim = room_sim(40, &link(0.0), SctpLimits::default(), &members);
+    let mut log = Log::default();
+    let chat = open_from_client(&mut sim, &mut log, 1, "chat", "", RELIABLE);
+    let game = open_from_client(&mut sim, &mut log, 1, "game", "", UDP_LIKE);
+    let other = open_from_client(&mut sim, &mut log, 4, "chat", "", RELIABLE);
+    send_range(&mut sim, 1, chat, 0..1, false);
+    send_range(&mut sim, 1, game, 0..1, false);
+    send_range(&mut sim, 4, other, 0..1, false);
+    run(&mut sim, &mut log, Duration::from_secs(10), "first", |l| {
+        [2, 3]
+            .iter()
+            .all(|&r| l.on(r, "chat").len() == 1 && l.on(r, "game").len() == 1)
+            && l.on(5, "chat").len() == 1
+    });
+
+    sim.command(addr(SRV), Command::CloseReliableChannels { room: ROOM })
+        .expect("taken");
+    assert_eq!(
+        sim.shard(addr(SRV)).stats().relay_gap_channels_closed,
+        3,
+        "member 1's chat, and the chat shoal opened on 2 and 3"
+    );
+    let open = |sim: &Sim, log: &Log, r: u64, label: &str| {
+        sim.shard(cli(r))
+            .channel(PeerId(r), channel_of(log, r, label))
+            .is_some()
+    };
+    let chats: Vec<(u64, u16)> = [1, 2, 3]
+        .iter()
+        .map(|&r| (r, channel_of(&log, r, "chat")))
+        .collect();
+    sim.run_until(
+        |s| {
+            chats
+                .iter()
+                .all(|&(r, id)| s.shard(cli(r)).channel(PeerId(r), id).is_none())
+        },
+        Duration::from_secs(10),
+    )
+    .expect("the room's reliable channels close");
+    log.take(&mut sim);
+    for r in [1, 2, 3] {
+        assert!(open(&sim, &log, r, "game"), "client {r}'s game channel");
+    }
+    for r in [4, 5] {
+        assert!(open(&sim, &log, r, "chat"), "client {r}, in another room");
+    }
+
+    // The unreliable channel carries on; the label, sent on again, opens anew.
+    send_range(&mut sim, 1, game, 1..2, false);
+    let chat = open_from_client(&mut sim, &mut log, 1, "chat", "", RELIABLE);
+    send_range(&mut sim, 1, chat, 1..2, false);
+    run(&mut sim, &mut log, Duration::from_secs(10), "after", |l| {
+        [2, 3]
+            .iter()
+            .all(|&r| l.on(r, "chat").len() == 2 && l.on(r, "game").len() == 2)
+    });
+    for r in [2, 3] {
+        assert!(open(&sim, &log, r, "chat"), "client {r}'s new chat channel");
+        assert_eq!(numbers_on(&log, r, "chat"), [0, 1]);
+    }
+}

@@ -888,6 +888,7 @@ impl ControlState {
                     );
                 }
             }
+            ShardEvent::SctpClosed { peer, reason } => self.links().mark_ended(*peer, *reason),
             ShardEvent::DtlsConnected { peer, srtp_profile } => {
                 // The directory, then the members, as `forget` takes them: the
                 // participant cannot leave (or be replaced) between the look-up and

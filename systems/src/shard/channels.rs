@@ -3,12 +3,16 @@
 
 use bevy_ecs::prelude::*;
 use bytes::Bytes;
-use shoal_components::datachannel::{self, Channel, ChannelError, ChannelParams, DataChannels};
+use shoal_components::datachannel::{
+    self, Channel, ChannelError, ChannelParams, ChannelState, DataChannels,
+};
 use shoal_components::peer::{PeerId, PeerIndex};
+use shoal_components::room::{RoomId, RoomIndex, RoomMember};
 use shoal_components::sctp::assoc::{AssocState, Sctp};
-use shoal_components::sctp::dcep::ChannelType;
+use shoal_components::sctp::dcep::{ChannelType, Reliability as DcepReliability};
 use shoal_components::sctp::tx::{OutgoingMessage, Reliability, SendError};
 use shoal_components::sctp::{Ppid, StreamId};
+use shoal_components::stats::ShardStats;
 use shoal_components::tick::{Events, Now, SctpStart};
 use shoal_components::time::Time;
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
@@ -108,6 +112,59 @@ impl Shard {
     /// follows on both sides.
     pub fn close_channel(&mut self, id: PeerId, channel: u16) -> Result<(), ChannelError> {
         self.with_channels(id, |a, dc, _| datachannel::close(a, dc, channel))
+    }
+
+    /// Closes every reliable channel (ordered or not) of `room`'s members on this
+    /// shard, node-to-node links aside, as [`Shard::close_channel`] does: what is
+    /// queued on each is still delivered, then its streams are reset (RFC 8831
+    /// §6.7) and [`ShardEvent::ChannelClosed`] follows. Returns how many it closed.
+    ///
+    /// A reliable message is delivered exactly once, in order, or its channel
+    /// reports an error. When messages may have been lost on their way to the
+    /// room's members (a link to another node that hosts the room failed with
+    /// messages in flight), closing the channels is that error: a member learns that
+    /// its channel may have missed messages, and the relay opens it a new one with
+    /// the next message on that label. Unreliable channels promise no delivery and
+    /// stay open.
+    ///
+    /// [`ShardEvent::ChannelClosed`]: shoal_components::tick::ShardEvent::ChannelClosed
+    pub fn close_reliable_channels(&mut self, room: RoomId) -> usize {
+        let now = self.world.resource::<Now>().0;
+        let members = self.world.resource::<RoomIndex>().members(room).to_vec();
+        let mut closed = 0;
+        for entity in members {
+            let mut e = self.world.entity_mut(entity);
+            if e.get::<RoomMember>().is_none_or(|m| m.link) {
+                continue;
+            }
+            let Ok((mut a, mut dc)) = e.get_components_mut::<(&mut Sctp, &mut DataChannels)>()
+            else {
+                continue;
+            };
+            let reliable: Vec<u16> = dc
+                .channels
+                .iter()
+                .filter(|(_, ch)| {
+                    ch.kind.reliability == DcepReliability::Reliable
+                        && ch.state != ChannelState::Closing
+                })
+                .map(|(&id, _)| id)
+                .collect();
+            let mut here = 0;
+            for id in reliable {
+                if datachannel::close(&mut a, &mut dc, id).is_ok() {
+                    here += 1;
+                }
+            }
+            if here > 0 {
+                closed += here;
+                self.wake_sctp(entity, now);
+            }
+        }
+        self.world
+            .resource_mut::<ShardStats>()
+            .relay_gap_channels_closed += closed as u64;
+        closed
     }
 
     /// Runs `f` on the peer's established association and its data channels, and

@@ -105,6 +105,13 @@ pub enum Command {
         /// The message (shared between the receivers, never copied).
         payload: Bytes,
     },
+    /// Close the reliable data channels of a room's members on this shard
+    /// ([`Shard::close_reliable_channels`]): messages may have been lost on their
+    /// way to them (a node-to-node link of the room failed).
+    CloseReliableChannels {
+        /// The room.
+        room: RoomId,
+    },
     /// The peer publishes a track.
     Publish {
         /// The publisher.
@@ -295,6 +302,10 @@ impl Shard {
             } => self
                 .send_data(room, to, &label, binary, payload)
                 .map(|_| ()),
+            Command::CloseReliableChannels { room } => {
+                self.close_reliable_channels(room);
+                Ok(())
+            }
             Command::Publish { peer, track } => self.publish(peer, track),
             Command::Unpublish { peer, track } => self.unpublish(peer, track),
             Command::Subscribe { peer, subscription } => self.subscribe(peer, subscription),

@@ -17,6 +17,11 @@
 //!   (`PeerSpec::link`): what one node's members send crosses to the other node's
 //!   members once and goes out on no other link there. Tracks cross the same
 //!   links: [`super::link_tracks`].
+//! - **Failing.** A link that carried messages and goes without a clean SCTP
+//!   SHUTDOWN while its other node still hosts the room may have lost messages in
+//!   flight, either way: the reliable channels of the room's members here are
+//!   closed (`cascade_link_lost`), before the room is linked to that node again,
+//!   so that no channel skips a message.
 //! - **Ending.** A link whose other node no longer hosts the room is closed. A node
 //!   that spans a room in which only links are left (once it has been open
 //!   5 s: its joiner may not be in yet), or whose key its live owner deleted,
@@ -36,9 +41,10 @@ use std::time::{Duration, Instant};
 use etcd_client::PutOptions;
 use shoal_components::dtls::DtlsRole;
 use shoal_components::peer::{IceCredentials, IceRole, PeerId};
+use shoal_components::sctp::assoc::AssocEnd;
 use shoal_proto::v1;
 use shoal_proto::v1::node_service_client::NodeServiceClient;
-use shoal_systems::{PeerDtls, PeerSpec};
+use shoal_systems::{Command, PeerDtls, PeerSpec};
 use tonic::{Request, Status};
 
 use super::{Cluster, NodeRecord, fenced};
@@ -238,7 +244,13 @@ impl Cluster {
 
 /// The links of this node's cascaded rooms, by room and other node.
 #[derive(Debug, Default)]
-pub struct Links(pub(super) HashMap<(String, String), Link>);
+pub struct Links {
+    /// The links open now, by room and other node.
+    pub(super) open: HashMap<(String, String), Link>,
+    /// Links that went while they may have had messages in flight, to be reported
+    /// once it is clear whether their other node still hosts the room.
+    lost: Vec<LostLink>,
+}
 
 /// One link of a room to another node.
 #[derive(Debug)]
@@ -251,6 +263,9 @@ pub struct Link {
     pub(super) placed: bool,
     /// Its association came up: it carries messages.
     pub(super) up: bool,
+    /// Its association ended with a completed SHUTDOWN (RFC 9260 §9.2): whatever
+    /// either side had queued was delivered, so its end lost nothing.
+    shut_down: bool,
     /// This node's tracks it carries, and how they go (see [`super::link_tracks`]).
     pub(super) sent: super::link_tracks::Sent,
     /// The parts so far of lists the other node sends in parts.
@@ -275,10 +290,11 @@ impl Links {
             since: Instant::now(),
             placed,
             up: false,
+            shut_down: false,
             sent: super::link_tracks::Sent::default(),
             gathered: None,
         };
-        self.0.insert((room.to_owned(), node.to_owned()), link);
+        self.open.insert((room.to_owned(), node.to_owned()), link);
         match side {
             Side::Opened => tracing::info!(
                 event = "cascade_link_opened",
@@ -297,7 +313,7 @@ impl Links {
 
     /// The peers here of `room`'s links.
     pub fn peers_in(&self, room: &str) -> Vec<PeerId> {
-        self.0
+        self.open
             .iter()
             .filter(|((r, _), _)| r == room)
             .map(|(_, link)| link.peer)
@@ -307,14 +323,44 @@ impl Links {
     /// Notes that the association of the link whose peer here is `peer` came up;
     /// the link's room and other node.
     pub fn mark_up(&mut self, peer: PeerId) -> Option<(String, String)> {
-        let ((room, node), link) = self.0.iter_mut().find(|(_, l)| l.peer == peer)?;
+        let ((room, node), link) = self.open.iter_mut().find(|(_, l)| l.peer == peer)?;
         link.up = true;
         Some((room.clone(), node.clone()))
     }
 
+    /// Notes that `link`, `room`'s to `node`, went: lost, if it carried messages and
+    /// its association did not shut down cleanly.
+    fn note_gone(&mut self, room: &str, node: &str, link: &Link) {
+        if link.up && !link.shut_down {
+            self.lost.push(LostLink {
+                room: room.to_owned(),
+                node: node.to_owned(),
+                at: Instant::now(),
+            });
+        }
+    }
+
+    /// Takes `room`'s link to `node` out, open or lost: whether it may have lost
+    /// messages (it carried some and did not shut down cleanly).
+    fn take_pair(&mut self, room: &str, node: &str) -> bool {
+        let open = self.open.remove(&(room.to_owned(), node.to_owned()));
+        let was_open_and_lost = open.is_some_and(|l| l.up && !l.shut_down);
+        let before = self.lost.len();
+        self.lost.retain(|l| l.room != room || l.node != node);
+        was_open_and_lost || self.lost.len() < before
+    }
+
+    /// Notes that the association of the link whose peer here is `peer` ended, and
+    /// why.
+    pub fn mark_ended(&mut self, peer: PeerId, end: AssocEnd) {
+        if let Some(link) = self.open.values_mut().find(|l| l.peer == peer) {
+            link.shut_down = end == AssocEnd::Shutdown;
+        }
+    }
+
     /// Whether `room`'s link to `node` carries messages.
     pub fn is_up(&self, room: &str, node: &str) -> bool {
-        self.0
+        self.open
             .get(&(room.to_owned(), node.to_owned()))
             .is_some_and(|l| l.up)
     }
@@ -329,17 +375,65 @@ pub async fn run(state: Arc<ControlState>, cluster: Arc<Cluster>) {
     }
 }
 
+/// How long after a link carrying messages went (its association did not shut down
+/// cleanly) this node waits to see whether the other node still hosts the room. A
+/// node that closes the room closes its links at once, but its span key goes on
+/// its next tick and reaches this node's view a moment later.
+const LOST_LINK_SETTLE: Duration = Duration::from_secs(2);
+
+/// A link that carried messages and went without a clean SHUTDOWN: messages in
+/// flight on it, either way, may be lost.
+#[derive(Debug)]
+struct LostLink {
+    room: String,
+    node: String,
+    at: Instant,
+}
+
+/// Links lost a while ago ([`LOST_LINK_SETTLE`]) to nodes that still host their
+/// room: the room's members here may have missed messages from the other node's,
+/// so their reliable channels are closed, which is the error a reliable channel
+/// owes its application for a message it will never deliver
+/// ([`close_reliable_channels`]). A node that no longer hosts the room closed it,
+/// and its members left with it.
+fn report_lost_links(state: &ControlState, cluster: &Cluster) {
+    // The links' lock is let go before the rooms' is taken (by the closing).
+    let due: Vec<LostLink> = {
+        let mut links = state.links();
+        let (due, waiting) = std::mem::take(&mut links.lost)
+            .into_iter()
+            .partition(|l| l.at.elapsed() >= LOST_LINK_SETTLE);
+        links.lost = waiting;
+        due
+    };
+    for l in due {
+        if cluster.hosts(&l.room).iter().any(|h| h.id == l.node) {
+            report_lost(state, &l.room, &l.node);
+        }
+    }
+}
+
 /// One look at every open room: links opened and closed as the hosts changed, and
 /// spanned rooms that nobody needs here any more closed.
 async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
     // Links whose participant left (its connection failed, or it was replaced). The
     // members' lock is never taken under the links' (see `link_tracks`).
-    let peers: Vec<PeerId> = state.links().0.values().map(|l| l.peer).collect();
+    let peers: Vec<PeerId> = state.links().open.values().map(|l| l.peer).collect();
     let gone: Vec<PeerId> = peers
         .into_iter()
         .filter(|p| state.member_identity(*p).is_none())
         .collect();
-    state.links().0.retain(|_, l| !gone.contains(&l.peer));
+    {
+        let mut links = state.links();
+        let went: Vec<((String, String), Link)> = links
+            .open
+            .extract_if(|_, l| gone.contains(&l.peer))
+            .collect();
+        for ((room, node), link) in went {
+            links.note_gone(&room, &node, &link);
+        }
+    }
+    report_lost_links(state, cluster);
     let now = state.clock().now();
     let open: Vec<(String, Vec<PeerId>, bool)> = {
         let directory = state.rooms();
@@ -358,7 +452,7 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
         let hosts = cluster.hosts(&room);
         let linked: Vec<(String, PeerId, Instant)> = state
             .links()
-            .0
+            .open
             .iter()
             .filter(|((r, _), _)| *r == room)
             .map(|((_, node), l)| (node.clone(), l.peer, l.since))
@@ -426,8 +520,8 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
                 {
                     let key = (room.clone(), node.clone());
                     let mut links = state.links();
-                    if links.0.get(&key).is_some_and(|l| l.peer == *peer) {
-                        links.0.remove(&key);
+                    if links.open.get(&key).is_some_and(|l| l.peer == *peer) {
+                        links.open.remove(&key);
                     }
                 }
                 state.leave(*peer, DisconnectReason::RoomDeleted).await;
@@ -454,12 +548,56 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
     }
 }
 
+/// Before `room` is linked to `node` anew: a link before it that may have lost
+/// messages is reported now, not after [`LOST_LINK_SETTLE`], so that the members'
+/// channels are closed before the new link carries a message to them (the close
+/// reaches each shard's queue before the new link's peer is placed, and before
+/// anything it forwards to another shard).
+fn relink(state: &ControlState, room: &str, node: &str) {
+    if state.links().take_pair(room, node) {
+        report_lost(state, room, node);
+    }
+}
+
+/// Closes the reliable channels of `room`'s members here, and says why.
+fn report_lost(state: &ControlState, room: &str, node: &str) {
+    let closed_on = close_reliable_channels(state, room);
+    tracing::warn!(
+        event = "cascade_link_lost",
+        room,
+        node,
+        shards = closed_on,
+        "the room's link to the node failed with messages maybe in flight: \
+         the reliable data channels of the room's members here are closed"
+    );
+}
+
+/// Has every shard holding members of `room` close their reliable data channels
+/// (`Command::CloseReliableChannels`), in order with the media commands before it;
+/// returns to how many shards it went.
+fn close_reliable_channels(state: &ControlState, room: &str) -> usize {
+    let commands: Vec<(usize, Command)> = {
+        let rooms = state.rooms();
+        let Ok(r) = rooms.get(room) else {
+            return 0;
+        };
+        let shards: BTreeSet<usize> = r.participants().map(|p| p.shard).collect();
+        shards
+            .into_iter()
+            .map(|shard| (shard, Command::CloseReliableChannels { room: r.id }))
+            .collect()
+    };
+    let n = commands.len();
+    state.send_media_commands(commands);
+    n
+}
+
 /// Closes a room this node spans: its participants (links and all) leave, and its
 /// span key goes.
 async fn close_spanned(state: &Arc<ControlState>, cluster: &Cluster, room: &str) {
     state.close_rooms(&[room.to_owned()]).await;
     cluster.release(room);
-    state.links().0.retain(|(r, _), _| r != room);
+    state.links().open.retain(|(r, _), _| r != room);
     tracing::info!(
         event = "room_unspanned",
         room,
@@ -522,15 +660,16 @@ async fn dial(
     room: &str,
     node: &NodeRecord,
 ) -> Result<(), Status> {
+    relink(state, room, &node.id);
     let who = admit_link(state, room, &node.id).await?;
     let result = dial_admitted(state, cluster, room, node, &who).await;
     let key = (room.to_owned(), node.id.clone());
     {
         let mut links = state.links();
-        match (&result, links.0.get_mut(&key)) {
+        match (&result, links.open.get_mut(&key)) {
             (Ok(()), Some(link)) => link.placed = true,
             (Err(_), Some(link)) if link.peer == who.peer => {
-                links.0.remove(&key);
+                links.open.remove(&key);
             }
             _ => {}
         }
@@ -694,6 +833,7 @@ pub async fn accept(
     }
     // The caller's ICE credentials are checked where every peer's are: the shard
     // refuses ones that break RFC 8839 §5.4 (INVALID_ARGUMENT).
+    relink(state, room, &request.node_id);
     let who = admit_link(state, room, &request.node_id).await?;
     let candidates = state
         .candidates(who.shard)

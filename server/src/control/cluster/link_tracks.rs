@@ -156,7 +156,10 @@ pub async fn send(state: &Arc<ControlState>, cluster: &Cluster, room: &str, node
         // All of it published there (a call publishes a bounded number of new
         // tracks; the rest go with the next).
         Ok(r) if r.tracks as usize == lists.tracks.len() => {
-            if let Some(link) = state.links().0.get_mut(&(room.to_owned(), node.id.clone()))
+            if let Some(link) = state
+                .links()
+                .open
+                .get_mut(&(room.to_owned(), node.id.clone()))
                 && link.sent.lists() == lists
             {
                 link.sent.told = Some(Instant::now());
@@ -345,7 +348,7 @@ impl ControlState {
         let mut members = self.members();
         let mut links = self.links();
         let link = links
-            .0
+            .open
             .get_mut(&(room.to_owned(), node.to_owned()))
             .filter(|l| l.placed)?;
         let shard = members.by_peer.get(&link.peer)?.shard;
@@ -499,7 +502,7 @@ impl ControlState {
         // A list in parts is taken when its last part comes.
         let gathered = match self
             .links()
-            .0
+            .open
             .get_mut(&(room.to_owned(), node.clone()))
             .filter(|l| l.placed)
         {
@@ -520,7 +523,7 @@ impl ControlState {
             let mut members = self.members();
             let Some(peer) = self
                 .links()
-                .0
+                .open
                 .get(&(room.to_owned(), node.clone()))
                 .filter(|l| l.placed)
                 .map(|l| l.peer)

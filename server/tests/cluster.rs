@@ -431,6 +431,20 @@ fn member(
     failure.map_or(Ok(got), Err)
 }
 
+/// Asserts that no node took a link of `room` for lost: none closed its members'
+/// reliable channels (`cascade_link_lost`). A drain shuts links down cleanly, and a
+/// node that stops hosting the room takes its link with it.
+fn no_link_lost(nodes: &[ClusterNode], room: &str) {
+    for node in nodes {
+        assert_eq!(
+            events(&node.process.log_so_far(), "cascade_link_lost", room),
+            0,
+            "{}: a link of {room} taken for lost",
+            node.id
+        );
+    }
+}
+
 /// The other nodes whose link of `room` a node's log says is up.
 fn links_up(log: &str, room: &str) -> BTreeSet<String> {
     log.lines()
@@ -870,6 +884,7 @@ fn cluster_drain_hands_rooms_over() {
     go.store(true, Ordering::SeqCst);
     exchange.wait();
     exchange.finish();
+    no_link_lost(&nodes, room);
     assert_eq!(
         rt.block_on(room_key(&etcd, prefix, room)),
         Some((created_at, heir)),
@@ -960,6 +975,7 @@ fn cluster_dead_owners_room_is_inherited() {
     go.store(true, Ordering::SeqCst);
     exchange.wait();
     exchange.finish();
+    no_link_lost(&nodes, room);
     for who in &rejoined {
         assert!(
             !who.said().iter().any(|m| m.get("leave").is_some()),

@@ -565,6 +565,40 @@ impl ControlState {
     }
 
     /// Removes peers from their shards, off the runtime's workers, and logs failures.
+    /// Closes the reliable data channels of `room`'s members on every shard that
+    /// holds some (`Shard::close_reliable_channels`), each request on its shard's
+    /// queue ahead of what is sent to that shard after this returns. How many shards
+    /// and channels; `None` if the room is not open here.
+    pub(super) async fn close_reliable_channels(
+        self: &Arc<Self>,
+        room: &str,
+    ) -> Result<Option<(usize, usize)>, Status> {
+        let (id, indices): (shoal_components::room::RoomId, Vec<usize>) = {
+            let rooms = self.rooms();
+            let Ok(r) = rooms.get(room) else {
+                return Ok(None);
+            };
+            let shards: BTreeSet<usize> = r.participants().map(|p| p.shard).collect();
+            (r.id, shards.into_iter().collect())
+        };
+        let _turn = self.shard_turn().await?;
+        let state = self.clone();
+        let shards = indices.len();
+        let (closed, errors) = tokio::task::spawn_blocking(move || {
+            shards::close_reliable_channels(&state.shards, id, &indices, SHARD_REPLY_TIMEOUT)
+        })
+        .await
+        .map_err(|_| Status::internal("closing data channels failed"))?;
+        for e in errors {
+            tracing::warn!(
+                event = "close_channels_failed",
+                room,
+                "closing a room's reliable data channels: {e}"
+            );
+        }
+        Ok(Some((shards, closed)))
+    }
+
     pub(super) async fn disconnect(
         self: &Arc<Self>,
         peers: Vec<(usize, PeerId)>,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use shoal_components::peer::{IceCredentials, PeerId};
+use shoal_components::room::RoomId;
 use shoal_systems::{CommandError, CongestionReport, PeerSpec};
 
 use crate::driver::{DriverError, SendData, ShardCommand, ShardReport, ShardSender};
@@ -118,6 +119,40 @@ pub fn restart_ice(
         shard: index,
         source,
     })
+}
+
+/// Has each shard of `indices` close the reliable data channels of `room`'s members
+/// there (all asked before any reply is awaited); how many channels they closed in
+/// all, with what went wrong. Each request goes on its shard's queue itself, behind
+/// what is queued there and ahead of what comes after it.
+pub fn close_reliable_channels(
+    shards: &[ShardSender],
+    room: RoomId,
+    indices: &[usize],
+    timeout: Duration,
+) -> (usize, Vec<ShardError>) {
+    let deadline = Instant::now() + timeout;
+    let mut errors = Vec::new();
+    let mut pending = Vec::with_capacity(indices.len());
+    for &index in indices {
+        let Some(shard) = shards.get(index) else {
+            errors.push(ShardError::NoSuchShard(index));
+            continue;
+        };
+        let (reply, closed) = crossbeam_channel::bounded(1);
+        match shard.send(ShardCommand::CloseReliableChannels(room, reply)) {
+            Ok(()) => pending.push((index, closed)),
+            Err(e) => errors.push(e.into()),
+        }
+    }
+    let mut total = 0;
+    for (shard, closed) in pending {
+        match receive(shard, &closed, deadline, timeout) {
+            Ok(n) => total += n,
+            Err(e) => errors.push(e),
+        }
+    }
+    (total, errors)
 }
 
 /// Removes each `(shard, peer)` from its shard and returns what went wrong, if

@@ -95,6 +95,11 @@ pub enum ShardCommand {
     /// Sends a message to a room's members on the shard, or to one of them
     /// (`Shard::send_data`); the reply is how many members it was queued for.
     SendData(SendData, Sender<Result<usize, CommandError>>),
+    /// Closes the reliable data channels of a room's members on the shard
+    /// (`Shard::close_reliable_channels`); the reply is how many it closed. Sent
+    /// like `AddPeer`, on the shard's queue itself, so that it is taken before
+    /// anything queued after it.
+    CloseReliableChannels(RoomId, Sender<usize>),
     /// Asks for the shard's counters.
     Stats(Sender<ShardReport>),
     /// The congestion control state of these peers (those still on the shard).

@@ -549,6 +549,10 @@ impl ShardLoop {
                 ShardCommand::RemovePeer(id, reply) => {
                     let _ = reply.send(self.shard.command(now, Command::RemovePeer(id)));
                 }
+                ShardCommand::CloseReliableChannels(room, reply) => {
+                    self.shard.advance_clock(now);
+                    let _ = reply.send(self.shard.close_reliable_channels(room));
+                }
                 ShardCommand::RestartIce(peer, credentials, reply) => {
                     let restart = Command::RestartIce { peer, credentials };
                     let _ = reply.send(self.shard.command(now, restart));
@@ -651,6 +655,7 @@ impl ShardLoop {
                 }
                 ShardEvent::DtlsConnected { .. }
                 | ShardEvent::SctpEstablished { .. }
+                | ShardEvent::SctpClosed { .. }
                 | ShardEvent::PeerRemoved { .. }
                 | ShardEvent::ChannelOpen { .. }
                 | ShardEvent::ChannelClosed { .. } => {

@@ -61,7 +61,11 @@ struct Script {
     /// counts itself in `done`.
     last_round: AtomicBool,
     done: AtomicUsize,
-    stop: AtomicBool,
+    /// By member: how many messages of every other member it has at least (the
+    /// fewest it has of any, counting to the last it got).
+    upto: Vec<AtomicUsize>,
+    /// By member: leave now.
+    stop: Vec<AtomicBool>,
     connected: AtomicUsize,
 }
 
@@ -117,14 +121,14 @@ fn member(
                 }
                 // Stopping closes the session: that is the test's.
                 ShardEvent::SctpClosed { .. } | ShardEvent::PeerRemoved { .. }
-                    if !script.stop.load(Ordering::SeqCst) =>
+                    if !script.stop[index].load(Ordering::SeqCst) =>
                 {
                     failure = Some(format!("{name}: connection lost: {event:?}"));
                 }
                 _ => {}
             }
         }
-        if failure.is_some() || script.stop.load(Ordering::SeqCst) {
+        if failure.is_some() || script.stop[index].load(Ordering::SeqCst) {
             return Control::Stop;
         }
         let target = script.targets[index].load(Ordering::SeqCst);
@@ -137,6 +141,15 @@ fn member(
                 sent += 1;
             }
         }
+        let upto = script
+            .names
+            .iter()
+            .enumerate()
+            .filter(|(s, _)| *s != index)
+            .map(|(_, sender)| last_from(&instances, sender).map_or(0, |l| l + 1))
+            .min()
+            .unwrap_or(0);
+        script.upto[index].store(upto, Ordering::SeqCst);
         if !finished && script.last_round.load(Ordering::SeqCst) {
             let all = script.names.iter().enumerate().all(|(s, sender)| {
                 s == index
@@ -211,14 +224,18 @@ fn cluster_lost_link_closes_reliable_channels() {
         targets: members.iter().map(|_| AtomicUsize::new(0)).collect(),
         last_round: AtomicBool::new(false),
         done: AtomicUsize::new(0),
-        stop: AtomicBool::new(false),
+        upto: members.iter().map(|_| AtomicUsize::new(0)).collect(),
+        stop: members.iter().map(|_| AtomicBool::new(false)).collect(),
         connected: AtomicUsize::new(0),
     });
     let mut rng = endpoint::os_rng().expect("randomness");
-    let signaller = signal::Signaller::start_tls(None).expect("signalling");
+    // A signalling session each: one ends, and its member leaves, when it is dropped.
+    let mut signallers: Vec<Option<signal::Signaller>> = Vec::new();
     let mut threads = Vec::new();
     for (i, &name) in members.iter().enumerate() {
+        let signaller = signal::Signaller::start_tls(None).expect("signalling");
         let (socket, shard) = join_client(&signaller, &mut rng, via[i], room, name, i);
+        signallers.push(Some(signaller));
         let script = script.clone();
         threads.push(std::thread::spawn(move || {
             member(socket, shard, i, name, &script)
@@ -236,15 +253,22 @@ fn cluster_lost_link_closes_reliable_channels() {
     for t in &script.targets {
         t.store(ROUND, Ordering::SeqCst);
     }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while script.upto.iter().any(|u| u.load(Ordering::SeqCst) < ROUND) {
+        assert!(
+            Instant::now() < deadline && !finished(&threads),
+            "the first round did not reach everyone"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // node-1 stops; ann floods; node-0 cuts the link off, which carried messages.
-    std::thread::sleep(Duration::from_millis(500));
     nodes[1].process.signal(Signal::SIGSTOP);
     script.targets[0].store(ROUND + FLOOD, Ordering::SeqCst);
-    let log0 = log_with(&nodes[0], "cascade_link_lost", Some(room));
+    log_with(&nodes[0], "cascade_link_lost", Some(room));
     nodes[1].process.signal(Signal::SIGCONT);
     assert!(!finished(&threads), "a member failed");
     // Resumed, node-1 learns its link went too, and node-0 links it again.
-    let log1 = log_with(&nodes[1], "cascade_link_lost", Some(room));
+    log_with(&nodes[1], "cascade_link_lost", Some(room));
     let deadline = Instant::now() + Duration::from_secs(20);
     for node in &nodes {
         while events(&node.process.log_so_far(), "cascade_link_up", room) < 2 {
@@ -269,8 +293,21 @@ fn cluster_lost_link_closes_reliable_channels() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    script.stop.store(true, Ordering::SeqCst);
-    drop(signaller);
+    // cid leaves, and node-1 closes the room it spanned for cid, link and all: not
+    // a lost link, so ann's and bob's channels stay open.
+    script.stop[2].store(true, Ordering::SeqCst);
+    signallers[2] = None;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while events(&nodes[1].process.log_so_far(), "room_unspanned", room) == 0 {
+        assert!(Instant::now() < deadline, "node-1 still spans the room");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // node-0 would take its link for lost within LOST_LINK_SETTLE (2 s) of it going.
+    std::thread::sleep(Duration::from_secs(3));
+    for s in &script.stop {
+        s.store(true, Ordering::SeqCst);
+    }
+    drop(signallers);
     let got: Vec<Vec<Instance>> = threads
         .into_iter()
         .map(|t| {
@@ -322,9 +359,19 @@ fn cluster_lost_link_closes_reliable_channels() {
         cid_from_ann < last(0) + 1,
         "cid got all {cid_from_ann} of ann's messages: nothing was lost"
     );
-    for (node, log) in [(&nodes[0], &log0), (&nodes[1], &log1)] {
+    // Each node reported the lost link once: node-1 closing the room it spanned,
+    // with its link, once cid left, is not a loss, and the channels of ann and bob
+    // stayed open (the last of their instances of each other's channels).
+    for (r, other) in [(0, "bob"), (1, "ann")] {
+        let last = got[r]
+            .iter()
+            .rfind(|i| i.label == other)
+            .expect("a channel");
+        assert!(!last.closed, "{}: {other}'s channel closed", members[r]);
+    }
+    for node in &nodes {
         assert_eq!(
-            events(log, "cascade_link_lost", room),
+            events(&node.process.log_so_far(), "cascade_link_lost", room),
             1,
             "{}: the link was lost once",
             node.id

@@ -123,9 +123,10 @@ impl Shard {
     /// reports an error. When messages may have been lost on their way to the
     /// room's members (a link to another node that hosts the room failed with
     /// messages in flight), closing the channels is that error: a member learns that
-    /// its channel may have missed messages, and the relay opens it a new one with
-    /// the next message on that label. Unreliable channels promise no delivery and
-    /// stay open.
+    /// its channel may have missed messages. What the relay has for the member on
+    /// that label while the streams reset is not delivered to it; once the channel
+    /// is closed, the relay opens it a new one with the next message on that label.
+    /// Unreliable channels promise no delivery and stay open.
     ///
     /// [`ShardEvent::ChannelClosed`]: shoal_components::tick::ShardEvent::ChannelClosed
     pub fn close_reliable_channels(&mut self, room: RoomId) -> usize {

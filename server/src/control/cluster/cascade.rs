@@ -44,7 +44,7 @@ use shoal_components::peer::{IceCredentials, IceRole, PeerId};
 use shoal_components::sctp::assoc::AssocEnd;
 use shoal_proto::v1;
 use shoal_proto::v1::node_service_client::NodeServiceClient;
-use shoal_systems::{Command, PeerDtls, PeerSpec};
+use shoal_systems::{PeerDtls, PeerSpec};
 use tonic::{Request, Status};
 
 use super::{Cluster, NodeRecord, fenced};
@@ -394,9 +394,9 @@ struct LostLink {
 /// room: the room's members here may have missed messages from the other node's,
 /// so their reliable channels are closed, which is the error a reliable channel
 /// owes its application for a message it will never deliver
-/// ([`close_reliable_channels`]). A node that no longer hosts the room closed it,
-/// and its members left with it.
-fn report_lost_links(state: &ControlState, cluster: &Cluster) {
+/// ([`ControlState::close_reliable_channels`]). A node that no longer hosts the
+/// room closed it, and its members left with it.
+async fn report_lost_links(state: &Arc<ControlState>, cluster: &Cluster) {
     // The links' lock is let go before the rooms' is taken (by the closing).
     let due: Vec<LostLink> = {
         let mut links = state.links();
@@ -408,7 +408,7 @@ fn report_lost_links(state: &ControlState, cluster: &Cluster) {
     };
     for l in due {
         if cluster.hosts(&l.room).iter().any(|h| h.id == l.node) {
-            report_lost(state, &l.room, &l.node);
+            report_lost(state, &l.room, &l.node).await;
         }
     }
 }
@@ -433,7 +433,7 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
             links.note_gone(&room, &node, &link);
         }
     }
-    report_lost_links(state, cluster);
+    report_lost_links(state, cluster).await;
     let now = state.clock().now();
     let open: Vec<(String, Vec<PeerId>, bool)> = {
         let directory = state.rooms();
@@ -548,55 +548,51 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
     }
 }
 
-/// Before `room` is linked to `node` anew: a link before it that may have lost
-/// messages is reported now, not after [`LOST_LINK_SETTLE`], so that the members'
-/// channels are closed before the new link carries a message to them (the close
-/// reaches each shard's queue before the new link's peer is placed, and before
-/// anything it forwards to another shard).
-fn relink(state: &ControlState, room: &str, node: &str) {
-    if state.links().take_pair(room, node) {
-        report_lost(state, room, node);
+/// Before this node's peer of `room`'s new link to `node` is placed (the other node
+/// having agreed to the link: it hosts the room): a link before it that may have
+/// lost messages is reported now, not after [`LOST_LINK_SETTLE`], so that the
+/// members' channels are closed before the new link carries a message to them. The
+/// close is on each shard's queue before the new link's peer is placed, and so
+/// before anything the link forwards to another shard.
+async fn relink(state: &Arc<ControlState>, room: &str, node: &str) {
+    let lost = state.links().take_pair(room, node);
+    if lost {
+        report_lost(state, room, node).await;
     }
 }
 
 /// Closes the reliable channels of `room`'s members here, and says why.
-fn report_lost(state: &ControlState, room: &str, node: &str) {
-    let closed_on = close_reliable_channels(state, room);
-    tracing::warn!(
-        event = "cascade_link_lost",
-        room,
-        node,
-        shards = closed_on,
-        "the room's link to the node failed with messages maybe in flight: \
-         the reliable data channels of the room's members here are closed"
-    );
-}
-
-/// Has every shard holding members of `room` close their reliable data channels
-/// (`Command::CloseReliableChannels`), in order with the media commands before it;
-/// returns to how many shards it went.
-fn close_reliable_channels(state: &ControlState, room: &str) -> usize {
-    let commands: Vec<(usize, Command)> = {
-        let rooms = state.rooms();
-        let Ok(r) = rooms.get(room) else {
-            return 0;
-        };
-        let shards: BTreeSet<usize> = r.participants().map(|p| p.shard).collect();
-        shards
-            .into_iter()
-            .map(|shard| (shard, Command::CloseReliableChannels { room: r.id }))
-            .collect()
-    };
-    let n = commands.len();
-    state.send_media_commands(commands);
-    n
+async fn report_lost(state: &Arc<ControlState>, room: &str, node: &str) {
+    match state.close_reliable_channels(room).await {
+        Ok(Some((shards, channels))) if channels > 0 => tracing::warn!(
+            event = "cascade_link_lost",
+            room,
+            node,
+            shards,
+            channels,
+            "the room's link to the node failed with messages maybe in flight: \
+             the reliable data channels of the room's members here are closed"
+        ),
+        // No reliable channel to close: no member here, or none with one; or the
+        // room closed here meanwhile, its members with it.
+        Ok(_) => {}
+        Err(e) => tracing::warn!(
+            event = "close_channels_failed",
+            room,
+            error = e.message(),
+            "could not close the room's reliable data channels"
+        ),
+    }
 }
 
 /// Closes a room this node spans: its participants (links and all) leave, and its
 /// span key goes.
 async fn close_spanned(state: &Arc<ControlState>, cluster: &Cluster, room: &str) {
-    state.close_rooms(&[room.to_owned()]).await;
+    // Released first: an OpenLink that comes while the room closes is refused, so
+    // no new link is taken up and torn down again (which its other node would take
+    // for a lost one).
     cluster.release(room);
+    state.close_rooms(&[room.to_owned()]).await;
     state.links().open.retain(|(r, _), _| r != room);
     tracing::info!(
         event = "room_unspanned",
@@ -660,7 +656,6 @@ async fn dial(
     room: &str,
     node: &NodeRecord,
 ) -> Result<(), Status> {
-    relink(state, room, &node.id);
     let who = admit_link(state, room, &node.id).await?;
     let result = dial_admitted(state, cluster, room, node, &who).await;
     let key = (room.to_owned(), node.id.clone());
@@ -743,6 +738,7 @@ async fn dial_admitted(
         candidates,
         fingerprint,
     );
+    relink(state, room, &node.id).await;
     // Noted before the peer goes to its shard: its association may come up before
     // `place_peer` returns, and `cascade_link_up` looks the link up.
     state
@@ -833,7 +829,6 @@ pub async fn accept(
     }
     // The caller's ICE credentials are checked where every peer's are: the shard
     // refuses ones that break RFC 8839 §5.4 (INVALID_ARGUMENT).
-    relink(state, room, &request.node_id);
     let who = admit_link(state, room, &request.node_id).await?;
     let candidates = state
         .candidates(who.shard)
@@ -849,6 +844,7 @@ pub async fn accept(
         credentials.local_pwd.clone(),
     );
     let spec = link_spec(&who, IceRole::Lite, credentials, Vec::new(), fingerprint);
+    relink(state, room, &request.node_id).await;
     if let Err(e) = state.place_peer(&who, spec).await {
         state
             .leave(who.peer, DisconnectReason::ConnectionLost)

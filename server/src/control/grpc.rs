@@ -564,7 +564,6 @@ impl ControlState {
         closed
     }
 
-    /// Removes peers from their shards, off the runtime's workers, and logs failures.
     /// Closes the reliable data channels of `room`'s members on every shard that
     /// holds some (`Shard::close_reliable_channels`), each request on its shard's
     /// queue ahead of what is sent to that shard after this returns. How many shards
@@ -599,6 +598,7 @@ impl ControlState {
         Ok(Some((shards, closed)))
     }
 
+    /// Removes peers from their shards, off the runtime's workers, and logs failures.
     pub(super) async fn disconnect(
         self: &Arc<Self>,
         peers: Vec<(usize, PeerId)>,

@@ -171,6 +171,17 @@ fn member(
     failure.map_or(Ok(instances), Err)
 }
 
+/// Whether a node's log says the participant `identity` was cut off as a slow
+/// receiver.
+fn cut_off(log: &str, identity: &str) -> bool {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|v| {
+            let f = &v["fields"];
+            f["event"] == "leave" && f["identity"] == identity && f["reason"] == "slow_receiver"
+        })
+}
+
 /// The last message number of `sender` that `instances` delivered, if any.
 fn last_from(instances: &[Instance], sender: &str) -> Option<usize> {
     instances
@@ -264,8 +275,13 @@ fn cluster_lost_link_closes_reliable_channels() {
     // node-1 stops; ann floods; node-0 cuts the link off, which carried messages.
     nodes[1].process.signal(Signal::SIGSTOP);
     script.targets[0].store(ROUND + FLOOD, Ordering::SeqCst);
-    log_with(&nodes[0], "cascade_link_lost", Some(room));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cut_off(&nodes[0].process.log_so_far(), "cascade:node-1") {
+        assert!(Instant::now() < deadline, "node-0 did not cut its link off");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     nodes[1].process.signal(Signal::SIGCONT);
+    log_with(&nodes[0], "cascade_link_lost", Some(room));
     assert!(!finished(&threads), "a member failed");
     // Resumed, node-1 learns its link went too, and node-0 links it again.
     log_with(&nodes[1], "cascade_link_lost", Some(room));
@@ -302,8 +318,9 @@ fn cluster_lost_link_closes_reliable_channels() {
         assert!(Instant::now() < deadline, "node-1 still spans the room");
         std::thread::sleep(Duration::from_millis(50));
     }
-    // node-0 would take its link for lost within LOST_LINK_SETTLE (2 s) of it going.
-    std::thread::sleep(Duration::from_secs(3));
+    // node-0 would take its link for lost within LOST_LINK_SETTLE (5 s) of it going,
+    // and a tick.
+    std::thread::sleep(Duration::from_secs(6));
     for s in &script.stop {
         s.store(true, Ordering::SeqCst);
     }

@@ -379,7 +379,13 @@ pub async fn run(state: Arc<ControlState>, cluster: Arc<Cluster>) {
 /// cleanly) this node waits to see whether the other node still hosts the room. A
 /// node that closes the room closes its links at once, but its span key goes on
 /// its next tick and reaches this node's view a moment later.
-const LOST_LINK_SETTLE: Duration = Duration::from_secs(2);
+const LOST_LINK_SETTLE: Duration = LINK_GRACE;
+
+/// Taken while a lost link is taken off the list and its room's channels closed, so
+/// that a relink of the pair waits for a close already under way
+/// ([`report_lost_links`]) rather than finding nothing on the list and placing the
+/// new link's peer ahead of it.
+static LOST_LINK_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A link that carried messages and went without a clean SHUTDOWN: messages in
 /// flight on it, either way, may be lost.
@@ -397,16 +403,22 @@ struct LostLink {
 /// ([`ControlState::close_reliable_channels`]). A node that no longer hosts the
 /// room closed it, and its members left with it.
 async fn report_lost_links(state: &Arc<ControlState>, cluster: &Cluster) {
-    // The links' lock is let go before the rooms' is taken (by the closing).
-    let due: Vec<LostLink> = {
-        let mut links = state.links();
-        let (due, waiting) = std::mem::take(&mut links.lost)
-            .into_iter()
-            .partition(|l| l.at.elapsed() >= LOST_LINK_SETTLE);
-        links.lost = waiting;
-        due
-    };
-    for l in due {
+    loop {
+        // One at a time, each taken off the list only under the turn: a relink of
+        // its pair waits until its channels are closed.
+        let _turn = LOST_LINK_TURN.lock().await;
+        // The links' lock is let go before the rooms' is taken (by the closing).
+        let due = {
+            let mut links = state.links();
+            let at = links
+                .lost
+                .iter()
+                .position(|l| l.at.elapsed() >= LOST_LINK_SETTLE);
+            at.map(|i| links.lost.remove(i))
+        };
+        let Some(l) = due else {
+            return;
+        };
         if cluster.hosts(&l.room).iter().any(|h| h.id == l.node) {
             report_lost(state, &l.room, &l.node).await;
         }
@@ -555,10 +567,19 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
 /// close is on each shard's queue before the new link's peer is placed, and so
 /// before anything the link forwards to another shard.
 async fn relink(state: &Arc<ControlState>, room: &str, node: &str) {
-    let lost = state.links().take_pair(room, node);
-    if lost {
-        report_lost(state, room, node).await;
-    }
+    let (state, room, node) = (state.clone(), room.to_owned(), node.to_owned());
+    // A task of its own: a caller dropped meanwhile (an OpenLink whose caller gave
+    // up) does not leave a link taken off the list with its channels still open.
+    let close = tokio::spawn(async move {
+        let _turn = LOST_LINK_TURN.lock().await;
+        let lost = state.links().take_pair(&room, &node);
+        if lost {
+            report_lost(&state, &room, &node).await;
+        }
+    });
+    // A task that panicked closed nothing: the link is placed all the same, as
+    // it would be with nothing to report.
+    let _ = close.await;
 }
 
 /// Closes the reliable channels of `room`'s members here, and says why.
@@ -593,7 +614,13 @@ async fn close_spanned(state: &Arc<ControlState>, cluster: &Cluster, room: &str)
     // for a lost one).
     cluster.release(room);
     state.close_rooms(&[room.to_owned()]).await;
-    state.links().open.retain(|(r, _), _| r != room);
+    {
+        let mut links = state.links();
+        links.open.retain(|(r, _), _| r != room);
+        // Its members left with it: a link of it lost a moment ago lost nothing
+        // for members who join it later.
+        links.lost.retain(|l| l.room != room);
+    }
     tracing::info!(
         event = "room_unspanned",
         room,

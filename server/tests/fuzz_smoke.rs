@@ -80,7 +80,30 @@ fn fuzz_smoke() {
     } else {
         ("debug", ["-D", "-a"])
     };
-    let built = Command::new("cargo")
+    let mut build = Command::new("cargo");
+    // What `cargo test` sets for this test (its package's manifest directory, name
+    // and version, ...) is not the build's: a build script that reads one (ring's
+    // reads CARGO_MANIFEST_DIR) would take it for a change from the build
+    // `scripts/test-all` ran beforehand, and build everything above it again.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_EXE_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_MANIFEST_LINKS",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&name.as_ref())
+        {
+            build.env_remove(name.as_ref());
+        }
+    }
+    let built = build
         .current_dir(&root)
         .args(["fuzz", "build", "-s", "none"])
         .args(flags)

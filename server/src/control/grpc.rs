@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use ring::rand::SystemRandom;
 use shoal_components::peer::PeerId;
+use shoal_components::room::RoomId;
 use shoal_components::time::Time;
 use shoal_proto::v1;
 use shoal_proto::v1::DisconnectReason;
@@ -572,7 +573,7 @@ impl ControlState {
         self: &Arc<Self>,
         room: &str,
     ) -> Result<Option<(usize, usize)>, Status> {
-        let (id, indices): (shoal_components::room::RoomId, Vec<usize>) = {
+        let (id, indices): (RoomId, Vec<usize>) = {
             let rooms = self.rooms();
             let Ok(r) = rooms.get(room) else {
                 return Ok(None);

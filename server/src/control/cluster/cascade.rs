@@ -272,6 +272,14 @@ pub struct Link {
     pub(super) gathered: Option<super::link_tracks::Gathered>,
 }
 
+impl Link {
+    /// Whether messages in flight on it may be lost now that it went: it carried
+    /// some, and its association did not shut down cleanly.
+    fn may_have_lost(&self) -> bool {
+        self.up && !self.shut_down
+    }
+}
+
 /// Which end of a link this node is.
 #[derive(Clone, Copy, Debug)]
 enum Side {
@@ -331,7 +339,7 @@ impl Links {
     /// Notes that `link`, `room`'s to `node`, went: lost, if it carried messages and
     /// its association did not shut down cleanly.
     fn note_gone(&mut self, room: &str, node: &str, link: &Link) {
-        if link.up && !link.shut_down {
+        if link.may_have_lost() {
             self.lost.push(LostLink {
                 room: room.to_owned(),
                 node: node.to_owned(),
@@ -344,7 +352,7 @@ impl Links {
     /// messages (it carried some and did not shut down cleanly).
     fn take_pair(&mut self, room: &str, node: &str) -> bool {
         let open = self.open.remove(&(room.to_owned(), node.to_owned()));
-        let was_open_and_lost = open.is_some_and(|l| l.up && !l.shut_down);
+        let was_open_and_lost = open.is_some_and(|l| l.may_have_lost());
         let before = self.lost.len();
         self.lost.retain(|l| l.room != room || l.node != node);
         was_open_and_lost || self.lost.len() < before
@@ -403,6 +411,10 @@ struct LostLink {
 /// ([`ControlState::close_reliable_channels`]). A node that no longer hosts the
 /// room closed it, and its members left with it.
 async fn report_lost_links(state: &Arc<ControlState>, cluster: &Cluster) {
+    // Every tick: nothing to wait a turn for when no link was lost.
+    if state.links().lost.is_empty() {
+        return;
+    }
     loop {
         // One at a time, each taken off the list only under the turn: a relink of
         // its pair waits until its channels are closed.

@@ -1317,39 +1317,51 @@ fn metric_sum(http: std::net::SocketAddr, name: &str) -> u64 {
         .sum()
 }
 
-/// A room whose participants join three nodes in three regions, each publishing
-/// audio and video and sending messages: every participant receives every packet
-/// of every other participant's tracks, none twice; each node takes in over its
-/// links exactly the other nodes' packets (each track crosses each link once, and
-/// no track comes round through a third node); every message reaches everyone
-/// once and in order.
+/// Two rooms whose participants join three nodes in three regions, each
+/// publishing audio and video and sending messages: every participant receives
+/// every packet of every other participant of its room's tracks, none twice, and
+/// nothing of the other room's; each node takes in over its links exactly the other
+/// nodes' packets (each track crosses each link once, and no track comes round
+/// through a third node); every message reaches everyone in its room once and in
+/// order. Every pair of nodes is linked twice, once for each room, each link on a
+/// path of its own.
 #[test]
 fn cluster_cascaded_room() {
     let (_etcd, nodes) = three_regions("/cascaded-media");
     let rt = runtime();
-    let room = "spanning-media";
+    let rooms = [
+        ("spanning-media", ["ann", "bob", "cid"]),
+        ("spanning-too", ["dee", "fay", "gus"]),
+    ];
     rt.block_on(async {
         wait_formed(&nodes).await;
-        create(&nodes[0], room).await.expect("room created")
+        create(&nodes[0], rooms[0].0).await.expect("room created");
+        create(&nodes[1], rooms[1].0).await.expect("room created");
     });
-    let names = ["ann", "bob", "cid"];
     let ready = Arc::new(AtomicUsize::new(0));
     let go = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
-    let members: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(i, &name)| {
+    // Participant i of room r joins through node i, tagged 3r + i.
+    let mut members = Vec::new();
+    for (r, (room, names)) in rooms.iter().enumerate() {
+        for (i, &name) in names.iter().enumerate() {
             let flags = (ready.clone(), go.clone(), stop.clone());
-            cascade_member(nodes[i].process.http, room, (name, i as u8), 2, flags)
-        })
-        .collect();
+            let tag = (3 * r + i) as u8;
+            members.push(cascade_member(
+                nodes[i].process.http,
+                room,
+                (name, tag),
+                2,
+                flags,
+            ));
+        }
+    }
     let deadline = Instant::now() + Duration::from_secs(30);
-    while ready.load(Ordering::SeqCst) < names.len() {
+    while ready.load(Ordering::SeqCst) < members.len() {
         if Instant::now() > deadline || members.iter().any(|m| m.is_finished()) {
             let logs: Vec<String> = nodes.iter().map(|n| n.process.log_so_far()).collect();
             panic!(
-                "{} of 3 participants receive the others' tracks; logs: {logs:#?}",
+                "{} of 6 participants receive their room's others' tracks; logs: {logs:#?}",
                 ready.load(Ordering::SeqCst)
             );
         }
@@ -1367,8 +1379,8 @@ fn cluster_cascaded_room() {
     go.store(true, Ordering::SeqCst);
     // Everything in: every participant has both others' packets, and each node's
     // links (shards report their counters up to a second late) took in both
-    // other nodes' audio and video.
-    let expected = 2 * 2 * u64::from(CASCADE_PACKETS);
+    // other nodes' audio and video, of both rooms.
+    let expected = 2 * 2 * 2 * u64::from(CASCADE_PACKETS);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut crossed = Vec::new();
     while Instant::now() < deadline {
@@ -1390,6 +1402,7 @@ fn cluster_cascaded_room() {
         .collect();
     // A late joiner through node-1 is shown the whole room at once: bob of its own
     // node, ann and cid of the others, each with audio and video.
+    let (room, names) = rooms[0];
     let joined = rt.block_on(join_response(nodes[1].process.http, room, "eve"));
     let everyone: BTreeMap<String, BTreeSet<i64>> = names
         .iter()
@@ -1401,25 +1414,15 @@ fn cluster_cascaded_room() {
         "{joined:#}"
     );
     assert_eq!(joined["join"]["room"]["numParticipants"], 4, "{joined:#}");
-    // A second room of node-0's, joined through node-1 while the first is linked
-    // between them: the two links could share one pair of addresses, so node-1
-    // declines to span it and sends the joiner to node-0.
-    let second = "second-room";
-    rt.block_on(create(&nodes[0], second))
-        .expect("second room created");
-    let signaller = signal::Signaller::start().expect("signalling");
-    let joiner = Shard::new(ShardConfig::new("127.0.0.1:9".parse().unwrap(), 9));
-    let offer = data_offer(
-        NODE,
-        joiner.fingerprint(),
-        &mut endpoint::os_rng().expect("rng"),
-    );
-    signaller
-        .join(nodes[1].grpc, second, "dee", offer.sdp())
-        .expect("joined through a redirect");
-    let log = log_with(&nodes[1], "cascade_declined", Some(second));
-    assert_eq!(events(&log, "cascade_declined", second), 1, "{log}");
-    assert_eq!(events(&log, "room_spanned", second), 0);
+    // Each room has its own links: the node with the lower id of each pair opened
+    // one for each room, and every node hosts both rooms.
+    for (room, _) in rooms {
+        let opened: Vec<usize> = nodes
+            .iter()
+            .map(|n| events(&n.process.log_so_far(), "cascade_link_opened", room))
+            .collect();
+        assert_eq!(opened, [2, 1, 0], "links of {room} opened by each node");
+    }
     let held: Vec<u32> = rt.block_on(async {
         let mut held = Vec::new();
         for n in &nodes {
@@ -1427,12 +1430,7 @@ fn cluster_cascaded_room() {
         }
         held
     });
-    assert_eq!(
-        held,
-        [2, 1, 1],
-        "node-0 holds both rooms, the others the first"
-    );
-    drop(signaller);
+    assert_eq!(held, [2, 2, 2], "every node hosts both rooms");
     stop.store(true, Ordering::SeqCst);
     let got: Vec<CascadeGot> = members
         .into_iter()
@@ -1447,55 +1445,69 @@ fn cluster_cascaded_room() {
         "each node took in exactly the others' packets over its links (first {crossed:?})"
     );
     let all: BTreeSet<u16> = (0..CASCADE_PACKETS).collect();
-    for (i, g) in got.iter().enumerate() {
-        assert_eq!(g.duplicates, 0, "{} got packets twice", names[i]);
-        for j in (0..names.len()).filter(|&j| j != i) {
-            for video in [false, true] {
-                let seen = g.media.get(&(j as u8, video)).cloned().unwrap_or_default();
-                assert_eq!(
-                    seen,
-                    all,
-                    "{} got {} of {}'s {} packets",
+    for (r, (_, names)) in rooms.iter().enumerate() {
+        let tags: Vec<u8> = (0..3).map(|i| (3 * r + i) as u8).collect();
+        for (i, g) in got[3 * r..3 * r + 3].iter().enumerate() {
+            assert_eq!(g.duplicates, 0, "{} got packets twice", names[i]);
+            assert!(
+                g.media.keys().all(|(tag, _)| tags.contains(tag)),
+                "{} got another room's tracks: {:?}",
+                names[i],
+                g.media.keys().collect::<Vec<_>>()
+            );
+            assert!(
+                g.messages.iter().all(|(l, _)| names.iter().any(|n| n == l)),
+                "{} got another room's messages",
+                names[i]
+            );
+            for j in (0..names.len()).filter(|&j| j != i) {
+                for video in [false, true] {
+                    let seen = g.media.get(&(tags[j], video)).cloned().unwrap_or_default();
+                    assert_eq!(
+                        seen,
+                        all,
+                        "{} got {} of {}'s {} packets",
+                        names[i],
+                        seen.len(),
+                        names[j],
+                        if video { "video" } else { "audio" }
+                    );
+                }
+                let from: Vec<&Bytes> = g
+                    .messages
+                    .iter()
+                    .filter(|(l, _)| l == names[j])
+                    .map(|(_, m)| m)
+                    .collect();
+                let want: Vec<Bytes> = (0..MESSAGES)
+                    .map(|k| Bytes::from(format!("{} {k}", names[j])))
+                    .collect();
+                assert!(
+                    from.iter().copied().eq(want.iter()),
+                    "{} got {} messages from {}, not {MESSAGES} in order",
                     names[i],
-                    seen.len(),
-                    names[j],
-                    if video { "video" } else { "audio" }
+                    from.len(),
+                    names[j]
                 );
             }
-            let from: Vec<&Bytes> = g
-                .messages
-                .iter()
-                .filter(|(l, _)| l == names[j])
-                .map(|(_, m)| m)
-                .collect();
-            let want: Vec<Bytes> = (0..MESSAGES)
-                .map(|k| Bytes::from(format!("{} {k}", names[j])))
-                .collect();
             assert!(
-                from.iter().copied().eq(want.iter()),
-                "{} got {} messages from {}, not {MESSAGES} in order",
-                names[i],
-                from.len(),
-                names[j]
+                !g.media.contains_key(&(tags[i], false)),
+                "{} got its own audio back",
+                names[i]
             );
+            // Each sees the participants of the other nodes, with their audio and
+            // video, under their own identities.
+            let others: BTreeMap<String, BTreeSet<i64>> = names
+                .iter()
+                .filter(|&&n| n != names[i])
+                .map(|n| (n.to_string(), BTreeSet::from([1, 2])))
+                .collect();
+            // (eve came and went meanwhile; whether her LEFT has crossed yet depends
+            // on when the links last ticked.)
+            let mut seen = room_seen(&g.room);
+            seen.remove("eve");
+            assert_eq!(seen, others, "{}: {:#?}", names[i], g.room);
         }
-        assert!(
-            !g.media.contains_key(&(i as u8, false)),
-            "{} got its own audio back",
-            names[i]
-        );
-        // Each sees the participants of the other nodes, with their audio and
-        // video, under their own identities.
-        let others: BTreeMap<String, BTreeSet<i64>> = names
-            .iter()
-            .filter(|&&n| n != names[i])
-            .map(|n| (n.to_string(), BTreeSet::from([1, 2])))
-            .collect();
-        // (eve came and went meanwhile; whether her LEFT has crossed yet depends
-        // on when the links last ticked.)
-        let mut seen = room_seen(&g.room);
-        seen.remove("eve");
-        assert_eq!(seen, others, "{}: {:#?}", names[i], g.room);
     }
 }
 

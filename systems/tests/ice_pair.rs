@@ -133,3 +133,88 @@ fn controlling_client_connects_to_lite_server() {
     assert_eq!(server.peer_count(), 0);
     assert_eq!(server.stats().consent_expired, 1);
 }
+
+/// Two controlling peers of one shard checking the same lite shard, as the links of
+/// two rooms between the same two nodes do: from the shard's one address they meet
+/// on one path, which the lite side keeps for one of them; each from an address of
+/// its own (`AddPeerFrom`), both connect, each on its own path.
+#[test]
+fn peers_checking_one_address_connect_from_addresses_of_their_own() {
+    let s_addr = addr("10.0.0.1:7100");
+    let c_addr = addr("10.0.0.2:50000");
+    let own = [addr("10.0.0.2:50001"), addr("10.0.0.2:50002")];
+    for from_own in [false, true] {
+        let mut server = Shard::new(ShardConfig::new(s_addr, 1));
+        let mut client = Shard::new(ShardConfig::new(c_addr, 2));
+        for (i, local) in own.iter().enumerate() {
+            let id = PeerId(i as u64 + 1);
+            // Each pair its own credentials.
+            let mut server_creds = creds(false);
+            server_creds.local_ufrag = format!("srv{i}");
+            server_creds.remote_ufrag = format!("cli{i}");
+            let client_creds = IceCredentials {
+                local_ufrag: server_creds.remote_ufrag.clone(),
+                local_pwd: server_creds.remote_pwd.clone(),
+                remote_ufrag: server_creds.local_ufrag.clone(),
+                remote_pwd: server_creds.local_pwd.clone(),
+            };
+            let spec = |role, credentials, remote_candidates| PeerSpec {
+                id,
+                role,
+                credentials,
+                remote_candidates,
+                dtls: None,
+                room: None,
+                may_send_data: true,
+                link: true,
+            };
+            let lite = Command::AddPeer(spec(IceRole::Lite, server_creds, vec![]));
+            server.command(Time::ZERO, lite).unwrap();
+            let controlling = spec(IceRole::Controlling, client_creds, vec![s_addr]);
+            let command = if from_own {
+                Command::AddPeerFrom {
+                    spec: controlling,
+                    local: *local,
+                }
+            } else {
+                Command::AddPeer(controlling)
+            };
+            client.command(Time::ZERO, command).unwrap();
+        }
+        pump(&mut server, &mut client, Time::ZERO, Time::from_millis(500));
+        let (first, second) = (PeerId(1), PeerId(2));
+        let connected = [first, second]
+            .into_iter()
+            .filter(|&p| server.ice_state(p) == Some(IceState::Connected))
+            .count();
+        if from_own {
+            assert_eq!(connected, 2);
+            assert_eq!(server.selected_remote(first), Some(own[0]));
+            assert_eq!(server.selected_remote(second), Some(own[1]));
+            assert_eq!(server.stats().stun_path_conflict, 0);
+        } else {
+            assert_eq!(connected, 1, "one path, one peer");
+            assert!(server.stats().stun_path_conflict > 0);
+        }
+    }
+    // A lite peer's paths are the ones its checks arrive on: it has none to name.
+    let mut shard = Shard::new(ShardConfig::new(s_addr, 1));
+    let lite = PeerSpec {
+        id: PeerId(1),
+        role: IceRole::Lite,
+        credentials: creds(false),
+        remote_candidates: vec![],
+        dtls: None,
+        room: None,
+        may_send_data: true,
+        link: false,
+    };
+    let refused = shard.command(
+        Time::ZERO,
+        Command::AddPeerFrom {
+            spec: lite,
+            local: own[0],
+        },
+    );
+    assert_eq!(refused, Err(shoal_systems::CommandError::LocalForLite));
+}

@@ -193,6 +193,14 @@ pub struct DriverStats {
     pub tcp_frames_out: u64,
     /// Packets for an ICE-TCP connection dropped: its send queue was full.
     pub tcp_send_dropped: u64,
+    /// Links dialled from this shard that could not get a socket of their own
+    /// (binding one failed, or `MAX_PEER_SOCKETS` were open): each went from the
+    /// shard's socket, where it meets any other link to the same shard on one path.
+    pub peer_socket_errors: u64,
+    /// Sockets bound for a link this shard dialled, one each.
+    pub peer_sockets_opened: u64,
+    /// Those closed again, with their link's peer: opened minus closed are open.
+    pub peer_sockets_closed: u64,
 }
 }
 
@@ -933,7 +941,7 @@ fn prepare_shard(
 
 /// A non-blocking UDP socket bound to `addr`; an IPv6 one is IPv6-only, so that a
 /// shard's IPv4 socket can share its port (IPv4 clients reach the IPv4 socket).
-fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
+pub(super) fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
@@ -1037,6 +1045,75 @@ mod tests {
             s0.stats(),
             Err(DriverError::Disconnected { shard: 0 })
         ));
+    }
+
+    /// A link this shard dials checks from a socket of its own, another for each
+    /// link, and the socket closes with the link's peer.
+    #[test]
+    fn a_dialled_link_checks_from_a_socket_of_its_own_that_goes_with_it() {
+        use shoal_components::peer::IceRole;
+        let config = Config {
+            udp_port_base: 0,
+            ..Config::default()
+        };
+        let server = Server::start(&config).unwrap();
+        let shard_addr = server.local_addr(0).unwrap();
+        let shard = server.command_sender(0).unwrap();
+        let far = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        far.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut from = Vec::new();
+        for id in [1, 2] {
+            let mut link = lite_peer(id, &format!("link{id}"));
+            link.role = IceRole::Controlling;
+            link.remote_candidates = vec![far.local_addr().unwrap()];
+            link.link = true;
+            shard.add_peer(link).unwrap();
+            // Its first check (retransmissions of the first link's may come too).
+            let mut buf = [0u8; 1500];
+            loop {
+                let (n, addr) = far.recv_from(&mut buf).unwrap();
+                let username = format!("them:link{id}");
+                if buf[..n]
+                    .windows(username.len())
+                    .any(|w| w == username.as_bytes())
+                {
+                    from.push(addr);
+                    break;
+                }
+            }
+        }
+        assert_eq!(from[0].ip(), shard_addr.ip());
+        assert_eq!(from[1].ip(), shard_addr.ip());
+        assert!(!from.contains(&shard_addr), "{from:?} {shard_addr}");
+        assert_ne!(from[0], from[1]);
+        // A peer that is no link keeps to the shard's socket.
+        let mut client = lite_peer(3, "client3");
+        client.role = IceRole::Controlling;
+        client.remote_candidates = vec![far.local_addr().unwrap()];
+        shard.add_peer(client).unwrap();
+        let driver = shard.stats().unwrap().driver;
+        assert_eq!(
+            (driver.peer_sockets_opened, driver.peer_sockets_closed),
+            (2, 0)
+        );
+        shard.remove_peer(PeerId(1)).unwrap();
+        shard.remove_peer(PeerId(2)).unwrap();
+        shard.remove_peer(PeerId(3)).unwrap();
+        // Closed once the loop has taken the removals' events, after their last
+        // datagrams went out.
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        let mut driver = shard.stats().unwrap().driver;
+        while driver.peer_sockets_closed < 2 && Instant::now() < deadline {
+            std::thread::yield_now();
+            driver = shard.stats().unwrap().driver;
+        }
+        assert_eq!(
+            (driver.peer_sockets_opened, driver.peer_sockets_closed),
+            (2, 2)
+        );
+        assert_eq!(driver.peer_socket_errors, 0);
+        server.shutdown().unwrap();
     }
 
     #[test]

@@ -11,9 +11,10 @@ use mio::net::{TcpListener, UdpSocket};
 
 use mio::{Events, Interest, Poll, Token};
 use shoal_components::net::{Datagram, FiveTuple};
+use shoal_components::peer::{IceRole, PeerId};
 use shoal_components::tick::ShardEvent;
 use shoal_components::time::Time;
-use shoal_systems::{Command, Links, RemoveReason, Shard};
+use shoal_systems::{Command, CommandError, Links, PeerSpec, RemoveReason, Shard};
 
 use crate::tcp::{Closed, Connection, TcpSettings};
 use crate::udp::UdpIo;
@@ -31,6 +32,12 @@ pub(super) fn socket_token(index: usize) -> Token {
     Token(1 + index)
 }
 
+/// The first token of the sockets bound for one peer each: the links this shard
+/// dials (see [`ShardLoop::add_peer`]).
+const PEER_SOCKET_BASE: usize = 1 << 15;
+/// Sockets bound for one peer each, at most at once: their tokens lie below the
+/// listeners'. A link dialled past this goes from the shard's socket.
+pub(super) const MAX_PEER_SOCKETS: usize = LISTENER_BASE - PEER_SOCKET_BASE;
 /// The first token of the shard's TCP listeners (ICE-TCP), one per bound address.
 const LISTENER_BASE: usize = 1 << 16;
 /// The first token of accepted TCP connections.
@@ -114,6 +121,53 @@ impl ShardSocket {
     }
 }
 
+/// A socket bound for one peer: the dialling end of a link between nodes.
+struct PeerSocket {
+    peer: PeerId,
+    socket: ShardSocket,
+}
+
+/// Reads about `limit` datagrams from `s` into `batch` (a GRO burst is taken
+/// whole); true once the socket reported WouldBlock.
+fn recv_into(
+    s: &mut ShardSocket,
+    limit: usize,
+    batch: &mut Vec<Datagram>,
+    stamps: &mut Vec<Option<Duration>>,
+    stats: &mut DriverStats,
+) -> bool {
+    // Bounded in calls too, so that a socket failing every call cannot hold the loop.
+    for _ in 0..limit {
+        if batch.len() >= limit {
+            return false;
+        }
+        match s.udp.recv_stamped(&s.socket, s.bound, batch, stamps) {
+            Ok(n) => {
+                stats.datagrams_received += n as u64;
+                stats.recv_calls += 1;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // E.g. an ICMP error queued on the socket: it is consumed by this call.
+            Err(_) => stats.recv_errors += 1,
+        }
+    }
+    false
+}
+
+/// Sends and drains what `s` has queued, counting into `stats`.
+fn send_from(s: &mut ShardSocket, stats: &mut DriverStats) {
+    if s.tx.is_empty() {
+        return;
+    }
+    let sent = s.udp.send(&s.socket, &mut s.tx);
+    stats.datagrams_sent += sent.sent;
+    stats.send_calls += sent.calls;
+    // UDP may drop; a full send buffer is congestion, not a failure.
+    stats.send_would_block += sent.would_block;
+    stats.send_errors += sent.errors;
+}
+
 /// Batches read per wake-up before timers and commands get a turn; the socket is
 /// revisited at once (zero poll timeout) if it still had data.
 const MAX_BATCHES_PER_WAKE: usize = 16;
@@ -151,6 +205,8 @@ pub(super) struct ShardLoop {
     links: Links,
     /// ICE-TCP.
     tcp: TcpSide,
+    /// Sockets bound for one peer each, by slot: token `PEER_SOCKET_BASE + slot`.
+    peer_sockets: Vec<Option<PeerSocket>>,
 }
 
 /// Whether the command queue asked the loop to stop.
@@ -204,6 +260,7 @@ impl ShardLoop {
                 frames: Vec::new(),
                 last_sweep: Instant::now(),
             },
+            peer_sockets: Vec::new(),
         }
     }
 
@@ -237,7 +294,8 @@ impl ShardLoop {
         // carry unfinished work into the next round, which then polls without waiting.
         let mut commands_pending = false;
         loop {
-            let sockets_pending = self.sockets.iter().any(|s| s.pending);
+            let sockets_pending = self.sockets.iter().any(|s| s.pending)
+                || self.peer_sockets.iter().flatten().any(|s| s.socket.pending);
             let mut wait = if sockets_pending || commands_pending {
                 Some(Duration::ZERO)
             } else {
@@ -270,6 +328,10 @@ impl ShardLoop {
                     if let Some(l) = self.tcp.listeners.get_mut(token - LISTENER_BASE) {
                         l.2 = true;
                     }
+                } else if token >= PEER_SOCKET_BASE {
+                    if let Some(Some(s)) = self.peer_sockets.get_mut(token - PEER_SOCKET_BASE) {
+                        s.socket.pending = true;
+                    }
                 } else if let Some(socket) = self.sockets.get_mut(token.wrapping_sub(1)) {
                     socket.pending = true;
                 }
@@ -277,6 +339,18 @@ impl ShardLoop {
             for index in 0..self.sockets.len() {
                 if self.sockets[index].pending {
                     self.sockets[index].pending = self.read_socket(index);
+                }
+            }
+            for slot in 0..self.peer_sockets.len() {
+                if self.peer_sockets[slot]
+                    .as_ref()
+                    .is_some_and(|s| s.socket.pending)
+                {
+                    let pending = self.read_peer_socket(slot);
+                    // Its peer may have gone, and the socket with it, in a tick.
+                    if let Some(Some(s)) = self.peer_sockets.get_mut(slot) {
+                        s.socket.pending = pending;
+                    }
                 }
             }
             if !self.tcp.listeners.is_empty() {
@@ -318,6 +392,126 @@ impl ShardLoop {
             }
         }
         true
+    }
+
+    /// Reads batches from the socket in `slot` of the peer sockets and runs a tick
+    /// over each; true if the socket may still hold data.
+    fn read_peer_socket(&mut self, slot: usize) -> bool {
+        for _ in 0..MAX_BATCHES_PER_WAKE {
+            let Some(Some(s)) = self.peer_sockets.get_mut(slot) else {
+                return false;
+            };
+            let drained = recv_into(
+                &mut s.socket,
+                self.batch_limit,
+                &mut self.batch,
+                &mut self.stamps,
+                &mut self.stats,
+            );
+            self.run_batch();
+            if drained {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Adds a peer. A link this shard dials (a controlling peer of a room's link)
+    /// gets a UDP socket of its own, on the address of the shard's socket of its
+    /// far end's family and a port the system picks, and its checks leave from there
+    /// ([`Command::AddPeerFrom`]). So every link between two nodes runs on a path
+    /// of its own, whatever other links join the same two shards, while the far
+    /// end, lite, answers each check on the path it came in on. The socket goes
+    /// with its peer. Any other peer is added as it comes.
+    fn add_peer(&mut self, now: Time, spec: PeerSpec) -> Result<(), CommandError> {
+        if !(spec.link && spec.role == IceRole::Controlling) {
+            return self.shard.command(now, Command::AddPeer(spec));
+        }
+        let Some((slot, local)) = self.bind_peer_socket(&spec) else {
+            self.stats.peer_socket_errors += 1;
+            return self.shard.command(now, Command::AddPeer(spec));
+        };
+        let peer = spec.id;
+        let result = self
+            .shard
+            .command(now, Command::AddPeerFrom { spec, local });
+        if result.is_err() {
+            self.drop_peer_socket(peer);
+        }
+        // The slot is the peer's until it goes.
+        debug_assert!(result.is_err() || self.peer_sockets[slot].is_some());
+        result
+    }
+
+    /// Binds and registers a socket for `spec`'s peer: its slot and address. `None`
+    /// when the shard has no socket of the family of the peer's first candidate,
+    /// `MAX_PEER_SOCKETS` are open, or binding or registering failed (logged).
+    fn bind_peer_socket(&mut self, spec: &PeerSpec) -> Option<(usize, SocketAddr)> {
+        let remote = *spec.remote_candidates.first()?;
+        let shard = self.sockets.iter().find(|s| s.sends_to(remote))?.bound;
+        let slot = match self.peer_sockets.iter().position(Option::is_none) {
+            Some(slot) => slot,
+            None if self.peer_sockets.len() < MAX_PEER_SOCKETS => {
+                self.peer_sockets.push(None);
+                self.peer_sockets.len() - 1
+            }
+            None => return None,
+        };
+        let bound = || -> io::Result<(ShardSocket, SocketAddr)> {
+            // A wildcard shard socket names each datagram's own address; this one is
+            // bound to the address a datagram to the far end leaves from.
+            let ip = if shard.ip().is_unspecified() {
+                let probe = std::net::UdpSocket::bind(SocketAddr::new(shard.ip(), 0))?;
+                probe.connect(remote)?;
+                probe.local_addr()?.ip()
+            } else {
+                shard.ip()
+            };
+            let socket = super::bind_udp(SocketAddr::new(ip, 0))?;
+            let local = socket.local_addr()?;
+            let mut socket = ShardSocket::new(socket, local, &[])?;
+            self.poll.registry().register(
+                socket.socket_mut(),
+                Token(PEER_SOCKET_BASE + slot),
+                Interest::READABLE,
+            )?;
+            Ok((socket, local))
+        };
+        match bound() {
+            Ok((socket, local)) => {
+                self.stats.peer_sockets_opened += 1;
+                self.peer_sockets[slot] = Some(PeerSocket {
+                    peer: spec.id,
+                    socket,
+                });
+                Some((slot, local))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    event = "peer_socket_failed",
+                    shard = self.index,
+                    peer = spec.id.0,
+                    "a link got no socket of its own, and goes from the shard's: {e}"
+                );
+                None
+            }
+        }
+    }
+
+    /// Closes the socket bound for `peer`, if it has one.
+    fn drop_peer_socket(&mut self, peer: PeerId) {
+        let Some(slot) = self
+            .peer_sockets
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.peer == peer))
+        else {
+            return;
+        };
+        if let Some(mut s) = self.peer_sockets[slot].take() {
+            self.stats.peer_sockets_closed += 1;
+            // Dropping the socket closes it, which takes it off the poll too.
+            let _ = self.poll.registry().deregister(s.socket.socket_mut());
+        }
     }
 
     /// Accepts what the listeners have waiting; past `max_connections`, a
@@ -497,26 +691,13 @@ impl ShardLoop {
         let Some(s) = self.sockets.get_mut(index) else {
             return true;
         };
-        // Bounded in calls too, so that a socket failing every call cannot hold the loop.
-        for _ in 0..self.batch_limit {
-            if self.batch.len() >= self.batch_limit {
-                return false;
-            }
-            match s
-                .udp
-                .recv_stamped(&s.socket, s.bound, &mut self.batch, &mut self.stamps)
-            {
-                Ok(n) => {
-                    self.stats.datagrams_received += n as u64;
-                    self.stats.recv_calls += 1;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // E.g. an ICMP error queued on the socket: it is consumed by this call.
-                Err(_) => self.stats.recv_errors += 1,
-            }
-        }
-        false
+        recv_into(
+            s,
+            self.batch_limit,
+            &mut self.batch,
+            &mut self.stamps,
+            &mut self.stats,
+        )
     }
 
     /// Runs a tick if a shard deadline has passed.
@@ -544,7 +725,7 @@ impl ShardLoop {
             // A requester that stopped waiting has dropped its receiver; nothing to do.
             match command {
                 ShardCommand::AddPeer(spec, reply) => {
-                    let _ = reply.send(self.shard.command(now, Command::AddPeer(spec)));
+                    let _ = reply.send(self.add_peer(now, spec));
                 }
                 ShardCommand::RemovePeer(id, reply) => {
                     let _ = reply.send(self.shard.command(now, Command::RemovePeer(id)));
@@ -615,6 +796,10 @@ impl ShardLoop {
     fn flush(&mut self) {
         self.forward();
         self.shard.poll_transmit(&mut self.tx);
+        let peer_sockets = self.peer_sockets.iter().any(Option::is_some);
+        if peer_sockets && !self.tx.is_empty() {
+            self.sort_onto_peer_sockets();
+        }
         if !self.tcp.paths.is_empty() && !self.tx.is_empty() {
             self.frame_onto_connections();
         }
@@ -632,15 +817,12 @@ impl ShardLoop {
                 }
             }
             for s in &mut self.sockets {
-                if s.tx.is_empty() {
-                    continue;
-                }
-                let sent = s.udp.send(&s.socket, &mut s.tx);
-                self.stats.datagrams_sent += sent.sent;
-                self.stats.send_calls += sent.calls;
-                // UDP may drop; a full send buffer is congestion, not a failure.
-                self.stats.send_would_block += sent.would_block;
-                self.stats.send_errors += sent.errors;
+                send_from(s, &mut self.stats);
+            }
+        }
+        if peer_sockets {
+            for s in self.peer_sockets.iter_mut().flatten() {
+                send_from(&mut s.socket, &mut self.stats);
             }
         }
         while let Some(event) = self.shard.poll_event() {
@@ -653,10 +835,17 @@ impl ShardLoop {
                 ShardEvent::AudioLevel { .. } => {
                     let _ = self.events.send((self.index, event));
                 }
+                ShardEvent::PeerRemoved { peer, .. } => {
+                    // After its last datagrams (a close_notify) went out above.
+                    if peer_sockets {
+                        self.drop_peer_socket(peer);
+                    }
+                    log_event(self.index, &event);
+                    let _ = self.events.send((self.index, event));
+                }
                 ShardEvent::DtlsConnected { .. }
                 | ShardEvent::SctpEstablished { .. }
                 | ShardEvent::SctpClosed { .. }
-                | ShardEvent::PeerRemoved { .. }
                 | ShardEvent::ChannelOpen { .. }
                 | ShardEvent::ChannelClosed { .. } => {
                     log_event(self.index, &event);
@@ -666,6 +855,25 @@ impl ShardLoop {
                 _ => log_event(self.index, &event),
             }
         }
+    }
+
+    /// Takes the datagrams that leave from a peer's own socket out of the output,
+    /// onto that socket's queue.
+    fn sort_onto_peer_sockets(&mut self) {
+        let sockets = &mut self.peer_sockets;
+        self.tx.retain(|d| {
+            match sockets
+                .iter_mut()
+                .flatten()
+                .find(|s| s.socket.bound == d.local)
+            {
+                Some(s) => {
+                    s.socket.tx.push(d.clone());
+                    false
+                }
+                None => true,
+            }
+        });
     }
 
     /// Takes the datagrams of ICE-TCP paths out of the output, framed onto their

@@ -78,6 +78,19 @@ pub struct PeerDtls {
 pub enum Command {
     /// Create a peer entity.
     AddPeer(PeerSpec),
+    /// Create a controlling peer whose checks, and so the path it nominates and
+    /// everything on it, leave from `local` instead of the shard's socket: an
+    /// address the owner bound for this peer alone. Two peers that check the same
+    /// remote address from one socket would meet on one 5-tuple, which a shoal shard
+    /// on the far side keeps for the first (`stun_path_conflict`); from sockets of
+    /// their own they get a path each, as the links between two nodes for different
+    /// rooms do. For a lite peer, `local` means nothing and is refused.
+    AddPeerFrom {
+        /// The peer.
+        spec: PeerSpec,
+        /// The address its datagrams leave from and arrive at.
+        local: SocketAddr,
+    },
     /// Remove a peer and everything it had.
     RemovePeer(PeerId),
     /// Restart a peer's ICE (RFC 8445 §9, RFC 8839 §4.4.2.1): new credentials for
@@ -271,6 +284,9 @@ pub enum CommandError {
     /// (`MAX_RETIRED_SSRCS`): a new one needs a new session.
     #[error("the session's SSRCs are used up ({0} retired)")]
     SsrcsUsedUp(usize),
+    /// `AddPeerFrom` for a lite peer, whose paths are the ones its checks arrive on.
+    #[error("a lite peer has no address of its own to send from")]
+    LocalForLite,
     /// `send_rtp` was given bytes that are not an RTP packet.
     #[error("not an RTP packet")]
     MalformedRtp,
@@ -289,7 +305,16 @@ impl Shard {
         }
         let now = cur.0;
         match command {
-            Command::AddPeer(spec) => self.add_peer(now, spec),
+            Command::AddPeer(spec) => {
+                let local = self.config.local_addr;
+                self.add_peer(now, spec, local)
+            }
+            Command::AddPeerFrom { spec, local } => {
+                if spec.role != IceRole::Controlling {
+                    return Err(CommandError::LocalForLite);
+                }
+                self.add_peer(now, spec, local)
+            }
             // The peer is told: close_notify before it goes (RFC 7675 §5.2).
             Command::RemovePeer(id) => self.close_peer(id),
             Command::RestartIce { peer, credentials } => self.restart_ice(peer, credentials),
@@ -389,7 +414,13 @@ impl Shard {
         Ok(())
     }
 
-    fn add_peer(&mut self, now: Time, spec: PeerSpec) -> Result<(), CommandError> {
+    /// `local`: where a controlling peer's checks leave from.
+    fn add_peer(
+        &mut self,
+        now: Time,
+        spec: PeerSpec,
+        local: SocketAddr,
+    ) -> Result<(), CommandError> {
         if self.is_draining() {
             return Err(CommandError::Draining);
         }
@@ -433,7 +464,7 @@ impl Shard {
                 .id(),
             IceRole::Controlling => {
                 let ctl = IceControlling {
-                    local: self.config.local_addr,
+                    local,
                     remote_candidates: spec.remote_candidates,
                     next_candidate: 0,
                     started_at: now,

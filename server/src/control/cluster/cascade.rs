@@ -33,7 +33,7 @@
 //!   node. A node spanning a room that another node placed on it (a join that
 //!   came while the key was gone) takes it up the same way.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -119,39 +119,6 @@ impl Cluster {
             "the room spans this node"
         );
         Ok(())
-    }
-
-    /// Whether this node may start spanning `room` (normalised): when it serves it
-    /// already, or when no node hosting it hosts another room with this node.
-    ///
-    /// A link runs between one shard of each node, from one UDP address to one
-    /// other, and a shard keeps each validated path to one peer (a check from a
-    /// path another peer holds is refused: `stun_path_conflict`). So a second link
-    /// between two nodes, for another room, can meet the first's addresses and never
-    /// connect. Until links carry several rooms, a node pair is linked for one room
-    /// at a time; a joiner of another room shared with a host is sent to the owner.
-    pub fn may_span(&self, room: &str) -> bool {
-        let inner = self.inner();
-        if inner.serves(room) {
-            return true;
-        }
-        let me = self.settings.node_id.as_str();
-        let hosts = |r: &str| -> BTreeSet<String> {
-            let owner = inner.owners.get(r).map(|o| o.owner.clone());
-            let spanning = inner.spans.get(r).into_iter().flatten().cloned();
-            owner
-                .into_iter()
-                .chain(spanning)
-                .filter(|n| n != me)
-                .collect()
-        };
-        let wanted = hosts(room);
-        inner
-            .owned
-            .keys()
-            .chain(inner.spanning.keys())
-            .filter(|r| r.as_str() != room)
-            .all(|r| hosts(r).is_disjoint(&wanted))
     }
 
     /// Whether this node spans `room` for its owner (rather than owning it).

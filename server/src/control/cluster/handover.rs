@@ -3,10 +3,8 @@
 //! it keep their participants, and new joins go to the room's new owner.
 //!
 //! For each room it owns, the draining node picks an *heir*: a node already
-//! hosting the room (linked to every other host), else the least-loaded node
-//! that could start spanning it (no other room links it to one of the room's
-//! hosts), else the least-loaded node at all; never one that drains or is full,
-//! and one of the node's own region first. Then, in one etcd transaction that
+//! hosting the room (linked to every other host), else the least-loaded node;
+//! never one that drains or is full, and one of the node's own region first. Then, in one etcd transaction that
 //! holds only while the room's key still names this node under its lease, the
 //! key names the heir, bound to the heir's lease, and this node's span key of the
 //! room is written: from that revision on the heir owns the room and this node
@@ -55,9 +53,7 @@ const LINK_POLL: Duration = Duration::from_millis(50);
 
 /// Who takes over `room` from this node (see the module's doc), other than the
 /// nodes in `tried`; `rooms`: the rooms each node owns, which spreads a drain's
-/// rooms over the heirs; `linked`: nodes this drain links to for another room
-/// (one room per node pair, as [`Cluster::may_span`] says), which are picked only
-/// when no other node takes the room.
+/// rooms over the heirs.
 fn heir(
     inner: &Inner,
     me: &str,
@@ -65,7 +61,6 @@ fn heir(
     room: &str,
     rooms: &HashMap<String, usize>,
     tried: &[NodeRecord],
-    linked: &BTreeSet<String>,
 ) -> Option<NodeRecord> {
     let takes = |n: &&NodeRecord| {
         n.id != me && !n.draining && n.peers < n.max_peers && !tried.iter().any(|t| t.id == n.id)
@@ -80,15 +75,7 @@ fn heir(
     if let Some(node) = least_loaded(hosting, rooms, region) {
         return Some(node.clone());
     }
-    let kept = inner.kept_from(room);
-    let free = inner
-        .nodes
-        .values()
-        .filter(takes)
-        .filter(|n| !kept.contains(n.id.as_str()) && !linked.contains(&n.id));
-    least_loaded(free, rooms, region)
-        .or_else(|| least_loaded(inner.nodes.values().filter(takes), rooms, region))
-        .cloned()
+    least_loaded(inner.nodes.values().filter(takes), rooms, region).cloned()
 }
 
 impl Cluster {
@@ -106,18 +93,12 @@ impl Cluster {
     }
 
     /// Up to `n` heirs of `room`, in the order they are offered it (see [`heir`]).
-    fn heirs(
-        &self,
-        room: &str,
-        rooms: &HashMap<String, usize>,
-        linked: &BTreeSet<String>,
-        n: usize,
-    ) -> Vec<NodeRecord> {
+    fn heirs(&self, room: &str, rooms: &HashMap<String, usize>, n: usize) -> Vec<NodeRecord> {
         let inner = self.inner();
         let (me, region) = (&self.settings.node_id, &self.settings.region);
         let mut heirs = Vec::new();
         while heirs.len() < n {
-            let Some(next) = heir(&inner, me, region, room, rooms, &heirs, linked) else {
+            let Some(next) = heir(&inner, me, region, room, rooms, &heirs) else {
                 break;
             };
             heirs.push(next);
@@ -287,7 +268,6 @@ impl ControlState {
         let deadline = tokio::time::Instant::now() + HANDOVER_BUDGET;
         let mut counts = cluster.rooms_by_node();
         let mut offered: BTreeSet<String> = BTreeSet::new();
-        let mut linked: BTreeSet<String> = BTreeSet::new();
         let mut handed: Vec<(String, String)> = Vec::new();
         // A room handed to this node as its drain began is handed on: a second round.
         loop {
@@ -302,14 +282,9 @@ impl ControlState {
             let offers: Vec<_> = rooms
                 .into_iter()
                 .map(|room| {
-                    let heirs = cluster.heirs(&room, &counts, &linked, HEIR_TRIES);
+                    let heirs = cluster.heirs(&room, &counts, HEIR_TRIES);
                     if let Some(first) = heirs.first() {
                         *counts.entry(first.id.clone()).or_insert(0) += 1;
-                        // A room with participants here needs a link to its heir.
-                        let occupied = self.rooms().get(&room).is_ok_and(|r| r.own_count() > 0);
-                        if occupied && !cluster.hosts(&room).iter().any(|h| h.id == first.id) {
-                            linked.insert(first.id.clone());
-                        }
                     }
                     // Each offer runs to its end once begun (a transaction cut off
                     // halfway would leave the room's owner unknown here); the
@@ -501,15 +476,14 @@ mod tests {
         let mut inner = view(&[node("d", "", 0), node("a", "", 1), node("b", "", 8)]);
         inner.owners.insert("r".into(), owned("d"));
         let none = HashMap::new();
-        let pick =
-            |inner: &Inner| heir(inner, "d", "", "r", &none, &[], &BTreeSet::new()).map(|n| n.id);
+        let pick = |inner: &Inner| heir(inner, "d", "", "r", &none, &[]).map(|n| n.id);
         assert_eq!(pick(&inner).as_deref(), Some("a"), "least loaded");
         // b spans the room: linked to every host already, it takes it over.
         inner.spans.insert("r".into(), ["b".to_owned()].into());
         assert_eq!(pick(&inner).as_deref(), Some("b"));
         // One offered the room already is not offered it again.
         let b = inner.nodes["b"].clone();
-        let next = heir(&inner, "d", "", "r", &none, &[b], &BTreeSet::new()).map(|n| n.id);
+        let next = heir(&inner, "d", "", "r", &none, &[b]).map(|n| n.id);
         assert_eq!(next.as_deref(), Some("a"));
         // Unless it drains or is full.
         inner.nodes.get_mut("b").unwrap().draining = true;
@@ -519,34 +493,7 @@ mod tests {
         assert_eq!(pick(&inner).as_deref(), Some("a"));
         // The draining node itself never; nobody else: no heir.
         let alone = view(&[node("d", "", 0)]);
-        assert_eq!(
-            heir(&alone, "d", "", "r", &none, &[], &BTreeSet::new()),
-            None
-        );
-    }
-
-    #[test]
-    fn an_heir_is_one_the_rooms_hosts_are_not_linked_to_for_another_room() {
-        let mut inner = view(&[node("d", "", 5), node("a", "", 0), node("b", "", 3)]);
-        inner.owners.insert("r".into(), owned("d"));
-        // a spans another room of d's: a link of r between d and a would meet it.
-        inner.owners.insert("other".into(), owned("d"));
-        inner.spans.insert("other".into(), ["a".to_owned()].into());
-        let none = HashMap::new();
-        assert_eq!(
-            heir(&inner, "d", "", "r", &none, &[], &BTreeSet::new())
-                .map(|n| n.id)
-                .as_deref(),
-            Some("b")
-        );
-        // With b gone, a is still better than no heir.
-        inner.nodes.remove("b");
-        assert_eq!(
-            heir(&inner, "d", "", "r", &none, &[], &BTreeSet::new())
-                .map(|n| n.id)
-                .as_deref(),
-            Some("a")
-        );
+        assert_eq!(heir(&alone, "d", "", "r", &none, &[]), None);
     }
 
     #[test]
@@ -560,17 +507,10 @@ mod tests {
         let mut counts = HashMap::new();
         let mut picked = Vec::new();
         for room in ["r1", "r2", "r3", "r4"] {
-            let h = heir(&inner, "d", "eu", room, &counts, &[], &BTreeSet::new()).expect("an heir");
+            let h = heir(&inner, "d", "eu", room, &counts, &[]).expect("an heir");
             *counts.entry(h.id.clone()).or_insert(0) += 1;
             picked.push(h.id);
         }
         assert_eq!(picked, ["a", "b", "a", "b"]);
-        // A node this drain links to for another room comes after the others.
-        let linked: BTreeSet<String> = ["a".to_owned(), "b".to_owned()].into();
-        let h = heir(&inner, "d", "eu", "r5", &HashMap::new(), &[], &linked);
-        assert_eq!(h.map(|n| n.id).as_deref(), Some("c"));
-        let all: BTreeSet<String> = ["a", "b", "c"].map(str::to_owned).into();
-        let h = heir(&inner, "d", "eu", "r5", &HashMap::new(), &[], &all);
-        assert_eq!(h.map(|n| n.id).as_deref(), Some("a"), "rather than none");
     }
 }

@@ -9,21 +9,19 @@
 //!   (`NodeService.GetRoomShare`, all at once) and sends a joiner to the one that
 //!   serves the fewest of the room's participants, fewer than N (not draining,
 //!   taking peers, its own region first); failing that, to the least-loaded live
-//!   node that
-//!   does not host the room, has a share, takes peers and could start spanning it
-//!   (no other room links it to one of the room's hosts); failing that, it serves
+//!   node that does not host the room, has a share and takes peers; failing
+//!   that, it serves
 //!   the joiner itself. The share spreads a room, `max_participants` bounds it, and
 //!   joiners admitted at the same moment can take a host past it.
 //! - **A node that does not host the room** asks the owner
 //!   (`NodeService.GetRoomShare`). When the owner's share is taken, the joiner goes
 //!   to the other host the owner names as one with room to spare (asking the
 //!   hosts as above), or, when it names none, the node spans the room and serves
-//!   the joiner. Otherwise (the owner has
-//!   room, does not answer, or this node drains, is full or may not span the room)
-//!   the joiner goes to the owner.
+//!   the joiner. Otherwise (the owner has room, does not answer, or this node
+//!   drains or is full) the joiner goes to the owner.
 //!
 //! When the nodes' views are current and no one else joins meanwhile, a joiner is
-//! redirected at most twice: to the owner by a node that may not span the room,
+//! redirected at most twice: to the owner by a node that does not span the room,
 //! then on by the owner. Set the same share on every node. WHIP and WHEP sessions
 //! still go to the owner.
 
@@ -51,23 +49,6 @@ impl Inner {
             .into_iter()
             .chain(spanning.map(String::as_str))
             .collect()
-    }
-
-    /// The nodes that could not start spanning `room` (one room per node pair, see
-    /// [`Cluster::may_span`]): those hosting another room with one of its hosts. One
-    /// pass over the rooms.
-    pub(super) fn kept_from(&self, room: &str) -> BTreeSet<&str> {
-        let hosts = self.hosts_of(room);
-        let mut kept = BTreeSet::new();
-        let spanned_only = self.spans.keys().filter(|r| !self.owners.contains_key(*r));
-        let rooms = self.owners.keys().chain(spanned_only);
-        for other in rooms.filter(|r| r.as_str() != room) {
-            let with = self.hosts_of(other);
-            if !with.is_disjoint(&hosts) {
-                kept.extend(with);
-            }
-        }
-        kept
     }
 }
 
@@ -108,14 +89,9 @@ fn share_target(
         return Some(host);
     }
     let hosts = inner.hosts_of(room);
-    let kept = inner.kept_from(room);
     let fresh = inner.nodes.values().filter(|n| {
         let id = n.id.as_str();
-        id != me
-            && !hosts.contains(id)
-            && !kept.contains(id)
-            && n.room_share > 0
-            && n.peers < n.max_peers
+        id != me && !hosts.contains(id) && n.room_share > 0 && n.peers < n.max_peers
     });
     let region = Some(settings.region.as_str()).filter(|r| !r.is_empty());
     least_loaded(fresh, rooms, region).cloned()
@@ -177,16 +153,6 @@ impl ControlState {
         }
         // A node that would refuse the joiner does not span the room for it.
         if self.drain().is_requested() || self.at_capacity() {
-            return Ok(Some(owner));
-        }
-        if !cluster.may_span(room) {
-            tracing::info!(
-                event = "cascade_declined",
-                room,
-                owner = owner.id.as_str(),
-                "a node hosting the room is linked to this one for another room: \
-                 the joiner goes to the owner"
-            );
             return Ok(Some(owner));
         }
         let held = self.ask_node(room, &owner, false).await;
@@ -443,21 +409,14 @@ mod tests {
     }
 
     #[test]
-    fn a_node_linked_to_a_host_for_another_room_is_not_sent_joiners() {
+    fn a_node_hosting_another_room_with_a_host_is_sent_joiners_alike() {
         let mut inner = view();
-        // c and a host `other` together: a link of `big` between them could not
-        // connect (one room per node pair).
+        // c and a host `other` together: `big`'s link between them runs on a path
+        // of its own, so c is picked as if it did not.
         own(&mut inner, "other", "c");
         span(&mut inner, "other", "a");
-        assert!(inner.kept_from("big").contains("c"));
-        assert!(!inner.kept_from("big").contains("b"));
-        assert_eq!(target(&inner, "a", &[]).as_deref(), Some("b"));
-        // d hosts a room with b only: once b spans `big`, d may not.
-        own(&mut inner, "third", "d");
-        span(&mut inner, "third", "b");
-        assert!(!inner.kept_from("big").contains("d"));
-        span(&mut inner, "big", "b");
-        assert!(inner.kept_from("big").contains("d"));
-        assert_eq!(target(&inner, "a", &[("b", 2)]), None, "no node may span");
+        assert_eq!(target(&inner, "a", &[]).as_deref(), Some("c"));
+        span(&mut inner, "big", "c");
+        assert_eq!(target(&inner, "a", &[("c", 1)]).as_deref(), Some("c"));
     }
 }

@@ -55,6 +55,8 @@ pub const DEFAULT_RELAY_HIGH_WATERMARK: usize = 1 << 20;
 pub const DEFAULT_RELAY_LOW_WATERMARK: usize = 512 << 10;
 /// `--relay-hold-limit`'s default, seconds.
 pub const DEFAULT_RELAY_HOLD_LIMIT_SECS: u64 = 10;
+/// `--max-link-sockets`'s default.
+pub const DEFAULT_MAX_LINK_SOCKETS: usize = 1000;
 /// `--pacer-burst-ms`'s default: the pacer's own.
 pub const DEFAULT_PACER_BURST_MS: u64 =
     shoal_components::congestion::pacer::DEFAULT_BURST.as_millis() as u64;
@@ -253,6 +255,21 @@ pub struct Config {
         value_parser = clap::value_parser!(u32).range(1..=100_000).map(|n| n as usize)
     )]
     pub max_tcp_connections: usize,
+
+    /// Links to other nodes one shard dials from UDP sockets of their own, at most
+    /// (each a file descriptor; docs/cluster.md, "A path for each link"); a link
+    /// past that goes from the shard's socket, where it meets any other link
+    /// between the same two shards. 0: every link goes from the shard's socket.
+    #[arg(
+        long,
+        env = "SHOAL_MAX_LINK_SOCKETS",
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_LINK_SOCKETS,
+        value_parser = clap::value_parser!(u32)
+            .range(0..=crate::driver::MAX_LINK_SOCKETS as i64)
+            .map(|n| n as usize)
+    )]
+    pub max_link_sockets: usize,
 
     /// Bytes queued for sending on one ICE-TCP connection at most; packets past
     /// that are dropped, as UDP would.
@@ -774,6 +791,7 @@ impl Default for Config {
             pacer_burst_ms: DEFAULT_PACER_BURST_MS,
             tcp_port_base: TcpPortBase::Auto,
             max_tcp_connections: crate::tcp::DEFAULT_MAX_CONNECTIONS,
+            max_link_sockets: DEFAULT_MAX_LINK_SOCKETS,
             tcp_buffer_bytes: crate::tcp::DEFAULT_BUFFER_BYTES,
             tcp_auth_timeout: crate::tcp::DEFAULT_AUTH_TIMEOUT_SECS,
             ice_servers: Vec::new(),
@@ -1704,6 +1722,19 @@ mod tests {
         ] {
             assert!(Config::try_parse_from(args).is_err(), "{args:?}");
         }
+    }
+
+    #[test]
+    fn link_sockets_are_bounded_by_what_a_shard_tells_apart() {
+        let c = Config::try_parse_from(["shoal"]).unwrap();
+        assert_eq!(c.max_link_sockets, DEFAULT_MAX_LINK_SOCKETS);
+        let c = Config::try_parse_from(["shoal", "--max-link-sockets", "0"]).unwrap();
+        assert_eq!(c.max_link_sockets, 0);
+        let most = crate::driver::MAX_LINK_SOCKETS.to_string();
+        let c = Config::try_parse_from(["shoal", "--max-link-sockets", &most]).unwrap();
+        assert_eq!(c.max_link_sockets, crate::driver::MAX_LINK_SOCKETS);
+        let past = (crate::driver::MAX_LINK_SOCKETS + 1).to_string();
+        assert!(Config::try_parse_from(["shoal", "--max-link-sockets", &past]).is_err());
     }
 
     #[test]

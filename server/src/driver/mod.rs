@@ -4,8 +4,10 @@
 //! everything it touches there: a mio `Poll`, its non-blocking UDP sockets on a port
 //! of its own (so signalling pins a connection to a shard by the candidates it hands
 //! out), one per `--bind` address and so one per family ([`crate::addresses`] says
-//! which addresses they announce), a `Waker`, the receiving end of its command channel and the sans-I/O [`Shard`]
-//! itself. Nothing is shared between shards, so there are no locks on the packet path
+//! which addresses they announce), and one more for each link to another node it
+//! dials (up to `--max-link-sockets`, each on a port the system picks, so that every
+//! link has a path of its own), a `Waker`, the receiving end of its command channel
+//! and the sans-I/O [`Shard`] itself. Nothing is shared between shards, so there are no locks on the packet path
 //! and a shard's tables stay in its core's cache. Everything else talks to a shard by
 //! message: a [`ShardCommand`] over a crossbeam channel, followed by a wake-up.
 //!
@@ -28,6 +30,9 @@
 //! [`Shard`]: shoal_systems::Shard
 
 mod shard_loop;
+
+/// `--max-link-sockets` at most: the sockets a shard can tell apart.
+pub const MAX_LINK_SOCKETS: usize = shard_loop::MAX_PEER_SOCKETS;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -923,7 +928,8 @@ fn prepare_shard(
         config.max_datagrams_per_tick,
         events,
     )
-    .with_tcp(listeners, tcp);
+    .with_tcp(listeners, tcp)
+    .with_link_sockets(config.max_link_sockets);
     Ok(Prepared {
         index,
         bound,
@@ -1048,12 +1054,13 @@ mod tests {
     }
 
     /// A link this shard dials checks from a socket of its own, another for each
-    /// link, and the socket closes with the link's peer.
+    /// link up to `--max-link-sockets`, and the socket closes with the link's peer.
     #[test]
     fn a_dialled_link_checks_from_a_socket_of_its_own_that_goes_with_it() {
         use shoal_components::peer::IceRole;
         let config = Config {
             udp_port_base: 0,
+            max_link_sockets: 2,
             ..Config::default()
         };
         let server = Server::start(&config).unwrap();
@@ -1062,44 +1069,51 @@ mod tests {
         let far = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         far.set_read_timeout(Some(std::time::Duration::from_secs(5)))
             .unwrap();
-        let mut from = Vec::new();
-        for id in [1, 2] {
-            let mut link = lite_peer(id, &format!("link{id}"));
-            link.role = IceRole::Controlling;
-            link.remote_candidates = vec![far.local_addr().unwrap()];
-            link.link = true;
-            shard.add_peer(link).unwrap();
-            // Its first check (retransmissions of the first link's may come too).
+        // Where peer `id`'s first check came from (others' retransmissions may
+        // come between).
+        let first_check = |id: u64| {
+            let username = format!("them:peer{id}");
             let mut buf = [0u8; 1500];
             loop {
                 let (n, addr) = far.recv_from(&mut buf).unwrap();
-                let username = format!("them:link{id}");
                 if buf[..n]
                     .windows(username.len())
                     .any(|w| w == username.as_bytes())
                 {
-                    from.push(addr);
-                    break;
+                    return addr;
                 }
             }
+        };
+        let controlling = |id: u64, link: bool| {
+            let mut spec = lite_peer(id, &format!("peer{id}"));
+            spec.role = IceRole::Controlling;
+            spec.remote_candidates = vec![far.local_addr().unwrap()];
+            spec.link = link;
+            spec
+        };
+        let mut from = Vec::new();
+        for id in [1, 2, 3] {
+            shard.add_peer(controlling(id, true)).unwrap();
+            from.push(first_check(id));
         }
         assert_eq!(from[0].ip(), shard_addr.ip());
         assert_eq!(from[1].ip(), shard_addr.ip());
-        assert!(!from.contains(&shard_addr), "{from:?} {shard_addr}");
+        assert!(!from[..2].contains(&shard_addr), "{from:?} {shard_addr}");
         assert_ne!(from[0], from[1]);
+        // Past the limit, a link goes from the shard's socket.
+        assert_eq!(from[2], shard_addr);
         // A peer that is no link keeps to the shard's socket.
-        let mut client = lite_peer(3, "client3");
-        client.role = IceRole::Controlling;
-        client.remote_candidates = vec![far.local_addr().unwrap()];
-        shard.add_peer(client).unwrap();
+        shard.add_peer(controlling(4, false)).unwrap();
+        assert_eq!(first_check(4), shard_addr);
         let driver = shard.stats().unwrap().driver;
         assert_eq!(
             (driver.peer_sockets_opened, driver.peer_sockets_closed),
             (2, 0)
         );
-        shard.remove_peer(PeerId(1)).unwrap();
-        shard.remove_peer(PeerId(2)).unwrap();
-        shard.remove_peer(PeerId(3)).unwrap();
+        assert_eq!(driver.peer_socket_errors, 1);
+        for id in 1..=4 {
+            shard.remove_peer(PeerId(id)).unwrap();
+        }
         // Closed once the loop has taken the removals' events, after their last
         // datagrams went out.
         let deadline = Instant::now() + std::time::Duration::from_secs(5);
@@ -1112,7 +1126,9 @@ mod tests {
             (driver.peer_sockets_opened, driver.peer_sockets_closed),
             (2, 2)
         );
-        assert_eq!(driver.peer_socket_errors, 0);
+        // A slot freed is taken again.
+        shard.add_peer(controlling(5, true)).unwrap();
+        assert_ne!(first_check(5), shard_addr);
         server.shutdown().unwrap();
     }
 

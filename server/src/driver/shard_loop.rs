@@ -35,8 +35,8 @@ pub(super) fn socket_token(index: usize) -> Token {
 /// The first token of the sockets bound for one peer each: the links this shard
 /// dials (see [`ShardLoop::add_peer`]).
 const PEER_SOCKET_BASE: usize = 1 << 15;
-/// Sockets bound for one peer each, at most at once: their tokens lie below the
-/// listeners'. A link dialled past this goes from the shard's socket.
+/// Sockets bound for one peer each, at most at once, whatever `--max-link-sockets`
+/// says: their tokens lie below the listeners'.
 pub(super) const MAX_PEER_SOCKETS: usize = LISTENER_BASE - PEER_SOCKET_BASE;
 /// The first token of the shard's TCP listeners (ICE-TCP), one per bound address.
 const LISTENER_BASE: usize = 1 << 16;
@@ -127,6 +127,17 @@ struct PeerSocket {
     socket: ShardSocket,
 }
 
+/// The sockets a shard bound for one peer each.
+#[derive(Default)]
+struct PeerSockets {
+    /// At most this many open at once (`--max-link-sockets`).
+    max: usize,
+    /// By slot: token `PEER_SOCKET_BASE + slot`.
+    slots: Vec<Option<PeerSocket>>,
+    /// Slot by bound address: where a datagram leaving from that address goes.
+    by_addr: HashMap<SocketAddr, usize>,
+}
+
 /// Reads about `limit` datagrams from `s` into `batch` (a GRO burst is taken
 /// whole); true once the socket reported WouldBlock.
 fn recv_into(
@@ -205,8 +216,8 @@ pub(super) struct ShardLoop {
     links: Links,
     /// ICE-TCP.
     tcp: TcpSide,
-    /// Sockets bound for one peer each, by slot: token `PEER_SOCKET_BASE + slot`.
-    peer_sockets: Vec<Option<PeerSocket>>,
+    /// Sockets bound for one peer each.
+    peer_sockets: PeerSockets,
 }
 
 /// Whether the command queue asked the loop to stop.
@@ -260,8 +271,15 @@ impl ShardLoop {
                 frames: Vec::new(),
                 last_sweep: Instant::now(),
             },
-            peer_sockets: Vec::new(),
+            peer_sockets: PeerSockets::default(),
         }
+    }
+
+    /// The same, giving at most `max` links this shard dials a socket of their own
+    /// (capped at [`MAX_PEER_SOCKETS`]; 0: none does).
+    pub(super) fn with_link_sockets(mut self, max: usize) -> ShardLoop {
+        self.peer_sockets.max = max.min(MAX_PEER_SOCKETS);
+        self
     }
 
     /// The same, with ICE-TCP `listeners` (registered under [`listener_token`] of
@@ -295,7 +313,12 @@ impl ShardLoop {
         let mut commands_pending = false;
         loop {
             let sockets_pending = self.sockets.iter().any(|s| s.pending)
-                || self.peer_sockets.iter().flatten().any(|s| s.socket.pending);
+                || self
+                    .peer_sockets
+                    .slots
+                    .iter()
+                    .flatten()
+                    .any(|s| s.socket.pending);
             let mut wait = if sockets_pending || commands_pending {
                 Some(Duration::ZERO)
             } else {
@@ -329,7 +352,8 @@ impl ShardLoop {
                         l.2 = true;
                     }
                 } else if token >= PEER_SOCKET_BASE {
-                    if let Some(Some(s)) = self.peer_sockets.get_mut(token - PEER_SOCKET_BASE) {
+                    let slot = token - PEER_SOCKET_BASE;
+                    if let Some(Some(s)) = self.peer_sockets.slots.get_mut(slot) {
                         s.socket.pending = true;
                     }
                 } else if let Some(socket) = self.sockets.get_mut(token.wrapping_sub(1)) {
@@ -341,14 +365,14 @@ impl ShardLoop {
                     self.sockets[index].pending = self.read_socket(index);
                 }
             }
-            for slot in 0..self.peer_sockets.len() {
-                if self.peer_sockets[slot]
+            for slot in 0..self.peer_sockets.slots.len() {
+                if self.peer_sockets.slots[slot]
                     .as_ref()
                     .is_some_and(|s| s.socket.pending)
                 {
                     let pending = self.read_peer_socket(slot);
                     // Its peer may have gone, and the socket with it, in a tick.
-                    if let Some(Some(s)) = self.peer_sockets.get_mut(slot) {
+                    if let Some(Some(s)) = self.peer_sockets.slots.get_mut(slot) {
                         s.socket.pending = pending;
                     }
                 }
@@ -398,7 +422,7 @@ impl ShardLoop {
     /// over each; true if the socket may still hold data.
     fn read_peer_socket(&mut self, slot: usize) -> bool {
         for _ in 0..MAX_BATCHES_PER_WAKE {
-            let Some(Some(s)) = self.peer_sockets.get_mut(slot) else {
+            let Some(Some(s)) = self.peer_sockets.slots.get_mut(slot) else {
                 return false;
             };
             let drained = recv_into(
@@ -422,40 +446,57 @@ impl ShardLoop {
     /// ([`Command::AddPeerFrom`]). So every link between two nodes runs on a path
     /// of its own, whatever other links join the same two shards, while the far
     /// end, lite, answers each check on the path it came in on. The socket goes
-    /// with its peer. Any other peer is added as it comes.
+    /// with its peer. Any other peer, and a link that gets no socket (counted in
+    /// `peer_socket_errors`, logged), is added as it comes.
+    ///
+    /// A peer's id is not used again before its removal is reported (the control
+    /// plane counts ids up): a socket is found by its peer's id when the peer goes.
     fn add_peer(&mut self, now: Time, spec: PeerSpec) -> Result<(), CommandError> {
-        if !(spec.link && spec.role == IceRole::Controlling) {
+        let dials_link = spec.link && spec.role == IceRole::Controlling;
+        if !dials_link || self.peer_sockets.max == 0 || spec.remote_candidates.is_empty() {
             return self.shard.command(now, Command::AddPeer(spec));
         }
         let Some((slot, local)) = self.bind_peer_socket(&spec) else {
             self.stats.peer_socket_errors += 1;
             return self.shard.command(now, Command::AddPeer(spec));
         };
-        let peer = spec.id;
         let result = self
             .shard
             .command(now, Command::AddPeerFrom { spec, local });
         if result.is_err() {
-            self.drop_peer_socket(peer);
+            self.close_peer_socket(slot);
         }
-        // The slot is the peer's until it goes.
-        debug_assert!(result.is_err() || self.peer_sockets[slot].is_some());
         result
     }
 
     /// Binds and registers a socket for `spec`'s peer: its slot and address. `None`
-    /// when the shard has no socket of the family of the peer's first candidate,
-    /// `MAX_PEER_SOCKETS` are open, or binding or registering failed (logged).
+    /// (logged) when the shard has no socket of the family of the peer's first
+    /// candidate, `--max-link-sockets` are open, or binding or registering failed.
     fn bind_peer_socket(&mut self, spec: &PeerSpec) -> Option<(usize, SocketAddr)> {
+        let failed = |index: usize, why: &dyn std::fmt::Display| {
+            tracing::warn!(
+                event = "peer_socket_failed",
+                shard = index,
+                peer = spec.id.0,
+                "a link got no socket of its own, and goes from the shard's: {why}"
+            );
+            None
+        };
         let remote = *spec.remote_candidates.first()?;
-        let shard = self.sockets.iter().find(|s| s.sends_to(remote))?.bound;
-        let slot = match self.peer_sockets.iter().position(Option::is_none) {
+        let Some(shard) = self.sockets.iter().find(|s| s.sends_to(remote)) else {
+            return failed(self.index, &"no socket of its family");
+        };
+        let shard = shard.bound;
+        let sockets = &mut self.peer_sockets;
+        if sockets.by_addr.len() >= sockets.max {
+            return failed(self.index, &format_args!("{} open", sockets.max));
+        }
+        let slot = match sockets.slots.iter().position(Option::is_none) {
             Some(slot) => slot,
-            None if self.peer_sockets.len() < MAX_PEER_SOCKETS => {
-                self.peer_sockets.push(None);
-                self.peer_sockets.len() - 1
+            None => {
+                sockets.slots.push(None);
+                sockets.slots.len() - 1
             }
-            None => return None,
         };
         let bound = || -> io::Result<(ShardSocket, SocketAddr)> {
             // A wildcard shard socket names each datagram's own address; this one is
@@ -480,34 +521,35 @@ impl ShardLoop {
         match bound() {
             Ok((socket, local)) => {
                 self.stats.peer_sockets_opened += 1;
-                self.peer_sockets[slot] = Some(PeerSocket {
+                let sockets = &mut self.peer_sockets;
+                sockets.by_addr.insert(local, slot);
+                sockets.slots[slot] = Some(PeerSocket {
                     peer: spec.id,
                     socket,
                 });
                 Some((slot, local))
             }
-            Err(e) => {
-                tracing::warn!(
-                    event = "peer_socket_failed",
-                    shard = self.index,
-                    peer = spec.id.0,
-                    "a link got no socket of its own, and goes from the shard's: {e}"
-                );
-                None
-            }
+            Err(e) => failed(self.index, &e),
         }
     }
 
     /// Closes the socket bound for `peer`, if it has one.
     fn drop_peer_socket(&mut self, peer: PeerId) {
-        let Some(slot) = self
+        let slot = self
             .peer_sockets
+            .slots
             .iter()
-            .position(|s| s.as_ref().is_some_and(|s| s.peer == peer))
-        else {
-            return;
-        };
-        if let Some(mut s) = self.peer_sockets[slot].take() {
+            .position(|s| s.as_ref().is_some_and(|s| s.peer == peer));
+        if let Some(slot) = slot {
+            self.close_peer_socket(slot);
+        }
+    }
+
+    /// Closes the socket in `slot`.
+    fn close_peer_socket(&mut self, slot: usize) {
+        let sockets = &mut self.peer_sockets;
+        if let Some(mut s) = sockets.slots.get_mut(slot).and_then(Option::take) {
+            sockets.by_addr.remove(&s.socket.bound);
             self.stats.peer_sockets_closed += 1;
             // Dropping the socket closes it, which takes it off the poll too.
             let _ = self.poll.registry().deregister(s.socket.socket_mut());
@@ -796,7 +838,7 @@ impl ShardLoop {
     fn flush(&mut self) {
         self.forward();
         self.shard.poll_transmit(&mut self.tx);
-        let peer_sockets = self.peer_sockets.iter().any(Option::is_some);
+        let peer_sockets = !self.peer_sockets.by_addr.is_empty();
         if peer_sockets && !self.tx.is_empty() {
             self.sort_onto_peer_sockets();
         }
@@ -821,7 +863,7 @@ impl ShardLoop {
             }
         }
         if peer_sockets {
-            for s in self.peer_sockets.iter_mut().flatten() {
+            for s in self.peer_sockets.slots.iter_mut().flatten() {
                 send_from(&mut s.socket, &mut self.stats);
             }
         }
@@ -860,19 +902,22 @@ impl ShardLoop {
     /// Takes the datagrams that leave from a peer's own socket out of the output,
     /// onto that socket's queue.
     fn sort_onto_peer_sockets(&mut self) {
+        // The shard's sockets share one port, which no peer's socket has.
+        let port = self.local_addr.port();
         let sockets = &mut self.peer_sockets;
         self.tx.retain(|d| {
-            match sockets
-                .iter_mut()
-                .flatten()
-                .find(|s| s.socket.bound == d.local)
-            {
-                Some(s) => {
-                    s.socket.tx.push(d.clone());
-                    false
-                }
-                None => true,
+            if d.local.port() == port {
+                return true;
             }
+            let Some(s) = sockets
+                .by_addr
+                .get(&d.local)
+                .and_then(|&slot| sockets.slots.get_mut(slot)?.as_mut())
+            else {
+                return true;
+            };
+            s.socket.tx.push(d.clone());
+            false
         });
     }
 

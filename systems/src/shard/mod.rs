@@ -52,7 +52,8 @@ use crate::passes::{self, ice};
 /// How a shard is set up.
 #[derive(Clone, Debug)]
 pub struct ShardConfig {
-    /// The address of the shard's UDP socket: the source of everything it sends.
+    /// The address of the shard's UDP socket: the source of everything it sends,
+    /// but for a peer added with `Command::AddPeerFrom`, which sends from its own.
     pub local_addr: SocketAddr,
     /// Seed of the shard's random generator (transaction ids, tie-breakers). The
     /// simulator passes a fixed seed; the server a random one.

@@ -21,7 +21,9 @@
 //!   SHUTDOWN while its other node still hosts the room may have lost messages in
 //!   flight, either way: the reliable channels of the room's members here are
 //!   closed (`cascade_link_lost`), before the room is linked to that node again,
-//!   so that no channel skips a message.
+//!   so that no channel skips a message. A link whose association ended while its
+//!   peer stayed (an ABORT, retransmissions given up, a restart) is removed
+//!   (`cascade_link_ended`) and goes the same way.
 //! - **Ending.** A link whose other node no longer hosts the room is closed. A node
 //!   that spans a room in which only links are left (once it has been open
 //!   5 s: its joiner may not be in yet), or whose key its live owner deleted,
@@ -233,6 +235,9 @@ pub struct Link {
     /// Its association ended with a completed SHUTDOWN (RFC 9260 §9.2): whatever
     /// either side had queued was delivered, so its end lost nothing.
     shut_down: bool,
+    /// Its association ended, however: it carries no message any more, though its
+    /// peer (ICE, DTLS) may stay.
+    ended: bool,
     /// This node's tracks it carries, and how they go (see [`super::link_tracks`]).
     pub(super) sent: super::link_tracks::Sent,
     /// The parts so far of lists the other node sends in parts.
@@ -245,6 +250,16 @@ impl Link {
     fn may_have_lost(&self) -> bool {
         self.up && !self.shut_down
     }
+}
+
+/// A link whose association ended while its peer stayed.
+#[derive(Debug, PartialEq, Eq)]
+struct Ended {
+    room: String,
+    node: String,
+    peer: PeerId,
+    /// With a completed SHUTDOWN.
+    clean: bool,
 }
 
 /// Which end of a link this node is.
@@ -266,6 +281,7 @@ impl Links {
             placed,
             up: false,
             shut_down: false,
+            ended: false,
             sent: super::link_tracks::Sent::default(),
             gathered: None,
         };
@@ -330,7 +346,31 @@ impl Links {
     pub fn mark_ended(&mut self, peer: PeerId, end: AssocEnd) {
         if let Some(link) = self.open.values_mut().find(|l| l.peer == peer) {
             link.shut_down = end == AssocEnd::Shutdown;
+            link.ended = true;
         }
+    }
+
+    /// Takes out the links whose peer is `gone`, and those whose association ended
+    /// while their peer stayed, noting each as gone (lost when it may have lost
+    /// messages): the latter, whose peers are to be removed.
+    fn take_gone(&mut self, gone: &[PeerId]) -> Vec<Ended> {
+        let went: Vec<((String, String), Link)> = self
+            .open
+            .extract_if(|_, l| gone.contains(&l.peer) || l.ended)
+            .collect();
+        let mut ended = Vec::new();
+        for ((room, node), link) in went {
+            self.note_gone(&room, &node, &link);
+            if !gone.contains(&link.peer) {
+                ended.push(Ended {
+                    room,
+                    node,
+                    peer: link.peer,
+                    clean: link.shut_down,
+                });
+            }
+        }
+        ended
     }
 
     /// Whether `room`'s link to `node` carries messages.
@@ -414,15 +454,25 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
         .into_iter()
         .filter(|p| state.member_identity(*p).is_none())
         .collect();
+    // And links whose association ended while their peer stayed (an ABORT, or
+    // retransmissions given up, with ICE and DTLS still up): the room relays
+    // nothing over them any more, so they go, and the pair is linked anew.
+    let ended = state.links().take_gone(&gone);
+    for Ended {
+        room,
+        node,
+        peer,
+        clean,
+    } in ended
     {
-        let mut links = state.links();
-        let went: Vec<((String, String), Link)> = links
-            .open
-            .extract_if(|_, l| gone.contains(&l.peer))
-            .collect();
-        for ((room, node), link) in went {
-            links.note_gone(&room, &node, &link);
-        }
+        tracing::info!(
+            event = "cascade_link_ended",
+            room = room.as_str(),
+            node = node.as_str(),
+            clean,
+            "the link's association ended: the link goes, to be opened again"
+        );
+        state.leave(peer, DisconnectReason::ConnectionLost).await;
     }
     report_lost_links(state, cluster).await;
     let now = state.clock().now();
@@ -868,4 +918,36 @@ pub async fn accept(
         candidates: candidates.iter().map(ToString::to_string).collect(),
         node_id: cluster.node_id().to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_whose_association_ended_goes_lost_unless_shut_down() {
+        let mut links = Links::default();
+        for (room, peer) in [("aborted", 1), ("shut", 2), ("quiet", 3), ("left", 4)] {
+            links.add(room, "node-1", PeerId(peer), Side::Opened, true);
+            links.mark_up(PeerId(peer));
+        }
+        links.mark_ended(PeerId(1), AssocEnd::AbortedByPeer);
+        links.mark_ended(PeerId(2), AssocEnd::Shutdown);
+        links.mark_ended(PeerId(4), AssocEnd::AbortedByPeer);
+        // Peer 4 left on its own: gone, not to be removed.
+        let ended = links.take_gone(&[PeerId(4)]);
+        let mut removed: Vec<(&str, bool)> =
+            ended.iter().map(|e| (e.room.as_str(), e.clean)).collect();
+        removed.sort_unstable();
+        assert_eq!(removed, [("aborted", false), ("shut", true)]);
+        let lost: Vec<&str> = links.lost.iter().map(|l| l.room.as_str()).collect();
+        assert_eq!(lost.len(), 2);
+        assert!(
+            lost.contains(&"aborted") && lost.contains(&"left"),
+            "{lost:?}"
+        );
+        // The one whose association goes on stays.
+        assert_eq!(links.peers_in("quiet"), [PeerId(3)]);
+        assert!(links.take_gone(&[]).is_empty());
+    }
 }

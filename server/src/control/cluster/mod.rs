@@ -301,9 +301,47 @@ struct Inner {
     /// Rooms among those whose key was then made anew naming this node (a join
     /// that reached another host placed it here); [`cascade`] takes them up.
     placed_anew: HashSet<String>,
+    /// The revision the view has seen everything up to.
+    seen: i64,
+    /// Rooms this node placed that the view does not show yet: the owner it named
+    /// and the revision of the placement. Placement counts them, so that a burst
+    /// of placements through one node spreads as if the watch had no lag.
+    placed: HashMap<String, (String, i64)>,
 }
 
 impl Inner {
+    /// How many rooms each node owns, as the view shows them and with the
+    /// placements this node made that it does not show yet.
+    fn rooms_by_node(&self) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        let placed = self
+            .placed
+            .iter()
+            .filter(|(room, _)| !self.owners.contains_key(*room))
+            .map(|(_, (owner, _))| owner);
+        for owner in self.owners.values().map(|r| &r.owner).chain(placed) {
+            *counts.entry(owner.clone()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// Notes that the view shows everything up to `revision`: the placements made
+    /// by then are in it (or already gone again).
+    fn seen(&mut self, revision: i64) {
+        self.seen = self.seen.max(revision);
+        let seen = self.seen;
+        self.placed.retain(|_, (_, placed)| *placed > seen);
+    }
+
+    /// Notes that this node placed `room` on `owner` in `revision`, unless the view
+    /// shows that revision already.
+    fn placed(&mut self, room: &str, owner: &str, revision: i64) {
+        if revision > self.seen {
+            self.placed
+                .insert(room.to_owned(), (owner.to_owned(), revision));
+        }
+    }
+
     /// This node's lease while it is surely alive: the node may serve under it.
     fn live_lease(&self) -> Option<i64> {
         self.lease
@@ -452,12 +490,7 @@ impl Cluster {
 
     /// Rooms each live node owns, by node id.
     pub fn rooms_by_node(&self) -> HashMap<String, usize> {
-        let inner = self.inner();
-        let mut counts = HashMap::new();
-        for r in inner.owners.values() {
-            *counts.entry(r.owner.clone()).or_insert(0) += 1;
-        }
-        counts
+        self.inner().rooms_by_node()
     }
 
     /// Whether this node may serve `room` now: it owns it under its current lease,
@@ -572,6 +605,9 @@ impl Cluster {
         let mut client = self.client.clone();
         let response = self.etcd(client.txn(txn)).await?;
         if response.succeeded() {
+            if let Some(header) = response.header() {
+                self.inner().placed(room, &owner, header.revision());
+            }
             tracing::info!(
                 event = "room_placed",
                 room,
@@ -835,6 +871,34 @@ mod tests {
     fn pick<'a>(nodes: &'a [NodeRecord], rooms: &[(&str, usize)], region: Option<&str>) -> &'a str {
         let rooms = rooms.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect();
         least_loaded(nodes.iter(), &rooms, region).map_or("none", |n| n.id.as_str())
+    }
+
+    #[test]
+    fn placements_count_before_the_view_shows_them() {
+        let mut inner = Inner::default();
+        let owned = |owner: &str| RoomRecord {
+            owner: owner.to_owned(),
+            lease: 1,
+        };
+        inner.owners.insert("old".into(), owned("a"));
+        inner.seen(10);
+        // Placed here in revisions the watch has not reached: counted at once.
+        inner.placed("r1", "b", 11);
+        inner.placed("r2", "b", 12);
+        // One the view shows already is not counted twice.
+        inner.placed("r0", "a", 9);
+        let counts = inner.rooms_by_node();
+        assert_eq!((counts.get("a"), counts.get("b")), (Some(&1), Some(&2)));
+        // The watch reaches revision 11: r1 is in the view from now on.
+        inner.owners.insert("r1".into(), owned("b"));
+        inner.seen(11);
+        assert_eq!(inner.placed.len(), 1);
+        assert_eq!(inner.rooms_by_node().get("b"), Some(&2));
+        // r2 was deleted again before the watch saw it: its deletion's revision
+        // takes it out.
+        inner.seen(13);
+        assert!(inner.placed.is_empty());
+        assert_eq!(inner.rooms_by_node().get("b"), Some(&1));
     }
 
     #[test]

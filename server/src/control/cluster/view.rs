@@ -59,6 +59,9 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
         // What was deleted before this read is not known.
         inner.departed.clear();
         inner.placed_anew.clear();
+        // A view read anew starts its count of revisions anew.
+        inner.seen = 0;
+        inner.seen(revision);
     }
     let options = WatchOptions::new()
         .with_prefix()
@@ -106,6 +109,12 @@ async fn follow(cluster: &Cluster) -> Result<(), String> {
         view.placed_anew.retain(|room| spanning.contains_key(room));
         inner.departed = view.departed;
         inner.placed_anew = view.placed_anew;
+        // The events come in revision order: the view holds everything up to the
+        // last one (a response's header may name a later revision whose events
+        // come in the next responses).
+        if let Some(last) = response.events().iter().filter_map(|e| e.kv()).next_back() {
+            inner.seen(last.mod_revision());
+        }
     }
 }
 

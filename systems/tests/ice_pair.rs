@@ -28,6 +28,26 @@ fn creds(flip: bool) -> IceCredentials {
     }
 }
 
+/// A peer without DTLS or a room.
+fn peer_spec(
+    id: PeerId,
+    role: IceRole,
+    credentials: IceCredentials,
+    remote_candidates: Vec<SocketAddr>,
+    link: bool,
+) -> PeerSpec {
+    PeerSpec {
+        id,
+        role,
+        credentials,
+        remote_candidates,
+        dtls: None,
+        room: None,
+        may_send_data: true,
+        link,
+    }
+}
+
 /// Moves every datagram between the two shards until both are idle or `until`.
 fn pump(server: &mut Shard, client: &mut Shard, mut now: Time, until: Time) -> Time {
     let mut buf = Vec::new();
@@ -73,31 +93,19 @@ fn controlling_client_connects_to_lite_server() {
     server
         .command(
             Time::ZERO,
-            Command::AddPeer(PeerSpec {
-                id,
-                role: IceRole::Lite,
-                credentials: creds(false),
-                remote_candidates: vec![],
-                dtls: None,
-                room: None,
-                may_send_data: true,
-                link: false,
-            }),
+            Command::AddPeer(peer_spec(id, IceRole::Lite, creds(false), vec![], false)),
         )
         .unwrap();
     client
         .command(
             Time::ZERO,
-            Command::AddPeer(PeerSpec {
+            Command::AddPeer(peer_spec(
                 id,
-                role: IceRole::Controlling,
-                credentials: creds(true),
-                remote_candidates: vec![s_addr],
-                dtls: None,
-                room: None,
-                may_send_data: true,
-                link: false,
-            }),
+                IceRole::Controlling,
+                creds(true),
+                vec![s_addr],
+                false,
+            )),
         )
         .unwrap();
     let now = pump(&mut server, &mut client, Time::ZERO, Time::from_millis(200));
@@ -158,15 +166,8 @@ fn peers_checking_one_address_connect_from_addresses_of_their_own() {
                 remote_ufrag: server_creds.local_ufrag.clone(),
                 remote_pwd: server_creds.local_pwd.clone(),
             };
-            let spec = |role, credentials, remote_candidates| PeerSpec {
-                id,
-                role,
-                credentials,
-                remote_candidates,
-                dtls: None,
-                room: None,
-                may_send_data: true,
-                link: true,
+            let spec = |role, credentials, remote_candidates| {
+                peer_spec(id, role, credentials, remote_candidates, true)
             };
             let lite = Command::AddPeer(spec(IceRole::Lite, server_creds, vec![]));
             server.command(Time::ZERO, lite).unwrap();
@@ -199,16 +200,7 @@ fn peers_checking_one_address_connect_from_addresses_of_their_own() {
     }
     // A lite peer's paths are the ones its checks arrive on: it has none to name.
     let mut shard = Shard::new(ShardConfig::new(s_addr, 1));
-    let lite = PeerSpec {
-        id: PeerId(1),
-        role: IceRole::Lite,
-        credentials: creds(false),
-        remote_candidates: vec![],
-        dtls: None,
-        room: None,
-        may_send_data: true,
-        link: false,
-    };
+    let lite = peer_spec(PeerId(1), IceRole::Lite, creds(false), vec![], false);
     let refused = shard.command(
         Time::ZERO,
         Command::AddPeerFrom {

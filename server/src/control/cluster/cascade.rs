@@ -312,9 +312,13 @@ impl Links {
     }
 
     /// Notes that the association of the link whose peer here is `peer` came up;
-    /// the link's room and other node.
+    /// the link's room and other node. Not for a link whose association ended (a
+    /// restart's new association comes up at once): that link goes.
     pub fn mark_up(&mut self, peer: PeerId) -> Option<(String, String)> {
-        let ((room, node), link) = self.open.iter_mut().find(|(_, l)| l.peer == peer)?;
+        let ((room, node), link) = self
+            .open
+            .iter_mut()
+            .find(|(_, l)| l.peer == peer && !l.ended)?;
         link.up = true;
         Some((room.clone(), node.clone()))
     }
@@ -377,7 +381,7 @@ impl Links {
     pub fn is_up(&self, room: &str, node: &str) -> bool {
         self.open
             .get(&(room.to_owned(), node.to_owned()))
-            .is_some_and(|l| l.up)
+            .is_some_and(|l| l.up && !l.ended)
     }
 }
 
@@ -934,6 +938,9 @@ mod tests {
         links.mark_ended(PeerId(1), AssocEnd::AbortedByPeer);
         links.mark_ended(PeerId(2), AssocEnd::Shutdown);
         links.mark_ended(PeerId(4), AssocEnd::AbortedByPeer);
+        // A restart's new association coming up does not revive the link.
+        assert_eq!(links.mark_up(PeerId(1)), None);
+        assert!(!links.is_up("aborted", "node-1") && links.is_up("quiet", "node-1"));
         // Peer 4 left on its own: gone, not to be removed.
         let ended = links.take_gone(&[PeerId(4)]);
         let mut removed: Vec<(&str, bool)> =

@@ -885,8 +885,9 @@ mod tests {
         // Placed here in revisions the watch has not reached: counted at once.
         inner.placed("r1", "b", 11);
         inner.placed("r2", "b", 12);
-        // One the view shows already is not counted twice.
+        // One made in a revision the view has passed is in the view: not noted.
         inner.placed("r0", "a", 9);
+        assert!(!inner.placed.contains_key("r0"));
         let counts = inner.rooms_by_node();
         assert_eq!((counts.get("a"), counts.get("b")), (Some(&1), Some(&2)));
         // The watch reaches revision 11: r1 is in the view from now on.

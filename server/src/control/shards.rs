@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use shoal_components::peer::{IceCredentials, PeerId};
 use shoal_components::room::RoomId;
 use shoal_systems::{CommandError, CongestionReport, PeerSpec};
@@ -131,28 +131,14 @@ pub fn close_reliable_channels(
     indices: &[usize],
     timeout: Duration,
 ) -> (usize, Vec<ShardError>) {
-    let deadline = Instant::now() + timeout;
-    let mut errors = Vec::new();
-    let mut pending = Vec::with_capacity(indices.len());
-    for &index in indices {
-        let Some(shard) = shards.get(index) else {
-            errors.push(ShardError::NoSuchShard(index));
-            continue;
-        };
-        let (reply, closed) = crossbeam_channel::bounded(1);
-        match shard.send(ShardCommand::CloseReliableChannels(room, reply)) {
-            Ok(()) => pending.push((index, closed)),
-            Err(e) => errors.push(e.into()),
-        }
-    }
-    let mut total = 0;
-    for (shard, closed) in pending {
-        match receive(shard, &closed, deadline, timeout) {
-            Ok(n) => total += n,
-            Err(e) => errors.push(e),
-        }
-    }
-    (total, errors)
+    let requests = indices.iter().map(|&index| (index, room));
+    let (closed, errors) = ask_all(
+        shards,
+        requests,
+        timeout,
+        ShardCommand::CloseReliableChannels,
+    );
+    (closed.into_iter().map(|(_, n)| n).sum(), errors)
 }
 
 /// Removes each `(shard, peer)` from its shard and returns what went wrong, if
@@ -162,25 +148,12 @@ pub fn disconnect(
     peers: &[(usize, PeerId)],
     timeout: Duration,
 ) -> Vec<ShardError> {
-    let deadline = Instant::now() + timeout;
-    let mut errors = Vec::new();
-    let mut pending = Vec::with_capacity(peers.len());
-    for &(index, peer) in peers {
-        let Some(shard) = shards.get(index) else {
-            errors.push(ShardError::NoSuchShard(index));
-            continue;
-        };
-        let (reply, verdict) = crossbeam_channel::bounded(1);
-        match shard.send(ShardCommand::RemovePeer(peer, reply)) {
-            Ok(()) => pending.push((index, verdict)),
-            Err(e) => errors.push(e.into()),
-        }
-    }
-    for (shard, verdict) in pending {
-        match receive(shard, &verdict, deadline, timeout) {
-            Ok(Ok(()) | Err(CommandError::UnknownPeer(_))) => {}
-            Ok(Err(source)) => errors.push(ShardError::Refused { shard, source }),
-            Err(e) => errors.push(e),
+    let requests = peers.iter().copied();
+    let (verdicts, mut errors) = ask_all(shards, requests, timeout, ShardCommand::RemovePeer);
+    for (shard, verdict) in verdicts {
+        match verdict {
+            Ok(()) | Err(CommandError::UnknownPeer(_)) => {}
+            Err(source) => errors.push(ShardError::Refused { shard, source }),
         }
     }
     errors
@@ -194,30 +167,50 @@ pub fn send_data(
     messages: Vec<(usize, SendData)>,
     timeout: Duration,
 ) -> (usize, Vec<ShardError>) {
+    let (verdicts, mut errors) = ask_all(shards, messages, timeout, ShardCommand::SendData);
+    let mut recipients = 0;
+    for (shard, verdict) in verdicts {
+        match verdict {
+            Ok(n) => recipients += n,
+            Err(CommandError::UnknownPeer(_) | CommandError::NotMember { .. }) => {}
+            Err(source) => errors.push(ShardError::Refused { shard, source }),
+        }
+    }
+    (recipients, errors)
+}
+
+/// Sends each `(shard, request)`, made a command with its reply's sender by
+/// `command`, to its shard, all before any reply is awaited, and waits for the
+/// replies, `timeout` in all: each reply with its shard, and what went wrong in
+/// sending or waiting.
+fn ask_all<R, T>(
+    shards: &[ShardSender],
+    requests: impl IntoIterator<Item = (usize, R)>,
+    timeout: Duration,
+    command: impl Fn(R, Sender<T>) -> ShardCommand,
+) -> (Vec<(usize, T)>, Vec<ShardError>) {
     let deadline = Instant::now() + timeout;
     let mut errors = Vec::new();
-    let mut pending = Vec::with_capacity(messages.len());
-    for (index, data) in messages {
+    let mut pending = Vec::new();
+    for (index, request) in requests {
         let Some(shard) = shards.get(index) else {
             errors.push(ShardError::NoSuchShard(index));
             continue;
         };
-        let (reply, verdict) = crossbeam_channel::bounded(1);
-        match shard.send(ShardCommand::SendData(data, reply)) {
-            Ok(()) => pending.push((index, verdict)),
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        match shard.send(command(request, reply)) {
+            Ok(()) => pending.push((index, answer)),
             Err(e) => errors.push(e.into()),
         }
     }
-    let mut recipients = 0;
-    for (shard, verdict) in pending {
-        match receive(shard, &verdict, deadline, timeout) {
-            Ok(Ok(n)) => recipients += n,
-            Ok(Err(CommandError::UnknownPeer(_) | CommandError::NotMember { .. })) => {}
-            Ok(Err(source)) => errors.push(ShardError::Refused { shard, source }),
+    let mut replies = Vec::with_capacity(pending.len());
+    for (shard, answer) in pending {
+        match receive(shard, &answer, deadline, timeout) {
+            Ok(reply) => replies.push((shard, reply)),
             Err(e) => errors.push(e),
         }
     }
-    (recipients, errors)
+    (replies, errors)
 }
 
 fn receive<T>(

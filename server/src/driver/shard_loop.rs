@@ -136,6 +136,18 @@ struct PeerSockets {
     slots: Vec<Option<PeerSocket>>,
     /// Slot by bound address: where a datagram leaving from that address goes.
     by_addr: HashMap<SocketAddr, usize>,
+    /// The slots whose socket is readable and not yet read until WouldBlock: a
+    /// wake-up reads these, not every slot.
+    ready: Vec<usize>,
+}
+
+/// One of a shard's UDP sockets, to read from.
+#[derive(Clone, Copy)]
+enum SocketAt {
+    /// The socket of a bound address, by index.
+    Shard(usize),
+    /// A socket bound for one peer, by slot.
+    Peer(usize),
 }
 
 /// Reads about `limit` datagrams from `s` into `batch` (a GRO burst is taken
@@ -312,13 +324,8 @@ impl ShardLoop {
         // carry unfinished work into the next round, which then polls without waiting.
         let mut commands_pending = false;
         loop {
-            let sockets_pending = self.sockets.iter().any(|s| s.pending)
-                || self
-                    .peer_sockets
-                    .slots
-                    .iter()
-                    .flatten()
-                    .any(|s| s.socket.pending);
+            let sockets_pending =
+                self.sockets.iter().any(|s| s.pending) || !self.peer_sockets.ready.is_empty();
             let mut wait = if sockets_pending || commands_pending {
                 Some(Duration::ZERO)
             } else {
@@ -353,8 +360,11 @@ impl ShardLoop {
                     }
                 } else if token >= PEER_SOCKET_BASE {
                     let slot = token - PEER_SOCKET_BASE;
-                    if let Some(Some(s)) = self.peer_sockets.slots.get_mut(slot) {
+                    if let Some(Some(s)) = self.peer_sockets.slots.get_mut(slot)
+                        && !s.socket.pending
+                    {
                         s.socket.pending = true;
+                        self.peer_sockets.ready.push(slot);
                     }
                 } else if let Some(socket) = self.sockets.get_mut(token.wrapping_sub(1)) {
                     socket.pending = true;
@@ -362,18 +372,17 @@ impl ShardLoop {
             }
             for index in 0..self.sockets.len() {
                 if self.sockets[index].pending {
-                    self.sockets[index].pending = self.read_socket(index);
+                    self.sockets[index].pending = self.read_socket(SocketAt::Shard(index));
                 }
             }
-            for slot in 0..self.peer_sockets.slots.len() {
-                if self.peer_sockets.slots[slot]
-                    .as_ref()
-                    .is_some_and(|s| s.socket.pending)
-                {
-                    let pending = self.read_peer_socket(slot);
-                    // Its peer may have gone, and the socket with it, in a tick.
-                    if let Some(Some(s)) = self.peer_sockets.slots.get_mut(slot) {
-                        s.socket.pending = pending;
+            let ready = std::mem::take(&mut self.peer_sockets.ready);
+            for slot in ready {
+                let pending = self.read_socket(SocketAt::Peer(slot));
+                // Its peer may have gone, and the socket with it, in a tick.
+                if let Some(Some(s)) = self.peer_sockets.slots.get_mut(slot) {
+                    s.socket.pending = pending;
+                    if pending {
+                        self.peer_sockets.ready.push(slot);
                     }
                 }
             }
@@ -406,32 +415,28 @@ impl ShardLoop {
 
     /// Reads batches from socket `index` and runs a tick over each; true if the
     /// socket may still hold data.
-    fn read_socket(&mut self, index: usize) -> bool {
+    fn read_socket(&mut self, at: SocketAt) -> bool {
         for _ in 0..MAX_BATCHES_PER_WAKE {
-            let drained = self.read_batch(index);
-            // A GRO burst can take the batch past what one tick accepts.
-            self.run_batch();
-            if drained {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// Reads batches from the socket in `slot` of the peer sockets and runs a tick
-    /// over each; true if the socket may still hold data.
-    fn read_peer_socket(&mut self, slot: usize) -> bool {
-        for _ in 0..MAX_BATCHES_PER_WAKE {
-            let Some(Some(s)) = self.peer_sockets.slots.get_mut(slot) else {
+            let socket = match at {
+                SocketAt::Shard(index) => self.sockets.get_mut(index),
+                SocketAt::Peer(slot) => self
+                    .peer_sockets
+                    .slots
+                    .get_mut(slot)
+                    .and_then(Option::as_mut)
+                    .map(|p| &mut p.socket),
+            };
+            let Some(socket) = socket else {
                 return false;
             };
             let drained = recv_into(
-                &mut s.socket,
+                socket,
                 self.batch_limit,
                 &mut self.batch,
                 &mut self.stamps,
                 &mut self.stats,
             );
+            // A GRO burst can take the batch past what one tick accepts.
             self.run_batch();
             if drained {
                 return false;
@@ -550,6 +555,7 @@ impl ShardLoop {
         let sockets = &mut self.peer_sockets;
         if let Some(mut s) = sockets.slots.get_mut(slot).and_then(Option::take) {
             sockets.by_addr.remove(&s.socket.bound);
+            sockets.ready.retain(|&r| r != slot);
             self.stats.peer_sockets_closed += 1;
             // Dropping the socket closes it, which takes it off the poll too.
             let _ = self.poll.registry().deregister(s.socket.socket_mut());
@@ -727,21 +733,6 @@ impl ShardLoop {
         }
     }
 
-    /// Fills the batch from socket `index` with about `batch_limit` datagrams (a GRO
-    /// burst is taken whole); true once the socket reported WouldBlock.
-    fn read_batch(&mut self, index: usize) -> bool {
-        let Some(s) = self.sockets.get_mut(index) else {
-            return true;
-        };
-        recv_into(
-            s,
-            self.batch_limit,
-            &mut self.batch,
-            &mut self.stamps,
-            &mut self.stats,
-        )
-    }
-
     /// Runs a tick if a shard deadline has passed.
     fn fire_timers(&mut self) {
         let now = self.now();
@@ -904,21 +895,20 @@ impl ShardLoop {
     fn sort_onto_peer_sockets(&mut self) {
         // The shard's sockets share one port, which no peer's socket has.
         let port = self.local_addr.port();
-        let sockets = &mut self.peer_sockets;
-        self.tx.retain(|d| {
-            if d.local.port() == port {
-                return true;
-            }
-            let Some(s) = sockets
-                .by_addr
-                .get(&d.local)
-                .and_then(|&slot| sockets.slots.get_mut(slot)?.as_mut())
-            else {
-                return true;
-            };
-            s.socket.tx.push(d.clone());
-            false
+        let PeerSockets { slots, by_addr, .. } = &mut self.peer_sockets;
+        // The slot the predicate found for the datagram it took out last.
+        let found = std::cell::Cell::new(0);
+        let taken = self.tx.extract_if(.., |d| {
+            let slot = (d.local.port() != port)
+                .then(|| by_addr.get(&d.local))
+                .flatten();
+            slot.inspect(|&&slot| found.set(slot)).is_some()
         });
+        for d in taken {
+            if let Some(Some(s)) = slots.get_mut(found.get()) {
+                s.socket.tx.push(d);
+            }
+        }
     }
 
     /// Takes the datagrams of ICE-TCP paths out of the output, framed onto their

@@ -33,6 +33,11 @@ pub struct RelayLimits {
     /// low watermark is disconnected (`RemoveReason::SlowReceiver`), and the room
     /// goes on without it.
     pub hold_limit: Duration,
+    /// Room messages one tick puts out for the room's other shards at most: past
+    /// it, a tick's further reliable messages wait for the next tick in their
+    /// senders' receive buffers, and its further unreliable ones reach only this
+    /// shard's members (counted in `ShardStats::relay_forwards_dropped`).
+    pub max_forwards_per_tick: usize,
 }
 
 impl RelayLimits {
@@ -60,6 +65,8 @@ impl Default for RelayLimits {
             high_watermark: 1 << 20,
             low_watermark: 512 << 10,
             hold_limit: Duration::from_secs(10),
+            // With 1024 datagrams a tick, several small messages per datagram.
+            max_forwards_per_tick: 4096,
         }
     }
 }
@@ -108,6 +115,13 @@ pub struct RelayHeld(pub Vec<bevy_ecs::entity::Entity>);
 /// This tick's room messages for other shards, in the order the relay produced them.
 #[derive(Resource, Debug, Default)]
 pub struct RelayOutbox(pub Vec<Forwarded>);
+
+/// Whether reliable room messages the shard forwarded wait to go again to a sibling
+/// shard whose queue was full (the node's `Links` keeps them): while they do, no
+/// further reliable message of a room with members on other shards leaves its
+/// sender's receive buffer, so none overtakes them and they cannot pile up.
+#[derive(Resource, Debug, Default)]
+pub struct ForwardsWaiting(pub bool);
 
 /// What one shard hands a sibling for tracks that cross shards.
 #[derive(Clone, Debug)]

@@ -154,10 +154,18 @@ pub struct ShardStats {
     /// Room messages a member sent that were put out for the room's other shards
     /// (one per message, whatever the number of those shards).
     pub relay_forwards_out: u64,
-    /// Forwarded room messages lost on the way to another shard: over the per-tick
-    /// limit, or that shard's command queue was full or gone (one per message per
-    /// shard it missed).
+    /// Forwarded room messages lost on the way to another shard (one per message per
+    /// shard it missed): unreliable ones over the per-tick limit or refused by a
+    /// full queue, and any for a shard that is gone. A reliable message is never
+    /// dropped for a full queue: it waits (`relay_forwards_requeued`).
     pub relay_forwards_dropped: u64,
+    /// Reliable room messages a sibling shard's full queue refused, kept to go to it
+    /// again, first, at the next try (one per message per refusal).
+    pub relay_forwards_requeued: u64,
+    /// Times a room member's next reliable message waited in its receive buffer for
+    /// room among the messages forwarded to other shards (the tick's limit reached,
+    /// or messages refused by a full queue waiting to go again).
+    pub relay_forward_waits: u64,
     /// Data-channel messages dropped because their sender may not send (a
     /// participant without the canPublishData grant).
     pub data_messages_refused: u64,

@@ -55,11 +55,14 @@ pub enum TimerKind {
     /// A room receiver that holds a sender back reaches the relay's hold limit
     /// (`RelayLimits::hold_limit`).
     RelayHold = 16,
+    /// A room member's reliable messages wait for room among the messages its shard
+    /// forwards to the room's other shards: the next tick looks at it again.
+    RelayForward = 17,
 }
 
 impl TimerKind {
     /// Every kind, in slot order.
-    pub const ALL: [TimerKind; 17] = [
+    pub const ALL: [TimerKind; 18] = [
         TimerKind::IceCheck,
         TimerKind::ConsentCheck,
         TimerKind::ConsentExpiry,
@@ -77,6 +80,7 @@ impl TimerKind {
         TimerKind::Probe,
         TimerKind::Pace,
         TimerKind::RelayHold,
+        TimerKind::RelayForward,
     ];
     /// How many kinds there are: the size of the table.
     pub const COUNT: usize = TimerKind::ALL.len();
@@ -102,7 +106,8 @@ impl TimerKind {
             | TimerKind::AudioLevel
             | TimerKind::Probe
             | TimerKind::Pace
-            | TimerKind::RelayHold => self as usize,
+            | TimerKind::RelayHold
+            | TimerKind::RelayForward => self as usize,
         }
     }
 }

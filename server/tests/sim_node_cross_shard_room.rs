@@ -2,26 +2,31 @@
 //! same `shoal_systems::Node` logic the shard threads of a running node use): a room
 //! whose four members sit on all three shards. Every member's data-channel messages
 //! reach every other member once and in order, and one member's video reaches the
-//! three others, each shard's part crossing the node once.
+//! three others, each shard's part crossing the node once. With the queues between
+//! the shards cut to one batch, so that a shard's siblings fill its queue before it
+//! takes from it, reliable messages still arrive once and in order.
 
 mod media_sim;
 mod room;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use media_sim::{
     PT, PUB_RTX, PUB_SSRC, RTX_PT, SOURCE, intact, packet, publish_source, subscribe_and_receive,
     track_spec,
 };
 use room::{Log, cli, join, open_from_client, send_range};
+use shoal_components::dtls::DtlsCertificate;
 use shoal_components::media::TrackId;
 use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
 use shoal_components::rtp::RtpPacket;
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_server::sim::{LinkConfig, Sim};
-use shoal_systems::Command;
+use shoal_systems::{Command, RelayLimits, ShardConfig};
 
 const ROOM: RoomId = RoomId(9);
 const RELIABLE: ChannelType = ChannelType {
@@ -52,8 +57,22 @@ fn home(i: u64) -> usize {
 /// The node, the four members joined and connected over `link`, each shard told
 /// which others hold members of the room (as the control plane does).
 fn node_room(seed: u64, link: &LinkConfig) -> Sim {
+    node_room_with(seed, link, RelayLimits::default())
+}
+
+/// [`node_room`] with the relay's limits `relay` on every shard of the node.
+fn node_room_with(seed: u64, link: &LinkConfig, relay: RelayLimits) -> Sim {
     let mut sim = Sim::new(seed);
-    sim.add_node(&shards());
+    let certificate = Arc::new(DtlsCertificate::generate().unwrap());
+    let configs = shards()
+        .iter()
+        .map(|&a| {
+            let mut c = ShardConfig::with_certificate(a, sim.rng().next_u64(), certificate.clone());
+            c.relay = relay;
+            c
+        })
+        .collect();
+    sim.add_node_with(configs);
     for i in 1..=4 {
         join(&mut sim, shards()[home(i)], i, ROOM, link);
     }
@@ -186,5 +205,126 @@ fn sim_node_cross_shard_room() {
         for s in &stats {
             assert_eq!(s.relay_forwards_dropped + s.media_relay_dropped, 0);
         }
+    }
+}
+
+/// Messages each member sends when the queues between the shards are one batch long.
+const FLOOD: u32 = 400;
+
+#[test]
+fn sim_node_sibling_queue_full_loses_no_reliable_message() {
+    // No jitter: the members' messages reach the three shards at the same instants,
+    // so in one step two shards hand the third a batch each before it runs, and a
+    // queue of one refuses the second.
+    let link = LinkConfig {
+        latency: Duration::from_millis(15),
+        loss: 0.01,
+        ..LinkConfig::default()
+    };
+    for seed in 0..6 {
+        let mut sim = node_room(seed, &link);
+        sim.set_sibling_queue_len(shards()[0], 1);
+        let mut log = Log::default();
+        let mut chat = [0u16; 5];
+        for i in 1..=4 {
+            chat[i as usize] = open_from_client(&mut sim, &mut log, i, "chat", "", RELIABLE);
+        }
+        for i in 1..=4 {
+            send_range(&mut sim, i, chat[i as usize], 0..FLOOD, false);
+        }
+        let expected = 3 * FLOOD as usize;
+        sim.run_until(
+            |s| {
+                log.take(s);
+                (1..=4).all(|r| log.on(r, "chat").len() >= expected)
+            },
+            Duration::from_secs(120),
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: messages: {e}"));
+        sim.run_for(Duration::from_secs(3)).unwrap();
+        log.take(&mut sim);
+
+        room::assert_heard_once_in_order(&log, &[1, 2, 3, 4], "chat", FLOOD, seed);
+        let stats: Vec<_> = shards()
+            .iter()
+            .map(|&a| sim.shard(a).stats().clone())
+            .collect();
+        // The full queues happened, and nothing was dropped for them: what they
+        // refused went again.
+        let requeued: u64 = stats.iter().map(|s| s.relay_forwards_requeued).sum();
+        assert!(requeued > 0, "seed {seed}: no queue was full: {stats:?}");
+        for s in &stats {
+            assert_eq!(s.relay_forwards_dropped, 0, "seed {seed}");
+        }
+        let n = u64::from(FLOOD);
+        let inn: Vec<u64> = stats.iter().map(|s| s.relay_forwards_in).collect();
+        assert_eq!(inn, [2 * n, 3 * n, 3 * n], "seed {seed}: forwards in");
+    }
+}
+
+/// Messages one member sends, and what a tick forwards at most in that test: a
+/// tick's share of the sender's window passes it.
+const BURST: u32 = 3_000;
+const TICK_FORWARDS: usize = 16;
+
+#[test]
+fn sim_node_tick_forward_limit_loses_no_reliable_message() {
+    let link = LinkConfig {
+        latency: Duration::from_millis(20),
+        loss: 0.01,
+        ..LinkConfig::default()
+    };
+    let relay = RelayLimits {
+        max_forwards_per_tick: TICK_FORWARDS,
+        ..RelayLimits::default()
+    };
+    for seed in 0..4 {
+        let mut sim = node_room_with(seed, &link, relay);
+        let mut log = Log::default();
+        let mut chat = [0u16; 5];
+        for i in 1..=4 {
+            chat[i as usize] = open_from_client(&mut sim, &mut log, i, "chat", "", RELIABLE);
+        }
+        // Small messages, many to a datagram.
+        for k in 0..BURST {
+            let payload = Bytes::from(format!("2:{k}:"));
+            sim.shard_mut(cli(2))
+                .channel_send(PeerId(2), chat[2], false, payload)
+                .unwrap_or_else(|e| panic!("message {k}: {e}"));
+        }
+        sim.run_until(
+            |s| {
+                log.take(s);
+                [1, 3, 4]
+                    .iter()
+                    .all(|&r| log.on(r, "chat").len() >= BURST as usize)
+            },
+            Duration::from_secs(120),
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: messages: {e}"));
+        sim.run_for(Duration::from_secs(3)).unwrap();
+        log.take(&mut sim);
+
+        // The member beside the sender and those on the other shards got every
+        // message once, in order.
+        let want: Vec<Option<(u64, u32)>> = (0..BURST).map(|k| Some((2, k))).collect();
+        for r in [1u64, 3, 4] {
+            let got: Vec<Option<(u64, u32)>> = log
+                .on(r, "chat")
+                .iter()
+                .map(|m| room::header(&m.payload))
+                .collect();
+            assert!(
+                got == want,
+                "seed {seed}: member {r} got {} messages, not each once in order",
+                got.len()
+            );
+        }
+        // Ticks put out their limit, and the sender's next messages waited for the
+        // next tick rather than being dropped.
+        let stats = sim.shard(shards()[0]).stats().clone();
+        assert!(stats.relay_forward_waits > 0, "seed {seed}: {stats:?}");
+        assert_eq!(stats.relay_forwards_dropped, 0, "seed {seed}");
+        assert_eq!(stats.relay_forwards_out, u64::from(BURST), "seed {seed}");
     }
 }

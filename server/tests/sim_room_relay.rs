@@ -501,6 +501,7 @@ fn tight_relay() -> RelayLimits {
         high_watermark: 256 * 1024,
         low_watermark: 128 * 1024,
         hold_limit: Duration::from_secs(5),
+        ..RelayLimits::default()
     }
 }
 

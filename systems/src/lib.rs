@@ -12,7 +12,7 @@ pub mod passes;
 pub mod peer;
 pub mod shard;
 
-pub use node::{Links, Node, SiblingBatch};
+pub use node::{Links, Node, Refused, SiblingBatch};
 pub use passes::Pass;
 pub use shard::{
     Census, Command, CommandError, CongestionReport, LayerReport, PeerDtls, PeerSpec,

@@ -17,22 +17,33 @@
 //! - The mio driver runs each shard on a thread of its own with its own [`Links`],
 //!   and carries the batches over the shards' command channels.
 //!
-//! Either way a shard never waits for another: a batch a sibling cannot take now (its
-//! queue is full, or it is gone) is dropped and counted in the sender's
-//! `ShardStats::relay_forwards_dropped` and `media_relay_dropped`. That is a node past
-//! its capacity, not a normal event: its subscribers NACK what they miss, but a room
-//! message on a reliable channel is a gap its receivers do not see as an error.
+//! Either way a shard never waits for another. A batch a sibling cannot take now
+//! because its queue is full is given back ([`Refused::Full`]): its packets and
+//! unreliable room messages are dropped and counted in the sender's
+//! `ShardStats::media_relay_dropped` and `relay_forwards_dropped` (subscribers NACK
+//! what they miss; an unreliable channel may lose a message), and its reliable room
+//! messages wait in [`Links`] to go to that sibling again, before anything newer, at
+//! the next try ([`FORWARD_RETRY`] at the latest). While any wait the shard's relay
+//! lets no further reliable message of a room with members on other shards out of
+//! its sender's receive buffer, which closes the senders' SCTP windows as a slow
+//! receiver does: a reliable message is delivered once, in order, never dropped for
+//! a full queue. A batch for a sibling that is gone ([`Refused::Gone`]) is dropped
+//! and counted whole. Either is a node past its capacity, not a normal event.
 
 use std::collections::VecDeque;
 
 use shoal_components::net::Datagram;
 use shoal_components::relay::{Forwarded, MediaRelay};
+use shoal_components::sctp::dcep::Reliability;
 use shoal_components::time::Time;
+
+pub use crate::passes::datachannel::relay::FORWARD_RETRY;
 
 use crate::shard::{Shard, ShardConfig};
 
-/// Batches a [`Node`] holds for one shard at most; one more is dropped and counted
-/// in its sender's stats (the driver's command queue has the same bound).
+/// Batches a [`Node`] holds for one shard at most, unless set otherwise
+/// ([`Node::set_sibling_queue_len`]); one more is refused ([`Refused::Full`]). The
+/// driver's command queue has the same bound.
 pub const SIBLING_QUEUE_LEN: usize = 1024;
 
 /// What one shard's passes put out for one sibling in one tick, in their order.
@@ -52,14 +63,26 @@ impl SiblingBatch {
     }
 }
 
+/// Why a sibling did not take a batch: `send` gives it back in one of these.
+#[derive(Debug)]
+pub enum Refused {
+    /// Its queue is full for now: the batch's reliable room messages wait to go to
+    /// it again, the rest is dropped.
+    Full(SiblingBatch),
+    /// It is gone, or no such shard: the batch is dropped.
+    Gone(SiblingBatch),
+}
+
 /// One shard's side of the queues between the shards of its node: the batches it is
-/// filling for each sibling, reused from tick to tick.
+/// filling for each sibling, reused from tick to tick, and the reliable room
+/// messages waiting to go again to each sibling whose queue was full.
 #[derive(Debug)]
 pub struct Links {
     index: usize,
     batches: Vec<SiblingBatch>,
     forwards: Vec<Forwarded>,
     media: Vec<MediaRelay>,
+    waiting: Vec<Vec<Forwarded>>,
 }
 
 impl Links {
@@ -70,26 +93,37 @@ impl Links {
             batches: vec![SiblingBatch::default(); shards],
             forwards: Vec::new(),
             media: Vec::new(),
+            waiting: vec![Vec::new(); shards],
         }
     }
 
+    /// Whether reliable room messages wait to go again to a sibling whose queue was
+    /// full: the owner calls [`Links::collect`] again within [`FORWARD_RETRY`],
+    /// whether or not the shard has anything new.
+    pub fn has_waiting(&self) -> bool {
+        self.waiting.iter().any(|w| !w.is_empty())
+    }
+
     /// Moves what `shard` put out for its siblings since the last call into one batch
-    /// per sibling, and hands each batch that has anything to `send`, which gives it
-    /// back if the sibling cannot take it now; a batch given back is dropped and
-    /// counted. A room message goes to every shard its room's presence names
-    /// (`Shard::room_siblings`); a media item to the shard it names. What names the
-    /// shard itself or an index outside the node goes nowhere, counted as dropped.
+    /// per sibling, behind the reliable room messages waiting for that sibling, and
+    /// hands each batch that has anything to `send`, which gives it back if the
+    /// sibling cannot take it now ([`Refused`]). A room message goes to every shard
+    /// its room's presence names (`Shard::room_siblings`); a media item to the shard
+    /// it names. What names the shard itself or an index outside the node goes
+    /// nowhere, counted as dropped. The shard's relay is told whether anything waits
+    /// (`Shard::set_forwards_waiting`).
     pub fn collect(
         &mut self,
         shard: &mut Shard,
-        mut send: impl FnMut(usize, SiblingBatch) -> Result<(), SiblingBatch>,
+        mut send: impl FnMut(usize, SiblingBatch) -> Result<(), Refused>,
     ) {
         shard.poll_forward(&mut self.forwards);
         shard.poll_media_relay(&mut self.media);
-        if self.forwards.is_empty() && self.media.is_empty() {
+        let had_waiting = self.has_waiting();
+        if self.forwards.is_empty() && self.media.is_empty() && !had_waiting {
             return;
         }
-        let (mut room_dropped, mut media_dropped) = (0u64, 0u64);
+        let (mut room_dropped, mut media_dropped, mut requeued) = (0u64, 0u64, 0u64);
         for message in self.forwards.drain(..) {
             for &to in shard.room_siblings(message.room) {
                 match self.batches.get_mut(to).filter(|_| to != self.index) {
@@ -106,13 +140,42 @@ impl Links {
             }
         }
         for (to, batch) in self.batches.iter_mut().enumerate() {
+            let Some(waiting) = self.waiting.get_mut(to) else {
+                continue;
+            };
+            if !waiting.is_empty() {
+                // What waits goes first, then what is new: the relay's order.
+                waiting.append(&mut batch.room);
+                std::mem::swap(waiting, &mut batch.room);
+            }
             if batch.is_empty() {
                 continue;
             }
-            if let Err(refused) = send(to, std::mem::take(batch)) {
-                room_dropped += refused.room.len() as u64;
-                media_dropped += refused.media.len() as u64;
+            match send(to, std::mem::take(batch)) {
+                Ok(()) => {}
+                Err(Refused::Full(refused)) => {
+                    media_dropped += refused.media.len() as u64;
+                    for message in refused.room {
+                        if message.kind.reliability == Reliability::Reliable {
+                            waiting.push(message);
+                        } else {
+                            room_dropped += 1;
+                        }
+                    }
+                    requeued += waiting.len() as u64;
+                }
+                Err(Refused::Gone(refused)) => {
+                    room_dropped += refused.room.len() as u64;
+                    media_dropped += refused.media.len() as u64;
+                }
             }
+        }
+        let has_waiting = self.has_waiting();
+        if has_waiting != had_waiting {
+            shard.set_forwards_waiting(has_waiting);
+        }
+        if requeued > 0 {
+            shard.count_forwards_requeued(requeued);
         }
         if room_dropped > 0 {
             shard.count_forwards_dropped(room_dropped);
@@ -146,6 +209,7 @@ pub struct Node {
     shards: Vec<Shard>,
     links: Vec<Links>,
     inboxes: Vec<VecDeque<SiblingBatch>>,
+    queue_len: usize,
 }
 
 impl Node {
@@ -157,7 +221,15 @@ impl Node {
             links: (0..n).map(|i| Links::new(i, n)).collect(),
             inboxes: (0..n).map(|_| VecDeque::new()).collect(),
             shards,
+            queue_len: SIBLING_QUEUE_LEN,
         }
+    }
+
+    /// Bounds each shard's queue of batches from its siblings at `len` (at least
+    /// one) instead of [`SIBLING_QUEUE_LEN`]: a short queue shows what a node does
+    /// when a shard falls behind its siblings.
+    pub fn set_sibling_queue_len(&mut self, len: usize) {
+        self.queue_len = len.max(1);
     }
 
     /// How many shards the node has.
@@ -209,29 +281,35 @@ impl Node {
 
     /// When shard `index` next wants [`Node::handle_timeout`]: at once (its own
     /// clock's now) while its siblings have batches waiting for it, else its own
-    /// deadline.
+    /// deadline, and within [`FORWARD_RETRY`] while its messages wait for a
+    /// sibling's full queue.
     pub fn poll_timeout(&self, index: usize) -> Option<Time> {
         let shard = self.shards.get(index)?;
         if self.inboxes.get(index).is_some_and(|q| !q.is_empty()) {
             return Some(shard.now());
         }
-        shard.poll_timeout()
+        let deadline = shard.poll_timeout();
+        if self.links.get(index).is_some_and(Links::has_waiting) {
+            let retry = shard.now() + FORWARD_RETRY;
+            return Some(deadline.map_or(retry, |d| d.min(retry)));
+        }
+        deadline
     }
 
-    /// Moves what shard `index` put out for its siblings into their queues (a queue
-    /// at [`SIBLING_QUEUE_LEN`] refuses the batch, which is counted as dropped).
+    /// Moves what shard `index` put out for its siblings into their queues (a full
+    /// queue refuses the batch: [`Refused::Full`]).
     pub fn route(&mut self, index: usize) {
         let (Some(links), Some(shard)) = (self.links.get_mut(index), self.shards.get_mut(index))
         else {
             return;
         };
-        let inboxes = &mut self.inboxes;
+        let (inboxes, queue_len) = (&mut self.inboxes, self.queue_len);
         links.collect(shard, |to, batch| {
             let Some(queue) = inboxes.get_mut(to) else {
-                return Err(batch);
+                return Err(Refused::Gone(batch));
             };
-            if queue.len() >= SIBLING_QUEUE_LEN {
-                return Err(batch);
+            if queue.len() >= queue_len {
+                return Err(Refused::Full(batch));
             }
             queue.push_back(batch);
             Ok(())

@@ -51,7 +51,8 @@ use shoal_components::room::RoomId;
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::ShardEvent;
 use shoal_systems::{
-    Census, Command, CommandError, CongestionReport, PeerSpec, Shard, ShardConfig, SiblingBatch,
+    Census, Command, CommandError, CongestionReport, PeerSpec, Refused, Shard, ShardConfig,
+    SiblingBatch,
 };
 
 use crate::addresses::{self, AddressError};
@@ -450,18 +451,26 @@ impl ShardSender {
     }
 
     /// Queues a sibling's batch and wakes the shard without blocking, or gives the
-    /// batch back if the queue is full or the shard is gone.
-    pub fn try_send_sibling(&self, batch: SiblingBatch) -> Result<(), SiblingBatch> {
+    /// batch back, saying whether the queue is full or the shard is gone.
+    pub fn try_send_sibling(&self, batch: SiblingBatch) -> Result<(), Refused> {
         match self.commands.try_send(ShardCommand::Sibling(batch)) {
             // Queued: a failed wake-up only delays it to the shard's next wake.
             Ok(()) => {
                 let _ = self.wake();
                 Ok(())
             }
-            Err(e) => match e.into_inner() {
-                ShardCommand::Sibling(batch) => Err(batch),
-                _ => Err(SiblingBatch::default()),
-            },
+            Err(e) => {
+                let full = matches!(e, TrySendError::Full(_));
+                let batch = match e.into_inner() {
+                    ShardCommand::Sibling(batch) => batch,
+                    _ => SiblingBatch::default(),
+                };
+                Err(if full {
+                    Refused::Full(batch)
+                } else {
+                    Refused::Gone(batch)
+                })
+            }
         }
     }
 
@@ -916,6 +925,7 @@ fn prepare_shard(
         high_watermark: config.relay_high_watermark,
         low_watermark: config.relay_low_watermark,
         hold_limit: std::time::Duration::from_secs(config.relay_hold_limit),
+        ..shoal_systems::RelayLimits::default()
     };
     shard_config.pacer_burst = std::time::Duration::from_millis(config.pacer_burst_ms);
     let shard_loop = shard_loop::ShardLoop::new(

@@ -14,7 +14,8 @@ use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::{IceRole, PeerId};
 use shoal_components::tick::ShardEvent;
 use shoal_components::time::Time;
-use shoal_systems::{Command, CommandError, Links, PeerSpec, RemoveReason, Shard};
+use shoal_systems::node::FORWARD_RETRY;
+use shoal_systems::{Command, CommandError, Links, PeerSpec, Refused, RemoveReason, Shard};
 
 use crate::tcp::{Closed, Connection, TcpSettings};
 use crate::udp::UdpIo;
@@ -401,10 +402,16 @@ impl ShardLoop {
         }
     }
 
-    /// How long to sleep: until the shard's next deadline, at most [`MAX_POLL_WAIT`].
+    /// How long to sleep: until the shard's next deadline, at most [`MAX_POLL_WAIT`],
+    /// and at most [`FORWARD_RETRY`] while messages wait for a sibling's full queue
+    /// (every round ends in [`Self::flush`], which tries again).
     fn poll_wait(&self) -> Option<Duration> {
-        let deadline = self.shard.poll_timeout()?;
-        Some(deadline.saturating_since(self.now()).min(MAX_POLL_WAIT))
+        let retry = self.links.has_waiting().then_some(FORWARD_RETRY);
+        let Some(deadline) = self.shard.poll_timeout() else {
+            return retry;
+        };
+        let wait = deadline.saturating_since(self.now()).min(MAX_POLL_WAIT);
+        Some(retry.map_or(wait, |r| wait.min(r)))
     }
 
     /// The driver's clock in the shard's units: time since the server started.
@@ -814,13 +821,14 @@ impl ShardLoop {
     }
 
     /// Hands what the shard put out for its siblings to each, one batch per sibling,
-    /// without blocking; a batch a sibling cannot take now is dropped and counted.
+    /// without blocking; of a batch a sibling cannot take now the reliable room
+    /// messages wait for the next try (`Links`), the rest is dropped and counted.
     fn forward(&mut self) {
         let siblings = &self.siblings;
         self.links
             .collect(&mut self.shard, |to, batch| match siblings.get(to) {
                 Some(sibling) => sibling.try_send_sibling(batch),
-                None => Err(batch),
+                None => Err(Refused::Gone(batch)),
             });
     }
 

@@ -304,6 +304,23 @@ impl Sim {
         self.nodes.push((Node::new(configs), addrs));
     }
 
+    /// Bounds the queue of batches each shard of the node holding `addr` takes from
+    /// its siblings at `len` (`Node::set_sibling_queue_len`): a short queue shows
+    /// what a node does when a shard falls behind its siblings.
+    ///
+    /// # Panics
+    /// If no node has `addr`.
+    pub fn set_sibling_queue_len(&mut self, addr: SocketAddr, len: usize) {
+        let Some(node) = self
+            .slots
+            .get(&addr)
+            .and_then(|s| self.nodes.get_mut(s.node))
+        else {
+            panic!("no node has address {addr}");
+        };
+        node.0.set_sibling_queue_len(len);
+    }
+
     /// The addresses of all shards, in address order.
     pub fn nodes(&self) -> impl Iterator<Item = SocketAddr> + '_ {
         self.slots.keys().copied()

@@ -17,7 +17,7 @@ use bevy_ecs::system::SystemParam;
 use bytes::Bytes;
 use shoal_components::datachannel::{Channel, ChannelState, DataChannels, apply_resets, send_dcep};
 use shoal_components::peer::Peer;
-use shoal_components::relay::{RelayHeld, RelayLimits, RelayOutbox};
+use shoal_components::relay::{ForwardsWaiting, RelayHeld, RelayLimits, RelayOutbox};
 use shoal_components::room::{RoomIndex, RoomMember, RoomPresence};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::assoc::Sctp;
@@ -46,6 +46,7 @@ pub struct DataChannelCtx<'w, 's> {
     rooms: Res<'w, RoomIndex>,
     presence: Res<'w, RoomPresence>,
     outbox: ResMut<'w, RelayOutbox>,
+    forwards_waiting: Res<'w, ForwardsWaiting>,
     relay: Local<'s, RelayScratch>,
     slow: ResMut<'w, SlowReceivers>,
     leave: Leave<'w, 's>,
@@ -91,10 +92,12 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
             }
             _ => None,
         };
+        // A room with members on other shards: each message is also forwarded.
+        let shared = room.is_some_and(|r| !ctx.presence.siblings(r).is_empty());
         let Ok((peer, mut a, mut dc, _)) = q.get_mut(entity) else {
             continue;
         };
-        let mut waits = false;
+        let (mut waits, mut waits_for_forwards) = (false, false);
         // Messages first: what was sent before a stream's reset arrived before it.
         while let Some(next) = a.peek_message() {
             if let Some(budget) = budget.as_mut()
@@ -103,11 +106,23 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
                 && let Some(ch) = dc.channels.get(&next.stream.0)
             {
                 // Every relayed message counts against the budget; a reliable one
-                // that does not fit waits.
+                // that does not fit waits. So does one that could not be forwarded
+                // to the other shards now: this tick's forwards are at their
+                // limit, or earlier ones wait for a full queue.
                 let len = next.payload.len();
-                if ch.kind.reliability == Reliability::Reliable && !budget.admits(len) {
-                    waits = true;
-                    break;
+                if ch.kind.reliability == Reliability::Reliable {
+                    if shared
+                        && (ctx.forwards_waiting.0
+                            || ctx.outbox.0.len() + ctx.relay.jobs.len()
+                                >= ctx.limits.max_forwards_per_tick)
+                    {
+                        (waits, waits_for_forwards) = (true, true);
+                        break;
+                    }
+                    if !budget.admits(len) {
+                        waits = true;
+                        break;
+                    }
                 }
                 budget.take(len);
             }
@@ -162,7 +177,16 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
             if !ctx.relay.jobs.is_empty() {
                 relay::fan_out(&mut ctx.relay_ctx(), &mut q, entity, room);
             }
-            if waits {
+            if waits_for_forwards {
+                // Looked at again once this tick's forwards are out, or at the
+                // next try of those waiting for a full queue.
+                let at = if ctx.forwards_waiting.0 {
+                    ctx.now.0 + relay::FORWARD_RETRY
+                } else {
+                    ctx.now.0
+                };
+                relay::wait_for_forwards(&mut ctx.relay_ctx(), &mut q, entity, at);
+            } else if waits {
                 relay::hold(&mut ctx.relay_ctx(), &mut q, entity, room);
             }
         }

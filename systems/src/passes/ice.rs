@@ -480,7 +480,8 @@ fn handle_timer(
         | TimerKind::AudioLevel
         | TimerKind::Probe
         | TimerKind::Pace
-        | TimerKind::RelayHold => {}
+        | TimerKind::RelayHold
+        | TimerKind::RelayForward => {}
         TimerKind::ConsentCheck => {
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
                 return;

@@ -33,7 +33,9 @@ use shoal_components::dtls::{DtlsCertificate, DtlsConfig};
 use shoal_components::media::{RetiredSsrcs, TrackIndex};
 use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::PeerIndex;
-use shoal_components::relay::{MediaRelayOut, RelayHeld, RelayLimits, RelayOutbox};
+use shoal_components::relay::{
+    ForwardsWaiting, MediaRelayOut, RelayHeld, RelayLimits, RelayOutbox,
+};
 use shoal_components::room::{RoomIndex, RoomPresence};
 use shoal_components::sctp::assoc::SctpLimits;
 use shoal_components::sctp::cookie::CookieKey;
@@ -168,6 +170,7 @@ impl Shard {
         world.init_resource::<RoomPresence>();
         world.init_resource::<SlowReceivers>();
         world.init_resource::<RelayOutbox>();
+        world.init_resource::<ForwardsWaiting>();
         world.insert_resource(config.relay.clamped(&config.sctp));
         world.init_resource::<RelayHeld>();
         let mut secret = [0u8; 32];

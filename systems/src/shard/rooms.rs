@@ -7,7 +7,7 @@ use bevy_ecs::prelude::*;
 use bytes::Bytes;
 use shoal_components::datachannel::{self, ChannelParams, DataChannels, PRIORITY_NORMAL};
 use shoal_components::peer::PeerId;
-use shoal_components::relay::{Forwarded, RelayLimits, RelayOutbox};
+use shoal_components::relay::{Forwarded, ForwardsWaiting, RelayLimits, RelayOutbox};
 use shoal_components::room::{RoomId, RoomIndex, RoomMember, RoomPresence};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::assoc::Sctp;
@@ -158,6 +158,20 @@ impl Shard {
         self.world
             .resource_mut::<ShardStats>()
             .relay_forwards_dropped += messages;
+    }
+
+    /// Counts reliable forwarded messages a full queue refused, kept to go again.
+    pub(crate) fn count_forwards_requeued(&mut self, messages: u64) {
+        self.world
+            .resource_mut::<ShardStats>()
+            .relay_forwards_requeued += messages;
+    }
+
+    /// Tells the relay whether reliable forwarded messages wait to go again to a
+    /// sibling ([`ForwardsWaiting`]): while they do, reliable messages of rooms
+    /// with members on other shards stay in their senders' receive buffers.
+    pub(crate) fn set_forwards_waiting(&mut self, waiting: bool) {
+        self.world.resource_mut::<ForwardsWaiting>().0 = waiting;
     }
 
     /// Delivers a room message that another shard's relay forwarded to this shard's

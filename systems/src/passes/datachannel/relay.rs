@@ -56,8 +56,19 @@
 //! (`Shard::poll_forward`) and hands each record to those shards, which deliver it
 //! to their own members under the same policy (`Shard::deliver_forwarded`) and never
 //! forward it again: one hop. A record shares the payload and the channel's label
-//! and protocol; nothing is copied. At most [`MAX_FORWARDS_PER_TICK`] records leave
-//! a tick; the rest are dropped and counted (`ShardStats::relay_forwards_dropped`).
+//! and protocol; nothing is copied.
+//!
+//! Reliable messages are not lost on the way, as they are not lost to a receiver
+//! here. At most [`RelayLimits::max_forwards_per_tick`] records leave a tick: once a tick has
+//! put out that many, a sender's next reliable message waits in its receive buffer
+//! (as a held sender's does, [`wait_for_forwards`]) and goes in the next tick,
+//! which its timer brings at once. A sibling whose queue is full gives a batch back;
+//! the node's `Links` keeps its reliable records to hand over again, first, every
+//! [`FORWARD_RETRY`], and while any wait (`ForwardsWaiting`) no reliable message of
+//! a room with members on other shards leaves its sender's receive buffer, so none
+//! overtakes them and they cannot pile up; the senders' SCTP windows close as for
+//! a slow receiver. Unreliable messages are dropped and counted instead
+//! (`ShardStats::relay_forwards_dropped`), within what their channels promise.
 //!
 //! # Rooms across nodes
 //!
@@ -104,11 +115,6 @@ pub struct RelayJob {
     /// The payload it came with (one zero byte for the empty PPIDs).
     pub payload: Bytes,
 }
-
-/// Forward records one tick may put out; past it a tick's further messages reach
-/// only this shard's members (counted in `ShardStats::relay_forwards_dropped`).
-/// With 1024 datagrams a tick this is several small messages per datagram.
-pub const MAX_FORWARDS_PER_TICK: usize = 4096;
 
 /// The relay's per-tick lists, the datachannel pass's own, reused tick after tick.
 #[derive(Debug, Default)]
@@ -320,6 +326,32 @@ pub(crate) fn hold(ctx: &mut RelayCtx, q: &mut Query<ChannelsQuery>, from: Entit
     }
 }
 
+/// How soon a shard tries again to hand a sibling the reliable forwarded messages
+/// its full queue refused, and looks again at the senders waiting for them.
+pub const FORWARD_RETRY: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// `from`'s next reliable message waits for room among the messages forwarded to
+/// the room's other shards. It stays in the receive buffer as a held sender's does,
+/// and the sender is looked at every tick from the one its timer brings at `at`.
+pub(crate) fn wait_for_forwards(
+    ctx: &mut RelayCtx,
+    q: &mut Query<ChannelsQuery>,
+    from: Entity,
+    at: Time,
+) {
+    let Ok((_, _, mut dc, _)) = q.get_mut(from) else {
+        return;
+    };
+    dc.relay_held = true;
+    ctx.stats.relay_forward_waits += 1;
+    if !ctx.held.0.contains(&from) {
+        ctx.held.0.push(from);
+    }
+    if let Ok(mut timers) = ctx.timers.get_mut(from) {
+        ctx.heap.arm(&mut timers, from, TimerKind::RelayForward, at);
+    }
+}
+
 /// Receivers whose hold limit fell due this tick: one still behind (over the low
 /// watermark all along since it first held a sender back) is disconnected as a slow
 /// receiver; the senders it held go on in this tick's pass.
@@ -382,7 +414,16 @@ pub(crate) fn fan_out(
     let from_link = is_link(q, from);
     for job in relay.jobs.drain(..) {
         if shared {
-            forward(outbox, stats, q, from, from_link, room, &job);
+            let max_forwards = limits.max_forwards_per_tick;
+            forward(
+                outbox,
+                stats,
+                q,
+                (from, from_link),
+                room,
+                &job,
+                max_forwards,
+            );
         }
         for &to in members {
             if to == from
@@ -427,10 +468,10 @@ fn forward(
     outbox: &mut RelayOutbox,
     stats: &mut ShardStats,
     q: &Query<ChannelsQuery>,
-    from: Entity,
-    from_link: bool,
+    (from, from_link): (Entity, bool),
     room: RoomId,
     job: &RelayJob,
+    max_forwards: usize,
 ) {
     let Ok((_, _, sender, _)) = q.get(from) else {
         return;
@@ -438,7 +479,7 @@ fn forward(
     let Some(channel) = sender.channels.get(&job.stream) else {
         return;
     };
-    if outbox.0.len() >= MAX_FORWARDS_PER_TICK {
+    if outbox.0.len() >= max_forwards {
         stats.relay_forwards_dropped += 1;
         return;
     }

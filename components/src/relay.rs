@@ -54,6 +54,7 @@ impl RelayLimits {
         RelayLimits {
             high_watermark: high,
             low_watermark: low.min(high),
+            max_forwards_per_tick: self.max_forwards_per_tick.max(1),
             ..self
         }
     }
@@ -116,12 +117,20 @@ pub struct RelayHeld(pub Vec<bevy_ecs::entity::Entity>);
 #[derive(Resource, Debug, Default)]
 pub struct RelayOutbox(pub Vec<Forwarded>);
 
-/// Whether reliable room messages the shard forwarded wait to go again to a sibling
-/// shard whose queue was full (the node's `Links` keeps them): while they do, no
-/// further reliable message of a room with members on other shards leaves its
-/// sender's receive buffer, so none overtakes them and they cannot pile up.
+/// The sibling shards (by index) for which reliable room messages this shard
+/// forwarded wait to go again, their queues having been full (the node's `Links`
+/// keeps them): while any wait for a sibling, no further reliable message of a
+/// room with members there leaves its sender's receive buffer, so they cannot pile
+/// up. Rooms not on those siblings go on.
 #[derive(Resource, Debug, Default)]
-pub struct ForwardsWaiting(pub bool);
+pub struct ForwardsWaiting(pub Vec<usize>);
+
+impl ForwardsWaiting {
+    /// Whether messages wait for any of `siblings`.
+    pub fn for_any(&self, siblings: &[usize]) -> bool {
+        !self.0.is_empty() && siblings.iter().any(|s| self.0.contains(s))
+    }
+}
 
 /// What one shard hands a sibling for tracks that cross shards.
 #[derive(Clone, Debug)]

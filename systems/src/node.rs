@@ -17,15 +17,15 @@
 //! - The mio driver runs each shard on a thread of its own with its own [`Links`],
 //!   and carries the batches over the shards' command channels.
 //!
-//! Either way a shard never waits for another. A batch a sibling cannot take now
+//! Either way a shard thread never blocks on another. A batch a sibling cannot take now
 //! because its queue is full is given back ([`Refused::Full`]): its packets and
 //! unreliable room messages are dropped and counted in the sender's
 //! `ShardStats::media_relay_dropped` and `relay_forwards_dropped` (subscribers NACK
 //! what they miss; an unreliable channel may lose a message), and its reliable room
 //! messages wait in [`Links`] to go to that sibling again, before anything newer, at
-//! the next try ([`FORWARD_RETRY`] at the latest). While any wait the shard's relay
-//! lets no further reliable message of a room with members on other shards out of
-//! its sender's receive buffer, which closes the senders' SCTP windows as a slow
+//! the next try ([`FORWARD_RETRY`] at the latest). While any wait for a sibling the
+//! shard's relay lets no further reliable message of a room with members there out
+//! of its sender's receive buffer, which closes the senders' SCTP windows as a slow
 //! receiver does: a reliable message is delivered once, in order, never dropped for
 //! a full queue. A batch for a sibling that is gone ([`Refused::Gone`]) is dropped
 //! and counted whole. Either is a node past its capacity, not a normal event.
@@ -170,9 +170,9 @@ impl Links {
                 }
             }
         }
-        let has_waiting = self.has_waiting();
-        if has_waiting != had_waiting {
-            shard.set_forwards_waiting(has_waiting);
+        if had_waiting || self.has_waiting() {
+            let waiting = self.waiting.iter().enumerate();
+            shard.set_forwards_waiting(waiting.filter(|(_, w)| !w.is_empty()).map(|(to, _)| to));
         }
         if requeued > 0 {
             shard.count_forwards_requeued(requeued);

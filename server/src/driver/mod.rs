@@ -23,9 +23,11 @@
 //! [`Links`](shoal_systems::Links) gather what its passes put out for its siblings
 //! (room messages, media of mirrored tracks, keyframe requests) into one
 //! [`ShardCommand::Sibling`] batch per sibling (one hop; the sibling delivers and
-//! forwards nothing). A sibling whose queue is full or gone misses that batch,
-//! counted in its sender's `ShardStats::relay_forwards_dropped` and
-//! `media_relay_dropped`: a shard thread never blocks on another.
+//! forwards nothing). A sibling whose queue is full gives the batch back: its
+//! reliable room messages wait in `Links` to go again, first, within
+//! `FORWARD_RETRY`, the rest is dropped and counted in the sender's
+//! `ShardStats::relay_forwards_dropped` and `media_relay_dropped`; one that is gone
+//! misses the batch. A shard thread never blocks on another.
 //!
 //! [`Shard`]: shoal_systems::Shard
 

@@ -24,7 +24,7 @@ use shoal_components::sctp::assoc::Sctp;
 use shoal_components::sctp::dcep::{DcepMessage, Reliability};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{DueTimers, Events, Now, SctpWork, ShardEvent, SlowReceivers};
-use shoal_components::timer::{TimerHeap, Timers};
+use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 
 use relay::{Leave, RelayJob, RelayScratch};
 
@@ -67,6 +67,12 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
     held.retain(|&e| q.get(e).is_ok_and(|(_, _, dc, _)| dc.relay_held));
     ctx.work.0.extend_from_slice(&held);
     ctx.held.0 = held;
+    // So are senders whose messages waited for room among the forwards.
+    for &(e, kind) in &ctx.due.0 {
+        if kind == TimerKind::RelayForward {
+            ctx.work.0.push(e);
+        }
+    }
     // Receivers the relay wakes are appended to the work list (for sack_batch and
     // sctp_tx); they got nothing this tick, so this loop need not visit them.
     let senders = ctx.work.0.len();
@@ -93,7 +99,10 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
             _ => None,
         };
         // A room with members on other shards: each message is also forwarded.
-        let shared = room.is_some_and(|r| !ctx.presence.siblings(r).is_empty());
+        let siblings = room.map_or(&[][..], |r| ctx.presence.siblings(r));
+        let shared = !siblings.is_empty();
+        // Messages forwarded earlier wait for one of those shards' full queue.
+        let siblings_full = ctx.forwards_waiting.for_any(siblings);
         let Ok((peer, mut a, mut dc, _)) = q.get_mut(entity) else {
             continue;
         };
@@ -112,7 +121,7 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
                 let len = next.payload.len();
                 if ch.kind.reliability == Reliability::Reliable {
                     if shared
-                        && (ctx.forwards_waiting.0
+                        && (siblings_full
                             || ctx.outbox.0.len() + ctx.relay.jobs.len()
                                 >= ctx.limits.max_forwards_per_tick)
                     {
@@ -180,12 +189,12 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
             if waits_for_forwards {
                 // Looked at again once this tick's forwards are out, or at the
                 // next try of those waiting for a full queue.
-                let at = if ctx.forwards_waiting.0 {
+                let at = if siblings_full {
                     ctx.now.0 + relay::FORWARD_RETRY
                 } else {
                     ctx.now.0
                 };
-                relay::wait_for_forwards(&mut ctx.relay_ctx(), &mut q, entity, at);
+                relay::wait_for_forwards(&mut ctx.relay_ctx(), entity, at);
             } else if waits {
                 relay::hold(&mut ctx.relay_ctx(), &mut q, entity, room);
             }

@@ -167,11 +167,13 @@ impl Shard {
             .relay_forwards_requeued += messages;
     }
 
-    /// Tells the relay whether reliable forwarded messages wait to go again to a
-    /// sibling ([`ForwardsWaiting`]): while they do, reliable messages of rooms
-    /// with members on other shards stay in their senders' receive buffers.
-    pub(crate) fn set_forwards_waiting(&mut self, waiting: bool) {
-        self.world.resource_mut::<ForwardsWaiting>().0 = waiting;
+    /// Tells the relay for which siblings reliable forwarded messages wait to go
+    /// again ([`ForwardsWaiting`]): while they do, reliable messages of rooms with
+    /// members on those siblings stay in their senders' receive buffers.
+    pub(crate) fn set_forwards_waiting(&mut self, siblings: impl IntoIterator<Item = usize>) {
+        let mut waiting = self.world.resource_mut::<ForwardsWaiting>();
+        waiting.0.clear();
+        waiting.0.extend(siblings);
     }
 
     /// Delivers a room message that another shard's relay forwarded to this shard's

@@ -43,7 +43,8 @@
 //!   (`ShardStats::relay_dropped`); losing it is within what the channel promises.
 //!
 //! Receivers on other shards of the node (below) do not hold a sender back: for
-//! them the send buffer is the whole queue.
+//! them the send buffer is the whole queue. Only the way there can make a sender
+//! wait: a tick's limit of forwards, or a sibling's full queue (below).
 //!
 //! Messages from the owner (`Shard::send_data`) follow the same policy on reliable
 //! ordered channels, without holding anyone back (there is no sender to slow).
@@ -59,15 +60,17 @@
 //! and protocol; nothing is copied.
 //!
 //! Reliable messages are not lost on the way, as they are not lost to a receiver
-//! here. At most [`RelayLimits::max_forwards_per_tick`] records leave a tick: once a tick has
-//! put out that many, a sender's next reliable message waits in its receive buffer
-//! (as a held sender's does, [`wait_for_forwards`]) and goes in the next tick,
+//! here. At most [`RelayLimits::max_forwards_per_tick`] records leave a tick: once a
+//! tick has put out that many, a sender's next reliable message waits in its
+//! receive buffer ([`wait_for_forwards`]: its window closes as a held sender's
+//! does, but nobody is held to account) and is looked at again in the next tick,
 //! which its timer brings at once. A sibling whose queue is full gives a batch back;
 //! the node's `Links` keeps its reliable records to hand over again, first, every
-//! [`FORWARD_RETRY`], and while any wait (`ForwardsWaiting`) no reliable message of
-//! a room with members on other shards leaves its sender's receive buffer, so none
-//! overtakes them and they cannot pile up; the senders' SCTP windows close as for
-//! a slow receiver. Unreliable messages are dropped and counted instead
+//! [`FORWARD_RETRY`], and while any wait for a sibling (`ForwardsWaiting`) no
+//! reliable message of a room with members there leaves its sender's receive
+//! buffer, so they cannot pile up; the senders' SCTP windows close as for a slow
+//! receiver. There is no time limit on that wait: a sibling that never takes from
+//! its queue again is a shard thread that hangs. Unreliable messages are dropped and counted instead
 //! (`ShardStats::relay_forwards_dropped`), within what their channels promise.
 //!
 //! # Rooms across nodes
@@ -331,22 +334,11 @@ pub(crate) fn hold(ctx: &mut RelayCtx, q: &mut Query<ChannelsQuery>, from: Entit
 pub const FORWARD_RETRY: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// `from`'s next reliable message waits for room among the messages forwarded to
-/// the room's other shards. It stays in the receive buffer as a held sender's does,
-/// and the sender is looked at every tick from the one its timer brings at `at`.
-pub(crate) fn wait_for_forwards(
-    ctx: &mut RelayCtx,
-    q: &mut Query<ChannelsQuery>,
-    from: Entity,
-    at: Time,
-) {
-    let Ok((_, _, mut dc, _)) = q.get_mut(from) else {
-        return;
-    };
-    dc.relay_held = true;
+/// the room's other shards. It stays in the receive buffer, which keeps the
+/// sender's window closed as a hold does, but the sender is not held: no receiver
+/// is behind for it. Its timer brings it back on the work list at `at`.
+pub(crate) fn wait_for_forwards(ctx: &mut RelayCtx, from: Entity, at: Time) {
     ctx.stats.relay_forward_waits += 1;
-    if !ctx.held.0.contains(&from) {
-        ctx.held.0.push(from);
-    }
     if let Ok(mut timers) = ctx.timers.get_mut(from) {
         ctx.heap.arm(&mut timers, from, TimerKind::RelayForward, at);
     }

@@ -3,7 +3,10 @@
 //!
 //! N rooms of P participants: each publishes synthetic VP8 video (one stream, or
 //! with `--simulcast` three) and Opus-sized audio and receives every other
-//! participant's (see `load.rs` for the media); rooms
+//! participant's (see `load.rs` for the media); with `--publishers K` only a room's
+//! first K participants publish and the rest only receive (a webinar's shape; such
+//! a participant offers a data channel alone, as a browser that sends nothing does,
+//! and takes the node's offers like the others); rooms
 //! arrive `--room-gap-ms` apart and a room's joins spread over `--join-window-ms`.
 //! Signalling is the node's `/signal` WebSocket or WHIP + WHEP (`signal.rs`, which
 //! also says what WHIP + WHEP can and cannot express). After every join and a
@@ -66,6 +69,8 @@ struct Options {
     mode: Mode,
     rooms: usize,
     participants: usize,
+    /// The first this many participants of a room publish; the rest only receive.
+    publishers: usize,
     duration: Duration,
     warmup: Duration,
     room_gap: Duration,
@@ -97,6 +102,8 @@ const USAGE: &str = "usage: shoal-bench sfu-load (--shoal BIN | --http ADDR [--s
   --signal signal|whip     signalling: the node's /signal, or WHIP + WHEP (signal)\n\
   --rooms N                rooms (2)\n\
   --participants P         participants per room (4)\n\
+  --publishers K           of them, the first K publish, the rest only receive (all;\n\
+                           --signal signal only)\n\
   --duration S             steady window, seconds (10)\n\
   --warmup S               after the last join, before the window (5)\n\
   --room-gap-ms MS         between two rooms' arrivals (100)\n\
@@ -152,7 +159,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         other => return Err(format!("--signal: signal or whip, not {other}")),
     };
     let pin = !args.iter().any(|a| a == "--no-pin");
-    let o = Options {
+    let mut o = Options {
         shoal: value(args, "--shoal").map(PathBuf::from),
         http: value(args, "--http")
             .map(|v| {
@@ -166,6 +173,10 @@ fn parse(args: &[String]) -> Result<Options, String> {
         mode,
         rooms: number(args, "--rooms", 2)?,
         participants: number(args, "--participants", 4)?,
+        publishers: value(args, "--publishers")
+            .map(|v| v.parse().map_err(|_| format!("--publishers: {v}")))
+            .transpose()?
+            .unwrap_or(usize::MAX),
         duration: Duration::from_secs_f64(number(args, "--duration", 10.0)?),
         warmup: Duration::from_secs_f64(number(args, "--warmup", 5.0)?),
         room_gap: Duration::from_millis(number(args, "--room-gap-ms", 100)?),
@@ -229,6 +240,12 @@ fn parse(args: &[String]) -> Result<Options, String> {
     }
     if o.rooms == 0 || o.participants < 2 || o.media.fps == 0 || o.duration.is_zero() {
         return Err("at least one room of two participants, a frame rate and a duration".into());
+    }
+    o.publishers = o.publishers.min(o.participants);
+    if o.publishers == 0 || (o.publishers < o.participants && o.mode != Mode::Signal) {
+        return Err(
+            "--publishers: at least one, and fewer than all only with --signal signal".into(),
+        );
     }
     Ok(o)
 }
@@ -457,6 +474,7 @@ fn drive(o: &Options) -> Result<(), String> {
         options: report::Settings {
             mode: o.mode.name(),
             participants: o.participants,
+            publishers: o.publishers,
             video_kbps: o.media.video_bps / 1000,
             simulcast: o.media.simulcast,
             fps: o.media.fps,
@@ -538,6 +556,7 @@ fn one_run(
         mode: o.mode,
         rooms,
         participants: o.participants,
+        publishers: o.publishers,
         room_gap: o.room_gap,
         join_window: o.join_window,
         fingerprint,
@@ -672,7 +691,7 @@ fn one_run(
     });
     let step = Step::new(
         rooms,
-        o.participants,
+        (o.participants, o.publishers),
         expected,
         window,
         measured,

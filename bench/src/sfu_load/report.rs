@@ -103,6 +103,8 @@ impl Cpu {
 pub(super) struct Settings {
     pub mode: &'static str,
     pub participants: usize,
+    /// Of them, how many publish.
+    pub publishers: usize,
     pub video_kbps: u64,
     /// Video as three simulcast streams (`video_kbps` the top one's rate).
     pub simulcast: bool,
@@ -207,7 +209,7 @@ impl Step {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         rooms: usize,
-        participants: usize,
+        (participants, publishers): (usize, usize),
         peers_expected: usize,
         window: Duration,
         mut m: Measured,
@@ -263,7 +265,7 @@ impl Step {
         Step {
             rooms,
             participants,
-            consumers: rooms * participants * (participants - 1) * 2,
+            consumers: rooms * publishers * (participants - 1) * 2,
             peers_expected,
             window_s: secs,
             node_ms,
@@ -452,8 +454,13 @@ fn markdown(outcome: &Outcome, plots: &[&str]) -> String {
     let _ = writeln!(s, "# shoal-bench sfu-load\n");
     let _ = writeln!(
         s,
-        "Rooms of {} participants, each publishing VP8 at {} kbit/s{}, {} fps, a keyframe every {} s, and Opus-sized audio (50 packets/s), each receiving every other participant; signalling {}; steady window {} s. Server pinned to CPU {}, generator to CPU {}{}.\n",
+        "Rooms of {} participants, {} publishing VP8 at {} kbit/s{}, {} fps, a keyframe every {} s, and Opus-sized audio (50 packets/s), each receiving every other participant's; signalling {}; steady window {} s. Server pinned to CPU {}, generator to CPU {}{}.\n",
         o.participants,
+        if o.publishers == o.participants {
+            "each".to_owned()
+        } else {
+            format!("the first {}", o.publishers)
+        },
         o.video_kbps,
         if o.simulcast {
             " (the top of three simulcast streams, with 1/4 and 1/16 of it)"

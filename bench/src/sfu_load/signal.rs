@@ -74,6 +74,8 @@ pub(super) struct Plan {
     pub mode: Mode,
     pub rooms: usize,
     pub participants: usize,
+    /// The first this many participants of a room publish; the rest only receive.
+    pub publishers: usize,
     /// Rooms start this far apart.
     pub room_gap: Duration,
     /// A room's participants join spread over this window.
@@ -292,7 +294,21 @@ async fn participant_signal(
     ))
     .await
     .map_err(|e| format!("send join: {e}"))?;
-    let offer = offer_for(plan, plan.publish_shape(), seed);
+    // One who only receives offers a data channel alone, as a browser that sends
+    // nothing does; the node's offers bring the room's tracks either way.
+    let publishes = p < plan.publishers;
+    let shape = if publishes {
+        plan.publish_shape()
+    } else {
+        OfferShape {
+            publish: false,
+            receive_audio: 0,
+            receive_video: 0,
+            simulcast: false,
+            data: true,
+        }
+    };
+    let offer = offer_for(plan, shape, seed);
     let offered_at = Instant::now();
     ws.send(send(json!({"offer": {"sdp": offer.sdp()}})))
         .await
@@ -329,7 +345,7 @@ async fn participant_signal(
             to_gen.send(ToGen::Add(Box::new(Join {
                 conn,
                 room,
-                publishes: true,
+                publishes,
                 session: s.clone(),
                 offered_at,
             })));

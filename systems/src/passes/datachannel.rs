@@ -20,7 +20,7 @@ use shoal_components::peer::Peer;
 use shoal_components::relay::{ForwardsWaiting, RelayHeld, RelayLimits, RelayOutbox};
 use shoal_components::room::{RoomIndex, RoomMember, RoomPresence};
 use shoal_components::sctp::Ppid;
-use shoal_components::sctp::assoc::{AssocState, Sctp};
+use shoal_components::sctp::assoc::Sctp;
 use shoal_components::sctp::dcep::{DcepMessage, Reliability};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{DueTimers, Events, Now, SctpWork, ShardEvent, SlowReceivers};
@@ -85,14 +85,7 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
         };
         let room = member.map(|m| m.room);
         let waiting = a.peek_message().is_some();
-        // A sender whose association is closing or over: what its receive buffer
-        // holds was acknowledged, and the peer goes soon (after a clean SCTP
-        // SHUTDOWN, with its DTLS close_notify), taking the buffer with it. So it
-        // all goes now, past the budget and the tick's forwards; a receiver whose
-        // send buffer cannot take it is cut off as slow, which is the error its
-        // application sees, never a gap.
-        let closing = a.state != AssocState::Established;
-        if !waiting || closing {
+        if !waiting {
             // A held sender with nothing waiting: its association started over (or
             // was dropped) under it.
             dc.relay_held = false;
@@ -100,7 +93,7 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
         // What this member's reliable messages may add to its receivers' queues
         // (looked at only when it has something: most entities here brought SACKs).
         let mut budget = match room {
-            Some(room) if waiting && !closing => {
+            Some(room) if waiting => {
                 Some(relay::budget(&mut ctx.relay_ctx(), &mut q, entity, room))
             }
             _ => None,

@@ -42,13 +42,6 @@
 //!   per receiver (`DataChannels::relay_dropped`) and per shard
 //!   (`ShardStats::relay_dropped`); losing it is within what the channel promises.
 //!
-//! - *A sender whose association is closing or over* (a clean SCTP SHUTDOWN,
-//!   RFC 9260 §9.2, or an ABORT) is not held: what its receive buffer holds was
-//!   acknowledged to it, and its peer is removed soon (with its DTLS
-//!   close_notify), taking the buffer along. So all of it is relayed at once, past
-//!   the budget and the tick's limit of forwards; a receiver whose send buffer
-//!   refuses a reliable message of it is disconnected as above.
-//!
 //! Receivers on other shards of the node (below) do not hold a sender back: for
 //! them the send buffer is the whole queue. Only the way there can make a sender
 //! wait: a tick's limit of forwards, or a sibling's full queue (below).
@@ -478,10 +471,7 @@ fn forward(
     let Some(channel) = sender.channels.get(&job.stream) else {
         return;
     };
-    // A reliable record is never dropped here: the datachannel pass admits one
-    // past the limit only from a sender whose association is closing, whose
-    // receive buffer bounds what it adds.
-    if outbox.0.len() >= max_forwards && channel.kind.reliability != Reliability::Reliable {
+    if outbox.0.len() >= max_forwards {
         stats.relay_forwards_dropped += 1;
         return;
     }

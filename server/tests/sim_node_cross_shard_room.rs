@@ -45,6 +45,19 @@ fn shards() -> [SocketAddr; 3] {
     ["10.9.0.1:7100", "10.9.0.2:7100", "10.9.0.3:7100"].map(|a| a.parse().unwrap())
 }
 
+/// How long a test's messages may take to reach everyone.
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// A reliable ordered channel labelled "chat" opened by each member; member `i`'s
+/// at index `i`.
+fn open_chats(sim: &mut Sim, log: &mut Log) -> [u16; 5] {
+    let mut chat = [0u16; 5];
+    for i in 1..=4 {
+        chat[i as usize] = open_from_client(sim, log, i, "chat", "", RELIABLE);
+    }
+    chat
+}
+
 /// Member `i`'s shard: members 1 and 2 on shard 0, 3 on shard 1, 4 on shard 2.
 fn home(i: u64) -> usize {
     match i {
@@ -130,10 +143,7 @@ fn sim_node_cross_shard_room() {
     for seed in 0..20 {
         let mut sim = node_room(seed, &link);
         let mut log = Log::default();
-        let mut chat = [0u16; 5];
-        for i in 1..=4 {
-            chat[i as usize] = open_from_client(&mut sim, &mut log, i, "chat", "", RELIABLE);
-        }
+        let chat = open_chats(&mut sim, &mut log);
         publish_to_all(&mut sim);
         for i in 1..=4 {
             send_range(&mut sim, i, chat[i as usize], 0..N, false);
@@ -146,21 +156,9 @@ fn sim_node_cross_shard_room() {
             sim.run_for(Duration::from_millis(10)).unwrap();
             log.take(&mut sim);
         }
-        let expected = 3 * N as usize;
-        sim.run_until(
-            |s| {
-                log.take(s);
-                (1..=4).all(|r| log.on(r, "chat").len() >= expected)
-            },
-            Duration::from_secs(120),
-        )
-        .unwrap_or_else(|e| panic!("seed {seed}: messages: {e}"));
-        // Retransmissions, and anything duplicated or late, land now.
-        sim.run_for(Duration::from_secs(3)).unwrap();
-        log.take(&mut sim);
-
         // Every message once, in each sender's order, on every other member.
-        room::assert_heard_once_in_order(&log, &[1, 2, 3, 4], "chat", N, seed);
+        let chat_of_all = (&[1, 2, 3, 4][..], "chat", N);
+        room::run_until_heard_once_in_order(&mut sim, &mut log, chat_of_all, LIMIT, seed);
         // The video on every other member: intact, each packet at most once.
         for r in 2..=4u64 {
             let rtp = log.rtp.get(&r).map_or(&[][..], Vec::as_slice);
@@ -225,26 +223,12 @@ fn sim_node_sibling_queue_full_loses_no_reliable_message() {
         let mut sim = node_room(seed, &link);
         sim.set_sibling_queue_len(shards()[0], 1);
         let mut log = Log::default();
-        let mut chat = [0u16; 5];
-        for i in 1..=4 {
-            chat[i as usize] = open_from_client(&mut sim, &mut log, i, "chat", "", RELIABLE);
-        }
+        let chat = open_chats(&mut sim, &mut log);
         for i in 1..=4 {
             send_range(&mut sim, i, chat[i as usize], 0..FLOOD, false);
         }
-        let expected = 3 * FLOOD as usize;
-        sim.run_until(
-            |s| {
-                log.take(s);
-                (1..=4).all(|r| log.on(r, "chat").len() >= expected)
-            },
-            Duration::from_secs(120),
-        )
-        .unwrap_or_else(|e| panic!("seed {seed}: messages: {e}"));
-        sim.run_for(Duration::from_secs(3)).unwrap();
-        log.take(&mut sim);
-
-        room::assert_heard_once_in_order(&log, &[1, 2, 3, 4], "chat", FLOOD, seed);
+        let chat_of_all = (&[1, 2, 3, 4][..], "chat", FLOOD);
+        room::run_until_heard_once_in_order(&mut sim, &mut log, chat_of_all, LIMIT, seed);
         let stats: Vec<_> = shards()
             .iter()
             .map(|&a| sim.shard(a).stats().clone())
@@ -281,10 +265,7 @@ fn sim_node_tick_forward_limit_loses_no_reliable_message() {
     for seed in 0..4 {
         let mut sim = node_room_with(seed, &link, relay);
         let mut log = Log::default();
-        let mut chat = [0u16; 5];
-        for i in 1..=4 {
-            chat[i as usize] = open_from_client(&mut sim, &mut log, i, "chat", "", RELIABLE);
-        }
+        let chat = open_chats(&mut sim, &mut log);
         // Small messages, many to a datagram.
         for k in 0..BURST {
             let payload = Bytes::from(format!("2:{k}:"));

@@ -284,6 +284,31 @@ pub fn send_paced(
     }
 }
 
+/// Runs until each of `members` got, on `label`, the `n` messages of every other
+/// member (at most `limit` of virtual time), then 3 s more for anything repeated or
+/// late, and asserts each came once and in order ([`assert_heard_once_in_order`]).
+pub fn run_until_heard_once_in_order(
+    sim: &mut Sim,
+    log: &mut Log,
+    (members, label, n): (&[u64], &str, u32),
+    limit: Duration,
+    seed: u64,
+) {
+    let expected = (members.len() - 1) * n as usize;
+    sim.run_until(
+        |s| {
+            log.take(s);
+            members.iter().all(|&r| log.on(r, label).len() >= expected)
+        },
+        limit,
+    )
+    .unwrap_or_else(|e| panic!("seed {seed}: messages: {e}"));
+    // Retransmissions, and anything duplicated or late, land now.
+    sim.run_for(Duration::from_secs(3)).unwrap();
+    log.take(sim);
+    assert_heard_once_in_order(log, members, label, n, seed);
+}
+
 /// Asserts that each of `members` got, on `label`, the `n` messages of every other
 /// member (`message(s, 0..n, false)`) once and in that member's order, and nothing
 /// else.

@@ -173,10 +173,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         mode,
         rooms: number(args, "--rooms", 2)?,
         participants: number(args, "--participants", 4)?,
-        publishers: value(args, "--publishers")
-            .map(|v| v.parse().map_err(|_| format!("--publishers: {v}")))
-            .transpose()?
-            .unwrap_or(usize::MAX),
+        publishers: number(args, "--publishers", usize::MAX)?,
         duration: Duration::from_secs_f64(number(args, "--duration", 10.0)?),
         warmup: Duration::from_secs_f64(number(args, "--warmup", 5.0)?),
         room_gap: Duration::from_millis(number(args, "--room-gap-ms", 100)?),

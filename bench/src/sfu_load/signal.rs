@@ -300,13 +300,7 @@ async fn participant_signal(
     let shape = if publishes {
         plan.publish_shape()
     } else {
-        OfferShape {
-            publish: false,
-            receive_audio: 0,
-            receive_video: 0,
-            simulcast: false,
-            data: true,
-        }
+        OfferShape::DATA_ONLY
     };
     let offer = offer_for(plan, shape, seed);
     let offered_at = Instant::now();

@@ -15,11 +15,7 @@ use crate::endpoint::{OfferShape, media_offer, os_rng};
 /// sections added after its data section (new mids), as a renegotiation.
 fn offers() -> (SessionDescription, SessionDescription) {
     let mut rng = os_rng().expect("a random generator");
-    let data = OfferShape {
-        data: true,
-        ..OfferShape::default()
-    };
-    let first = media_offer(PeerId(1), [0x5a; 32], data, &mut rng);
+    let first = media_offer(PeerId(1), [0x5a; 32], OfferShape::DATA_ONLY, &mut rng);
     let first = SessionDescription::parse(first.sdp()).expect("parses");
     let av = media_offer(PeerId(1), [0x5a; 32], OfferShape::PUBLISH, &mut rng);
     let av = SessionDescription::parse(av.sdp()).expect("parses");

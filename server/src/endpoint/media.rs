@@ -92,6 +92,16 @@ impl OfferShape {
         data: false,
     };
 
+    /// A data channel alone: an endpoint that sends no media, as a browser's first
+    /// offer when it only receives (the node's offers bring the room's tracks).
+    pub const DATA_ONLY: OfferShape = OfferShape {
+        publish: false,
+        receive_audio: 0,
+        receive_video: 0,
+        simulcast: false,
+        data: true,
+    };
+
     /// [`OfferShape::PUBLISH`] with simulcast video.
     pub const PUBLISH_SIMULCAST: OfferShape = OfferShape {
         simulcast: true,

@@ -70,8 +70,9 @@
 //! reliable message of a room with members there leaves its sender's receive
 //! buffer, so they cannot pile up; the senders' SCTP windows close as for a slow
 //! receiver. There is no time limit on that wait: a sibling that never takes from
-//! its queue again is a shard thread that hangs. Unreliable messages are dropped and counted instead
-//! (`ShardStats::relay_forwards_dropped`), within what their channels promise.
+//! its queue again is a shard thread that hangs. Unreliable messages are dropped
+//! and counted instead (`ShardStats::relay_forwards_dropped`), within what their
+//! channels promise.
 //!
 //! # Rooms across nodes
 //!
@@ -404,9 +405,9 @@ pub(crate) fn fan_out(
     let members = rooms.members(room);
     let shared = !presence.siblings(room).is_empty();
     let from_link = is_link(q, from);
+    let max_forwards = limits.max_forwards_per_tick;
     for job in relay.jobs.drain(..) {
         if shared {
-            let max_forwards = limits.max_forwards_per_tick;
             forward(
                 outbox,
                 stats,

@@ -70,6 +70,40 @@ async def all_acknowledged(pc: RTCPeerConnection) -> None:
         await asyncio.sleep(0.01)
 
 
+def sctp_state(pc: RTCPeerConnection) -> dict:
+    """What aiortc's SCTP association holds, for a report after a timeout: where
+    its cumulative TSN stands, what it holds above it, what waits in reassembly,
+    and what it still has to send (aiortc exposes no API for it; these are its
+    internals, read defensively)."""
+    s = pc.sctp
+    try:
+        misordered = sorted(s._sack_misordered)
+        streams = {
+            sid: {
+                "next_ssn": st.sequence_number,
+                "held": len(st.reassembly),
+                "first": [
+                    (c.tsn, c.stream_seq, c.flags) for c in st.reassembly[:3]
+                ],
+            }
+            for sid, st in s._inbound_streams.items()
+        }
+        return {
+            "state": str(s._association_state),
+            "cum_tsn": s._last_received_tsn,
+            "misordered": len(misordered),
+            "misordered_first": misordered[:5],
+            "rwnd": s._advertised_rwnd,
+            "streams": streams,
+            "sent_queue": len(s._sent_queue),
+            "outbound_queue": len(s._outbound_queue),
+            "cwnd": s._cwnd,
+            "rto": s._rto,
+        }
+    except Exception as e:  # internals moved: say so rather than fail the report
+        return {"error": repr(e)}
+
+
 async def run(whip: str, me: str, count: int, timeout: float) -> dict:
     pc = RTCPeerConnection(configuration=RTCConfiguration(iceServers=[]))
     ordered = pc.createDataChannel("ordered")
@@ -181,6 +215,7 @@ async def run(whip: str, me: str, count: int, timeout: float) -> dict:
             f"timed out waiting for {step}: heard={peer_heard.is_set()} "
             f"got={report['ordered_received']}"
         )
+        report["sctp"] = sctp_state(pc)
     finally:
         try:
             http("DELETE", location)

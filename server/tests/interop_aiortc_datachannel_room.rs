@@ -32,7 +32,11 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(120);
 /// C2 moves the peer over abandoned chunks only, one run at a time), while
 /// aiortc's work per packet grows with the TSNs it holds out of order. With two
 /// busy loops beside a debug build, its cumulative TSN caught up 17 s after the
-/// burst in the slowest run traced, past the 15 s this step had before.
+/// burst in the slowest run traced, past the 15 s this step had before. shoal sends
+/// at most `--sctp-max-outstanding-tsns` (1024) past the cumulative TSN, which
+/// bounds that work; with 16 384, CI saw a client 45 s behind, each of shoal's
+/// T3-rtx expiries (sixteen) spurious. A client that times out reports its SCTP
+/// state (`sctp` in its JSON line).
 const STEP_TIMEOUT_SECS: &str = "45";
 /// One exchange at a time: each keeps two Python clients busy, and their step
 /// timeouts are meant for a machine that is not also running the other's.

@@ -185,6 +185,20 @@ pub struct Config {
     #[arg(long, env = "SHOAL_SCTP_MAX_INIT_RETRANSMITS", value_name = "N")]
     pub sctp_max_init_retransmits: Option<u32>,
 
+    /// TSNs an SCTP association may send past its peer's cumulative ack, 256 to
+    /// 16384: while one chunk stays missing, new DATA waits at this distance rather
+    /// than growing what the peer must track above the hole (chunks acknowledged
+    /// out of order count). Each message takes at least one TSN, so this also
+    /// bounds the messages sent per round trip; 1024 full chunks are 1.1 MB.
+    #[arg(
+        long,
+        env = "SHOAL_SCTP_MAX_OUTSTANDING_TSNS",
+        value_name = "N",
+        default_value_t = shoal_components::sctp::assoc::DEFAULT_MAX_OUTSTANDING_TSNS,
+        value_parser = clap::value_parser!(u64).range(256..=16384).map(|n| n as usize),
+    )]
+    pub sctp_max_outstanding_tsns: usize,
+
     /// Bytes a room member may have queued (its data channels' buffered amount)
     /// before the room relay holds back the senders of reliable messages to it
     /// (their SCTP windows close until it is down to --relay-low-watermark) and
@@ -785,6 +799,7 @@ impl Default for Config {
             room_empty_timeout: DEFAULT_ROOM_EMPTY_TIMEOUT_SECS,
             sctp_heartbeat_interval: DEFAULT_SCTP_HEARTBEAT_INTERVAL_SECS,
             sctp_max_init_retransmits: None,
+            sctp_max_outstanding_tsns: shoal_components::sctp::assoc::DEFAULT_MAX_OUTSTANDING_TSNS,
             relay_high_watermark: DEFAULT_RELAY_HIGH_WATERMARK,
             relay_low_watermark: DEFAULT_RELAY_LOW_WATERMARK,
             relay_hold_limit: DEFAULT_RELAY_HOLD_LIMIT_SECS,
@@ -1741,19 +1756,34 @@ mod tests {
     fn sctp_settings_default_to_webrtc_practice() {
         let c = Config::try_parse_from(["shoal"]).unwrap();
         assert_eq!(
-            (c.sctp_heartbeat_interval, c.sctp_max_init_retransmits),
-            (30, None)
+            (
+                c.sctp_heartbeat_interval,
+                c.sctp_max_init_retransmits,
+                c.sctp_max_outstanding_tsns
+            ),
+            (30, None, 1024)
         );
         let (_dir, path) = config_file(
             "sctp-heartbeat-interval = 0
 sctp-max-init-retransmits = 8
+sctp-max-outstanding-tsns = 4096
 ",
         );
         let c = Config::load_from(["shoal", "--config", &path]).unwrap();
         assert_eq!(
-            (c.sctp_heartbeat_interval, c.sctp_max_init_retransmits),
-            (0, Some(8))
+            (
+                c.sctp_heartbeat_interval,
+                c.sctp_max_init_retransmits,
+                c.sctp_max_outstanding_tsns
+            ),
+            (0, Some(8), 4096)
         );
+        for out_of_range in ["255", "16385"] {
+            assert!(
+                Config::try_parse_from(["shoal", "--sctp-max-outstanding-tsns", out_of_range])
+                    .is_err()
+            );
+        }
     }
 
     #[test]

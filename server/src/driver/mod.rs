@@ -923,6 +923,7 @@ fn prepare_shard(
     shard_config.sctp.heartbeat_interval =
         std::time::Duration::from_secs(config.sctp_heartbeat_interval.into());
     shard_config.sctp.max_init_retransmits = config.sctp_max_init_retransmits;
+    shard_config.sctp.max_outstanding_tsns = config.sctp_max_outstanding_tsns;
     shard_config.relay = shoal_systems::RelayLimits {
         high_watermark: config.relay_high_watermark,
         low_watermark: config.relay_low_watermark,

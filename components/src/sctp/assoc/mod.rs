@@ -174,7 +174,10 @@ impl TxSide {
                 ..SendQueueConfig::default()
             }),
             outstanding: RetransmissionQueue::new(
-                RetransmissionQueueConfig::default(),
+                RetransmissionQueueConfig {
+                    max_outstanding_chunks: limits.max_outstanding_tsns.max(1),
+                    ..RetransmissionQueueConfig::default()
+                },
                 initial_tsn,
                 peer_a_rwnd,
             ),
@@ -321,6 +324,9 @@ impl ControlQueue {
     }
 }
 
+/// [`SctpLimits::max_outstanding_tsns`] by default.
+pub const DEFAULT_MAX_OUTSTANDING_TSNS: usize = 1024;
+
 /// Configuration every association of a shard shares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SctpLimits {
@@ -337,6 +343,23 @@ pub struct SctpLimits {
     /// only stalls a data channel (a dead path is found by consent), so shoal caps
     /// it at 3 s.
     pub max_timer_backoff: Duration,
+    /// TSNs the sender may have outstanding past the peer's cumulative ack: new DATA
+    /// waits while the highest TSN sent is this far ahead of it. RFC 9260 §6.1 bounds
+    /// what is in flight by cwnd and by the peer's rwnd, and §6.2.1 takes chunks
+    /// acknowledged by Gap Ack Blocks off what is outstanding; so while one TSN stays
+    /// missing (a lost chunk, a FORWARD TSN still on its way) neither stops the
+    /// sender, and the receiver tracks ever more TSNs above its cumulative TSN. Its
+    /// cost per packet grows with them: Linux keeps a map of 4096 TSNs
+    /// (`SCTP_TSN_MAP_SIZE`) and drops DATA past it; aiortc sorts every TSN it holds
+    /// above the cumulative TSN for each DATA chunk and each SACK, and at 16 384 of
+    /// them fell seconds behind, so that every T3-rtx expiry was spurious. Sending
+    /// less is always allowed. The price: each message takes at least one TSN, so
+    /// at most this many messages go per round trip (1024 full chunks are 1.1 MB),
+    /// and once a hole has held the sender here, every stream of the association
+    /// waits for its repair (a lost repair: until T3-rtx). `--sctp-max-outstanding-tsns`,
+    /// 256 to 16 384; fewer would leave too few packets of small messages behind a
+    /// loss for the three miss indications of fast retransmit (§7.2.4).
+    pub max_outstanding_tsns: usize,
     /// Announce RFC 9653 zero checksums with the DTLS method in INIT and INIT ACK,
     /// accept them, and send them to a peer that announced the same. Every shoal
     /// association runs over DTLS, whose record protection already rejects any
@@ -365,6 +388,7 @@ impl Default for SctpLimits {
             receive_window: 4 * 1024 * 1024,
             mtu: DEFAULT_SCTP_MTU,
             max_timer_backoff: Duration::from_secs(3),
+            max_outstanding_tsns: DEFAULT_MAX_OUTSTANDING_TSNS,
             zero_checksum: true,
             max_init_retransmits: None,
             heartbeat_interval: Duration::from_secs(30),

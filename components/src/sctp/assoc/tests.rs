@@ -808,3 +808,53 @@ fn a_peer_shutdown_during_shutdown_pending_takes_over() {
     assert!(!server.send_shutdown_when_drained());
     assert_eq!(control_types(&mut server), vec![chunk_type::SHUTDOWN_ACK]);
 }
+
+/// `SctpLimits::max_outstanding_tsns`: while the first chunk stays missing, new DATA
+/// stops that many TSNs past the cumulative ack, though the peer acknowledged all
+/// the others by Gap Ack Blocks and cwnd and rwnd would let more go; it goes on
+/// once the hole is filled.
+#[test]
+fn new_data_waits_within_max_outstanding_tsns_of_the_cumulative_ack() {
+    let limits = SctpLimits {
+        max_outstanding_tsns: 16,
+        ..SctpLimits::default()
+    };
+    let mut tx = TxSide::new(Tsn(1), 1 << 20, 16, &limits);
+    let message = || OutgoingMessage {
+        ppid: Ppid(53),
+        payload: Bytes::from_static(&[7; 100]),
+        unordered: false,
+        policy: TxReliability::Reliable,
+    };
+    for _ in 0..40 {
+        tx.queue.send(Time::ZERO, StreamId(1), message()).unwrap();
+    }
+    let put_in_flight = |tx: &mut TxSide| {
+        let mut sent = 0;
+        while tx.outstanding.can_add() && tx.queue.has_data() {
+            let d = tx.queue.produce(Time::ZERO, 1000).unwrap();
+            tx.outstanding.add(Time::ZERO, d).unwrap();
+            sent += 1;
+        }
+        sent
+    };
+    assert_eq!(put_in_flight(&mut tx), 16);
+    assert_eq!(tx.outstanding.highest_sent_tsn(), Tsn(16));
+    // TSN 1 lost, 2..=16 acknowledged out of order: one chunk in flight, the
+    // window wide open, and still nothing new goes.
+    let blocks = [(1u16, 15u16)];
+    tx.outstanding
+        .handle_sack(Time::ZERO, Tsn(0), blocks, 1 << 20, false)
+        .unwrap();
+    assert_eq!(
+        tx.outstanding.bytes_in_flight(),
+        crate::sctp::tx::data_chunk_len(100)
+    );
+    assert_eq!(put_in_flight(&mut tx), 0);
+    // TSN 1 arrives: the next 16 go.
+    tx.outstanding
+        .handle_sack(Time::ZERO, Tsn(16), [], 1 << 20, false)
+        .unwrap();
+    assert_eq!(put_in_flight(&mut tx), 16);
+    assert_eq!(tx.outstanding.highest_sent_tsn(), Tsn(32));
+}

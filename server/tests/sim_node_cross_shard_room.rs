@@ -4,7 +4,9 @@
 //! reach every other member once and in order, and one member's video reaches the
 //! three others, each shard's part crossing the node once. With the queues between
 //! the shards cut to one batch, so that a shard's siblings fill its queue before it
-//! takes from it, reliable messages still arrive once and in order.
+//! takes from it, reliable messages still arrive once and in order; with one shard
+//! standing still for seconds (`Sim::stall`), its siblings hold their senders back
+//! rather than piling up what they cannot hand it.
 
 mod media_sim;
 mod room;
@@ -243,6 +245,70 @@ fn sim_node_sibling_queue_full_loses_no_reliable_message() {
         let n = u64::from(FLOOD);
         let inn: Vec<u64> = stats.iter().map(|s| s.relay_forwards_in).collect();
         assert_eq!(inn, [2 * n, 3 * n, 3 * n], "seed {seed}: forwards in");
+    }
+}
+
+/// What a tick forwards at most while a shard stands still.
+const STALL_TICK_FORWARDS: usize = 32;
+
+#[test]
+fn sim_node_stalled_sibling_holds_senders_not_records() {
+    // Shard 1 (member 3) stands still for three seconds while the others flood the
+    // room; its queue of one batch fills at once. What its siblings could not hand
+    // it waits in their `Links`, and so must their senders: no reliable message
+    // of a room with members on shard 1 leaves a sender's receive buffer while
+    // records wait for it, so what waits stays within a tick's forwards (one
+    // record per sibling per message) instead of growing with the flood.
+    let link = LinkConfig {
+        latency: Duration::from_millis(15),
+        ..LinkConfig::default()
+    };
+    let relay = RelayLimits {
+        max_forwards_per_tick: STALL_TICK_FORWARDS,
+        ..RelayLimits::default()
+    };
+    let stall = Duration::from_secs(3);
+    for seed in 0..2 {
+        let mut sim = node_room_with(seed, &link, relay);
+        sim.set_sibling_queue_len(shards()[0], 1);
+        let mut log = Log::default();
+        let chat = open_chats(&mut sim, &mut log);
+        sim.stall(shards()[1], stall);
+        for i in 1..=4 {
+            send_range(&mut sim, i, chat[i as usize], 0..FLOOD, false);
+        }
+        let end = sim.now() + stall;
+        let mut most = [0usize; 3];
+        while sim.next_event_at().is_some_and(|at| at < end) {
+            sim.step();
+            for (s, at) in shards().into_iter().enumerate() {
+                most[s] = most[s].max(sim.forwards_waiting(at));
+            }
+        }
+        let waits = sim.shard(shards()[0]).stats().relay_forward_waits;
+        // The stall filled shard 1's queue: shard 0's messages waited for it.
+        assert!(
+            most[0] > 0 && waits > 0,
+            "seed {seed}: {most:?}, {waits} waits"
+        );
+        for (s, &m) in most.iter().enumerate() {
+            assert!(
+                m <= 2 * STALL_TICK_FORWARDS,
+                "seed {seed}: shard {s} kept {m} records for its siblings"
+            );
+        }
+        // Shard 1 runs again: everyone hears everyone, once and in order, and
+        // nothing was dropped.
+        let chat_of_all = (&[1, 2, 3, 4][..], "chat", FLOOD);
+        room::run_until_heard_once_in_order(&mut sim, &mut log, chat_of_all, LIMIT, seed);
+        for at in shards() {
+            assert_eq!(
+                sim.shard(at).stats().relay_forwards_dropped,
+                0,
+                "seed {seed}"
+            );
+            assert_eq!(sim.forwards_waiting(at), 0, "seed {seed}");
+        }
     }
 }
 

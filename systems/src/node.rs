@@ -296,6 +296,14 @@ impl Node {
         deadline
     }
 
+    /// How many reliable room messages shard `index` keeps for siblings whose
+    /// queues refused them, to hand over again (each counted once per sibling).
+    pub fn forwards_waiting(&self, index: usize) -> usize {
+        self.links
+            .get(index)
+            .map_or(0, |l| l.waiting.iter().map(Vec::len).sum())
+    }
+
     /// Moves what shard `index` put out for its siblings into their queues (a full
     /// queue refuses the batch: [`Refused::Full`]).
     pub fn route(&mut self, index: usize) {

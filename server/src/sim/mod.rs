@@ -26,7 +26,8 @@
 //!   [`shoal_systems::Node`], whose shards hand each other what crosses between
 //!   them (room messages, mirrored media, keyframe requests) after each tick, to be
 //!   taken before the sibling's next tick at the same virtual instant, exactly as
-//!   the shard threads of a running node do over their channels.
+//!   the shard threads of a running node do over their channels. [`Sim::stall`]
+//!   stops one shard for a while, as a thread stuck in a long tick.
 //! - **Links** are one-way and configured per direction ([`Sim::set_link`],
 //!   [`Sim::set_link_both`]) or by default ([`Sim::set_default_link`]); see
 //!   [`LinkConfig`] for latency, jitter, loss, duplication, reordering, bandwidth and
@@ -156,6 +157,10 @@ struct Slot {
     /// The time of this shard's live wake-up entry in the queue, if any. Entries whose
     /// time differs are stale and skipped.
     wake_at: Option<Time>,
+    /// Until when the shard does not run ([`Sim::stall`]).
+    stalled_until: Option<Time>,
+    /// What reached it while it stood, for its first tick after.
+    held: Vec<Arrival>,
 }
 
 /// A datagram reaching its destination this step.
@@ -296,6 +301,8 @@ impl Sim {
                     node,
                     shard,
                     wake_at: None,
+                    stalled_until: None,
+                    held: Vec::new(),
                 },
             );
         }
@@ -319,6 +326,40 @@ impl Sim {
             panic!("no node has address {addr}");
         };
         node.0.set_sibling_queue_len(len);
+    }
+
+    /// Stops the shard at `addr` for `duration` of virtual time, as a shard thread
+    /// stuck in a long tick would be: neither its timers nor the datagrams reaching
+    /// it run until then (they are held for its first tick after), and the batches
+    /// its siblings put out for it wait in its queue, which fills.
+    ///
+    /// # Panics
+    /// If no shard has `addr`.
+    pub fn stall(&mut self, addr: SocketAddr, duration: Duration) {
+        self.flush_dirty();
+        let until = self.now + duration;
+        let Some(slot) = self.slots.get_mut(&addr) else {
+            panic!("no shard has address {addr}");
+        };
+        slot.stalled_until = Some(until);
+        slot.wake_at = Some(until);
+        self.schedule(until, What::Wake(addr));
+    }
+
+    /// Reliable room messages shard `addr` keeps for a sibling whose queue refused
+    /// them, to hand over again ([`shoal_systems::Links`]).
+    ///
+    /// # Panics
+    /// If no shard has `addr`.
+    pub fn forwards_waiting(&self, addr: SocketAddr) -> usize {
+        let Some((node, slot)) = self
+            .slots
+            .get(&addr)
+            .and_then(|s| Some((self.nodes.get(s.node)?, s)))
+        else {
+            panic!("no shard has address {addr}");
+        };
+        node.0.forwards_waiting(slot.shard)
     }
 
     /// The addresses of all shards, in address order.
@@ -643,15 +684,36 @@ impl Sim {
     /// siblings wakes them at this instant).
     fn tick_node(&mut self, addr: SocketAddr, arrivals: &mut [Arrival]) {
         let now = self.now;
-        let Some(&Slot { node, shard, .. }) = self.slots.get(&addr) else {
+        let Some(slot) = self.slots.get_mut(&addr) else {
             return;
         };
+        let (node, shard) = (slot.node, slot.shard);
+        match slot.stalled_until {
+            Some(until) if until > now => {
+                // Stalled: what arrives waits for the wake-up `stall` scheduled.
+                slot.held.extend(arrivals.iter_mut().map(|a| Arrival {
+                    to: a.to,
+                    from: a.from,
+                    payload: std::mem::take(&mut a.payload),
+                }));
+                return;
+            }
+            Some(_) => slot.stalled_until = None,
+            None => {}
+        }
+        let held = std::mem::take(&mut slot.held);
         let Some((n, _)) = self.nodes.get_mut(node) else {
             return;
         };
-        if arrivals.is_empty() {
+        if arrivals.is_empty() && held.is_empty() {
             n.handle_timeout(shard, now);
         } else {
+            let datagram = |a: Arrival| Datagram {
+                local: a.to,
+                remote: a.from,
+                payload: a.payload,
+            };
+            self.batch.extend(held.into_iter().map(datagram));
             self.batch.extend(arrivals.iter_mut().map(|a| Datagram {
                 local: a.to,
                 remote: a.from,
@@ -711,8 +773,12 @@ impl Sim {
             self.events.push_back((addr, event));
         }
         // A deadline already past (or a stale heap top) wakes the shard at once; so
-        // do batches its siblings left for it.
-        let wake = node.poll_timeout(index).map(|t| t.max(now));
+        // do batches its siblings left for it. A stalled shard wakes when its stall
+        // ends, to take what was held for it.
+        let wake = match slot.stalled_until {
+            Some(until) if until > now => Some(until),
+            _ => node.poll_timeout(index).map(|t| t.max(now)),
+        };
         if wake != slot.wake_at {
             slot.wake_at = wake;
             if let Some(at) = wake {

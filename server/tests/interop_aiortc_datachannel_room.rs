@@ -39,8 +39,17 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(120);
 /// state (`sctp` in its JSON line).
 const STEP_TIMEOUT_SECS: &str = "45";
 /// One exchange at a time: each keeps two Python clients busy, and their step
-/// timeouts are meant for a machine that is not also running the other's.
+/// timeouts are meant for a machine that is not also running the other's. Taken
+/// before the node starts: a node (and its gRPC channel) left idle while the other
+/// exchange runs, up to its whole timeout when that one fails, had its channel
+/// break and failed for that too.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 fn start_client(whip: &str, identity: &str) -> Process {
     let child = aiortc::script("aiortc_room_client.py")
@@ -82,13 +91,10 @@ fn finish(client: &mut Process, deadline: Instant) -> (bool, Value) {
     (status.success(), report)
 }
 
-/// Runs the exchange between alice and bob on `node`'s room and checks what each
-/// client reported (with every shard's counters on failure); returns once both
-/// have left the room.
+/// Runs the exchange between alice and bob on `node`'s room (the caller holds
+/// [`one_at_a_time`]) and checks what each client reported (with every shard's
+/// counters on failure); returns once both have left the room.
 fn exchange(node: &mut grpc_node::RoomNode) {
-    let _turn = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let whip = format!("http://{}/whip/{ROOM}", node.http);
     let mut clients = [
         ("alice", "bob", start_client(&whip, "alice")),
@@ -138,12 +144,14 @@ fn exchange(node: &mut grpc_node::RoomNode) {
 
 #[test]
 fn interop_aiortc_datachannel_room() {
+    let _turn = one_at_a_time();
     let mut node = grpc_node::node_with_room(ROOM);
     exchange(&mut node);
 }
 
 #[test]
 fn interop_aiortc_datachannel_room_across_shards() {
+    let _turn = one_at_a_time();
     // One participant per shard: the second to join cannot share the first's shard.
     let mut node = grpc_node::node_with_split_room(ROOM);
     exchange(&mut node);

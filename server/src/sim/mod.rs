@@ -160,7 +160,7 @@ struct Slot {
     /// Until when the shard does not run ([`Sim::stall`]).
     stalled_until: Option<Time>,
     /// What reached it while it stood, for its first tick after.
-    held: Vec<Arrival>,
+    held: Vec<Datagram>,
 }
 
 /// A datagram reaching its destination this step.
@@ -168,6 +168,17 @@ struct Arrival {
     to: SocketAddr,
     from: SocketAddr,
     payload: Bytes,
+}
+
+impl Arrival {
+    /// The datagram as its shard takes it, the payload moved out.
+    fn take(&mut self) -> Datagram {
+        Datagram {
+            local: self.to,
+            remote: self.from,
+            payload: std::mem::take(&mut self.payload),
+        }
+    }
 }
 
 /// An entry of the event queue, ordered by time and then insertion: never by
@@ -691,34 +702,20 @@ impl Sim {
         match slot.stalled_until {
             Some(until) if until > now => {
                 // Stalled: what arrives waits for the wake-up `stall` scheduled.
-                slot.held.extend(arrivals.iter_mut().map(|a| Arrival {
-                    to: a.to,
-                    from: a.from,
-                    payload: std::mem::take(&mut a.payload),
-                }));
+                slot.held.extend(arrivals.iter_mut().map(Arrival::take));
                 return;
             }
             Some(_) => slot.stalled_until = None,
             None => {}
         }
-        let held = std::mem::take(&mut slot.held);
+        self.batch.append(&mut slot.held);
         let Some((n, _)) = self.nodes.get_mut(node) else {
             return;
         };
-        if arrivals.is_empty() && held.is_empty() {
+        if arrivals.is_empty() && self.batch.is_empty() {
             n.handle_timeout(shard, now);
         } else {
-            let datagram = |a: Arrival| Datagram {
-                local: a.to,
-                remote: a.from,
-                payload: a.payload,
-            };
-            self.batch.extend(held.into_iter().map(datagram));
-            self.batch.extend(arrivals.iter_mut().map(|a| Datagram {
-                local: a.to,
-                remote: a.from,
-                payload: std::mem::take(&mut a.payload),
-            }));
+            self.batch.extend(arrivals.iter_mut().map(Arrival::take));
             n.handle_datagrams(shard, now, self.batch.drain(..));
         }
         self.collect_node(node);

@@ -324,8 +324,9 @@ impl ControlQueue {
     }
 }
 
-/// [`SctpLimits::max_outstanding_tsns`] by default.
-pub const DEFAULT_MAX_OUTSTANDING_TSNS: usize = 1024;
+/// [`SctpLimits::max_outstanding_tsns`] by default: the retransmission queue's own.
+pub const DEFAULT_MAX_OUTSTANDING_TSNS: usize =
+    crate::sctp::tx::retransmission_queue::DEFAULT_MAX_OUTSTANDING_CHUNKS;
 
 /// Configuration every association of a shard shares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

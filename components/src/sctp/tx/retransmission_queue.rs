@@ -35,11 +35,16 @@ use super::{DataToSend, MessageId, Reliability, data_chunk_len};
 use crate::sctp::num::{Ssn, StreamId, Tsn};
 use crate::time::Time;
 
+/// [`RetransmissionQueueConfig::max_outstanding_chunks`] by default.
+pub const DEFAULT_MAX_OUTSTANDING_CHUNKS: usize = 1024;
+
 /// Bounds of a [`RetransmissionQueue`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetransmissionQueueConfig {
-    /// Most chunks outstanding (sent, not yet cumulatively acked). Far below the 2^31 - 1
-    /// TSN window and the 2^16 - 1 ordered messages per stream of RFC 9260 §6.1.
+    /// Most chunks outstanding (sent, not yet cumulatively acked, gap-acked ones
+    /// included): the span of TSNs past the peer's cumulative ack. An association
+    /// takes it from `SctpLimits::max_outstanding_tsns`, whose doc says why it is
+    /// small.
     pub max_outstanding_chunks: usize,
     /// Gap Ack Blocks read from one SACK; the rest are ignored (they are advisory, §7.1).
     pub max_gap_blocks: usize,
@@ -51,7 +56,7 @@ pub struct RetransmissionQueueConfig {
 impl Default for RetransmissionQueueConfig {
     fn default() -> Self {
         RetransmissionQueueConfig {
-            max_outstanding_chunks: 16 * 1024,
+            max_outstanding_chunks: DEFAULT_MAX_OUTSTANDING_CHUNKS,
             max_gap_blocks: 256,
             max_forward_tsn_streams: 256,
         }

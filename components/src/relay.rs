@@ -113,6 +113,31 @@ impl Forwarded {
 #[derive(Resource, Debug, Default)]
 pub struct RelayHeld(pub Vec<bevy_ecs::entity::Entity>);
 
+/// Peers that left cleanly: they closed their DTLS connection (close_notify, RFC
+/// 5246 §7.2.1), or the owner let them go (`Command::LetGo`). A room member whose
+/// receive buffer still holds messages stays until the relay has taken them: what
+/// SCTP acknowledged to it reaches its room. A closing member receives nothing and
+/// sends nothing more (its connection is gone, its paths and ids are no longer its
+/// own); the datachannel pass keeps taking its messages under the relay's usual
+/// back-pressure, and the shard despawns it once its buffer is empty, or once the
+/// buffer has not shrunk for twice [`RelayLimits::hold_limit`].
+#[derive(Resource, Debug, Default)]
+pub struct RelayClosing(pub Vec<ClosingMember>);
+
+/// One member of [`RelayClosing`].
+#[derive(Clone, Copy, Debug)]
+pub struct ClosingMember {
+    /// The peer.
+    pub entity: bevy_ecs::entity::Entity,
+    /// When it goes if its buffer has not shrunk by then; `None` until the end of
+    /// the tick that closed it.
+    pub deadline: Option<crate::time::Time>,
+    /// The bytes its receive buffer held when the deadline was last set.
+    pub buffered: usize,
+    /// Why it goes (`PeerRemoved` says so at the end of the tick it closed in).
+    pub reason: crate::tick::RemoveReason,
+}
+
 /// This tick's room messages for other shards, in the order the relay produced them.
 #[derive(Resource, Debug, Default)]
 pub struct RelayOutbox(pub Vec<Forwarded>);

@@ -151,6 +151,13 @@ pub struct ShardStats {
     /// on their way to them (`Shard::close_reliable_channels`: a node-to-node link
     /// of the room failed).
     pub relay_gap_channels_closed: u64,
+    /// Room members that closed their DTLS connection with messages still in their
+    /// receive buffer, kept until those were relayed (`relay::RelayClosing`).
+    pub relay_closing_kept: u64,
+    /// Closing room members removed with messages still in their receive buffer,
+    /// which had not shrunk for twice the relay's hold limit; their room's reliable
+    /// channels on the shard were closed (`relay_gap_channels_closed`).
+    pub relay_closing_expired: u64,
     /// Room messages a member sent that were put out for the room's other shards
     /// (one per message, whatever the number of those shards).
     pub relay_forwards_out: u64,

@@ -264,6 +264,10 @@ pub enum RemoveReason {
     /// The shard drains (the node shuts down): the peer's SCTP association shut
     /// down (or it had none), and it was closed with close_notify.
     Drained,
+    /// The owner let it go (`Command::LetGo`: its session ended on the client's
+    /// side): closed with close_notify, what its receive buffer held still relayed
+    /// to its room.
+    Left,
 }
 
 /// Something the shard tells its owner.

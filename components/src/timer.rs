@@ -58,11 +58,14 @@ pub enum TimerKind {
     /// A room member's reliable messages wait for room among the messages its shard
     /// forwards to the room's other shards: the next tick looks at it again.
     RelayForward = 17,
+    /// A closing room member's buffer must have shrunk by now
+    /// (`relay::RelayClosing`), or it goes with what is left.
+    RelayClosing = 18,
 }
 
 impl TimerKind {
     /// Every kind, in slot order.
-    pub const ALL: [TimerKind; 18] = [
+    pub const ALL: [TimerKind; 19] = [
         TimerKind::IceCheck,
         TimerKind::ConsentCheck,
         TimerKind::ConsentExpiry,
@@ -81,6 +84,7 @@ impl TimerKind {
         TimerKind::Pace,
         TimerKind::RelayHold,
         TimerKind::RelayForward,
+        TimerKind::RelayClosing,
     ];
     /// How many kinds there are: the size of the table.
     pub const COUNT: usize = TimerKind::ALL.len();
@@ -107,7 +111,8 @@ impl TimerKind {
             | TimerKind::Probe
             | TimerKind::Pace
             | TimerKind::RelayHold
-            | TimerKind::RelayForward => self as usize,
+            | TimerKind::RelayForward
+            | TimerKind::RelayClosing => self as usize,
         }
     }
 }

@@ -52,12 +52,66 @@ def parse_index(message, me: str):
     return sender, i
 
 
+def check_in_order(message, me: str, peer, expected: int, errors: list) -> int:
+    """Checks a message that should be `peer`'s number `expected`, noting what is
+    wrong in `errors`; returns the number expected next."""
+    parsed = parse_index(message, me)
+    i = parsed[1] if parsed and parsed[0] == peer else None
+    if i is None:
+        errors.append(f"malformed: {str(message)[:40]!r}")
+        return expected
+    if i != expected:
+        errors.append(f"expected {expected}, got {i}")
+    return i + 1
+
+
 def http(method: str, url: str, body: bytes | None = None, ctype: str | None = None):
     req = urllib.request.Request(url, data=body, method=method)
     if ctype:
         req.add_header("Content-Type", ctype)
     with urllib.request.urlopen(req, timeout=10) as resp:
         return resp.status, resp.headers, resp.read()
+
+
+async def join(pc: RTCPeerConnection, whip: str) -> str:
+    """Offers `pc` over WHIP and applies the answer; returns the session's URL."""
+    await pc.setLocalDescription(await pc.createOffer())
+    status, headers, answer = http(
+        "POST", whip, pc.localDescription.sdp.encode(), "application/sdp"
+    )
+    if status != 201:
+        raise RuntimeError(f"WHIP POST answered {status}")
+    location = urllib.parse.urljoin(whip, headers.get("Location", ""))
+    await pc.setRemoteDescription(RTCSessionDescription(answer.decode(), "answer"))
+    return location
+
+
+def end_session(location: str, errors: list) -> None:
+    """Leaves with a WHIP DELETE; a failure goes into `errors` (the test decides)."""
+    try:
+        http("DELETE", location)
+    except Exception as e:
+        errors.append(f"WHIP DELETE failed: {e}")
+
+
+async def announce(channel, me: str, peer_heard: asyncio.Event) -> None:
+    """Until the other participant is heard (messages sent before it joined reach no
+    one), says who we are every 100 ms; then once more, so it hears us too."""
+    while not peer_heard.is_set():
+        channel.send(f"ready:{me}")
+        await asyncio.sleep(0.1)
+    channel.send(f"ready:{me}")
+
+
+async def send_with_flow_control(channels, me: str, count: int, report: dict) -> None:
+    """Sends our messages 0..count on each of `channels`, keeping the first one's
+    bufferedAmount under 512 KiB."""
+    for i in range(count):
+        for channel in channels:
+            channel.send(payload(me, i))
+        report["sent"] += 1
+        while channels[0].bufferedAmount > 512 * 1024:
+            await asyncio.sleep(0.005)
 
 
 async def all_acknowledged(pc: RTCPeerConnection) -> None:
@@ -146,15 +200,9 @@ async def run(whip: str, me: str, count: int, timeout: float) -> dict:
         if isinstance(message, str) and message.startswith("done:"):
             peer_done.set()
             return
-        parsed = parse_index(message, me)
-        i = parsed[1] if parsed and parsed[0] == report["peer"] else None
-        if i is None:
-            report["ordered_errors"].append(f"malformed: {str(message)[:40]!r}")
-        elif i != next_ordered["i"]:
-            report["ordered_errors"].append(f"expected {next_ordered['i']}, got {i}")
-            next_ordered["i"] = i + 1
-        else:
-            next_ordered["i"] += 1
+        next_ordered["i"] = check_in_order(
+            message, me, report["peer"], next_ordered["i"], report["ordered_errors"]
+        )
         report["ordered_received"] += 1
         if report["ordered_received"] == count:
             all_received.set()
@@ -171,36 +219,16 @@ async def run(whip: str, me: str, count: int, timeout: float) -> dict:
             seen_unordered.add(i)
         report["unordered_received"] += 1
 
-    await pc.setLocalDescription(await pc.createOffer())
-    status, headers, answer = http(
-        "POST", whip, pc.localDescription.sdp.encode(), "application/sdp"
-    )
-    if status != 201:
-        raise RuntimeError(f"WHIP POST answered {status}")
-    location = urllib.parse.urljoin(whip, headers.get("Location", ""))
-    await pc.setRemoteDescription(RTCSessionDescription(answer.decode(), "answer"))
+    location = await join(pc, whip)
     step = "open"
     try:
         await asyncio.wait_for(
             asyncio.gather(ordered_open.wait(), unordered_open.wait()), timeout
         )
-        # Until the other participant is heard (messages sent before it joined reach
-        # no one), say who we are every 100 ms; then once more, so it hears us too.
-        async def announce():
-            while not peer_heard.is_set():
-                ordered.send(f"ready:{me}")
-                await asyncio.sleep(0.1)
-            ordered.send(f"ready:{me}")
-
         step = "announce"
-        await asyncio.wait_for(announce(), timeout)
+        await asyncio.wait_for(announce(ordered, me, peer_heard), timeout)
         step = "send"
-        for i in range(count):
-            ordered.send(payload(me, i))
-            unordered.send(payload(me, i))
-            report["sent"] += 1
-            while ordered.bufferedAmount > 512 * 1024:
-                await asyncio.sleep(0.005)
+        await send_with_flow_control([ordered, unordered], me, count, report)
         step = "receive"
         await asyncio.wait_for(all_received.wait(), timeout)
         ordered.send(f"done:{me}")
@@ -217,10 +245,7 @@ async def run(whip: str, me: str, count: int, timeout: float) -> dict:
         )
         report["sctp"] = sctp_state(pc)
     finally:
-        try:
-            http("DELETE", location)
-        except Exception as e:  # the report says it; the test decides
-            report["ordered_errors"].append(f"WHIP DELETE failed: {e}")
+        end_session(location, report["ordered_errors"])
         await pc.close()
     return report
 

@@ -6,6 +6,11 @@
 //! one-shard node, and on a two-shard node with one participant per shard, where
 //! every message crosses from one shard to the other over the relay's hop.
 //!
+//! A third test has one aiortc client (`scripts/interop/aiortc_leave_client.py`)
+//! stall while another sends to it and leaves as soon as shoal has acknowledged
+//! everything: what the relay still held of the sender's messages when it left
+//! reaches the receiver all the same, once and in order.
+//!
 //! The Python interpreter is `SHOAL_INTEROP_PYTHON`, else the venv
 //! `target/interop-venv` that `scripts/test-all` creates with aiortc.
 
@@ -52,15 +57,23 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn start_client(whip: &str, identity: &str) -> Process {
-    let child = aiortc::script("aiortc_room_client.py")
+    let count = COUNT.to_string();
+    start_script(
+        "aiortc_room_client.py",
+        whip,
+        identity,
+        &["--count", &count],
+    )
+}
+
+/// Starts `script` as `identity` in the room at `whip`, with `args` and the step
+/// timeout.
+fn start_script(script: &str, whip: &str, identity: &str, args: &[&str]) -> Process {
+    let child = aiortc::script(script)
         .arg(format!("{whip}?identity={identity}"))
         .arg(identity)
-        .args([
-            "--count",
-            &COUNT.to_string(),
-            "--timeout",
-            STEP_TIMEOUT_SECS,
-        ])
+        .args(args)
+        .args(["--timeout", STEP_TIMEOUT_SECS])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -170,4 +183,50 @@ fn interop_aiortc_datachannel_room_across_shards() {
     grpc_node::wait_for_shards(&node.server, Duration::from_secs(10), "presence", |r| {
         r.iter().all(|r| r.shared_rooms == 0)
     });
+}
+
+/// Messages the leaving sender sends: about 2.2 MB, more than the relay queues
+/// toward a receiver that reads nothing (its high watermark, 1 MiB), less than that
+/// plus the sender's receive window at shoal (4 MiB), so shoal acknowledges all of
+/// them while holding some back.
+const LEAVE_COUNT: u64 = 1500;
+/// How long the receiver reads nothing: the sender sends, is acknowledged and
+/// leaves meanwhile; well under the relay's hold limit (10 s), so the receiver is
+/// not cut off as slow.
+const STALL_SECS: &str = "4";
+
+fn start_leave_client(whip: &str, identity: &str, role: &str) -> Process {
+    let count = LEAVE_COUNT.to_string();
+    let args = [role, "--count", &count, "--stall", STALL_SECS];
+    start_script("aiortc_leave_client.py", whip, identity, &args)
+}
+
+/// carol stops reading; dave sends 1 500 messages on a reliable ordered channel,
+/// and leaves (WHIP DELETE) as soon as shoal has acknowledged them all, while the
+/// relay still holds some in his receive buffer for carol. Once carol reads again
+/// she gets every one, once and in order: what SCTP acknowledged to a member that
+/// left is not lost with it.
+#[test]
+fn interop_aiortc_sender_leaves_while_held() {
+    let _turn = one_at_a_time();
+    let mut node = grpc_node::node_with_room(ROOM);
+    let whip = format!("http://{}/whip/{ROOM}", node.http);
+    let mut carol = start_leave_client(&whip, "carol", "receive");
+    let mut dave = start_leave_client(&whip, "dave", "send");
+    let deadline = Instant::now() + EXCHANGE_TIMEOUT;
+    let (dave_ok, sent) = finish(&mut dave, deadline);
+    let (carol_ok, got) = finish(&mut carol, deadline);
+    let s = grpc_node::shard_report(&node.server, 0).shard;
+    let context = format!("dave: {sent}\ncarol: {got}\nshard: {s:?}");
+    assert!(dave_ok, "dave failed\n{context}");
+    assert_eq!(sent["sent"], Value::from(LEAVE_COUNT), "{context}");
+    assert!(carol_ok, "carol failed\n{context}");
+    assert_eq!(got["received"], Value::from(LEAVE_COUNT), "{context}");
+    assert_eq!(got["errors"], Value::Array(Vec::new()), "{context}");
+    // dave was held back for carol, and left with messages still held.
+    assert!(s.relay_holds > 0, "{context}");
+    assert_eq!(s.relay_closing_kept, 1, "{context}");
+    assert_eq!(s.relay_closing_expired, 0, "{context}");
+    assert_eq!(s.relay_slow_receivers, 0, "{context}");
+    grpc_node::wait_until_empty(&mut node, ROOM);
 }

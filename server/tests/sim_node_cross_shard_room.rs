@@ -27,6 +27,7 @@ use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
 use shoal_components::rtp::RtpPacket;
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
+use shoal_components::tick::RemoveReason;
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::{Command, RelayLimits, ShardConfig};
 
@@ -250,6 +251,26 @@ fn sim_node_sibling_queue_full_loses_no_reliable_message() {
 
 /// What a tick forwards at most while a shard stands still.
 const STALL_TICK_FORWARDS: usize = 32;
+/// How long a shard stands still.
+const STALL: Duration = Duration::from_secs(3);
+
+/// [`node_room`] on 15 ms links, with the queues between the shards cut to one
+/// batch and [`STALL_TICK_FORWARDS`] forwards a tick, each member's chat open.
+fn stall_ready_room(seed: u64) -> (Sim, Log, [u16; 5]) {
+    let link = LinkConfig {
+        latency: Duration::from_millis(15),
+        ..LinkConfig::default()
+    };
+    let relay = RelayLimits {
+        max_forwards_per_tick: STALL_TICK_FORWARDS,
+        ..RelayLimits::default()
+    };
+    let mut sim = node_room_with(seed, &link, relay);
+    sim.set_sibling_queue_len(shards()[0], 1);
+    let mut log = Log::default();
+    let chat = open_chats(&mut sim, &mut log);
+    (sim, log, chat)
+}
 
 #[test]
 fn sim_node_stalled_sibling_holds_senders_not_records() {
@@ -259,20 +280,9 @@ fn sim_node_stalled_sibling_holds_senders_not_records() {
     // of a room with members on shard 1 leaves a sender's receive buffer while
     // records wait for it, so what waits stays within a tick's forwards (one
     // record per sibling per message) instead of growing with the flood.
-    let link = LinkConfig {
-        latency: Duration::from_millis(15),
-        ..LinkConfig::default()
-    };
-    let relay = RelayLimits {
-        max_forwards_per_tick: STALL_TICK_FORWARDS,
-        ..RelayLimits::default()
-    };
-    let stall = Duration::from_secs(3);
+    let stall = STALL;
     for seed in 0..2 {
-        let mut sim = node_room_with(seed, &link, relay);
-        sim.set_sibling_queue_len(shards()[0], 1);
-        let mut log = Log::default();
-        let chat = open_chats(&mut sim, &mut log);
+        let (mut sim, mut log, chat) = stall_ready_room(seed);
         sim.stall(shards()[1], stall);
         for i in 1..=4 {
             send_range(&mut sim, i, chat[i as usize], 0..FLOOD, false);
@@ -373,5 +383,79 @@ fn sim_node_tick_forward_limit_loses_no_reliable_message() {
         assert!(stats.relay_forward_waits > 0, "seed {seed}: {stats:?}");
         assert_eq!(stats.relay_forwards_dropped, 0, "seed {seed}");
         assert_eq!(stats.relay_forwards_out, u64::from(BURST), "seed {seed}");
+    }
+}
+
+/// Member 3, alone of its room on shard 1, sends while shard 2 stands still, so its
+/// messages wait in shard 1's receive buffer for room among the forwards; then its
+/// session ends on its side and the owner lets it go (`Command::LetGo`), telling
+/// the shards, as the control plane does, that shard 1 holds no member of the room
+/// any more. Everything member 3 sent had been acknowledged: it still reaches the
+/// members on both other shards, once and in order, and then shard 1 takes the
+/// room's new siblings.
+#[test]
+fn sim_node_a_member_let_go_alone_on_its_shard_has_its_messages_relayed() {
+    let stall = STALL;
+    for seed in 0..2 {
+        let (mut sim, mut log, chat) = stall_ready_room(seed);
+        let stalled_until = sim.now() + stall;
+        sim.stall(shards()[2], stall);
+        send_range(&mut sim, 3, chat[3], 0..FLOOD, false);
+        // Everything member 3 sent is acknowledged by shard 1.
+        sim.run_until(
+            |s| {
+                log.take(s);
+                s.shard(cli(3)).sctp_buffered_amount(PeerId(3)) == 0
+            },
+            Duration::from_secs(2),
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: member 3 still sending: {e}"));
+        sim.run_for(Duration::from_millis(300)).unwrap();
+        log.take(&mut sim);
+        assert!(sim.now() < stalled_until, "seed {seed}");
+        sim.command(shards()[1], Command::LetGo(PeerId(3))).unwrap();
+        sim.shard_mut(shards()[1]).set_room_siblings(ROOM, &[]);
+        sim.shard_mut(shards()[0]).set_room_siblings(ROOM, &[2]);
+        sim.shard_mut(shards()[2]).set_room_siblings(ROOM, &[0]);
+        let want: Vec<room::Got> = (0..FLOOD).map(|k| room::message(3, k, false)).collect();
+        sim.run_until(
+            |s| {
+                log.take(s);
+                [1, 2, 4]
+                    .iter()
+                    .all(|&r| log.on(r, "chat").len() >= want.len())
+            },
+            LIMIT,
+        )
+        .unwrap_or_else(|e| {
+            let got: Vec<usize> = [1, 2, 4].iter().map(|&r| log.on(r, "chat").len()).collect();
+            panic!(
+                "seed {seed}: {e}: got {got:?}; waiting {:?} at {:?}",
+                shards().map(|a| sim.forwards_waiting(a)),
+                sim.now()
+            )
+        });
+        sim.run_for(Duration::from_secs(3)).unwrap();
+        log.take(&mut sim);
+        for r in [1, 2, 4] {
+            assert!(
+                log.on(r, "chat") == want.as_slice(),
+                "seed {seed}: member {r} missed, repeated or reordered: got {}",
+                log.on(r, "chat").len()
+            );
+        }
+        assert_eq!(
+            log.removed,
+            vec![(shards()[1], PeerId(3), RemoveReason::Left)],
+            "seed {seed}"
+        );
+        let s1 = sim.shard(shards()[1]);
+        assert_eq!(s1.stats().relay_closing_kept, 1, "seed {seed}");
+        assert_eq!(s1.stats().relay_closing_expired, 0, "seed {seed}");
+        assert!(s1.stats().relay_forward_waits > 0, "seed {seed}");
+        // Member 3 is gone, and shard 1 took what the owner last said of the room.
+        assert_eq!(s1.room_member_count(ROOM), 0, "seed {seed}");
+        assert_eq!(s1.shared_room_count(), 0, "seed {seed}");
+        assert_eq!(s1.peer_count(), 0, "seed {seed}");
     }
 }

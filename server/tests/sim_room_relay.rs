@@ -663,6 +663,139 @@ fn reliable_relay_paces_sender() {
     assert_eq!(srv.room_member_count(ROOM), 2);
 }
 
+/// Member 1 sends on a reliable channel faster than member 3's 1 Mbit/s path takes,
+/// so the relay holds its messages back in the server's receive buffer, and then
+/// leaves cleanly: its SCTP association ends (RFC 9260 §9.2: SHUTDOWN once all it
+/// sent is acknowledged) and its DTLS connection closes, both in one batch. Whatever
+/// member 1 sent was acknowledged, so it reaches both other members, once and in
+/// order; member 1 is removed once the relay has taken it, as a client that left,
+/// after its association's end was seen. Member 1 sends its whole range, and the
+/// server's buffer of 512 KiB holds up to about 500 of its messages, so it still
+/// held some when member 1 left (`relay_closing_kept`).
+#[test]
+fn a_member_that_leaves_cleanly_has_what_was_held_for_it_relayed() {
+    const N: u32 = 1500;
+    let mut sim = room_with_a_slow_member(43, 1_000_000);
+    let mut log = Log::default();
+    let chat = open_from_client(&mut sim, &mut log, 1, "chat", "", RELIABLE);
+    send_with_flow_control(&mut sim, &mut log, 1, chat, 0..N, |_, _| {});
+    assert!(
+        sim.shard(addr(SRV)).stats().relay_holds > 0,
+        "member 1 was never held back"
+    );
+    sim.shard_mut(cli(1)).drain();
+    // What the server reported of member 1's end, in order.
+    let mut ends = Vec::new();
+    let everything =
+        |log: &Log| log.on(2, "chat").len() >= N as usize && log.on(3, "chat").len() >= N as usize;
+    sim.run_until(
+        |s| {
+            for (node, e) in s.drain_events() {
+                if node == addr(SRV) {
+                    match &e {
+                        ShardEvent::SctpClosed { peer, reason } if *peer == PeerId(1) => {
+                            ends.push(format!("sctp closed: {reason:?}"));
+                        }
+                        ShardEvent::PeerRemoved { peer, reason } if *peer == PeerId(1) => {
+                            ends.push(format!("removed: {reason:?}"));
+                        }
+                        _ => {}
+                    }
+                }
+                log.take_one(node, e);
+            }
+            everything(&log) && !log.removed.is_empty()
+        },
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: member 2 has {}, member 3 {}; removed {:?}; server {:?}",
+            log.on(2, "chat").len(),
+            log.on(3, "chat").len(),
+            log.removed,
+            sim.shard(addr(SRV)).stats()
+        )
+    });
+    sim.run_for(Duration::from_secs(1)).ok();
+    log.take(&mut sim);
+    let want: Vec<Got> = (0..N).map(|k| message(1, k, false)).collect();
+    for r in [2, 3] {
+        assert!(
+            log.on(r, "chat") == want.as_slice(),
+            "member {r} missed, repeated or reordered: got {}",
+            log.on(r, "chat").len()
+        );
+    }
+    assert_eq!(
+        log.removed,
+        vec![(addr(SRV), PeerId(1), RemoveReason::DtlsClosed)]
+    );
+    assert_eq!(
+        ends,
+        [
+            format!("sctp closed: {:?}", AssocEnd::Shutdown),
+            format!("removed: {:?}", RemoveReason::DtlsClosed),
+        ]
+    );
+    let stats = sim.shard(addr(SRV)).stats();
+    assert_eq!(stats.relay_closing_kept, 1, "{stats:?}");
+    assert_eq!(stats.relay_closing_expired, 0, "{stats:?}");
+    assert_eq!(stats.relay_slow_receivers, 0, "{stats:?}");
+    assert_eq!(sim.shard(addr(SRV)).peer_count(), 2);
+    assert_eq!(sim.shard(addr(SRV)).room_member_count(ROOM), 2);
+}
+
+/// As above, but member 3's path dies once member 1 has left: member 3 holds the
+/// closing member back like any sender and is cut off as a slow receiver after the
+/// hold limit; member 2 still gets everything, once and in order, and member 1 goes
+/// once it has, its buffer never having stood still for twice the hold limit.
+#[test]
+fn a_receiver_that_dies_does_not_keep_a_closing_member() {
+    const N: u32 = 1500;
+    let mut sim = room_with_a_slow_member(44, 1_000_000);
+    let mut log = Log::default();
+    let chat = open_from_client(&mut sim, &mut log, 1, "chat", "", RELIABLE);
+    send_with_flow_control(&mut sim, &mut log, 1, chat, 0..N, |_, _| {});
+    sim.shard_mut(cli(1)).drain();
+    sim.run_until(
+        |s| {
+            log.take(s);
+            s.shard(addr(SRV)).stats().relay_closing_kept > 0
+        },
+        Duration::from_secs(10),
+    )
+    .expect("member 1 closes with messages left");
+    sim.set_link(addr(SRV), cli(3), link(1.0));
+    run(
+        &mut sim,
+        &mut log,
+        Duration::from_secs(60),
+        "member 2 has everything and member 1 is gone",
+        |log| log.on(2, "chat").len() >= N as usize && log.removed.iter().any(|r| r.1 == PeerId(1)),
+    );
+    let want: Vec<Got> = (0..N).map(|k| message(1, k, false)).collect();
+    assert!(
+        log.on(2, "chat") == want.as_slice(),
+        "member 2 missed, repeated or reordered: got {}",
+        log.on(2, "chat").len()
+    );
+    assert!(log.on(3, "chat").len() < N as usize);
+    let mut removed = log.removed.clone();
+    removed.sort_by_key(|r| r.1.0);
+    assert_eq!(
+        removed,
+        vec![
+            (addr(SRV), PeerId(1), RemoveReason::DtlsClosed),
+            (addr(SRV), PeerId(3), RemoveReason::SlowReceiver),
+        ]
+    );
+    let stats = sim.shard(addr(SRV)).stats();
+    assert_eq!(stats.relay_closing_kept, 1, "{stats:?}");
+    assert_eq!(stats.relay_closing_expired, 0, "{stats:?}");
+    assert_eq!(stats.relay_slow_receivers, 1, "{stats:?}");
+}
+
 /// Member 1 floods an unreliable channel at about 6 Mbit/s; member 2's path takes
 /// it all, member 3's only 1 Mbit/s. Member 2 gets every message, once; what member 3
 /// cannot take is dropped at its queue at the server and counted for it alone;

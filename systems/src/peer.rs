@@ -5,12 +5,15 @@
 //! entry for an entity that is gone.
 
 use bevy_ecs::prelude::*;
+use shoal_components::media::PeerMedia;
 use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::{
     Ice, IceControlling, IceCredentials, IceState, MAX_VALID_REMOTES, Peer, PeerId, PeerIndex,
 };
+use shoal_components::relay::{ClosingMember, RelayClosing};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{Events, RemoveReason, ShardEvent, Transmits};
+use shoal_components::timer::{TimerKind, Timers};
 use shoal_components::transport::DtlsSession;
 
 /// Indexes a new peer by its id and local ufrag.
@@ -48,6 +51,25 @@ fn unindex_path(index: &mut PeerIndex, path: FiveTuple, entity: Entity) {
     }
 }
 
+/// Marks the peer Failed and takes it out of every index; false if it was Failed
+/// already (on its way out).
+fn fail_and_unindex(
+    index: &mut PeerIndex,
+    entity: Entity,
+    peer: &Peer,
+    creds: &IceCredentials,
+    ice: &mut Ice,
+    ctl: Option<&IceControlling>,
+) -> bool {
+    if ice.state == IceState::Failed {
+        return false;
+    }
+    ice.state = IceState::Failed;
+    unindex(index, entity, peer, ice, ctl);
+    index.by_ufrag.remove(&creds.local_ufrag);
+    true
+}
+
 /// Removes a peer from inside any pass: its index entries now, the entity (and
 /// every component it had) when the pass's commands apply. Marks the peer Failed
 /// first, so later work in the same tick leaves it alone.
@@ -62,17 +84,108 @@ pub(crate) fn remove_in_pass(
     ctl: Option<&IceControlling>,
     reason: RemoveReason,
 ) {
-    if ice.state == IceState::Failed {
+    if !fail_and_unindex(index, entity, peer, creds, ice, ctl) {
         return;
     }
-    ice.state = IceState::Failed;
-    unindex(index, entity, peer, ice, ctl);
-    index.by_ufrag.remove(&creds.local_ufrag);
     commands.entity(entity).despawn();
     events.0.push(ShardEvent::PeerRemoved {
         peer: peer.id,
         reason,
     });
+}
+
+/// A peer that left cleanly (it closed its DTLS connection, or the owner let it go):
+/// its index entries go now, as [`remove_in_pass`]'s do, but the entity stays until
+/// the end of the tick, when the shard looks at it (`Shard::sweep_closing`): a room
+/// member whose receive buffer still holds messages stays until the relay has taken
+/// them (`RelayClosing`), anything else goes then. Either way `PeerRemoved` comes at
+/// the end of this tick: the participant is gone at once. From now on the peer is
+/// Failed (so nothing is relayed to it and no later pass works for it), nothing
+/// finds it by id, path or ufrag, its connection is dropped (what SCTP still puts
+/// out for it goes nowhere), and its tracks and subscriptions end.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn retire_in_pass(
+    index: &mut PeerIndex,
+    closing: &mut RelayClosing,
+    commands: &mut Commands,
+    entity: Entity,
+    peer: &Peer,
+    creds: &IceCredentials,
+    ice: &mut Ice,
+    ctl: Option<&IceControlling>,
+    session: &mut DtlsSession,
+    timers: &mut Timers,
+    reason: RemoveReason,
+) {
+    if !fail_and_unindex(index, entity, peer, creds, ice, ctl) {
+        return;
+    }
+    session.conn = None;
+    cancel_all_but_relaying(timers);
+    commands.entity(entity).remove::<PeerMedia>();
+    closing.0.push(ClosingMember {
+        entity,
+        deadline: None,
+        buffered: 0,
+        reason,
+    });
+}
+
+/// [`retire_in_pass`] from the shard's surface (a command), for a peer the owner
+/// lets go: close_notify first, so the peer learns at once that it is gone (RFC
+/// 7675 §5.2), as [`close_now`] does.
+pub(crate) fn retire_now(world: &mut World, entity: Entity, reason: RemoveReason) {
+    send_close_notify(world, entity);
+    world.resource_scope(|world, mut index: Mut<PeerIndex>| {
+        world.resource_scope(|world, mut closing: Mut<RelayClosing>| {
+            let mut e = world.entity_mut(entity);
+            let Some(peer) = e.get::<Peer>().copied() else {
+                return;
+            };
+            let ctl = e.get::<IceControlling>().cloned();
+            let ufrag = e.get::<IceCredentials>().map(|c| c.local_ufrag.clone());
+            if let Some(mut ice) = e.get_mut::<Ice>() {
+                if ice.state == IceState::Failed {
+                    return;
+                }
+                ice.state = IceState::Failed;
+                unindex(&mut index, entity, &peer, &ice, ctl.as_ref());
+            } else {
+                index.by_id.remove(&peer.id);
+            }
+            if let Some(u) = ufrag {
+                index.by_ufrag.remove(&u);
+            }
+            if let Some(mut session) = e.get_mut::<DtlsSession>() {
+                session.conn = None;
+            }
+            if let Some(mut timers) = e.get_mut::<Timers>() {
+                cancel_all_but_relaying(&mut timers);
+            }
+            e.remove::<PeerMedia>();
+            closing.0.push(ClosingMember {
+                entity,
+                deadline: None,
+                buffered: 0,
+                reason,
+            });
+        });
+    });
+}
+
+/// A retired peer's timers: only what relaying its receive buffer needs stays armed
+/// (its wait for room among the forwards, its deadline). No ICE, DTLS or media work
+/// is left for it, and it holds no sender back (a receiver's hold limit of its would
+/// cut it off as a slow receiver). Its association is left as it was: it still goes
+/// through the SCTP passes on the ticks the relay takes from its buffer, and what
+/// it sends goes nowhere, so data of ours still outstanding to it may run T3-rtx
+/// to its end (`SctpClosed` after its `PeerRemoved`, which the owner ignores).
+fn cancel_all_but_relaying(timers: &mut Timers) {
+    for kind in TimerKind::ALL {
+        if !matches!(kind, TimerKind::RelayForward | TimerKind::RelayClosing) {
+            timers.cancel(kind);
+        }
+    }
 }
 
 fn unindex(
@@ -83,6 +196,17 @@ fn unindex(
     ctl: Option<&IceControlling>,
 ) {
     index.by_id.remove(&peer.id);
+    unindex_transport(index, entity, ice, ctl);
+}
+
+/// Everything by which a datagram or a STUN transaction finds the peer, but its id
+/// and current ufrag.
+fn unindex_transport(
+    index: &mut PeerIndex,
+    entity: Entity,
+    ice: &Ice,
+    ctl: Option<&IceControlling>,
+) {
     if let Some(old) = &ice.retiring {
         index.by_ufrag.remove(&old.ufrag);
     }
@@ -99,11 +223,28 @@ fn unindex(
     }
 }
 
-/// Removes a peer outside the schedule (a command), at once.
+/// Removes a peer outside the schedule (a command), at once. A retired peer
+/// ([`retire_in_pass`]) goes with what its receive buffer still holds, reported
+/// removed only if it was not already.
 pub(crate) fn remove_now(world: &mut World, entity: Entity, reason: RemoveReason) {
     let Some(peer) = world.get::<Peer>(entity).copied() else {
         return;
     };
+    let mut closing = world.resource_mut::<RelayClosing>();
+    if let Some(pos) = closing.0.iter().position(|m| m.entity == entity) {
+        let reported = closing.0.swap_remove(pos).deadline.is_some();
+        world.despawn(entity);
+        if !reported {
+            world
+                .resource_mut::<Events>()
+                .0
+                .push(ShardEvent::PeerRemoved {
+                    peer: peer.id,
+                    reason,
+                });
+        }
+        return;
+    }
     let ice = world.get::<Ice>(entity).cloned();
     let ctl = world.get::<IceControlling>(entity).cloned();
     let ufrag = world
@@ -136,6 +277,13 @@ pub(crate) fn remove_now(world: &mut World, entity: Entity, reason: RemoveReason
 /// consent at once, e.g. by an authenticated closing alert): the peer learns it is
 /// gone now, not when its consent checks go unanswered.
 pub(crate) fn close_now(world: &mut World, entity: Entity, reason: RemoveReason) {
+    send_close_notify(world, entity);
+    remove_now(world, entity, reason);
+}
+
+/// Ends the peer's DTLS connection with close_notify and queues the alert on its
+/// path (nothing for a peer without a connection).
+fn send_close_notify(world: &mut World, entity: Entity) {
     let selected = world.get::<Ice>(entity).and_then(|i| i.selected);
     let mut sealed = Vec::new();
     let mut path = None;
@@ -160,5 +308,4 @@ pub(crate) fn close_now(world: &mut World, entity: Entity, reason: RemoveReason)
             }));
         world.resource_mut::<ShardStats>().datagrams_out += count;
     }
-    remove_now(world, entity, reason);
 }

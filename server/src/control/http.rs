@@ -457,7 +457,7 @@ async fn end(
         Ok(peer) => peer,
         Err(response) => return *response,
     };
-    http.state.leave(peer, DisconnectReason::ClientLeft).await;
+    http.state.left(peer, DisconnectReason::ClientLeft).await;
     text(StatusCode::OK, "session ended")
 }
 

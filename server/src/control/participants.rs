@@ -874,6 +874,28 @@ impl ControlState {
         }
     }
 
+    /// [`ControlState::leave`] for a participant whose session ended on its side
+    /// (it left, `DisconnectReason::ClientLeft`, or its link shut down cleanly): its
+    /// shard lets its peer go (`ShardCommand::LetGo`), which relays what the peer's
+    /// receive buffer still holds to the room before the peer goes, and then it is
+    /// gone from the directory. What SCTP acknowledged to a member is not lost
+    /// because it left.
+    ///
+    /// The shard hears of the peer first: what [`ControlState::forget`] tells the
+    /// shards of the room's presence comes behind it on the same queue, so a shard
+    /// whose last member of the room this was still forwards what the member sent
+    /// to the room's other shards (`Shard::set_room_siblings`). The shard's
+    /// `PeerRemoved` may forget the participant first; either way it is forgotten
+    /// once.
+    pub async fn left(self: &Arc<Self>, peer: PeerId, reason: DisconnectReason) -> bool {
+        let Some(shard) = self.members().by_peer.get(&peer).map(|m| m.shard) else {
+            return false;
+        };
+        let _ = self.let_go(vec![(shard, peer)]).await;
+        self.forget(peer, reason);
+        true
+    }
+
     /// Applies what a shard reported: a peer authenticated (its participant is
     /// active), or a peer gone on its own (its participant leaves).
     pub fn shard_event(&self, event: &ShardEvent) {
@@ -964,7 +986,7 @@ impl ControlState {
             ShardEvent::PeerRemoved { peer, reason } => {
                 let reason = match reason {
                     RemoveReason::Command => DisconnectReason::Removed,
-                    RemoveReason::DtlsClosed => DisconnectReason::ClientLeft,
+                    RemoveReason::DtlsClosed | RemoveReason::Left => DisconnectReason::ClientLeft,
                     RemoveReason::SlowReceiver => DisconnectReason::SlowReceiver,
                     RemoveReason::Drained => DisconnectReason::ServerShutdown,
                     _ => DisconnectReason::ConnectionLost,

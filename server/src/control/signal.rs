@@ -298,7 +298,7 @@ where
         }
     };
     state
-        .leave(admitted.peer, DisconnectReason::ClientLeft)
+        .left(admitted.peer, DisconnectReason::ClientLeft)
         .await;
     result
 }

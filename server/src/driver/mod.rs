@@ -97,6 +97,10 @@ pub enum ShardCommand {
     AddPeer(PeerSpec, Sender<Result<(), CommandError>>),
     /// Removes a peer; the shard's verdict is sent back.
     RemovePeer(PeerId, Sender<Result<(), CommandError>>),
+    /// Lets a peer go whose session ended on the client's side (`Command::LetGo`:
+    /// what its receive buffer holds still reaches its room); the shard's verdict
+    /// is sent back.
+    LetGo(PeerId, Sender<Result<(), CommandError>>),
     /// Restarts a peer's ICE with new credentials (`Command::RestartIce`); the
     /// shard's verdict is sent back.
     RestartIce(PeerId, IceCredentials, Sender<Result<(), CommandError>>),

@@ -770,6 +770,9 @@ impl ShardLoop {
                 ShardCommand::RemovePeer(id, reply) => {
                     let _ = reply.send(self.shard.command(now, Command::RemovePeer(id)));
                 }
+                ShardCommand::LetGo(id, reply) => {
+                    let _ = reply.send(self.shard.command(now, Command::LetGo(id)));
+                }
                 ShardCommand::CloseReliableChannels(room, reply) => {
                     self.shard.advance_clock(now);
                     let _ = reply.send(self.shard.close_reliable_channels(room));
@@ -1071,5 +1074,6 @@ fn remove_reason(reason: RemoveReason) -> &'static str {
         RemoveReason::DtlsClosed => "dtls_closed",
         RemoveReason::SlowReceiver => "slow_receiver",
         RemoveReason::Drained => "drained",
+        RemoveReason::Left => "left",
     }
 }

@@ -17,7 +17,7 @@ use bevy_ecs::system::SystemParam;
 use bytes::Bytes;
 use shoal_components::datachannel::{Channel, ChannelState, DataChannels, apply_resets, send_dcep};
 use shoal_components::peer::Peer;
-use shoal_components::relay::{ForwardsWaiting, RelayHeld, RelayLimits, RelayOutbox};
+use shoal_components::relay::{ForwardsWaiting, RelayClosing, RelayHeld, RelayLimits, RelayOutbox};
 use shoal_components::room::{RoomIndex, RoomMember, RoomPresence};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::assoc::Sctp;
@@ -52,6 +52,7 @@ pub struct DataChannelCtx<'w, 's> {
     leave: Leave<'w, 's>,
     limits: Res<'w, RelayLimits>,
     held: ResMut<'w, RelayHeld>,
+    closing: Res<'w, RelayClosing>,
     due: Res<'w, DueTimers>,
     heap: ResMut<'w, TimerHeap>,
     timers: Query<'w, 's, &'static mut Timers>,
@@ -67,6 +68,9 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
     held.retain(|&e| q.get(e).is_ok_and(|(_, _, dc, _)| dc.relay_held));
     ctx.work.0.extend_from_slice(&held);
     ctx.held.0 = held;
+    // And members that closed with messages still in their receive buffers.
+    let closing = ctx.closing.0.iter().map(|m| m.entity);
+    ctx.work.0.extend(closing);
     // So are senders whose messages waited for room among the forwards.
     for &(e, kind) in &ctx.due.0 {
         if kind == TimerKind::RelayForward {

@@ -9,14 +9,18 @@
 //! one, on the path the peer's DTLS last came from.
 //!
 //! Nothing from a peer reaches later passes before its handshake is authenticated
-//! (the certificate's SHA-256 equals the fingerprint from its SDP); a failed or
-//! closed handshake removes the peer and every component it had.
+//! (the certificate's SHA-256 equals the fingerprint from its SDP); a failed
+//! handshake or connection removes the peer and every component it had. A
+//! connection the peer closes (close_notify) retires it: it is removed at the end of
+//! the tick, or, a room member with messages still in its receive buffer, once the
+//! relay has taken them (`peer::retire_in_pass`).
 
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
 use rand_core::RngCore;
 use shoal_components::dtls::{DtlsConn, DtlsEvent, DtlsRole};
 use shoal_components::peer::{Ice, IceControlling, IceCredentials, IceState, Peer, PeerIndex};
+use shoal_components::relay::RelayClosing;
 use shoal_components::shared::{ShardDtls, ShardLimits, ShardRng};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{
@@ -26,7 +30,7 @@ use shoal_components::tick::{
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 use shoal_components::transport::{DtlsSession, PeerSrtp, RtcpSender, flush_sealed};
 
-use crate::peer::remove_in_pass;
+use crate::peer::{remove_in_pass, retire_in_pass};
 
 /// Everything the dtls pass touches besides the peer tables.
 #[derive(SystemParam)]
@@ -43,6 +47,7 @@ pub struct DtlsCtx<'w> {
     sctp_in: ResMut<'w, SctpInbox>,
     sctp_start: ResMut<'w, SctpStart>,
     media_start: ResMut<'w, MediaStart>,
+    closing: ResMut<'w, RelayClosing>,
 }
 
 type DtlsQuery<'w, 's> = Query<
@@ -211,6 +216,23 @@ fn drive(
     }
     if let Some(reason) = end {
         timers.cancel(TimerKind::Dtls);
+        if reason == RemoveReason::DtlsClosed {
+            // A clean close: what its receive buffer holds still goes to its room.
+            retire_in_pass(
+                &mut ctx.index,
+                &mut ctx.closing,
+                commands,
+                entity,
+                peer,
+                creds,
+                &mut ice,
+                ctl,
+                session,
+                &mut timers,
+                reason,
+            );
+            return;
+        }
         let (index, events) = (&mut *ctx.index, &mut *ctx.events);
         remove_in_pass(
             index, events, commands, entity, peer, creds, &mut ice, ctl, reason,

@@ -481,7 +481,8 @@ fn handle_timer(
         | TimerKind::Probe
         | TimerKind::Pace
         | TimerKind::RelayHold
-        | TimerKind::RelayForward => {}
+        | TimerKind::RelayForward
+        | TimerKind::RelayClosing => {}
         TimerKind::ConsentCheck => {
             let (Some(mut ctl), Some(path)) = (ctl, ice.selected) else {
                 return;

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use shoal_components::datachannel::{
     self, Channel, ChannelError, ChannelParams, ChannelState, DataChannels,
 };
-use shoal_components::peer::{PeerId, PeerIndex};
+use shoal_components::peer::{Ice, IceState, PeerId, PeerIndex};
 use shoal_components::room::{RoomId, RoomIndex, RoomMember};
 use shoal_components::sctp::assoc::{AssocState, Sctp};
 use shoal_components::sctp::dcep::{ChannelType, Reliability as DcepReliability};
@@ -135,7 +135,10 @@ impl Shard {
         let mut closed = 0;
         for entity in members {
             let mut e = self.world.entity_mut(entity);
-            if e.get::<RoomMember>().is_none_or(|m| m.link) {
+            // Links, and members that left (still relaying what they sent), aside.
+            if e.get::<RoomMember>().is_none_or(|m| m.link)
+                || e.get::<Ice>().is_some_and(|i| i.state == IceState::Failed)
+            {
                 continue;
             }
             let Ok((mut a, mut dc)) = e.get_components_mut::<(&mut Sctp, &mut DataChannels)>()

@@ -13,6 +13,7 @@ use shoal_components::peer::{
     Ice, IceControlling, IceCredentials, IceRole, IceState, Peer, PeerId, PeerIndex,
     RetiringCredentials,
 };
+use shoal_components::relay::RelayClosing;
 use shoal_components::room::RoomId;
 use shoal_components::sctp::assoc::{DEFAULT_SCTP_PORT, Sctp};
 use shoal_components::shared::{PeerMediaLimits, ShardRng};
@@ -93,6 +94,10 @@ pub enum Command {
     },
     /// Remove a peer and everything it had.
     RemovePeer(PeerId),
+    /// Let a peer go whose session ended on the client's side ([`Shard::let_go`]):
+    /// removed as by `RemovePeer`, but what its receive buffer holds still reaches
+    /// its room.
+    LetGo(PeerId),
     /// Restart a peer's ICE (RFC 8445 §9, RFC 8839 §4.4.2.1): new credentials for
     /// both ends. Checks with the old local ones are still answered until the peer
     /// nominates a pair with the new ones; DTLS, SRTP and SCTP carry on unchanged.
@@ -317,6 +322,7 @@ impl Shard {
             }
             // The peer is told: close_notify before it goes (RFC 7675 §5.2).
             Command::RemovePeer(id) => self.close_peer(id),
+            Command::LetGo(id) => self.let_go(id),
             Command::RestartIce { peer, credentials } => self.restart_ice(peer, credentials),
             Command::SendData {
                 room,
@@ -432,7 +438,9 @@ impl Shard {
         if index.by_ufrag.contains_key(&spec.credentials.local_ufrag) {
             return Err(CommandError::DuplicateUfrag(spec.credentials.local_ufrag));
         }
-        if index.by_id.len() >= self.config.max_peers {
+        // Members that left and still relay what they sent hold memory as peers do.
+        let closing = self.world.resource::<RelayClosing>().0.len();
+        if index.by_id.len() + closing >= self.config.max_peers {
             return Err(CommandError::Full(self.config.max_peers));
         }
         if spec.role == IceRole::Controlling && spec.remote_candidates.is_empty() {

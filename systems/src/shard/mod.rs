@@ -34,9 +34,9 @@ use shoal_components::media::{RetiredSsrcs, TrackIndex};
 use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::PeerIndex;
 use shoal_components::relay::{
-    ForwardsWaiting, MediaRelayOut, RelayHeld, RelayLimits, RelayOutbox,
+    ForwardsWaiting, MediaRelayOut, RelayClosing, RelayHeld, RelayLimits, RelayOutbox,
 };
-use shoal_components::room::{RoomIndex, RoomPresence};
+use shoal_components::room::{RoomId, RoomIndex, RoomPresence};
 use shoal_components::sctp::assoc::SctpLimits;
 use shoal_components::sctp::cookie::CookieKey;
 use shoal_components::shared::{SctpShared, ShardDtls, ShardLimits, ShardRng};
@@ -63,7 +63,8 @@ pub struct ShardConfig {
     /// Datagrams accepted per tick; the rest are dropped and counted. At least 1
     /// (0 is taken as 1).
     pub max_datagrams_per_tick: usize,
-    /// Peers this shard will hold at once.
+    /// Peers this shard will hold at once, counting members that left and still
+    /// relay what they sent (`RelayClosing`).
     pub max_peers: usize,
     /// Consent lapses after this long without a valid check (RFC 7675 §5.1: 30 s).
     pub consent_timeout: Duration,
@@ -133,6 +134,11 @@ pub struct Shard {
     /// Set by [`Shard::drain`]: the peers whose SCTP associations are shutting
     /// down, each closed once its association has ended.
     draining: Option<Vec<Entity>>,
+    /// Rooms whose set of other shards shrank while a closing member of theirs was
+    /// here (`RelayClosing`): what the owner last set, applied once no closing
+    /// member of the room is left. Meanwhile the shards it had stay, so what the
+    /// member sent still reaches the room there.
+    presence_after_closing: Vec<(RoomId, Vec<usize>)>,
 }
 
 impl Shard {
@@ -173,6 +179,7 @@ impl Shard {
         world.init_resource::<ForwardsWaiting>();
         world.insert_resource(config.relay.clamped(&config.sctp));
         world.init_resource::<RelayHeld>();
+        world.init_resource::<RelayClosing>();
         let mut secret = [0u8; 32];
         world.resource_mut::<ShardRng>().0.fill_bytes(&mut secret);
         world.insert_resource(SctpShared {
@@ -203,6 +210,7 @@ impl Shard {
             events: VecDeque::new(),
             room_targets: Vec::new(),
             draining: None,
+            presence_after_closing: Vec::new(),
         }
     }
 
@@ -272,6 +280,9 @@ impl Shard {
         if now > cur.0 {
             cur.0 = now;
         }
+        // Before the passes: what members that are gone now put out in their last
+        // tick has been handed to the siblings they had.
+        self.settle_presence();
         self.schedule.run(&mut self.world);
         // Receivers the relay found too slow for a reliable channel.
         // (Rare: the list is empty, and allocates nothing, on almost every tick.)
@@ -281,6 +292,7 @@ impl Shard {
                 self.close_entity(entity, RemoveReason::SlowReceiver);
             }
         }
+        self.sweep_closing();
         self.close_drained();
         self.collect_events();
         // bevy_ecs writes a message for every component removed or despawned, for

@@ -12,8 +12,13 @@ use shoal_components::media::temporal::ALL_LAYERS;
 use shoal_components::media::{LayerChoice, PeerMedia, Subscription, Track, TrackId};
 use shoal_components::net::FiveTuple;
 use shoal_components::peer::{Ice, IceState, Peer, PeerId, PeerIndex};
+use shoal_components::relay::{RelayClosing, RelayLimits};
+use shoal_components::room::RoomMember;
 use shoal_components::sctp::assoc::{AssocState, Sctp};
-use shoal_components::tick::{Now, RemoveReason};
+use shoal_components::stats::ShardStats;
+use shoal_components::tick::{Events, Now, RemoveReason, ShardEvent};
+use shoal_components::time::Time;
+use shoal_components::timer::{TimerHeap, TimerKind, Timers};
 use shoal_components::transport::DtlsSession;
 
 use super::{CommandError, Shard};
@@ -324,6 +329,117 @@ impl Shard {
             self.close_entity(entity, RemoveReason::Drained);
         }
         self.draining = Some(waiting);
+    }
+
+    /// Lets the peer go: its session ended on the client's side (it left). As
+    /// [`Shard::close_peer`], the peer is closed with close_notify and is gone at
+    /// once for the owner ([`RemoveReason::Left`] at the end of the next tick, which
+    /// comes at once); but a room member whose receive buffer still holds messages
+    /// stays, receiving nothing, until the relay has taken them: what SCTP
+    /// acknowledged to it reaches its room (`RelayClosing`).
+    pub fn let_go(&mut self, id: PeerId) -> Result<(), CommandError> {
+        let entity = self.peer_entity(id)?;
+        peer::retire_now(&mut self.world, entity, RemoveReason::Left);
+        let now = self.world.resource::<Now>().0;
+        self.arm(entity, TimerKind::RelayClosing, now);
+        Ok(())
+    }
+
+    /// Peers that left cleanly this tick or before (`RelayClosing`). At the end of
+    /// the tick they left in, each is reported removed (`ShardEvent::PeerRemoved`,
+    /// for the reason it left); one in no room, or whose receive buffer has no
+    /// message left, is despawned then. A room member with messages still there
+    /// stays while the relay takes them under its usual back-pressure (a receiver
+    /// that holds it back past the hold limit is cut off as for any sender), and is
+    /// despawned once they are gone. Its buffer must shrink within twice the hold
+    /// limit, again and again; one whose buffer has not is despawned with what is
+    /// left, and its room's reliable channels on this shard are closed
+    /// (`close_reliable_channels`): a member learns that its channel may have
+    /// missed messages. At most one receive window of memory per closing member.
+    pub(super) fn sweep_closing(&mut self) {
+        if self.world.resource::<RelayClosing>().0.is_empty() {
+            return;
+        }
+        let now = self.world.resource::<Now>().0;
+        let patience = self.world.resource::<RelayLimits>().hold_limit * 2;
+        let list = std::mem::take(&mut self.world.resource_mut::<RelayClosing>().0);
+        let mut keep = Vec::with_capacity(list.len());
+        for mut m in list {
+            let entity = m.entity;
+            let Some(id) = self.world.get::<Peer>(entity).map(|p| p.id) else {
+                continue;
+            };
+            if m.deadline.is_none() {
+                self.world
+                    .resource_mut::<Events>()
+                    .0
+                    .push(ShardEvent::PeerRemoved {
+                        peer: id,
+                        reason: m.reason,
+                    });
+            }
+            let room = self.world.get::<RoomMember>(entity).map(|r| r.room);
+            let buffered = self
+                .world
+                .get::<Sctp>(entity)
+                .filter(|a| a.peek_message().is_some())
+                .and_then(|a| a.rx.as_ref())
+                .map(|rx| rx.reassembly().buffered_bytes());
+            let (Some(room), Some(buffered)) = (room, buffered) else {
+                self.world.despawn(entity);
+                continue;
+            };
+            match m.deadline {
+                None => self.world.resource_mut::<ShardStats>().relay_closing_kept += 1,
+                // It went on: a new deadline from now.
+                Some(_) if buffered < m.buffered => {}
+                Some(deadline) if now < deadline => {
+                    self.arm_closing(entity, deadline, now);
+                    keep.push(m);
+                    continue;
+                }
+                Some(_) => {
+                    self.world
+                        .resource_mut::<ShardStats>()
+                        .relay_closing_expired += 1;
+                    self.world.despawn(entity);
+                    self.close_reliable_channels(room);
+                    continue;
+                }
+            }
+            let deadline = now + patience;
+            (m.deadline, m.buffered) = (Some(deadline), buffered);
+            self.arm_closing(entity, deadline, now);
+            keep.push(m);
+        }
+        self.world.resource_mut::<RelayClosing>().0.extend(keep);
+    }
+
+    /// Keeps a closing member's timer armed: it wakes an idle shard at the
+    /// deadline. Armed anew only once the last one has fired (a deadline that moved
+    /// on is found by the sweep, which runs every tick), so a member whose buffer
+    /// shrinks tick after tick leaves one heap entry, not one per tick.
+    fn arm_closing(&mut self, entity: Entity, deadline: Time, now: Time) {
+        let armed = self
+            .world
+            .get::<Timers>(entity)
+            .and_then(|t| t.get(TimerKind::RelayClosing));
+        if armed.is_none_or(|at| at <= now) {
+            self.arm(entity, TimerKind::RelayClosing, deadline);
+        }
+    }
+
+    /// Arms the entity's timer of `kind` for `at`.
+    fn arm(&mut self, entity: Entity, kind: TimerKind, at: Time) {
+        let Some(mut timers) = self.world.get::<Timers>(entity).copied() else {
+            return;
+        };
+        self.world
+            .resource_mut::<TimerHeap>()
+            .arm(&mut timers, entity, kind, at);
+        if let Some(mut t) = self.world.get_mut::<Timers>(entity) {
+            *t = timers;
+        }
     }
 
     /// [`Shard::close_peer`] for an entity, removed for `reason`. RFC 7675 §5.2 and

@@ -6,8 +6,8 @@
 use bevy_ecs::prelude::*;
 use bytes::Bytes;
 use shoal_components::datachannel::{self, ChannelParams, DataChannels, PRIORITY_NORMAL};
-use shoal_components::peer::PeerId;
-use shoal_components::relay::{Forwarded, ForwardsWaiting, RelayLimits, RelayOutbox};
+use shoal_components::peer::{Ice, IceState, PeerId};
+use shoal_components::relay::{Forwarded, ForwardsWaiting, RelayClosing, RelayLimits, RelayOutbox};
 use shoal_components::room::{RoomId, RoomIndex, RoomMember, RoomPresence};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::assoc::Sctp;
@@ -99,6 +99,11 @@ impl Shard {
                 .world
                 .resource_scope(|world, mut stats: Mut<ShardStats>| {
                     let mut e = world.entity_mut(entity);
+                    // A member that closed (and is kept only to relay what it
+                    // sent) receives nothing.
+                    if e.get::<Ice>().is_some_and(|i| i.state == IceState::Failed) {
+                        return Delivery::Skipped;
+                    }
                     let Ok((mut a, mut dc)) =
                         e.get_components_mut::<(&mut Sctp, &mut DataChannels)>()
                     else {
@@ -130,10 +135,51 @@ impl Shard {
     /// Sets which other shards hold members of `room` (by shard index; empty: none).
     /// The control plane calls this whenever the room's set of shards changes;
     /// the relay forwards the room's messages to those shards.
+    ///
+    /// While a member of `room` that left is still relaying what it sent
+    /// (`RelayClosing`), the room keeps the shards it had as well until that
+    /// member is gone: the owner, which counts it gone already, may have said the
+    /// room has no members here any more.
     pub fn set_room_siblings(&mut self, room: RoomId, siblings: &[usize]) {
+        self.presence_after_closing.retain(|(r, _)| *r != room);
+        if self.closing_in(room) {
+            self.presence_after_closing.push((room, siblings.to_vec()));
+            let mut kept = self.room_siblings(room).to_vec();
+            kept.extend_from_slice(siblings);
+            self.world.resource_mut::<RoomPresence>().set(room, &kept);
+            return;
+        }
         self.world
             .resource_mut::<RoomPresence>()
             .set(room, siblings);
+    }
+
+    /// Whether a member of `room` that left is still relaying what it sent.
+    fn closing_in(&self, room: RoomId) -> bool {
+        self.world.resource::<RelayClosing>().0.iter().any(|m| {
+            self.world
+                .get::<RoomMember>(m.entity)
+                .is_some_and(|r| r.room == room)
+        })
+    }
+
+    /// Applies what the owner last set for rooms whose closing members are gone (at
+    /// the start of a tick: what they put out in the tick before went to the
+    /// siblings they had, since the owner hands a tick's forwards over after it).
+    pub(super) fn settle_presence(&mut self) {
+        if self.presence_after_closing.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.presence_after_closing);
+        for (room, siblings) in pending {
+            if self.closing_in(room) {
+                self.presence_after_closing.push((room, siblings));
+            } else {
+                self.world
+                    .resource_mut::<RoomPresence>()
+                    .set(room, &siblings);
+            }
+        }
     }
 
     /// The other shards holding members of `room`, as last set.

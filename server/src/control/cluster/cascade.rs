@@ -476,7 +476,12 @@ async fn reconcile(state: &Arc<ControlState>, cluster: &Cluster) {
             clean,
             "the link's association ended: the link goes, to be opened again"
         );
-        state.leave(peer, DisconnectReason::ConnectionLost).await;
+        if clean {
+            // What the link's receive buffer still holds reaches the room first.
+            state.left(peer, DisconnectReason::ConnectionLost).await;
+        } else {
+            state.leave(peer, DisconnectReason::ConnectionLost).await;
+        }
     }
     report_lost_links(state, cluster).await;
     let now = state.clock().now();

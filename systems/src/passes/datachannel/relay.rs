@@ -42,6 +42,12 @@
 //!   per receiver (`DataChannels::relay_dropped`) and per shard
 //!   (`ShardStats::relay_dropped`); losing it is within what the channel promises.
 //!
+//! - *Members that leave cleanly* (a DTLS close_notify, or the owner's
+//!   `Command::LetGo`) are retired, not despawned, while their receive buffer holds
+//!   messages (`RelayClosing`, `Shard::sweep_closing`): what SCTP acknowledged to
+//!   them is relayed under this same policy, to receivers that go on without them;
+//!   a retired member receives nothing.
+//!
 //! Receivers on other shards of the node (below) do not hold a sender back: for
 //! them the send buffer is the whole queue. Only the way there can make a sender
 //! wait: a tick's limit of forwards, or a sibling's full queue (below).

@@ -191,9 +191,13 @@ fn interop_aiortc_datachannel_room_across_shards() {
 /// them while holding some back.
 const LEAVE_COUNT: u64 = 1500;
 /// How long the receiver reads nothing: the sender sends, is acknowledged and
-/// leaves meanwhile; well under the relay's hold limit (10 s), so the receiver is
-/// not cut off as slow.
+/// leaves meanwhile.
 const STALL_SECS: &str = "4";
+/// The node's relay hold limit in that test: the receiver, behind from the moment
+/// the sender is first held, must get down to the low watermark within it after its
+/// stall and shoal's backed-off retransmission timer; 30 s rather than the default
+/// 10 s, so a starved machine does not cut it off as a slow receiver.
+const LEAVE_HOLD_LIMIT_SECS: u64 = 30;
 
 fn start_leave_client(whip: &str, identity: &str, role: &str) -> Process {
     let count = LEAVE_COUNT.to_string();
@@ -209,7 +213,12 @@ fn start_leave_client(whip: &str, identity: &str, role: &str) -> Process {
 #[test]
 fn interop_aiortc_sender_leaves_while_held() {
     let _turn = one_at_a_time();
-    let mut node = grpc_node::node_with_room(ROOM);
+    let config = shoal_server::config::Config {
+        shards: std::num::NonZeroUsize::MIN,
+        relay_hold_limit: LEAVE_HOLD_LIMIT_SECS,
+        ..Default::default()
+    };
+    let mut node = grpc_node::node_with_room_in(ROOM, config);
     let whip = format!("http://{}/whip/{ROOM}", node.http);
     let mut carol = start_leave_client(&whip, "carol", "receive");
     let mut dave = start_leave_client(&whip, "dave", "send");

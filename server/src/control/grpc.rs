@@ -604,34 +604,16 @@ impl ControlState {
         self: &Arc<Self>,
         peers: Vec<(usize, PeerId)>,
     ) -> Result<(), Status> {
-        self.off_shards(peers, shards::disconnect).await
-    }
-
-    /// Lets peers go whose sessions ended on the client's side
-    /// (`ShardCommand::LetGo`: what their receive buffers hold still reaches their
-    /// rooms), off the runtime's workers, and logs failures.
-    pub(super) async fn let_go(
-        self: &Arc<Self>,
-        peers: Vec<(usize, PeerId)>,
-    ) -> Result<(), Status> {
-        self.off_shards(peers, shards::let_go).await
-    }
-
-    /// Takes peers off their shards with `how`.
-    async fn off_shards(
-        self: &Arc<Self>,
-        peers: Vec<(usize, PeerId)>,
-        how: fn(&[ShardSender], &[(usize, PeerId)], std::time::Duration) -> Vec<ShardError>,
-    ) -> Result<(), Status> {
         if peers.is_empty() {
             return Ok(());
         }
         let _turn = self.shard_turn().await?;
         let state = self.clone();
-        let errors =
-            tokio::task::spawn_blocking(move || how(&state.shards, &peers, SHARD_REPLY_TIMEOUT))
-                .await
-                .map_err(|_| Status::internal("disconnecting participants failed"))?;
+        let errors = tokio::task::spawn_blocking(move || {
+            shards::disconnect(&state.shards, &peers, SHARD_REPLY_TIMEOUT)
+        })
+        .await
+        .map_err(|_| Status::internal("disconnecting participants failed"))?;
         // The directory has let them go already; a shard that cannot be reached is
         // failing as a whole, which the process notices on its own.
         for e in errors {

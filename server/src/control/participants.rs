@@ -874,26 +874,33 @@ impl ControlState {
         }
     }
 
-    /// [`ControlState::leave`] for a participant whose session ended on its side
-    /// (it left, `DisconnectReason::ClientLeft`, or its link shut down cleanly): its
-    /// shard lets its peer go (`ShardCommand::LetGo`), which relays what the peer's
-    /// receive buffer still holds to the room before the peer goes, and then it is
-    /// gone from the directory. What SCTP acknowledged to a member is not lost
-    /// because it left.
+    /// [`ControlState::leave`] for a participant whose session ended (its signalling
+    /// session closed, its WHIP/WHEP session was deleted, or its link shut down
+    /// cleanly): its shard lets its peer go (`ShardCommand::LetGo`), which relays
+    /// what the peer's receive buffer still holds to the room before the peer goes,
+    /// and it is gone from the directory at once. What SCTP acknowledged to a
+    /// member is not lost because it left.
     ///
-    /// The shard hears of the peer first: what [`ControlState::forget`] tells the
-    /// shards of the room's presence comes behind it on the same queue, so a shard
-    /// whose last member of the room this was still forwards what the member sent
-    /// to the room's other shards (`Shard::set_room_siblings`). The shard's
-    /// `PeerRemoved` may forget the participant first; either way it is forgotten
-    /// once.
+    /// The LetGo is queued, not awaited, before [`ControlState::forget`] tells the
+    /// shards of the room's presence: it comes first on the shard's queue, so a
+    /// shard whose last member of the room this was still forwards what the member
+    /// sent to the room's other shards (`Shard::set_room_siblings`). A shard whose
+    /// queue is full (or that is gone) gets the plain removal of
+    /// [`ControlState::leave`].
     pub async fn left(self: &Arc<Self>, peer: PeerId, reason: DisconnectReason) -> bool {
         let Some(shard) = self.members().by_peer.get(&peer).map(|m| m.shard) else {
             return false;
         };
-        let _ = self.let_go(vec![(shard, peer)]).await;
-        self.forget(peer, reason);
-        true
+        // The verdict is not awaited: an unknown peer left already.
+        let (reply, _) = crossbeam_channel::bounded(1);
+        let queued = self
+            .shards()
+            .get(shard)
+            .is_some_and(|s| s.try_send(ShardCommand::LetGo(peer, reply)).is_ok());
+        if !queued {
+            return self.leave(peer, reason).await;
+        }
+        self.forget(peer, reason).is_some()
     }
 
     /// Applies what a shard reported: a peer authenticated (its participant is

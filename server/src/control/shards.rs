@@ -148,31 +148,8 @@ pub fn disconnect(
     peers: &[(usize, PeerId)],
     timeout: Duration,
 ) -> Vec<ShardError> {
-    ask_each_peer(shards, peers, timeout, ShardCommand::RemovePeer)
-}
-
-/// Lets each `(shard, peer)` go whose session ended on the client's side
-/// (`ShardCommand::LetGo`: removed, but what its receive buffer holds still reaches
-/// its room) and returns what went wrong, if anything. A peer the shard no longer
-/// knows is not an error: it left on its own.
-pub fn let_go(
-    shards: &[ShardSender],
-    peers: &[(usize, PeerId)],
-    timeout: Duration,
-) -> Vec<ShardError> {
-    ask_each_peer(shards, peers, timeout, ShardCommand::LetGo)
-}
-
-/// Sends `command` for each `(shard, peer)` and collects the refusals, an unknown
-/// peer aside.
-fn ask_each_peer(
-    shards: &[ShardSender],
-    peers: &[(usize, PeerId)],
-    timeout: Duration,
-    command: fn(PeerId, Sender<Result<(), CommandError>>) -> ShardCommand,
-) -> Vec<ShardError> {
     let requests = peers.iter().copied();
-    let (verdicts, mut errors) = ask_all(shards, requests, timeout, command);
+    let (verdicts, mut errors) = ask_all(shards, requests, timeout, ShardCommand::RemovePeer);
     for (shard, verdict) in verdicts {
         match verdict {
             Ok(()) | Err(CommandError::UnknownPeer(_)) => {}

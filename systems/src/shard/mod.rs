@@ -326,9 +326,15 @@ impl Shard {
     }
 
     /// When the shard next wants [`Shard::handle_timeout`]; `None` when it has nothing
-    /// scheduled. Waking early is harmless.
+    /// scheduled. Waking early is harmless. At once when a room's presence waits to
+    /// be applied and no member of it is closing any more (`settle_presence`).
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.world.resource::<TimerHeap>().peek()
+        let timer = self.world.resource::<TimerHeap>().peek();
+        if self.presence_to_settle() {
+            let now = self.world.resource::<Now>().0;
+            return Some(timer.map_or(now, |t| t.min(now)));
+        }
+        timer
     }
 
     /// The next event for the owner, oldest first.

@@ -163,6 +163,14 @@ impl Shard {
         })
     }
 
+    /// Whether a room's presence waits for a tick to apply it: its closing members
+    /// are gone.
+    pub(super) fn presence_to_settle(&self) -> bool {
+        self.presence_after_closing
+            .iter()
+            .any(|(room, _)| !self.closing_in(*room))
+    }
+
     /// Applies what the owner last set for rooms whose closing members are gone (at
     /// the start of a tick: what they put out in the tick before went to the
     /// siblings they had, since the owner hands a tick's forwards over after it).

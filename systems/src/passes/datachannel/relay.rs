@@ -359,6 +359,10 @@ pub(crate) fn on_hold_limits(ctx: &mut RelayCtx, q: &mut Query<ChannelsQuery>) {
         if kind != TimerKind::RelayHold {
             continue;
         }
+        // A member that left this tick (and relays what it sent) receives nothing.
+        if ctx.leave.is_leaving(to) {
+            continue;
+        }
         let Ok((_, a, mut dc, _)) = q.get_mut(to) else {
             continue;
         };

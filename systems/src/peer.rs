@@ -117,18 +117,41 @@ pub(crate) fn retire_in_pass(
     timers: &mut Timers,
     reason: RemoveReason,
 ) {
+    if retire(
+        index, closing, entity, peer, creds, ice, ctl, session, timers, reason,
+    ) {
+        commands.entity(entity).remove::<PeerMedia>();
+    }
+}
+
+/// What [`retire_in_pass`] and [`retire_now`] both do but ending its media (a
+/// command in a pass, at once outside): false if the peer was on its way out
+/// already.
+#[allow(clippy::too_many_arguments)]
+fn retire(
+    index: &mut PeerIndex,
+    closing: &mut RelayClosing,
+    entity: Entity,
+    peer: &Peer,
+    creds: &IceCredentials,
+    ice: &mut Ice,
+    ctl: Option<&IceControlling>,
+    session: &mut DtlsSession,
+    timers: &mut Timers,
+    reason: RemoveReason,
+) -> bool {
     if !fail_and_unindex(index, entity, peer, creds, ice, ctl) {
-        return;
+        return false;
     }
     session.conn = None;
     cancel_all_but_relaying(timers);
-    commands.entity(entity).remove::<PeerMedia>();
     closing.0.push(ClosingMember {
         entity,
         deadline: None,
         buffered: 0,
         reason,
     });
+    true
 }
 
 /// [`retire_in_pass`] from the shard's surface (a command), for a peer the owner
@@ -136,41 +159,41 @@ pub(crate) fn retire_in_pass(
 /// 7675 §5.2), as [`close_now`] does.
 pub(crate) fn retire_now(world: &mut World, entity: Entity, reason: RemoveReason) {
     send_close_notify(world, entity);
-    world.resource_scope(|world, mut index: Mut<PeerIndex>| {
+    let ctl = world.get::<IceControlling>(entity).cloned();
+    let retired = world.resource_scope(|world, mut index: Mut<PeerIndex>| {
         world.resource_scope(|world, mut closing: Mut<RelayClosing>| {
             let mut e = world.entity_mut(entity);
-            let Some(peer) = e.get::<Peer>().copied() else {
-                return;
+            let Ok((peer, creds, mut ice, mut session, mut timers)) = e.get_components_mut::<(
+                &Peer,
+                &IceCredentials,
+                &mut Ice,
+                &mut DtlsSession,
+                &mut Timers,
+            )>() else {
+                return None;
             };
-            let ctl = e.get::<IceControlling>().cloned();
-            let ufrag = e.get::<IceCredentials>().map(|c| c.local_ufrag.clone());
-            if let Some(mut ice) = e.get_mut::<Ice>() {
-                if ice.state == IceState::Failed {
-                    return;
-                }
-                ice.state = IceState::Failed;
-                unindex(&mut index, entity, &peer, &ice, ctl.as_ref());
-            } else {
-                index.by_id.remove(&peer.id);
-            }
-            if let Some(u) = ufrag {
-                index.by_ufrag.remove(&u);
-            }
-            if let Some(mut session) = e.get_mut::<DtlsSession>() {
-                session.conn = None;
-            }
-            if let Some(mut timers) = e.get_mut::<Timers>() {
-                cancel_all_but_relaying(&mut timers);
-            }
-            e.remove::<PeerMedia>();
-            closing.0.push(ClosingMember {
+            Some(retire(
+                &mut index,
+                &mut closing,
                 entity,
-                deadline: None,
-                buffered: 0,
+                peer,
+                creds,
+                &mut ice,
+                ctl.as_ref(),
+                &mut session,
+                &mut timers,
                 reason,
-            });
-        });
+            ))
+        })
     });
+    match retired {
+        Some(true) => {
+            world.entity_mut(entity).remove::<PeerMedia>();
+        }
+        Some(false) => {}
+        // Not a peer with a transport: nothing to relay from, it just goes.
+        None => remove_now(world, entity, reason),
+    }
 }
 
 /// A retired peer's timers: only what relaying its receive buffer needs stays armed

@@ -113,8 +113,11 @@ impl Forwarded {
 #[derive(Resource, Debug, Default)]
 pub struct RelayHeld(pub Vec<bevy_ecs::entity::Entity>);
 
-/// Peers that left cleanly: they closed their DTLS connection (close_notify, RFC
-/// 5246 §7.2.1), or the owner let them go (`Command::LetGo`). A room member whose
+/// Peers whose connection ended other than by the owner's removal or a failed
+/// DTLS handshake: they closed
+/// their DTLS connection (close_notify, RFC 5246 §7.2.1), the owner let them go
+/// (`Command::LetGo`), their consent expired (RFC 7675 §5.1), or the relay cut them
+/// off as slow receivers. A room member whose
 /// receive buffer still holds messages stays until the relay has taken them: what
 /// SCTP acknowledged to it reaches its room. A closing member receives nothing and
 /// sends nothing more (its connection is gone, its paths and ids are no longer its

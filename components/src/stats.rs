@@ -151,8 +151,9 @@ pub struct ShardStats {
     /// on their way to them (`Shard::close_reliable_channels`: a node-to-node link
     /// of the room failed).
     pub relay_gap_channels_closed: u64,
-    /// Room members that left cleanly (they closed their DTLS connection, or the
-    /// owner let them go, `Command::LetGo`) with messages still in their receive
+    /// Room members whose connection ended (they closed it, the owner let them go
+    /// with `Command::LetGo`, their consent expired, or they were cut off as slow
+    /// receivers) with messages still in their receive
     /// buffer, kept until those were relayed (`relay::RelayClosing`).
     pub relay_closing_kept: u64,
     /// Closing room members removed with messages still in their receive buffer,

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use room::{
-    Got, Log, SRV, addr, cli, header, message, open_from_client, room_sim, room_sim_with,
-    send_paced, send_range,
+    Got, Log, SRV, add_server_with, addr, cli, header, join, message, open_from_client, room_sim,
+    room_sim_with, send_paced, send_range,
 };
 use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
@@ -510,20 +510,43 @@ fn tight_relay() -> RelayLimits {
 /// receive window is 512 KiB (4 MiB by default), so what it holds back of a sender
 /// fills the window soon.
 fn room_with_a_slow_member(seed: u64, slow_bps: u64) -> Sim {
-    let members = [(1, ROOM), (2, ROOM), (3, ROOM)];
-    let limits = SctpLimits {
+    room_with_a_slow_member_and(seed, slow_bps, small_receive_window(), tight_relay())
+}
+
+/// The server's SCTP limits of [`room_with_a_slow_member`].
+fn small_receive_window() -> SctpLimits {
+    SctpLimits {
         receive_window: 512 * 1024,
         ..SctpLimits::default()
-    };
-    let mut sim = room_sim_with(
-        seed,
-        &LinkConfig::default(),
-        limits,
-        tight_relay(),
-        &members,
-    );
+    }
+}
+
+/// [`room_with_a_slow_member`] with the server's SCTP and relay limits given.
+fn room_with_a_slow_member_and(
+    seed: u64,
+    slow_bps: u64,
+    limits: SctpLimits,
+    relay: RelayLimits,
+) -> Sim {
+    let members = [(1, ROOM), (2, ROOM), (3, ROOM)];
+    let mut sim = room_sim_with(seed, &LinkConfig::default(), limits, relay, &members);
     sim.set_link(addr(SRV), cli(3), slow_link(slow_bps, 0.0));
     sim
+}
+
+/// Runs until member `i`'s stack has sent all it had queued, and a second more:
+/// on these loss-free 10 ms links the server has acknowledged all of it by then.
+fn until_sent(sim: &mut Sim, log: &mut Log, i: u64) {
+    sim.run_until(
+        |s| {
+            log.take(s);
+            s.shard(cli(i)).sctp_buffered_amount(PeerId(i)) == 0
+        },
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|e| panic!("member {i} still has queued messages: {e}"));
+    sim.run_for(Duration::from_secs(1)).ok();
+    log.take(sim);
 }
 
 fn slow_link(bps: u64, loss: f64) -> LinkConfig {
@@ -794,6 +817,225 @@ fn a_receiver_that_dies_does_not_keep_a_closing_member() {
     assert_eq!(stats.relay_closing_kept, 1, "{stats:?}");
     assert_eq!(stats.relay_closing_expired, 0, "{stats:?}");
     assert_eq!(stats.relay_slow_receivers, 1, "{stats:?}");
+}
+
+/// Member 1 sends on a reliable channel faster than member 3's 100 kbit/s path
+/// takes, so the relay holds its messages back in the server's receive buffer.
+/// Once the server has acknowledged all of them, member 1's path dies both ways,
+/// and its consent expires some 30 s later (RFC 7675 §5.1) while the server still
+/// holds some of them (`relay_closing_kept`: about 930 KB sent, of which the server
+/// held up to 768 KB, draining at 12.5 KB/s). SCTP acknowledged them, so they reach
+/// both other members, once and in order; member 1 is removed for its lost consent
+/// when it expires, not when the last of its messages has gone. The hold limit is
+/// long enough that member 3, which reaches the low watermark every 10 s or so, is
+/// never cut off.
+#[test]
+fn a_member_whose_consent_expires_has_what_was_held_for_it_relayed() {
+    const N: u32 = 600;
+    let relay = RelayLimits {
+        hold_limit: Duration::from_secs(60),
+        ..tight_relay()
+    };
+    let mut sim = room_with_a_slow_member_and(45, 100_000, small_receive_window(), relay);
+    let mut log = Log::default();
+    let chat = open_from_client(&mut sim, &mut log, 1, "chat", "", RELIABLE);
+    send_with_flow_control(&mut sim, &mut log, 1, chat, 0..N, |_, _| {});
+    until_sent(&mut sim, &mut log, 1);
+    let dead_at = sim.now();
+    sim.set_link_both(addr(SRV), cli(1), link(1.0));
+    let mut removed_at = None;
+    let mut held_then = 0;
+    sim.run_until(
+        |s| {
+            log.take(s);
+            if removed_at.is_none() && !log.removed.is_empty() {
+                removed_at = Some(s.now());
+                held_then = N as usize - log.on(3, "chat").len();
+            }
+            removed_at.is_some()
+                && log.on(2, "chat").len() >= N as usize
+                && log.on(3, "chat").len() >= N as usize
+        },
+        Duration::from_secs(180),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: member 2 has {}, member 3 {}; removed {:?}; server {:?}",
+            log.on(2, "chat").len(),
+            log.on(3, "chat").len(),
+            log.removed,
+            sim.shard(addr(SRV)).stats()
+        )
+    });
+    sim.run_for(Duration::from_secs(1)).ok();
+    log.take(&mut sim);
+    let want: Vec<Got> = (0..N).map(|k| message(1, k, false)).collect();
+    for r in [2, 3] {
+        assert!(
+            log.on(r, "chat") == want.as_slice(),
+            "member {r} missed, repeated or reordered: got {}",
+            log.on(r, "chat").len()
+        );
+    }
+    assert_eq!(
+        log.removed,
+        vec![(addr(SRV), PeerId(1), RemoveReason::ConsentExpired)]
+    );
+    let after = removed_at.expect("removed").saturating_since(dead_at);
+    assert!(
+        after >= Duration::from_secs(23) && after <= Duration::from_secs(31),
+        "member 1 was removed {after:?} after its path died"
+    );
+    assert!(
+        held_then > 0,
+        "nothing was held when member 1's consent expired"
+    );
+    let stats = sim.shard(addr(SRV)).stats();
+    assert_eq!(stats.consent_expired, 1, "{stats:?}");
+    assert_eq!(stats.relay_closing_kept, 1, "{stats:?}");
+    assert_eq!(stats.relay_closing_expired, 0, "{stats:?}");
+    assert_eq!(stats.relay_slow_receivers, 0, "{stats:?}");
+    assert_eq!(sim.shard(addr(SRV)).peer_count(), 2);
+    assert_eq!(sim.shard(addr(SRV)).room_member_count(ROOM), 2);
+}
+
+/// Member 2 sends on a reliable channel faster than member 3's 1 Mbit/s path takes,
+/// so the relay holds its messages back in the server's receive buffer. Once the
+/// server has acknowledged all of them, nothing the server sends member 2 reaches
+/// it any more (its checks still arrive, so its consent holds), and the owner sends
+/// it 70 KiB messages until its 1 MiB send buffer refuses one: it is cut off as a
+/// slow receiver (`Shard::send_data`, outside a tick). What it sent was
+/// acknowledged, so it still reaches members 1 and 3, once and in order.
+#[test]
+fn a_slow_receiver_cut_off_has_what_it_sent_relayed() {
+    const N: u32 = 1500;
+    let limits = SctpLimits {
+        send_buffer: 1024 * 1024,
+        ..small_receive_window()
+    };
+    let mut sim = room_with_a_slow_member_and(46, 1_000_000, limits, tight_relay());
+    let mut log = Log::default();
+    let chat = open_from_client(&mut sim, &mut log, 2, "chat", "", RELIABLE);
+    send_with_flow_control(&mut sim, &mut log, 2, chat, 0..N, |_, _| {});
+    until_sent(&mut sim, &mut log, 2);
+    sim.set_link(addr(SRV), cli(2), link(1.0));
+    let note = Bytes::from(vec![b'n'; 70 * 1024]);
+    let mut notes = 0;
+    while sim.shard(addr(SRV)).stats().relay_slow_receivers == 0 {
+        assert!(notes < 32, "member 2's send buffer never filled");
+        sim.shard_mut(addr(SRV))
+            .send_data(ROOM, Some(PeerId(2)), "notes", true, note.clone())
+            .expect("send_data");
+        notes += 1;
+    }
+    let held_then = N as usize - log.on(3, "chat").len();
+    run(
+        &mut sim,
+        &mut log,
+        Duration::from_secs(120),
+        "members 1 and 3 have everything",
+        |log| log.on(1, "chat").len() >= N as usize && log.on(3, "chat").len() >= N as usize,
+    );
+    sim.run_for(Duration::from_secs(1)).ok();
+    log.take(&mut sim);
+    let want: Vec<Got> = (0..N).map(|k| message(2, k, false)).collect();
+    for r in [1, 3] {
+        assert!(
+            log.on(r, "chat") == want.as_slice(),
+            "member {r} missed, repeated or reordered: got {}",
+            log.on(r, "chat").len()
+        );
+    }
+    assert!(held_then > 0, "nothing was held when member 2 was cut off");
+    assert_eq!(
+        log.removed,
+        vec![(addr(SRV), PeerId(2), RemoveReason::SlowReceiver)]
+    );
+    let stats = sim.shard(addr(SRV)).stats();
+    assert_eq!(stats.relay_slow_receivers, 1, "{stats:?}");
+    assert_eq!(stats.relay_closing_kept, 1, "{stats:?}");
+    assert_eq!(stats.relay_closing_expired, 0, "{stats:?}");
+    assert_eq!(sim.shard(addr(SRV)).peer_count(), 2);
+    assert_eq!(sim.shard(addr(SRV)).room_member_count(ROOM), 2);
+}
+
+/// A node-to-node link whose association did not shut down cleanly goes with what
+/// it holds. On the server, link peer 9 to another node (one shard, member 2 there)
+/// holds member 2's messages back for member 3's 100 kbit/s path; then the two
+/// nodes lose each other, and the link's consent expires on the server. A node
+/// closes the room's reliable channels for a link lost so (docs/cluster.md, "A link
+/// that fails"): what the link held must not reach member 3 after that close, with
+/// the loss before it unseen. So the link is not kept (`relay_closing_kept` stays
+/// 0): member 3 has member 2's first messages, in order and none twice, and not the
+/// rest, which a member that is not a link would have had relayed.
+#[test]
+fn a_link_lost_uncleanly_goes_with_what_it_held() {
+    const N: u32 = 600;
+    const LINK: PeerId = PeerId(9);
+    let far: std::net::SocketAddr = "10.0.9.1:7100".parse().unwrap();
+    let relay = RelayLimits {
+        hold_limit: Duration::from_secs(60),
+        ..tight_relay()
+    };
+    let mut sim = Sim::new(47);
+    add_server_with(&mut sim, addr(SRV), small_receive_window(), relay);
+    add_server_with(&mut sim, far, SctpLimits::default(), RelayLimits::default());
+    join(&mut sim, addr(SRV), 3, ROOM, &LinkConfig::default());
+    join(&mut sim, far, 2, ROOM, &LinkConfig::default());
+    sim.set_link(addr(SRV), cli(3), slow_link(100_000, 0.0));
+    sim.set_link_both(addr(SRV), far, LinkConfig::default());
+    sim.connect_link(addr(SRV), far, LINK, ROOM).unwrap();
+    sim.run_until(
+        |s| {
+            [(addr(SRV), 3), (far, 2)].iter().all(|&(at, i)| {
+                s.shard(at).sctp_established(PeerId(i))
+                    && s.shard(cli(i)).sctp_established(PeerId(i))
+            }) && s.shard(addr(SRV)).sctp_established(LINK)
+                && s.shard(far).sctp_established(LINK)
+        },
+        Duration::from_secs(60),
+    )
+    .expect("associations up");
+    let mut log = Log::default();
+    log.take(&mut sim);
+    let chat = open_from_client(&mut sim, &mut log, 2, "chat", "", RELIABLE);
+    send_with_flow_control(&mut sim, &mut log, 2, chat, 0..N, |_, _| {});
+    until_sent(&mut sim, &mut log, 2);
+    sim.run_until(
+        |s| s.shard(far).sctp_buffered_amount(LINK) == 0,
+        Duration::from_secs(60),
+    )
+    .expect("the far node sent everything over the link");
+    sim.run_for(Duration::from_secs(1)).ok();
+    log.take(&mut sim);
+    sim.set_link_both(addr(SRV), far, link(1.0));
+    sim.run_until(
+        |s| {
+            log.take(s);
+            log.removed.iter().any(|r| r.0 == addr(SRV) && r.1 == LINK)
+        },
+        Duration::from_secs(60),
+    )
+    .expect("the link's consent expires");
+    sim.run_for(Duration::from_secs(90)).ok();
+    log.take(&mut sim);
+    assert!(
+        log.removed
+            .contains(&(addr(SRV), LINK, RemoveReason::ConsentExpired)),
+        "{:?}",
+        log.removed
+    );
+    let want: Vec<Got> = (0..N).map(|k| message(2, k, false)).collect();
+    let got = log.on(3, "chat");
+    assert!(got == &want[..got.len()], "member 3 got a gap or a repeat");
+    assert!(
+        got.len() < N as usize,
+        "member 3 got everything: the link was kept after it was lost"
+    );
+    let stats = sim.shard(addr(SRV)).stats();
+    assert_eq!(stats.relay_closing_kept, 0, "{stats:?}");
+    assert_eq!(stats.relay_slow_receivers, 0, "{stats:?}");
+    assert_eq!(sim.shard(addr(SRV)).peer_count(), 1);
 }
 
 /// Member 1 floods an unreliable channel at about 6 Mbit/s; member 2's path takes

@@ -94,8 +94,9 @@ pub(crate) fn remove_in_pass(
     });
 }
 
-/// A peer that left cleanly (it closed its DTLS connection, or the owner let it go):
-/// its index entries go now, as [`remove_in_pass`]'s do, but the entity stays until
+/// A peer whose connection ended other than by the owner's removal or a failed
+/// DTLS handshake (it closed its DTLS connection, the owner let it go, its consent
+/// expired, or it was cut off as a slow receiver): its index entries go now, as [`remove_in_pass`]'s do, but the entity stays until
 /// the end of the tick, when the shard looks at it (`Shard::sweep_closing`): a room
 /// member whose receive buffer still holds messages stays until the relay has taken
 /// them (`RelayClosing`), anything else goes then. Either way `PeerRemoved` comes at

@@ -3,7 +3,10 @@
 //! The SFU side is an ICE-lite agent (RFC 8445 §2.5): it answers valid Binding
 //! requests, learns the peer's address from them, takes the pair a USE-CANDIDATE
 //! check arrives on as nominated and selected (§7.3.2, §8.2), and drops the peer when
-//! no valid check has refreshed consent for the consent timeout (RFC 7675 §5.1).
+//! no valid check has refreshed consent for the consent timeout (RFC 7675 §5.1): it
+//! sends nothing more to it (its connection is dropped), but what SCTP acknowledged
+//! to it still reaches its room (the peer is retired, as one that left cleanly is:
+//! `crate::peer::retire_in_pass`).
 //!
 //! The client side (simulated and benchmark endpoints) is a controlling agent: it
 //! checks each remote candidate in turn with STUN retransmission (RFC 8489 §6.2.1,
@@ -26,16 +29,18 @@ use shoal_components::peer::{
     Freshness, Ice, IceControlling, IceCredentials, IceRole, IceState, Peer, PeerIndex,
     PendingCheck,
 };
+use shoal_components::relay::RelayClosing;
 use shoal_components::stats::ShardStats;
 use shoal_components::stun::{self, Class, StunError, StunMessage, StunWriter, TransactionId};
 use shoal_components::tick::{
     DtlsStart, DueTimers, Events, Now, Outbox, RemoveReason, ShardEvent, StunInbox, WriteBuffer,
 };
 use shoal_components::timer::{TimerHeap, TimerKind, Timers};
+use shoal_components::transport::DtlsSession;
 
 use shoal_components::shared::{ShardLimits, ShardRng};
 
-use crate::peer::{remember_valid, remove_in_pass};
+use crate::peer::{remember_valid, remove_in_pass, retire_in_pass};
 
 /// RFC 7675 §5.1: consent expires 30 s after the last successful check.
 pub const CONSENT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -80,6 +85,7 @@ pub struct IceCtx<'w> {
     events: ResMut<'w, Events>,
     rng: ResMut<'w, ShardRng>,
     dtls_start: ResMut<'w, DtlsStart>,
+    closing: ResMut<'w, RelayClosing>,
 }
 
 type PeerQuery<'w, 's> = Query<
@@ -92,6 +98,7 @@ type PeerQuery<'w, 's> = Query<
         &'static mut Ice,
         &'static mut Timers,
         Option<&'static mut IceControlling>,
+        Option<&'static mut DtlsSession>,
     ),
 >;
 
@@ -166,7 +173,7 @@ fn handle_request(ctx: &mut IceCtx, peers: &mut PeerQuery, d: &Datagram, msg: &S
         ctx.stats.stun_unknown_ufrag += 1;
         return;
     };
-    let Ok((_, peer, creds, mut ice, mut timers, _)) = peers.get_mut(entity) else {
+    let Ok((_, peer, creds, mut ice, mut timers, _, _)) = peers.get_mut(entity) else {
         ctx.stats.stun_unknown_ufrag += 1;
         return;
     };
@@ -308,7 +315,7 @@ fn handle_response(
         ctx.stats.stun_ignored += 1;
         return;
     };
-    let Ok((_, peer, creds, mut ice, mut timers, Some(mut ctl))) = peers.get_mut(entity) else {
+    let Ok((_, peer, creds, mut ice, mut timers, Some(mut ctl), _)) = peers.get_mut(entity) else {
         ctx.stats.stun_ignored += 1;
         return;
     };
@@ -398,7 +405,7 @@ fn handle_timer(
     entity: Entity,
     kind: TimerKind,
 ) {
-    let Ok((_, peer, creds, mut ice, mut timers, ctl)) = peers.get_mut(entity) else {
+    let Ok((_, peer, creds, mut ice, mut timers, ctl, session)) = peers.get_mut(entity) else {
         return;
     };
     if ice.state == IceState::Failed {
@@ -409,17 +416,36 @@ fn handle_timer(
             let expires = ice.consent_deadline(&ctx.limits);
             if ctx.now.0 >= expires {
                 ctx.stats.consent_expired += 1;
-                remove_in_pass(
-                    &mut ctx.index,
-                    &mut ctx.events,
-                    commands,
-                    entity,
-                    peer,
-                    creds,
-                    &mut ice,
-                    ctl.as_deref(),
-                    RemoveReason::ConsentExpired,
-                );
+                let reason = RemoveReason::ConsentExpired;
+                match session {
+                    // RFC 7675 §5.1: "the endpoint MUST cease transmission on
+                    // that 5-tuple"; its connection goes, but what it sent and
+                    // SCTP acknowledged still reaches its room.
+                    Some(mut session) => retire_in_pass(
+                        &mut ctx.index,
+                        &mut ctx.closing,
+                        commands,
+                        entity,
+                        peer,
+                        creds,
+                        &mut ice,
+                        ctl.as_deref(),
+                        &mut session,
+                        &mut timers,
+                        reason,
+                    ),
+                    None => remove_in_pass(
+                        &mut ctx.index,
+                        &mut ctx.events,
+                        commands,
+                        entity,
+                        peer,
+                        creds,
+                        &mut ice,
+                        ctl.as_deref(),
+                        reason,
+                    ),
+                }
             } else {
                 ctx.heap
                     .arm(&mut timers, entity, TimerKind::ConsentExpiry, expires);

@@ -284,12 +284,13 @@ impl Shard {
         // tick has been handed to the siblings they had.
         self.settle_presence();
         self.schedule.run(&mut self.world);
-        // Receivers the relay found too slow for a reliable channel.
+        // Receivers the relay found too slow for a reliable channel: cut off, but
+        // what they sent and SCTP acknowledged still goes to their rooms.
         // (Rare: the list is empty, and allocates nothing, on almost every tick.)
         let slow = std::mem::take(&mut self.world.resource_mut::<SlowReceivers>().0);
         for entity in slow {
             if self.world.get_entity(entity).is_ok() {
-                self.close_entity(entity, RemoveReason::SlowReceiver);
+                self.retire_entity(entity, RemoveReason::SlowReceiver);
             }
         }
         self.sweep_closing();

@@ -339,23 +339,36 @@ impl Shard {
     /// acknowledged to it reaches its room (`RelayClosing`).
     pub fn let_go(&mut self, id: PeerId) -> Result<(), CommandError> {
         let entity = self.peer_entity(id)?;
-        peer::retire_now(&mut self.world, entity, RemoveReason::Left);
-        let now = self.world.resource::<Now>().0;
-        self.arm(entity, TimerKind::RelayClosing, now);
+        self.retire_entity(entity, RemoveReason::Left);
         Ok(())
     }
 
-    /// Peers that left cleanly this tick or before (`RelayClosing`). At the end of
-    /// the tick they left in, each is reported removed (`ShardEvent::PeerRemoved`,
-    /// for the reason it left); one in no room, or whose receive buffer has no
-    /// message left, is despawned then. A room member with messages still there
+    /// Ends the peer's connection with close_notify, as [`Shard::close_entity`]
+    /// does, but retires it (`RelayClosing`) instead of despawning it: what SCTP
+    /// acknowledged to it still reaches its room. It is reported removed for
+    /// `reason` at the end of the next tick, which comes at once.
+    pub(crate) fn retire_entity(&mut self, entity: Entity, reason: RemoveReason) {
+        peer::retire_now(&mut self.world, entity, reason);
+        if self.world.get_entity(entity).is_ok() {
+            let now = self.world.resource::<Now>().0;
+            self.arm(entity, TimerKind::RelayClosing, now);
+        }
+        self.collect_events();
+    }
+
+    /// Peers retired this tick or before (`RelayClosing`: they left, or their
+    /// consent expired, or they were cut off as slow receivers). At the end of the
+    /// tick they left in, each is reported removed (`ShardEvent::PeerRemoved`, for
+    /// the reason it left); one in no room, or whose receive buffer has no message
+    /// left, or a node-to-node link that did not leave cleanly, is despawned then. A room member with messages still there
     /// stays while the relay takes them under its usual back-pressure (a receiver
     /// that holds it back past the hold limit is cut off as for any sender), and is
     /// despawned once they are gone. Its buffer must shrink within twice the hold
     /// limit, again and again; one whose buffer has not is despawned with what is
     /// left, and its room's reliable channels on this shard are closed
     /// (`close_reliable_channels`): a member learns that its channel may have
-    /// missed messages. At most one receive window of memory per closing member.
+    /// missed messages. At most one receive window, and what its association still
+    /// had queued for it (one send buffer at most), per closing member.
     pub(super) fn sweep_closing(&mut self) {
         if self.world.resource::<RelayClosing>().0.is_empty() {
             return;
@@ -378,7 +391,18 @@ impl Shard {
                         reason: m.reason,
                     });
             }
-            let room = self.world.get::<RoomMember>(entity).map(|r| r.room);
+            // A node-to-node link whose connection failed (its consent expired)
+            // or that was cut off as a slow receiver lost messages in flight both
+            // ways, and the node closes the room's reliable channels for it
+            // (docs/cluster.md, "A link that fails"): what it holds would reach
+            // members after that close, on new channels, with the loss before it
+            // unseen. It goes with what it holds, which the close covers.
+            let clean = matches!(m.reason, RemoveReason::DtlsClosed | RemoveReason::Left);
+            let room = self
+                .world
+                .get::<RoomMember>(entity)
+                .filter(|r| !r.link || clean)
+                .map(|r| r.room);
             let buffered = self
                 .world
                 .get::<Sctp>(entity)

@@ -34,7 +34,8 @@ impl Shard {
     /// ordered where a member has none; RFC 8832 §6 lets data follow the OPEN at
     /// once). Members whose association is not yet established are skipped. The
     /// relay's back-pressure policy applies: a member whose send buffer refuses the
-    /// message is removed with [`RemoveReason::SlowReceiver`].
+    /// message is removed with [`RemoveReason::SlowReceiver`] (retired: what it sent
+    /// and SCTP acknowledged still reaches its room).
     ///
     /// Returns how many members it was queued for.
     pub fn send_data(
@@ -126,7 +127,7 @@ impl Shard {
                     self.wake_sctp(entity, now);
                 }
                 Delivery::Skipped => {}
-                Delivery::SlowReceiver => self.close_entity(entity, RemoveReason::SlowReceiver),
+                Delivery::SlowReceiver => self.retire_entity(entity, RemoveReason::SlowReceiver),
             }
         }
         queued

@@ -42,8 +42,11 @@
 //!   per receiver (`DataChannels::relay_dropped`) and per shard
 //!   (`ShardStats::relay_dropped`); losing it is within what the channel promises.
 //!
-//! - *Members that leave cleanly* (a DTLS close_notify, or the owner's
-//!   `Command::LetGo`) are retired, not despawned, while their receive buffer holds
+//! - *Members that leave* (a DTLS close_notify, the owner's `Command::LetGo`,
+//!   consent expired, a slow receiver cut off; not the owner's
+//!   `Command::RemovePeer`, nor a node-to-node link but one that left cleanly)
+//!   are retired, not despawned, while their receive
+//!   buffer holds
 //!   messages (`RelayClosing`, `Shard::sweep_closing`): what SCTP acknowledged to
 //!   them is relayed under this same policy, to receivers that go on without them;
 //!   a retired member receives nothing.

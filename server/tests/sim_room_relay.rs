@@ -686,6 +686,44 @@ fn reliable_relay_paces_sender() {
     assert_eq!(srv.room_member_count(ROOM), 2);
 }
 
+/// Asserts that each of `receivers` got sender `s`'s messages `0..n` on "chat",
+/// once and in order.
+fn assert_got_all(log: &Log, receivers: &[u64], s: u64, n: u32) {
+    let want: Vec<Got> = (0..n).map(|k| message(s, k, false)).collect();
+    for &r in receivers {
+        assert!(
+            log.on(r, "chat") == want.as_slice(),
+            "member {r} missed, repeated or reordered: got {}",
+            log.on(r, "chat").len()
+        );
+    }
+}
+
+/// Asserts that the server kept one leaving member until the relay had taken
+/// what its buffer held, none standing still too long, that it cut `slow`
+/// receivers off, and that two members are left.
+fn assert_one_kept_two_left(sim: &Sim, slow: u64) {
+    let srv = sim.shard(addr(SRV));
+    let stats = srv.stats();
+    assert_eq!(stats.relay_closing_kept, 1, "{stats:?}");
+    assert_eq!(stats.relay_closing_expired, 0, "{stats:?}");
+    assert_eq!(stats.relay_slow_receivers, slow, "{stats:?}");
+    assert_eq!(srv.peer_count(), 2);
+    assert_eq!(srv.room_member_count(ROOM), 2);
+}
+
+/// How far members 2 and 3 got on "chat", who was removed, and the server's
+/// counters: what a test that waited in vain says.
+fn where_things_stand(sim: &Sim, log: &Log) -> String {
+    format!(
+        "member 2 has {}, member 3 {}; removed {:?}; server {:?}",
+        log.on(2, "chat").len(),
+        log.on(3, "chat").len(),
+        log.removed,
+        sim.shard(addr(SRV)).stats()
+    )
+}
+
 /// Member 1 sends on a reliable channel faster than member 3's 1 Mbit/s path takes,
 /// so the relay holds its messages back in the server's receive buffer, and then
 /// leaves cleanly: its SCTP association ends (RFC 9260 §9.2: SHUTDOWN once all it
@@ -731,25 +769,10 @@ fn a_member_that_leaves_cleanly_has_what_was_held_for_it_relayed() {
         },
         Duration::from_secs(120),
     )
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e}: member 2 has {}, member 3 {}; removed {:?}; server {:?}",
-            log.on(2, "chat").len(),
-            log.on(3, "chat").len(),
-            log.removed,
-            sim.shard(addr(SRV)).stats()
-        )
-    });
+    .unwrap_or_else(|e| panic!("{e}: {}", where_things_stand(&sim, &log)));
     sim.run_for(Duration::from_secs(1)).ok();
     log.take(&mut sim);
-    let want: Vec<Got> = (0..N).map(|k| message(1, k, false)).collect();
-    for r in [2, 3] {
-        assert!(
-            log.on(r, "chat") == want.as_slice(),
-            "member {r} missed, repeated or reordered: got {}",
-            log.on(r, "chat").len()
-        );
-    }
+    assert_got_all(&log, &[2, 3], 1, N);
     assert_eq!(
         log.removed,
         vec![(addr(SRV), PeerId(1), RemoveReason::DtlsClosed)]
@@ -761,12 +784,7 @@ fn a_member_that_leaves_cleanly_has_what_was_held_for_it_relayed() {
             format!("removed: {:?}", RemoveReason::DtlsClosed),
         ]
     );
-    let stats = sim.shard(addr(SRV)).stats();
-    assert_eq!(stats.relay_closing_kept, 1, "{stats:?}");
-    assert_eq!(stats.relay_closing_expired, 0, "{stats:?}");
-    assert_eq!(stats.relay_slow_receivers, 0, "{stats:?}");
-    assert_eq!(sim.shard(addr(SRV)).peer_count(), 2);
-    assert_eq!(sim.shard(addr(SRV)).room_member_count(ROOM), 2);
+    assert_one_kept_two_left(&sim, 0);
 }
 
 /// As above, but member 3's path dies once member 1 has left: member 3 holds the
@@ -858,25 +876,10 @@ fn a_member_whose_consent_expires_has_what_was_held_for_it_relayed() {
         },
         Duration::from_secs(180),
     )
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e}: member 2 has {}, member 3 {}; removed {:?}; server {:?}",
-            log.on(2, "chat").len(),
-            log.on(3, "chat").len(),
-            log.removed,
-            sim.shard(addr(SRV)).stats()
-        )
-    });
+    .unwrap_or_else(|e| panic!("{e}: {}", where_things_stand(&sim, &log)));
     sim.run_for(Duration::from_secs(1)).ok();
     log.take(&mut sim);
-    let want: Vec<Got> = (0..N).map(|k| message(1, k, false)).collect();
-    for r in [2, 3] {
-        assert!(
-            log.on(r, "chat") == want.as_slice(),
-            "member {r} missed, repeated or reordered: got {}",
-            log.on(r, "chat").len()
-        );
-    }
+    assert_got_all(&log, &[2, 3], 1, N);
     assert_eq!(
         log.removed,
         vec![(addr(SRV), PeerId(1), RemoveReason::ConsentExpired)]
@@ -890,13 +893,8 @@ fn a_member_whose_consent_expires_has_what_was_held_for_it_relayed() {
         held_then > 0,
         "nothing was held when member 1's consent expired"
     );
-    let stats = sim.shard(addr(SRV)).stats();
-    assert_eq!(stats.consent_expired, 1, "{stats:?}");
-    assert_eq!(stats.relay_closing_kept, 1, "{stats:?}");
-    assert_eq!(stats.relay_closing_expired, 0, "{stats:?}");
-    assert_eq!(stats.relay_slow_receivers, 0, "{stats:?}");
-    assert_eq!(sim.shard(addr(SRV)).peer_count(), 2);
-    assert_eq!(sim.shard(addr(SRV)).room_member_count(ROOM), 2);
+    assert_eq!(sim.shard(addr(SRV)).stats().consent_expired, 1);
+    assert_one_kept_two_left(&sim, 0);
 }
 
 /// Member 2 sends on a reliable channel faster than member 3's 1 Mbit/s path takes,
@@ -938,25 +936,13 @@ fn a_slow_receiver_cut_off_has_what_it_sent_relayed() {
     );
     sim.run_for(Duration::from_secs(1)).ok();
     log.take(&mut sim);
-    let want: Vec<Got> = (0..N).map(|k| message(2, k, false)).collect();
-    for r in [1, 3] {
-        assert!(
-            log.on(r, "chat") == want.as_slice(),
-            "member {r} missed, repeated or reordered: got {}",
-            log.on(r, "chat").len()
-        );
-    }
+    assert_got_all(&log, &[1, 3], 2, N);
     assert!(held_then > 0, "nothing was held when member 2 was cut off");
     assert_eq!(
         log.removed,
         vec![(addr(SRV), PeerId(2), RemoveReason::SlowReceiver)]
     );
-    let stats = sim.shard(addr(SRV)).stats();
-    assert_eq!(stats.relay_slow_receivers, 1, "{stats:?}");
-    assert_eq!(stats.relay_closing_kept, 1, "{stats:?}");
-    assert_eq!(stats.relay_closing_expired, 0, "{stats:?}");
-    assert_eq!(sim.shard(addr(SRV)).peer_count(), 2);
-    assert_eq!(sim.shard(addr(SRV)).room_member_count(ROOM), 2);
+    assert_one_kept_two_left(&sim, 1);
 }
 
 /// A node-to-node link whose association did not shut down cleanly goes with what

@@ -114,7 +114,7 @@ pub(crate) fn retire_in_pass(
     creds: &IceCredentials,
     ice: &mut Ice,
     ctl: Option<&IceControlling>,
-    session: &mut DtlsSession,
+    session: Option<&mut DtlsSession>,
     timers: &mut Timers,
     reason: RemoveReason,
 ) {
@@ -137,14 +137,16 @@ fn retire(
     creds: &IceCredentials,
     ice: &mut Ice,
     ctl: Option<&IceControlling>,
-    session: &mut DtlsSession,
+    session: Option<&mut DtlsSession>,
     timers: &mut Timers,
     reason: RemoveReason,
 ) -> bool {
     if !fail_and_unindex(index, entity, peer, creds, ice, ctl) {
         return false;
     }
-    session.conn = None;
+    if let Some(session) = session {
+        session.conn = None;
+    }
     cancel_all_but_relaying(timers);
     closing.0.push(ClosingMember {
         entity,
@@ -181,7 +183,7 @@ pub(crate) fn retire_now(world: &mut World, entity: Entity, reason: RemoveReason
                 creds,
                 &mut ice,
                 ctl.as_ref(),
-                &mut session,
+                Some(&mut session),
                 &mut timers,
                 reason,
             ))

@@ -227,7 +227,7 @@ fn drive(
                 creds,
                 &mut ice,
                 ctl,
-                session,
+                Some(session),
                 &mut timers,
                 reason,
             );

@@ -405,7 +405,7 @@ fn handle_timer(
     entity: Entity,
     kind: TimerKind,
 ) {
-    let Ok((_, peer, creds, mut ice, mut timers, ctl, session)) = peers.get_mut(entity) else {
+    let Ok((_, peer, creds, mut ice, mut timers, ctl, mut session)) = peers.get_mut(entity) else {
         return;
     };
     if ice.state == IceState::Failed {
@@ -416,36 +416,22 @@ fn handle_timer(
             let expires = ice.consent_deadline(&ctx.limits);
             if ctx.now.0 >= expires {
                 ctx.stats.consent_expired += 1;
-                let reason = RemoveReason::ConsentExpired;
-                match session {
-                    // RFC 7675 §5.1: "the endpoint MUST cease transmission on
-                    // that 5-tuple"; its connection goes, but what it sent and
-                    // SCTP acknowledged still reaches its room.
-                    Some(mut session) => retire_in_pass(
-                        &mut ctx.index,
-                        &mut ctx.closing,
-                        commands,
-                        entity,
-                        peer,
-                        creds,
-                        &mut ice,
-                        ctl.as_deref(),
-                        &mut session,
-                        &mut timers,
-                        reason,
-                    ),
-                    None => remove_in_pass(
-                        &mut ctx.index,
-                        &mut ctx.events,
-                        commands,
-                        entity,
-                        peer,
-                        creds,
-                        &mut ice,
-                        ctl.as_deref(),
-                        reason,
-                    ),
-                }
+                // RFC 7675 §5.1: "the endpoint MUST cease transmission on that
+                // 5-tuple"; its connection goes, but what it sent and SCTP
+                // acknowledged still reaches its room.
+                retire_in_pass(
+                    &mut ctx.index,
+                    &mut ctx.closing,
+                    commands,
+                    entity,
+                    peer,
+                    creds,
+                    &mut ice,
+                    ctl.as_deref(),
+                    session.as_deref_mut(),
+                    &mut timers,
+                    RemoveReason::ConsentExpired,
+                );
             } else {
                 ctx.heap
                     .arm(&mut timers, entity, TimerKind::ConsentExpiry, expires);

@@ -93,9 +93,36 @@ pub struct Forwarded {
     /// It came into the node on a node-to-node link: the receiving shard gives it to
     /// its members but to none of its links.
     pub from_link: bool,
+    /// Not a message but a gap ([`Forwarded::gap`]): the sending shard lost reliable
+    /// messages of the room that came after every record it sent before this one.
+    pub gap: bool,
 }
 
 impl Forwarded {
+    /// A gap in `room`'s reliable messages, after every record the shard sent
+    /// before it: a member that left had messages for the room in its receive
+    /// buffer, and the buffer stood still until the shard let it go with them
+    /// (`relay_closing_expired`). The receiving shard closes the room's reliable
+    /// channels once it has delivered what came before (as the sending shard did
+    /// its own): its members learn that their channels may have missed messages.
+    /// Reliable, so it waits for a sibling whose queue is full as they do.
+    pub fn gap(room: RoomId) -> Forwarded {
+        Forwarded {
+            room,
+            label: Arc::from(""),
+            protocol: Arc::from(""),
+            kind: ChannelType {
+                ordered: true,
+                reliability: crate::sctp::dcep::Reliability::Reliable,
+            },
+            priority: 0,
+            ppid: Ppid::BINARY_EMPTY,
+            payload: Bytes::new(),
+            from_link: false,
+            gap: true,
+        }
+    }
+
     /// The channel parameters a receiver's channel is opened with if it has none.
     pub fn params(&self) -> ChannelParams<'_> {
         ChannelParams {

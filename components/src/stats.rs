@@ -158,7 +158,9 @@ pub struct ShardStats {
     pub relay_closing_kept: u64,
     /// Closing room members removed with messages still in their receive buffer,
     /// which had not shrunk for twice the relay's hold limit; their room's reliable
-    /// channels on the shard were closed (`relay_gap_channels_closed`).
+    /// channels on the shard were closed (`relay_gap_channels_closed`), and on the
+    /// room's other shards of the node once they had what came before
+    /// (`relay::Forwarded::gap`).
     pub relay_closing_expired: u64,
     /// Room messages a member sent that were put out for the room's other shards
     /// (one per message, whatever the number of those shards).

@@ -257,13 +257,18 @@ const STALL: Duration = Duration::from_secs(3);
 /// [`node_room`] on 15 ms links, with the queues between the shards cut to one
 /// batch and [`STALL_TICK_FORWARDS`] forwards a tick, each member's chat open.
 fn stall_ready_room(seed: u64) -> (Sim, Log, [u16; 5]) {
+    stall_ready_room_with(seed, RelayLimits::default())
+}
+
+/// [`stall_ready_room`] with the relay's limits `relay` but for its forwards a tick.
+fn stall_ready_room_with(seed: u64, relay: RelayLimits) -> (Sim, Log, [u16; 5]) {
     let link = LinkConfig {
         latency: Duration::from_millis(15),
         ..LinkConfig::default()
     };
     let relay = RelayLimits {
         max_forwards_per_tick: STALL_TICK_FORWARDS,
-        ..RelayLimits::default()
+        ..relay
     };
     let mut sim = node_room_with(seed, &link, relay);
     sim.set_sibling_queue_len(shards()[0], 1);
@@ -458,4 +463,93 @@ fn sim_node_a_member_let_go_alone_on_its_shard_has_its_messages_relayed() {
         assert_eq!(s1.shared_room_count(), 0, "seed {seed}");
         assert_eq!(s1.peer_count(), 0, "seed {seed}");
     }
+}
+
+/// Member 3, alone of its room on shard 1, sends while shard 2 stands still for
+/// ten seconds, so its messages wait in shard 1's receive buffer; then it is let
+/// go, as in the test above. Its buffer cannot shrink while shard 2 stands still,
+/// and after twice the hold limit shard 1 lets it go with what is left
+/// (`relay_closing_expired`). Every other member missed those messages, so each
+/// one's chat channel closes, on shard 0 at once and on shard 2 once it runs again
+/// and has delivered what shard 1 forwarded before (`Forwarded::gap`): each got a
+/// first part of member 3's messages, once and in order, then its channel closed.
+#[test]
+fn sim_node_an_expired_leaving_member_closes_the_rooms_channels_on_every_shard() {
+    let stall = Duration::from_secs(10);
+    let relay = RelayLimits {
+        hold_limit: Duration::from_secs(1),
+        ..RelayLimits::default()
+    };
+    let (mut sim, mut log, chat) = stall_ready_room_with(7, relay);
+    let stalled_until = sim.now() + stall;
+    sim.stall(shards()[2], stall);
+    send_range(&mut sim, 3, chat[3], 0..FLOOD, false);
+    sim.run_until(
+        |s| {
+            log.take(s);
+            s.shard(cli(3)).sctp_buffered_amount(PeerId(3)) == 0
+        },
+        Duration::from_secs(2),
+    )
+    .unwrap_or_else(|e| panic!("member 3 still sending: {e}"));
+    sim.run_for(Duration::from_millis(300)).unwrap();
+    log.take(&mut sim);
+    sim.command(shards()[1], Command::LetGo(PeerId(3))).unwrap();
+    sim.shard_mut(shards()[1]).set_room_siblings(ROOM, &[]);
+    sim.shard_mut(shards()[0]).set_room_siblings(ROOM, &[2]);
+    sim.shard_mut(shards()[2]).set_room_siblings(ROOM, &[0]);
+    sim.run_until(
+        |s| {
+            log.take(s);
+            s.shard(shards()[1]).stats().relay_closing_expired > 0
+        },
+        Duration::from_secs(5),
+    )
+    .expect("member 3's buffer expires");
+    assert!(sim.now() < stalled_until, "shard 2 ran again first");
+    sim.run_until(
+        |s| {
+            log.take(s);
+            s.now() > stalled_until
+                && [1, 2, 4].iter().all(|&r| {
+                    s.shard(cli(r))
+                        .channel(PeerId(r), chat[r as usize])
+                        .is_none()
+                })
+        },
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| {
+        let open: Vec<u64> = [1, 2, 4]
+            .into_iter()
+            .filter(|&r| {
+                sim.shard(cli(r))
+                    .channel(PeerId(r), chat[r as usize])
+                    .is_some()
+            })
+            .collect();
+        panic!("{e}: members {open:?} still have their chat open")
+    });
+    sim.run_for(Duration::from_secs(1)).unwrap();
+    log.take(&mut sim);
+    let want: Vec<room::Got> = (0..FLOOD).map(|k| room::message(3, k, false)).collect();
+    for r in [1, 2, 4] {
+        let got = log.on(r, "chat");
+        assert!(
+            got == &want[..got.len()],
+            "member {r} got a gap or a repeat before its channel closed"
+        );
+        assert!(got.len() < want.len(), "member {r} missed nothing");
+    }
+    assert_eq!(
+        log.removed,
+        vec![(shards()[1], PeerId(3), RemoveReason::Left)]
+    );
+    let closed = shards().map(|at| sim.shard(at).stats().relay_gap_channels_closed);
+    assert_eq!(
+        closed,
+        [2, 0, 1],
+        "chat of members 1 and 2, none, chat of member 4"
+    );
+    assert_eq!(sim.shard(shards()[1]).peer_count(), 0);
 }

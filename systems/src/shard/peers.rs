@@ -12,7 +12,7 @@ use shoal_components::media::temporal::ALL_LAYERS;
 use shoal_components::media::{LayerChoice, PeerMedia, Subscription, Track, TrackId};
 use shoal_components::net::FiveTuple;
 use shoal_components::peer::{Ice, IceState, Peer, PeerId, PeerIndex};
-use shoal_components::relay::{RelayClosing, RelayLimits};
+use shoal_components::relay::{Forwarded, RelayClosing, RelayLimits, RelayOutbox};
 use shoal_components::room::RoomMember;
 use shoal_components::sctp::assoc::{AssocState, Sctp};
 use shoal_components::stats::ShardStats;
@@ -366,7 +366,9 @@ impl Shard {
     /// despawned once they are gone. Its buffer must shrink within twice the hold
     /// limit, again and again; one whose buffer has not is despawned with what is
     /// left, and its room's reliable channels on this shard are closed
-    /// (`close_reliable_channels`): a member learns that its channel may have
+    /// (`close_reliable_channels`), and so are those on the room's other shards of
+    /// the node, behind what this shard forwarded them before (a
+    /// [`Forwarded::gap`] record): a member learns that its channel may have
     /// missed messages. At most one receive window, and what its association still
     /// had queued for it (one send buffer at most), per closing member.
     pub(super) fn sweep_closing(&mut self) {
@@ -428,6 +430,12 @@ impl Shard {
                         .relay_closing_expired += 1;
                     self.world.despawn(entity);
                     self.close_reliable_channels(room);
+                    // The room's other shards missed them too: they close theirs
+                    // once they have what this shard forwarded before.
+                    self.world
+                        .resource_mut::<RelayOutbox>()
+                        .0
+                        .push(Forwarded::gap(room));
                     continue;
                 }
             }

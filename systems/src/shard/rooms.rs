@@ -237,6 +237,11 @@ impl Shard {
     /// came into the node on a link goes to no link here (one link at most).
     pub(crate) fn deliver_forwarded(&mut self, now: Time, message: &Forwarded) -> usize {
         self.advance_clock(now);
+        if message.gap {
+            self.close_reliable_channels(message.room);
+            self.collect_events();
+            return 0;
+        }
         self.world.resource_mut::<ShardStats>().relay_forwards_in += 1;
         let mut targets = std::mem::take(&mut self.room_targets);
         targets.clear();

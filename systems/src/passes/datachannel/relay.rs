@@ -81,7 +81,11 @@
 //! receiver. There is no time limit on that wait: a sibling that never takes from
 //! its queue again is a shard thread that hangs. Unreliable messages are dropped
 //! and counted instead (`ShardStats::relay_forwards_dropped`), within what their
-//! channels promise.
+//! channels promise. A member that left with messages its buffer could not pass on
+//! for twice the hold limit goes with them (`Shard::sweep_closing`): the shard then
+//! puts a gap record ([`Forwarded::gap`]) behind what it forwarded before, and each
+//! shard that takes it closes the room's reliable channels, as the shard did its
+//! own.
 //!
 //! # Rooms across nodes
 //!
@@ -499,6 +503,7 @@ fn forward(
         ppid: job.ppid,
         payload: job.payload.clone(),
         from_link,
+        gap: false,
     });
 }
 

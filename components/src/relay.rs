@@ -73,7 +73,8 @@ impl Default for RelayLimits {
 }
 
 /// A room message on its way to the room's members on another shard, owned and cheap
-/// to clone (reference counts only).
+/// to clone (reference counts only); or a gap in the room's reliable messages
+/// ([`Forwarded::gap`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Forwarded {
     /// The room.

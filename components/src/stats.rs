@@ -149,7 +149,8 @@ pub struct ShardStats {
     pub relay_undeliverable: u64,
     /// Reliable channels of room members closed because messages may have been lost
     /// on their way to them (`Shard::close_reliable_channels`: a node-to-node link
-    /// of the room failed).
+    /// of the room failed, or a member that left went with messages it still held,
+    /// `relay_closing_expired`, on this shard or another of the node).
     pub relay_gap_channels_closed: u64,
     /// Room members whose connection ended (they closed it, the owner let them go
     /// with `Command::LetGo`, their consent expired, or they were cut off as slow
@@ -171,7 +172,8 @@ pub struct ShardStats {
     /// dropped for a full queue: it waits (`relay_forwards_requeued`).
     pub relay_forwards_dropped: u64,
     /// Reliable room messages a sibling shard's full queue refused, kept to go to it
-    /// again, first, at the next try (one per message per refusal).
+    /// again, first, at the next try (one per message per refusal; a gap record,
+    /// `relay::Forwarded::gap`, counts as one, here and in `relay_forwards_dropped`).
     pub relay_forwards_requeued: u64,
     /// Times a room member's next reliable message waited in its receive buffer for
     /// room among the messages forwarded to other shards (the tick's limit reached,

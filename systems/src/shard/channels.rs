@@ -122,7 +122,8 @@ impl Shard {
     /// A reliable message is delivered exactly once, in order, or its channel
     /// reports an error. When messages may have been lost on their way to the
     /// room's members (a link to another node that hosts the room failed with
-    /// messages in flight), closing the channels is that error: a member learns that
+    /// messages in flight, or a member that left went with messages it still held
+    /// for the room), closing the channels is that error: a member learns that
     /// its channel may have missed messages. What the relay has for the member on
     /// that label while the streams reset is not delivered to it; once the channel
     /// is closed, the relay opens it a new one with the next message on that label.

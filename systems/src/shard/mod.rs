@@ -408,4 +408,36 @@ mod tests {
         shard.handle_timeout(Time::from_micros(1));
         assert_eq!(shard.world.resource::<PassTrace>().0, Pass::ORDER);
     }
+
+    /// A room's presence set while records of it wait in the outbox, not yet
+    /// routed by the owner (the driver applies commands between a tick and its
+    /// routing), applies only from the next tick: the records go to the shards the
+    /// room had when they were put out, a gap record as any.
+    #[test]
+    fn presence_waits_for_records_not_yet_routed() {
+        use shoal_components::relay::{Forwarded, RelayOutbox};
+        let room = RoomId(4);
+        let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7100".parse().unwrap(), 1));
+        shard.set_room_siblings(room, &[1, 2]);
+        shard
+            .world
+            .resource_mut::<RelayOutbox>()
+            .0
+            .push(Forwarded::gap(room));
+        shard.set_room_siblings(room, &[]);
+        assert_eq!(shard.room_siblings(room), [1, 2]);
+        assert!(shard.presence_to_settle());
+        let mut links = crate::node::Links::new(0, 3);
+        let mut sent = Vec::new();
+        links.collect(&mut shard, |to, batch| {
+            sent.push((to, batch.room.iter().filter(|f| f.gap).count()));
+            Ok(())
+        });
+        assert_eq!(sent, [(1, 1), (2, 1)]);
+        // With nothing left to route the owner's last word holds, from the next tick.
+        shard.handle_timeout(Time::from_micros(1));
+        assert!(shard.room_siblings(room).is_empty());
+        shard.set_room_siblings(room, &[2]);
+        assert_eq!(shard.room_siblings(room), [2]);
+    }
 }

@@ -432,10 +432,12 @@ impl Shard {
                     self.close_reliable_channels(room);
                     // The room's other shards missed them too: they close theirs
                     // once they have what this shard forwarded before.
-                    self.world
-                        .resource_mut::<RelayOutbox>()
-                        .0
-                        .push(Forwarded::gap(room));
+                    if !self.room_siblings(room).is_empty() {
+                        self.world
+                            .resource_mut::<RelayOutbox>()
+                            .0
+                            .push(Forwarded::gap(room));
+                    }
                     continue;
                 }
             }

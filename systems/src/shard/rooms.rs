@@ -140,10 +140,18 @@ impl Shard {
     /// While a member of `room` that left is still relaying what it sent
     /// (`RelayClosing`), the room keeps the shards it had as well until that
     /// member is gone: the owner, which counts it gone already, may have said the
-    /// room has no members here any more.
+    /// room has no members here any more. So it does while records of the room
+    /// that the owner has not yet taken (`Shard::poll_forward`) wait: they go to
+    /// the shards the room had when they were put out.
     pub fn set_room_siblings(&mut self, room: RoomId, siblings: &[usize]) {
         self.presence_after_closing.retain(|(r, _)| *r != room);
-        if self.closing_in(room) {
+        let unrouted = self
+            .world
+            .resource::<RelayOutbox>()
+            .0
+            .iter()
+            .any(|f| f.room == room);
+        if unrouted || self.closing_in(room) {
             self.presence_after_closing.push((room, siblings.to_vec()));
             let mut kept = self.room_siblings(room).to_vec();
             kept.extend_from_slice(siblings);
@@ -173,8 +181,9 @@ impl Shard {
     }
 
     /// Applies what the owner last set for rooms whose closing members are gone (at
-    /// the start of a tick: what they put out in the tick before went to the
-    /// siblings they had, since the owner hands a tick's forwards over after it).
+    /// the start of a tick: what they put out in the tick before, and any record
+    /// that waited when the owner set it, went to the siblings they had, since the
+    /// owner hands a tick's forwards over after it).
     pub(super) fn settle_presence(&mut self) {
         if self.presence_after_closing.is_empty() {
             return;

@@ -103,23 +103,29 @@ impl Forwarded {
     /// A gap in `room`'s reliable messages, after every record the shard sent
     /// before it: a member that left had messages for the room in its receive
     /// buffer, and the buffer stood still until the shard let it go with them
-    /// (`relay_closing_expired`). The receiving shard closes the room's reliable
-    /// channels once it has delivered what came before (as the sending shard did
-    /// its own): its members learn that their channels may have missed messages.
-    /// Reliable, so it waits for a sibling whose queue is full as they do.
-    pub fn gap(room: RoomId) -> Forwarded {
+    /// (`relay_closing_expired`); or a node-to-node link told of such a gap at the
+    /// other node (`from_link`, [`LINK_GAP_PPID`]). The receiving shard closes the
+    /// room's reliable channels once it has delivered what came before (as the
+    /// sending shard did its own): its members learn that their channels may have
+    /// missed messages. One not `from_link` is also told on the receiving shard's
+    /// links of the room, on their channel labelled as `channel` (a label the
+    /// member that left sent on; empty for none). Reliable, so it waits for a
+    /// sibling whose queue is full as they do.
+    pub fn gap(room: RoomId, channel: Option<ChannelParams<'_>>, from_link: bool) -> Forwarded {
+        let (label, protocol, priority) =
+            channel.map_or(("", "", 0), |c| (c.label, c.protocol, c.priority));
         Forwarded {
             room,
-            label: Arc::from(""),
-            protocol: Arc::from(""),
+            label: Arc::from(label),
+            protocol: Arc::from(protocol),
             kind: ChannelType {
-                ordered: true,
+                ordered: channel.is_none_or(|c| c.kind.ordered),
                 reliability: crate::sctp::dcep::Reliability::Reliable,
             },
-            priority: 0,
-            ppid: Ppid::BINARY_EMPTY,
+            priority,
+            ppid: LINK_GAP_PPID,
             payload: Bytes::new(),
-            from_link: false,
+            from_link,
             gap: true,
         }
     }
@@ -134,6 +140,21 @@ impl Forwarded {
         }
     }
 }
+
+/// The PPID of a gap marker on a node-to-node link: the node at the other end lost
+/// reliable messages of the link's room that came before it on that stream (a
+/// member that left went with messages it still held, `Forwarded::gap`), and the
+/// node taking it closes the room's reliable channels as it would for a gap of its
+/// own. Not a data channel's PPID (RFC 8831 §8 uses 50 to 57), so the relay never
+/// takes one from a member; only a link's is read as a gap, and a node of an
+/// earlier version hands it to its owner as any other SCTP message.
+pub const LINK_GAP_PPID: Ppid = Ppid(0x5348_4f4c);
+
+/// Rooms for which a link brought a gap marker ([`LINK_GAP_PPID`]) this tick, in
+/// order: the shard closes their reliable channels once the passes are done and
+/// tells its siblings.
+#[derive(Resource, Debug, Default)]
+pub struct RelayGaps(pub Vec<RoomId>);
 
 /// Room members whose messages wait in their receive buffers for a receiver over the
 /// high watermark (`DataChannels::relay_held`): the datachannel pass looks at each

@@ -470,17 +470,42 @@ fn sim_node_a_member_let_go_alone_on_its_shard_has_its_messages_relayed() {
 /// go, as in the test above. Its buffer cannot shrink while shard 2 stands still,
 /// and after twice the hold limit shard 1 lets it go with what is left
 /// (`relay_closing_expired`). Every other member missed those messages, so each
-/// one's chat channel closes, on shard 0 at once and on shard 2 once it runs again
-/// and has delivered what shard 1 forwarded before (`Forwarded::gap`): each got a
-/// first part of member 3's messages, once and in order, then its channel closed.
+/// one's chat channel closes: on shard 0 at once, on shard 2 once it runs again and
+/// has delivered what shard 1 forwarded before (`Forwarded::gap`), and on a second
+/// node, whose member 5 hears the room over a link from shard 0, once the link has
+/// carried what shard 0 sent on it before (a gap marker, `LINK_GAP_PPID`). Each got
+/// a first part of member 3's messages, once and in order, then its channel closed.
 #[test]
-fn sim_node_an_expired_leaving_member_closes_the_rooms_channels_on_every_shard() {
+fn sim_node_an_expired_leaving_member_closes_the_rooms_channels_everywhere() {
+    const LINK: PeerId = PeerId(50);
     let stall = Duration::from_secs(10);
     let relay = RelayLimits {
         hold_limit: Duration::from_secs(1),
         ..RelayLimits::default()
     };
     let (mut sim, mut log, chat) = stall_ready_room_with(7, relay);
+    // The second node: member 5, linked to shard 0.
+    let far: SocketAddr = "10.9.1.1:7100".parse().unwrap();
+    let link = LinkConfig {
+        latency: Duration::from_millis(15),
+        ..LinkConfig::default()
+    };
+    sim.add_node(&[far]);
+    join(&mut sim, far, 5, ROOM, &link);
+    sim.set_link_both(shards()[0], far, link);
+    sim.connect_link(shards()[0], far, LINK, ROOM).unwrap();
+    sim.run_until(
+        |s| {
+            s.shard(far).sctp_established(PeerId(5))
+                && s.shard(cli(5)).sctp_established(PeerId(5))
+                && s.shard(far).sctp_established(LINK)
+                && s.shard(shards()[0]).sctp_established(LINK)
+        },
+        Duration::from_secs(30),
+    )
+    .expect("the second node's member and link are up");
+    let chat5 = open_from_client(&mut sim, &mut log, 5, "chat", "", RELIABLE);
+    let channel_of = |r: u64| if r == 5 { chat5 } else { chat[r as usize] };
     let stalled_until = sim.now() + stall;
     sim.stall(shards()[2], stall);
     send_range(&mut sim, 3, chat[3], 0..FLOOD, false);
@@ -522,20 +547,18 @@ fn sim_node_an_expired_leaving_member_closes_the_rooms_channels_on_every_shard()
         |s| {
             log.take(s);
             s.now() > stalled_until
-                && [1, 2, 4].iter().all(|&r| {
-                    s.shard(cli(r))
-                        .channel(PeerId(r), chat[r as usize])
-                        .is_none()
-                })
+                && [1, 2, 4, 5]
+                    .iter()
+                    .all(|&r| s.shard(cli(r)).channel(PeerId(r), channel_of(r)).is_none())
         },
         Duration::from_secs(30),
     )
     .unwrap_or_else(|e| {
-        let open: Vec<u64> = [1, 2, 4]
+        let open: Vec<u64> = [1, 2, 4, 5]
             .into_iter()
             .filter(|&r| {
                 sim.shard(cli(r))
-                    .channel(PeerId(r), chat[r as usize])
+                    .channel(PeerId(r), channel_of(r))
                     .is_some()
             })
             .collect();
@@ -545,7 +568,7 @@ fn sim_node_an_expired_leaving_member_closes_the_rooms_channels_on_every_shard()
     log.take(&mut sim);
     let want: Vec<room::Got> = (0..FLOOD).map(|k| room::message(3, k, false)).collect();
     let forwarded = sim.shard(shards()[1]).stats().relay_forwards_out as usize;
-    for r in [1, 2, 4] {
+    for r in [1, 2, 4, 5] {
         let got = log.on(r, "chat");
         assert!(
             got == &want[..got.len()],
@@ -555,18 +578,19 @@ fn sim_node_an_expired_leaving_member_closes_the_rooms_channels_on_every_shard()
         assert_eq!(got.len(), forwarded, "member {r}");
     }
     assert!(forwarded < want.len(), "nothing was lost");
-    for at in shards() {
-        assert_eq!(sim.shard(at).stats().relay_undeliverable, 0);
+    for at in shards().into_iter().chain([far]) {
+        assert_eq!(sim.shard(at).stats().relay_undeliverable, 0, "{at}");
     }
     assert_eq!(
         log.removed,
         vec![(shards()[1], PeerId(3), RemoveReason::Left)]
     );
-    let closed = shards().map(|at| sim.shard(at).stats().relay_gap_channels_closed);
+    let closed = [shards()[0], shards()[1], shards()[2], far]
+        .map(|at| sim.shard(at).stats().relay_gap_channels_closed);
     assert_eq!(
         closed,
-        [2, 0, 1],
-        "chat of members 1 and 2, none, chat of member 4"
+        [2, 0, 1, 1],
+        "chat of members 1 and 2, none, chat of member 4, chat of member 5"
     );
     assert_eq!(sim.shard(shards()[1]).peer_count(), 0);
 }

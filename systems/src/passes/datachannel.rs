@@ -17,7 +17,9 @@ use bevy_ecs::system::SystemParam;
 use bytes::Bytes;
 use shoal_components::datachannel::{Channel, ChannelState, DataChannels, apply_resets, send_dcep};
 use shoal_components::peer::Peer;
-use shoal_components::relay::{ForwardsWaiting, RelayClosing, RelayHeld, RelayLimits, RelayOutbox};
+use shoal_components::relay::{
+    ForwardsWaiting, LINK_GAP_PPID, RelayClosing, RelayGaps, RelayHeld, RelayLimits, RelayOutbox,
+};
 use shoal_components::room::{RoomIndex, RoomMember, RoomPresence};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::assoc::Sctp;
@@ -54,6 +56,7 @@ pub struct DataChannelCtx<'w, 's> {
     held: ResMut<'w, RelayHeld>,
     closing: Res<'w, RelayClosing>,
     due: Res<'w, DueTimers>,
+    gaps: ResMut<'w, RelayGaps>,
     heap: ResMut<'w, TimerHeap>,
     timers: Query<'w, 's, &'static mut Timers>,
 }
@@ -88,6 +91,7 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
             continue;
         };
         let room = member.map(|m| m.room);
+        let link = member.is_some_and(|m| m.link);
         let waiting = a.peek_message().is_some();
         if !waiting {
             // A held sender with nothing waiting: its association started over (or
@@ -110,9 +114,22 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
         let Ok((peer, mut a, mut dc, _)) = q.get_mut(entity) else {
             continue;
         };
-        let (mut waits, mut waits_for_forwards) = (false, false);
+        let (mut waits, mut waits_for_forwards, mut gap) = (false, false, false);
         // Messages first: what was sent before a stream's reset arrived before it.
         while let Some(next) = a.peek_message() {
+            // The node at the link's other end lost messages of the room that came
+            // before this marker (`LINK_GAP_PPID`). What came before it goes out in
+            // this tick; the room's reliable channels close after (`RelayGaps`);
+            // what comes after it waits for the next tick, so it goes out on the
+            // channels that replace them.
+            if link && next.ppid == LINK_GAP_PPID {
+                a.pop_message();
+                if let Some(room) = room {
+                    ctx.gaps.0.push(room);
+                }
+                gap = true;
+                break;
+            }
             if let Some(budget) = budget.as_mut()
                 && is_user(next.ppid)
                 && !dc.receive_only
@@ -186,6 +203,13 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
         // sees to it for the entities on the work list, which this one is.
         // Relayed before the resets apply, so a channel closed in this tick still
         // names the label its last messages go out on.
+        if gap
+            && a.peek_message().is_some()
+            && let Ok(mut timers) = ctx.timers.get_mut(entity)
+        {
+            ctx.heap
+                .arm(&mut timers, entity, TimerKind::RelayForward, ctx.now.0);
+        }
         if let Some(room) = room {
             if !ctx.relay.jobs.is_empty() {
                 relay::fan_out(&mut ctx.relay_ctx(), &mut q, entity, room);

@@ -34,7 +34,8 @@ use shoal_components::media::{RetiredSsrcs, TrackIndex};
 use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::PeerIndex;
 use shoal_components::relay::{
-    ForwardsWaiting, MediaRelayOut, RelayClosing, RelayHeld, RelayLimits, RelayOutbox,
+    Forwarded, ForwardsWaiting, MediaRelayOut, RelayClosing, RelayGaps, RelayHeld, RelayLimits,
+    RelayOutbox,
 };
 use shoal_components::room::{RoomId, RoomIndex, RoomPresence};
 use shoal_components::sctp::assoc::SctpLimits;
@@ -180,6 +181,7 @@ impl Shard {
         world.insert_resource(config.relay.clamped(&config.sctp));
         world.init_resource::<RelayHeld>();
         world.init_resource::<RelayClosing>();
+        world.init_resource::<RelayGaps>();
         let mut secret = [0u8; 32];
         world.resource_mut::<ShardRng>().0.fill_bytes(&mut secret);
         world.insert_resource(SctpShared {
@@ -291,6 +293,19 @@ impl Shard {
         for entity in slow {
             if self.world.get_entity(entity).is_ok() {
                 self.retire_entity(entity, RemoveReason::SlowReceiver);
+            }
+        }
+        // Rooms whose links brought a gap marker: what came before it went out in
+        // the passes; now the room's reliable channels close, here and, behind what
+        // this shard forwarded, on its siblings (not on to its own links).
+        let gaps = std::mem::take(&mut self.world.resource_mut::<RelayGaps>().0);
+        for room in gaps {
+            self.close_reliable_channels(room);
+            if !self.room_siblings(room).is_empty() {
+                self.world
+                    .resource_mut::<RelayOutbox>()
+                    .0
+                    .push(Forwarded::gap(room, None, true));
             }
         }
         self.sweep_closing();
@@ -415,7 +430,6 @@ mod tests {
     /// room had when they were put out, a gap record as any.
     #[test]
     fn presence_waits_for_records_not_yet_routed() {
-        use shoal_components::relay::{Forwarded, RelayOutbox};
         let room = RoomId(4);
         let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7100".parse().unwrap(), 1));
         shard.set_room_siblings(room, &[1, 2]);
@@ -423,7 +437,7 @@ mod tests {
             .world
             .resource_mut::<RelayOutbox>()
             .0
-            .push(Forwarded::gap(room));
+            .push(Forwarded::gap(room, None, false));
         shard.set_room_siblings(room, &[]);
         assert_eq!(shard.room_siblings(room), [1, 2]);
         assert!(shard.presence_to_settle());

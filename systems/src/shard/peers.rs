@@ -6,15 +6,16 @@ use bevy_ecs::prelude::*;
 use shoal_components::congestion::TransportWide;
 use shoal_components::congestion::gcc::Estimator;
 use shoal_components::congestion::pacer::Pacer;
-use shoal_components::datachannel::DataChannels;
+use shoal_components::datachannel::{ChannelParams, DataChannels};
 use shoal_components::dtls::{CipherSuite, SrtpKeys};
 use shoal_components::media::temporal::ALL_LAYERS;
 use shoal_components::media::{LayerChoice, PeerMedia, Subscription, Track, TrackId};
 use shoal_components::net::FiveTuple;
 use shoal_components::peer::{Ice, IceState, Peer, PeerId, PeerIndex};
 use shoal_components::relay::{Forwarded, RelayClosing, RelayLimits, RelayOutbox};
-use shoal_components::room::RoomMember;
+use shoal_components::room::{RoomId, RoomMember};
 use shoal_components::sctp::assoc::{AssocState, Sctp};
+use shoal_components::sctp::dcep::{ChannelType, Reliability};
 use shoal_components::stats::ShardStats;
 use shoal_components::tick::{Events, Now, RemoveReason, ShardEvent};
 use shoal_components::time::Time;
@@ -428,16 +429,7 @@ impl Shard {
                     self.world
                         .resource_mut::<ShardStats>()
                         .relay_closing_expired += 1;
-                    self.world.despawn(entity);
-                    self.close_reliable_channels(room);
-                    // The room's other shards missed them too: they close theirs
-                    // once they have what this shard forwarded before.
-                    if !self.room_siblings(room).is_empty() {
-                        self.world
-                            .resource_mut::<RelayOutbox>()
-                            .0
-                            .push(Forwarded::gap(room));
-                    }
+                    self.expire_closing(entity, room);
                     continue;
                 }
             }
@@ -447,6 +439,52 @@ impl Shard {
             keep.push(m);
         }
         self.world.resource_mut::<RelayClosing>().0.extend(keep);
+    }
+
+    /// Lets a closing member go with what its buffer still holds, and tells
+    /// everyone of `room` who missed it: the room's reliable channels close on this
+    /// shard at once; on the room's other shards of the node behind what this one
+    /// forwarded them before (a [`Forwarded::gap`] for each label it sent reliable
+    /// messages on); and at the other end of each of the room's node-to-node links,
+    /// here and on those shards, behind what went out on the link's channel of each
+    /// such label (a gap marker, `LINK_GAP_PPID`).
+    fn expire_closing(&mut self, entity: Entity, room: RoomId) {
+        let labels: Vec<(String, String, ChannelType, u16)> = self
+            .world
+            .get::<DataChannels>(entity)
+            .map(|dc| {
+                dc.channels
+                    .values()
+                    .filter(|ch| ch.kind.reliability == Reliability::Reliable)
+                    .map(|ch| {
+                        (
+                            ch.label.to_string(),
+                            ch.protocol.to_string(),
+                            ch.kind,
+                            ch.priority,
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.world.despawn(entity);
+        self.close_reliable_channels(room);
+        let shared = !self.room_siblings(room).is_empty();
+        for (label, protocol, kind, priority) in &labels {
+            let channel = ChannelParams {
+                label,
+                protocol,
+                kind: *kind,
+                priority: *priority,
+            };
+            if shared {
+                self.world
+                    .resource_mut::<RelayOutbox>()
+                    .0
+                    .push(Forwarded::gap(room, Some(channel), false));
+            }
+            self.tell_links_of_gap(room, channel);
+        }
     }
 
     /// Keeps a closing member's timer armed: it wakes an idle shard at the

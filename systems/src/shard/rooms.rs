@@ -7,7 +7,9 @@ use bevy_ecs::prelude::*;
 use bytes::Bytes;
 use shoal_components::datachannel::{self, ChannelParams, DataChannels, PRIORITY_NORMAL};
 use shoal_components::peer::{Ice, IceState, PeerId};
-use shoal_components::relay::{Forwarded, ForwardsWaiting, RelayClosing, RelayLimits, RelayOutbox};
+use shoal_components::relay::{
+    Forwarded, ForwardsWaiting, LINK_GAP_PPID, RelayClosing, RelayLimits, RelayOutbox,
+};
 use shoal_components::room::{RoomId, RoomIndex, RoomMember, RoomPresence};
 use shoal_components::sctp::Ppid;
 use shoal_components::sctp::assoc::Sctp;
@@ -248,6 +250,9 @@ impl Shard {
         self.advance_clock(now);
         if message.gap {
             self.close_reliable_channels(message.room);
+            if !message.from_link && !message.label.is_empty() {
+                self.tell_links_of_gap(message.room, message.params());
+            }
             self.collect_events();
             return 0;
         }
@@ -262,6 +267,25 @@ impl Shard {
         self.room_targets = targets;
         self.collect_events();
         queued
+    }
+
+    /// Tells the node-to-node links of `room` on this shard that this node lost
+    /// reliable messages of the room that came before now: a gap marker
+    /// ([`LINK_GAP_PPID`]) on each link's channel of `channel`'s label (opened as
+    /// the relay opens one where missing), queued behind what went out on it
+    /// before. The node at the other end closes the room's reliable channels when
+    /// it takes it. A link whose send buffer refuses it is cut off as a slow
+    /// receiver, which the other node counts as a lost link.
+    pub(crate) fn tell_links_of_gap(&mut self, room: RoomId, channel: ChannelParams<'_>) {
+        let mut targets = std::mem::take(&mut self.room_targets);
+        targets.clear();
+        targets.extend_from_slice(self.world.resource::<RoomIndex>().members(room));
+        targets.retain(|&e| self.world.get::<RoomMember>(e).is_some_and(|m| m.link));
+        if !targets.is_empty() {
+            // SCTP carries no empty DATA (RFC 9260 §3.3.1): one byte, unread.
+            self.deliver_to(&targets, channel, LINK_GAP_PPID, &Bytes::from_static(&[0]));
+        }
+        self.room_targets = targets;
     }
 
     /// Rooms with at least one member on this shard.

@@ -85,7 +85,7 @@
 //! for twice the hold limit goes with them (`Shard::sweep_closing`): the shard then
 //! puts a gap record ([`Forwarded::gap`]) behind what it forwarded before, and each
 //! shard that takes it closes the room's reliable channels, as the shard did its
-//! own.
+//! own, and tells the room's links it holds (below).
 //!
 //! # Rooms across nodes
 //!
@@ -99,6 +99,15 @@
 //! like the others for back-pressure: the other node's slow members close its
 //! window, which holds this node's senders back, and it is cut off as a slow
 //! receiver past the hold limit.
+//!
+//! A gap on this node (a leaving member let go with messages it held) is told
+//! over each link of the room as a gap marker: a one-byte message with PPID
+//! `LINK_GAP_PPID` on the link's channel of each label the member sent reliable
+//! messages on, behind what went out there before. The datachannel pass of the
+//! node at the other end stops taking the link's messages at the marker (what came
+//! before goes out in this tick, the rest in the next) and lists the room in
+//! `RelayGaps`; after the passes the shard closes the room's reliable channels and
+//! puts a gap record for its siblings, marked `from_link`, so it goes no further.
 
 use bevy_ecs::entity::EntityHashSet;
 use bevy_ecs::prelude::*;

@@ -108,8 +108,8 @@ impl Forwarded {
     /// room's reliable channels once it has delivered what came before (as the
     /// sending shard did its own): its members learn that their channels may have
     /// missed messages. One not `from_link` is also told on the receiving shard's
-    /// links of the room, on their channel labelled as `channel` (a label the
-    /// member that left sent on; empty for none). Reliable, so it waits for a
+    /// links of the room, on their channel labelled as `channel` (a label of the
+    /// reliable channels of the member that left; empty for none). Reliable, so it waits for a
     /// sibling whose queue is full as they do.
     pub fn gap(room: RoomId, channel: Option<ChannelParams<'_>>, from_link: bool) -> Forwarded {
         let (label, protocol, priority) =
@@ -118,8 +118,10 @@ impl Forwarded {
             room,
             label: Arc::from(label),
             protocol: Arc::from(protocol),
+            // Ordered and reliable whatever the member's channel was: on a link it
+            // goes behind what was queued on its stream before, and is not lost.
             kind: ChannelType {
-                ordered: channel.is_none_or(|c| c.kind.ordered),
+                ordered: true,
                 reliability: crate::sctp::dcep::Reliability::Reliable,
             },
             priority,
@@ -151,10 +153,11 @@ impl Forwarded {
 pub const LINK_GAP_PPID: Ppid = Ppid(0x5348_4f4c);
 
 /// Rooms for which a link brought a gap marker ([`LINK_GAP_PPID`]) this tick, in
-/// order: the shard closes their reliable channels once the passes are done and
-/// tells its siblings.
+/// order, with the link: the shard closes their reliable channels once the passes
+/// are done and tells its siblings. Until then the datachannel pass takes nothing
+/// more from that link (an entity may be on its work list more than once a tick).
 #[derive(Resource, Debug, Default)]
-pub struct RelayGaps(pub Vec<RoomId>);
+pub struct RelayGaps(pub Vec<(RoomId, bevy_ecs::entity::Entity)>);
 
 /// Room members whose messages wait in their receive buffers for a receiver over the
 /// high watermark (`DataChannels::relay_held`): the datachannel pass looks at each

@@ -150,7 +150,8 @@ pub struct ShardStats {
     /// Reliable channels of room members closed because messages may have been lost
     /// on their way to them (`Shard::close_reliable_channels`: a node-to-node link
     /// of the room failed, or a member that left went with messages it still held,
-    /// `relay_closing_expired`, on this shard or another of the node).
+    /// `relay_closing_expired`, on this shard, another of the node, or another
+    /// node the room spans, which told it over a link).
     pub relay_gap_channels_closed: u64,
     /// Room members whose connection ended (they closed it, the owner let them go
     /// with `Command::LetGo`, their consent expired, or they were cut off as slow
@@ -160,8 +161,8 @@ pub struct ShardStats {
     /// Closing room members removed with messages still in their receive buffer,
     /// which had not shrunk for twice the relay's hold limit; their room's reliable
     /// channels on the shard were closed (`relay_gap_channels_closed`), and on the
-    /// room's other shards of the node once they had what came before
-    /// (`relay::Forwarded::gap`).
+    /// room's other shards of the node and other nodes once they had what came
+    /// before (`relay::Forwarded::gap`, `relay::LINK_GAP_PPID`).
     pub relay_closing_expired: u64,
     /// Room messages a member sent that were put out for the room's other shards
     /// (one per message, whatever the number of those shards).

@@ -472,9 +472,11 @@ fn sim_node_a_member_let_go_alone_on_its_shard_has_its_messages_relayed() {
 /// (`relay_closing_expired`). Every other member missed those messages, so each
 /// one's chat channel closes: on shard 0 at once, on shard 2 once it runs again and
 /// has delivered what shard 1 forwarded before (`Forwarded::gap`), and on a second
-/// node, whose member 5 hears the room over a link from shard 0, once the link has
-/// carried what shard 0 sent on it before (a gap marker, `LINK_GAP_PPID`). Each got
-/// a first part of member 3's messages, once and in order, then its channel closed.
+/// node of two shards, whose member 5 (on its shard 1) hears the room over a link
+/// from shard 0 to its shard 0, once the link has carried what shard 0 sent on it
+/// before (a gap marker, `LINK_GAP_PPID`) and the second node's shard 0 has handed
+/// it on with what came before (a gap record from a link). Each got a first part
+/// of member 3's messages, once and in order, then its channel closed.
 #[test]
 fn sim_node_an_expired_leaving_member_closes_the_rooms_channels_everywhere() {
     const LINK: PeerId = PeerId(50);
@@ -484,19 +486,22 @@ fn sim_node_an_expired_leaving_member_closes_the_rooms_channels_everywhere() {
         ..RelayLimits::default()
     };
     let (mut sim, mut log, chat) = stall_ready_room_with(7, relay);
-    // The second node: member 5, linked to shard 0.
-    let far: SocketAddr = "10.9.1.1:7100".parse().unwrap();
+    // The second node: the link on its shard 0, member 5 on its shard 1.
+    let [far, far1]: [SocketAddr; 2] =
+        ["10.9.1.1:7100", "10.9.1.2:7100"].map(|a| a.parse().unwrap());
     let link = LinkConfig {
         latency: Duration::from_millis(15),
         ..LinkConfig::default()
     };
-    sim.add_node(&[far]);
-    join(&mut sim, far, 5, ROOM, &link);
+    sim.add_node(&[far, far1]);
+    join(&mut sim, far1, 5, ROOM, &link);
+    sim.shard_mut(far).set_room_siblings(ROOM, &[1]);
+    sim.shard_mut(far1).set_room_siblings(ROOM, &[0]);
     sim.set_link_both(shards()[0], far, link);
     sim.connect_link(shards()[0], far, LINK, ROOM).unwrap();
     sim.run_until(
         |s| {
-            s.shard(far).sctp_established(PeerId(5))
+            s.shard(far1).sctp_established(PeerId(5))
                 && s.shard(cli(5)).sctp_established(PeerId(5))
                 && s.shard(far).sctp_established(LINK)
                 && s.shard(shards()[0]).sctp_established(LINK)
@@ -578,19 +583,19 @@ fn sim_node_an_expired_leaving_member_closes_the_rooms_channels_everywhere() {
         assert_eq!(got.len(), forwarded, "member {r}");
     }
     assert!(forwarded < want.len(), "nothing was lost");
-    for at in shards().into_iter().chain([far]) {
+    for at in shards().into_iter().chain([far, far1]) {
         assert_eq!(sim.shard(at).stats().relay_undeliverable, 0, "{at}");
     }
     assert_eq!(
         log.removed,
         vec![(shards()[1], PeerId(3), RemoveReason::Left)]
     );
-    let closed = [shards()[0], shards()[1], shards()[2], far]
+    let closed = [shards()[0], shards()[1], shards()[2], far, far1]
         .map(|at| sim.shard(at).stats().relay_gap_channels_closed);
     assert_eq!(
         closed,
-        [2, 0, 1, 1],
-        "chat of members 1 and 2, none, chat of member 4, chat of member 5"
+        [2, 0, 1, 0, 1],
+        "chat of members 1 and 2, none, chat of member 4, none, chat of member 5"
     );
     assert_eq!(sim.shard(shards()[1]).peer_count(), 0);
 }

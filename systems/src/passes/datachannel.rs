@@ -92,6 +92,12 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
         };
         let room = member.map(|m| m.room);
         let link = member.is_some_and(|m| m.link);
+        // A link that brought a gap marker earlier in this tick: what came after it
+        // waits until its room's channels have closed (the list is almost always
+        // empty).
+        if link && ctx.gaps.0.iter().any(|&(_, e)| e == entity) {
+            continue;
+        }
         let waiting = a.peek_message().is_some();
         if !waiting {
             // A held sender with nothing waiting: its association started over (or
@@ -120,12 +126,13 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
             // The node at the link's other end lost messages of the room that came
             // before this marker (`LINK_GAP_PPID`). What came before it goes out in
             // this tick; the room's reliable channels close after (`RelayGaps`);
-            // what comes after it waits for the next tick, so it goes out on the
-            // channels that replace them.
+            // what comes after it waits for the next tick (and is not delivered to
+            // a member whose channel of its label is still closing then, as for
+            // any message relayed while a channel resets).
             if link && next.ppid == LINK_GAP_PPID {
                 a.pop_message();
                 if let Some(room) = room {
-                    ctx.gaps.0.push(room);
+                    ctx.gaps.0.push((room, entity));
                 }
                 gap = true;
                 break;

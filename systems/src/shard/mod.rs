@@ -299,7 +299,7 @@ impl Shard {
         // the passes; now the room's reliable channels close, here and, behind what
         // this shard forwarded, on its siblings (not on to its own links).
         let gaps = std::mem::take(&mut self.world.resource_mut::<RelayGaps>().0);
-        for room in gaps {
+        for (room, _) in gaps {
             self.close_reliable_channels(room);
             if !self.room_siblings(room).is_empty() {
                 self.world

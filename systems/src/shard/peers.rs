@@ -369,7 +369,8 @@ impl Shard {
     /// left, and its room's reliable channels on this shard are closed
     /// (`close_reliable_channels`), and so are those on the room's other shards of
     /// the node, behind what this shard forwarded them before (a
-    /// [`Forwarded::gap`] record): a member learns that its channel may have
+    /// [`Forwarded::gap`] record), and on the other nodes it spans, behind what
+    /// went out on the links (`expire_closing`): a member learns that its channel may have
     /// missed messages. At most one receive window, and what its association still
     /// had queued for it (one send buffer at most), per closing member.
     pub(super) fn sweep_closing(&mut self) {
@@ -449,41 +450,41 @@ impl Shard {
     /// here and on those shards, behind what went out on the link's channel of each
     /// such label (a gap marker, `LINK_GAP_PPID`).
     fn expire_closing(&mut self, entity: Entity, room: RoomId) {
-        let labels: Vec<(String, String, ChannelType, u16)> = self
+        // A link's messages were the other node's: they go to members only, so its
+        // gap goes to no link either (one hop).
+        let link = self.world.get::<RoomMember>(entity).is_some_and(|m| m.link);
+        let mut labels: Vec<(String, String, u16)> = self
             .world
             .get::<DataChannels>(entity)
             .map(|dc| {
                 dc.channels
                     .values()
                     .filter(|ch| ch.kind.reliability == Reliability::Reliable)
-                    .map(|ch| {
-                        (
-                            ch.label.to_string(),
-                            ch.protocol.to_string(),
-                            ch.kind,
-                            ch.priority,
-                        )
-                    })
+                    .map(|ch| (ch.label.to_string(), ch.protocol.to_string(), ch.priority))
                     .collect()
             })
             .unwrap_or_default();
+        labels.sort_unstable();
+        labels.dedup_by(|a, b| a.0 == b.0);
         self.world.despawn(entity);
         self.close_reliable_channels(room);
         let shared = !self.room_siblings(room).is_empty();
-        for (label, protocol, kind, priority) in &labels {
+        for (label, protocol, priority) in &labels {
             let channel = ChannelParams {
                 label,
                 protocol,
-                kind: *kind,
+                kind: ChannelType::default(),
                 priority: *priority,
             };
             if shared {
                 self.world
                     .resource_mut::<RelayOutbox>()
                     .0
-                    .push(Forwarded::gap(room, Some(channel), false));
+                    .push(Forwarded::gap(room, Some(channel), link));
             }
-            self.tell_links_of_gap(room, channel);
+            if !link {
+                self.tell_links_of_gap(room, channel);
+            }
         }
     }
 

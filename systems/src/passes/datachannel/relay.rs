@@ -102,8 +102,8 @@
 //!
 //! A gap on this node (a leaving member let go with messages it held) is told
 //! over each link of the room as a gap marker: a one-byte message with PPID
-//! `LINK_GAP_PPID` on the link's channel of each label the member sent reliable
-//! messages on, behind what went out there before. The datachannel pass of the
+//! `LINK_GAP_PPID`, ordered and reliable, on the link's channel of each label of
+//! the member's reliable channels, behind what went out there before. The datachannel pass of the
 //! node at the other end stops taking the link's messages at the marker (what came
 //! before goes out in this tick, the rest in the next) and lists the room in
 //! `RelayGaps`; after the passes the shard closes the room's reliable channels and

@@ -391,6 +391,37 @@ fn sim_node_tick_forward_limit_loses_no_reliable_message() {
     }
 }
 
+/// Shard 2 stands still for `stall` while member 3 sends its flood on its chat;
+/// once shard 1 has acknowledged all of it, the owner lets member 3 go and tells
+/// the shards, as the control plane does, that shard 1 holds no member of the room
+/// any more. Returns when shard 2 runs again.
+fn let_go_3_while_2_stands_still(
+    sim: &mut Sim,
+    log: &mut Log,
+    chat: &[u16; 5],
+    stall: Duration,
+) -> shoal_components::time::Time {
+    let stalled_until = sim.now() + stall;
+    sim.stall(shards()[2], stall);
+    send_range(sim, 3, chat[3], 0..FLOOD, false);
+    sim.run_until(
+        |s| {
+            log.take(s);
+            s.shard(cli(3)).sctp_buffered_amount(PeerId(3)) == 0
+        },
+        Duration::from_secs(2),
+    )
+    .unwrap_or_else(|e| panic!("member 3 still sending: {e}"));
+    sim.run_for(Duration::from_millis(300)).unwrap();
+    log.take(sim);
+    assert!(sim.now() < stalled_until, "shard 2 ran again first");
+    sim.command(shards()[1], Command::LetGo(PeerId(3))).unwrap();
+    sim.shard_mut(shards()[1]).set_room_siblings(ROOM, &[]);
+    sim.shard_mut(shards()[0]).set_room_siblings(ROOM, &[2]);
+    sim.shard_mut(shards()[2]).set_room_siblings(ROOM, &[0]);
+    stalled_until
+}
+
 /// Member 3, alone of its room on shard 1, sends while shard 2 stands still, so its
 /// messages wait in shard 1's receive buffer for room among the forwards; then its
 /// session ends on its side and the owner lets it go (`Command::LetGo`), telling
@@ -403,25 +434,7 @@ fn sim_node_a_member_let_go_alone_on_its_shard_has_its_messages_relayed() {
     let stall = STALL;
     for seed in 0..2 {
         let (mut sim, mut log, chat) = stall_ready_room(seed);
-        let stalled_until = sim.now() + stall;
-        sim.stall(shards()[2], stall);
-        send_range(&mut sim, 3, chat[3], 0..FLOOD, false);
-        // Everything member 3 sent is acknowledged by shard 1.
-        sim.run_until(
-            |s| {
-                log.take(s);
-                s.shard(cli(3)).sctp_buffered_amount(PeerId(3)) == 0
-            },
-            Duration::from_secs(2),
-        )
-        .unwrap_or_else(|e| panic!("seed {seed}: member 3 still sending: {e}"));
-        sim.run_for(Duration::from_millis(300)).unwrap();
-        log.take(&mut sim);
-        assert!(sim.now() < stalled_until, "seed {seed}");
-        sim.command(shards()[1], Command::LetGo(PeerId(3))).unwrap();
-        sim.shard_mut(shards()[1]).set_room_siblings(ROOM, &[]);
-        sim.shard_mut(shards()[0]).set_room_siblings(ROOM, &[2]);
-        sim.shard_mut(shards()[2]).set_room_siblings(ROOM, &[0]);
+        let_go_3_while_2_stands_still(&mut sim, &mut log, &chat, stall);
         let want: Vec<room::Got> = (0..FLOOD).map(|k| room::message(3, k, false)).collect();
         sim.run_until(
             |s| {
@@ -511,23 +524,7 @@ fn sim_node_an_expired_leaving_member_closes_the_rooms_channels_everywhere() {
     .expect("the second node's member and link are up");
     let chat5 = open_from_client(&mut sim, &mut log, 5, "chat", "", RELIABLE);
     let channel_of = |r: u64| if r == 5 { chat5 } else { chat[r as usize] };
-    let stalled_until = sim.now() + stall;
-    sim.stall(shards()[2], stall);
-    send_range(&mut sim, 3, chat[3], 0..FLOOD, false);
-    sim.run_until(
-        |s| {
-            log.take(s);
-            s.shard(cli(3)).sctp_buffered_amount(PeerId(3)) == 0
-        },
-        Duration::from_secs(2),
-    )
-    .unwrap_or_else(|e| panic!("member 3 still sending: {e}"));
-    sim.run_for(Duration::from_millis(300)).unwrap();
-    log.take(&mut sim);
-    sim.command(shards()[1], Command::LetGo(PeerId(3))).unwrap();
-    sim.shard_mut(shards()[1]).set_room_siblings(ROOM, &[]);
-    sim.shard_mut(shards()[0]).set_room_siblings(ROOM, &[2]);
-    sim.shard_mut(shards()[2]).set_room_siblings(ROOM, &[0]);
+    let stalled_until = let_go_3_while_2_stands_still(&mut sim, &mut log, &chat, stall);
     sim.run_until(
         |s| {
             log.take(s);

@@ -34,8 +34,7 @@ use shoal_components::media::{RetiredSsrcs, TrackIndex};
 use shoal_components::net::{Datagram, FiveTuple};
 use shoal_components::peer::PeerIndex;
 use shoal_components::relay::{
-    Forwarded, ForwardsWaiting, MediaRelayOut, RelayClosing, RelayGaps, RelayHeld, RelayLimits,
-    RelayOutbox,
+    ForwardsWaiting, MediaRelayOut, RelayClosing, RelayGaps, RelayHeld, RelayLimits, RelayOutbox,
 };
 use shoal_components::room::{RoomId, RoomIndex, RoomPresence};
 use shoal_components::sctp::assoc::SctpLimits;
@@ -301,12 +300,7 @@ impl Shard {
         let gaps = std::mem::take(&mut self.world.resource_mut::<RelayGaps>().0);
         for (room, _) in gaps {
             self.close_reliable_channels(room);
-            if !self.room_siblings(room).is_empty() {
-                self.world
-                    .resource_mut::<RelayOutbox>()
-                    .0
-                    .push(Forwarded::gap(room, None, true));
-            }
+            self.pass_gap_on(room, None, true);
         }
         self.sweep_closing();
         self.close_drained();
@@ -430,6 +424,7 @@ mod tests {
     /// room had when they were put out, a gap record as any.
     #[test]
     fn presence_waits_for_records_not_yet_routed() {
+        use shoal_components::relay::Forwarded;
         let room = RoomId(4);
         let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7100".parse().unwrap(), 1));
         shard.set_room_siblings(room, &[1, 2]);

@@ -1,6 +1,7 @@
 //! What the owner reads of a peer (ICE, DTLS), and closing one.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
 use shoal_components::congestion::TransportWide;
@@ -12,7 +13,7 @@ use shoal_components::media::temporal::ALL_LAYERS;
 use shoal_components::media::{LayerChoice, PeerMedia, Subscription, Track, TrackId};
 use shoal_components::net::FiveTuple;
 use shoal_components::peer::{Ice, IceState, Peer, PeerId, PeerIndex};
-use shoal_components::relay::{Forwarded, RelayClosing, RelayLimits, RelayOutbox};
+use shoal_components::relay::{RelayClosing, RelayLimits};
 use shoal_components::room::{RoomId, RoomMember};
 use shoal_components::sctp::assoc::{AssocState, Sctp};
 use shoal_components::sctp::dcep::{ChannelType, Reliability};
@@ -350,10 +351,9 @@ impl Shard {
     /// `reason` at the end of the next tick, which comes at once.
     pub(crate) fn retire_entity(&mut self, entity: Entity, reason: RemoveReason) {
         peer::retire_now(&mut self.world, entity, reason);
-        if self.world.get_entity(entity).is_ok() {
-            let now = self.world.resource::<Now>().0;
-            self.arm(entity, TimerKind::RelayClosing, now);
-        }
+        // (Nothing is armed for an entity `retire_now` removed: it has no timers.)
+        let now = self.world.resource::<Now>().0;
+        self.arm(entity, TimerKind::RelayClosing, now);
         self.collect_events();
     }
 
@@ -369,7 +369,7 @@ impl Shard {
     /// left, and its room's reliable channels on this shard are closed
     /// (`close_reliable_channels`), and so are those on the room's other shards of
     /// the node, behind what this shard forwarded them before (a
-    /// [`Forwarded::gap`] record), and on the other nodes it spans, behind what
+    /// `relay::Forwarded::gap` record), and on the other nodes it spans, behind what
     /// went out on the links (`expire_closing`): a member learns that its channel may have
     /// missed messages. At most one receive window, and what its association still
     /// had queued for it (one send buffer at most), per closing member.
@@ -445,7 +445,7 @@ impl Shard {
     /// Lets a closing member go with what its buffer still holds, and tells
     /// everyone of `room` who missed it: the room's reliable channels close on this
     /// shard at once; on the room's other shards of the node behind what this one
-    /// forwarded them before (a [`Forwarded::gap`] for each label it sent reliable
+    /// forwarded them before (a `relay::Forwarded::gap` for each label it sent reliable
     /// messages on); and at the other end of each of the room's node-to-node links,
     /// here and on those shards, behind what went out on the link's channel of each
     /// such label (a gap marker, `LINK_GAP_PPID`).
@@ -453,14 +453,14 @@ impl Shard {
         // A link's messages were the other node's: they go to members only, so its
         // gap goes to no link either (one hop).
         let link = self.world.get::<RoomMember>(entity).is_some_and(|m| m.link);
-        let mut labels: Vec<(String, String, u16)> = self
+        let mut labels: Vec<(Arc<str>, Arc<str>, u16)> = self
             .world
             .get::<DataChannels>(entity)
             .map(|dc| {
                 dc.channels
                     .values()
                     .filter(|ch| ch.kind.reliability == Reliability::Reliable)
-                    .map(|ch| (ch.label.to_string(), ch.protocol.to_string(), ch.priority))
+                    .map(|ch| (ch.label.clone(), ch.protocol.clone(), ch.priority))
                     .collect()
             })
             .unwrap_or_default();
@@ -468,7 +468,6 @@ impl Shard {
         labels.dedup_by(|a, b| a.0 == b.0);
         self.world.despawn(entity);
         self.close_reliable_channels(room);
-        let shared = !self.room_siblings(room).is_empty();
         for (label, protocol, priority) in &labels {
             let channel = ChannelParams {
                 label,
@@ -476,15 +475,7 @@ impl Shard {
                 kind: ChannelType::default(),
                 priority: *priority,
             };
-            if shared {
-                self.world
-                    .resource_mut::<RelayOutbox>()
-                    .0
-                    .push(Forwarded::gap(room, Some(channel), link));
-            }
-            if !link {
-                self.tell_links_of_gap(room, channel);
-            }
+            self.pass_gap_on(room, Some(channel), link);
         }
     }
 

@@ -269,6 +269,28 @@ impl Shard {
         queued
     }
 
+    /// Passes a gap in `room`'s reliable messages on from this shard, behind what it
+    /// sent before: to the room's other shards of the node (a [`Forwarded::gap`]
+    /// record), and, for a gap of this node's own (not `from_link`), over the
+    /// room's links here on their channel of `channel`'s label
+    /// ([`Shard::tell_links_of_gap`]). The shard closed its own channels already.
+    pub(crate) fn pass_gap_on(
+        &mut self,
+        room: RoomId,
+        channel: Option<ChannelParams<'_>>,
+        from_link: bool,
+    ) {
+        if !self.room_siblings(room).is_empty() {
+            self.world
+                .resource_mut::<RelayOutbox>()
+                .0
+                .push(Forwarded::gap(room, channel, from_link));
+        }
+        if let Some(channel) = channel.filter(|_| !from_link) {
+            self.tell_links_of_gap(room, channel);
+        }
+    }
+
     /// Tells the node-to-node links of `room` on this shard that this node lost
     /// reliable messages of the room that came before now: a gap marker
     /// ([`LINK_GAP_PPID`]) on each link's channel of `channel`'s label (opened as

@@ -85,6 +85,7 @@ fn subscription(id: u64, ssrc: u32, twcc: bool) -> SubscriptionSpec {
             ..FeedbackKinds::default()
         },
         cname: "publisher".into(),
+        stream: None,
     }
 }
 

@@ -163,6 +163,12 @@ pub struct SubscriptionSpec {
     /// §6.1): the publisher's stream id. Its sender reports carry it in an SDES
     /// (RFC 3550 §6.1), and streams to be synchronised share it (RFC 7022 §4.1).
     pub cname: String,
+    /// One simulcast stream of the track only (its index in the publisher's order),
+    /// sent as it comes, with no choice among streams and no switch: a node-to-node
+    /// link carries each stream of a track this way, so that the other node's
+    /// subscribers choose among them. `None`: the track, a simulcast one's stream
+    /// chosen for the subscriber.
+    pub stream: Option<u8>,
 }
 
 /// How often a published audio track's level is reported to the owner

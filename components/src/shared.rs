@@ -53,7 +53,8 @@ impl PeerMediaLimits {
         if link {
             PeerMediaLimits {
                 tracks: MAX_LINK_TRACKS,
-                subscriptions: MAX_LINK_TRACKS,
+                // Each stream of a simulcast track is a subscription of its own.
+                subscriptions: MAX_LINK_TRACKS * crate::media::MAX_LAYERS,
                 retired_ssrcs: MAX_LINK_RETIRED_SSRCS,
             }
         } else {

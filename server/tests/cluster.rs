@@ -1115,9 +1115,14 @@ fn room_seen(said: &[serde_json::Value]) -> BTreeMap<String, BTreeSet<i64>> {
 /// The first packet of a VP8 key frame (RFC 7741 §4.2 descriptor, RFC 6386 §9.1
 /// frame tag, start code and a 320×240 size), then `index` and `seq`.
 fn vp8_key_frame(index: u8, seq: u16) -> Vec<u8> {
-    let mut p = vec![
-        0x10, 0x00, 0x00, 0x00, 0x9d, 0x01, 0x2a, 0x40, 0x01, 0xf0, 0x00,
-    ];
+    vp8_key_frame_of((320, 240), index, seq)
+}
+
+/// [`vp8_key_frame`] of a picture `width` × `height`.
+fn vp8_key_frame_of((width, height): (u16, u16), index: u8, seq: u16) -> Vec<u8> {
+    let mut p = vec![0x10, 0x00, 0x00, 0x00, 0x9d, 0x01, 0x2a];
+    p.extend_from_slice(&width.to_le_bytes());
+    p.extend_from_slice(&height.to_le_bytes());
     p.push(index);
     p.extend_from_slice(&seq.to_be_bytes());
     p.resize(300, 0x55);
@@ -1139,26 +1144,14 @@ fn cascade_member(
     others: usize,
     (ready, go, stop): (Arc<AtomicUsize>, Arc<AtomicBool>, Arc<AtomicBool>),
 ) -> std::thread::JoinHandle<Result<CascadeGot, String>> {
-    use media_pair::Signalled;
     use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
     use shoal_server::endpoint::media::{AUDIO_SOURCE, OPUS_PT, VIDEO_SOURCE, VP8_PT};
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let local = socket.local_addr().expect("an address");
-    let shard = Shard::new(ShardConfig::new(local, u64::from(local.port())));
-    let mut rng = endpoint::os_rng().expect("a random generator");
     let shape = endpoint::OfferShape {
         data: true,
         ..endpoint::OfferShape::PUBLISH
     };
-    let offer = endpoint::media_offer(NODE, shard.fingerprint(), shape, &mut rng);
-    let (to_shard, inbox) = std::sync::mpsc::channel();
-    let (hang_up, stopped) = tokio::sync::oneshot::channel();
-    let room = room.to_owned();
-    std::thread::spawn(move || {
-        runtime().block_on(media_pair::signal(
-            http, &room, name, offer, to_shard, stopped,
-        ));
-    });
+    let (socket, shard, inbox, hang_up) =
+        signalled_client(http, room, name, shape, media_pair::no_reply);
     std::thread::spawn(move || {
         let _hang_up = hang_up;
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -1170,45 +1163,8 @@ fn cascade_member(
         let mut failure = None;
         let mut buf = bytes::BytesMut::new();
         endpoint::run(socket, shard, |shard, now, events| {
-            while let Ok(s) = inbox.try_recv() {
-                let r = match s {
-                    Signalled::Session(session) => {
-                        let peer = session.peer.id;
-                        let mut r = shard.command(now, ShardCommand::AddPeer(session.peer.clone()));
-                        for (track, subscription) in session.sources.iter().cloned() {
-                            r = r.and_then(|()| {
-                                shard.command(
-                                    now,
-                                    ShardCommand::AddSource {
-                                        peer,
-                                        track,
-                                        subscription,
-                                    },
-                                )
-                            });
-                        }
-                        receiving += session.receives.len();
-                        for track in session.receives.iter().cloned() {
-                            r = r.and_then(|()| {
-                                shard.command(now, ShardCommand::Receive { peer, track })
-                            });
-                        }
-                        r
-                    }
-                    Signalled::Receive(tracks) => {
-                        receiving += tracks.len();
-                        tracks.into_iter().try_for_each(|track| {
-                            shard.command(now, ShardCommand::Receive { peer: NODE, track })
-                        })
-                    }
-                    Signalled::Room(said) => {
-                        got.room.push(said);
-                        Ok(())
-                    }
-                };
-                if let Err(e) = r {
-                    failure = Some(format!("{name}: a command failed: {e:?}"));
-                }
+            if let Err(e) = take_signalled(shard, now, &inbox, &mut receiving, &mut got.room) {
+                failure = Some(format!("{name}: {e}"));
             }
             for event in events.drain(..) {
                 match event {
@@ -1291,18 +1247,322 @@ fn cascade_member(
                     }
                 }
             }
-            if failure.is_some() || stop.load(Ordering::SeqCst) {
-                return Control::Stop;
-            }
-            if Instant::now() > deadline {
-                failure = Some(format!("{name}: deadline"));
-                return Control::Stop;
-            }
-            Control::Continue
+            turn_end(&mut failure, &stop, deadline, name)
         })
         .map_err(|e| e.to_string())?;
         failure.map_or(Ok(got), Err)
     })
+}
+
+/// Rounds the simulcast camera sends: a packet of each stream, every 10 ms.
+const SIMULCAST_ROUNDS: u16 = 400;
+/// The camera's streams' picture sizes, lowest first.
+const SIMULCAST_SIZES: [(u16, u16); 3] = [(320, 180), (640, 360), (1280, 720)];
+
+/// A camera publishes three simulcast streams through node-0; two players play
+/// them through node-1, one asking for quality LOW. The three streams cross the
+/// link whole, and node-1 chooses among them for each player: over the second half
+/// of the rounds, the LOW player is sent only the lowest stream and the other the
+/// top one, each nearly every packet of it, once. node-1 takes in over its links
+/// each packet of each stream once (a link carrying one stream, as before, took in
+/// a third of them and sent both players the same).
+#[test]
+fn cluster_simulcast_crosses_links_whole() {
+    let (_etcd, nodes) = three_regions("/cascaded-simulcast");
+    let rt = runtime();
+    let room = "spanning-simulcast";
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        create(&nodes[0], room).await.expect("room created");
+    });
+    let ready = Arc::new(AtomicUsize::new(0));
+    let go = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let flags = || (ready.clone(), go.clone(), stop.clone());
+    let http = |i: usize| nodes[i].process.http;
+    let camera = simulcast_member(http(0), room, "cam", None, flags());
+    let players = [
+        simulcast_member(http(1), room, "low", Some(low_quality), flags()),
+        simulcast_member(http(1), room, "high", Some(media_pair::no_reply), flags()),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ready.load(Ordering::SeqCst) < players.len() {
+        let ended = camera.is_finished() || players.iter().any(|p| p.is_finished());
+        if Instant::now() > deadline || ended {
+            let logs: Vec<String> = nodes.iter().map(|n| n.process.log_so_far()).collect();
+            panic!("the players never received the camera; logs: {logs:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = metric_sum(http(1), "shoal_shard_rtp_received_from_links_total");
+    go.store(true, Ordering::SeqCst);
+    // Shards report their counters up to a second late; then time for anything
+    // more that should not come.
+    let sent = 3 * u64::from(SIMULCAST_ROUNDS);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric_sum(http(1), "shoal_shard_rtp_received_from_links_total") - before < sent
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let crossed = metric_sum(http(1), "shoal_shard_rtp_received_from_links_total") - before;
+    stop.store(true, Ordering::SeqCst);
+    camera
+        .join()
+        .expect("the camera's thread")
+        .expect("the camera");
+    let [low, high] = players.map(|p| p.join().expect("a player's thread").expect("a player"));
+    assert_eq!(
+        crossed, sent,
+        "node-1 takes in each packet of the three streams once"
+    );
+    let second_half = SIMULCAST_ROUNDS / 2..SIMULCAST_ROUNDS;
+    for (who, got, stream) in [("low", &low, 0u8), ("high", &high, 2)] {
+        let late: BTreeMap<u8, usize> = got
+            .iter()
+            .map(|(&l, seqs)| (l, seqs.iter().filter(|s| second_half.contains(s)).count()))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        let only: Vec<u8> = late.keys().copied().collect();
+        assert_eq!(
+            only,
+            [stream],
+            "{who} is sent stream {stream} alone over the second half: {late:?}"
+        );
+        assert!(
+            late[&stream] * 100 >= second_half.len() * 95,
+            "{who} got {} of the {} packets of stream {stream} over the second half",
+            late[&stream],
+            second_half.len()
+        );
+    }
+}
+
+/// Asks for quality LOW of every video track the node tells of.
+fn low_quality(said: &serde_json::Value) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    let listed = [said.pointer("/join/others"), said.pointer("/others/others")];
+    let people = listed
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_array)
+        .flatten()
+        .chain(said.pointer("/participant/participant"));
+    let tracks = people
+        .filter_map(|p| p["tracks"].as_array())
+        .flatten()
+        .chain(said.pointer("/track/track"));
+    let video: Vec<&str> = tracks
+        .filter(|t| t["kind"].as_i64() == Some(2))
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    (!video.is_empty()).then(|| {
+        serde_json::json!({
+            "trackSettings": { "trackIds": video, "quality": shoal_proto::v1::VideoQuality::Low as i32 }
+        })
+    })
+}
+
+/// A participant of the simulcast test until `stop`: the camera (`reply` `None`),
+/// which once `go` sends [`SIMULCAST_ROUNDS`] rounds of a key frame of each of its
+/// three streams, each of its size in [`SIMULCAST_SIZES`] and tagged with the
+/// stream's index and the round; or a player answering the room with `reply`,
+/// `ready` once it receives the camera's audio and video. Each returns each
+/// stream's rounds it received (a round twice is a failure).
+fn simulcast_member(
+    http: std::net::SocketAddr,
+    room: &str,
+    name: &'static str,
+    reply: Option<media_pair::Reply>,
+    (ready, go, stop): (Arc<AtomicUsize>, Arc<AtomicBool>, Arc<AtomicBool>),
+) -> std::thread::JoinHandle<Result<BTreeMap<u8, BTreeSet<u16>>, String>> {
+    use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
+    use shoal_server::endpoint::media::{VIDEO_LAYER_SOURCES, VP8_PT};
+    let shape = match reply {
+        None => endpoint::OfferShape::PUBLISH_SIMULCAST,
+        Some(_) => endpoint::OfferShape {
+            data: true,
+            ..endpoint::OfferShape::default()
+        },
+    };
+    let (socket, shard, inbox, hang_up) = signalled_client(
+        http,
+        room,
+        name,
+        shape,
+        reply.unwrap_or(media_pair::no_reply),
+    );
+    std::thread::spawn(move || {
+        let _hang_up = hang_up;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut got: BTreeMap<u8, BTreeSet<u16>> = BTreeMap::new();
+        let (mut receiving, mut said) = (0, Vec::new());
+        let (mut counted, mut round, mut next) = (false, 0u16, None);
+        let mut failure = None;
+        let mut buf = bytes::BytesMut::new();
+        endpoint::run(socket, shard, |shard, now, events| {
+            if let Err(e) = take_signalled(shard, now, &inbox, &mut receiving, &mut said) {
+                failure = Some(format!("{name}: {e}"));
+            }
+            for event in events.drain(..) {
+                match event {
+                    ShardEvent::RtpReceived { packet, .. } => {
+                        let tag = RtpPacket::parse(&packet).ok().and_then(|p| {
+                            p.payload().get(VP8_TAG_AT..VP8_TAG_AT + 3)?.try_into().ok()
+                        });
+                        let Some([stream, hi, lo]) = tag.map(|t: [u8; 3]| t) else {
+                            failure = Some(format!("{name}: a packet without its tag"));
+                            continue;
+                        };
+                        let r = u16::from_be_bytes([hi, lo]);
+                        if !got.entry(stream).or_default().insert(r) {
+                            failure = Some(format!("{name}: round {r} of stream {stream} twice"));
+                        }
+                    }
+                    ShardEvent::PeerRemoved { .. } => {
+                        failure = Some(format!("{name}: connection lost: {event:?}"));
+                    }
+                    _ => {}
+                }
+            }
+            if reply.is_some() && !counted && receiving >= 2 {
+                counted = true;
+                ready.fetch_add(1, Ordering::SeqCst);
+            }
+            if reply.is_none() && go.load(Ordering::SeqCst) {
+                let due = next.get_or_insert_with(Instant::now);
+                // The rounds due since the last turn.
+                while round < SIMULCAST_ROUNDS && Instant::now() >= *due {
+                    *due += Duration::from_millis(10);
+                    for (i, source) in VIDEO_LAYER_SOURCES.into_iter().enumerate() {
+                        let fields = RtpFields {
+                            marker: true,
+                            payload_type: VP8_PT,
+                            sequence_number: round,
+                            timestamp: u32::from(round).wrapping_mul(900),
+                            ssrc: 0,
+                        };
+                        let mut w = RtpWriter::new(&mut buf, &fields, &[]);
+                        w.payload(&vp8_key_frame_of(SIMULCAST_SIZES[i], i as u8, round));
+                        w.finish(0);
+                        if let Err(e) = shard.send_rtp(now, source, buf.split().freeze()) {
+                            failure = Some(format!("{name}: send_rtp: {e:?}"));
+                        }
+                    }
+                    round += 1;
+                }
+            }
+            turn_end(&mut failure, &stop, deadline, name)
+        })
+        .map_err(|e| e.to_string())?;
+        failure.map_or(Ok(got), Err)
+    })
+}
+
+/// A client stack for participant `name` of `room`, joining over `/signal` at
+/// `http` with an offer of `shape`: its socket and shard, what its signalling
+/// learns (`reply` answering what the node says of the room), and the handle that
+/// ends the signalling when dropped.
+fn signalled_client(
+    http: std::net::SocketAddr,
+    room: &str,
+    name: &'static str,
+    shape: endpoint::OfferShape,
+    reply: media_pair::Reply,
+) -> (
+    UdpSocket,
+    Shard,
+    std::sync::mpsc::Receiver<media_pair::Signalled>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let local = socket.local_addr().expect("an address");
+    let shard = Shard::new(ShardConfig::new(local, u64::from(local.port())));
+    let mut rng = endpoint::os_rng().expect("a random generator");
+    let offer = endpoint::media_offer(NODE, shard.fingerprint(), shape, &mut rng);
+    let (to_shard, inbox) = std::sync::mpsc::channel();
+    let (hang_up, stopped) = tokio::sync::oneshot::channel();
+    let room = room.to_owned();
+    std::thread::spawn(move || {
+        runtime().block_on(media_pair::signal(
+            http,
+            &room,
+            name,
+            offer,
+            (to_shard, reply),
+            stopped,
+        ));
+    });
+    (socket, shard, inbox, hang_up)
+}
+
+/// How a client stack's turn ends: it stops on a failure or at `stop`, and past
+/// `deadline` with that failure.
+fn turn_end(
+    failure: &mut Option<String>,
+    stop: &AtomicBool,
+    deadline: Instant,
+    name: &str,
+) -> Control {
+    if failure.is_none() && !stop.load(Ordering::SeqCst) && Instant::now() > deadline {
+        *failure = Some(format!("{name}: deadline"));
+    }
+    if failure.is_some() || stop.load(Ordering::SeqCst) {
+        Control::Stop
+    } else {
+        Control::Continue
+    }
+}
+
+/// Carries out on `shard` what a participant's signalling learnt: its session,
+/// the tracks it receives (counted in `receiving`); what the node said of the room
+/// goes into `room`.
+fn take_signalled(
+    shard: &mut Shard,
+    now: Time,
+    inbox: &std::sync::mpsc::Receiver<media_pair::Signalled>,
+    receiving: &mut usize,
+    room: &mut Vec<serde_json::Value>,
+) -> Result<(), String> {
+    use media_pair::Signalled;
+    while let Ok(s) = inbox.try_recv() {
+        let r = match s {
+            Signalled::Session(session) => {
+                let peer = session.peer.id;
+                let mut r = shard.command(now, ShardCommand::AddPeer(session.peer.clone()));
+                for (track, subscription) in session.sources.iter().cloned() {
+                    r = r.and_then(|()| {
+                        shard.command(
+                            now,
+                            ShardCommand::AddSource {
+                                peer,
+                                track,
+                                subscription,
+                            },
+                        )
+                    });
+                }
+                *receiving += session.receives.len();
+                for track in session.receives.iter().cloned() {
+                    r = r.and_then(|()| shard.command(now, ShardCommand::Receive { peer, track }));
+                }
+                r
+            }
+            Signalled::Receive(tracks) => {
+                *receiving += tracks.len();
+                tracks.into_iter().try_for_each(|track| {
+                    shard.command(now, ShardCommand::Receive { peer: NODE, track })
+                })
+            }
+            Signalled::Room(said) => {
+                room.push(said);
+                Ok(())
+            }
+        };
+        r.map_err(|e| format!("a command failed: {e:?}"))?;
+    }
+    Ok(())
 }
 
 /// The sum of counter `name` over every shard in a node's `/metrics`.

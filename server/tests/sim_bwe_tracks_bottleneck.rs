@@ -18,12 +18,15 @@
 mod media_sim;
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use media_sim::{PT, RECEIVED, SRV, addr, bottleneck, cli, connected_sim, subscription, vp8_video};
-use shoal_components::media::{LayerSpec, TrackId};
+use shoal_components::dtls::DtlsRole;
+use shoal_components::media::{LayerSpec, SubscriptionSpec, TrackId, TrackSpec};
 use shoal_components::peer::PeerId;
+use shoal_components::room::RoomId;
 use shoal_components::rtp::payload::Vp8Descriptor;
 use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
 use shoal_components::tick::ShardEvent;
@@ -72,6 +75,8 @@ struct Encoder {
     /// frame, Y on frames 1 and 2 of every eight; else no T in the descriptor.
     temporal: bool,
     since_key: u64,
+    /// Packets sent.
+    sent: u64,
 }
 
 impl Encoder {
@@ -139,6 +144,7 @@ impl Encoder {
             w.finish(0);
             out.push(packet.freeze());
             self.seq = self.seq.wrapping_add(1);
+            self.sent += 1;
         }
         self.timestamp = self.timestamp.wrapping_add((90_000 / FPS) as u32);
         self.picture = (self.picture + 1) & 0x7fff;
@@ -185,8 +191,36 @@ fn run_script(
 ) -> Vec<Received> {
     let mut sim = connected_sim(seed, &LinkConfig::default(), 1);
     sim.set_link(addr(SRV), cli(2), bottleneck(seed, 3_000_000, 0.002));
-    // The publisher: three local sources, each sent on its own SSRC pair, which the
-    // server publishes as one track's three streams (as `a=ssrc-group:SIM` would).
+    let (mut encoders, track) = simulcast_publisher(&mut sim, seed, temporal);
+    sim.command(
+        addr(SRV),
+        Command::Publish {
+            peer: PeerId(1),
+            track,
+        },
+    )
+    .unwrap();
+    receive_with_feedback(&mut sim, addr(SRV), 2, TRACK);
+    let start = sim.now();
+    let mut noise = seed;
+    let mut got = Vec::new();
+    loop {
+        let elapsed = sim.now().saturating_since(start);
+        if elapsed >= end {
+            break;
+        }
+        script(elapsed, &mut sim);
+        step(&mut sim, &mut encoders, elapsed, &mut noise);
+        let at = sim.now().saturating_since(start);
+        got.extend(take_events(&mut sim, &mut encoders, at).map(|(_, r)| r));
+    }
+    got
+}
+
+/// The publisher, client 1: three local sources, each sent on its own SSRC pair, and
+/// the track a server publishes them as, one track's three streams (as
+/// `a=ssrc-group:SIM` would give); the sources' encoders, in the offer's order.
+fn simulcast_publisher(sim: &mut Sim, seed: u64, temporal: bool) -> (Vec<Encoder>, TrackSpec) {
     let mut layers = Vec::new();
     let mut encoders = Vec::new();
     for (i, &rank) in OFFER_ORDER.iter().enumerate() {
@@ -221,90 +255,127 @@ fn run_script(
             next_frame: Duration::ZERO,
             temporal,
             since_key: 0,
+            sent: 0,
         });
     }
     let mut track = vp8_video(TRACK, None, None);
     track.layers = layers;
-    sim.command(
-        addr(SRV),
-        Command::Publish {
-            peer: PeerId(1),
-            track,
-        },
-    )
-    .unwrap();
-    let mut subscription = subscription(TRACK, SUB_SSRC, SUB_RTX);
+    (encoders, track)
+}
+
+/// Subscriber `i` (client `i`) is sent `track` by shard `server`, on the
+/// subscriber's SSRCs, with transport-cc feedback.
+fn receive_with_feedback(sim: &mut Sim, server: SocketAddr, i: u64, track: TrackId) {
+    let (ssrc, rtx) = (SUB_SSRC + 2 * (i as u32 - 2), SUB_RTX + 2 * (i as u32 - 2));
+    let mut subscription = subscription(track, ssrc, rtx);
     subscription.extensions.transport_cc = Some(TWCC_ID);
     subscription.feedback.transport_cc = true;
     sim.command(
-        addr(SRV),
+        server,
         Command::Subscribe {
-            peer: PeerId(2),
+            peer: PeerId(i),
             subscription,
         },
     )
     .unwrap();
-    let mut received = vp8_video(RECEIVED, Some(SUB_SSRC), Some(SUB_RTX));
+    let mut received = vp8_video(RECEIVED, Some(ssrc), Some(rtx));
     received.extensions.transport_cc = Some(TWCC_ID);
     received.feedback.transport_cc = true;
     sim.command(
-        cli(2),
+        cli(i),
         Command::Receive {
-            peer: PeerId(2),
+            peer: PeerId(i),
             track: received,
         },
     )
     .unwrap();
+}
 
-    let start = sim.now();
-    let mut noise = seed;
-    let mut got = Vec::new();
-    loop {
-        let elapsed = sim.now().saturating_since(start);
-        if elapsed >= end {
-            break;
-        }
-        script(elapsed, &mut sim);
-        for (i, e) in encoders.iter_mut().enumerate() {
-            if elapsed >= e.next_frame {
-                e.next_frame += Duration::from_micros(1_000_000 / FPS);
-                let now = sim.now();
-                for p in e.frame(OFFER_ORDER[i] as u8, &mut noise) {
-                    sim.shard_mut(cli(1)).send_rtp(now, e.source, p).unwrap();
-                }
+/// Sends each encoder's frame when it is due at `elapsed`, and runs the sim a step.
+fn step(sim: &mut Sim, encoders: &mut [Encoder], elapsed: Duration, noise: &mut u64) {
+    for (i, e) in encoders.iter_mut().enumerate() {
+        if elapsed >= e.next_frame {
+            e.next_frame += Duration::from_micros(1_000_000 / FPS);
+            let now = sim.now();
+            for p in e.frame(OFFER_ORDER[i] as u8, noise) {
+                sim.shard_mut(cli(1)).send_rtp(now, e.source, p).unwrap();
             }
         }
-        let _ = sim.run_for(STEP);
-        let at = sim.now().saturating_since(start);
-        for (_, event) in sim.drain_events() {
-            match event {
-                ShardEvent::KeyframeRequested { track } => {
-                    if let Some(e) = encoders.iter_mut().find(|e| e.source == track) {
-                        e.keyframe = true;
-                    }
+    }
+    let _ = sim.run_for(STEP);
+}
+
+/// The sim's events: keyframe requests go to the encoders; each packet a client
+/// received is returned with the client's address, as received `at`.
+fn take_events<'a>(
+    sim: &'a mut Sim,
+    encoders: &'a mut [Encoder],
+    at: Duration,
+) -> impl Iterator<Item = (SocketAddr, Received)> + 'a {
+    sim.drain_events()
+        .filter_map(move |(from, event)| match event {
+            ShardEvent::KeyframeRequested { track } => {
+                if let Some(e) = encoders.iter_mut().find(|e| e.source == track) {
+                    e.keyframe = true;
                 }
-                ShardEvent::RtpReceived { seq, packet, .. } => {
-                    let p = RtpPacket::parse(&packet).unwrap();
-                    let payload = p.payload();
-                    let d = Vp8Descriptor::parse(payload).expect("a VP8 descriptor");
-                    let header = match (payload[0] & 0x10 != 0, payload.get(d.len)) {
-                        (true, Some(tag)) if tag & 1 == 0 => 10,
-                        (true, _) => 3,
-                        _ => 0,
-                    };
-                    let body = &payload[d.len + header..];
-                    got.push(Received {
+                None
+            }
+            ShardEvent::RtpReceived { seq, packet, .. } => {
+                let p = RtpPacket::parse(&packet).unwrap();
+                let payload = p.payload();
+                let d = Vp8Descriptor::parse(payload).expect("a VP8 descriptor");
+                let header = match (payload[0] & 0x10 != 0, payload.get(d.len)) {
+                    (true, Some(tag)) if tag & 1 == 0 => 10,
+                    (true, _) => 3,
+                    _ => 0,
+                };
+                let body = &payload[d.len + header..];
+                Some((
+                    from,
+                    Received {
                         at,
                         seq,
                         layer: body[0],
                         picture: d.picture_id.unwrap().0,
-                    });
-                }
-                _ => {}
+                    },
+                ))
             }
+            _ => None,
+        })
+}
+
+/// When the subscriber went on to which stream, for a failure's message.
+fn timeline(got: &[Received]) -> String {
+    let mut timeline = String::new();
+    let mut last = None;
+    for r in got {
+        if last != Some(r.layer) {
+            timeline += &format!(" {:.2}s→{}", r.at.as_secs_f64(), r.layer);
+            last = Some(r.layer);
         }
     }
-    got
+    timeline
+}
+
+/// What the subscriber received is one sequence: no sequence number twice, and at
+/// most 5 % of its span missing; `report` words a failure.
+fn assert_one_sequence(got: &[Received], report: impl Fn(&str) -> String) {
+    let mut seqs: Vec<u64> = got.iter().map(|r| r.seq).collect();
+    seqs.sort_unstable();
+    let reported = seqs.len();
+    seqs.dedup();
+    assert_eq!(
+        seqs.len(),
+        reported,
+        "{}",
+        report("a sequence number twice")
+    );
+    let span = seqs.last().unwrap() - seqs.first().unwrap() + 1;
+    assert!(
+        (seqs.len() as f64) > 0.95 * span as f64,
+        "{}",
+        report(&format!("{} packets over {span} numbers", seqs.len()))
+    );
 }
 
 /// The stream received over `[from, to)`: `Some` if it was one stream throughout.
@@ -346,17 +417,7 @@ fn tracks_bottleneck(seeds: std::ops::RangeInclusive<u64>, temporal: bool) {
     let top = (RATES.len() - 1) as u8;
     for seed in seeds {
         let got = run(seed, temporal);
-        let report = |what: &str| {
-            let mut timeline = String::new();
-            let mut last = None;
-            for r in &got {
-                if last != Some(r.layer) {
-                    timeline += &format!(" {:.2}s→{}", r.at.as_secs_f64(), r.layer);
-                    last = Some(r.layer);
-                }
-            }
-            format!("seed {seed}: {what}; streams:{timeline}")
-        };
+        let report = |what: &str| format!("seed {seed}: {what}; streams:{}", timeline(&got));
         assert_eq!(
             only_layer(&got, DROP_AT - Duration::from_secs(2), DROP_AT),
             Some(top),
@@ -400,22 +461,7 @@ fn tracks_bottleneck(seeds: std::ops::RangeInclusive<u64>, temporal: bool) {
         );
         // One continuous stream: no sequence number seen twice (the client reports
         // each once), PictureIDs in order across every switch.
-        let mut seqs: Vec<u64> = got.iter().map(|r| r.seq).collect();
-        seqs.sort_unstable();
-        let reported = seqs.len();
-        seqs.dedup();
-        assert_eq!(
-            seqs.len(),
-            reported,
-            "{}",
-            report("a sequence number twice")
-        );
-        let span = seqs.last().unwrap() - seqs.first().unwrap() + 1;
-        assert!(
-            (seqs.len() as f64) > 0.95 * span as f64,
-            "{}",
-            report(&format!("{} packets over {span} numbers", seqs.len()))
-        );
+        assert_one_sequence(&got, report);
         let mut by_seq: Vec<&Received> = got.iter().collect();
         by_seq.sort_by_key(|r| r.seq);
         for w in by_seq.windows(2) {
@@ -475,17 +521,7 @@ fn sim_subscriber_track_settings_bound_the_stream() {
         };
         sim.command(addr(SRV), command).unwrap();
     });
-    let timeline = {
-        let mut t = String::new();
-        let mut last = None;
-        for r in &got {
-            if last != Some(r.layer) {
-                t += &format!(" {:.2}s→{}", r.at.as_secs_f64(), r.layer);
-                last = Some(r.layer);
-            }
-        }
-        t
-    };
+    let timeline = timeline(&got);
     assert_eq!(
         only_layer(&got, s(10), s(12)),
         Some(2),
@@ -507,4 +543,218 @@ fn sim_subscriber_track_settings_bound_the_stream() {
         Some(2),
         "unbounded:{timeline}"
     );
+}
+
+/// Node B's shard, linked to the publisher's (`SRV`, node A).
+const SRV_B: &str = "10.0.0.2:7100";
+/// The link between the nodes, and the room it serves.
+const LINK: PeerId = PeerId(9);
+const LINKED_ROOM: RoomId = RoomId(4);
+/// The track as node B publishes it on its side of the link.
+const TRACK_B: TrackId = TrackId(8);
+/// How long before the drop's end the subscriber behind the link must be on the
+/// lowest stream.
+const SETTLED: Duration = Duration::from_secs(6);
+/// The SSRCs of stream `i` on the link (primary, RTX).
+fn link_ssrcs(i: u8) -> (u32, u32) {
+    (0x3000 + 2 * u32::from(i), 0x3001 + 2 * u32::from(i))
+}
+
+/// A simulcast track crosses a node-to-node link whole, and each subscriber on the
+/// other node is sent the stream chosen for it there. The publisher (client 1) sends
+/// three streams to node A, whose link peer takes each as a subscription of its own
+/// (`SubscriptionSpec::stream`) and sends it to node B on SSRCs of its own; node B
+/// publishes the three as one track's streams, as the cluster's LinkTracks does.
+/// Subscriber 2 on node B asks for quality LOW (the lowest rank), subscriber 3 has a
+/// downlink that steps 3 Mbit/s → 600 kbit/s → 3 Mbit/s, as in
+/// `sim_bwe_tracks_bottleneck`. For each seed: subscriber 2 is sent only the lowest
+/// stream; subscriber 3 the top one before the drop, only the lowest for the last
+/// [`SETTLED`] of the drop (how fast an estimate falls with its path is
+/// `sim_bwe_tracks_bottleneck`'s target) and the top again within 10 s of the recovery;
+/// both in one continuous sequence; node B took in over the link each packet of each
+/// stream once, and its repairs besides.
+#[test]
+fn sim_simulcast_crosses_a_link_whole() {
+    let top = (RATES.len() - 1) as u8;
+    for seed in 1..=5 {
+        let (low, got, sent, received) = run_across_link(seed);
+        let report = |got: &[Received], what: &str| {
+            format!("seed {seed}: {what}; streams:{}", timeline(got))
+        };
+        assert_eq!(
+            only_layer(&low, Duration::from_secs(4), END_AT),
+            Some(0),
+            "{}",
+            report(&low, "quality LOW across the link")
+        );
+        assert_eq!(
+            only_layer(&got, DROP_AT - Duration::from_secs(2), DROP_AT),
+            Some(top),
+            "{}",
+            report(&got, "not on the top stream before the drop")
+        );
+        // How fast the estimate follows the path is the single-node tests' target;
+        // here, that the subscriber's own estimate chooses among the streams that
+        // crossed.
+        let down = settled_on(&got, 0, DROP_AT, RECOVER_AT)
+            .unwrap_or_else(|| panic!("{}", report(&got, "never on the lowest stream")));
+        assert!(
+            down <= RECOVER_AT - SETTLED,
+            "{}",
+            report(&got, &format!("lowest stream only from {down:?}"))
+        );
+        let up = settled_on(&got, top, RECOVER_AT, END_AT)
+            .unwrap_or_else(|| panic!("{}", report(&got, "never back on the top stream")));
+        assert!(
+            up <= RECOVER_AT + UP_WITHIN,
+            "{}",
+            report(&got, &format!("top stream only from {up:?}"))
+        );
+        for (who, got) in [("LOW", &low), ("bottlenecked", &got)] {
+            assert_one_sequence(got, |what| format!("seed {seed}: {who}: {what}"));
+        }
+        // Every packet of the three streams crossed once: what node B took in is at
+        // least what the path let through and at most that and its repairs.
+        let (taken, nacks) = received;
+        assert!(
+            taken >= sent * 97 / 100 && taken <= sent + nacks * 17,
+            "seed {seed}: node B took in {taken} packets of the {sent} sent, {nacks} NACKs"
+        );
+        eprintln!(
+            "seed {seed}: lowest stream {:.2} s after the drop, top {:.2} s after the \
+             recovery; node B took in {taken} of {sent} packets",
+            (down - DROP_AT).as_secs_f64(),
+            (up - RECOVER_AT).as_secs_f64()
+        );
+    }
+}
+
+/// One seed's run of [`sim_simulcast_crosses_a_link_whole`]: what subscribers 2 and
+/// 3 received, the packets the publisher sent, and the packets node B took in over
+/// the link with the NACKs it sent.
+fn run_across_link(seed: u64) -> (Vec<Received>, Vec<Received>, u64, (u64, u64)) {
+    let (a, b) = (addr(SRV), addr(SRV_B));
+    let mut sim = Sim::new(seed);
+    sim.add_shard(a);
+    sim.add_shard(b);
+    for (server, i) in [(a, 1), (b, 2), (b, 3)] {
+        sim.add_shard(cli(i));
+        sim.set_link_both(server, cli(i), LinkConfig::default());
+        sim.connect_dtls(server, cli(i), PeerId(i), DtlsRole::Server)
+            .unwrap();
+    }
+    // A datacenter path between the nodes, with loss, so the link repairs it.
+    let between = LinkConfig {
+        latency: Duration::from_millis(5),
+        jitter: Duration::from_millis(1),
+        loss: 0.01,
+        ..LinkConfig::default()
+    };
+    sim.set_link_both(b, a, between);
+    sim.connect_link(b, a, LINK, LINKED_ROOM).unwrap();
+    sim.run_until(
+        |s| {
+            [(a, 1), (b, 2), (b, 3)].iter().all(|&(server, i)| {
+                s.shard(cli(i)).dtls_connected(PeerId(i))
+                    && s.shard(server).dtls_connected(PeerId(i))
+            }) && s.shard(a).dtls_connected(LINK)
+                && s.shard(b).dtls_connected(LINK)
+        },
+        Duration::from_secs(60),
+    )
+    .unwrap_or_else(|e| panic!("seed {seed}: DTLS not up: {e}"));
+    sim.set_link(b, cli(3), bottleneck(seed, 3_000_000, 0.002));
+    let (mut encoders, track) = simulcast_publisher(&mut sim, seed, false);
+    let streams = track.layers.len() as u8;
+    sim.command(
+        a,
+        Command::Publish {
+            peer: PeerId(1),
+            track: track.clone(),
+        },
+    )
+    .unwrap();
+    // Node A's link peer takes each stream on its own; node B publishes them as one
+    // track's streams, told apart by their SSRCs on the link.
+    let mut on_link = vp8_video(TRACK_B, None, None);
+    for i in 0..streams {
+        let (ssrc, rtx) = link_ssrcs(i);
+        sim.command(
+            a,
+            Command::Subscribe {
+                peer: LINK,
+                subscription: SubscriptionSpec {
+                    stream: Some(i),
+                    ..subscription(TRACK, ssrc, rtx)
+                },
+            },
+        )
+        .unwrap();
+        on_link.layers.push(LayerSpec {
+            rid: None,
+            ssrc: Some(ssrc),
+            rtx_ssrc: Some(rtx),
+        });
+    }
+    sim.command(
+        b,
+        Command::Publish {
+            peer: LINK,
+            track: on_link,
+        },
+    )
+    .unwrap();
+    for i in [2, 3] {
+        receive_with_feedback(&mut sim, b, i, TRACK_B);
+    }
+    sim.command(
+        b,
+        Command::SetTrackSettings {
+            peer: PeerId(2),
+            track: TRACK_B,
+            settings: shoal_components::media::TrackSettings {
+                max_rank: Some(0),
+                ..Default::default()
+            },
+        },
+    )
+    .unwrap();
+    let before = sim.shard(b).stats().rtp_received;
+    let start = sim.now();
+    let mut noise = seed;
+    let (mut low, mut got) = (Vec::new(), Vec::new());
+    let (mut dropped, mut recovered) = (false, false);
+    loop {
+        let elapsed = sim.now().saturating_since(start);
+        if elapsed >= END_AT {
+            break;
+        }
+        if elapsed >= DROP_AT && !dropped {
+            dropped = true;
+            sim.set_link(b, cli(3), bottleneck(seed, 600_000, 0.002));
+        }
+        if elapsed >= RECOVER_AT && !recovered {
+            recovered = true;
+            sim.set_link(b, cli(3), bottleneck(seed, 3_000_000, 0.002));
+        }
+        step(&mut sim, &mut encoders, elapsed, &mut noise);
+        let at = sim.now().saturating_since(start);
+        for (to, r) in take_events(&mut sim, &mut encoders, at) {
+            if to == cli(2) {
+                low.push(r);
+            } else if to == cli(3) {
+                got.push(r);
+            }
+        }
+    }
+    // What is still on its way.
+    let _ = sim.run_for(Duration::from_millis(500));
+    let stats = sim.shard(b).stats();
+    let sent = encoders.iter().map(|e| e.sent).sum();
+    (
+        low,
+        got,
+        sent,
+        (stats.rtp_received - before, stats.nacks_sent),
+    )
 }

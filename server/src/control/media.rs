@@ -293,6 +293,7 @@ fn subscription_spec(id: TrackId, mid: &str, s: &Subscribed) -> SubscriptionSpec
         extensions: extension_ids(&s.extensions),
         feedback: feedback(&s.codec),
         cname: s.stream_id.clone(),
+        stream: None,
     }
 }
 

@@ -502,6 +502,7 @@ impl MediaOffer {
             extensions: track.extensions,
             feedback: track.feedback,
             cname: self.cname.clone(),
+            stream: None,
         };
         Ok((track, out))
     }

@@ -108,7 +108,14 @@ pub fn participant(
     let (stop, stopped) = oneshot::channel();
     let room = shared.room.clone();
     std::thread::spawn(move || {
-        runtime().block_on(signal(http, &room, identity, offer, to_shard, stopped));
+        runtime().block_on(signal(
+            http,
+            &room,
+            identity,
+            offer,
+            (to_shard, no_reply),
+            stopped,
+        ));
     });
     let shared = shared.clone();
     let thread = std::thread::spawn(move || run(socket, shard, inbox, &shared, behaviour));
@@ -272,15 +279,25 @@ pub fn subscribe(shard: &mut Shard, turn: &mut Turn<'_>) -> Result<(), String> {
     Ok(())
 }
 
+/// What a participant says back to what the node said of the room (a request to
+/// send, if any): [`no_reply`] for most.
+pub type Reply = fn(&Value) -> Option<Value>;
+
+/// Says nothing back.
+pub fn no_reply(_: &Value) -> Option<Value> {
+    None
+}
+
 /// A participant's `/signal`: join, the first offer, the answer to the shard
 /// thread; the node's later offers answered, and their tracks to the shard thread,
-/// until `stop` fires or is dropped (the socket then closes: the participant leaves).
+/// what it says of the room to the shard thread and to `reply`, until `stop` fires
+/// or is dropped (the socket then closes: the participant leaves).
 pub async fn signal(
     http: SocketAddr,
     room: &str,
     identity: &str,
     offer: MediaOffer,
-    to_shard: mpsc::Sender<Signalled>,
+    (to_shard, reply): (mpsc::Sender<Signalled>, Reply),
     mut stop: oneshot::Receiver<()>,
 ) {
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{http}/signal"))
@@ -326,6 +343,9 @@ pub async fn signal(
             .iter()
             .any(|k| v.get(k).is_some())
         {
+            if let Some(request) = reply(&v) {
+                ws.send(send(request)).await.expect("send a reply");
+            }
             let _ = to_shard.send(Signalled::Room(v));
         }
     }

@@ -82,6 +82,7 @@ pub fn subscription(track: TrackId, ssrc: u32, rtx: u32) -> SubscriptionSpec {
         extensions: ExtensionIds::default(),
         feedback: nack_feedback(),
         cname: PUBLISHER_CNAME.into(),
+        stream: None,
     }
 }
 

@@ -278,6 +278,9 @@ pub enum CommandError {
     /// A track with more simulcast streams than the shard takes.
     #[error("more than {0} simulcast streams")]
     TooManyLayers(usize),
+    /// A subscription to one stream of a track that has no stream of that index.
+    #[error("track {0:?} has no simulcast stream {1}")]
+    UnknownStream(TrackId, u8),
     /// The SSRC is in use by another of the peer's streams.
     #[error("SSRC {0} is in use")]
     SsrcInUse(u32),

@@ -414,8 +414,10 @@ impl Shard {
     }
 
     /// `Command::Subscribe`: `peer` is sent `spec.track`, which must be published on
-    /// this shard by another peer. The publisher is asked for a keyframe at once, so
-    /// the new subscriber can start decoding (throttled by the media pass).
+    /// this shard by another peer; with `spec.stream`, only that stream of it, which
+    /// a peer may take of each stream once (a link takes each this way). The
+    /// publisher is asked for a keyframe at once, so the new subscriber can start
+    /// decoding (throttled by the media pass).
     pub(super) fn subscribe(
         &mut self,
         peer: PeerId,
@@ -426,11 +428,34 @@ impl Shard {
         if self.world.get::<Track>(track).and_then(|t| t.publisher) == Some(subscriber) {
             return Err(CommandError::OwnTrack(spec.track));
         }
+        // A simulcast track's subscription is listed on every stream and starts on
+        // the first; the media pass moves it by the subscriber's estimate. One to a
+        // single stream is listed on that stream alone and stays there.
+        let streams = self.streams(track);
+        let (track, listed_on) = match spec.stream {
+            None => (track, streams.clone()),
+            Some(i) => match streams.get(usize::from(i)) {
+                Some(&stream) => (stream, vec![stream]),
+                None => return Err(CommandError::UnknownStream(spec.track, i)),
+            },
+        };
         let limits = self.peer_limits(subscriber);
-        let media = self.peer_media(subscriber);
-        if find(&media.subscriptions, spec.track).is_some() {
+        // A peer may take a track once, or each of its streams once.
+        let taken = self.world.get::<PeerMedia>(subscriber).is_some_and(|m| {
+            m.subscriptions.iter().any(|&(id, e)| {
+                id == spec.track
+                    && self.world.get::<Subscription>(e).is_none_or(|s| {
+                        match (s.spec.stream, spec.stream) {
+                            (Some(a), Some(b)) => a == b,
+                            _ => true,
+                        }
+                    })
+            })
+        });
+        if taken {
             return Err(CommandError::DuplicateTrack(spec.track));
         }
+        let media = self.peer_media(subscriber);
         if media.subscriptions.len() >= limits.subscriptions {
             return Err(CommandError::TooManyTracks(limits.subscriptions));
         }
@@ -449,11 +474,8 @@ impl Shard {
             }
         }
         let (id, ssrc, rtx_ssrc) = (spec.track, spec.ssrc, spec.rtx_ssrc);
-        // A simulcast track's subscription is listed on every stream and starts on
-        // the first; the media pass moves it by the subscriber's estimate.
-        let streams = self.streams(track);
-        let layers = (streams.len() > 1).then(|| LayerChoice {
-            max_rank: (streams.len() - 1) as u8,
+        let layers = (listed_on.len() > 1).then(|| LayerChoice {
+            max_rank: (listed_on.len() - 1) as u8,
             ..LayerChoice::default()
         });
         let entity = self
@@ -491,7 +513,7 @@ impl Shard {
         for s in std::iter::once(ssrc).chain(rtx_ssrc) {
             media.subscriptions_by_ssrc.insert(s, entity);
         }
-        for stream in streams {
+        for stream in listed_on {
             if let Some(mut t) = self.world.get_mut::<Track>(stream) {
                 t.subscribers.push(entity);
             }
@@ -538,13 +560,40 @@ impl Shard {
         settings: TrackSettings,
     ) -> Result<(), CommandError> {
         let subscriber = self.peer_entity(peer)?;
-        let entity = self
+        let entities = self.subscriptions_to(subscriber, track)?;
+        for entity in entities {
+            self.apply_settings(entity, settings);
+        }
+        Ok(())
+    }
+
+    /// A peer's subscriptions to `track`: the one, or one to each of its streams.
+    fn subscriptions_to(
+        &self,
+        subscriber: Entity,
+        track: TrackId,
+    ) -> Result<Vec<Entity>, CommandError> {
+        let found: Vec<Entity> = self
             .world
             .get::<PeerMedia>(subscriber)
-            .and_then(|m| find(&m.subscriptions, track))
-            .ok_or(CommandError::UnknownTrack(track))?;
-        let Some(mut sub) = self.world.get_mut::<Subscription>(entity) else {
+            .map(|m| {
+                m.subscriptions
+                    .iter()
+                    .filter(|(id, _)| *id == track)
+                    .map(|&(_, e)| e)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if found.is_empty() {
             return Err(CommandError::UnknownTrack(track));
+        }
+        Ok(found)
+    }
+
+    /// [`Shard::set_track_settings`] for one subscription.
+    fn apply_settings(&mut self, entity: Entity, settings: TrackSettings) {
+        let Some(mut sub) = self.world.get_mut::<Subscription>(entity) else {
+            return;
         };
         let was_paused = std::mem::replace(&mut sub.paused, settings.paused);
         let streams_of = sub.track;
@@ -557,7 +606,10 @@ impl Shard {
         let preferred = settings.max_temporal.unwrap_or(ALL_LAYERS);
         sub.temporal.preferred = preferred;
         sub.temporal.target = preferred;
-        let streams = self.streams(streams_of);
+        let streams = match sub.spec.stream {
+            Some(_) => vec![streams_of],
+            None => self.streams(streams_of),
+        };
         match (was_paused, settings.paused) {
             (false, true) => {
                 for stream in streams {
@@ -597,18 +649,15 @@ impl Shard {
             }
             _ => {}
         }
-        Ok(())
     }
 
-    /// `Command::Unsubscribe`: `peer` is no longer sent `track`.
+    /// `Command::Unsubscribe`: `peer` is no longer sent `track` (nor any of its
+    /// streams).
     pub(super) fn unsubscribe(&mut self, peer: PeerId, track: TrackId) -> Result<(), CommandError> {
         let subscriber = self.peer_entity(peer)?;
-        let entity = self
-            .world
-            .get::<PeerMedia>(subscriber)
-            .and_then(|m| find(&m.subscriptions, track))
-            .ok_or(CommandError::UnknownTrack(track))?;
-        self.world.despawn(entity);
+        for entity in self.subscriptions_to(subscriber, track)? {
+            self.world.despawn(entity);
+        }
         Ok(())
     }
 
@@ -839,6 +888,7 @@ mod tests {
             extensions: ExtensionIds::default(),
             feedback: FeedbackKinds::default(),
             cname: "stream".into(),
+            stream: None,
         }
     }
 
@@ -960,16 +1010,17 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_simulcast_track_is_one_track_of_streams_that_go_together() {
-        use shoal_components::media::{LayerSpec, TrackSettings};
+    /// Peers 1 and 2, and track 10 of peer 1 in three streams on SSRCs 100 to 105, as
+    /// an a=ssrc-group:SIM offer gives it (the first FID pair is the first stream's
+    /// too).
+    fn simulcast_shard() -> Shard {
+        use shoal_components::media::LayerSpec;
         let mut shard = Shard::new(ShardConfig::new("127.0.0.1:7000".parse().unwrap(), 1));
-        let t = Time::ZERO;
         for id in 1..=2 {
-            shard.command(t, Command::AddPeer(lite(id))).unwrap();
+            shard
+                .command(Time::ZERO, Command::AddPeer(lite(id)))
+                .unwrap();
         }
-        // As an a=ssrc-group:SIM offer gives it: the first FID pair is the first
-        // stream's too.
         let mut spec = track(10, 100);
         spec.layers = (0..3)
             .map(|i| LayerSpec {
@@ -978,11 +1029,23 @@ mod tests {
                 rtx_ssrc: Some(101 + 2 * i),
             })
             .collect();
+        let publish = Command::Publish {
+            peer: PeerId(1),
+            track: spec,
+        };
+        shard.command(Time::ZERO, publish).unwrap();
+        shard
+    }
+
+    #[test]
+    fn a_simulcast_track_is_one_track_of_streams_that_go_together() {
+        use shoal_components::media::TrackSettings;
+        let mut shard = simulcast_shard();
+        let t = Time::ZERO;
         let publish = |track| Command::Publish {
             peer: PeerId(1),
             track,
         };
-        shard.command(t, publish(spec)).unwrap();
         assert_eq!(shard.media_counts(), (3, 0), "three streams");
         // Another track may not take a stream's SSRC.
         assert_eq!(
@@ -1030,6 +1093,91 @@ mod tests {
         );
         // And its SSRCs are free again.
         shard.command(t, publish(track(12, 104))).unwrap();
+    }
+
+    /// A link takes each stream of a simulcast track as a subscription of its own:
+    /// each listed on its stream alone, none switched, all going together.
+    #[test]
+    fn each_stream_of_a_simulcast_track_may_be_taken_alone() {
+        let mut shard = simulcast_shard();
+        let t = Time::ZERO;
+        let subscribe = |ssrc: u32, stream: Option<u8>| Command::Subscribe {
+            peer: PeerId(2),
+            subscription: SubscriptionSpec {
+                stream,
+                ..sub(10, ssrc)
+            },
+        };
+        for i in 0..3u8 {
+            shard
+                .command(t, subscribe(50 + u32::from(i), Some(i)))
+                .unwrap();
+        }
+        assert_eq!(shard.media_counts(), (3, 3));
+        // A stream, or the whole track, once only; no stream past the track's.
+        assert_eq!(
+            shard.command(t, subscribe(60, Some(1))),
+            Err(CommandError::DuplicateTrack(TrackId(10)))
+        );
+        assert_eq!(
+            shard.command(t, subscribe(61, None)),
+            Err(CommandError::DuplicateTrack(TrackId(10)))
+        );
+        assert_eq!(
+            shard.command(t, subscribe(62, Some(3))),
+            Err(CommandError::UnknownStream(TrackId(10), 3))
+        );
+        // Each stream lists the one subscription to it, which is not switched.
+        let first = shard.track_entity(TrackId(10)).unwrap();
+        for (i, stream) in shard.streams(first).into_iter().enumerate() {
+            let listed = shard
+                .world
+                .get::<Track>(stream)
+                .unwrap()
+                .subscribers
+                .clone();
+            assert_eq!(listed.len(), 1, "stream {i}");
+            let s = shard.world.get::<Subscription>(listed[0]).unwrap();
+            assert_eq!(
+                (s.spec.stream, s.spec.ssrc, s.track, s.layers),
+                (Some(i as u8), 50 + i as u32, stream, None),
+                "stream {i}"
+            );
+        }
+        // Unsubscribing the track ends all three.
+        shard
+            .command(
+                t,
+                Command::Unsubscribe {
+                    peer: PeerId(2),
+                    track: TrackId(10),
+                },
+            )
+            .unwrap();
+        assert_eq!(shard.media_counts(), (3, 0));
+        // A track of one stream has only stream 0.
+        shard
+            .command(
+                t,
+                Command::Publish {
+                    peer: PeerId(1),
+                    track: track(11, 200),
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            shard.command(
+                t,
+                Command::Subscribe {
+                    peer: PeerId(2),
+                    subscription: SubscriptionSpec {
+                        stream: Some(1),
+                        ..sub(11, 70)
+                    },
+                }
+            ),
+            Err(CommandError::UnknownStream(TrackId(11), 1))
+        );
     }
 
     #[test]

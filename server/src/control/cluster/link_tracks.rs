@@ -25,8 +25,11 @@
 //! - **The link's RTP.** Payload types [`LINK_PAYLOAD_TYPE`] and
 //!   [`LINK_RTX_PAYLOAD_TYPE`] for every track, the publisher's format parameters;
 //!   no header extension but the audio level (RFC 6464) of audio, as id
-//!   [`LINK_AUDIO_LEVEL_ID`]; NACK and PLI. A simulcast track crosses as the one
-//!   layer the link's subscription gets.
+//!   [`LINK_AUDIO_LEVEL_ID`]; NACK and PLI. Each stream of a simulcast track
+//!   crosses under SSRCs of its own (the link's peer takes each as a subscription
+//!   of its own, `SubscriptionSpec::stream`), and the other node publishes the
+//!   track with those streams: each of its subscribers is sent the stream chosen
+//!   for it there, as for a publisher of its own.
 //!
 //! Lock order: the room directory, then the members, then the links.
 
@@ -36,7 +39,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use shoal_components::media::{
-    ExtensionIds, FeedbackKinds, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
+    ExtensionIds, FeedbackKinds, LayerSpec, MAX_LAYERS, SubscriptionSpec, TrackId, TrackKind,
+    TrackSpec,
 };
 use shoal_components::peer::PeerId;
 use shoal_components::sdp::{self, Codec, MediaKind, SessionDescription, TrackSource};
@@ -400,16 +404,25 @@ impl ControlState {
             {
                 continue;
             }
-            let used: HashSet<u32> = sent
-                .tracks
-                .values()
-                .flat_map(|l| [l.ssrc, l.rtx_ssrc])
-                .collect();
+            let mut used: HashSet<u32> = sent.tracks.values().flat_map(link_ssrcs).collect();
             let rtx = t.source.codec.rtx_payload_type.is_some();
-            let Some((ssrc, rtx_ssrc)) = self.link_ssrcs(&used, rtx) else {
+            // Each stream of a simulcast track crosses under SSRCs of its own.
+            let streams = t.spec.layers.len().max(1);
+            let mut drawn = Vec::with_capacity(streams);
+            while drawn.len() < streams {
+                let Some((ssrc, rtx_ssrc)) = self.link_ssrcs(&used, rtx) else {
+                    break;
+                };
+                used.extend(std::iter::once(ssrc).chain(rtx_ssrc));
+                drawn.push((ssrc, rtx_ssrc));
+            }
+            let [(ssrc, rtx_ssrc), ref further @ ..] = drawn[..] else {
                 // Tried again next tick.
                 continue;
             };
+            if drawn.len() < streams {
+                continue;
+            }
             let listed = v1::LinkTrack {
                 id: t.source.id.clone(),
                 participant_identity: identity.clone(),
@@ -425,6 +438,13 @@ impl ControlState {
                 ssrc,
                 rtx_ssrc: rtx_ssrc.unwrap_or(0),
                 muted: t.muted,
+                streams: further
+                    .iter()
+                    .map(|&(ssrc, rtx_ssrc)| v1::LinkStream {
+                        ssrc,
+                        rtx_ssrc: rtx_ssrc.unwrap_or(0),
+                    })
+                    .collect(),
             };
             // What the other node would refuse (and with it the whole list) is
             // not sent: its participants do without that track.
@@ -441,23 +461,28 @@ impl ControlState {
                 continue;
             }
             members.mirror(t, shard, &mut commands);
-            commands.push((
-                shard,
-                Command::Subscribe {
-                    peer: link.peer,
-                    subscription: SubscriptionSpec {
-                        track: t.id,
-                        mid: t.source.id.clone(),
-                        ssrc,
-                        rtx_ssrc,
-                        payload_type: LINK_PAYLOAD_TYPE,
-                        rtx_payload_type: rtx.then_some(LINK_RTX_PAYLOAD_TYPE),
-                        extensions: link_extensions(t.spec.kind),
-                        feedback: LINK_FEEDBACK,
-                        cname: t.source.stream_id.clone(),
+            for (i, &(ssrc, rtx_ssrc)) in drawn.iter().enumerate() {
+                commands.push((
+                    shard,
+                    Command::Subscribe {
+                        peer: link.peer,
+                        subscription: SubscriptionSpec {
+                            track: t.id,
+                            mid: t.source.id.clone(),
+                            ssrc,
+                            rtx_ssrc,
+                            payload_type: LINK_PAYLOAD_TYPE,
+                            rtx_payload_type: rtx.then_some(LINK_RTX_PAYLOAD_TYPE),
+                            extensions: link_extensions(t.spec.kind),
+                            feedback: LINK_FEEDBACK,
+                            cname: t.source.stream_id.clone(),
+                            // The other node chooses among the streams for each
+                            // of its subscribers.
+                            stream: (streams > 1).then_some(i as u8),
+                        },
                     },
-                },
-            ));
+                ));
+            }
             sent.tracks.insert(t.id, listed);
             added += 1;
             changed = true;
@@ -643,7 +668,7 @@ impl ControlState {
                     extensions: link_extensions(track_kind(&kind)),
                     feedback: LINK_FEEDBACK,
                     format: payload_format(codec.name),
-                    layers: Vec::new(),
+                    layers: link_layers(&l),
                 };
                 commands.push((
                     shard,
@@ -849,6 +874,34 @@ fn same_stream(t: &RoomTrack, l: &v1::LinkTrack) -> bool {
         && t.remote
             .as_ref()
             .is_some_and(|r| r.identity == l.participant_identity)
+        && t.spec.layers == link_layers(l)
+}
+
+/// Every SSRC link track `l` is sent with: each stream's and its RTX's (0 where
+/// there is no RTX).
+fn link_ssrcs(l: &v1::LinkTrack) -> impl Iterator<Item = u32> + '_ {
+    [l.ssrc, l.rtx_ssrc]
+        .into_iter()
+        .chain(l.streams.iter().flat_map(|s| [s.ssrc, s.rtx_ssrc]))
+}
+
+/// The simulcast streams link track `l` is published with here: none for a track of
+/// one stream, else each with its SSRCs, the first the track's. The link's packets
+/// carry no rid: the streams are told apart by their SSRCs, as an
+/// `a=ssrc-group:SIM` publisher's are.
+fn link_layers(l: &v1::LinkTrack) -> Vec<LayerSpec> {
+    if l.streams.is_empty() {
+        return Vec::new();
+    }
+    let rtx = |r: u32| (r != 0).then_some(r);
+    std::iter::once((l.ssrc, l.rtx_ssrc))
+        .chain(l.streams.iter().map(|s| (s.ssrc, s.rtx_ssrc)))
+        .map(|(ssrc, rtx_ssrc)| LayerSpec {
+            rid: None,
+            ssrc: Some(ssrc),
+            rtx_ssrc: rtx(rtx_ssrc),
+        })
+        .collect()
 }
 
 /// INVALID_ARGUMENT for a malformed track `l`.
@@ -873,7 +926,7 @@ fn check_link_tracks(tracks: Vec<v1::LinkTrack>) -> Result<Vec<(v1::LinkTrack, C
         if !ids.insert(l.id.clone()) {
             return Err(bad(&l, "the id is listed twice"));
         }
-        if !ssrcs.insert(l.ssrc) || (l.rtx_ssrc != 0 && !ssrcs.insert(l.rtx_ssrc)) {
+        if !link_ssrcs(&l).filter(|&s| s != 0).all(|s| ssrcs.insert(s)) {
             return Err(bad(&l, "an SSRC is in use on the link"));
         }
         out.push((l, codec));
@@ -902,7 +955,23 @@ fn check_link_track(l: &v1::LinkTrack) -> Result<Codec, Status> {
     if l.ssrc == 0 || l.rtx_ssrc == l.ssrc {
         return Err(bad(l, "an SSRC is 0, or the RTX SSRC is the track's"));
     }
-    link_codec(l).ok_or_else(|| bad(l, "not a codec shoal forwards"))
+    if l.streams.len() >= MAX_LAYERS {
+        return Err(bad(l, &format!("more than {MAX_LAYERS} simulcast streams")));
+    }
+    for s in &l.streams {
+        if s.ssrc == 0 || s.rtx_ssrc == s.ssrc || (s.rtx_ssrc == 0) != (l.rtx_ssrc == 0) {
+            return Err(bad(
+                l,
+                "a stream's SSRC is 0, its RTX SSRC is its own, or it has RTX \
+                 where the track has none (or none where it has)",
+            ));
+        }
+    }
+    let codec = link_codec(l).ok_or_else(|| bad(l, "not a codec shoal forwards"))?;
+    if !l.streams.is_empty() && !codec.name.is_video() {
+        return Err(bad(l, "simulcast streams of a track that is not video"));
+    }
+    Ok(codec)
 }
 
 /// Checks a LinkTracks call's participants, as untrusted as any input: sorted by
@@ -1021,6 +1090,7 @@ mod tests {
             ssrc,
             rtx_ssrc: if rtx != 0 { ssrc + 1 } else { 0 },
             muted: false,
+            streams: Vec::new(),
         }
     }
 
@@ -1273,5 +1343,55 @@ mod tests {
             .map(|i| track(&format!("TR{i}"), "audio/opus", 111, 0, "", 10 + i))
             .collect();
         assert_eq!(refused(many), Code::InvalidArgument);
+    }
+
+    /// A simulcast track's further streams: each with SSRCs of its own, RTX as the
+    /// track has it, at most three streams in all, of video only; published here
+    /// as one track's streams, told apart by their SSRCs.
+    #[test]
+    fn simulcast_link_tracks_are_checked_and_published_as_streams() {
+        let stream = |ssrc: u32, rtx_ssrc: u32| v1::LinkStream { ssrc, rtx_ssrc };
+        let mut ok = track("TR1", "video/VP8", 96, 97, "", 10);
+        ok.streams = vec![stream(20, 21), stream(30, 31)];
+        assert_eq!(check_link_tracks(vec![ok.clone()]).expect("fine").len(), 1);
+        let layers = link_layers(&ok);
+        let ssrcs: Vec<(Option<u32>, Option<u32>)> =
+            layers.iter().map(|l| (l.ssrc, l.rtx_ssrc)).collect();
+        assert_eq!(
+            ssrcs,
+            [
+                (Some(10), Some(11)),
+                (Some(20), Some(21)),
+                (Some(30), Some(31))
+            ]
+        );
+        assert!(layers.iter().all(|l| l.rid.is_none()));
+        assert!(link_layers(&track("TR2", "video/VP8", 96, 97, "", 10)).is_empty());
+        let refused =
+            |tracks: Vec<v1::LinkTrack>| check_link_tracks(tracks).expect_err("refused").code();
+        let with = |streams: Vec<v1::LinkStream>| v1::LinkTrack {
+            streams,
+            ..ok.clone()
+        };
+        let four = with(vec![stream(20, 21), stream(30, 31), stream(40, 41)]);
+        assert_eq!(refused(vec![four]), Code::InvalidArgument);
+        let zero = with(vec![stream(0, 21)]);
+        assert_eq!(refused(vec![zero]), Code::InvalidArgument);
+        let no_rtx = with(vec![stream(20, 0)]);
+        assert_eq!(refused(vec![no_rtx]), Code::InvalidArgument);
+        let own_rtx = with(vec![stream(20, 20)]);
+        assert_eq!(refused(vec![own_rtx]), Code::InvalidArgument);
+        let the_tracks = with(vec![stream(11, 21)]);
+        assert_eq!(refused(vec![the_tracks]), Code::InvalidArgument);
+        let mut other = track("TR2", "video/VP8", 96, 97, "", 50);
+        other.streams = vec![stream(60, 31)];
+        assert_eq!(refused(vec![ok.clone(), other]), Code::InvalidArgument);
+        let mut audio = track("TR3", "audio/opus", 111, 0, "", 70);
+        audio.streams = vec![stream(80, 0)];
+        assert_eq!(refused(vec![audio]), Code::InvalidArgument);
+        // RTX where the track has none.
+        let mut plain = track("TR4", "video/VP8", 96, 0, "", 90);
+        plain.streams = vec![stream(91, 92)];
+        assert_eq!(refused(vec![plain]), Code::InvalidArgument);
     }
 }

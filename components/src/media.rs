@@ -372,7 +372,9 @@ pub struct Track {
 /// One simulcast stream among its track's (each stream is a `Track` of its own: its
 /// SSRCs, cache, losses and reports are its own). The first stream's entity stands
 /// for the track: the track index, the publisher's mids and every subscription name
-/// it; a subscription is listed on every stream and takes one at a time.
+/// it; a subscription is listed on every stream and takes one at a time, except one
+/// to a single stream (`SubscriptionSpec::stream`, a link's), listed on that stream
+/// alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layering {
     /// Its place in the offer's list.
@@ -506,7 +508,7 @@ pub struct Subscription {
     /// within a round trip does not resend again.
     pub recent_resends: VecDeque<(u64, Time)>,
     /// For a simulcast track: which stream it is sent, and how the switches between
-    /// them are hidden.
+    /// them are hidden. `None` for one stream taken alone (`SubscriptionSpec::stream`).
     pub layers: Option<LayerChoice>,
     /// Paused by its subscriber: off its track's subscriber lists, nothing sent.
     pub paused: bool,
@@ -629,7 +631,8 @@ fn subscription_removed(mut world: DeferredWorld, ctx: HookContext) {
             .0
             .extend(ssrcs.into_iter().flatten().map(|s| (subscriber, s)));
     }
-    // Listed on every stream of a simulcast track.
+    // Listed on every stream of a simulcast track (or, taking one alone, on that
+    // one: leaving the others' lists is a no-op).
     let streams = match world.get::<Track>(track).and_then(|t| t.layering.as_ref()) {
         Some(l) => l.siblings.clone(),
         None => vec![track],

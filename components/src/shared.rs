@@ -31,8 +31,9 @@ pub const MAX_RETIRED_SSRCS: usize = 4096;
 /// (the most one LinkTracks list may hold).
 pub const MAX_LINK_TRACKS: usize = 1024;
 /// [`MAX_RETIRED_SSRCS`] for a link's peer, which lives as long as its room spans
-/// both nodes: about 32 000 subscriptions over the link's session, as participants
-/// come and go, before it needs new keys (the link is opened again).
+/// both nodes: about 32 000 subscriptions over the link's session (a simulcast
+/// track's three streams are three), as participants come and go, before it needs
+/// new keys (the link is opened again).
 pub const MAX_LINK_RETIRED_SSRCS: usize = 65_536;
 
 /// What one peer's media may hold: a participant's, or a link's (larger: a link

@@ -164,6 +164,13 @@ pub struct ShardStats {
     /// room's other shards of the node and other nodes once they had what came
     /// before (`relay::Forwarded::gap`, `relay::LINK_GAP_PPID`).
     pub relay_closing_expired: u64,
+    /// Gap markers (`relay::LINK_GAP_PPID`) this shard queued on node-to-node links,
+    /// one per link and label, to tell the nodes at their other ends of a gap
+    /// (each also counts in `relay_messages`).
+    pub relay_gap_markers_sent: u64,
+    /// Gap markers that links brought this shard from other nodes: each closed the
+    /// link's room's reliable channels (`relay_gap_channels_closed`).
+    pub relay_gap_markers_taken: u64,
     /// Room messages a member sent that were put out for the room's other shards
     /// (one per message, whatever the number of those shards).
     pub relay_forwards_out: u64,

@@ -594,5 +594,12 @@ fn sim_node_an_expired_leaving_member_closes_the_rooms_channels_everywhere() {
         [2, 0, 1, 0, 1],
         "chat of members 1 and 2, none, chat of member 4, none, chat of member 5"
     );
+    // One marker, for the one label, from the shard that holds the link, taken by
+    // the shard at its other end.
+    let markers = [shards()[0], shards()[1], shards()[2], far, far1].map(|at| {
+        let s = sim.shard(at).stats();
+        (s.relay_gap_markers_sent, s.relay_gap_markers_taken)
+    });
+    assert_eq!(markers, [(1, 0), (0, 0), (0, 0), (0, 1), (0, 0)]);
     assert_eq!(sim.shard(shards()[1]).peer_count(), 0);
 }

@@ -131,6 +131,7 @@ pub fn datachannel(mut ctx: DataChannelCtx, mut q: Query<ChannelsQuery>) {
             // any message relayed while a channel resets).
             if link && next.ppid == LINK_GAP_PPID {
                 a.pop_message();
+                ctx.stats.relay_gap_markers_taken += 1;
                 if let Some(room) = room {
                     ctx.gaps.0.push((room, entity));
                 }

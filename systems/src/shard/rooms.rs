@@ -305,7 +305,11 @@ impl Shard {
         targets.retain(|&e| self.world.get::<RoomMember>(e).is_some_and(|m| m.link));
         if !targets.is_empty() {
             // SCTP carries no empty DATA (RFC 9260 §3.3.1): one byte, unread.
-            self.deliver_to(&targets, channel, LINK_GAP_PPID, &Bytes::from_static(&[0]));
+            let queued =
+                self.deliver_to(&targets, channel, LINK_GAP_PPID, &Bytes::from_static(&[0]));
+            self.world
+                .resource_mut::<ShardStats>()
+                .relay_gap_markers_sent += queued as u64;
         }
         self.room_targets = targets;
     }

@@ -1144,6 +1144,32 @@ mod tests {
                 "stream {i}"
             );
         }
+        // Paused, each leaves its own stream's list for its paused list, and comes
+        // back to it.
+        let listed = |shard: &Shard| -> Vec<(usize, usize)> {
+            let first = shard.track_entity(TrackId(10)).unwrap();
+            shard
+                .streams(first)
+                .into_iter()
+                .map(|e| {
+                    let t = shard.world.get::<Track>(e).unwrap();
+                    (t.subscribers.len(), t.paused.len())
+                })
+                .collect()
+        };
+        for paused in [true, false] {
+            let settings = Command::SetTrackSettings {
+                peer: PeerId(2),
+                track: TrackId(10),
+                settings: shoal_components::media::TrackSettings {
+                    paused,
+                    ..Default::default()
+                },
+            };
+            shard.command(t, settings).unwrap();
+            let each = if paused { (0, 1) } else { (1, 0) };
+            assert_eq!(listed(&shard), [each; 3], "paused {paused}");
+        }
         // Unsubscribing the track ends all three.
         shard
             .command(
@@ -1155,6 +1181,19 @@ mod tests {
             )
             .unwrap();
         assert_eq!(shard.media_counts(), (3, 0));
+        // So does the track's end.
+        for i in 0..3u8 {
+            shard
+                .command(t, subscribe(80 + u32::from(i), Some(i)))
+                .unwrap();
+        }
+        assert_eq!(shard.media_counts(), (3, 3));
+        let unpublish = Command::Unpublish {
+            peer: PeerId(1),
+            track: TrackId(10),
+        };
+        shard.command(t, unpublish).unwrap();
+        assert_eq!(shard.media_counts(), (0, 0));
         // A track of one stream has only stream 0.
         shard
             .command(

@@ -91,10 +91,13 @@ pub(super) fn has_choice(
     tracks: &Query<(&mut Track, &mut Timers), Without<Subscription>>,
     now: Time,
 ) -> bool {
-    sub.layers.is_some()
-        || tracks
-            .get(sub.track)
-            .is_ok_and(|(t, _)| t.temporal_bps(now).is_some())
+    // One stream taken alone (a link's) is sent whole, every temporal layer: the
+    // node at the other end chooses for its subscribers.
+    sub.spec.stream.is_none()
+        && (sub.layers.is_some()
+            || tracks
+                .get(sub.track)
+                .is_ok_and(|(t, _)| t.temporal_bps(now).is_some()))
 }
 
 /// Chooses the streams and temporal layers of `peer`'s subscriptions from `estimate` (`None`:
@@ -121,8 +124,9 @@ pub(super) fn choose(
         let Ok((sub, _)) = subs.get(entity) else {
             continue;
         };
-        // A paused subscription is sent nothing: it takes no share.
-        if sub.paused {
+        // A paused subscription is sent nothing: it takes no share. One stream
+        // taken alone is sent whole (see `has_choice`).
+        if sub.paused || sub.spec.stream.is_some() {
             continue;
         }
         let Ok((track, _)) = tracks.get(sub.track) else {

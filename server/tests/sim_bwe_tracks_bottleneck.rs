@@ -22,12 +22,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use media_sim::{PT, RECEIVED, SRV, addr, bottleneck, cli, connected_sim, subscription, vp8_video};
+use media_sim::{
+    PT, RECEIVED, SRV, addr, assert_one_sequence, bottleneck, cli, connected_sim, subscription,
+    vp8_body, vp8_video,
+};
 use shoal_components::dtls::DtlsRole;
 use shoal_components::media::{LayerSpec, SubscriptionSpec, TrackId, TrackSpec};
 use shoal_components::peer::PeerId;
 use shoal_components::room::RoomId;
-use shoal_components::rtp::payload::Vp8Descriptor;
 use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
 use shoal_components::tick::ShardEvent;
 use shoal_server::sim::{LinkConfig, Sim};
@@ -322,14 +324,7 @@ fn take_events<'a>(
             }
             ShardEvent::RtpReceived { seq, packet, .. } => {
                 let p = RtpPacket::parse(&packet).unwrap();
-                let payload = p.payload();
-                let d = Vp8Descriptor::parse(payload).expect("a VP8 descriptor");
-                let header = match (payload[0] & 0x10 != 0, payload.get(d.len)) {
-                    (true, Some(tag)) if tag & 1 == 0 => 10,
-                    (true, _) => 3,
-                    _ => 0,
-                };
-                let body = &payload[d.len + header..];
+                let (d, body) = vp8_body(p.payload());
                 Some((
                     from,
                     Received {
@@ -355,27 +350,6 @@ fn timeline(got: &[Received]) -> String {
         }
     }
     timeline
-}
-
-/// What the subscriber received is one sequence: no sequence number twice, and at
-/// most 5 % of its span missing; `report` words a failure.
-fn assert_one_sequence(got: &[Received], report: impl Fn(&str) -> String) {
-    let mut seqs: Vec<u64> = got.iter().map(|r| r.seq).collect();
-    seqs.sort_unstable();
-    let reported = seqs.len();
-    seqs.dedup();
-    assert_eq!(
-        seqs.len(),
-        reported,
-        "{}",
-        report("a sequence number twice")
-    );
-    let span = seqs.last().unwrap() - seqs.first().unwrap() + 1;
-    assert!(
-        (seqs.len() as f64) > 0.95 * span as f64,
-        "{}",
-        report(&format!("{} packets over {span} numbers", seqs.len()))
-    );
 }
 
 /// The stream received over `[from, to)`: `Some` if it was one stream throughout.
@@ -461,7 +435,7 @@ fn tracks_bottleneck(seeds: std::ops::RangeInclusive<u64>, temporal: bool) {
         );
         // One continuous stream: no sequence number seen twice (the client reports
         // each once), PictureIDs in order across every switch.
-        assert_one_sequence(&got, report);
+        assert_one_sequence(got.iter().map(|r| r.seq), 0.95, report);
         let mut by_seq: Vec<&Received> = got.iter().collect();
         by_seq.sort_by_key(|r| r.seq);
         for w in by_seq.windows(2) {
@@ -611,7 +585,8 @@ fn sim_simulcast_crosses_a_link_whole() {
             report(&got, &format!("top stream only from {up:?}"))
         );
         for (who, got) in [("LOW", &low), ("bottlenecked", &got)] {
-            assert_one_sequence(got, |what| format!("seed {seed}: {who}: {what}"));
+            let report = |what: &str| format!("seed {seed}: {who}: {what}");
+            assert_one_sequence(got.iter().map(|r| r.seq), 0.95, report);
         }
         // Every packet of the three streams crossed once: what node B took in is at
         // least what the path let through and at most that and its repairs.

@@ -22,10 +22,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use media_sim::{PT, RECEIVED, SRV, addr, bottleneck, cli, connected_sim, subscription, vp8_video};
+use media_sim::{
+    PT, RECEIVED, SRV, addr, assert_one_sequence, bottleneck, cli, connected_sim, subscription,
+    vp8_body, vp8_video,
+};
 use shoal_components::media::TrackId;
 use shoal_components::peer::PeerId;
-use shoal_components::rtp::payload::Vp8Descriptor;
 use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
 use shoal_components::tick::ShardEvent;
 use shoal_server::sim::LinkConfig;
@@ -229,14 +231,7 @@ fn run(seed: u64) -> Vec<Received> {
                 ShardEvent::KeyframeRequested { .. } => encoder.keyframe = true,
                 ShardEvent::RtpReceived { seq, packet, .. } => {
                     let p = RtpPacket::parse(&packet).unwrap();
-                    let payload = p.payload();
-                    let d = Vp8Descriptor::parse(payload).expect("a VP8 descriptor");
-                    let header = match (payload[0] & 0x10 != 0, payload.get(d.len)) {
-                        (true, Some(tag)) if tag & 1 == 0 => 10,
-                        (true, _) => 3,
-                        _ => 0,
-                    };
-                    let body = &payload[d.len + header..];
+                    let (d, body) = vp8_body(p.payload());
                     got.push(Received {
                         at,
                         seq,
@@ -357,22 +352,7 @@ fn sim_vp8_temporal_layers() {
             got.len()
         );
         // One space of sequence numbers, none twice.
-        let mut seqs: Vec<u64> = got.iter().map(|r| r.seq).collect();
-        seqs.sort_unstable();
-        let reported = seqs.len();
-        seqs.dedup();
-        assert_eq!(
-            seqs.len(),
-            reported,
-            "{}",
-            report("a sequence number twice")
-        );
-        let span = seqs.last().unwrap() - seqs.first().unwrap() + 1;
-        assert!(
-            seqs.len() as f64 > 0.97 * span as f64,
-            "{}",
-            report(&format!("{} packets over {span} numbers", seqs.len()))
-        );
+        assert_one_sequence(got.iter().map(|r| r.seq), 0.97, report);
         // A PictureID names one frame, and frames received step by one PictureID.
         let mut frames: BTreeMap<u32, u16> = BTreeMap::new();
         let mut pictures: BTreeMap<u16, u32> = BTreeMap::new();

@@ -13,6 +13,7 @@ use shoal_components::media::{
     ExtensionIds, FeedbackKinds, PayloadFormat, SubscriptionSpec, TrackId, TrackKind, TrackSpec,
 };
 use shoal_components::peer::PeerId;
+use shoal_components::rtp::payload::Vp8Descriptor;
 use shoal_components::rtp::{RtpFields, RtpPacket, RtpWriter};
 use shoal_server::sim::{LinkConfig, Sim};
 use shoal_systems::Command;
@@ -267,4 +268,42 @@ pub fn bottleneck(seed: u64, bps: u64, loss: f64) -> LinkConfig {
         loss,
         ..LinkConfig::default()
     }
+}
+
+/// Sequence numbers a subscriber reported are one sequence: none twice, and more
+/// than `share` of their span there; `report` words a failure.
+pub fn assert_one_sequence(
+    seqs: impl Iterator<Item = u64>,
+    share: f64,
+    report: impl Fn(&str) -> String,
+) {
+    let mut seqs: Vec<u64> = seqs.collect();
+    seqs.sort_unstable();
+    let reported = seqs.len();
+    seqs.dedup();
+    assert_eq!(
+        seqs.len(),
+        reported,
+        "{}",
+        report("a sequence number twice")
+    );
+    let span = seqs.last().unwrap() - seqs.first().unwrap() + 1;
+    assert!(
+        seqs.len() as f64 > share * span as f64,
+        "{}",
+        report(&format!("{} packets over {span} numbers", seqs.len()))
+    );
+}
+
+/// A VP8 packet's payload descriptor (RFC 7741 §4.2) and what follows it and, on a
+/// frame's first packet, its payload header (RFC 6386 §9.1: 10 bytes on a key
+/// frame, 3 on another).
+pub fn vp8_body(payload: &[u8]) -> (Vp8Descriptor, &[u8]) {
+    let d = Vp8Descriptor::parse(payload).expect("a VP8 descriptor");
+    let header = match (payload[0] & 0x10 != 0, payload.get(d.len)) {
+        (true, Some(tag)) if tag & 1 == 0 => 10,
+        (true, _) => 3,
+        _ => 0,
+    };
+    (d, &payload[d.len + header..])
 }

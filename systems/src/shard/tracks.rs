@@ -431,14 +431,15 @@ impl Shard {
         // A simulcast track's subscription is listed on every stream and starts on
         // the first; the media pass moves it by the subscriber's estimate. One to a
         // single stream is listed on that stream alone and stays there.
-        let streams = self.streams(track);
-        let (track, listed_on) = match spec.stream {
-            None => (track, streams.clone()),
-            Some(i) => match streams.get(usize::from(i)) {
-                Some(&stream) => (stream, vec![stream]),
-                None => return Err(CommandError::UnknownStream(spec.track, i)),
-            },
-        };
+        let mut listed_on = self.streams(track);
+        if let Some(i) = spec.stream {
+            let stream = *listed_on
+                .get(usize::from(i))
+                .ok_or(CommandError::UnknownStream(spec.track, i))?;
+            listed_on = vec![stream];
+        }
+        // The stream it is sent first: the track's first, or the one it takes.
+        let track = listed_on[0];
         let limits = self.peer_limits(subscriber);
         // A peer may take a track once, or each of its streams once.
         let taken = self.world.get::<PeerMedia>(subscriber).is_some_and(|m| {

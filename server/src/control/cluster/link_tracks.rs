@@ -408,21 +408,18 @@ impl ControlState {
             let rtx = t.source.codec.rtx_payload_type.is_some();
             // Each stream of a simulcast track crosses under SSRCs of its own.
             let streams = t.spec.layers.len().max(1);
-            let mut drawn = Vec::with_capacity(streams);
-            while drawn.len() < streams {
-                let Some((ssrc, rtx_ssrc)) = self.link_ssrcs(&used, rtx) else {
-                    break;
-                };
-                used.extend(std::iter::once(ssrc).chain(rtx_ssrc));
-                drawn.push((ssrc, rtx_ssrc));
-            }
+            let drawn: Option<Vec<(u32, Option<u32>)>> = (0..streams)
+                .map(|_| {
+                    let (ssrc, rtx_ssrc) = self.link_ssrcs(&used, rtx)?;
+                    used.extend(std::iter::once(ssrc).chain(rtx_ssrc));
+                    Some((ssrc, rtx_ssrc))
+                })
+                .collect();
+            // Tried again next tick.
+            let Some(drawn) = drawn else { continue };
             let [(ssrc, rtx_ssrc), ref further @ ..] = drawn[..] else {
-                // Tried again next tick.
                 continue;
             };
-            if drawn.len() < streams {
-                continue;
-            }
             let listed = v1::LinkTrack {
                 id: t.source.id.clone(),
                 participant_identity: identity.clone(),

@@ -14,7 +14,7 @@
 //!   and (for `/signal`) its TCP connection are just dropped: no close_notify, no
 //!   SCTP SHUTDOWN, no DELETE, no close frame, as a crashed or unplugged client. The
 //!   node finds out from the closed TCP connection or, for WHIP, from ICE consent
-//!   expiring (RFC 7675: 30 s).
+//!   expiring (RFC 7675: 30 s, or the node's `--consent-timeout`).
 //!
 //! No session binds a UDP port an abrupt one used: the node keeps a validated path
 //! its peer's until consent expires (another peer's checks from it are refused, as

@@ -49,6 +49,8 @@ pub const DEFAULT_DRAIN_TIMEOUT_SECS: u64 = 30;
 pub const MAX_API_KEYS_FILE_BYTES: u64 = 64 * 1024;
 /// Default `--sctp-heartbeat-interval`: RFC 9260 §16's HB.interval.
 pub const DEFAULT_SCTP_HEARTBEAT_INTERVAL_SECS: u32 = 30;
+/// Default `--consent-timeout`: RFC 7675 §5.1's 30 s.
+pub const DEFAULT_CONSENT_TIMEOUT_SECS: u32 = 30;
 /// `--relay-high-watermark`'s default: 1 MiB.
 pub const DEFAULT_RELAY_HIGH_WATERMARK: usize = 1 << 20;
 /// `--relay-low-watermark`'s default: 512 KiB.
@@ -166,6 +168,21 @@ pub struct Config {
         value_parser = clap::value_parser!(u32).range(1..=86_400),
     )]
     pub room_empty_timeout: u32,
+
+    /// Seconds without a valid ICE check after which a peer's consent lapses and it is
+    /// taken out, 10 to 30. RFC 7675 §5.1: "Consent expires after 30 seconds" and
+    /// the endpoint "MUST cease transmission" then, so this may shorten it, never
+    /// lengthen it. A shorter time notices peers that vanished sooner; it must stay
+    /// well above the peers' check interval (4 to 6 s, §5.1), or a lost check or two
+    /// takes a live peer out.
+    #[arg(
+        long,
+        env = "SHOAL_CONSENT_TIMEOUT",
+        value_name = "SECONDS",
+        default_value_t = DEFAULT_CONSENT_TIMEOUT_SECS,
+        value_parser = clap::value_parser!(u32).range(10..=30),
+    )]
+    pub consent_timeout: u32,
 
     /// Seconds between the HEARTBEATs of an idle SCTP association (RFC 9260 §8.3's
     /// HB.interval; each waits one RTO more, jittered), 0 to 3600; 0 turns them off.
@@ -797,6 +814,7 @@ impl Default for Config {
             max_rooms: DEFAULT_MAX_ROOMS,
             max_participants_per_room: DEFAULT_MAX_PARTICIPANTS_PER_ROOM,
             room_empty_timeout: DEFAULT_ROOM_EMPTY_TIMEOUT_SECS,
+            consent_timeout: DEFAULT_CONSENT_TIMEOUT_SECS,
             sctp_heartbeat_interval: DEFAULT_SCTP_HEARTBEAT_INTERVAL_SECS,
             sctp_max_init_retransmits: None,
             sctp_max_outstanding_tsns: shoal_components::sctp::assoc::DEFAULT_MAX_OUTSTANDING_TSNS,
@@ -1750,6 +1768,18 @@ mod tests {
         assert_eq!(c.max_link_sockets, crate::driver::MAX_LINK_SOCKETS);
         let past = (crate::driver::MAX_LINK_SOCKETS + 1).to_string();
         assert!(Config::try_parse_from(["shoal", "--max-link-sockets", &past]).is_err());
+    }
+
+    #[test]
+    fn consent_timeout_defaults_to_rfc_7675_and_stays_within_it() {
+        let c = Config::try_parse_from(["shoal"]).unwrap();
+        assert_eq!(c.consent_timeout, 30);
+        let (_dir, path) = config_file("consent-timeout = 12\n");
+        let c = Config::load_from(["shoal", "--config", &path]).unwrap();
+        assert_eq!(c.consent_timeout, 12);
+        for out_of_range in ["9", "31"] {
+            assert!(Config::try_parse_from(["shoal", "--consent-timeout", out_of_range]).is_err());
+        }
     }
 
     #[test]

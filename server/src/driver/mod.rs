@@ -924,6 +924,7 @@ fn prepare_shard(
     let mut shard_config = ShardConfig::with_certificate(local_addr, seed, certificate);
     shard_config.max_datagrams_per_tick = config.max_datagrams_per_tick;
     shard_config.max_peers = config.max_peers_per_shard;
+    shard_config.consent_timeout = std::time::Duration::from_secs(config.consent_timeout.into());
     shard_config.sctp.heartbeat_interval =
         std::time::Duration::from_secs(config.sctp_heartbeat_interval.into());
     shard_config.sctp.max_init_retransmits = config.sctp_max_init_retransmits;

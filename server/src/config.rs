@@ -169,18 +169,20 @@ pub struct Config {
     )]
     pub room_empty_timeout: u32,
 
-    /// Seconds without a valid ICE check after which a peer's consent lapses and it is
-    /// taken out, 10 to 30. RFC 7675 §5.1: "Consent expires after 30 seconds" and
-    /// the endpoint "MUST cease transmission" then, so this may shorten it, never
-    /// lengthen it. A shorter time notices peers that vanished sooner; it must stay
-    /// well above the peers' check interval (4 to 6 s, §5.1), or a lost check or two
-    /// takes a live peer out.
+    /// Seconds after the last valid ICE check (on a link this node dials: the last
+    /// valid response to its own) after which a connected peer's consent lapses and
+    /// it is taken out, 15 to 30 (before its DTLS connects, the 60 s connect
+    /// timeout applies instead). RFC 7675 §5.1: "Consent expires after 30 seconds"
+    /// and the endpoint "MUST cease transmission" then, so this may shorten it,
+    /// never lengthen it. A shorter time notices peers that vanished sooner, and
+    /// survives fewer lost checks: peers check every 4 to 6 s (§5.1), so at 15 s
+    /// two checks lost in a row may take a live peer out.
     #[arg(
         long,
         env = "SHOAL_CONSENT_TIMEOUT",
         value_name = "SECONDS",
         default_value_t = DEFAULT_CONSENT_TIMEOUT_SECS,
-        value_parser = clap::value_parser!(u32).range(10..=30),
+        value_parser = clap::value_parser!(u32).range(15..=30),
     )]
     pub consent_timeout: u32,
 
@@ -1774,10 +1776,10 @@ mod tests {
     fn consent_timeout_defaults_to_rfc_7675_and_stays_within_it() {
         let c = Config::try_parse_from(["shoal"]).unwrap();
         assert_eq!(c.consent_timeout, 30);
-        let (_dir, path) = config_file("consent-timeout = 12\n");
+        let (_dir, path) = config_file("consent-timeout = 15\n");
         let c = Config::load_from(["shoal", "--config", &path]).unwrap();
-        assert_eq!(c.consent_timeout, 12);
-        for out_of_range in ["9", "31"] {
+        assert_eq!(c.consent_timeout, 15);
+        for out_of_range in ["14", "31"] {
             assert!(Config::try_parse_from(["shoal", "--consent-timeout", out_of_range]).is_err());
         }
     }

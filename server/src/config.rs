@@ -726,6 +726,29 @@ pub struct Config {
     )]
     pub etcd_key: Option<PathBuf>,
 
+    /// The etcd user the node authenticates as (etcd's `auth enable`), with
+    /// --etcd-password-file. It needs read and write permission on the cluster's
+    /// prefix (`etcdctl role grant-permission ROLE --prefix=true readwrite PREFIX/`).
+    #[arg(
+        long,
+        env = "SHOAL_ETCD_USER",
+        value_name = "NAME",
+        requires = "etcd_password_file"
+    )]
+    pub etcd_user: Option<String>,
+
+    /// A file whose first line is the password of --etcd-user (spaces included, the
+    /// line ending not; at most 4096 bytes). Read at start and at each
+    /// authentication, so a password changed in the file and then in etcd is taken
+    /// without a restart.
+    #[arg(
+        long,
+        env = "SHOAL_ETCD_PASSWORD_FILE",
+        value_name = "PATH",
+        requires = "etcd_user"
+    )]
+    pub etcd_password_file: Option<PathBuf>,
+
     /// PEM CA certificates that other nodes' gRPC certificates (their --tls-cert)
     /// must chain to: nodes call each other's gRPC over TLS when they serve it. A
     /// cluster node with --tls-cert needs it.
@@ -867,6 +890,8 @@ impl Default for Config {
             etcd_ca: None,
             etcd_cert: None,
             etcd_key: None,
+            etcd_user: None,
+            etcd_password_file: None,
             cluster_ca: None,
             cluster_prefix: crate::control::cluster::DEFAULT_PREFIX.to_owned(),
             node_id: None,
@@ -937,9 +962,9 @@ pub enum ConfigError {
         /// Its address.
         addr: SocketAddr,
     },
-    /// The cluster's TLS settings do not fit together.
+    /// The cluster's settings (TLS, etcd credentials) do not fit together.
     #[error("{0}")]
-    ClusterTls(String),
+    Cluster(String),
     /// A key names no setting, or its value has the wrong shape.
     #[error("{path}: {key}: {reason}")]
     Key {
@@ -978,7 +1003,7 @@ impl Config {
         let config = Config::from_arg_matches(&matches)?;
         let Some(path) = config.config.clone() else {
             config.ice_servers()?;
-            config.check_cluster_tls()?;
+            config.check_cluster()?;
             return Ok(config);
         };
         let table = read_table(&path)?;
@@ -1023,7 +1048,7 @@ impl Config {
         let matches = Config::command().try_get_matches_from(merged)?;
         let config = Config::from_arg_matches(&matches)?;
         config.ice_servers()?;
-        config.check_cluster_tls()?;
+        config.check_cluster()?;
         Ok(config)
     }
 
@@ -1088,12 +1113,18 @@ impl Config {
         Ok(())
     }
 
-    /// Refuses TLS settings of a cluster that do not fit together: etcd URLs of
-    /// both schemes, `https://` ones without --etcd-ca, etcd TLS files for plain
-    /// `http://` URLs, --cluster-ca without --etcd, and a cluster node serving TLS
+    /// Refuses cluster settings that do not fit together: etcd URLs of both schemes,
+    /// `https://` ones without --etcd-ca, etcd TLS files for plain `http://` URLs,
+    /// --cluster-ca or --etcd-user without --etcd, and a cluster node serving TLS
     /// with no --cluster-ca to verify the other nodes by.
-    pub fn check_cluster_tls(&self) -> Result<(), ConfigError> {
-        let refuse = |why: &str| Err(ConfigError::ClusterTls(why.to_owned()));
+    pub fn check_cluster(&self) -> Result<(), ConfigError> {
+        let refuse = |why: &str| Err(ConfigError::Cluster(why.to_owned()));
+        if self.etcd.is_empty() && self.etcd_user.is_some() {
+            return refuse("--etcd-user applies to a cluster node (--etcd) only");
+        }
+        if self.etcd_user.as_deref() == Some("") {
+            return refuse("--etcd-user names no user");
+        }
         let https = self.etcd.iter().filter(|e| e.is_https()).count();
         if https > 0 && https < self.etcd.len() {
             return refuse("--etcd mixes http:// and https:// URLs: give one kind");
@@ -1120,7 +1151,7 @@ impl Config {
     }
 
     /// What the node trusts and presents when it calls etcd over TLS: `None` for
-    /// plain `http://` URLs ([`Config::check_cluster_tls`] refuses what does not fit).
+    /// plain `http://` URLs ([`Config::check_cluster`] refuses what does not fit).
     pub fn etcd_tls(&self) -> Option<crate::control::tls::ClientTlsFiles> {
         Some(crate::control::tls::ClientTlsFiles {
             ca: self.etcd_ca.clone()?,
@@ -1129,6 +1160,14 @@ impl Config {
                 .clone()
                 .zip(self.etcd_key.clone())
                 .map(|(cert, key)| crate::control::tls::TlsFiles { cert, key }),
+        })
+    }
+
+    /// The etcd user and the file of its password, when given.
+    pub fn etcd_credentials(&self) -> Option<crate::control::cluster::EtcdCredentials> {
+        Some(crate::control::cluster::EtcdCredentials {
+            user: self.etcd_user.clone()?,
+            password_file: self.etcd_password_file.clone()?,
         })
     }
 
@@ -1449,10 +1488,54 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_etcd_user_needs_its_password_file_and_a_cluster() {
+        let load = |args: &[&str]| Config::load_from([&["shoal"], args].concat());
+        let etcd = "http://127.0.0.1:2379";
+        let user = ["--etcd-user", "node", "--etcd-password-file", "pw"];
+        match load(&user) {
+            Err(ConfigError::Cluster(why)) => assert!(why.contains("--etcd"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(load(&["--etcd", etcd, "--etcd-user", "node"]).is_err());
+        match load(&[
+            "--etcd",
+            etcd,
+            "--etcd-user",
+            "",
+            "--etcd-password-file",
+            "pw",
+        ]) {
+            Err(ConfigError::Cluster(why)) => assert!(why.contains("no user"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(load(&["--etcd", etcd, "--etcd-password-file", "pw"]).is_err());
+        let c = load(&[&["--etcd", etcd][..], &user[..]].concat()).expect("fits");
+        let credentials = c.etcd_credentials().expect("a user");
+        assert_eq!(
+            (credentials.user.as_str(), credentials.password_file),
+            ("node", PathBuf::from("pw"))
+        );
+        let (_dir, path) = config_file(
+            "etcd = [\"http://127.0.0.1:2379\"]
+etcd-user = \"node\"
+etcd-password-file = \"pw\"
+",
+        );
+        let c = Config::load_from(["shoal", "--config", &path]).unwrap();
+        assert_eq!(c.etcd_user.as_deref(), Some("node"));
+        assert!(
+            Config::load_from(["shoal"])
+                .unwrap()
+                .etcd_credentials()
+                .is_none()
+        );
+    }
+
+    #[test]
     fn cluster_tls_settings_that_do_not_fit_are_refused() {
         let load = |args: &[&str]| Config::load_from([&["shoal"], args].concat());
         let refused = |args: &[&str], needle: &str| match load(args) {
-            Err(ConfigError::ClusterTls(why)) => assert!(why.contains(needle), "{why}"),
+            Err(ConfigError::Cluster(why)) => assert!(why.contains(needle), "{why}"),
             other => panic!("{args:?}: {other:?}"),
         };
         let (plain, tls) = ("http://127.0.0.1:2379", "https://127.0.0.1:2379");

@@ -68,6 +68,50 @@ async fn create(node: &NodeApi, room: &str) -> Result<String, tonic::Status> {
         .map(|r| r.into_inner().node_id)
 }
 
+/// Creates `room` through `node`, again and again while it is UNAVAILABLE (etcd
+/// away, or the node not back in the cluster yet), for up to 15 s; the owner's id.
+async fn create_when_able(node: &NodeApi, room: &str, when: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match create(node, room).await {
+            Ok(owner) => {
+                assert!(!owner.is_empty());
+                return owner;
+            }
+            Err(e) => {
+                assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+                assert!(
+                    Instant::now() < deadline,
+                    "{}: no placement {when}: {e:?}",
+                    node.id
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Waits until every node's view of the cluster (its watch of etcd) holds `rooms`
+/// rooms in all, for up to 15 s.
+async fn wait_rooms_seen(nodes: &[ClusterNode], rooms: u32) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for node in nodes {
+        loop {
+            let view = node.info().await.cluster.expect("cluster info");
+            let seen: u32 = view.nodes.iter().map(|n| n.rooms).sum();
+            if seen == rooms {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} sees {seen} rooms, not {rooms}",
+                node.id
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// GetRoom for `room` through `node`.
 async fn get_room(node: &NodeApi, room: &str) -> Result<shoal_proto::v1::Room, tonic::Status> {
     node.rooms()
@@ -2170,26 +2214,9 @@ fn cluster_etcd_unavailable() {
     });
     etcd.resume();
     rt.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(15);
         // Placement works again, through every node.
         for (i, node) in nodes.iter().enumerate() {
-            let room = format!("after-{i}");
-            loop {
-                match create(node, &room).await {
-                    Ok(owner) => {
-                        assert!(!owner.is_empty());
-                        break;
-                    }
-                    Err(e) => {
-                        assert_eq!(e.code(), Code::Unavailable, "{e:?}");
-                        assert!(
-                            Instant::now() < deadline,
-                            "no placement after etcd returned: {e:?}"
-                        );
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                }
-            }
+            create_when_able(node, &format!("after-{i}"), "after etcd returned").await;
         }
         for node in &nodes {
             assert!(node.info().await.cluster.expect("cluster info").member);
@@ -2879,4 +2906,165 @@ fn cluster_over_tls() {
     });
     drop((lost, wary, misnamed, plain, nodes, etcd));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An etcd with authentication on (`auth enable`): nodes given a user whose role
+/// may read and write the cluster's prefix (`--etcd-user`, `--etcd-password-file`)
+/// form the cluster and place rooms. A node with a wrong password, and one without
+/// a user, never become members; their logs carry etcd's refusal. After etcd
+/// restarts (its simple tokens live in its memory, so every token is gone) the
+/// nodes place rooms again, and their views follow etcd again; and after the
+/// user's password changes, in etcd and in the file, without a restart of theirs.
+#[test]
+fn cluster_etcd_password_auth() {
+    let dir = std::env::temp_dir().join(format!("shoal-cluster-auth-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let wrong = dir.join("wrong");
+    std::fs::write(&wrong, "not-the-secret\n").expect("the wrong password file");
+    let wrong = wrong.to_str().expect("a UTF-8 path");
+
+    let mut etcd = Etcd::start();
+    let prefix = "/guarded";
+    let rt = runtime();
+    let (nodes, password) = guarded_cluster(&rt, &mut etcd, prefix, &dir);
+    let as_user = ["--etcd-user", "shoal-node", "--etcd-password-file", wrong];
+    let impostor = ClusterNode::start(&etcd.url(), prefix, "impostor", TTL, &as_user);
+    let anonymous = ClusterNode::start(&etcd.url(), prefix, "anonymous", TTL, &[]);
+    // Each says why it cannot register (it tries at once, and logs the first
+    // failure): etcd refused the impostor's password, and the anonymous node's
+    // requests.
+    for (outsider, why) in [
+        (&impostor, "authentication failed"),
+        (&anonymous, "user name is empty"),
+    ] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !outsider.process.log_so_far().contains(why) {
+            assert!(
+                Instant::now() < deadline,
+                "{} does not say why it cannot register: {}",
+                outsider.id,
+                outsider.process.log_so_far()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    rt.block_on(async {
+        for outsider in [&impostor, &anonymous] {
+            let cluster = outsider.info().await.cluster.expect("cluster info");
+            assert!(!cluster.member, "{} is no member", outsider.id);
+            let refused = create(outsider, "taken-over")
+                .await
+                .expect_err("an outsider places nothing");
+            assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+        }
+        // Neither registered: the members' views hold the two of them only.
+        let view = nodes[1].info().await.cluster.expect("cluster info");
+        let ids: BTreeSet<String> = view.nodes.iter().map(|n| n.id.clone()).collect();
+        assert_eq!(
+            ids,
+            BTreeSet::from(["node-0".to_owned(), "node-1".to_owned()])
+        );
+        assert!(
+            !owners_in_etcd(&etcd, prefix)
+                .await
+                .contains_key("taken-over")
+        );
+    });
+    // A restart forgets every simple token.
+    etcd.stop();
+    etcd.resume();
+    rt.block_on(async {
+        for (i, node) in nodes.iter().enumerate() {
+            create_when_able(node, &format!("after-restart-{i}"), "after etcd restarted").await;
+        }
+        wait_rooms_seen(&nodes, 3).await;
+    });
+    rotate_password(&rt, &etcd, &nodes, &password, 3);
+    drop((nodes, impostor, anonymous));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// As `cluster_etcd_password_auth`, with etcd handing out JWT tokens (what etcd
+/// advises for production): a token names the revision of etcd's users and roles
+/// it was minted at, and etcd refuses it once they change ("revision of auth store
+/// is old"), where etcd-client does not renew it by itself. Nodes place rooms
+/// after an unrelated user is added, and after their own password changes.
+#[test]
+fn cluster_etcd_jwt_tokens_follow_auth_changes() {
+    let dir = std::env::temp_dir().join(format!("shoal-cluster-jwt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let mut etcd = Etcd::start_jwt();
+    let prefix = "/guarded";
+    let rt = runtime();
+    let (nodes, password) = guarded_cluster(&rt, &mut etcd, prefix, &dir);
+    rt.block_on(async {
+        let mut root = etcd.client().await;
+        root.user_add("bystander", "bystander-secret", None)
+            .await
+            .expect("a user added");
+        for (i, node) in nodes.iter().enumerate() {
+            create_when_able(node, &format!("after-change-{i}"), "after a user was added").await;
+        }
+        wait_rooms_seen(&nodes, 3).await;
+    });
+    rotate_password(&rt, &etcd, &nodes, &password, 3);
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Turns `etcd`'s authentication on with a user `shoal-node` whose role may write
+/// `prefix` only, starts two nodes as that user (its password in a file in `dir`),
+/// and places a room through the first; the nodes and the password file.
+fn guarded_cluster(
+    rt: &tokio::runtime::Runtime,
+    etcd: &mut Etcd,
+    prefix: &str,
+    dir: &Path,
+) -> (Vec<ClusterNode>, std::path::PathBuf) {
+    let password = dir.join("password");
+    std::fs::write(&password, "node-secret\n").expect("the password file");
+    rt.block_on(etcd.enable_auth(prefix, "shoal-node", "node-secret"));
+    let file = password.to_str().expect("a UTF-8 path");
+    let as_user = ["--etcd-user", "shoal-node", "--etcd-password-file", file];
+    let nodes: Vec<ClusterNode> = (0..2)
+        .map(|i| ClusterNode::start(&etcd.url(), prefix, &format!("node-{i}"), TTL, &as_user))
+        .collect();
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        let owner = create(&nodes[0], "guarded").await.expect("room created");
+        assert_eq!(
+            owners_in_etcd(etcd, prefix).await.get("guarded"),
+            Some(&owner)
+        );
+    });
+    (nodes, password)
+}
+
+/// Changes the nodes' password: first in its file, then in etcd. Each node then
+/// places a room, and every view holds them (`rooms` rooms before).
+fn rotate_password(
+    rt: &tokio::runtime::Runtime,
+    etcd: &Etcd,
+    nodes: &[ClusterNode],
+    password: &Path,
+    rooms: u32,
+) {
+    std::fs::write(password, "rotated-secret\n").expect("the new password");
+    rt.block_on(async {
+        let mut root = etcd.client().await;
+        root.user_change_password("shoal-node", "rotated-secret")
+            .await
+            .expect("the password changed");
+        for (i, node) in nodes.iter().enumerate() {
+            create_when_able(
+                node,
+                &format!("after-rotation-{i}"),
+                "after the password changed",
+            )
+            .await;
+        }
+        wait_rooms_seen(nodes, rooms + 2).await;
+    });
 }

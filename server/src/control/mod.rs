@@ -176,6 +176,8 @@ pub struct ClusterConfig {
     /// The CA certificates other nodes' gRPC certificates must chain to
     /// (`--cluster-ca`).
     pub cluster_ca: Option<std::path::PathBuf>,
+    /// The etcd user the node authenticates as (`--etcd-user`).
+    pub etcd_credentials: Option<cluster::EtcdCredentials>,
 }
 
 impl ClusterConfig {
@@ -234,6 +236,7 @@ impl ClusterConfig {
             max_message_bytes,
             etcd_tls: self.etcd_tls.clone(),
             cluster_ca: self.cluster_ca.clone(),
+            etcd_credentials: self.etcd_credentials.clone(),
         })
     }
 }
@@ -308,6 +311,7 @@ impl ControlSettings {
                 advertise_host: config.advertise_host.clone(),
                 etcd_tls: config.etcd_tls(),
                 cluster_ca: config.cluster_ca.clone(),
+                etcd_credentials: config.etcd_credentials(),
             }),
         })
     }

@@ -40,6 +40,11 @@ pub struct Etcd {
     client_port: u16,
     peer_port: u16,
     tls: Option<EtcdTls>,
+    /// The root user's password once [`Etcd::enable_auth`] turned authentication
+    /// on: the harness's own client is root.
+    root_password: Option<String>,
+    /// Further flags of etcd's.
+    flags: Vec<String>,
 }
 
 /// TLS on etcd's client port, with client certificate authentication (etcd's
@@ -75,6 +80,49 @@ impl Etcd {
         Etcd::start_on(Some(ns), ip, None)
     }
 
+    /// Starts etcd on loopback handing out JWT tokens (`--auth-token jwt`, signed
+    /// RS256 with a key openssl makes in etcd's directory) once authentication is
+    /// on, instead of its in-memory simple tokens.
+    pub fn start_jwt() -> Etcd {
+        let mut etcd = Etcd::start();
+        etcd.stop();
+        let key = etcd.dir.join("jwt.key");
+        let public = etcd.dir.join("jwt.pub");
+        let openssl = |args: &[&std::ffi::OsStr]| {
+            let status = Command::new("openssl")
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("openssl runs");
+            assert!(status.success(), "openssl {args:?}");
+        };
+        openssl(&[
+            "genrsa".as_ref(),
+            "-out".as_ref(),
+            key.as_os_str(),
+            "2048".as_ref(),
+        ]);
+        openssl(&[
+            "rsa".as_ref(),
+            "-in".as_ref(),
+            key.as_os_str(),
+            "-pubout".as_ref(),
+            "-out".as_ref(),
+            public.as_os_str(),
+        ]);
+        etcd.flags = vec![
+            "--auth-token".to_owned(),
+            format!(
+                "jwt,pub-key={},priv-key={},sign-method=RS256,ttl=10m",
+                public.display(),
+                key.display()
+            ),
+        ];
+        etcd.resume();
+        etcd
+    }
+
     fn start_on(ns: Option<&str>, host: &str, tls: Option<EtcdTls>) -> Etcd {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
@@ -97,6 +145,8 @@ impl Etcd {
             client_port,
             peer_port,
             tls,
+            root_password: None,
+            flags: Vec::new(),
         };
         etcd.resume();
         etcd
@@ -153,6 +203,7 @@ impl Etcd {
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("test={peer}")])
+            .args(&self.flags)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -176,22 +227,62 @@ impl Etcd {
     }
 
     /// A client of this etcd (over TLS with the harness's client certificate when
-    /// etcd serves it).
+    /// etcd serves it; as root once authentication is on).
     pub async fn client(&self) -> etcd_client::Client {
-        let options = self.tls.as_ref().map(|tls| {
+        let mut options = etcd_client::ConnectOptions::new();
+        if let Some(tls) = &self.tls {
             let read = |p: &PathBuf| std::fs::read(p).expect("a PEM file");
-            etcd_client::ConnectOptions::new().with_tls(
+            options = options.with_tls(
                 etcd_client::TlsOptions::new()
                     .ca_certificate(etcd_client::Certificate::from_pem(read(&tls.ca)))
                     .identity(etcd_client::Identity::from_pem(
                         read(&tls.client_cert),
                         read(&tls.client_key),
                     )),
-            )
-        });
-        etcd_client::Client::connect([self.url()], options)
+            );
+        }
+        if let Some(password) = &self.root_password {
+            options = options.with_user("root", password);
+        }
+        etcd_client::Client::connect([self.url()], Some(options))
             .await
             .expect("an etcd client")
+    }
+
+    /// Turns etcd's authentication on (`etcdctl auth enable`), with a root user
+    /// (whose password is `root_password`; the harness's client is root from now
+    /// on) and `user`, whose role may read and write under `prefix/` and nowhere
+    /// else.
+    pub async fn enable_auth(&mut self, prefix: &str, user: &str, password: &str) {
+        let root_password = format!("root-of-{user}");
+        let mut client = self.client().await;
+        client
+            .user_add("root", root_password.as_str(), None)
+            .await
+            .expect("root added");
+        client
+            .user_grant_role("root", "root")
+            .await
+            .expect("root is root");
+        let role = format!("{user}-role");
+        client.role_add(role.as_str()).await.expect("a role");
+        client
+            .role_grant_permission(
+                role.as_str(),
+                etcd_client::Permission::read_write(format!("{prefix}/")).with_prefix(),
+            )
+            .await
+            .expect("the prefix granted");
+        client
+            .user_add(user, password, None)
+            .await
+            .expect("the user added");
+        client
+            .user_grant_role(user, role.as_str())
+            .await
+            .expect("the role granted");
+        client.auth_enable().await.expect("authentication on");
+        self.root_password = Some(root_password);
     }
 }
 

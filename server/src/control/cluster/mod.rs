@@ -40,6 +40,7 @@ pub mod view;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -61,6 +62,21 @@ pub const DEFAULT_PREFIX: &str = "/shoal";
 pub const FENCE_MARGIN: Duration = Duration::from_secs(1);
 /// How long one etcd request may take before the node counts etcd unreachable.
 pub const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
+/// The largest `--etcd-password-file` read, in bytes.
+pub const MAX_PASSWORD_FILE_BYTES: u64 = 4096;
+/// How long a node waits before authenticating again after etcd refused it or did
+/// not answer, at first; each failure in a row doubles it, up to
+/// [`AUTH_BACKOFF_MAX`]. etcd checks a password with bcrypt, which costs it far
+/// more than a request: a node with a wrong password must not ask every tick.
+const AUTH_BACKOFF_MIN: Duration = Duration::from_secs(1);
+/// The longest wait between authentications that failed.
+const AUTH_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// What etcd answers a request whose JWT token was minted before a change to its
+/// users, roles or permissions (etcd's `ErrAuthOldRevision`). etcd-client replaces
+/// only expired or unknown tokens by itself.
+const AUTH_OLD_REVISION: &str = "revision of auth store is old";
+/// What etcd answers credentials it refuses (etcd's `ErrAuthFailed`).
+const AUTH_FAILED: &str = "authentication failed";
 /// How many times a gRPC request may be passed from node to node: to the owner the
 /// forwarding node sees (1), and once more if the room changed hands meanwhile (2).
 pub const MAX_HOPS: u32 = 2;
@@ -98,6 +114,47 @@ pub struct ClusterSettings {
     /// The CA certificates other nodes' gRPC certificates must chain to, when they
     /// serve it over TLS (`--cluster-ca`).
     pub cluster_ca: Option<PathBuf>,
+    /// The etcd user the node authenticates as (`--etcd-user`), if etcd asks for one.
+    pub etcd_credentials: Option<EtcdCredentials>,
+}
+
+/// An etcd user and the file holding its password (`--etcd-user`,
+/// `--etcd-password-file`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdCredentials {
+    /// The user's name.
+    pub user: String,
+    /// The file of its password; read once, when the cluster client is made.
+    pub password_file: PathBuf,
+}
+
+impl EtcdCredentials {
+    /// The user and its password, read from the file: its whole first line
+    /// (spaces included), without the line ending. A file past
+    /// [`MAX_PASSWORD_FILE_BYTES`], or without a password, is refused.
+    fn load(&self) -> Result<(String, String), ClusterError> {
+        use std::io::Read;
+        let unreadable = |why: String| ClusterError::Password {
+            path: self.password_file.clone(),
+            why,
+        };
+        let file =
+            std::fs::File::open(&self.password_file).map_err(|e| unreadable(e.to_string()))?;
+        let mut text = String::new();
+        file.take(MAX_PASSWORD_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| unreadable(e.to_string()))?;
+        if text.len() as u64 > MAX_PASSWORD_FILE_BYTES {
+            return Err(unreadable(format!(
+                "longer than {MAX_PASSWORD_FILE_BYTES} bytes"
+            )));
+        }
+        let password = text.lines().next().unwrap_or_default();
+        if password.is_empty() {
+            return Err(unreadable("the file holds no password".to_owned()));
+        }
+        Ok((self.user.clone(), password.to_owned()))
+    }
 }
 
 /// A node as it registers itself: the value of `PREFIX/nodes/ID`.
@@ -383,6 +440,29 @@ pub struct Cluster {
     /// How this node verifies other nodes that serve gRPC over TLS
     /// (`--cluster-ca`); `None`: it calls none of them.
     node_tls: Option<ClientTlsConfig>,
+    /// The etcd user and the file of its password (`--etcd-user`). The file is
+    /// read at each authentication, so a password changed in etcd and in the file
+    /// is taken without a restart.
+    credentials: Option<EtcdCredentials>,
+    /// Whether etcd took the credentials once: from then on the client holds a
+    /// token, and gets a new one whenever etcd refuses it as expired or unknown
+    /// (etcd restarted: its simple tokens live in its memory only), or as minted
+    /// before a change to etcd's users and roles ([`AUTH_OLD_REVISION`]).
+    authenticated: AtomicBool,
+    /// One authentication at a time, and when the next may be tried after
+    /// failures.
+    auth: tokio::sync::Mutex<AuthRetry>,
+}
+
+/// When a node that could not authenticate tries again.
+#[derive(Debug, Default)]
+struct AuthRetry {
+    /// Not before this; `None`: at once.
+    not_before: Option<Instant>,
+    /// The wait after the next failure.
+    backoff: Duration,
+    /// Why the last attempt failed.
+    error: String,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -403,12 +483,30 @@ pub enum ClusterError {
     /// `--cluster-ca` could not be loaded.
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
+    /// The `--etcd-password-file` could not be read, or holds no password.
+    #[error("--etcd-password-file {}: {why}", path.display())]
+    Password {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
 }
 
 impl Cluster {
-    /// A cluster client for `settings`. Connects lazily: etcd need not be up yet.
+    /// A cluster client for `settings`. Connects lazily: etcd need not be up yet,
+    /// and a node with `--etcd-user` authenticates before its first request
+    /// ([`Cluster::etcd`]).
     pub async fn new(settings: ClusterSettings) -> Result<Arc<Cluster>, ClusterError> {
+        // A missing or empty password file stops the start, rather than every
+        // request later.
+        let credentials = settings.etcd_credentials.clone();
+        if let Some(c) = &credentials {
+            c.load()?;
+        }
         let options = ConnectOptions::new()
+            // An expired or unknown token is replaced, and the request sent again.
+            .with_auto_token_refresh(true)
             .with_connect_timeout(ETCD_TIMEOUT)
             // Dead connections (etcd stopped, a partition) break watches and
             // keep-alive streams within a few seconds.
@@ -438,6 +536,9 @@ impl Cluster {
             inner: Mutex::new(Inner::default()),
             channels: Mutex::new(HashMap::new()),
             node_tls,
+            credentials,
+            authenticated: AtomicBool::new(false),
+            auth: tokio::sync::Mutex::new(AuthRetry::default()),
         }))
     }
 
@@ -677,17 +778,126 @@ impl Cluster {
         &self,
         request: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, Status> {
+        self.authenticate().await?;
         let outcome = tokio::time::timeout(ETCD_TIMEOUT, request).await;
         let ok = matches!(outcome, Ok(Ok(_)));
         self.inner().etcd_ok = ok;
         match outcome {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(Status::unavailable(format!(
-                "the cluster store (etcd) failed: {e}; no room can be placed now"
-            ))),
+            Ok(Err(e)) => {
+                let text = e.to_string();
+                if self.credentials.is_some() && text.contains(AUTH_OLD_REVISION) {
+                    // A token minted before etcd's users or roles changed: a new
+                    // one, for the request's next try.
+                    let client = self.client.clone();
+                    match tokio::time::timeout(ETCD_TIMEOUT, client.refresh_token()).await {
+                        // The password changed with them.
+                        Ok(Err(e)) if e.to_string().contains(AUTH_FAILED) => {
+                            self.forget_credentials().await;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(event = "cluster_token_refresh_failed", error = %e);
+                        }
+                        _ => {}
+                    }
+                } else if self.credentials.is_some() && text.contains(AUTH_FAILED) {
+                    // The client's own renewal was refused (the password changed in
+                    // etcd): it forgets the credentials, so that requests stop
+                    // asking etcd to check them, and [`Cluster::authenticate`]
+                    // takes over, reading the file anew, with its back-off.
+                    self.forget_credentials().await;
+                }
+                Err(Status::unavailable(format!(
+                    "the cluster store (etcd) failed: {e}; no room can be placed now"
+                )))
+            }
             Err(_) => Err(Status::unavailable(
                 "the cluster store (etcd) did not answer; no room can be placed now",
             )),
+        }
+    }
+
+    /// Authenticates as `--etcd-user` unless etcd took its credentials already
+    /// (a request that was not sent yet then carries the token). The client keeps
+    /// the credentials and renews the token by itself after that. One attempt at a
+    /// time; after a failure, none for [`AUTH_BACKOFF_MIN`] doubling to
+    /// [`AUTH_BACKOFF_MAX`], in which the last failure is the answer.
+    async fn authenticate(&self) -> Result<(), Status> {
+        let Some(credentials) = &self.credentials else {
+            return Ok(());
+        };
+        if self.authenticated.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut retry = self.auth.lock().await;
+        if self.authenticated.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if retry.not_before.is_some_and(|t| Instant::now() < t) {
+            return Err(Status::unavailable(retry.error.clone()));
+        }
+        let user = match credentials.load() {
+            Ok(user) => user,
+            Err(e) => {
+                let error = format!("{e}; no room can be placed now");
+                retry.error = error.clone();
+                return Err(Status::unavailable(error));
+            }
+        };
+        let mut client = self.client.clone();
+        let outcome = tokio::time::timeout(ETCD_TIMEOUT, client.update_user(Some(user))).await;
+        let refused = match outcome {
+            Ok(Ok(())) => {
+                self.authenticated.store(true, Ordering::Release);
+                *retry = AuthRetry::default();
+                return Ok(());
+            }
+            // etcd answered, and said no: a wrong user or password
+            // ("authentication failed"), or authentication not enabled.
+            Ok(Err(etcd_client::Error::GRpcStatus(status)))
+                if matches!(
+                    status.code(),
+                    tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
+                ) =>
+            {
+                format!(
+                    "the cluster store (etcd) refused user {:?} (--etcd-user): {}; no room \
+                     can be placed now",
+                    credentials.user,
+                    status.message()
+                )
+            }
+            // Not reached, or no answer: nothing was checked, and trying again
+            // costs etcd nothing.
+            Ok(Err(e)) => {
+                self.inner().etcd_ok = false;
+                return Err(Status::unavailable(format!(
+                    "the cluster store (etcd) failed while authenticating: {e}; no room can \
+                     be placed now"
+                )));
+            }
+            Err(_) => {
+                self.inner().etcd_ok = false;
+                return Err(Status::unavailable(
+                    "the cluster store (etcd) did not answer; no room can be placed now",
+                ));
+            }
+        };
+        retry.backoff = retry.backoff.clamp(AUTH_BACKOFF_MIN, AUTH_BACKOFF_MAX);
+        retry.not_before = Some(Instant::now() + retry.backoff);
+        retry.backoff = (retry.backoff * 2).min(AUTH_BACKOFF_MAX);
+        retry.error = refused.clone();
+        Err(Status::unavailable(refused))
+    }
+
+    /// Takes the credentials and token out of the client; the next request
+    /// authenticates first.
+    async fn forget_credentials(&self) {
+        let _retry = self.auth.lock().await;
+        if self.authenticated.swap(false, Ordering::AcqRel) {
+            let mut client = self.client.clone();
+            // Without credentials this only drops the token: no request is sent.
+            let _ = client.update_user(None).await;
         }
     }
 
@@ -837,6 +1047,45 @@ pub fn hops_of(metadata: &tonic::metadata::MetadataMap) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_etcd_password_is_its_files_first_line() {
+        let dir = std::env::temp_dir().join(format!("shoal-etcd-pw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let credentials = |text: &str| {
+            let file = dir.join("pw");
+            std::fs::write(&file, text).unwrap();
+            EtcdCredentials {
+                user: "node".to_owned(),
+                password_file: file,
+            }
+            .load()
+        };
+        let loaded = credentials("s3cret\r\n").unwrap();
+        assert_eq!(loaded, ("node".to_owned(), "s3cret".to_owned()));
+        assert_eq!(credentials("s3cret").unwrap().1, "s3cret");
+        assert_eq!(credentials("a b\nignored\n").unwrap().1, "a b");
+        for empty in ["", "\n", "\nsecond line\n"] {
+            assert!(matches!(
+                credentials(empty),
+                Err(ClusterError::Password { .. })
+            ));
+        }
+        let long = "x".repeat(MAX_PASSWORD_FILE_BYTES as usize + 1);
+        assert!(matches!(
+            credentials(&long),
+            Err(ClusterError::Password { .. })
+        ));
+        let most = "x".repeat(MAX_PASSWORD_FILE_BYTES as usize);
+        assert_eq!(credentials(&most).unwrap().1, most);
+        assert_eq!(credentials(" spaced \n").unwrap().1, " spaced ");
+        let missing = EtcdCredentials {
+            user: "node".to_owned(),
+            password_file: dir.join("missing"),
+        };
+        assert!(matches!(missing.load(), Err(ClusterError::Password { .. })));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_node_presents_only_the_fingerprint_it_registered() {

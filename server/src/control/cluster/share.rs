@@ -341,6 +341,7 @@ mod tests {
             http_url: String::new(),
             max_message_bytes: 1 << 20,
             etcd_tls: None,
+            etcd_credentials: None,
             cluster_ca: None,
         }
     }

@@ -738,9 +738,9 @@ pub struct Config {
     pub etcd_user: Option<String>,
 
     /// A file whose first line is the password of --etcd-user (spaces included, the
-    /// line ending not; at most 4096 bytes). Read at start and at each
-    /// authentication, so a password changed in the file and then in etcd is taken
-    /// without a restart.
+    /// line ending not; at most 4096 bytes). Read at start and whenever the node
+    /// authenticates anew, so a password changed in the file and then in etcd is
+    /// taken without a restart.
     #[arg(
         long,
         env = "SHOAL_ETCD_PASSWORD_FILE",

@@ -2908,29 +2908,40 @@ fn cluster_over_tls() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// An etcd with authentication on (`auth enable`): nodes given a user whose role
-/// may read and write the cluster's prefix (`--etcd-user`, `--etcd-password-file`)
-/// form the cluster and place rooms. A node with a wrong password, and one without
-/// a user, never become members; their logs carry etcd's refusal. After etcd
-/// restarts (its simple tokens live in its memory, so every token is gone) the
-/// nodes place rooms again, and their views follow etcd again; and after the
-/// user's password changes, in etcd and in the file, without a restart of theirs.
+/// An etcd whose authentication is turned on (`auth enable`) under running nodes
+/// given a user whose role may read and write the cluster's prefix (`--etcd-user`,
+/// `--etcd-password-file`): they formed the cluster without a token, and place
+/// rooms with one. A node with a wrong password, and one without a user, never
+/// become members; their logs carry etcd's refusal. After etcd restarts (its
+/// simple tokens live in its memory, so every token is gone) the nodes place rooms
+/// again, and their views follow etcd again; and after the user's password
+/// changes, in the file and then in etcd, without a restart of theirs.
 #[test]
 fn cluster_etcd_password_auth() {
-    let dir = std::env::temp_dir().join(format!("shoal-cluster-auth-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a directory");
-    let wrong = dir.join("wrong");
+    let dir = Scratch::new("auth");
+    let wrong = dir.0.join("wrong");
     std::fs::write(&wrong, "not-the-secret\n").expect("the wrong password file");
     let wrong = wrong.to_str().expect("a UTF-8 path");
 
     let mut etcd = Etcd::start();
     let prefix = "/guarded";
     let rt = runtime();
-    let (nodes, password) = guarded_cluster(&rt, &mut etcd, prefix, &dir);
+    // A lease long enough that etcd's restart below never outlasts it.
+    let ttl = 10;
+    rt.block_on(etcd.add_users(prefix, "shoal-node", "node-secret"));
+    let (nodes, password) = user_nodes(&etcd, prefix, &dir.0, ttl);
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        etcd.turn_auth_on().await;
+        let owner = create_when_able(&nodes[0], "guarded", "once authentication is on").await;
+        assert_eq!(
+            owners_in_etcd(&etcd, prefix).await.get("guarded"),
+            Some(&owner)
+        );
+    });
     let as_user = ["--etcd-user", "shoal-node", "--etcd-password-file", wrong];
-    let impostor = ClusterNode::start(&etcd.url(), prefix, "impostor", TTL, &as_user);
-    let anonymous = ClusterNode::start(&etcd.url(), prefix, "anonymous", TTL, &[]);
+    let impostor = ClusterNode::start(&etcd.url(), prefix, "impostor", ttl, &as_user);
+    let anonymous = ClusterNode::start(&etcd.url(), prefix, "anonymous", ttl, &[]);
     // Each says why it cannot register (it tries at once, and logs the first
     // failure): etcd refused the impostor's password, and the anonymous node's
     // requests.
@@ -2938,16 +2949,7 @@ fn cluster_etcd_password_auth() {
         (&impostor, "authentication failed"),
         (&anonymous, "user name is empty"),
     ] {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !outsider.process.log_so_far().contains(why) {
-            assert!(
-                Instant::now() < deadline,
-                "{} does not say why it cannot register: {}",
-                outsider.id,
-                outsider.process.log_so_far()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_logged(outsider, why);
     }
     rt.block_on(async {
         for outsider in [&impostor, &anonymous] {
@@ -2982,7 +2984,59 @@ fn cluster_etcd_password_auth() {
     });
     rotate_password(&rt, &etcd, &nodes, &password, 3);
     drop((nodes, impostor, anonymous));
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A member whose password etcd stops taking (changed in etcd, not yet in its
+/// file) finds out at its next request, and lets its lease lapse: etcd renews
+/// leases without checking credentials, and a member that can place, release and
+/// publish nothing must not stay in the others' views. Once its file has the new
+/// password it authenticates and registers again, and places rooms.
+#[test]
+fn cluster_etcd_member_refused_lets_its_lease_lapse() {
+    let dir = Scratch::new("refused");
+    let mut etcd = Etcd::start();
+    let prefix = "/guarded";
+    let rt = runtime();
+    rt.block_on(etcd.enable_auth(prefix, "shoal-node", "node-secret"));
+    let (nodes, password) = user_nodes(&etcd, prefix, &dir.0, TTL);
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        let mut root = etcd.client().await;
+        root.user_change_password("shoal-node", "changed-in-etcd")
+            .await
+            .expect("the password changed");
+        // node-0's next requests: its token is refused, then its password.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let refused = create(&nodes[0], "refused").await.expect_err("refused");
+            assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+            if refused.message().contains("refused user") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "never refused: {refused:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(u64::from(TTL) + 5);
+        loop {
+            let view = nodes[1].info().await.cluster.expect("cluster info");
+            if view.nodes.iter().all(|n| n.id != "node-0") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node-0 is still in node-1's view"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!nodes[0].info().await.cluster.expect("cluster info").member);
+    });
+    wait_logged(&nodes[0], "cluster_auth_refused");
+    std::fs::write(&password, "changed-in-etcd\n").expect("the new password");
+    rt.block_on(async {
+        wait_formed(&nodes).await;
+        create_when_able(&nodes[0], "taken-again", "with the new password").await;
+    });
+    drop(nodes);
 }
 
 /// As `cluster_etcd_password_auth`, with etcd handing out JWT tokens (what etcd
@@ -2992,14 +3046,15 @@ fn cluster_etcd_password_auth() {
 /// after an unrelated user is added, and after their own password changes.
 #[test]
 fn cluster_etcd_jwt_tokens_follow_auth_changes() {
-    let dir = std::env::temp_dir().join(format!("shoal-cluster-jwt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a directory");
+    let dir = Scratch::new("jwt");
     let mut etcd = Etcd::start_jwt();
     let prefix = "/guarded";
     let rt = runtime();
-    let (nodes, password) = guarded_cluster(&rt, &mut etcd, prefix, &dir);
+    rt.block_on(etcd.enable_auth(prefix, "shoal-node", "node-secret"));
+    let (nodes, password) = user_nodes(&etcd, prefix, &dir.0, TTL);
     rt.block_on(async {
+        wait_formed(&nodes).await;
+        create(&nodes[0], "guarded").await.expect("room created");
         let mut root = etcd.client().await;
         root.user_add("bystander", "bystander-secret", None)
             .await
@@ -3011,37 +3066,58 @@ fn cluster_etcd_jwt_tokens_follow_auth_changes() {
     });
     rotate_password(&rt, &etcd, &nodes, &password, 3);
     drop(nodes);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Turns `etcd`'s authentication on with a user `shoal-node` whose role may write
-/// `prefix` only, starts two nodes as that user (its password in a file in `dir`),
-/// and places a room through the first; the nodes and the password file.
-fn guarded_cluster(
-    rt: &tokio::runtime::Runtime,
-    etcd: &mut Etcd,
+/// A directory of the test's own, deleted when it ends, failed or not.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(what: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("shoal-cluster-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a directory");
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Waits up to 10 s until `node`'s log holds `text`.
+fn wait_logged(node: &ClusterNode, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !node.process.log_so_far().contains(text) {
+        assert!(
+            Instant::now() < deadline,
+            "{} does not log {text:?}: {}",
+            node.id,
+            node.process.log_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Two nodes of the cluster on `etcd` under `prefix`, as user `shoal-node`, its
+/// password `node-secret` in a file in `dir`, with a lease of `ttl` seconds; the
+/// nodes and the password file.
+fn user_nodes(
+    etcd: &Etcd,
     prefix: &str,
     dir: &Path,
+    ttl: u32,
 ) -> (Vec<ClusterNode>, std::path::PathBuf) {
     let password = dir.join("password");
     std::fs::write(&password, "node-secret\n").expect("the password file");
-    rt.block_on(etcd.enable_auth(prefix, "shoal-node", "node-secret"));
     let file = password.to_str().expect("a UTF-8 path");
     let as_user = ["--etcd-user", "shoal-node", "--etcd-password-file", file];
-    let nodes: Vec<ClusterNode> = (0..2)
-        .map(|i| ClusterNode::start(&etcd.url(), prefix, &format!("node-{i}"), TTL, &as_user))
+    let nodes = (0..2)
+        .map(|i| ClusterNode::start(&etcd.url(), prefix, &format!("node-{i}"), ttl, &as_user))
         .collect();
-    rt.block_on(async {
-        wait_formed(&nodes).await;
-        let owner = create(&nodes[0], "guarded").await.expect("room created");
-        assert_eq!(
-            owners_in_etcd(etcd, prefix).await.get("guarded"),
-            Some(&owner)
-        );
-    });
     (nodes, password)
 }
-
 /// Changes the nodes' password: first in its file, then in etcd. Each node then
 /// places a room, and every view holds them (`rooms` rooms before).
 fn rotate_password(

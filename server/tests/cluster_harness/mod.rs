@@ -30,6 +30,9 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The password of etcd's root user once [`Etcd::add_users`] made it.
+const ROOT_PASSWORD: &str = "root-secret";
+
 /// A single-member etcd.
 pub struct Etcd {
     child: Option<Child>,
@@ -249,15 +252,28 @@ impl Etcd {
             .expect("an etcd client")
     }
 
-    /// Turns etcd's authentication on (`etcdctl auth enable`), with a root user
-    /// (whose password is `root_password`; the harness's client is root from now
-    /// on) and `user`, whose role may read and write under `prefix/` and nowhere
-    /// else.
+    /// Turns etcd's authentication on (`etcdctl auth enable`), with the users of
+    /// [`Etcd::add_users`].
     pub async fn enable_auth(&mut self, prefix: &str, user: &str, password: &str) {
-        let root_password = format!("root-of-{user}");
+        self.add_users(prefix, user, password).await;
+        self.turn_auth_on().await;
+    }
+
+    /// Turns etcd's authentication on, with the users [`Etcd::add_users`] added;
+    /// the harness's client is root from now on.
+    pub async fn turn_auth_on(&mut self) {
+        let mut client = self.client().await;
+        client.auth_enable().await.expect("authentication on");
+        self.root_password = Some(ROOT_PASSWORD.to_owned());
+    }
+
+    /// Adds a root user (for [`Etcd::turn_auth_on`]) and `user`, whose role may
+    /// read and write under `prefix/` and nowhere else; authentication stays as it
+    /// was.
+    pub async fn add_users(&mut self, prefix: &str, user: &str, password: &str) {
         let mut client = self.client().await;
         client
-            .user_add("root", root_password.as_str(), None)
+            .user_add("root", ROOT_PASSWORD, None)
             .await
             .expect("root added");
         client
@@ -281,8 +297,6 @@ impl Etcd {
             .user_grant_role(user, role.as_str())
             .await
             .expect("the role granted");
-        client.auth_enable().await.expect("authentication on");
-        self.root_password = Some(root_password);
     }
 }
 

@@ -75,7 +75,17 @@ pub async fn run(cluster: Arc<Cluster>, state: Arc<ControlState>) {
         let now = Instant::now();
         if now >= next_beat {
             next_beat = now + beat;
-            match keep_alive(&cluster, lease, &mut keeper).await {
+            // A node etcd no longer takes the credentials of lets its lease lapse
+            // rather than stay a member that can place, release and publish
+            // nothing: its fence closes its rooms, and etcd then frees them.
+            // It authenticates again (after its back-off) at each beat, and keeps
+            // its lease alive again once etcd takes it.
+            let beat = if cluster.auth_refused() && cluster.authenticate_in_time().await.is_err() {
+                KeepAlive::Failed
+            } else {
+                keep_alive(&cluster, lease, &mut keeper).await
+            };
+            match beat {
                 KeepAlive::Renewed { sent, ttl } => {
                     let mut inner = cluster.inner();
                     inner.etcd_ok = true;
@@ -290,7 +300,11 @@ async fn publish(cluster: &Cluster, state: &ControlState, lease: i64) -> Publish
             Published::Done
         }
         Ok(Err(e)) if lease_not_found(&e) => Published::LeaseGone,
-        _ => Published::Done,
+        Ok(Err(e)) => {
+            cluster.auth_error(&e).await;
+            Published::Done
+        }
+        Err(_) => Published::Done,
     }
 }
 

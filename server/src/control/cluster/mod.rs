@@ -77,6 +77,12 @@ const AUTH_BACKOFF_MAX: Duration = Duration::from_secs(30);
 const AUTH_OLD_REVISION: &str = "revision of auth store is old";
 /// What etcd answers credentials it refuses (etcd's `ErrAuthFailed`).
 const AUTH_FAILED: &str = "authentication failed";
+/// What etcd answers a request without a token once authentication is on (etcd's
+/// `ErrUserEmpty`): it was turned on after the node found it off.
+const AUTH_USER_EMPTY: &str = "user name is empty";
+/// What etcd answers an authentication while authentication is off (etcd's
+/// `ErrAuthNotEnabled`): the node goes on without a token.
+const AUTH_NOT_ENABLED: &str = "authentication is not enabled";
 /// How many times a gRPC request may be passed from node to node: to the owner the
 /// forwarding node sees (1), and once more if the room changed hands meanwhile (2).
 pub const MAX_HOPS: u32 = 2;
@@ -124,7 +130,7 @@ pub struct ClusterSettings {
 pub struct EtcdCredentials {
     /// The user's name.
     pub user: String,
-    /// The file of its password; read once, when the cluster client is made.
+    /// The file of its password; read at start and at each authentication.
     pub password_file: PathBuf,
 }
 
@@ -449,6 +455,11 @@ pub struct Cluster {
     /// (etcd restarted: its simple tokens live in its memory only), or as minted
     /// before a change to etcd's users and roles ([`AUTH_OLD_REVISION`]).
     authenticated: AtomicBool,
+    /// Whether etcd refused the credentials at the last authentication: the node
+    /// then stops keeping its lease alive (etcd renews leases without checking
+    /// credentials), so that it does not stay a member that can place, release
+    /// and publish nothing.
+    refused: AtomicBool,
     /// One authentication at a time, and when the next may be tried after
     /// failures.
     auth: tokio::sync::Mutex<AuthRetry>,
@@ -538,6 +549,7 @@ impl Cluster {
             node_tls,
             credentials,
             authenticated: AtomicBool::new(false),
+            refused: AtomicBool::new(false),
             auth: tokio::sync::Mutex::new(AuthRetry::default()),
         }))
     }
@@ -778,35 +790,14 @@ impl Cluster {
         &self,
         request: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, Status> {
-        self.authenticate().await?;
+        self.authenticate_in_time().await?;
         let outcome = tokio::time::timeout(ETCD_TIMEOUT, request).await;
         let ok = matches!(outcome, Ok(Ok(_)));
         self.inner().etcd_ok = ok;
         match outcome {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
-                let text = e.to_string();
-                if self.credentials.is_some() && text.contains(AUTH_OLD_REVISION) {
-                    // A token minted before etcd's users or roles changed: a new
-                    // one, for the request's next try.
-                    let client = self.client.clone();
-                    match tokio::time::timeout(ETCD_TIMEOUT, client.refresh_token()).await {
-                        // The password changed with them.
-                        Ok(Err(e)) if e.to_string().contains(AUTH_FAILED) => {
-                            self.forget_credentials().await;
-                        }
-                        Ok(Err(e)) => {
-                            tracing::debug!(event = "cluster_token_refresh_failed", error = %e);
-                        }
-                        _ => {}
-                    }
-                } else if self.credentials.is_some() && text.contains(AUTH_FAILED) {
-                    // The client's own renewal was refused (the password changed in
-                    // etcd): it forgets the credentials, so that requests stop
-                    // asking etcd to check them, and [`Cluster::authenticate`]
-                    // takes over, reading the file anew, with its back-off.
-                    self.forget_credentials().await;
-                }
+                self.auth_error(&e).await;
                 Err(Status::unavailable(format!(
                     "the cluster store (etcd) failed: {e}; no room can be placed now"
                 )))
@@ -814,6 +805,20 @@ impl Cluster {
             Err(_) => Err(Status::unavailable(
                 "the cluster store (etcd) did not answer; no room can be placed now",
             )),
+        }
+    }
+
+    /// [`Cluster::authenticate`] within [`ETCD_TIMEOUT`], waiting for another
+    /// task's authentication included.
+    pub(super) async fn authenticate_in_time(&self) -> Result<(), Status> {
+        match tokio::time::timeout(ETCD_TIMEOUT, self.authenticate()).await {
+            Ok(authenticated) => authenticated,
+            Err(_) => {
+                self.inner().etcd_ok = false;
+                Err(Status::unavailable(
+                    "the cluster store (etcd) did not answer; no room can be placed now",
+                ))
+            }
         }
     }
 
@@ -849,6 +854,18 @@ impl Cluster {
         let refused = match outcome {
             Ok(Ok(())) => {
                 self.authenticated.store(true, Ordering::Release);
+                self.refused.store(false, Ordering::Release);
+                *retry = AuthRetry::default();
+                return Ok(());
+            }
+            // Authentication is off in etcd: the node goes on without a token,
+            // and authenticates once etcd asks for one (`AUTH_USER_EMPTY`). So
+            // nodes can be given their user before authentication is turned on.
+            Ok(Err(etcd_client::Error::GRpcStatus(status)))
+                if status.message().contains(AUTH_NOT_ENABLED) =>
+            {
+                self.authenticated.store(true, Ordering::Release);
+                self.refused.store(false, Ordering::Release);
                 *retry = AuthRetry::default();
                 return Ok(());
             }
@@ -867,8 +884,7 @@ impl Cluster {
                     status.message()
                 )
             }
-            // Not reached, or no answer: nothing was checked, and trying again
-            // costs etcd nothing.
+            // Not reached, or no answer: tried again at the next request.
             Ok(Err(e)) => {
                 self.inner().etcd_ok = false;
                 return Err(Status::unavailable(format!(
@@ -883,11 +899,54 @@ impl Cluster {
                 ));
             }
         };
+        self.refused.store(true, Ordering::Release);
+        tracing::warn!(
+            event = "cluster_auth_refused",
+            node = self.node_id(),
+            error = refused.as_str(),
+            "etcd refused this node's user; it keeps no lease until etcd takes it"
+        );
         retry.backoff = retry.backoff.clamp(AUTH_BACKOFF_MIN, AUTH_BACKOFF_MAX);
         retry.not_before = Some(Instant::now() + retry.backoff);
         retry.backoff = (retry.backoff * 2).min(AUTH_BACKOFF_MAX);
         retry.error = refused.clone();
         Err(Status::unavailable(refused))
+    }
+
+    /// What an etcd error says of the node's authentication, acted on: a JWT token
+    /// minted before a change to etcd's users and roles is renewed (the request is
+    /// tried again at its caller's next turn); credentials etcd refuses on renewal
+    /// (the password changed), or a request without a token once authentication
+    /// was turned on, send the node back to [`Cluster::authenticate`].
+    pub(super) async fn auth_error(&self, e: &etcd_client::Error) {
+        if self.credentials.is_none() {
+            return;
+        }
+        let text = e.to_string();
+        if text.contains(AUTH_OLD_REVISION) {
+            let client = self.client.clone();
+            match tokio::time::timeout(ETCD_TIMEOUT, client.refresh_token()).await {
+                // The password changed with them.
+                Ok(Err(e)) if e.to_string().contains(AUTH_FAILED) => {
+                    self.forget_credentials().await;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(event = "cluster_token_refresh_failed", error = %e);
+                }
+                _ => {}
+            }
+        } else if text.contains(AUTH_FAILED) || text.contains(AUTH_USER_EMPTY) {
+            // The client's own renewal was refused, or it holds no token: it
+            // forgets the credentials, so that requests stop asking etcd to check
+            // them, and the next request authenticates, reading the file anew,
+            // with the back-off.
+            self.forget_credentials().await;
+        }
+    }
+
+    /// Whether etcd refused this node's credentials at its last authentication.
+    pub(super) fn auth_refused(&self) -> bool {
+        self.refused.load(Ordering::Acquire)
     }
 
     /// Takes the credentials and token out of the client; the next request

@@ -1185,21 +1185,39 @@ impl Config {
     }
 }
 
+/// The bytes of the file at `path`, or `None` when it holds more than `max`
+/// (reading stops one byte past `max`, so a huge file or a device costs no more).
+pub(crate) fn read_at_most(path: &std::path::Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(max + 1)
+        .read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= max).then_some(bytes))
+}
+
+/// [`read_at_most`] as UTF-8 text (not UTF-8: an `InvalidData` error, as
+/// `read_to_string`'s).
+pub(crate) fn read_text_at_most(
+    path: &std::path::Path,
+    max: u64,
+) -> std::io::Result<Option<String>> {
+    read_at_most(path, max)?
+        .map(|bytes| {
+            String::from_utf8(bytes)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        })
+        .transpose()
+}
+
 /// Reads a TOML file of at most [`MAX_CONFIG_FILE_BYTES`].
 fn read_table(path: &std::path::Path) -> Result<toml::Table, ConfigError> {
-    use std::io::Read;
-    let read_err = |source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    let mut text = String::new();
-    file.take(MAX_CONFIG_FILE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(read_err)?;
-    if text.len() as u64 > MAX_CONFIG_FILE_BYTES {
-        return Err(ConfigError::TooLarge(path.to_owned()));
-    }
+    let text = read_text_at_most(path, MAX_CONFIG_FILE_BYTES)
+        .map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?
+        .ok_or_else(|| ConfigError::TooLarge(path.to_owned()))?;
     text.parse::<toml::Table>()
         .map_err(|source| ConfigError::Toml {
             path: path.to_owned(),
@@ -1210,19 +1228,12 @@ fn read_table(path: &std::path::Path) -> Result<toml::Table, ConfigError> {
 /// The keys of an API keys file: `KEY: SECRET` (or `KEY:SECRET`) per line, blank
 /// lines and `#` comments skipped.
 fn read_api_keys(path: &std::path::Path) -> Result<Vec<ApiKey>, ConfigError> {
-    use std::io::Read;
-    let read_err = |source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    let mut text = String::new();
-    file.take(MAX_API_KEYS_FILE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(read_err)?;
-    if text.len() as u64 > MAX_API_KEYS_FILE_BYTES {
-        return Err(ConfigError::TooLarge(path.to_owned()));
-    }
+    let text = read_text_at_most(path, MAX_API_KEYS_FILE_BYTES)
+        .map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?
+        .ok_or_else(|| ConfigError::TooLarge(path.to_owned()))?;
     let mut keys = Vec::new();
     for (index, line) in text.lines().enumerate() {
         // A comment: a whole line, or after a space (YAML's rule).

@@ -174,24 +174,15 @@ impl ResolvesServerCert for Certificate {
 
 /// Reads a PEM file of at most [`MAX_PEM_BYTES`].
 fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
-    use std::io::Read;
-    let read_err = |source| TlsError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .map_err(read_err)?
-        .take(MAX_PEM_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
-    if bytes.len() as u64 > MAX_PEM_BYTES {
-        return Err(TlsError::Pem {
+    crate::config::read_at_most(path, MAX_PEM_BYTES)
+        .map_err(|source| TlsError::Read {
+            path: path.to_owned(),
+            source,
+        })?
+        .ok_or_else(|| TlsError::Pem {
             path: path.to_owned(),
             what: format!("larger than {MAX_PEM_BYTES} bytes"),
-        });
-    }
-    Ok(bytes)
+        })
 }
 
 /// A PEM file of certificates (at least one): its bytes, and the certificates.

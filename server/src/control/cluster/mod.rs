@@ -83,6 +83,11 @@ const AUTH_USER_EMPTY: &str = "user name is empty";
 /// What etcd answers an authentication while authentication is off (etcd's
 /// `ErrAuthNotEnabled`): the node goes on without a token.
 const AUTH_NOT_ENABLED: &str = "authentication is not enabled";
+/// What a request etcd did not answer in [`ETCD_TIMEOUT`] is refused with.
+fn etcd_silent() -> Status {
+    Status::unavailable("the cluster store (etcd) did not answer; no room can be placed now")
+}
+
 /// How many times a gRPC request may be passed from node to node: to the owner the
 /// forwarding node sees (1), and once more if the room changed hands meanwhile (2).
 pub const MAX_HOPS: u32 = 2;
@@ -139,22 +144,13 @@ impl EtcdCredentials {
     /// (spaces included), without the line ending. A file past
     /// [`MAX_PASSWORD_FILE_BYTES`], or without a password, is refused.
     fn load(&self) -> Result<(String, String), ClusterError> {
-        use std::io::Read;
         let unreadable = |why: String| ClusterError::Password {
             path: self.password_file.clone(),
             why,
         };
-        let file =
-            std::fs::File::open(&self.password_file).map_err(|e| unreadable(e.to_string()))?;
-        let mut text = String::new();
-        file.take(MAX_PASSWORD_FILE_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(|e| unreadable(e.to_string()))?;
-        if text.len() as u64 > MAX_PASSWORD_FILE_BYTES {
-            return Err(unreadable(format!(
-                "longer than {MAX_PASSWORD_FILE_BYTES} bytes"
-            )));
-        }
+        let text = crate::config::read_text_at_most(&self.password_file, MAX_PASSWORD_FILE_BYTES)
+            .map_err(|e| unreadable(e.to_string()))?
+            .ok_or_else(|| unreadable(format!("longer than {MAX_PASSWORD_FILE_BYTES} bytes")))?;
         let password = text.lines().next().unwrap_or_default();
         if password.is_empty() {
             return Err(unreadable("the file holds no password".to_owned()));
@@ -446,10 +442,6 @@ pub struct Cluster {
     /// How this node verifies other nodes that serve gRPC over TLS
     /// (`--cluster-ca`); `None`: it calls none of them.
     node_tls: Option<ClientTlsConfig>,
-    /// The etcd user and the file of its password (`--etcd-user`). The file is
-    /// read at each authentication, so a password changed in etcd and in the file
-    /// is taken without a restart.
-    credentials: Option<EtcdCredentials>,
     /// Whether etcd took the credentials once: from then on the client holds a
     /// token, and gets a new one whenever etcd refuses it as expired or unknown
     /// (etcd restarted: its simple tokens live in its memory only), or as minted
@@ -510,9 +502,9 @@ impl Cluster {
     /// ([`Cluster::etcd`]).
     pub async fn new(settings: ClusterSettings) -> Result<Arc<Cluster>, ClusterError> {
         // A missing or empty password file stops the start, rather than every
-        // request later.
-        let credentials = settings.etcd_credentials.clone();
-        if let Some(c) = &credentials {
+        // request later. The file is read again at each authentication, so a
+        // password changed in the file and then in etcd is taken without a restart.
+        if let Some(c) = &settings.etcd_credentials {
             c.load()?;
         }
         let options = ConnectOptions::new()
@@ -547,7 +539,6 @@ impl Cluster {
             inner: Mutex::new(Inner::default()),
             channels: Mutex::new(HashMap::new()),
             node_tls,
-            credentials,
             authenticated: AtomicBool::new(false),
             refused: AtomicBool::new(false),
             auth: tokio::sync::Mutex::new(AuthRetry::default()),
@@ -802,9 +793,7 @@ impl Cluster {
                     "the cluster store (etcd) failed: {e}; no room can be placed now"
                 )))
             }
-            Err(_) => Err(Status::unavailable(
-                "the cluster store (etcd) did not answer; no room can be placed now",
-            )),
+            Err(_) => Err(etcd_silent()),
         }
     }
 
@@ -815,9 +804,7 @@ impl Cluster {
             Ok(authenticated) => authenticated,
             Err(_) => {
                 self.inner().etcd_ok = false;
-                Err(Status::unavailable(
-                    "the cluster store (etcd) did not answer; no room can be placed now",
-                ))
+                Err(etcd_silent())
             }
         }
     }
@@ -828,7 +815,7 @@ impl Cluster {
     /// time; after a failure, none for [`AUTH_BACKOFF_MIN`] doubling to
     /// [`AUTH_BACKOFF_MAX`], in which the last failure is the answer.
     async fn authenticate(&self) -> Result<(), Status> {
-        let Some(credentials) = &self.credentials else {
+        let Some(credentials) = &self.settings.etcd_credentials else {
             return Ok(());
         };
         if self.authenticated.load(Ordering::Acquire) {
@@ -852,25 +839,17 @@ impl Cluster {
         let mut client = self.client.clone();
         let outcome = tokio::time::timeout(ETCD_TIMEOUT, client.update_user(Some(user))).await;
         let refused = match outcome {
-            Ok(Ok(())) => {
-                self.authenticated.store(true, Ordering::Release);
-                self.refused.store(false, Ordering::Release);
-                *retry = AuthRetry::default();
-                return Ok(());
-            }
+            Ok(Ok(())) => return self.taken(&mut retry),
             // Authentication is off in etcd: the node goes on without a token,
             // and authenticates once etcd asks for one (`AUTH_USER_EMPTY`). So
             // nodes can be given their user before authentication is turned on.
             Ok(Err(etcd_client::Error::GRpcStatus(status)))
                 if status.message().contains(AUTH_NOT_ENABLED) =>
             {
-                self.authenticated.store(true, Ordering::Release);
-                self.refused.store(false, Ordering::Release);
-                *retry = AuthRetry::default();
-                return Ok(());
+                return self.taken(&mut retry);
             }
             // etcd answered, and said no: a wrong user or password
-            // ("authentication failed"), or authentication not enabled.
+            // ("authentication failed").
             Ok(Err(etcd_client::Error::GRpcStatus(status)))
                 if matches!(
                     status.code(),
@@ -894,9 +873,7 @@ impl Cluster {
             }
             Err(_) => {
                 self.inner().etcd_ok = false;
-                return Err(Status::unavailable(
-                    "the cluster store (etcd) did not answer; no room can be placed now",
-                ));
+                return Err(etcd_silent());
             }
         };
         self.refused.store(true, Ordering::Release);
@@ -913,13 +890,21 @@ impl Cluster {
         Err(Status::unavailable(refused))
     }
 
+    /// Notes that etcd took the node's credentials (or asks for none).
+    fn taken(&self, retry: &mut AuthRetry) -> Result<(), Status> {
+        self.authenticated.store(true, Ordering::Release);
+        self.refused.store(false, Ordering::Release);
+        *retry = AuthRetry::default();
+        Ok(())
+    }
+
     /// What an etcd error says of the node's authentication, acted on: a JWT token
     /// minted before a change to etcd's users and roles is renewed (the request is
     /// tried again at its caller's next turn); credentials etcd refuses on renewal
     /// (the password changed), or a request without a token once authentication
     /// was turned on, send the node back to [`Cluster::authenticate`].
     pub(super) async fn auth_error(&self, e: &etcd_client::Error) {
-        if self.credentials.is_none() {
+        if self.settings.etcd_credentials.is_none() {
             return;
         }
         let text = e.to_string();

@@ -87,8 +87,9 @@ impl Etcd {
     /// RS256 with a key openssl makes in etcd's directory) once authentication is
     /// on, instead of its in-memory simple tokens.
     pub fn start_jwt() -> Etcd {
-        let mut etcd = Etcd::start();
-        etcd.stop();
+        // Its keys are made before it starts: stopping and starting it again
+        // would free its ports for a moment, for another test's etcd to take.
+        let mut etcd = Etcd::unstarted(None, "127.0.0.1", None);
         let key = etcd.dir.join("jwt.key");
         let public = etcd.dir.join("jwt.pub");
         let openssl = |args: &[&std::ffi::OsStr]| {
@@ -127,6 +128,13 @@ impl Etcd {
     }
 
     fn start_on(ns: Option<&str>, host: &str, tls: Option<EtcdTls>) -> Etcd {
+        let mut etcd = Etcd::unstarted(ns, host, tls);
+        etcd.resume();
+        etcd
+    }
+
+    /// An etcd with its directory and ports, not started yet.
+    fn unstarted(ns: Option<&str>, host: &str, tls: Option<EtcdTls>) -> Etcd {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "shoal-etcd-{}-{}",
@@ -140,7 +148,7 @@ impl Etcd {
             Some(_) => (2379, 2380),
             None => (free_port(), free_port()),
         };
-        let mut etcd = Etcd {
+        Etcd {
             child: None,
             dir,
             ns: ns.map(str::to_owned),
@@ -150,9 +158,7 @@ impl Etcd {
             tls,
             root_password: None,
             flags: Vec::new(),
-        };
-        etcd.resume();
-        etcd
+        }
     }
 
     /// The client URL nodes are given (`--etcd`).

@@ -10,6 +10,7 @@
 
 #![allow(dead_code)]
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,7 +23,7 @@ pub const CHROMIUM: &str = "/usr/bin/chromium";
 /// How long Chromium may take to start and open its DevTools port.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A Chromium process and its profile directory, both gone when dropped.
+/// A Chromium process group and its profile directory, both gone when dropped.
 pub struct Browser {
     child: Child,
     /// Its profile directory.
@@ -30,10 +31,25 @@ pub struct Browser {
 }
 
 impl Drop for Browser {
+    /// Kills the whole process group: the browser's helpers (zygote, renderers, GPU,
+    /// crash handler) outlive a killed browser process for a while and go on writing
+    /// into the profile, which a removal racing them leaves behind.
     fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.profile);
+        // Helpers of the group may still be exiting; their files go with a retry.
+        for _ in 0..20 {
+            if std::fs::remove_dir_all(&self.profile).is_ok() || !self.profile.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
@@ -83,6 +99,8 @@ pub fn launch_in(netns: Option<&str>, url: &str, extra: &[&str]) -> Browser {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
+        // A group of its own, so that dropping the browser kills its helpers too.
+        .process_group(0)
         .spawn()
         .expect("start chromium");
     Browser { child, profile }

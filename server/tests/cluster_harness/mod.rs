@@ -22,12 +22,31 @@ use crate::node_process::Node;
 /// How long etcd and a cluster have to come up.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A port free on 127.0.0.1 a moment ago.
+/// A port of 127.0.0.1 free a moment ago, given to no other etcd of this process.
+///
+/// etcd binds it only later (etcd 3.4 cannot bind port 0 and say which port it got),
+/// so it comes from below the kernel's ephemeral range: there neither `bind(0)` (the
+/// shoal nodes' listeners) nor an outgoing connection's source port can take it in
+/// between, and a counter keeps the cluster tests running side by side apart. The
+/// process id spreads the start, for two test processes at once.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Linux's default range starts at 32768; a lower start leaves a smaller span.
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    const LOWEST: u32 = 10_000;
+    let span = ephemeral_low.saturating_sub(LOWEST).max(1_000);
+    let start = std::process::id() % span;
+    for _ in 0..span {
+        let port = LOWEST + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let port = u16::try_from(port).expect("a port below 65536");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOWEST}..{}", LOWEST + span);
 }
 
 /// The password of etcd's root user once [`Etcd::add_users`] made it.
@@ -220,7 +239,16 @@ impl Etcd {
         self.child = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
         while !self.healthy() {
-            assert!(Instant::now() < deadline, "etcd is not healthy in time");
+            if Instant::now() >= deadline {
+                let log = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "etcd on {} is not healthy in time; its log ends:\n{}",
+                    self.url(),
+                    tail.join("\n")
+                );
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }

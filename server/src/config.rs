@@ -1210,14 +1210,20 @@ pub(crate) fn read_text_at_most(
         .transpose()
 }
 
-/// Reads a TOML file of at most [`MAX_CONFIG_FILE_BYTES`].
-fn read_table(path: &std::path::Path) -> Result<toml::Table, ConfigError> {
-    let text = read_text_at_most(path, MAX_CONFIG_FILE_BYTES)
+/// [`read_text_at_most`] with the configuration's errors: unreadable is
+/// [`ConfigError::Read`], past `max` [`ConfigError::TooLarge`].
+fn read_config_text(path: &std::path::Path, max: u64) -> Result<String, ConfigError> {
+    read_text_at_most(path, max)
         .map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?
-        .ok_or_else(|| ConfigError::TooLarge(path.to_owned()))?;
+        .ok_or_else(|| ConfigError::TooLarge(path.to_owned()))
+}
+
+/// Reads a TOML file of at most [`MAX_CONFIG_FILE_BYTES`].
+fn read_table(path: &std::path::Path) -> Result<toml::Table, ConfigError> {
+    let text = read_config_text(path, MAX_CONFIG_FILE_BYTES)?;
     text.parse::<toml::Table>()
         .map_err(|source| ConfigError::Toml {
             path: path.to_owned(),
@@ -1228,12 +1234,7 @@ fn read_table(path: &std::path::Path) -> Result<toml::Table, ConfigError> {
 /// The keys of an API keys file: `KEY: SECRET` (or `KEY:SECRET`) per line, blank
 /// lines and `#` comments skipped.
 fn read_api_keys(path: &std::path::Path) -> Result<Vec<ApiKey>, ConfigError> {
-    let text = read_text_at_most(path, MAX_API_KEYS_FILE_BYTES)
-        .map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?
-        .ok_or_else(|| ConfigError::TooLarge(path.to_owned()))?;
+    let text = read_config_text(path, MAX_API_KEYS_FILE_BYTES)?;
     let mut keys = Vec::new();
     for (index, line) in text.lines().enumerate() {
         // A comment: a whole line, or after a space (YAML's rule).

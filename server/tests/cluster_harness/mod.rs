@@ -241,12 +241,11 @@ impl Etcd {
         while !self.healthy() {
             if Instant::now() >= deadline {
                 let log = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(20).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                let lines: Vec<&str> = log.lines().collect();
                 panic!(
                     "etcd on {} is not healthy in time; its log ends:\n{}",
                     self.url(),
-                    tail.join("\n")
+                    lines[lines.len().saturating_sub(20)..].join("\n")
                 );
             }
             std::thread::sleep(Duration::from_millis(50));
